@@ -1,0 +1,1 @@
+"""Bundled data; see wheelhouse/resources.py."""

@@ -1,0 +1,62 @@
+"""Shared fixtures. Module-specific fixtures live in the test module or in tests/<name>_fixtures.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from wheelmaker import make_wheel  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Registry tests are opt-in: -m registry, or WH_TEST_REGISTRY=1."""
+    wanted = os.environ.get("WH_TEST_REGISTRY") == "1" or "registry" in (config.getoption("-m") or "")
+    if wanted:
+        return
+    skip = pytest.mark.skip(reason="touches the package registry; opt in with -m registry or WH_TEST_REGISTRY=1")
+    for item in items:
+        if "registry" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(request, monkeypatch):
+    """Default tests reach nothing beyond loopback: any other connect() fails loudly."""
+    if "registry" in request.keywords:
+        yield
+        return
+    real_connect = socket.socket.connect
+
+    def guarded(self, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and not (host.startswith("127.") or host in ("localhost", "::1") or self.family == socket.AF_UNIX):
+            raise OSError(f"hermetic test tried to reach {address!r}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    yield
+
+
+@pytest.fixture
+def wheel_factory(tmp_path):
+    """make_wheel bound to a fresh folder: wheel_factory("a", "1.0", requires=["b"])."""
+    folder = tmp_path / "made-wheels"
+
+    def _make(name, version, **kw):
+        return make_wheel(kw.pop("directory", folder), name, version, **kw)
+
+    _make.folder = folder
+    return _make
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO

@@ -1,0 +1,37 @@
+"""Atomic file writes: a file that matters is never seen half-written under its final name."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_atomic", "replace_atomic"]
+
+
+def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write ``data`` to a temp file in ``path``'s folder, fsync it, then ``os.replace`` it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def replace_atomic(tmp: str | Path, final: str | Path) -> Path:
+    """Move a finished temp file (same filesystem) to its final name."""
+    os.replace(tmp, final)
+    return Path(final)

@@ -1,0 +1,110 @@
+"""wh's command line. The only place (with its sibling modules) that imports click and rich.
+
+Each command lives in its own module under ``wheelhouse.cli`` and is loaded only
+when invoked, so ``wh --help`` stays fast and one broken command cannot take the
+others down.
+
+Exit codes: 0 success; 1 the thing asked for failed (doctor: a check failed);
+2 bad input (nothing was changed), or doctor --strict with warnings; 3 wh itself
+could not run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import EXIT_INTERNAL, WhError
+
+__all__ = ["main", "cli"]
+
+# command name -> (module under wheelhouse.cli, attribute, one-line help)
+_COMMANDS = {
+    "target": ("target", "target", "Capture or show a target profile."),
+    "stage": ("stage", "stage", "Resolve for the target and download a verified wheelhouse."),
+    "install": ("install", "install", "Install a wheelhouse offline into a venv or interpreter."),
+    "links": ("links", "links", "Check, add or undo unversioned NVIDIA soname links."),
+    "env": ("env", "env", "Print the environment the engine needs (PATH, CUDA_HOME, LD_LIBRARY_PATH)."),
+    "doctor": ("doctor", "doctor", "Run executed probes and known-bug rules; gate CI on the result."),
+    "drop": ("doctor", "drop", "Uninstall distributions whose executed probe failed."),
+    "build": ("build", "build", "Build the engine from source at an exact commit."),
+    "patch": ("patch", "patch", "Apply, verify or revert a one-file patch with preconditions."),
+    "serve": ("serve", "serve", "Launch the engine and wait for its real readiness."),
+    "stop": ("serve", "stop", "Stop a detached engine and its whole process group."),
+    "smoke": ("serve", "smoke", "One streamed chat request: model id, TTFT and decode tok/s."),
+}
+
+EPILOG = (
+    "Exit codes: 0 ok; 1 failed (doctor: a check failed); 2 bad input, nothing changed "
+    "(doctor --strict: warnings only); 3 wh itself could not run."
+)
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        spec = _COMMANDS.get(name)
+        if spec is None:
+            return None
+        module, attr, short = spec
+        try:
+            mod = importlib.import_module(f"{__name__}.{module}")
+            return getattr(mod, attr)
+        except (ImportError, AttributeError):
+            @click.command(name=name, help=short + " (not available in this build)")
+            def _missing() -> None:
+                raise WhError(f"`wh {name}` is not available in this build", hint="upgrade wh")
+
+            return _missing
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, s[2]) for n, s in _COMMANDS.items()])
+
+
+@click.group(cls=_LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="wh")
+@click.option("-v", "--verbose", count=True, help="More output (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """wh: stage a Python GPU serving stack where the network is, install it where the GPUs are."""
+    from . import _ui
+
+    ctx.obj = _ui.Ui(verbose=verbose if not quiet else -1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI, render any WhError once, exit with its code."""
+    from . import _ui
+
+    try:
+        cli.main(args=argv, prog_name="wh", standalone_mode=False)
+    except WhError as exc:
+        _ui.print_error(exc)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        _ui.print_error(WhError("interrupted", hint="re-run the command; finished work is kept"))
+        sys.exit(130)
+    except KeyboardInterrupt:
+        _ui.print_error(WhError("interrupted", hint="re-run the command; finished work is kept"))
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence renders, then exits 3
+        if os.environ.get("WH_DEBUG"):
+            raise
+        _ui.print_error(
+            WhError(f"internal error: {type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 for the traceback")
+        )
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(0)

@@ -1,0 +1,103 @@
+"""Rendering for people: errors, progress bars, tables. Everything here writes to stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from ..errors import WhError
+
+__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console"]
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
+
+
+def print_error(exc: WhError) -> None:
+    con = stderr_console()
+    con.print(f"[bold red]error[/]: {exc.message}", soft_wrap=True)
+    if exc.detail:
+        con.print(exc.detail.rstrip(), markup=False, soft_wrap=True)
+    if exc.hint:
+        con.print(f"[yellow]hint[/]: {exc.hint}", soft_wrap=True)
+
+
+def emit_json(data: Any) -> None:
+    """Data goes to stdout, alone."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class RichReporter:
+    """A progress.Reporter drawing rich progress bars on stderr."""
+
+    def __init__(self, console: Console | None = None, quiet: bool = False):
+        self.console = console or stderr_console()
+        self.quiet = quiet
+        self._progress: Progress | None = None
+        self._tasks: dict[str, Any] = {}
+
+    def _ensure(self) -> Progress:
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+                disable=self.quiet,
+            )
+            self._progress.start()
+        return self._progress
+
+    def start(self, task: str, total: float | None = None, unit: str = "") -> None:
+        self._tasks[task] = self._ensure().add_task(task, total=total)
+
+    def advance(self, task: str, amount: float = 1) -> None:
+        if task in self._tasks and self._progress:
+            self._progress.advance(self._tasks[task], amount)
+
+    def finish(self, task: str, message: str = "") -> None:
+        if task in self._tasks and self._progress:
+            self._progress.remove_task(self._tasks.pop(task))
+        if message and not self.quiet:
+            self.console.print(message, markup=False)
+        if not self._tasks and self._progress:
+            self._progress.stop()
+            self._progress = None
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False)
+
+    def close(self) -> None:
+        if self._progress:
+            self._progress.stop()
+            self._progress = None
+
+
+class Ui:
+    """Per-invocation output settings, stored on the click context."""
+
+    def __init__(self, verbose: int = 0):
+        self.verbose = verbose
+        self.console = stderr_console()
+
+    @property
+    def quiet(self) -> bool:
+        return self.verbose < 0
+
+    def reporter(self) -> RichReporter:
+        return RichReporter(self.console, quiet=self.quiet)
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False, soft_wrap=True)

@@ -1,0 +1,79 @@
+"""`wh target`: capture the running interpreter's profile, or show one built from flags/files."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..atomic import write_atomic
+from ..target import host_target, load_target, target_from_flags
+from ..capture_target import capture
+from ._ui import emit_json
+
+__all__ = ["target", "target_options", "target_from_options"]
+
+
+def target_options(fn):
+    """The shared target flags (stage, doctor); see target_from_options."""
+    opts = [
+        click.option("--target", "target_file", type=click.Path(dir_okay=False), envvar="WH_TARGET",
+                     help="Target profile JSON (from `wh target capture`, or a pex complete-platform file)."),
+        click.option("--python-version", help="Target Python, e.g. 3.12 (with --platform)."),
+        click.option("--platform", "platforms", multiple=True,
+                     help="Target platform tag, e.g. manylinux_2_35_x86_64 (means that glibc and every older one). Repeatable."),
+        click.option("--implementation", default="cp", show_default=True, help="Target implementation (cp, pp)."),
+        click.option("--abi", help="Target ABI (default: derived from implementation and version)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def target_from_options(target_file, python_version, platforms, implementation, abi):
+    """A TargetProfile from the shared flags; no flags means the current interpreter."""
+    if target_file:
+        if python_version or platforms:
+            raise click.UsageError("--target cannot be combined with --python-version/--platform")
+        return load_target(target_file)
+    if python_version or platforms:
+        if not (python_version and platforms):
+            raise click.UsageError("--python-version and --platform go together")
+        return target_from_flags(python_version, list(platforms), implementation, abi)
+    return host_target()
+
+
+@click.group()
+def target() -> None:
+    """Target profiles: what interpreter and machine a wheelhouse is for."""
+
+
+@target.command("capture")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the profile here instead of stdout.")
+@click.option("--no-gpus", is_flag=True, help="Skip the nvidia-smi query.")
+def capture_cmd(output, no_gpus) -> None:
+    """Print this interpreter's profile as JSON: tags, markers, libc, GPUs, driver.
+
+    On a box without wh, run the same thing with `python capture_target.py` from any wheelhouse.
+    """
+    data = capture(include_gpus=not no_gpus)
+    if output:
+        write_atomic(output, json.dumps(data, indent=2) + "\n")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        emit_json(data)
+
+
+@target.command("show")
+@target_options
+@click.option("--json", "as_json", is_flag=True, help="Print the whole profile as JSON.")
+def show_cmd(target_file, python_version, platforms, implementation, abi, as_json) -> None:
+    """Show the profile the target flags describe (the first tags, libc, GPUs)."""
+    t = target_from_options(target_file, python_version, platforms, implementation, abi)
+    if as_json:
+        emit_json(t.to_json())
+        return
+    click.echo(f"{t.describe()}  [{t.source}]", err=True)
+    click.echo(f"tags: {len(t.tags)} (best: {', '.join(t.tags[:3])})", err=True)
+    for g in t.gpus:
+        click.echo(f"gpu: {g.name} sm {g.compute_capability} {g.memory_total_mib} MiB", err=True)

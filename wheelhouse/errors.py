@@ -1,0 +1,45 @@
+"""The one error hierarchy: every failure wh reports is a WhError.
+
+Each error names the thing, the reason, and (``hint``) the next command to run.
+The CLI renders it once, as one red line plus a hint line, and exits with
+``exit_code``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["WhError", "UsageError", "TargetError", "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_INTERNAL"]
+
+EXIT_OK = 0
+EXIT_FAIL = 1  # the thing asked for did not happen (or, for the doctor, a check failed)
+EXIT_USAGE = 2  # bad input: flags, files, manifests
+EXIT_INTERNAL = 3  # wh itself could not run
+
+
+class WhError(Exception):
+    """Root of wh's errors. Subclasses set ``code`` and carry their fields."""
+
+    code = "error"
+    exit_code = EXIT_FAIL
+
+    def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        # Output of a third-party tool (compiler, pip) kept verbatim for the user.
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(WhError):
+    """A flag, file or manifest is wrong; nothing was changed."""
+
+    code = "usage"
+    exit_code = EXIT_USAGE
+
+
+class TargetError(UsageError):
+    """A target profile could not be built or read."""
+
+    code = "bad-target"
