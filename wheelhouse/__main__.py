@@ -1,0 +1,5 @@
+"""`python -m wheelhouse` runs wh."""
+
+from .cli import main
+
+main()
