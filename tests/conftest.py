@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from wheelmaker import make_wheel  # noqa: E402
+from index_fixtures import pyindex  # noqa: E402,F401  (fixture: a PEP 691/503 index on 127.0.0.1)
 
 REPO = Path(__file__).resolve().parent.parent
 

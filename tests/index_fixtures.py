@@ -1,0 +1,289 @@
+"""A real package index on 127.0.0.1 for tests: PEP 691 JSON and PEP 503 HTML, PEP 658 metadata,
+HTTP ranges, yanked files, requires-python, and knobs to misbehave (tamper, drop mid-file).
+
+Usage::
+
+    def test_x(pyindex, wheel_factory):
+        wheel_factory("a", "1.0", requires=["b"])
+        idx = pyindex(wheel_factory.folder, serve_metadata=False, ranges=True)
+        idx.url                      # "http://127.0.0.1:PORT/simple/"
+        idx.bytes_served("a-1.0-py3-none-any.whl")   # body bytes sent for that file
+        idx.tamper("a-1.0-py3-none-any.whl")         # serve other bytes under the published hash
+        idx.drop_after("a-1.0-py3-none-any.whl", 1000)  # next full GET dies after 1000 bytes
+
+Files are served at ``/files/<filename>`` (metadata at ``<filename>.metadata``); project pages
+at ``/simple/<normalized-name>/`` with relative links, the way real indexes do it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import threading
+import zipfile
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+__all__ = ["pyindex", "IndexServer"]
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+HTML_TYPE = "text/html"
+
+
+def _project_of(filename: str) -> str | None:
+    try:
+        if filename.endswith(".whl"):
+            return canonicalize_name(parse_wheel_filename(filename)[0])
+        if filename.endswith((".tar.gz", ".zip")):
+            return canonicalize_name(parse_sdist_filename(filename)[0])
+    except Exception:
+        return None
+    return None
+
+
+def _wheel_metadata(data: bytes) -> bytes | None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            for n in zf.namelist():
+                if n.count("/") == 1 and n.endswith(".dist-info/METADATA"):
+                    return zf.read(n)
+    except zipfile.BadZipFile:
+        return None
+    return None
+
+
+@dataclass
+class IndexServer:
+    """State of one served index; all knobs may be changed while it runs."""
+
+    serve_metadata: bool = False
+    ranges: bool = True
+    json: bool = True
+    html: bool = True
+    hashes: bool = True
+    yanked: dict[str, str | bool] = field(default_factory=dict)
+    requires_python: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # filename -> served bytes
+    published: dict[str, str] = field(default_factory=dict)  # filename -> sha256 on the pages
+    served: Counter = field(default_factory=Counter)  # url path -> body bytes sent
+    hits: Counter = field(default_factory=Counter)  # url path -> requests
+    log: list[tuple[str, dict]] = field(default_factory=list)  # (path, request headers)
+    drops: dict[str, int] = field(default_factory=dict)
+    base: str = ""
+
+    # --- setup ------------------------------------------------------------------------
+    def add(self, *paths: str | Path) -> None:
+        """Publish wheel / sdist files (or every such file in a folder)."""
+        for p in paths:
+            p = Path(p)
+            items = sorted(p.iterdir()) if p.is_dir() else [p]
+            for f in items:
+                if f.is_file() and _project_of(f.name):
+                    data = f.read_bytes()
+                    self.files[f.name] = data
+                    self.published[f.name] = hashlib.sha256(data).hexdigest()
+
+    def tamper(self, filename: str, data: bytes | None = None) -> None:
+        """Serve different bytes for ``filename`` while the pages keep the old hash."""
+        old = self.files[filename]
+        self.files[filename] = data if data is not None else old[:-16] + bytes(16)
+
+    def drop_after(self, filename: str, nbytes: int) -> None:
+        """The next full (non-range) GET of ``filename`` closes the connection after ``nbytes``."""
+        self.drops[filename] = nbytes
+
+    # --- questions tests ask ------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"{self.base}/simple/"
+
+    def file_url(self, filename: str) -> str:
+        return f"{self.base}/files/{filename}"
+
+    def bytes_served(self, filename: str) -> int:
+        return self.served[f"/files/{filename}"]
+
+    def requests_for(self, filename: str) -> int:
+        return self.hits[f"/files/{filename}"]
+
+    def sha256(self, filename: str) -> str:
+        return self.published[filename]
+
+    # --- rendering ----------------------------------------------------------------------
+    def projects(self) -> list[str]:
+        return sorted({n for n in (_project_of(f) for f in self.files) if n})
+
+    def _files_of(self, project: str) -> list[str]:
+        return sorted(f for f in self.files if _project_of(f) == project)
+
+    def _metadata_hash(self, filename: str) -> str | None:
+        if not (self.serve_metadata and filename.endswith(".whl")):
+            return None
+        meta = _wheel_metadata(self.files[filename])
+        return hashlib.sha256(meta).hexdigest() if meta is not None else None
+
+    def page(self, project: str | None, want_json: bool) -> tuple[bytes, str] | None:
+        if project is None:
+            names = self.projects()
+            if want_json:
+                body = {"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}
+                return json.dumps(body).encode(), JSON_TYPE
+            links = "".join(f'<a href="{n}/">{n}</a>\n' for n in names)
+            return f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), HTML_TYPE
+        files = self._files_of(project)
+        if not files:
+            return None
+        if want_json:
+            out = []
+            for f in files:
+                entry = {"filename": f, "url": f"../../files/{f}", "hashes": {"sha256": self.published[f]} if self.hashes else {}}
+                entry["size"] = len(self.files[f])
+                if f in self.requires_python:
+                    entry["requires-python"] = self.requires_python[f]
+                if f in self.yanked:
+                    entry["yanked"] = self.yanked[f] if self.yanked[f] else True
+                mh = self._metadata_hash(f)
+                if mh:
+                    entry["core-metadata"] = {"sha256": mh}
+                    entry["data-dist-info-metadata"] = {"sha256": mh}
+                out.append(entry)
+            body = {"meta": {"api-version": "1.1"}, "name": project, "files": out, "versions": []}
+            return json.dumps(body).encode(), JSON_TYPE
+        links = []
+        for f in files:
+            href = f"../../files/{f}" + (f"#sha256={self.published[f]}" if self.hashes else "")
+            attrs = [f'href="{html.escape(href)}"']
+            if f in self.requires_python:
+                attrs.append(f'data-requires-python="{html.escape(self.requires_python[f])}"')
+            if f in self.yanked:
+                attrs.append(f'data-yanked="{html.escape(str(self.yanked[f] or ""))}"')
+            mh = self._metadata_hash(f)
+            if mh:
+                attrs.append(f'data-core-metadata="sha256={mh}"')
+                attrs.append(f'data-dist-info-metadata="sha256={mh}"')
+            links.append(f"<a {' '.join(attrs)}>{html.escape(f)}</a><br/>")
+        body = f"<!DOCTYPE html><html><head><title>Links for {project}</title></head><body>\n" + "\n".join(links) + "\n</body></html>"
+        return body.encode(), HTML_TYPE
+
+
+def _make_handler(state: IndexServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, status: int, body: bytes, ctype: str = "text/plain", extra: dict | None = None):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            state.hits[path] += 1
+            state.log.append((path, dict(self.headers.items())))
+            if path.startswith("/simple"):
+                return self._simple(path)
+            if path.startswith("/files/"):
+                return self._file(path)
+            self._send(404, b"not found")
+
+        def _simple(self, path: str):
+            rest = path[len("/simple"):].strip("/")
+            accept = self.headers.get("Accept", "")
+            want_json = state.json and (JSON_TYPE in accept or not state.html)
+            if rest and rest != canonicalize_name(rest):
+                return self._send(301, b"", extra={"Location": f"/simple/{canonicalize_name(rest)}/"})
+            page = state.page(rest or None, want_json)
+            if page is None:
+                return self._send(404, b"no such project")
+            body, ctype = page
+            etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self._send(200, body, ctype, {"ETag": etag, "Vary": "Accept"})
+
+        def _file(self, path: str):
+            name = path[len("/files/"):]
+            if name.endswith(".metadata"):
+                wheel = name[: -len(".metadata")]
+                meta = _wheel_metadata(state.files[wheel]) if state.serve_metadata and wheel in state.files else None
+                if meta is None:
+                    return self._send(404, b"no metadata")
+                state.served[path] += len(meta)
+                return self._send(200, meta, "text/plain")
+            data = state.files.get(name)
+            if data is None:
+                return self._send(404, b"no such file")
+            size = len(data)
+            rng = self.headers.get("Range")
+            if rng and state.ranges:
+                m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+                if not m or (m.group(1) == "" and m.group(2) == ""):
+                    return self._send(416, b"", extra={"Content-Range": f"bytes */{size}"})
+                if m.group(1) == "":
+                    start, end = max(0, size - int(m.group(2))), size
+                else:
+                    start = int(m.group(1))
+                    end = min(size, int(m.group(2)) + 1) if m.group(2) else size
+                if start >= size or end <= start:
+                    return self._send(416, b"", extra={"Content-Range": f"bytes */{size}"})
+                part = data[start:end]
+                state.served[path] += len(part)
+                return self._send(206, part, "application/octet-stream",
+                                  {"Content-Range": f"bytes {start}-{end - 1}/{size}", "Accept-Ranges": "bytes"})
+            extra = {"Accept-Ranges": "bytes"} if state.ranges else {}
+            cut = state.drops.pop(name, None)
+            if cut is not None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(size))
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data[:cut])
+                self.wfile.flush()
+                state.served[path] += cut
+                self.close_connection = True
+                return
+            state.served[path] += size
+            self._send(200, data, "application/octet-stream", extra)
+
+    return Handler
+
+
+@pytest.fixture
+def pyindex():
+    """Factory: ``pyindex(*folders_or_files, **knobs) -> IndexServer`` serving on 127.0.0.1."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(*paths, **knobs) -> IndexServer:
+        state = IndexServer(**knobs)
+        state.add(*paths)
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(state))
+        srv.daemon_threads = True
+        state.base = f"http://127.0.0.1:{srv.server_address[1]}"
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(srv)
+        return state
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
