@@ -1,0 +1,189 @@
+"""fetch: parallel, resumable, verified downloads into a content-addressed cache.
+
+A small file server on 127.0.0.1 that can honour or ignore Range, drop the
+connection midway, or serve tampered bytes, and counts what it served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.fetch import FetchError, FetchItem, HashMismatch, cached_path, fetch_all
+from wheelhouse.progress import RecordingReporter
+
+
+class FileServer:
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.tampered: dict[str, bytes] = {}  # served instead of files[name]
+        self.drop_after: dict[str, int] = {}  # name -> bytes sent before the connection dies (once)
+        self.ignore_range = False
+        self.served: dict[str, int] = {}
+        self.ranges: list[str] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                name = self.path.lstrip("/")
+                if name not in server.files:
+                    self.send_error(404)
+                    return
+                data = server.tampered.get(name, server.files[name])
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and not server.ignore_range:
+                    server.ranges.append(f"{name}:{rng}")
+                    start = int(rng.split("=")[1].rstrip("-"))
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                body = data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with server.lock:
+                    cut = server.drop_after.pop(name, None)
+                if cut is not None:
+                    body = body[:cut]
+                self.wfile.write(body)
+                with server.lock:
+                    server.served[name] = server.served.get(name, 0) + len(body)
+                if cut is not None:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
+
+    def add(self, name: str, data: bytes) -> FetchItem:
+        self.files[name] = data
+        return FetchItem(self.url(name), name, hashlib.sha256(data).hexdigest(), len(data))
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = FileServer()
+    yield s
+    s.close()
+
+
+def _fetch(items, tmp_path, **kw):
+    kw.setdefault("backoff", 0.01)
+    return fetch_all(items, tmp_path / "dest", tmp_path / "cache", **kw)
+
+
+def test_parallel_fetch_verifies_and_reports_bytes(server, tmp_path):
+    items = [server.add(f"f{i}-1.0-py3-none-any.whl", os.urandom(200_000 + i)) for i in range(6)]
+    rec = RecordingReporter()
+    paths = _fetch(items, tmp_path, jobs=4, reporter=rec)
+    assert [p.name for p in paths] == [it.filename for it in items]
+    for it, p in zip(items, paths):
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == it.sha256
+        # The wheelhouse copy is the cache entry itself (hardlink), not a second copy.
+        assert os.path.samefile(p, cached_path(tmp_path / "cache", it.sha256))
+    advanced = sum(e[2] for e in rec.events if e[0] == "advance")
+    assert advanced == sum(it.size for it in items)
+    assert not list((tmp_path / "cache" / "partial").iterdir())
+
+
+def test_cache_reuse_serves_zero_bytes(server, tmp_path):
+    item = server.add("big-1.0-py3-none-any.whl", os.urandom(300_000))
+    _fetch([item], tmp_path)
+    served = dict(server.served)
+    other = tmp_path / "second"
+    fetch_all([item], other / "dest", tmp_path / "cache")
+    assert server.served == served
+    assert (other / "dest" / item.filename).read_bytes() == server.files[item.filename]
+
+
+def test_tampered_file_is_refused_and_not_kept(server, tmp_path):
+    item = server.add("evil-1.0-py3-none-any.whl", os.urandom(100_000))
+    server.tampered[item.filename] = os.urandom(100_000)
+    with pytest.raises(HashMismatch) as err:
+        _fetch([item], tmp_path)
+    assert err.value.expected == item.sha256 and err.value.actual != item.sha256
+    assert "sha256" in err.value.message and err.value.hint
+    assert not (tmp_path / "dest" / item.filename).exists()
+    assert not cached_path(tmp_path / "cache", item.sha256).exists()
+    assert not list((tmp_path / "cache" / "partial").iterdir())
+
+
+def test_download_killed_midway_resumes_with_range(server, tmp_path):
+    size = 2_000_000
+    item = server.add("torn-1.0-py3-none-any.whl", os.urandom(size))
+    server.drop_after[item.filename] = 700_000
+    paths = _fetch([item], tmp_path)
+    assert paths[0].read_bytes() == server.files[item.filename]
+    assert any(r.startswith(item.filename + ":bytes=") for r in server.ranges)
+    # The second request asked only for the rest: total served is the size (no re-download).
+    assert server.served[item.filename] == size
+
+
+def test_partial_from_a_previous_run_is_continued(server, tmp_path):
+    data = os.urandom(1_000_000)
+    item = server.add("half-1.0-py3-none-any.whl", data)
+    part = tmp_path / "cache" / "partial" / f"{item.sha256}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[:600_000])  # what an interrupted `wh stage` leaves behind
+    _fetch([item], tmp_path)
+    assert server.served[item.filename] == 400_000
+    assert (tmp_path / "dest" / item.filename).read_bytes() == data
+
+
+def test_server_ignoring_range_restarts_cleanly(server, tmp_path):
+    data = os.urandom(500_000)
+    item = server.add("norange-1.0-py3-none-any.whl", data)
+    server.ignore_range = True
+    part = tmp_path / "cache" / "partial" / f"{item.sha256}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[:200_000])
+    paths = _fetch([item], tmp_path)
+    assert paths[0].read_bytes() == data  # not 200k + 500k glued together
+
+
+def test_corrupt_partial_is_discarded_and_refetched(server, tmp_path):
+    data = os.urandom(400_000)
+    item = server.add("bad-part-1.0-py3-none-any.whl", data)
+    part = tmp_path / "cache" / "partial" / f"{item.sha256}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(os.urandom(100_000))  # garbage from some earlier accident
+    paths = _fetch([item], tmp_path)
+    assert paths[0].read_bytes() == data
+
+
+def test_missing_file_is_one_clear_error(server, tmp_path):
+    item = FetchItem(server.url("nope-1.0-py3-none-any.whl"), "nope-1.0-py3-none-any.whl", "0" * 64, 10)
+    with pytest.raises(FetchError) as err:
+        _fetch([item], tmp_path)
+    assert "404" in err.value.message and "nope-1.0" in err.value.message
+    assert not (tmp_path / "dest" / item.filename).exists()
+
+
+def test_file_urls_and_relinking_into_existing_dest(tmp_path):
+    src = tmp_path / "src.whl"
+    src.write_bytes(b"x" * 5000)
+    item = FetchItem(src.as_uri(), "local-1.0-py3-none-any.whl", hashlib.sha256(b"x" * 5000).hexdigest(), 5000)
+    first = _fetch([item], tmp_path)
+    again = _fetch([item], tmp_path)
+    assert first == again and again[0].read_bytes() == b"x" * 5000

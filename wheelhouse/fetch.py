@@ -1,0 +1,320 @@
+"""Fetch: parallel, resumable, verified downloads into a content-addressed cache.
+
+A file reaches its final name only after its sha256 matched. The cache keeps
+finished files under ``<cache>/sha256/ab/abcdef...`` (so a second run, or a
+second wheelhouse, downloads nothing) and unfinished ones under
+``<cache>/partial/<sha256>.part`` (so an interrupted download continues with an
+HTTP Range request instead of starting over). The hash is computed while the
+bytes stream to disk, in one pass; a resumed download hashes only the bytes it
+already had. Wheels reach the wheelhouse as hardlinks of the cache when the two
+share a filesystem, else as copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ContextManager, Mapping, Protocol, Sequence
+
+from .errors import WhError
+from .http import HttpClient, HttpError
+from .progress import NullReporter, Reporter
+
+__all__ = [
+    "FetchItem",
+    "FetchError",
+    "HashMismatch",
+    "Client",
+    "default_cache_dir",
+    "cached_path",
+    "add_to_cache",
+    "sha256_of",
+    "fetch_all",
+    "place",
+]
+
+_CHUNK = 1 << 20  # 1 MiB reads: large buffers keep a fast link saturated with few syscalls
+
+
+@dataclass(frozen=True)
+class FetchItem:
+    """One file to fetch: where from, its final name, and the sha256 it must have."""
+
+    url: str
+    filename: str
+    sha256: str
+    size: int | None = None
+
+
+class FetchError(WhError):
+    """A download failed after its retries (or could not start at all)."""
+
+    code = "fetch-failed"
+
+    def __init__(self, url: str, reason: str, *, hint: str | None = None):
+        super().__init__(
+            f"could not download {url}: {reason}",
+            hint=hint or "check the index URL and the network, then re-run; finished downloads are kept in the cache",
+        )
+        self.url = url
+        self.reason = reason
+
+
+class HashMismatch(WhError):
+    """The bytes received do not have the sha256 the index or release manifest promised."""
+
+    code = "hash-mismatch"
+
+    def __init__(self, path: str, expected: str, actual: str):
+        super().__init__(
+            f"{path}: sha256 is {actual}, expected {expected}; the file was deleted",
+            hint="the index served different bytes than it advertised: re-run `wh stage`, or check the index/mirror",
+        )
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+
+
+class Client(Protocol):
+    """What fetch needs from an HTTP client (wheelhouse.http.HttpClient): a streamed GET
+    that understands ``Range`` and raises HttpError (with ``status``) on failure."""
+
+    def stream(self, url: str, headers: Mapping[str, str] | None = None) -> ContextManager: ...
+
+
+def default_cache_dir() -> Path:
+    """``$WH_CACHE_DIR``, else ``$XDG_CACHE_HOME/wh``, else ``~/.cache/wh``."""
+    env = os.environ.get("WH_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "wh"
+
+
+def cached_path(cache: Path, sha256: str) -> Path:
+    """Where a verified file with this sha256 lives in the cache."""
+    return Path(cache) / "sha256" / sha256[:2] / sha256
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(_CHUNK)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
+    """Put an existing local file into the cache (hardlink, else copy), verifying its hash first.
+
+    Returns the cache path. Used to seed the cache from a previous wheelhouse, so
+    a restage after ``rm -rf ~/.cache/wh`` still downloads nothing it already has.
+    """
+    actual = sha256_of(path)
+    if sha256 and actual != sha256:
+        raise HashMismatch(str(path), sha256, actual)
+    final = cached_path(cache, actual)
+    if not final.exists():
+        _link_or_copy(path, final)
+    return final
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Make ``dst`` have ``src``'s bytes, atomically: temp name in dst's folder, then os.replace."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:  # another filesystem, or links not allowed: copy
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def place(src: Path, dst: Path) -> Path:
+    """Put a cached file at ``dst`` (hardlink when possible); a same-inode ``dst`` is left alone."""
+    try:
+        if dst.exists() and os.path.samefile(src, dst):
+            return dst
+    except OSError:
+        pass
+    _link_or_copy(src, dst)
+    return dst
+
+
+class _Progress:
+    """Serialises reporter calls from the worker threads."""
+
+    def __init__(self, reporter: Reporter, task: str):
+        self._reporter = reporter
+        self._task = task
+        self._lock = threading.Lock()
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self._reporter.advance(self._task, n)
+
+    def note(self, message: str) -> None:
+        with self._lock:
+            self._reporter.note(message)
+
+
+def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
+              retries: int, backoff: float) -> Path:
+    """Download one item into the cache, resuming a partial file; return the cache path."""
+    final = cached_path(cache, item.sha256)
+    if final.exists():
+        return final
+    part_dir = Path(cache) / "partial"
+    part_dir.mkdir(parents=True, exist_ok=True)
+    part = part_dir / f"{item.sha256}.part"
+    fresh_restarts = 0
+    attempt = 0
+    while True:
+        have = part.stat().st_size if part.exists() else 0
+        if item.size is not None and have >= item.size:
+            # Complete or overlong leftovers from a crash between write and rename: verify from zero.
+            part.unlink()
+            have = 0
+        try:
+            resumed, actual, total = _stream(item, part, have, client, progress)
+        except HttpError as exc:
+            if exc.status == 416 and have:
+                part.unlink(missing_ok=True)  # the partial no longer fits the file: start over
+                continue
+            if exc.status is not None and exc.status != 200 and exc.status != 206 and not exc.received:
+                part.unlink(missing_ok=True)
+                raise FetchError(item.url, exc.reason if exc.status is None else f"HTTP {exc.status} {exc.reason}",
+                                 hint=exc.hint) from exc
+            attempt += 1
+            if attempt > retries:
+                raise FetchError(item.url, f"{exc.reason} (after {retries} retries; the partial file is kept for the next run)") from exc
+            kept = part.stat().st_size if part.exists() else 0
+            progress.note(f"retrying {item.filename}: {exc.reason}; resuming from byte {kept}")
+            time.sleep(backoff * (2 ** (attempt - 1)))
+            continue
+        except OSError as exc:  # the local disk: not worth retrying
+            raise FetchError(item.url, f"writing {part}: {exc}", hint="free disk space in the cache (--cache-dir) and re-run") from exc
+        if item.size is not None and total < item.size:
+            attempt += 1  # the body ended early without an error: resume
+            if attempt > retries:
+                raise FetchError(item.url, f"got {total} of {item.size} bytes after {retries} retries")
+            continue
+        if actual != item.sha256:
+            part.unlink(missing_ok=True)
+            if resumed and fresh_restarts == 0:
+                # The bytes kept from an earlier attempt may be what is wrong: try once from zero.
+                fresh_restarts += 1
+                progress.note(f"{item.filename}: resumed file did not verify; downloading it again from the start")
+                continue
+            raise HashMismatch(item.url, item.sha256, actual)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(part, 0o444)  # cache entries are shared by hardlinks: nobody edits them in place
+        os.replace(part, final)
+        return final
+
+
+def _stream(item: FetchItem, part: Path, have: int, client: Client,
+            progress: _Progress) -> tuple[bool, str, int]:
+    """Append the rest of the file to ``part``; return (resumed, sha256 of the whole, size)."""
+    h = hashlib.sha256()
+    headers = {"Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    with client.stream(item.url, headers) as resp:
+        resumed = have > 0 and resp.status == 206
+        if resumed:
+            with open(part, "rb") as fh:  # hash what is already on disk; the rest is hashed as it streams
+                while True:
+                    block = fh.read(_CHUNK)
+                    if not block:
+                        break
+                    h.update(block)
+            progress.advance(have)
+            mode = "ab"
+        else:
+            mode = "wb"  # a 200 answer to a Range request carries the whole file: start clean
+            have = 0
+        total = have
+        with open(part, mode) as out:
+            for block in resp.iter_chunks(_CHUNK):
+                out.write(block)
+                h.update(block)
+                total += len(block)
+                progress.advance(len(block))
+                if item.size is not None and total > item.size:
+                    break  # more bytes than promised: it cannot verify
+    return resumed, h.hexdigest(), total
+
+
+def _cache_hit(cache: Path, item: FetchItem) -> bool:
+    """A cached file is trusted (it was verified on entry) unless its size is visibly wrong."""
+    path = cached_path(cache, item.sha256)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    if item.size is not None and size != item.size:
+        path.unlink()
+        return False
+    return True
+
+
+def fetch_all(
+    items: Sequence[FetchItem],
+    dest: Path,
+    cache: Path | None = None,
+    jobs: int = 8,
+    client: Client | None = None,
+    reporter: Reporter | None = None,
+    *,
+    retries: int = 4,
+    backoff: float = 0.5,
+    task: str = "download",
+) -> list[Path]:
+    """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
+
+    Files already in the cache are not downloaded again. On the first failure
+    the other downloads are allowed to finish into the cache (so a re-run does
+    not repeat them) and the error is raised; ``dest`` gets only verified files.
+    """
+    dest = Path(dest)
+    cache = Path(cache) if cache else default_cache_dir()
+    reporter = reporter or NullReporter()
+    client = client or HttpClient(retries=retries, backoff=backoff)
+    todo = [it for it in items if not _cache_hit(cache, it)]
+    hits = len(items) - len(todo)
+    if hits:
+        reporter.note(f"{hits} of {len(items)} files already in the cache ({cache})")
+    total = sum(it.size or 0 for it in todo)
+    reporter.start(task, total=total or None, unit="B")
+    progress = _Progress(reporter, task)
+    failures: list[BaseException] = []
+    try:
+        if todo:
+            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="wh-fetch") as pool:
+                futures = {pool.submit(_download, it, cache, client, progress, retries, backoff): it for it in todo}
+                for fut in as_completed(futures):
+                    exc = fut.exception()
+                    if exc is not None:
+                        failures.append(exc)
+    finally:
+        reporter.finish(task, "")
+    if failures:
+        # Hash mismatches first: they matter more than a flaky connection.
+        failures.sort(key=lambda e: not isinstance(e, HashMismatch))
+        raise failures[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    return [place(cached_path(cache, it.sha256), dest / it.filename) for it in items]
