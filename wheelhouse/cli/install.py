@@ -1,0 +1,77 @@
+"""`wh install`: install wheelhouses offline into a venv or an interpreter's environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._ui import emit_json
+
+__all__ = ["install"]
+
+
+@click.command()
+@click.argument("wheelhouses", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--search", "search_roots", multiple=True, type=click.Path(path_type=Path), envvar="WH_SEARCH",
+              help="Look for wheelhouses (wh.json) under this folder, e.g. a read-only mount. Repeatable.")
+@click.option("--venv", type=click.Path(file_okay=False, path_type=Path),
+              help="Install into this venv (created with --python if missing).")
+@click.option("--system-site-packages", is_flag=True, help="A created venv sees the base interpreter's packages.")
+@click.option("--python", "python", envvar="WH_PYTHON",
+              help="Interpreter to install into (or to create the venv with). Default: the one running wh.")
+@click.option("--only", multiple=True, help="Install only this package (repeatable), e.g. to restore a dropped one.")
+@click.option("--installer", type=click.Choice(["wh", "pip"]), default="wh", show_default=True,
+              help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
+@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+              help="Byte-compile the installed files (in parallel).")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: 2x cores, at most 32).")
+@click.option("--no-links", is_flag=True, help="Do not create soname links / remove libcuda stubs afterwards.")
+@click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
+@click.pass_obj
+def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, jobs,
+            no_links, no_patches, as_json) -> None:
+    """Install WHEELHOUSE... (folders holding wh.json, or folders to search) with no index and no network.
+
+    Before anything changes, the wheelhouse's target is checked against the receiving interpreter and every
+    file's sha256 against pylock.toml; any mismatch leaves the environment untouched.
+
+    \b
+    Examples:
+      wh install ./wheelhouse --venv /opt/venv --system-site-packages
+      wh install --search /kaggle/input --python /usr/bin/python3
+    """
+    from ..errors import UsageError
+    from ..install import find_wheelhouses, install_wheelhouses
+
+    if venv is not None and python and Path(venv, "bin", "python").exists():
+        ui.info(f"note: {venv} exists; --python is only used to create a venv")
+    if not wheelhouses and not search_roots:
+        search_roots = (Path.cwd(),)
+    if system_site_packages and venv is None:
+        raise UsageError("--system-site-packages needs --venv", hint="add --venv PATH, or drop the flag")
+    found = find_wheelhouses(list(wheelhouses), list(search_roots))
+    for h in found:
+        ui.info(f"wheelhouse: {h}")
+    reporter = ui.reporter()
+    try:
+        report = install_wheelhouses(
+            found, python=python, venv=venv, system_site_packages=system_site_packages,
+            only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
+            links=not no_links, patches=not no_patches, reporter=reporter,
+        )
+    finally:
+        reporter.close()
+    if as_json:
+        emit_json(report.to_json())
+    for d in report.installed:
+        ui.info(f"  + {d.name.replace('_', '-').lower()} {d.version}" + (f" (was {d.replaced})" if d.replaced else ""))
+    for c in report.links:
+        ui.info(f"  link: {c.action} {c.path}" + (f" -> {c.target}" if c.target else ""))
+    ui.info(
+        f"installed {len(report.installed)}, already there {len(report.skipped)}, "
+        f"into {report.interpreter} in {report.seconds:.1f}s"
+    )
+    if report.activation:
+        ui.info(f"environment for the engine: source {report.activation} (hooked into bin/activate)")

@@ -1,0 +1,65 @@
+"""`wh links`: unversioned soname links, lib64 -> lib, libcuda stub removal; recorded and undoable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._ui import emit_json
+
+__all__ = ["links"]
+
+
+@click.command()
+@click.option("--check", "mode", flag_value="check", default=True, help="Show what would change; exit 1 if anything would (default).")
+@click.option("--fix", "mode", flag_value="fix", help="Make the changes and record them.")
+@click.option("--undo", "mode", flag_value="undo", help="Reverse exactly the recorded changes.")
+@click.option("--python", "python", envvar="WH_PYTHON", help="Interpreter whose site-packages to look at (default: the one running wh).")
+@click.option("--path", "paths", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="A site-packages-like folder holding nvidia/ (instead of --python's). Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON on stdout.")
+@click.pass_obj
+def links(ui, mode, python, paths, as_json) -> None:
+    """Check, add or undo the links NVIDIA wheels lack (libcudart.so -> libcudart.so.13, lib64 -> lib).
+
+    A libcuda.so inside the environment that is a stub (or links to one) is moved aside: it would
+    shadow the system driver. System libraries are never touched. Every change is recorded in
+    <site-packages>/.wh/links.json so --undo reverses exactly those.
+    """
+    from ..interpreter import inspect_interpreter
+    from ..links import apply_links, nvidia_lib_dirs, plan_links, read_record, record_path, undo_links
+
+    if paths and python:
+        raise click.UsageError("--path and --python are exclusive")
+    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).site_dirs]
+    result: dict = {"mode": mode, "roots": [str(r) for r in roots],
+                    "lib_dirs": [str(d) for d in nvidia_lib_dirs(roots)], "changes": []}
+    if mode == "check":
+        changes = plan_links(roots)
+        result["changes"] = [c.to_json() for c in changes]
+        result["recorded"] = sum(len(read_record(record_path(r))) for r in roots)
+    elif mode == "fix":
+        changes = []
+        for r in roots:
+            changes += apply_links(plan_links([r]), record_path(r))
+        result["changes"] = [c.to_json() for c in changes]
+    else:
+        changes = []
+        for r in roots:
+            changes += undo_links(record_path(r))
+        result["changes"] = [c.to_json() for c in changes]
+    if as_json:
+        emit_json(result)
+    if not result["lib_dirs"]:
+        ui.info(f"no NVIDIA library folders under {', '.join(map(str, roots))}")
+    verb = {"check": "would", "fix": "did", "undo": "undid"}[mode]
+    for c in changes:
+        ui.info(f"{verb} {c.action}: {c.path}" + (f" -> {c.target}" if c.target else "") + f"  ({c.reason})")
+    if mode == "check":
+        if changes:
+            ui.info(f"{len(changes)} change(s) needed; apply them with `wh links --fix`")
+            click.get_current_context().exit(1)
+        ui.info("links: nothing to change")
+    else:
+        ui.info(f"{len(changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
