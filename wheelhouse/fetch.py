@@ -48,7 +48,7 @@ class FetchItem:
 
     url: str
     filename: str
-    sha256: str
+    sha256: str | None  # None: the source publishes no hash; it is computed and recorded, not checked
     size: int | None = None
 
 
@@ -174,12 +174,14 @@ class _Progress:
 def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
               retries: int, backoff: float) -> Path:
     """Download one item into the cache, resuming a partial file; return the cache path."""
-    final = cached_path(cache, item.sha256)
-    if final.exists():
-        return final
+    if item.sha256:
+        final = cached_path(cache, item.sha256)
+        if final.exists():
+            return final
     part_dir = Path(cache) / "partial"
     part_dir.mkdir(parents=True, exist_ok=True)
-    part = part_dir / f"{item.sha256}.part"
+    key = item.sha256 or "url-" + hashlib.sha256(item.url.encode()).hexdigest()
+    part = part_dir / f"{key}.part"
     fresh_restarts = 0
     attempt = 0
     while True:
@@ -212,7 +214,7 @@ def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
             if attempt > retries:
                 raise FetchError(item.url, f"got {total} of {item.size} bytes after {retries} retries")
             continue
-        if actual != item.sha256:
+        if item.sha256 and actual != item.sha256:
             part.unlink(missing_ok=True)
             if resumed and fresh_restarts == 0:
                 # The bytes kept from an earlier attempt may be what is wrong: try once from zero.
@@ -220,6 +222,7 @@ def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
                 progress.note(f"{item.filename}: resumed file did not verify; downloading it again from the start")
                 continue
             raise HashMismatch(item.url, item.sha256, actual)
+        final = cached_path(cache, actual)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(part, 0o444)  # cache entries are shared by hardlinks: nobody edits them in place
         os.replace(part, final)
@@ -261,6 +264,8 @@ def _stream(item: FetchItem, part: Path, have: int, client: Client,
 
 def _cache_hit(cache: Path, item: FetchItem) -> bool:
     """A cached file is trusted (it was verified on entry) unless its size is visibly wrong."""
+    if not item.sha256:
+        return False
     path = cached_path(cache, item.sha256)
     try:
         size = path.stat().st_size
@@ -286,7 +291,9 @@ def fetch_all(
 ) -> list[Path]:
     """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
 
-    Files already in the cache are not downloaded again. On the first failure
+    Files already in the cache are not downloaded again. An item without a
+    sha256 is downloaded and filed under the hash of what arrived (the caller
+    records it; ``sha256_of(path)`` or the path's cache name tells it). On the first failure
     the other downloads are allowed to finish into the cache (so a re-run does
     not repeat them) and the error is raised; ``dest`` gets only verified files.
     """
@@ -302,14 +309,17 @@ def fetch_all(
     reporter.start(task, total=total or None, unit="B")
     progress = _Progress(reporter, task)
     failures: list[BaseException] = []
+    got: dict[int, Path] = {}
     try:
         if todo:
             with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="wh-fetch") as pool:
-                futures = {pool.submit(_download, it, cache, client, progress, retries, backoff): it for it in todo}
+                futures = {pool.submit(_download, it, cache, client, progress, retries, backoff): id(it) for it in todo}
                 for fut in as_completed(futures):
                     exc = fut.exception()
                     if exc is not None:
                         failures.append(exc)
+                    else:
+                        got[futures[fut]] = fut.result()
     finally:
         reporter.finish(task, "")
     if failures:
@@ -317,4 +327,4 @@ def fetch_all(
         failures.sort(key=lambda e: not isinstance(e, HashMismatch))
         raise failures[0]
     dest.mkdir(parents=True, exist_ok=True)
-    return [place(cached_path(cache, it.sha256), dest / it.filename) for it in items]
+    return [place(got.get(id(it)) or cached_path(cache, it.sha256), dest / it.filename) for it in items]

@@ -1,0 +1,151 @@
+"""`wh stage`: resolve for the target, download a verified wheelhouse, print how to bootstrap it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..manifest import load_manifest
+from ._ui import emit_json
+from .target import target_from_options, target_options
+
+__all__ = ["stage"]
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def _read_requirement_files(paths) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        try:
+            text = Path(p).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"-r {p}: cannot read it ({exc.strerror})", hint="give the path of a requirements file") from exc
+        for line in text.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("-"):
+                raise UsageError(f"-r {p}: option lines ({line.split()[0]}) are not supported",
+                                 hint="pass indexes and constraints as wh stage flags (--index-url, -c)")
+            out.append(line)
+    return out
+
+
+def _split_manifest(args: tuple[str, ...]):
+    """The first argument is a manifest when it is a .toml file or a bundled name; the rest are requirements."""
+    from ..resources import manifests_dir
+
+    if not args:
+        return None, []
+    first = args[0]
+    if first.endswith(".toml") or (not any(c in first for c in "=<>!~[;@ ") and (manifests_dir() / f"{first}.toml").is_file()
+                                   and not Path(first).exists()):
+        return load_manifest(first), list(args[1:])
+    return None, list(args)
+
+
+@click.command("stage")
+@click.argument("inputs", nargs=-1, metavar="[MANIFEST.toml|NAME] [REQUIREMENT]...")
+@click.option("-r", "--requirement", "req_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Requirements file (one requirement a line). Repeatable.")
+@click.option("-o", "--output", "out", type=click.Path(file_okay=True, dir_okay=True),
+              help="Wheelhouse folder to write (created; an earlier wheelhouse there is updated in place).")
+@target_options
+@click.option("--index-url", "-i", envvar="WH_INDEX_URL",
+              help="Main package index (PEP 503/691). Default: the manifest's, else pip's configured index.")
+@click.option("--extra-index-url", multiple=True, help="More indexes, searched after the main one. Repeatable.")
+@click.option("--find-links", "-f", multiple=True, help="Folder of wheels or an HTML page of links. Repeatable.")
+@click.option("-c", "--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Constraints file. Repeatable.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
+              help="Parallel downloads.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), envvar="WH_CACHE_DIR",
+              help="Download cache (default: ~/.cache/wh).")
+@click.option("--pre", is_flag=True, help="Allow pre-releases.")
+@click.option("--dry-run", is_flag=True, help="Resolve and list the pins; download no wheel and write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
+@click.pass_context
+def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
+          index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json,
+          no_bootstrap) -> None:
+    """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
+
+    \b
+    wh stage manifests/demo.toml -o demo-wheelhouse
+    wh stage freetoken-dsv4-kaggle-4xl4 -o wh-kaggle
+    wh stage 'rich==14.*' markupsafe --python-version 3.12 --platform manylinux_2_35_x86_64 -o wh
+    wh stage -r requirements.txt --target box.json --dry-run --json
+
+    The wheelhouse holds wheels/, pylock.toml (PEP 751), a simple/ index, wh.json
+    (provenance) and bootstrap/ (wh itself, for the box). On the box:
+    `wh install DIR && wh doctor`.
+    """
+    from ..stage import stage as run_stage
+    from ..target import load_target, target_from_flags
+
+    ui = ctx.obj
+    manifest, reqs = _split_manifest(tuple(inputs))
+    reqs += _read_requirement_files(req_files)
+    cons = _read_requirement_files(constraint_files)
+    if not out and not dry_run:
+        raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
+    if not (manifest or reqs):
+        raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
+                         hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
+
+    flags_given = bool(target_file or python_version or platforms)
+    if not flags_given and manifest is not None and manifest.target_file:
+        target = load_target(manifest.target_file)
+    elif not flags_given and manifest is not None and manifest.target_flags:
+        tf = manifest.target_flags
+        target = target_from_flags(str(tf.get("python-version", "")), list(tf.get("platforms", [])),
+                                   tf.get("implementation", "cp"), tf.get("abi"))
+    else:
+        target = target_from_options(target_file, python_version, platforms, implementation, abi)
+
+    index_urls = None
+    if index_url or extra_index_url:
+        from ..index import default_index_url
+
+        main = index_url or (manifest.index_url if manifest and manifest.index_url else default_index_url())
+        index_urls = [main, *extra_index_url]
+
+    reporter = ui.reporter()
+    try:
+        result = run_stage(
+            manifest, reqs, target, Path(out) if out else Path("."),
+            index_urls=index_urls, find_links=list(find_links), constraints=cons, jobs=jobs,
+            dry_run=dry_run, cache_dir=Path(cache_dir) if cache_dir else None, reporter=reporter,
+            bootstrap=not no_bootstrap, prereleases=True if pre else None,
+        )
+    finally:
+        reporter.close()
+
+    if as_json:
+        emit_json(result.to_json())
+    if dry_run:
+        if not as_json:
+            for f in result.files:
+                size = _human(f.size) if f.size is not None else "?"
+                ui.info(f"{f.name}=={f.version}  {f.filename}  {size}")
+            ui.info(f"{len(result.files)} wheels for {target.describe()}, {_human(result.total_size)} (dry run: nothing downloaded)")
+        return
+    ui.info(f"staged {len(result.files)} wheels ({_human(result.total_size)}) for {target.describe()} in {result.out}")
+    if result.reused:
+        ui.info(f"{result.reused} taken from the cache or the previous wheelhouse")
+    if result.removed:
+        ui.info(f"removed {len(result.removed)} wheel(s) no longer pinned: {', '.join(result.removed)}")
+    if result.bootstrap_command:
+        ui.info(f"on the box, install wh first (from {result.out}): {result.bootstrap_command}")
+    ui.info(f"then: wh install {result.out} && wh doctor")

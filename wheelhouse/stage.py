@@ -1,0 +1,512 @@
+"""Stage: resolve a stack for the TARGET, fetch it verified, and write a self-bootstrapping wheelhouse.
+
+``stage(...)`` is the whole of ``wh stage`` without the command line. It
+resolves (wheelhouse.resolve) against the target profile, never the host;
+fetches every pinned wheel through the verified, cached fetch; and writes the
+layout described in wheelhouse.lock: ``wheels/``, ``pylock.toml``, ``simple/``,
+``wh.json``, ``bootstrap/`` and ``capture_target.py``.
+
+Nothing is half-done: the new wheelhouse is assembled in a sibling folder and
+swapped in at the end, so a failure (a bad hash, a dead network, Ctrl-C)
+leaves the previous wheelhouse exactly as it was. Restaging is incremental:
+wheels already in the old wheelhouse are verified and reused, never
+downloaded again, and wheels no longer pinned simply are not carried over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+
+from . import __version__
+from .bootstrap import (
+    BOOTSTRAP_DIR,
+    BootstrapError,
+    bootstrap_command,
+    self_wheel,
+    wheel_requirements,
+    write_bootstrap,
+)
+from .errors import UsageError, WhError
+from .fetch import FetchItem, add_to_cache, cached_path, default_cache_dir, fetch_all, sha256_of
+from .http import HttpClient
+from .lock import PYLOCK, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json, WH_JSON
+from .manifest import StackManifest
+from .progress import NullReporter, Reporter
+from .release import ReleaseArtifact, load_releases, release_links_page
+from .resources import capture_script
+from .simple_index import IndexEntry, write_simple_index
+from .target import TargetProfile
+
+__all__ = ["StageError", "BadOutput", "StagedFile", "StageResult", "stage", "environment_marker", "requires_python_for"]
+
+WHEELS = "wheels"
+SIMPLE = "simple"
+PATCHES = "patches"
+
+
+class StageError(WhError):
+    code = "stage"
+
+
+class BadOutput(UsageError):
+    """``-o`` names something wh must not (or cannot) turn into a wheelhouse."""
+
+    code = "bad-output"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One pinned wheel: what was chosen and why (``parents``: who required it)."""
+
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str | None
+    size: int | None
+    requires_python: str | None = None
+    parents: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
+    origin: str = ""  # index URL, find-links location, or release manifest URL
+    release_key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "filename": self.filename,
+            "size": self.size,
+            "sha256": self.sha256,
+            "url": self.url,
+            "requires_python": self.requires_python,
+            "parents": list(self.parents),
+            "extras": list(self.extras),
+            **({"release": self.release_key} if self.release_key else {}),
+        }
+
+
+@dataclass(frozen=True)
+class StageResult:
+    out: Path
+    target: TargetProfile
+    files: tuple[StagedFile, ...]
+    dry_run: bool
+    bootstrap: tuple[StagedFile, ...] = ()
+    bootstrap_command: str | None = None
+    removed: tuple[str, ...] = ()  # wheels of the previous wheelhouse that are no longer pinned
+    reused: int = 0  # wheels taken from the cache or the previous wheelhouse, not downloaded
+    indexes: tuple[str, ...] = ()
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "out": str(self.out),
+            "target": self.target.describe(),
+            "indexes": list(self.indexes),
+            "count": len(self.files),
+            "total_size": self.total_size,
+            "packages": [f.to_json() for f in self.files],
+            "bootstrap": {
+                "command": self.bootstrap_command,
+                "packages": [f.to_json() for f in self.bootstrap],
+            } if self.bootstrap_command else None,
+            "removed": list(self.removed),
+            "reused": self.reused,
+        }
+
+
+# --- target facts written into the lock -------------------------------------------------------
+
+def environment_marker(target: TargetProfile) -> str:
+    """PEP 751 ``environments`` entry: the target's python, implementation, OS and machine."""
+    m = target.markers
+    keys = ("python_version", "implementation_name", "sys_platform", "platform_machine")
+    return " and ".join(f'{k} == "{m[k]}"' for k in keys if m.get(k))
+
+
+def requires_python_for(target: TargetProfile) -> str:
+    return f"=={target.python_version}.*"
+
+
+# --- the output folder -------------------------------------------------------------------------
+
+def _check_out(out: Path) -> None:
+    """Refuse, before any work, an -o that is a file or a folder that is not a wheelhouse."""
+    if out.exists() and not out.is_dir():
+        raise BadOutput(f"-o {out} is a file, not a folder", hint="give a new or empty folder, or an existing wheelhouse")
+    if out.is_dir() and any(out.iterdir()) and not (out / WH_JSON).is_file():
+        raise BadOutput(
+            f"-o {out} is a non-empty folder that is not a wheelhouse (no {WH_JSON}); refusing to replace it",
+            hint="give a new or empty folder, or the folder of an earlier `wh stage`",
+        )
+    parent = out.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadOutput(f"cannot create {parent} for -o {out}: {exc.strerror}", hint="choose a folder you can write to") from exc
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadOutput(f"cannot write in {parent} (for -o {out})", hint="choose a folder you can write to")
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Replace ``out`` by ``new`` (two renames in one folder); roll back if the second fails."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.wh-old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _previous(out: Path) -> dict[str, str]:
+    """filename -> sha256 of the wheels the previous wheelhouse's lock vouches for."""
+    try:
+        lock = read_pylock(out)
+    except (LockError, WhError, OSError):
+        return {}
+    return {f.filename: f.sha256 for f in lock.files}
+
+
+# --- requirements --------------------------------------------------------------------------------
+
+def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
+    out = []
+    for r in reqs:
+        r = r.strip()
+        if not r:
+            continue
+        if r.endswith(".whl") or "/" in r.split(";")[0] and "@" not in r:
+            out.append(r)  # a wheel file or URL: the resolver's direct reference
+            continue
+        try:
+            Requirement(r)
+        except InvalidRequirement as exc:
+            raise UsageError(f"{what} {r!r} is not a valid requirement: {exc}", hint="write it like `name==1.0` or `name>=2; python_version < \"3.12\"`") from exc
+        out.append(r)
+    return out
+
+
+# --- the main entry point ------------------------------------------------------------------------
+
+def stage(
+    manifest: StackManifest | None,
+    requirements: Sequence[str],
+    target: TargetProfile,
+    out: Path,
+    *,
+    index_urls: Sequence[str] | None = None,
+    find_links: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+    jobs: int = 8,
+    dry_run: bool = False,
+    cache_dir: Path | None = None,
+    reporter: Reporter | None = None,
+    bootstrap: bool = True,
+    client: HttpClient | None = None,
+    prereleases: bool | None = None,
+) -> StageResult:
+    """Resolve ``requirements`` (plus the manifest's) for ``target`` and write a wheelhouse at ``out``.
+
+    ``index_urls``: the first is the main index, the rest extra indexes; None
+    means the manifest's indexes, else pip's configured/default index. With
+    ``dry_run`` nothing is downloaded but index pages and metadata, and nothing
+    is written; the result lists the pins.
+    """
+    from .index import PackageSource, default_index_url
+    from .resolve import resolve
+
+    reporter = reporter or NullReporter()
+    out = Path(out)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    client = client or HttpClient(cache_dir=cache)
+    if not dry_run:
+        _check_out(out)
+
+    reqs = _parse_requirements([*(manifest.requirements if manifest else ()), *requirements], "requirement")
+    cons = _parse_requirements([*(manifest.constraints if manifest else ()), *constraints], "constraint")
+    if index_urls is None or len(index_urls) == 0:
+        if manifest and (manifest.index_url or manifest.extra_index_urls):
+            index_urls = [manifest.index_url or default_index_url(), *manifest.extra_index_urls]
+        else:
+            index_urls = [default_index_url()]
+    links = [*(manifest.find_links if manifest else ()), *find_links]
+    toolchains = manifest.toolchains if manifest else ()
+    pre = prereleases if prereleases is not None else bool(manifest and manifest.prereleases)
+
+    with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
+        scratch_dir = Path(scratch)
+        # [[manifest]] release wheels: a find-links page with their sha256, pinned ==.
+        artifacts: list[ReleaseArtifact] = []
+        release_prov: list[dict] = []
+        if manifest and manifest.release_manifests:
+            reporter.note(f"reading {len(manifest.release_manifests)} release manifest(s)")
+            artifacts, release_prov = load_releases(manifest.release_manifests, client)
+            page = scratch_dir / "release-links.html"
+            page.write_text(release_links_page(artifacts), encoding="utf-8")
+            links.append(str(page))
+            reqs += [a.requirement for a in artifacts if a.requirement not in reqs]
+        if not reqs:
+            raise UsageError("nothing to stage: no requirements given", hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
+
+        source = PackageSource(index_urls, links, client=client)
+        reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
+        resolution = resolve(reqs, target, source, constraints=cons, toolchains=toolchains, prereleases=pre, reporter=reporter)
+        by_url = {a.url: a for a in artifacts}
+        files = tuple(sorted((_staged(p, by_url) for p in resolution.pins), key=lambda f: f.name))
+
+        boot_files: tuple[StagedFile, ...] = ()
+        boot_reqs: list[str] = []
+        wh_wheel = None
+        if bootstrap:
+            wh_wheel = self_wheel(cache)
+            boot_reqs = _bootstrap_requirements(wh_wheel.path, target)
+            if boot_reqs:
+                reporter.note(f"resolving wh's own {len(boot_reqs)} dependencies for the target (bootstrap/)")
+                boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False, reporter=reporter)
+                boot_files = tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name))
+
+        indexes = tuple(source.locations())
+        if dry_run:
+            return StageResult(out, target, files, True, bootstrap=boot_files,
+                               bootstrap_command=bootstrap_command() if bootstrap else None, indexes=indexes)
+
+        # --- fetch, into a new tree beside the old one ---------------------------------------
+        cache.mkdir(parents=True, exist_ok=True)
+        old = _previous(out)
+        reused = _seed_cache_from(out, old, [*files, *boot_files], cache)
+        new = out.resolve().parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
+        new.mkdir()
+        try:
+            files = _fetch_into(files, new / WHEELS, cache, jobs, client, reporter, "wheels")
+            if bootstrap and wh_wheel is not None:
+                boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, cache, jobs, client, reporter, "bootstrap")
+                shutil.copyfile(wh_wheel.path, new / BOOTSTRAP_DIR / wh_wheel.path.name)
+                own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / wh_wheel.path.name, origin=wh_wheel.origin)
+                boot_files = tuple(sorted((*boot_files, own), key=lambda f: f.name))
+                write_bootstrap(
+                    new / BOOTSTRAP_DIR,
+                    [_locked(f, f.filename) for f in boot_files],
+                    requires_python=requires_python_for(target),
+                    environments=[environment_marker(target)],
+                )
+            lock = Lock(
+                files=tuple(_locked(f, f"{WHEELS}/{f.filename}") for f in files),
+                environments=(environment_marker(target),),
+                requires_python=requires_python_for(target),
+                created_by=f"wh {__version__}",
+            )
+            write_pylock(new, lock)
+            write_simple_index(new / SIMPLE, [IndexEntry(f.name, f.filename, f.sha256 or "", f.requires_python) for f in files])
+            shutil.copyfile(capture_script(), new / "capture_target.py")
+            patch_paths = _copy_patches(manifest.patches if manifest else (), new / PATCHES)
+            if manifest and manifest.path:
+                shutil.copyfile(manifest.path, new / "manifest.toml")
+            write_wh_json(new, _provenance(
+                manifest, target, reqs, cons, indexes, links, release_prov, patch_paths, files,
+                wh_wheel, boot_files,
+            ))
+            removed = tuple(sorted(set(old) - {f.filename for f in files}))
+            _swap_in(new, out)
+        finally:
+            if new.exists():
+                shutil.rmtree(new, ignore_errors=True)
+        return StageResult(
+            out, target, files, False, bootstrap=boot_files,
+            bootstrap_command=bootstrap_command() if bootstrap else None,
+            removed=removed, reused=reused, indexes=indexes,
+        )
+
+
+def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
+    d = pin.distfile
+    art = releases.get(d.url)
+    return StagedFile(
+        name=pin.name,
+        version=str(pin.version),
+        filename=d.filename,
+        url=d.url,
+        sha256=d.sha256 or (art.sha256 if art else None),
+        size=d.size if d.size is not None else (art.size if art else None),
+        requires_python=d.requires_python,
+        parents=tuple(getattr(pin, "parents", ()) or ()),
+        extras=tuple(sorted(getattr(pin, "extras", ()) or ())),
+        origin=art.manifest_url if art else getattr(d, "origin", ""),
+        release_key=art.key if art else None,
+    )
+
+
+def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:
+    return StagedFile(name=name, version=version, filename=path.name, url=path.name, sha256=sha256_of(path),
+                      size=path.stat().st_size, origin=origin)
+
+
+def _bootstrap_requirements(wheel: Path, target: TargetProfile) -> list[str]:
+    """wh's own Requires-Dist that apply on the target (markers judged for the target, no extras)."""
+    with_python = SpecifierSet(">=3.10")
+    if not target.accepts_python(with_python):
+        raise BootstrapError(
+            f"wh needs Python {with_python}; the target runs {target.python_version}",
+            hint="stage with --no-bootstrap and install wh on the box another way",
+        )
+    out = []
+    for req in wheel_requirements(wheel):
+        if req.marker is None or target.evaluate(req.marker, extra=None):
+            out.append(str(Requirement(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")))
+    return out
+
+
+def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile], cache: Path) -> int:
+    """Put the previous wheelhouse's still-pinned wheels into the cache (verified); count reuses."""
+    reused = 0
+    for f in files:
+        if f.sha256 and cached_path(cache, f.sha256).exists():
+            reused += 1
+            continue
+        for folder in (WHEELS, BOOTSTRAP_DIR):
+            prev = out / folder / f.filename
+            if f.sha256 and prev.is_file() and (folder == BOOTSTRAP_DIR or old.get(f.filename) == f.sha256):
+                try:
+                    add_to_cache(cache, prev, f.sha256)
+                    reused += 1
+                    break
+                except WhError:
+                    pass  # the old copy was damaged: download it again
+    return reused
+
+
+def _fetch_into(files: Sequence[StagedFile], dest: Path, cache: Path, jobs: int, client, reporter, task: str) -> tuple[StagedFile, ...]:
+    """Fetch ``files`` into ``dest``; fill in sha256/size for sources that published none."""
+    items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
+    paths = fetch_all(items, dest, cache, jobs=jobs, client=client, reporter=reporter, task=task)
+    out = []
+    for f, p in zip(files, paths):
+        sha = f.sha256 or sha256_of(p)
+        out.append(dataclasses.replace(f, sha256=sha, size=p.stat().st_size))
+    return tuple(out)
+
+
+def _locked(f: StagedFile, path: str) -> LockedFile:
+    tool: dict[str, Any] = {}
+    if f.parents:
+        tool["parents"] = list(f.parents)
+    if f.extras:
+        tool["extras"] = list(f.extras)
+    if f.release_key:
+        tool["release"] = f.release_key
+    return LockedFile(
+        name=f.name, version=f.version, filename=f.filename, path=path, sha256=f.sha256 or "",
+        size=f.size, requires_python=f.requires_python, index=f.origin or None, tool=tool,
+    )
+
+
+def _copy_patches(specs: Sequence[Path], dest: Path) -> list[str]:
+    """Copy each patch spec and every file it names (relative to the spec) under ``dest``.
+
+    The spec format belongs to wheelhouse.patch; here any string value that names
+    an existing file beside the spec is a payload and travels with it, so the
+    box needs nothing but the wheelhouse. Returns paths relative to the wheelhouse.
+    """
+    if not specs:
+        return []
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    written: list[str] = []
+    for spec in specs:
+        spec = Path(spec)
+        try:
+            data = tomllib.loads(spec.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise StageError(f"patch spec {spec} does not exist", hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, then under engine_src/)") from exc
+        except (OSError, ValueError) as exc:
+            raise StageError(f"patch spec {spec} cannot be read: {exc}", hint="fix the patch spec file") from exc
+        target_dir = dest / spec.stem
+        target_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec, target_dir / spec.name)
+        written.append(f"{PATCHES}/{spec.stem}/{spec.name}")
+        for value in _strings(data):
+            rel = Path(value)
+            if rel.is_absolute() or ".." in rel.parts or not value or "\n" in value:
+                continue
+            src = spec.parent / rel
+            if src.is_file() and src.resolve() != spec.resolve():
+                dst = target_dir / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                written.append(f"{PATCHES}/{spec.stem}/{rel.as_posix()}")
+    return written
+
+
+def _strings(data: Any):
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for v in data.values():
+            yield from _strings(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _strings(v)
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patch_paths, files, wh_wheel, boot_files) -> dict:
+    """wh.json: what was staged from what, for whom, by which wh, and what the box must do with it."""
+    serve = None
+    if manifest and manifest.serve:
+        serve = {k: (list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v))
+                 for k, v in dataclasses.asdict(manifest.serve).items()}
+    return {
+        "tool": {"name": "wh", "version": __version__, "python": sys.version.split()[0]},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "name": manifest.name if manifest else "stack",
+        "target": target.to_json(),
+        "inputs": {
+            "manifest": {"path": str(manifest.path), "sha256": _sha256_file(manifest.path)} if manifest and manifest.path else None,
+            "requirements": list(reqs),
+            "constraints": list(cons),
+            "indexes": [i for i in indexes if i not in links],
+            "find_links": [str(link) for link in links if not str(link).endswith("release-links.html")],
+            "release_manifests": release_prov,
+            "toolchains": [dataclasses.asdict(t) for t in (manifest.toolchains if manifest else ())],
+        },
+        "count": len(files),
+        "total_size": sum(f.size or 0 for f in files),
+        "engine": {"recipe": str(manifest.engine_recipe)} if manifest and manifest.engine_recipe else None,
+        "drops": [dataclasses.asdict(d) for d in (manifest.drops if manifest else ())],
+        "patches": patch_paths,
+        "doctor": dataclasses.asdict(manifest.doctor) if manifest else {},
+        "serve": serve,
+        "bootstrap": {
+            "command": bootstrap_command(),
+            "wh_wheel": wh_wheel.path.name,
+            "origin": wh_wheel.origin,
+            "count": len(boot_files),
+        } if wh_wheel else None,
+    }
