@@ -1,0 +1,159 @@
+"""Facts about the interpreter it runs in: platform, installed distributions, environment.
+
+Stdlib only; run by the TARGET interpreter as ``python facts.py``. Prints one
+JSON object after the marker line so stray output cannot break parsing. It
+imports no installed distribution: everything comes from metadata on disk.
+"""
+
+import json
+import os
+import platform
+import sys
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]  # never let a probe file shadow an installed module
+
+import importlib.machinery  # noqa: E402
+import importlib.metadata  # noqa: E402
+import sysconfig  # noqa: E402
+
+MARKER = "@@WH-PROBE@@"
+
+
+def _emit(obj):
+    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _glibc():
+    try:
+        value = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.35"
+    except (AttributeError, ValueError, OSError):
+        value = None
+    if value and value.startswith("glibc "):
+        return value.split()[1]
+    name, version = platform.libc_ver()
+    return version if name == "glibc" and version else None
+
+
+def _is_extension(relpath):
+    """An importable extension module: python-ABI suffix, or a bare .so/.pyd not named lib*."""
+    base = relpath.rsplit("/", 1)[-1]
+    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+        if base.endswith(suffix):
+            stem = base[: -len(suffix)]
+            if not stem.isidentifier():
+                return False
+            if suffix in (".so", ".pyd") and stem.startswith("lib"):
+                return False  # a plain shared library (libfoo.so), not a module
+            parts = relpath.split("/")[:-1]
+            return all(p.isidentifier() for p in parts)
+    return False
+
+
+def _top_of(relpath):
+    first = relpath.split("/", 1)[0]
+    if "/" in relpath:
+        return first if first.isidentifier() else None
+    for suffix in sorted(importlib.machinery.all_suffixes(), key=len, reverse=True):
+        if first.endswith(suffix):
+            stem = first[: -len(suffix)]
+            return stem if stem.isidentifier() else None
+    return None
+
+
+def _dist_info(dist):
+    name = dist.metadata["Name"] or ""
+    files = []
+    try:
+        files = [str(f).replace("\\", "/") for f in (dist.files or [])]
+    except Exception:  # noqa: BLE001 - a corrupt RECORD is a fact, not a crash
+        files = []
+    ext = [f for f in files if not f.startswith("..") and ".dist-info/" not in f and _is_extension(f)]
+    tops = []
+    try:
+        text = dist.read_text("top_level.txt")
+    except Exception:  # noqa: BLE001
+        text = None
+    if text:
+        tops = [t.strip().replace("/", ".") for t in text.splitlines() if t.strip()]
+    if not tops:
+        seen = []
+        for f in files:
+            if f.startswith("..") or ".dist-info/" in f or ".data/" in f.split("/", 1)[0] + "/":
+                continue
+            top = _top_of(f)
+            if top and top != "__pycache__" and top not in seen:
+                seen.append(top)
+        tops = seen
+    ext_tops = []
+    for f in ext:
+        top = _top_of(f)
+        if top and top not in ext_tops:
+            ext_tops.append(top)
+    path = getattr(dist, "_path", None)
+    return {
+        "name": name,
+        "version": dist.version,
+        "dist_info": str(path) if path else None,
+        "location": str(path.parent) if path else None,
+        "top_level": tops,
+        "extension_modules": len(ext),
+        "extension_sample": ext[:5],
+        "extension_top_level": ext_tops,
+        "has_record": bool(files),
+    }
+
+
+def _meminfo():
+    out = {}
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def main():
+    dists = []
+    seen = set()
+    for dist in importlib.metadata.distributions():
+        try:
+            info = _dist_info(dist)
+        except Exception as exc:  # noqa: BLE001
+            info = {"name": str(getattr(dist, "_path", "?")), "error": repr(exc)}
+        key = (info.get("name") or "").lower().replace("_", "-").replace(".", "-")
+        if key in seen:
+            continue  # the first on sys.path wins, as for an import
+        seen.add(key)
+        dists.append(info)
+    paths = sysconfig.get_paths()
+    _emit({
+        "executable": sys.executable,
+        "implementation": sys.implementation.name,
+        "python_version": "%d.%d" % sys.version_info[:2],
+        "python_full_version": platform.python_version(),
+        "soabi": sysconfig.get_config_var("SOABI"),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "glibc": _glibc(),
+        "prefix": sys.prefix,
+        "base_prefix": sys.base_prefix,
+        "purelib": paths.get("purelib"),
+        "platlib": paths.get("platlib"),
+        "scripts": paths.get("scripts"),
+        "sys_path": [p for p in sys.path if p],
+        "extension_suffixes": list(importlib.machinery.EXTENSION_SUFFIXES),
+        "environ": dict(os.environ),
+        "memory": _meminfo(),
+        "cpu_count": os.cpu_count(),
+        "distributions": dists,
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Run one small flashinfer op (RMSNorm) on the GPU and compare it with torch.
+
+Stdlib only apart from what it tests; run by the TARGET interpreter. flashinfer
+JIT-compiles kernels through nvcc at first use, so a compile error surfaces here
+instead of mid-generation.
+"""
+
+import json
+import os
+import sys
+import traceback
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+MARKER = "@@WH-PROBE@@"
+
+
+def _emit(obj):
+    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    import torch
+
+    if not torch.cuda.is_available():
+        _emit({"skip": "torch sees no CUDA device"})
+        return
+    import flashinfer
+
+    x = torch.randn(4, 256, device="cuda", dtype=torch.float16)
+    w = torch.ones(256, device="cuda", dtype=torch.float16)
+    try:
+        got = flashinfer.norm.rmsnorm(x, w, eps=1e-6)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the compiler's output is the evidence
+        _emit({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+               "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])})
+        return
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).half()
+    good = bool(torch.allclose(got, ref, atol=2e-2, rtol=2e-2))
+    _emit({"ok": good, "flashinfer": getattr(flashinfer, "__version__", None),
+           "error": None if good else "rmsnorm ran but disagrees with torch"})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""``wh doctor``: gather facts in the TARGET interpreter, run every check, return one report.
+
+Facts come from probes run by the target interpreter (never from wh's own
+process), GPU facts from nvidia-smi. Checks live in ``wheelhouse.checks.*``;
+known-bug rules are data (``doctor/rules/*.toml``). A check that crashes is an
+``error`` verdict, never a crashed doctor; only an interpreter that cannot run
+at all stops the doctor (``DoctorCannotRun``, exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from .checks import DoctorContext, Distribution, selected
+from .errors import EXIT_INTERNAL, WhError
+from .gpu import GpuFacts, facts_from_json, query_gpu_facts
+from .manifest import StackManifest
+from .probes import default_jobs, probe_script, run_probe
+from .progress import NullReporter, Reporter
+from .report import CheckResult, DoctorReport
+from .resources import doctor_dir
+from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
+from .target import TargetProfile
+
+__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "RULES_ENV", "GROUPS"]
+
+RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
+GROUPS = ("platform", "gpu", "toolchain", "links", "native", "jit", "rule", "model")
+
+
+class DoctorCannotRun(WhError):
+    """The doctor itself could not run (the interpreter is missing, or not a working Python)."""
+
+    code = "doctor-cannot-run"
+    exit_code = EXIT_INTERNAL
+
+
+def _rule_dirs(environ: Mapping[str, str]) -> list[Path]:
+    return [doctor_dir() / "rules"] + [Path(p) for p in environ.get(RULES_ENV, "").split(os.pathsep) if p]
+
+
+def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Every check id (or id pattern) with its title, for ``--list-checks``."""
+    from .checks import gpu, jit, links, native, platform, toolchain
+
+    env = os.environ if environ is None else environ
+    out: list[tuple[str, str]] = []
+    for mod in (platform, gpu, toolchain, links, native):
+        out += list(mod.CHECKS.items())
+    out += [(f"jit:{p.id}", p.title) for p in jit.load_jit_probes(env)]
+    out += [(f"rule:{r.id}", r.title) for r in load_rules(_rule_dirs(env))]
+    out += [("model:tp-<key>", "--tp divides heads / kv heads / vocab / MoE intermediate size (with --model)"),
+            ("model:fit-dense", "dense weights per GPU fit in free VRAM (with --model)"),
+            ("model:fit-experts", "expert weights fit in host RAM (with --model)")]
+    return out
+
+
+# ---- facts ----------------------------------------------------------------------------------------
+
+
+def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distribution]:
+    out = {}
+    for r in records:
+        if not r.get("name") or r.get("error"):
+            continue
+        d = Distribution(
+            name=r["name"], version=str(r.get("version") or ""), location=r.get("location"),
+            dist_info=r.get("dist_info"), top_level=tuple(r.get("top_level") or ()),
+            extension_modules=int(r.get("extension_modules") or 0),
+            extension_top_level=tuple(r.get("extension_top_level") or ()),
+            extension_sample=tuple(r.get("extension_sample") or ()),
+        )
+        out.setdefault(d.key, d)
+    return out
+
+
+def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapping[str, Any]) -> tuple[dict, GpuFacts | None]:
+    """``facts_override`` keys: gpu (nvidia-smi facts as JSON), environ, memory, packages {name: version}."""
+    facts = dict(facts)
+    if "gpu" in override:
+        gpu = facts_from_json(override["gpu"], source="override")
+    if "environ" in override:
+        facts["environ"] = {**facts.get("environ", {}), **override["environ"]}
+    if "memory" in override:
+        facts["memory"] = {**facts.get("memory", {}), **override["memory"]}
+    if "packages" in override:
+        dists = [d for d in facts.get("distributions", [])
+                 if canonicalize_name(d.get("name") or "") not in {canonicalize_name(n) for n in override["packages"]}]
+        for name, spec in override["packages"].items():
+            spec = {"version": spec} if isinstance(spec, str) else dict(spec)
+            dists.append({"name": name, "version": spec.get("version", "0"), "location": spec.get("location"),
+                          "top_level": spec.get("top_level", []), "extension_modules": 0})
+        facts["distributions"] = dists
+    for k, v in override.items():
+        if k not in ("gpu", "environ", "memory", "packages"):
+            facts[k] = v
+    return facts, gpu
+
+
+def _target_for(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[TargetProfile | None, str | None]:
+    """The target the wheelhouse was staged for: from --wheelhouse, else the install state."""
+    from .lock import read_wh_json
+    from .target import target_from_json
+
+    if wheelhouse:
+        data = read_wh_json(wheelhouse)  # a --wheelhouse that is not one is a usage error
+        return (target_from_json(data["target"]), f"--wheelhouse {wheelhouse}") if data.get("target") else (None, None)
+    try:
+        from .install import read_install_state
+    except ImportError:  # pragma: no cover - install ships with wh
+        return None, None
+    for site in site_dirs:
+        for w in reversed(read_install_state(site).get("wheelhouses", [])):
+            try:
+                data = read_wh_json(w)
+            except WhError:
+                continue  # moved or removed since the install: nothing to compare with
+            if data.get("target"):
+                return target_from_json(data["target"]), f"{site}/.wh/installed.json -> {w}"
+    return None, None
+
+
+def gather_context(
+    python: str | None = None,
+    *,
+    manifest: StackManifest | None = None,
+    wheelhouse: Path | None = None,
+    checks: Sequence[str] | None = None,
+    jobs: int | None = None,
+    timeout: float = 60,
+    model: Path | None = None,
+    tp: int | None = None,
+    facts_override: Mapping[str, Any] | None = None,
+    reporter: Reporter = NullReporter(),
+    environ: Mapping[str, str] | None = None,
+) -> DoctorContext:
+    """Run the facts probe in ``python`` and query the GPUs: everything checks share."""
+    exe = python or sys.executable
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise DoctorCannotRun(f"interpreter {exe} does not exist or is not executable",
+                              hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
+    env = dict(os.environ if environ is None else environ)
+    reporter.note(f"gathering facts from {exe}")
+    res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
+    if not res.ok:
+        raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
+                              hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
+                              detail=res.tail())
+    facts: dict[str, Any] = dict(res.data)
+    gpu: GpuFacts | None = None
+    if facts_override:
+        facts, gpu = _apply_overrides(facts, gpu, facts_override)
+    if gpu is None:
+        gpu = query_gpu_facts(environ=env)
+    site_dirs = tuple(Path(p) for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p)
+    try:
+        from .cudaenv import engine_environment
+
+        engine_env = {**env, **engine_environment(list(site_dirs), env)}
+    except ImportError:  # pragma: no cover - cudaenv ships with wh
+        engine_env = dict(env)
+    target, target_source = _target_for(wheelhouse, site_dirs)
+    patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
+    return DoctorContext(
+        python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
+        site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
+        jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
+    )
+
+
+# ---- groups that are small enough to live here -------------------------------------------------
+
+
+def _rules(ctx: DoctorContext) -> list[CheckResult]:
+    rules = load_rules(_rule_dirs(ctx.environ))
+    packages = {k: InstalledPackage(d.name, d.version, d.location) for k, d in ctx.distributions.items()}
+    facts = RuleFacts(gpus=ctx.gpu.gpus, packages=packages, environ=ctx.facts.get("environ") or ctx.environ)
+    return evaluate_rules([r for r in rules if ctx.wants(f"rule:{r.id}")], facts)
+
+
+def _model(ctx: DoctorContext) -> list[CheckResult]:
+    from .modelfit import fit_results, summarize_model, tp_results
+
+    if ctx.model is None:
+        return []
+    summary = summarize_model(ctx.model)
+    tp = ctx.tp or max(1, len(ctx.gpu.gpus))
+    out = [CheckResult("model:summary", f"checkpoint {ctx.model.name}", "info",
+                       f"{summary.files} shard(s), {summary.tensors} tensors: dense {summary.dense_bytes / 2**30:.2f} GiB, "
+                       f"experts {summary.expert_bytes / 2**30:.2f} GiB (headers only)", data=summary.to_json())]
+    out += tp_results(summary.config, tp)
+    free = [g.memory_free_mib for g in ctx.gpu.gpus if g.memory_free_mib is not None]
+    out += fit_results(summary, tp, free, (ctx.facts.get("memory") or {}).get("MemAvailable"))
+    return out
+
+
+def _group_runner(group: str) -> Callable[[DoctorContext], list[CheckResult]]:
+    if group == "rule":
+        return _rules
+    if group == "model":
+        return _model
+    import importlib
+
+    return importlib.import_module(f"wheelhouse.checks.{group}").run
+
+
+def run_checks(ctx: DoctorContext) -> list[CheckResult]:
+    """Every selected group, concurrently (their probes are processes); results in group order."""
+    groups = [g for g in GROUPS if selected(g, ctx.patterns) and (g != "model" or ctx.model is not None)]
+
+    def one(group: str) -> list[CheckResult]:
+        t0 = time.monotonic()
+        try:
+            results = _group_runner(group)(ctx)
+        except WhError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            return [CheckResult(f"{group}:internal", f"the {group} checks could not run", "error",
+                                f"{type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 and report it")]
+        if results and not any(r.seconds for r in results):
+            share = (time.monotonic() - t0) / len(results)
+            results = [CheckResult(**{**r.__dict__, "seconds": share}) for r in results]
+        return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
+
+    with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
+        per_group = list(pool.map(one, groups))
+    return [r for rs in per_group for r in rs]
+
+
+def run_doctor(
+    python: str | None = None,
+    *,
+    manifest: StackManifest | None = None,
+    wheelhouse: Path | None = None,
+    checks: Sequence[str] | None = None,
+    jobs: int | None = None,
+    timeout: float = 60,
+    model: Path | None = None,
+    tp: int | None = None,
+    facts_override: Mapping[str, Any] | None = None,
+    reporter: Reporter = NullReporter(),
+) -> DoctorReport:
+    """Run the doctor against ``python`` (default: this interpreter) and return the report."""
+    started = time.time()
+    t0 = time.monotonic()
+    ctx = gather_context(python, manifest=manifest, wheelhouse=wheelhouse, checks=checks, jobs=jobs, timeout=timeout,
+                         model=model, tp=tp, facts_override=facts_override, reporter=reporter)
+    results = run_checks(ctx)
+    f = ctx.facts
+    summary = {
+        "interpreter": {k: f.get(k) for k in ("executable", "implementation", "python_full_version", "soabi", "machine",
+                                               "glibc", "prefix", "platlib")},
+        "distributions": len(ctx.distributions),
+        "native_distributions": sum(1 for d in ctx.distributions.values() if d.extension_modules),
+        "gpu": ctx.gpu.to_json(),
+        "target": ctx.target.describe() if ctx.target else None,
+        "target_source": ctx.target_source,
+        "memory": f.get("memory"),
+    }
+    return DoctorReport(python=ctx.python, results=tuple(results), facts=summary, started=started,
+                        seconds=time.monotonic() - t0)
+
+
+def report_from_json(data: Mapping[str, Any]) -> DoctorReport:
+    """Rebuild a report from its JSON (for ``wh drop --report FILE``)."""
+    results = tuple(CheckResult(r["id"], r["title"], r["verdict"], r.get("evidence", ""), r.get("hint"), r.get("fix"),
+                                r.get("data") or {}, r.get("seconds", 0.0)) for r in data.get("results", []))
+    return DoctorReport(python=data.get("python", ""), results=results, facts=data.get("facts", {}))
+
+
+def dumps(report: DoctorReport, strict: bool = False) -> str:
+    return json.dumps(report.to_json(strict), indent=2, default=str) + "\n"

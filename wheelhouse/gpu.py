@@ -1,0 +1,143 @@
+"""GPU facts from ``nvidia-smi``: cards, compute capability, memory, driver, interconnect.
+
+Used by the doctor and by ``wh serve``'s preflight. No GPU (or no nvidia-smi)
+means an empty list, never an error. ``WH_DOCTOR_FAKE_GPUS=FILE.json`` replaces
+the query with the file's contents -- a test hook, documented in docs/doctor.md::
+
+    {"driver_version": "580.159.04", "cuda_version": "13.0",
+     "gpus": [{"index": 0, "name": "NVIDIA L4", "compute_capability": "8.9",
+               "memory_total_mib": 23034, "memory_used_mib": 0}],
+     "topology": "pcie"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["GpuState", "GpuFacts", "query_gpus", "query_gpu_facts", "FAKE_ENV"]
+
+FAKE_ENV = "WH_DOCTOR_FAKE_GPUS"
+_QUERY = "index,name,compute_cap,memory.total,memory.used,driver_version"
+
+
+@dataclass(frozen=True)
+class GpuState:
+    index: int
+    name: str
+    compute_capability: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+
+    @property
+    def sm(self) -> str | None:
+        """``8.9`` -> ``sm_89``."""
+        return "sm_" + self.compute_capability.replace(".", "") if self.compute_capability else None
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        if self.memory_total_mib is None or self.memory_used_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_used_mib
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "compute_capability": self.compute_capability,
+                "memory_total_mib": self.memory_total_mib, "memory_used_mib": self.memory_used_mib}
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    gpus: tuple[GpuState, ...]
+    driver_version: str | None = None
+    cuda_version: str | None = None  # the highest CUDA the driver supports
+    topology: str | None = None  # "nvlink" | "pcie" | None (unknown / one card)
+    topology_matrix: str | None = None
+    source: str = "nvidia-smi"  # or "fake" or "none"
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpus": [g.to_json() for g in self.gpus], "driver_version": self.driver_version,
+                "cuda_version": self.cuda_version, "topology": self.topology, "source": self.source,
+                "error": self.error}
+
+
+def _int(value: str) -> int | None:
+    m = re.search(r"\d+", value or "")
+    return int(m.group()) if m else None
+
+
+def _gpu_from(d: Mapping[str, Any], i: int) -> GpuState:
+    return GpuState(
+        index=int(d.get("index", i)),
+        name=str(d.get("name", "GPU")),
+        compute_capability=str(d["compute_capability"]) if d.get("compute_capability") is not None else None,
+        memory_total_mib=d.get("memory_total_mib"),
+        memory_used_mib=d.get("memory_used_mib"),
+    )
+
+
+def facts_from_json(data: Mapping[str, Any], source: str = "fake") -> GpuFacts:
+    """GpuFacts from the JSON shape shown in the module docstring (also a target profile's gpus)."""
+    gpus = tuple(_gpu_from(g, i) for i, g in enumerate(data.get("gpus") or []))
+    return GpuFacts(gpus=gpus, driver_version=data.get("driver_version"), cuda_version=data.get("cuda_version"),
+                    topology=data.get("topology"), source=source)
+
+
+def _run(cmd: list[str], timeout: float) -> str | None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _topology(smi: str, count: int, timeout: float) -> tuple[str | None, str | None]:
+    if count < 2:
+        return None, None
+    out = _run([smi, "topo", "-m"], timeout)
+    if not out:
+        return None, None
+    # Cells between GPUs: NV# means NVLink; PIX/PXB/PHB/NODE/SYS are PCIe paths.
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    cells = [c for r in rows for c in r[1:count + 1]]
+    topo = "nvlink" if any(c.startswith("NV") for c in cells) else ("pcie" if cells else None)
+    return topo, out.strip()
+
+
+def query_gpu_facts(timeout: float = 20, environ: Mapping[str, str] | None = None) -> GpuFacts:
+    """Every GPU fact nvidia-smi gives; an empty GpuFacts without a GPU."""
+    env = os.environ if environ is None else environ
+    fake = env.get(FAKE_ENV)
+    if fake:
+        with open(fake, encoding="utf-8") as fh:
+            return facts_from_json(json.load(fh), source="fake")
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if not smi:
+        return GpuFacts(gpus=(), source="none")
+    out = _run([smi, f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"], timeout)
+    if out is None:
+        return GpuFacts(gpus=(), source="nvidia-smi", error="nvidia-smi failed (no driver loaded?)")
+    gpus, driver = [], None
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 6:
+            continue
+        gpus.append(GpuState(int(parts[0]), parts[1], parts[2] or None, _int(parts[3]), _int(parts[4])))
+        driver = parts[5] or driver
+    cuda = None
+    header = _run([smi], timeout) or ""
+    m = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    if m:
+        cuda = m.group(1)
+    topo, matrix = _topology(smi, len(gpus), timeout)
+    return GpuFacts(gpus=tuple(gpus), driver_version=driver, cuda_version=cuda, topology=topo, topology_matrix=matrix)
+
+
+def query_gpus(timeout: float = 20) -> list[GpuState]:
+    """The GPUs nvidia-smi sees (``[]`` when there is none or no nvidia-smi)."""
+    return list(query_gpu_facts(timeout).gpus)

@@ -1,0 +1,127 @@
+"""The doctor's verdicts: one CheckResult per check, a DoctorReport, JSON and JUnit renderings.
+
+Exit codes (documented in docs/doctor.md): 0 nothing failed; 1 at least one
+check failed (or errored); 2 only warnings, with ``--strict``; 3 the doctor
+itself could not run (raised as a WhError with EXIT_INTERNAL, not a report).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+__all__ = ["Verdict", "VERDICTS", "CheckResult", "DoctorReport", "SCHEMA_VERSION", "render_junit"]
+
+Verdict = Literal["ok", "warn", "fail", "skip", "error", "info"]
+VERDICTS: tuple[str, ...] = ("ok", "warn", "fail", "skip", "error", "info")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One verdict. ``evidence`` is what was executed or read; ``hint`` the next command; ``fix`` what --fix does."""
+
+    id: str  # "native:numpy", "links:sonames", "rule:sm89-rowwise-scaled-mm"
+    title: str
+    verdict: Verdict
+    evidence: str = ""
+    hint: str | None = None
+    fix: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+
+    @property
+    def group(self) -> str:
+        return self.id.split(":", 1)[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "group": self.group, "title": self.title, "verdict": self.verdict,
+                "evidence": self.evidence, "hint": self.hint, "fix": self.fix, "data": dict(self.data),
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    python: str
+    results: tuple[CheckResult, ...]
+    facts: Mapping[str, Any] = field(default_factory=dict)  # summary facts (gpus, interpreter)
+    started: float = field(default_factory=time.time)
+    seconds: float = 0.0
+    fixes: tuple[Mapping[str, Any], ...] = ()  # what --fix did
+
+    def by_verdict(self, verdict: str) -> list[CheckResult]:
+        return [r for r in self.results if r.verdict == verdict]
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        """Checks that failed or could not be evaluated (error)."""
+        return [r for r in self.results if r.verdict in ("fail", "error")]
+
+    @property
+    def warnings(self) -> list[CheckResult]:
+        return self.by_verdict("warn")
+
+    def get(self, check_id: str) -> CheckResult | None:
+        return next((r for r in self.results if r.id == check_id), None)
+
+    def exit_code(self, strict: bool = False) -> int:
+        if self.failed:
+            return 1
+        if strict and self.warnings:
+            return 2
+        return 0
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for r in self.results if r.verdict == v) for v in VERDICTS}
+
+    def to_json(self, strict: bool = False) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "wh doctor",
+            "python": self.python,
+            "host": platform.node(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "seconds": round(self.seconds, 3),
+            "exit_code": self.exit_code(strict),
+            "counts": self.counts(),
+            "facts": dict(self.facts),
+            "results": [r.to_json() for r in self.results],
+            "fixes": [dict(f) for f in self.fixes],
+        }
+
+
+def render_junit(report: DoctorReport) -> str:
+    """JUnit XML: one testsuite, one testcase per check; fail -> <failure>, error -> <error>, skip -> <skipped>."""
+    counts = report.counts()
+    suite = ET.Element("testsuite", {
+        "name": "wh doctor",
+        "tests": str(len(report.results)),
+        "failures": str(counts["fail"]),
+        "errors": str(counts["error"]),
+        "skipped": str(counts["skip"]),
+        "time": f"{report.seconds:.3f}",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(report.started)),
+    })
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", {"name": "python", "value": report.python})
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", {
+            "classname": f"wh.doctor.{r.group}", "name": r.id, "time": f"{r.seconds:.3f}"})
+        body = r.evidence + (f"\nhint: {r.hint}" if r.hint else "")
+        if r.verdict == "fail":
+            ET.SubElement(case, "failure", {"message": r.title, "type": "fail"}).text = body
+        elif r.verdict == "error":
+            ET.SubElement(case, "error", {"message": r.title, "type": "error"}).text = body
+        elif r.verdict == "skip":
+            ET.SubElement(case, "skipped", {"message": r.evidence or r.title})
+        else:
+            ET.SubElement(case, "system-out").text = f"[{r.verdict}] {body}"
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
