@@ -226,4 +226,9 @@ def undo_links(record: Path) -> list[LinkChange]:
         _write_record(record, list(reversed(kept)))
     elif record.exists():
         record.unlink()
+    for d in (record.parent / "removed", record.parent):  # leave no trace once nothing is recorded
+        try:
+            d.rmdir()
+        except OSError:
+            pass
     return undone

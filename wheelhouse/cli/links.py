@@ -6,9 +6,16 @@ from pathlib import Path
 
 import click
 
+from ..errors import WhError
 from ._ui import emit_json
 
 __all__ = ["links"]
+
+
+class LinksNeeded(WhError):
+    """`wh links --check` found something to change (exit 1, like a failed check)."""
+
+    code = "links-needed"
 
 
 @click.command()
@@ -58,8 +65,8 @@ def links(ui, mode, python, paths, as_json) -> None:
         ui.info(f"{verb} {c.action}: {c.path}" + (f" -> {c.target}" if c.target else "") + f"  ({c.reason})")
     if mode == "check":
         if changes:
-            ui.info(f"{len(changes)} change(s) needed; apply them with `wh links --fix`")
-            click.get_current_context().exit(1)
+            raise LinksNeeded(f"{len(changes)} link change(s) needed under {', '.join(map(str, roots))}",
+                              hint="apply them with `wh links --fix`" + (f" --python {python}" if python else ""))
         ui.info("links: nothing to change")
     else:
         ui.info(f"{len(changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
