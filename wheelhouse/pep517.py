@@ -113,16 +113,16 @@ class StreamingRunner:
     def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         env = {**self.env, **(extra_environ or {}), "PYTHONUNBUFFERED": "1"}
         self.log.write(f"$ {' '.join(cmd)}  (cwd {cwd})\n")
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            self.tail.append(line)
-            self.log.write(line + "\n")
-            self.log.flush()
-            if self.sink:
-                self.sink(line)
-        rc = proc.wait()
+        with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                self.tail.append(line)
+                self.log.write(line + "\n")
+                self.log.flush()
+                if self.sink:
+                    self.sink(line)
+            rc = proc.wait()
         if rc != 0:
             raise subprocess.CalledProcessError(rc, list(cmd))
 

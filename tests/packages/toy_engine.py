@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["make_repo", "make_cudart", "KERNEL_V1", "KERNEL_V2", "recipe_text"]
+__all__ = ["make_repo", "make_cudart", "make_build_venv", "KERNEL_V1", "KERNEL_V2", "recipe_text"]
 
 SETUP_PY = '''\
 import glob, os, sysconfig
@@ -127,6 +127,26 @@ def make_cudart(libdir: str | Path) -> Path:
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(out), str(src)], check=True)
     src.unlink()
     return out
+
+
+def make_build_venv(path: str | Path, *, with_setuptools: bool = True, cudart: bool = True) -> Path:
+    """A pip-less venv (fast) whose site-packages has ``nvidia/cu13/lib/libcudart.so.13`` only.
+
+    ``with_setuptools``: a .pth adds the running interpreter's site-packages (setuptools, the build
+    backend) to the venv, so no index is needed. Returns the venv's python.
+    """
+    import sysconfig
+
+    path = Path(path)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    py = path / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    if with_setuptools:
+        (site / "_wh_test_backend.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if cudart:
+        make_cudart(site / "nvidia" / "cu13" / "lib")
+    return py
 
 
 def recipe_text(repo: str, commit: str, *, fetch=(), backports=(), link_sonames=True, name="toyengine",

@@ -1,0 +1,83 @@
+"""`wh patch apply|verify|revert SPEC`: one-file patches with preconditions, backup and rollback."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import EXIT_FAIL
+from ..patch import PatchOutcome, apply_patch, revert_patch, verify_patch
+from ._ui import emit_json
+
+__all__ = ["patch"]
+
+_python = click.option("--python", "python", envvar="WH_PYTHON", help="Interpreter whose installed distribution is patched; default: this one.")
+_json = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
+
+
+def _report(ui, outcome: PatchOutcome, as_json: bool) -> None:
+    if as_json:
+        emit_json(outcome.to_json())
+    line = f"{outcome.name}: {outcome.state}"
+    if outcome.file:
+        line += f"  {outcome.file}"
+    ui.info(line)
+    if outcome.sha256:
+        ui.info(f"  sha256 {outcome.sha256}")
+    if outcome.reason:
+        ui.info(f"  {outcome.reason}")
+    v = outcome.verification
+    if v is not None:
+        if not v.ran:
+            ui.info(f"  verification {v.call}: FAILED\n{v.output[-1500:]}")
+        elif v.compared:
+            ui.info(f"  verification {v.call}() = {v.value!r} (expected {v.expected!r}): {'ok' if v.matched else 'MISMATCH'}")
+        else:
+            ui.info(f"  verification {v.call}() = {v.value!r} (not compared: the conditions do not hold)")
+    if not outcome.ok:
+        sys.exit(EXIT_FAIL)
+
+
+@click.group("patch")
+def patch() -> None:
+    """Apply, verify or revert a one-file patch of an installed distribution.
+
+    SPEC is a patch spec TOML (a path, or a bundled name such as
+    freetoken-fp8-rowwise.toml; wheelhouses keep theirs in patches/).
+
+    Exit codes: 0 done (applied, already patched, skipped, reverted; verify: patched,
+    or unpatched where the conditions do not hold); 1 drifted, rolled back, or
+    verification failed; 2 bad spec or arguments.
+    """
+
+
+@patch.command("apply")
+@click.argument("spec")
+@_python
+@click.option("--force", is_flag=True, help="Apply even when the spec's conditions (GPU sm, versions) do not hold.")
+@_json
+@click.pass_obj
+def apply_cmd(ui, spec, python, force, as_json) -> None:
+    """Replace the file with the payload: only over an expected 'before' file, with backup and rollback."""
+    _report(ui, apply_patch(spec, python, force=force), as_json)
+
+
+@patch.command("verify")
+@click.argument("spec")
+@_python
+@_json
+@click.pass_obj
+def verify_cmd(ui, spec, python, as_json) -> None:
+    """Say patched / unpatched / drifted, and run the verification call."""
+    _report(ui, verify_patch(spec, python), as_json)
+
+
+@patch.command("revert")
+@click.argument("spec")
+@_python
+@_json
+@click.pass_obj
+def revert_cmd(ui, spec, python, as_json) -> None:
+    """Restore the bytes backed up by `wh patch apply`."""
+    _report(ui, revert_patch(spec, python), as_json)

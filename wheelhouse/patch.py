@@ -1,0 +1,523 @@
+"""One-file patches of an installed distribution that refuse to guess.
+
+A patch spec (TOML) names the file inside an installed distribution, the sha256
+it must have before, the payload that replaces it and the payload's sha256,
+optional conditions on facts, and an optional verification call::
+
+    [patch]
+    name = "freetoken-fp8-rowwise"
+    distribution = "freetoken"
+    file = "freetoken/kernel/triton/fp8_pertensor_linear.py"   # inside the distribution
+    before-sha256 = ["..."]          # one or a list: the versions the payload may replace
+    payload = "fp8_pertensor_linear.py"   # relative to the spec, else under engine_src/
+    payload-sha256 = "..."
+
+    [patch.when]                     # all must hold (otherwise: skipped, unless forced)
+    sm = ["8.9"]                     # any GPU with one of these compute capabilities
+    torch = "<2.12"                  # any other key: an installed distribution's version range
+
+    [patch.verify]
+    call = "freetoken.kernel.triton.fp8_pertensor_linear:rowwise_scaled_mm_ok"
+    expect = false                   # compared only when the conditions hold
+    timeout = 300
+
+Hashes left out of the spec are taken from the wheelhouse that holds it, when
+``wh build`` exported the payload there (wh.json ``engine.artifacts`` record the
+payload's sha256 and the file's sha256 at the recipe's commit). With no known
+"before" hash at all, apply refuses: a patch never lands on a file nobody vouched for.
+
+apply: drifted file -> PatchDrifted with both hashes, nothing changed; else a
+backup (``<site>/.wh/patches/<name>/<sha>.orig``) and a record, an atomic
+replace, ``py_compile`` and the verification in the target interpreter, and a
+byte-exact rollback on any failure. Already patched is success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .atomic import write_atomic
+from .errors import UsageError, WhError
+from .resources import engine_src_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "PatchSpec",
+    "PatchVerify",
+    "VerifyResult",
+    "PatchOutcome",
+    "PatchSpecError",
+    "PatchDrifted",
+    "PatchRolledBack",
+    "PatchTargetMissing",
+    "parse_patch_spec",
+    "load_patch_spec",
+    "gather_facts",
+    "check_conditions",
+    "apply_patch",
+    "verify_patch",
+    "revert_patch",
+]
+
+State = Literal["applied", "already-patched", "skipped", "patched", "unpatched", "drifted", "reverted", "not-installed"]
+_SPEC_KEYS = {"name", "distribution", "file", "before-sha256", "payload", "payload-sha256", "when", "verify"}
+_VERIFY_KEYS = {"call", "expect", "timeout", "env"}
+_RESULT_MARK = "__WH_PATCH_RESULT__"
+
+
+class PatchSpecError(UsageError):
+    code = "bad-patch-spec"
+
+
+class PatchDrifted(WhError):
+    code = "patch-drifted"
+
+
+class PatchRolledBack(WhError):
+    code = "patch-rolled-back"
+
+
+class PatchTargetMissing(WhError):
+    code = "patch-target-missing"
+
+
+@dataclass(frozen=True)
+class PatchVerify:
+    call: str  # "module:function"
+    expect: Any = None
+    has_expect: bool = False
+    timeout: float = 300
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    name: str
+    distribution: str
+    file: str
+    before_sha256: tuple[str, ...]
+    payload: Path
+    payload_sha256: str | None
+    when: Mapping[str, Any] = field(default_factory=dict)
+    verify: PatchVerify | None = None
+    path: Path | None = None
+    hash_source: str = "spec"  # or the wh.json they came from
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    call: str
+    ran: bool  # the call returned (did not raise, did not time out)
+    value: Any = None
+    expected: Any = None
+    compared: bool = False  # whether value was held against expected (conditions hold)
+    matched: bool | None = None
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.ran and self.matched is not False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call": self.call, "ran": self.ran, "value": self.value, "expected": self.expected,
+                "compared": self.compared, "matched": self.matched, "output": self.output[-2000:]}
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    name: str
+    action: Literal["apply", "verify", "revert"]
+    state: State
+    file: str | None = None
+    sha256: str | None = None  # the file's hash now
+    before_sha256: tuple[str, ...] = ()
+    payload_sha256: str | None = None
+    conditions_met: bool | None = None
+    reason: str = ""
+    backup: str | None = None
+    verification: VerifyResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether this outcome is what the user wants (for exit codes)."""
+        if self.verification is not None and not self.verification.ok:
+            return False
+        if self.action == "verify":
+            return self.state == "patched" or (self.state == "unpatched" and self.conditions_met is False)
+        return self.state in ("applied", "already-patched", "skipped", "reverted", "unpatched")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "action": self.action, "state": self.state, "ok": self.ok, "file": self.file,
+            "sha256": self.sha256, "before_sha256": list(self.before_sha256), "payload_sha256": self.payload_sha256,
+            "conditions_met": self.conditions_met, "reason": self.reason, "backup": self.backup,
+            "verification": self.verification.to_json() if self.verification else None,
+        }
+
+
+# --- the spec (pure parsing, then provenance) ----------------------------------------------
+def _hex64(value: Any, where: str) -> str:
+    v = str(value).strip().lower()
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise PatchSpecError(f"{where} {value!r} is not a sha256 (64 hex digits)", hint="compute it with `sha256sum FILE`")
+    return v
+
+
+def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> PatchSpec:
+    where = f"{path}: " if path else ""
+    p = data.get("patch")
+    if not isinstance(p, Mapping):
+        raise PatchSpecError(f"{where}no [patch] table", hint="see docs/build.md (wh patch) for the spec format")
+    extra = sorted(set(p) - _SPEC_KEYS)
+    if extra:
+        raise PatchSpecError(f"{where}[patch] has unknown keys: {', '.join(extra)}", hint=f"allowed: {', '.join(sorted(_SPEC_KEYS))}")
+    for key in ("name", "distribution", "file", "payload"):
+        if not isinstance(p.get(key), str) or not p[key]:
+            raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see docs/build.md (wh patch)")
+    before = p.get("before-sha256", [])
+    before = [before] if isinstance(before, str) else list(before)
+    before_t = tuple(_hex64(b, f"{where}before-sha256") for b in before)
+    payload_sha = _hex64(p["payload-sha256"], f"{where}payload-sha256") if p.get("payload-sha256") else None
+    when = dict(p.get("when", {}) or {})
+    for key, value in when.items():
+        if key == "sm":
+            when[key] = [str(v) for v in ([value] if isinstance(value, (str, int, float)) else value)]
+        else:
+            try:
+                SpecifierSet(str(value))
+            except InvalidSpecifier as exc:
+                raise PatchSpecError(f"{where}[patch.when] {key} = {value!r} is not a version range",
+                                     hint='e.g. torch = "<2.12"') from exc
+    verify = None
+    if p.get("verify"):
+        v = p["verify"]
+        bad = sorted(set(v) - _VERIFY_KEYS)
+        if bad or ":" not in str(v.get("call", "")):
+            raise PatchSpecError(f"{where}[patch.verify] needs call = \"module:function\"" + (f" (unknown keys: {', '.join(bad)})" if bad else ""),
+                                 hint='e.g. call = "pkg.mod:check", expect = false')
+        verify = PatchVerify(call=str(v["call"]), expect=v.get("expect"), has_expect="expect" in v,
+                             timeout=float(v.get("timeout", 300)), env={str(k): str(x) for k, x in (v.get("env") or {}).items()})
+    base = path.parent if path else Path.cwd()
+    payload = base / p["payload"]
+    if not payload.exists() and (engine_src_dir() / p["payload"]).exists():
+        payload = engine_src_dir() / p["payload"]
+    return PatchSpec(name=p["name"], distribution=p["distribution"], file=p["file"].lstrip("/"), before_sha256=before_t,
+                     payload=payload, payload_sha256=payload_sha, when=when, verify=verify, path=path)
+
+
+def _provenance(spec: PatchSpec) -> PatchSpec:
+    """Fill hashes the spec leaves out from the wh.json of the wheelhouse that holds the payload."""
+    if spec.payload_sha256 and spec.before_sha256:
+        return spec
+    here = spec.payload.resolve()
+    for folder in list(here.parents)[:3]:
+        wh = folder / "wh.json"
+        if not wh.exists():
+            continue
+        try:
+            engine = json.loads(wh.read_text(encoding="utf-8")).get("engine") or {}
+        except (OSError, ValueError):
+            continue
+        for art in engine.get("artifacts", []):
+            if (folder / art.get("path", "")).resolve() == here:
+                before = spec.before_sha256 or tuple(x for x in [art.get("before_sha256")] if x)
+                return PatchSpec(**{**spec.__dict__, "payload_sha256": spec.payload_sha256 or art.get("sha256"),
+                                    "before_sha256": before, "hash_source": str(wh)})
+    return spec
+
+
+def load_patch_spec(path: str | Path) -> PatchSpec:
+    p = Path(path)
+    if not p.exists() and len(p.parts) == 1 and (engine_src_dir() / p.name).exists():
+        p = engine_src_dir() / p.name
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PatchSpecError(f"patch spec {p} does not exist", hint="give the spec's path (wheelhouses keep them in patches/)") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PatchSpecError(f"patch spec {p} is not valid TOML: {exc}", hint="fix the TOML syntax") from exc
+    return _provenance(parse_patch_spec(data, p.resolve()))
+
+
+# --- facts and conditions -------------------------------------------------------------------
+_VERSIONS = (
+    "import json, sys, importlib.metadata as m\n"
+    "out = {}\n"
+    "for n in sys.argv[1:]:\n"
+    "    try: out[n] = m.version(n)\n"
+    "    except m.PackageNotFoundError: out[n] = None\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def _gpu_sms() -> list[str] | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        proc = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def gather_facts(python: str | None, distributions: list[str]) -> dict[str, Any]:
+    """``{"sm": [...] or None, "<dist>": version or None}`` as seen by the target interpreter."""
+    facts: dict[str, Any] = {"sm": _gpu_sms()}
+    if distributions:
+        proc = subprocess.run([python or sys.executable, "-c", _VERSIONS, *distributions], capture_output=True, text=True)
+        versions = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        for d in distributions:
+            facts[d] = versions.get(d)
+    return facts
+
+
+def check_conditions(when: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """Whether every condition holds; the reasons name each one that does not (or is unknown)."""
+    reasons = []
+    for key, want in when.items():
+        if key == "sm":
+            have = facts.get("sm")
+            have = [have] if isinstance(have, str) else have
+            if not have:
+                reasons.append(f"GPU compute capability unknown (wanted sm {', '.join(want)})")
+            elif not set(map(str, have)) & set(want):
+                reasons.append(f"GPUs are sm {', '.join(map(str, have))}, the patch is for sm {', '.join(want)}")
+            continue
+        have = facts.get(key)
+        if have is None:
+            reasons.append(f"{key} is not installed (wanted {key}{want})")
+            continue
+        try:
+            ok = SpecifierSet(str(want)).contains(Version(str(have)), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            reasons.append(f"{key} {have} is outside {want}")
+    return (not reasons), reasons
+
+
+# --- the installed file ---------------------------------------------------------------------
+_LOCATE = (
+    "import json, sys, importlib.metadata as m\n"
+    "try:\n    d = m.distribution(sys.argv[1])\n"
+    "except m.PackageNotFoundError:\n    print(json.dumps({'found': False})); sys.exit(0)\n"
+    "print(json.dumps({'found': True, 'version': d.version, 'file': str(d.locate_file(sys.argv[2])),"
+    " 'site': str(d.locate_file(''))}))\n"
+)
+
+_CALL = (
+    "import importlib, json, sys\n"
+    "mod, _, attr = sys.argv[1].partition(':')\n"
+    "obj = importlib.import_module(mod)\n"
+    "for part in attr.split('.'):\n    obj = getattr(obj, part)\n"
+    "value = obj()\n"
+    f"print('\\n{_RESULT_MARK}' + json.dumps(value, default=repr))\n"
+)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
+    proc = subprocess.run([python or sys.executable, "-c", _LOCATE, spec.distribution, spec.file], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"cannot run {python or sys.executable}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
+    info = json.loads(proc.stdout)
+    if not info["found"]:
+        return None
+    return Path(info["file"]), Path(info["site"])
+
+
+def _run_call(verify: PatchVerify, python: str | None, compare: bool) -> VerifyResult:
+    env = {**os.environ, **verify.env}
+    with tempfile.TemporaryDirectory(prefix="wh-verify-") as cwd:  # nothing local shadows the installed module
+        try:
+            proc = subprocess.run([python or sys.executable, "-c", _CALL, verify.call], capture_output=True, text=True,
+                                  timeout=verify.timeout, cwd=cwd, env=env)
+        except subprocess.TimeoutExpired as exc:
+            return VerifyResult(verify.call, ran=False, expected=verify.expect, output=f"timed out after {exc.timeout:.0f}s")
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0 or _RESULT_MARK not in proc.stdout:
+        return VerifyResult(verify.call, ran=False, expected=verify.expect, output=out.strip())
+    value = json.loads(proc.stdout.rsplit(_RESULT_MARK, 1)[1].strip())
+    compared = compare and verify.has_expect
+    return VerifyResult(verify.call, ran=True, value=value, expected=verify.expect, compared=compared,
+                        matched=(value == verify.expect) if compared else None, output=out.strip())
+
+
+def _prepare(spec_path, python, facts):
+    spec = spec_path if isinstance(spec_path, PatchSpec) else load_patch_spec(spec_path)
+    needed = [k for k in spec.when if k != "sm"]
+    if facts is None:
+        facts = gather_facts(python, needed)
+    else:
+        facts = dict(facts)
+        missing = [k for k in needed if k not in facts]
+        if missing:
+            facts.update({k: v for k, v in gather_facts(python, missing).items() if k in missing})
+    met, reasons = check_conditions(spec.when, facts)
+    return spec, met, reasons
+
+
+def _payload(spec: PatchSpec) -> tuple[bytes, str]:
+    if not spec.payload.exists():
+        raise PatchSpecError(f"payload {spec.payload} of patch {spec.name} does not exist",
+                             hint="build it into the wheelhouse with `wh build RECIPE -o WHEELHOUSE`, or fix payload in the spec")
+    data = spec.payload.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if spec.payload_sha256 and actual != spec.payload_sha256:
+        raise PatchSpecError(f"payload {spec.payload} has sha256 {actual}, the spec expects {spec.payload_sha256}",
+                             hint="the payload was changed or replaced: rebuild it with `wh build`, or fix payload-sha256")
+    return data, actual
+
+
+def _patch_dir(site: Path, name: str) -> Path:
+    return site / ".wh" / "patches" / name
+
+
+# --- the three verbs ----------------------------------------------------------------------
+def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None, force: bool = False) -> PatchOutcome:
+    """Apply one patch spec to the distribution installed for ``python``; see the module docstring."""
+    spec, met, reasons = _prepare(spec_path, python, facts)
+    if not met and not force:
+        return PatchOutcome(name=spec.name, action="apply", state="skipped", reason="; ".join(reasons),
+                            before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256, conditions_met=met)
+    payload, payload_sha = _payload(spec)
+    base = dict(name=spec.name, action="apply", before_sha256=spec.before_sha256, payload_sha256=payload_sha, conditions_met=met)
+    located = _locate(spec, python)
+    if located is None:
+        raise PatchTargetMissing(f"{spec.distribution} is not installed for {python or sys.executable}",
+                                 hint=f"install it first (`wh install`), then `wh patch apply {spec.path or spec.name}`")
+    target, site = located
+    if not target.is_file():
+        raise PatchTargetMissing(f"{spec.distribution} has no file {spec.file} ({target})",
+                                 hint="check file = ... in the spec against the installed distribution")
+    original = target.read_bytes()
+    current = hashlib.sha256(original).hexdigest()
+    base["file"] = str(target)
+    if current == payload_sha:
+        verification = _run_call(spec.verify, python, met) if spec.verify else None
+        return PatchOutcome(state="already-patched", sha256=current, reason="the file already is the payload", verification=verification, **base)
+    if not spec.before_sha256:
+        raise PatchDrifted(
+            f"patch {spec.name}: no expected before-sha256 is known for {target} (it has {current}); refusing to guess",
+            hint=f"add before-sha256 = \"{current}\" to {spec.path} only if you have checked that file, or use the spec from a wheelhouse made by `wh build`",
+        )
+    if current not in spec.before_sha256:
+        raise PatchDrifted(
+            f"{target} has drifted: sha256 {current}, expected {' or '.join(spec.before_sha256)} (payload {payload_sha}); nothing changed",
+            hint=f"the installed {spec.distribution} is not the version this patch is for: reinstall it (`wh install`) or update the spec",
+        )
+    pdir = _patch_dir(site, spec.name)
+    backup = pdir / f"{current}.orig"
+    record = pdir / "record.json"
+    mode = target.stat().st_mode & 0o777
+    existed = pdir.exists()
+    write_atomic(backup, original, mode=0o644)
+    write_atomic(record, json.dumps({"name": spec.name, "distribution": spec.distribution, "file": str(target),
+                                     "before_sha256": current, "after_sha256": payload_sha, "backup": backup.name,
+                                     "spec": str(spec.path), "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                    indent=2) + "\n")
+
+    def rollback(message: str, detail: str) -> PatchRolledBack:
+        write_atomic(target, original, mode=mode)
+        if existed:
+            backup.unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(pdir, ignore_errors=True)
+        return PatchRolledBack(f"patch {spec.name}: {message}; {target} restored (sha256 {current})",
+                               hint="the payload does not work with this install: check the payload and the installed versions",
+                               detail=detail)
+
+    try:
+        write_atomic(target, payload, mode=mode)
+        comp = subprocess.run([python or sys.executable, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(target)],
+                              capture_output=True, text=True)
+        if comp.returncode != 0:
+            raise rollback("the payload does not compile", (comp.stderr or comp.stdout).strip()[-3000:])
+        verification = _run_call(spec.verify, python, met) if spec.verify else None
+        if verification and not verification.ran:
+            raise rollback(f"verification {spec.verify.call} failed", verification.output[-3000:])
+        if verification and verification.matched is False:
+            raise rollback(f"verification {spec.verify.call} returned {verification.value!r}, expected {verification.expect!r}", verification.output[-3000:])
+    except PatchRolledBack:
+        raise
+    except BaseException:
+        rollback("interrupted", "")
+        raise
+    reason = "" if met else "forced: " + "; ".join(reasons)
+    return PatchOutcome(state="applied", sha256=payload_sha, backup=str(backup), reason=reason, verification=verification, **base)
+
+
+def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None) -> PatchOutcome:
+    """patched / unpatched / drifted / not-installed, plus the verification call's result."""
+    spec, met, reasons = _prepare(spec_path, python, facts)
+    payload_sha = _payload(spec)[1] if spec.payload.exists() else spec.payload_sha256
+    base = dict(name=spec.name, action="verify", before_sha256=spec.before_sha256, payload_sha256=payload_sha,
+                conditions_met=met, reason="; ".join(reasons))
+    located = _locate(spec, python)
+    if located is None or not located[0].is_file():
+        return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
+    current = _sha256(located[0])
+    if current == payload_sha:
+        state: State = "patched"
+    elif current in spec.before_sha256:
+        state = "unpatched"
+    else:
+        state = "drifted"
+    verification = _run_call(spec.verify, python, met) if spec.verify else None
+    backup = _patch_dir(located[1], spec.name) / f"{current}.orig"
+    return PatchOutcome(state=state, file=str(located[0]), sha256=current, verification=verification,
+                        backup=str(backup) if backup.exists() else None, **base)
+
+
+def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
+    """Put the backed-up bytes back; refuses when the file changed since it was patched."""
+    spec = spec_path if isinstance(spec_path, PatchSpec) else load_patch_spec(spec_path)
+    located = _locate(spec, python)
+    if located is None or not located[0].is_file():
+        raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python or sys.executable}",
+                                 hint="nothing to revert")
+    target, site = located
+    pdir = _patch_dir(site, spec.name)
+    current = _sha256(target)
+    base = dict(name=spec.name, action="revert", file=str(target), before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256)
+    try:
+        rec = json.loads((pdir / "record.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if current in spec.before_sha256:
+            return PatchOutcome(state="unpatched", sha256=current, reason="not patched; nothing to revert", **base)
+        raise PatchDrifted(f"no backup of {target} was recorded by `wh patch apply` (it has sha256 {current})",
+                           hint=f"reinstall {spec.distribution} to get the original file back")
+    if current != rec["after_sha256"]:
+        raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec['after_sha256']}; nothing changed",
+                           hint=f"reinstall {spec.distribution} to get a known file back")
+    backup = pdir / rec["backup"]
+    original = backup.read_bytes()
+    if hashlib.sha256(original).hexdigest() != rec["before_sha256"]:
+        raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec['before_sha256']}", hint=f"reinstall {spec.distribution}")
+    write_atomic(target, original, mode=target.stat().st_mode & 0o777)
+    shutil.rmtree(pdir, ignore_errors=True)
+    return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)
