@@ -187,6 +187,9 @@ def repack_installed(name: str, out_dir: Path) -> Path:
     except importlib.metadata.PackageNotFoundError as exc:
         raise BootstrapError(f"{name} is not installed here, so it cannot be repacked", hint=f"pip install {name}") from exc
     info = Path(str(dist.locate_file(""))) / _info_dir_name(dist)
+    if not info.name.endswith(".dist-info"):
+        raise BootstrapError(f"{name} {dist.version} was not installed from a wheel ({info.name}); it has no RECORD to repack",
+                             hint=f"install it with pip (pip install {name}), or build it from its source")
     direct = dist.read_text("direct_url.json")
     if direct and json.loads(direct).get("dir_info", {}).get("editable"):
         raise BootstrapError(f"{name} is an editable install; it has no files to repack", hint="build it from its source instead")

@@ -236,6 +236,7 @@ def stage(
     is written; the result lists the pins.
     """
     from .index import PackageSource, default_index_url
+    from .metadata import MetadataReader
     from .resolve import resolve
 
     reporter = reporter or NullReporter()
@@ -272,8 +273,10 @@ def stage(
             raise UsageError("nothing to stage: no requirements given", hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 
         source = PackageSource(index_urls, links, client=client)
+        reader = MetadataReader(client, cache_dir=cache)
         reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
-        resolution = resolve(reqs, target, source, constraints=cons, toolchains=toolchains, prereleases=pre, reporter=reporter)
+        resolution = resolve(reqs, target, source, constraints=cons, toolchains=toolchains, prereleases=pre,
+                             reporter=reporter, metadata=reader)
         by_url = {a.url: a for a in artifacts}
         files = tuple(sorted((_staged(p, by_url) for p in resolution.pins), key=lambda f: f.name))
 
@@ -285,7 +288,8 @@ def stage(
             boot_reqs = _bootstrap_requirements(wh_wheel.path, target)
             if boot_reqs:
                 reporter.note(f"resolving wh's own {len(boot_reqs)} dependencies for the target (bootstrap/)")
-                boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False, reporter=reporter)
+                boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False,
+                               reporter=reporter, metadata=reader)
                 boot_files = tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name))
 
         indexes = tuple(source.locations())

@@ -1,0 +1,103 @@
+"""bootstrap: wh's own wheel (from the checkout, cached by content) and repacked installed dists."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.bootstrap import (
+    BOOTSTRAP_TXT,
+    BootstrapError,
+    bootstrap_command,
+    repack_installed,
+    self_wheel,
+    wheel_requirements,
+    write_bootstrap,
+)
+from wheelhouse.lock import LockedFile, read_pylock
+from wheelhouse.stage import _bootstrap_requirements
+from wheelhouse.target import target_from_flags
+
+
+def _record_ok(wheel: Path) -> list[str]:
+    """Check every RECORD line against the archive; return the archive's names."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        for line in zf.read(record).decode().splitlines():
+            path, digest, size = line.rsplit(",", 2)
+            if path == record:
+                continue
+            data = zf.read(path)
+            algo, _, b64 = digest.partition("=")
+            assert algo == "sha256"
+            assert base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() == b64, path
+            assert int(size) == len(data), path
+    return names
+
+
+def test_self_wheel_from_checkout_has_the_cli_and_is_cached(tmp_path):
+    first = self_wheel(tmp_path / "cache")
+    assert first.origin == "checkout"
+    names = _record_ok(first.path)
+    assert "wheelhouse/cli/__init__.py" in names and "wheelhouse/stage.py" in names
+    assert "wheelhouse/capture_target.py" in names
+    with zipfile.ZipFile(first.path) as zf:
+        ep = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "wh = wheelhouse.cli:main" in ep
+    mtime = first.path.stat().st_mtime_ns
+    again = self_wheel(tmp_path / "cache")
+    assert again.path == first.path and again.path.stat().st_mtime_ns == mtime  # cache hit, no rebuild
+    # The checkout is not littered with build output.
+    root = Path(__file__).resolve().parent.parent
+    assert not (root / "build").exists() or not any((root / "build").glob("lib*/wheelhouse/stage.py"))
+
+
+def test_repack_installed_makes_a_valid_wheel_without_bytecode(tmp_path):
+    wheel = repack_installed("click", tmp_path)
+    assert wheel.name.startswith("click-") and wheel.name.endswith("-py3-none-any.whl")
+    names = _record_ok(wheel)
+    assert "click/__init__.py" in names
+    assert not [n for n in names if n.endswith(".pyc") or n.endswith("/INSTALLER") or n.endswith("/direct_url.json")]
+    # Same files, same bytes: the repack is reproducible, so it can be cached by content.
+    again = repack_installed("click", tmp_path / "again")
+    assert again.read_bytes() == wheel.read_bytes()
+
+
+def test_repack_of_something_not_installed_is_a_clear_error(tmp_path):
+    with pytest.raises(BootstrapError) as err:
+        repack_installed("surely-not-installed-here", tmp_path)
+    assert "not installed" in err.value.message and err.value.hint
+
+
+def test_editable_install_is_not_repacked(tmp_path):
+    # The dev venv installs wh editable (or sees the checkout's egg-info): no files to repack.
+    with pytest.raises(BootstrapError, match="editable|RECORD"):
+        repack_installed("wh", tmp_path)
+
+
+def test_wh_dependencies_are_judged_for_the_target(tmp_path):
+    wheel = self_wheel(tmp_path / "cache").path
+    reqs = {str(r).split(">")[0].split("=")[0] for r in wheel_requirements(wheel)}
+    assert {"click", "packaging", "resolvelib", "rich"} <= reqs
+    py310 = _bootstrap_requirements(wheel, target_from_flags("3.10", ["manylinux_2_35_x86_64"]))
+    py312 = _bootstrap_requirements(wheel, target_from_flags("3.12", ["manylinux_2_35_x86_64"]))
+    assert any(r.startswith("tomli") for r in py310)  # tomli; python_version < "3.11"
+    assert not any(r.startswith("tomli") for r in py312)
+    assert not any(r.startswith("pytest") for r in py312)  # the test extra stays out
+    with pytest.raises(BootstrapError, match="3.9"):
+        _bootstrap_requirements(wheel, target_from_flags("3.9", ["manylinux_2_35_x86_64"]))
+
+
+def test_write_bootstrap_lock_and_instructions(tmp_path):
+    f = LockedFile(name="wh", version="0.1.0", filename="wh-0.1.0-py3-none-any.whl", path="wh-0.1.0-py3-none-any.whl",
+                   sha256="a" * 64, size=10)
+    write_bootstrap(tmp_path, [f], requires_python="==3.12.*", environments=['python_version == "3.12"'])
+    lock = read_pylock(tmp_path)
+    assert [x.filename for x in lock.files] == [f.filename] and lock.requires_python == "==3.12.*"
+    text = (tmp_path / BOOTSTRAP_TXT).read_text()
+    assert bootstrap_command() in text and "--no-index" in text
