@@ -470,7 +470,34 @@ def _finish(plan: _WheelPlan, scheme: Mapping[str, str], python: str) -> Install
 # ---- the whole batch ----------------------------------------------------------------------------
 
 
-def _rollback(plans: list[_WheelPlan], scheme: Mapping[str, str]) -> None:
+def _make_dirs(dirs: set[str]) -> list[str]:
+    """Create ``dirs``; returns the ones that did not exist (parents first)."""
+    created: list[str] = []
+    for d in sorted(dirs):
+        missing = []
+        p = d
+        while p and not os.path.isdir(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+                created.append(m)
+            except FileExistsError:
+                pass
+    return created
+
+
+def _remove_trash(trash: Path) -> None:
+    shutil.rmtree(trash, ignore_errors=True)
+    for d in (trash.parent, trash.parent.parent):  # .wh/trash, .wh: only when empty
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _rollback(plans: list[_WheelPlan], scheme: Mapping[str, str], created: list[str]) -> None:
     for plan in plans:
         for p in plan.written:
             try:
@@ -484,6 +511,12 @@ def _rollback(plans: list[_WheelPlan], scheme: Mapping[str, str]) -> None:
                 shutil.move(trash, original)
             except OSError:
                 pass
+    for d in sorted(created, key=len, reverse=True):
+        shutil.rmtree(os.path.join(d, "__pycache__"), ignore_errors=True)
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 def install_wheels(
@@ -521,6 +554,7 @@ def install_wheels(
     reporter.start(task, total=total, unit="B")
     zips = _Zips()
     failed = threading.Event()
+    created: list[str] = []
     try:
         site_dirs = [scheme["purelib"], scheme["platlib"]]
         for i, plan in enumerate(plans):
@@ -533,8 +567,7 @@ def install_wheels(
                 plan.moved = _move_aside(paths, trash / str(i))
         dirs = {os.path.dirname(m.dest) for p in plans for m in p.members}
         dirs |= {os.path.join(p.base, p.dist_info) for p in plans} | {scheme["scripts"]}
-        for d in sorted(dirs):
-            os.makedirs(d, exist_ok=True)
+        created += _make_dirs(dirs)
         work = _chunks(plans, target_bytes=max(8 << 20, total // (jobs * 4)))
 
         def run(item):
@@ -557,12 +590,14 @@ def install_wheels(
     except BaseException as exc:
         zips.close()
         reporter.finish(task)
-        _rollback(plans, scheme)
-        shutil.rmtree(trash, ignore_errors=True)
+        _rollback(plans, scheme, created)
+        _remove_trash(trash)
         if isinstance(exc, OSError):
             raise UnpackError(f"could not write {exc.filename or 'a file'}: {exc.strerror or exc}",
                               hint="check free space and permissions of the environment, then re-run `wh install`") from exc
         raise
     reporter.finish(task)
-    shutil.rmtree(trash, ignore_errors=True)
+    _remove_trash(trash)
+    # Folders only the replaced versions used are empty now.
+    _prune_empty_dirs([o for p in plans for o, _ in p.moved], set(scheme.values()))
     return done
