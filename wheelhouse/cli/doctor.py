@@ -1,0 +1,224 @@
+"""`wh doctor` and `wh drop`: executed probes, known-bug rules, a CI gate; uninstall what is broken."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..atomic import write_atomic
+from ..report import DoctorReport, render_junit
+from ._ui import emit_json
+
+__all__ = ["doctor", "drop"]
+
+_LABEL = {"ok": ("OK", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red"),
+          "skip": ("skip", "dim"), "error": ("ERROR", "bold magenta"), "info": ("info", "cyan")}
+
+
+def _common(fn):
+    opts = [
+        click.option("--python", "python", envvar="WH_PYTHON", metavar="PY",
+                     help="Target interpreter to examine (default: the one running wh)."),
+        click.option("--manifest", "manifest_path", metavar="FILE",
+                     help="Stack manifest: [doctor] expectations, [[toolchain]] pins, [[drop]] entries."),
+        click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
+                     help="Wheelhouse whose target the interpreter is compared with (default: the install state)."),
+        click.option("--jobs", "-j", type=click.IntRange(1, 256), help="Probe processes at once (default: CPU count)."),
+        click.option("--timeout", type=click.FloatRange(0.1), default=60, show_default=True,
+                     help="Seconds one probe (one import) may take before it is killed and failed."),
+        click.option("--json", "as_json", is_flag=True, help="Write the report as JSON to stdout."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _manifest(path):
+    if not path:
+        return None
+    from ..manifest import load_manifest
+
+    return load_manifest(path)
+
+
+def _render(ui, report: DoctorReport, verbose: int) -> None:
+    con = ui.console
+    table = Table(title=f"wh doctor: {report.python}", show_lines=False, expand=False)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("evidence", overflow="fold")
+    table.add_column("hint", overflow="fold")
+    native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
+    for r in report.results:
+        if r in native_ok and verbose <= 0:
+            continue
+        label, style = _LABEL[r.verdict]
+        lines = (r.evidence or "").splitlines()
+        ev = lines[0] if lines else ""
+        if r.verdict in ("fail", "error") and len(lines) > 1:
+            ev = "\n".join(lines[:8])
+        table.add_row(f"[{style}]{label}[/]", r.id, ev, r.hint or "")
+    if native_ok and verbose <= 0:
+        table.add_row("[green]OK[/]", f"native ({len(native_ok)})",
+                      f"{len(native_ok)} distributions with extension modules imported in separate processes "
+                      "(-v lists them)", "")
+    con.print(table)
+    c = report.counts()
+    summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
+    con.print(f"{summary} in {report.seconds:.1f}s")
+    for f in report.fixes:
+        con.print(f"fixed: {f.get('action')} {f.get('what')}", markup=False)
+
+
+def _fix(report: DoctorReport, python: str | None, manifest, wheelhouse, reporter) -> list[dict]:
+    """--fix: drop what failed its executed probe, and apply the links plan."""
+    from ..drop import drop_distributions, plan_drops
+    from ..interpreter import inspect_interpreter
+    from ..links import apply_links, plan_links, record_path
+
+    interp = inspect_interpreter(python or sys.executable)
+    done: list[dict] = []
+    changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
+    done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
+             for c in changes]
+    plans = plan_drops(report, manifest, _installed_for_force(python, manifest))
+    for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
+        done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
+                     "reason": r.reason})
+    return done
+
+
+def _installed_for_force(python, manifest):
+    if not manifest or not any(d.force for d in manifest.drops):
+        return {}
+    from ..doctor import gather_context
+
+    ctx = gather_context(python, checks=["platform:glibc"])
+    return {k: (d.version, d.import_names) for k, d in ctx.distributions.items()}
+
+
+@click.command()
+@_common
+@click.option("--check", "checks", multiple=True, metavar="ID",
+              help="Run only checks whose id starts with ID (repeatable): native, native:numpy, rule:, gpu.")
+@click.option("--list-checks", is_flag=True, help="List check ids and exit.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write a JUnit XML file (one testcase per check) for CI.")
+@click.option("--strict", is_flag=True, help="Exit 2 when there are warnings (and no failures).")
+@click.option("--fix", is_flag=True, help="Drop distributions whose executed probe failed and add missing soname "
+                                          "links (`wh links --fix`), then check again.")
+@click.option("--model", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
+@click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
+@click.pass_obj
+def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
+           model, tp) -> None:
+    """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
+
+    Every native distribution is imported in a separate process, JIT libraries
+    compile and launch a kernel, the loader's libcuda is dlopened: "available"
+    means it ran. Exit codes: 0 nothing failed; 1 a check failed; 2 warnings
+    only, with --strict; 3 the doctor itself could not run.
+    """
+    from ..doctor import list_checks as _list, run_doctor
+
+    if list_checks:
+        rows = _list()
+        if as_json:
+            emit_json([{"id": i, "title": t} for i, t in rows])
+        else:
+            for i, t in rows:
+                click.echo(f"{i:40} {t}")
+        return
+    manifest = _manifest(manifest_path)
+    reporter = ui.reporter()
+    kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
+              model=model, tp=tp, reporter=reporter)
+    try:
+        report = run_doctor(python, **kw)
+        if fix:
+            fixes = _fix(report, python, manifest, wheelhouse, reporter)
+            if fixes:
+                report = run_doctor(python, **kw)
+            report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
+                                  tuple(fixes))
+    finally:
+        reporter.close()
+    if not ui.quiet:
+        _render(ui, report, ui.verbose)
+    if junit:
+        write_atomic(junit, render_junit(report))
+    if as_json:
+        emit_json(report.to_json(strict))
+    code = report.exit_code(strict)
+    if code:
+        sys.exit(code)
+
+
+@click.command()
+@_common
+@click.option("--dry-run", is_flag=True, help="Show what would be dropped; change nothing.")
+@click.option("--restore", metavar="NAME", help="Reinstall a dropped distribution from its recorded wheelhouse.")
+@click.option("--list", "list_", is_flag=True, help="List what was dropped from this interpreter.")
+@click.pass_obj
+def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run, restore, list_) -> None:
+    """Uninstall distributions whose executed probe failed (import or JIT); confirm find_spec is None; record it.
+
+    Manifest [[drop]] entries with force = true are dropped too (reported as
+    forced). `--restore NAME` reinstalls one offline from the wheelhouse it was
+    installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
+    be confirmed; 2 bad input; 3 the probes could not run.
+    """
+    from ..drop import DropFailed, drop_distributions, plan_drops, read_dropped, restore_dropped
+    from ..interpreter import inspect_interpreter
+
+    if restore:
+        reporter = ui.reporter()
+        try:
+            out = restore_dropped(python or sys.executable, restore, reporter=reporter)
+        finally:
+            reporter.close()
+        ui.info(f"restored {out['restored']} {out.get('version') or ''} from {out['wheelhouse']}")
+        if as_json:
+            emit_json(out)
+        return
+    if list_:
+        entries = read_dropped(inspect_interpreter(python or sys.executable).platlib)
+        if as_json:
+            emit_json(entries)
+        for e in entries:
+            ui.info(f"{e['name']} {e.get('version', '')}  {e.get('time', '')}  {e.get('reason', '')}"
+                    f"  (wheelhouse: {e.get('wheelhouse') or 'unknown'})")
+        if not entries:
+            ui.info("nothing was dropped")
+        return
+    from ..doctor import run_doctor
+
+    manifest = _manifest(manifest_path)
+    reporter = ui.reporter()
+    try:
+        report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"], jobs=jobs,
+                            timeout=timeout, reporter=reporter)
+        plans = plan_drops(report, manifest, _installed_for_force(python, manifest))
+        records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
+                                     reporter=reporter)
+    finally:
+        reporter.close()
+    verb = "would drop" if dry_run else "dropped"
+    for r in records:
+        tag = " (forced by the manifest)" if r.forced else ""
+        first = (r.evidence.splitlines() or [""])[0]
+        ui.info(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
+        if not dry_run:
+            ui.info(f"  find_spec is None for {', '.join(r.modules)}: {'confirmed' if r.confirmed else 'NO: ' + ', '.join(r.still_found)}")
+    if not records:
+        ui.info("nothing to drop: every executed probe passed")
+    if as_json:
+        emit_json({"dry_run": dry_run, "dropped": [r.to_json() for r in records]})
+    unconfirmed = [r.name for r in records if not dry_run and not r.confirmed]
+    if unconfirmed:
+        raise DropFailed(f"{', '.join(unconfirmed)} still found by find_spec after uninstalling",
+                         hint="another copy is on sys.path (a second site dir or PYTHONPATH): remove it by hand")
