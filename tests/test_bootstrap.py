@@ -101,3 +101,68 @@ def test_write_bootstrap_lock_and_instructions(tmp_path):
     assert [x.filename for x in lock.files] == [f.filename] and lock.requires_python == "==3.12.*"
     text = (tmp_path / BOOTSTRAP_TXT).read_text()
     assert bootstrap_command() in text and "--no-index" in text
+
+
+# --- end to end: a fresh venv installs wh from bootstrap/ with no index ---------------------------
+
+def _installed_closure(roots) -> set[str]:
+    """Names of the installed distributions ``roots`` need here (markers judged for this interpreter)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [canonicalize_name(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in md.requires(name) or ():
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return seen
+
+
+@pytest.fixture(scope="session")
+def repacked_deps(tmp_path_factory):
+    """wh's dependencies as wheels, repacked from this venv's installs: a hermetic stand-in for the index."""
+    folder = tmp_path_factory.mktemp("repacked")
+    wheel = self_wheel(tmp_path_factory.mktemp("selfcache")).path
+    roots = [r.name for r in wheel_requirements(wheel) if r.marker is None or r.marker.evaluate({"extra": ""})]
+    for name in sorted(_installed_closure(roots)):
+        repack_installed(name, folder)
+    return folder
+
+
+def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, tmp_path):
+    import subprocess
+    import sys
+    import venv
+
+    from wheelmaker import make_wheel
+    from wheelhouse.stage import stage
+    from wheelhouse.target import host_target
+
+    make_wheel(repacked_deps.parent / "stack", "app", "1.0")
+    idx = pyindex(repacked_deps, repacked_deps.parent / "stack", serve_metadata=True)
+    out = tmp_path / "wh"
+    res = stage(None, ["app"], host_target(), out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=True)
+    boot = out / "bootstrap"
+    names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
+    assert {"wh", "click", "rich", "packaging", "resolvelib"} <= names
+    assert "app" not in names  # the stack's lock and the bootstrap are kept apart
+    lock = read_pylock(boot)
+    assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)
+    assert res.bootstrap_command == bootstrap_command()
+
+    env = tmp_path / "box-venv"
+    venv.create(env, with_pip=True)  # ensurepip: offline by construction
+    cmd = bootstrap_command(str(boot)).split()
+    assert cmd[:3] == ["python3", "-m", "pip"]
+    subprocess.run([str(env / "bin" / "python"), *cmd[1:]], check=True, capture_output=True, cwd=out,
+                   env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"})
+    got = subprocess.run([str(env / "bin" / "wh"), "--version"], capture_output=True, text=True, check=True)
+    assert "0.1.0" in got.stdout
