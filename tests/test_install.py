@@ -330,3 +330,49 @@ def test_install_path_imports_nothing_that_can_open_a_socket():
             "'asyncio', 'urllib3', 'requests')]\nprint(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+# ---- with the real `wh stage` against a loopback index ------------------------------------------
+
+from index_fixtures import pyindex  # noqa: E402,F401  (fixture)
+
+
+def test_wheelhouse_made_by_wh_stage_installs_offline(pyindex, tmp_path):
+    pub = tmp_path / "pub"
+    make_wheel(pub, "web", "1.0", requires=["core>=2"], modules={"web/__init__.py": "import core\nV = core.V\n"},
+               entry_points={"console_scripts": {"web-version": "web.cli:main"}},
+               files={"web/cli.py": "def main():\n    import web\n    print('web', web.V)\n"})
+    make_wheel(pub, "core", "1.0", modules={"core/__init__.py": "V = 1\n"})
+    make_wheel(pub, "core", "2.0", modules={"core/__init__.py": "V = 2\n"}, pad_bytes=50_000)
+    idx = pyindex(pub)
+    out = tmp_path / "staged"
+    r = wh("stage", "web", "-i", idx.url, "-o", out, "--no-bootstrap", "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    venv = tmp_path / "venv"
+    r = wh("install", out, "--venv", venv, "--json")
+    assert r.returncode == 0, r.stderr
+    assert {(d["name"], d["version"]) for d in json.loads(r.stdout)["installed"]} == {("web", "1.0"), ("core", "2.0")}
+    got = subprocess.run([venv / "bin" / "web-version"], capture_output=True, text=True)
+    assert got.stdout.strip() == "web 2"
+
+
+def test_wheelhouse_patches_are_applied_after_install(tmp_path):
+    original, payload = "def ok():\n    return True\n", "def ok():\n    return False  # fixed\n"
+    w = make_wheel(tmp_path / "w", "tinyengine", "1.0",
+                   modules={"tinyengine/__init__.py": "", "tinyengine/kernel.py": original})
+    house = make_wheelhouse(tmp_path / "house", [w], patches=["patches/fix/spec.toml", "patches/fix/kernel_fix.py"])
+    spec_dir = house / "patches" / "fix"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel_fix.py").write_text(payload)
+    sha = lambda t: __import__("hashlib").sha256(t.encode()).hexdigest()  # noqa: E731
+    (spec_dir / "spec.toml").write_text(
+        '[patch]\nname = "tiny"\ndistribution = "tinyengine"\nfile = "tinyengine/kernel.py"\n'
+        f'payload = "kernel_fix.py"\nbefore-sha256 = ["{sha(original)}"]\npayload-sha256 = "{sha(payload)}"\n')
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv, "--json")
+    assert r.returncode == 0, r.stderr
+    assert any("applied" in p or "patched" in p for p in json.loads(r.stdout)["patches"]), r.stdout
+    assert (site(venv) / "tinyengine" / "kernel.py").read_text() == payload
+    v2 = tmp_path / "v2"
+    assert wh("install", house, "--venv", v2, "--no-patches").returncode == 0
+    assert (site(v2) / "tinyengine" / "kernel.py").read_text() == original

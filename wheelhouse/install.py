@@ -430,15 +430,18 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
 
 
 def _apply_patches(houses: Sequence[Wheelhouse], interp: Interpreter, reporter: Reporter) -> list[str]:
+    """Apply each wheelhouse's patch specs (``patches/**.toml``; the payload files beside them are data)."""
     from . import patch  # checked to exist before anything changed
 
     applied = []
     for h in houses:
         for rel in h.patches:
-            spec = h.path / rel
-            reporter.note(f"patch {rel}")
-            patch.apply_patch(spec, python=interp.executable)
-            applied.append(str(spec))
+            if not rel.endswith(".toml"):
+                continue
+            outcome = patch.apply_patch(h.path / rel, python=interp.executable)
+            line = f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
+            reporter.note(line)
+            applied.append(line)
     return applied
 
 
