@@ -396,6 +396,16 @@ def _patch_dir(site: Path, name: str) -> Path:
     return site / ".wh" / "patches" / name
 
 
+def _remove_patch_dir(pdir: Path) -> None:
+    """Remove a patch's backup folder, and ``.wh/patches`` and ``.wh`` when that leaves them empty."""
+    shutil.rmtree(pdir, ignore_errors=True)
+    for parent in (pdir.parent, pdir.parent.parent):
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
 # --- the three verbs ----------------------------------------------------------------------
 def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None, force: bool = False) -> PatchOutcome:
     """Apply one patch spec to the distribution installed for ``python``; see the module docstring."""
@@ -446,7 +456,7 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
             backup.unlink(missing_ok=True)
             record.unlink(missing_ok=True)
         else:
-            shutil.rmtree(pdir, ignore_errors=True)
+            _remove_patch_dir(pdir)
         return PatchRolledBack(f"patch {spec.name}: {message}; {target} restored (sha256 {current})",
                                hint="the payload does not work with this install: check the payload and the installed versions",
                                detail=detail)
@@ -461,7 +471,7 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
         if verification and not verification.ran:
             raise rollback(f"verification {spec.verify.call} failed", verification.output[-3000:])
         if verification and verification.matched is False:
-            raise rollback(f"verification {spec.verify.call} returned {verification.value!r}, expected {verification.expect!r}", verification.output[-3000:])
+            raise rollback(f"verification {spec.verify.call} returned {verification.value!r}, expected {verification.expected!r}", verification.output[-3000:])
     except PatchRolledBack:
         raise
     except BaseException:
@@ -519,5 +529,5 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
     if hashlib.sha256(original).hexdigest() != rec["before_sha256"]:
         raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec['before_sha256']}", hint=f"reinstall {spec.distribution}")
     write_atomic(target, original, mode=target.stat().st_mode & 0o777)
-    shutil.rmtree(pdir, ignore_errors=True)
+    _remove_patch_dir(pdir)
     return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)
