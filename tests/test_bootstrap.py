@@ -57,6 +57,16 @@ def test_self_wheel_from_checkout_has_the_cli_and_is_cached(tmp_path):
     assert not (root / "build").exists() or not any((root / "build").glob("lib*/wheelhouse/stage.py"))
 
 
+def test_self_wheel_carries_every_subpackage_of_the_checkout(tmp_path):
+    """A subpackage missing from pyproject's package list would be missing on the box."""
+    root = Path(__file__).resolve().parent.parent
+    wanted = {p.parent.relative_to(root).as_posix() + "/__init__.py" for p in (root / "wheelhouse").rglob("__init__.py")
+              if "__pycache__" not in p.parts}
+    with zipfile.ZipFile(self_wheel(tmp_path / "cache").path) as zf:
+        names = set(zf.namelist())
+    assert wanted <= names, sorted(wanted - names)
+
+
 def test_repack_installed_makes_a_valid_wheel_without_bytecode(tmp_path):
     wheel = repack_installed("click", tmp_path)
     assert wheel.name.startswith("click-") and wheel.name.endswith("-py3-none-any.whl")
