@@ -446,7 +446,8 @@ class _ProgressReporter(BaseReporter):
 
 def _parse_root(text: str, source: PackageSource) -> _Req:
     raw = text.strip()
-    if raw.endswith(".whl") or raw.startswith(("file:", "http://", "https://", "./", "/", "~")):
+    named = "@" in raw.split("/")[0] or " @ " in raw  # "name @ url" is a PEP 508 direct reference
+    if not named and (raw.endswith(".whl") or raw.startswith(("file:", "http://", "https://", "./", "../", "/", "~"))):
         d = source.direct(raw)
         return _Req("pkg", d.name, raw, SpecifierSet(), direct=d)
     try:
@@ -567,25 +568,25 @@ def _pins(result, provider: _Provider) -> tuple[Pin, ...]:
 
 
 # --- explaining failure ------------------------------------------------------------------------
-def _chain(provider: _Provider, name: str, first_parent: str | None, limit: int = 6) -> str:
-    """"a==1 <- b==2 <- (requested)": who pulled ``name`` in, following first recorded parents."""
-    out = []
+def _chain(provider: _Provider, name: str, limit: int = 6) -> str:
+    """"b==2 <- a==1 <- (requested)": who pulled ``name`` in, following the first recorded parent."""
+    parts: list[str] = []
     seen = {name}
-    parent = first_parent
-    while parent is not None and len(out) < limit:
-        out.append(parent)
-        pname = parent.split("==")[0]
-        if pname in seen:
+    cur = name
+    while len(parts) < limit:
+        if cur in provider.root_texts:
+            parts.append(ROOT)
             break
-        seen.add(pname)
-        if pname in provider.root_texts:
-            out.append(ROOT)
+        recs = provider.parents.get(cur)
+        if not recs:
             break
-        nxt = provider.parents.get(pname)
-        parent = nxt[0][1] if nxt else None
-    if not out:
-        out.append(ROOT)
-    return " <- ".join(out)
+        parent = recs[0][1]
+        parts.append(parent)
+        cur = parent.split("==")[0]
+        if cur in seen:
+            break
+        seen.add(cur)
+    return " <- ".join(parts) or ROOT
 
 
 def _explain(exc: ResolutionImpossible, provider: _Provider, target: TargetProfile, source: PackageSource, roots) -> WhError:
@@ -599,7 +600,7 @@ def _explain(exc: ResolutionImpossible, provider: _Provider, target: TargetProfi
             if c.parent is None:
                 continue
             versions[c.parent.name] = str(c.parent.version)
-            lines.append(f"  {c.parent.name} {c.parent.version}: {_chain(provider, c.parent.name, str(c.parent))}")
+            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent.name)}")
         g = next(g for g in provider.groups if g.name == group)
         rule = "identical versions" if g.exact else "one major.minor release"
         return ToolchainSkew(
@@ -626,7 +627,7 @@ def _explain(exc: ResolutionImpossible, provider: _Provider, target: TargetProfi
                                  hint="pin an older release that supports the target's Python, or stage for another --python-version")
     lines = []
     for c in causes:
-        who = ROOT if c.parent is None else _chain(provider, c.parent.name, str(c.parent))
+        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent.name)}"
         lines.append(f"  {c.requirement.text} <- {who}")
     names = sorted({c.requirement.name for c in causes})
     return ResolutionConflict(
@@ -636,7 +637,7 @@ def _explain(exc: ResolutionImpossible, provider: _Provider, target: TargetProfi
 
 
 def _explain_empty(req: _Req, parent, provider: _Provider, target: TargetProfile, source: PackageSource) -> WhError:
-    who = "" if parent is None else f" (required by {_chain(provider, parent.name, str(parent))})"
+    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent.name)})"
     if req.direct is not None:
         d = req.direct
         if target.wheel_rank(d.filename) is None:
@@ -721,6 +722,7 @@ def _valid(v: str) -> bool:
 
 def _accepts(target: TargetProfile) -> str:
     plats = [p for p in target.platforms if p != "any"]
-    best = plats[0] if plats else "any"
+    # The portable policy tag says more than linux_<arch> (locally built wheels only).
+    best = next((p for p in plats if p.startswith(("manylinux_", "musllinux_"))), plats[0] if plats else "any")
     interp = sorted({t.split("-")[1] for t in target.tags} - {"none"})
     return f"{'/'.join(interp) or 'none'} wheels for platforms up to {best} (and pure-Python wheels)"
