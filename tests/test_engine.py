@@ -76,7 +76,7 @@ def test_seed_recipe_is_pr70_with_pr243_backport():
     assert {"pull/70/head", "pull/243/head"} <= set(r.refs_to_fetch())
     (b,) = r.backports
     assert b.path == "python/freetoken/kernel/triton/fp8_pertensor_linear.py" and b.ref == "pull/243/head"
-    assert b.export == "patches/fp8_pertensor_linear.py"
+    assert b.export == "patches/freetoken-fp8-rowwise/fp8_pertensor_linear.py"  # beside the staged spec
     assert r.build.no_build_isolation and r.build.link_sonames
 
 
@@ -139,7 +139,7 @@ def test_backport_hash_mismatch_refused_with_both_hashes(tmp_path, toy_repo):
 def test_build_needs_soname_links_then_installs_imports_and_is_reused(tmp_path, toy_repo):
     py = toy_engine.make_build_venv(tmp_path / "venv")
     out, cache = tmp_path / "wheelhouse", tmp_path / "cache"
-    backport = [("toyengine/kernel.py", "pull/7/head", None, "patches/kernel.py")]
+    backport = [("toyengine/kernel.py", "pull/7/head", None, "patches/toy-fix/kernel.py")]
 
     # 1. Without the unversioned soname the linker fails, and wh shows the linker's own line.
     recipe = write_recipe(tmp_path, toy_repo, toy_repo["base"], fetch=["pull/7/head"], backports=backport, link_sonames=False)
@@ -172,7 +172,7 @@ def test_build_needs_soname_links_then_installs_imports_and_is_reused(tmp_path, 
     assert eng["backports"][0]["ref_commit"] == toy_repo["pr"] and eng["tree_status"] == [" M toyengine/kernel.py"]
     assert eng["tool"]["name"] == "wh" and eng["log"] == f"logs/{log.name}"
     assert data["target"]["abi"].startswith("cp3")  # a minimal wheelhouse: target = the build interpreter
-    assert (out / "patches" / "kernel.py").read_text() == toy_engine.KERNEL_V2
+    assert (out / "patches" / "toy-fix" / "kernel.py").read_text() == toy_engine.KERNEL_V2
     assert eng["artifacts"][0]["sha256"] == eng["backports"][0]["sha256"]
 
     # 3. The wheel installs with no index into a fresh venv, imports, and calls into libcudart.
@@ -215,3 +215,43 @@ def test_build_into_non_wheelhouse_folder_refused(tmp_path, toy_repo):
     assert proc.returncode == 2
     assert "has no wh.json" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["something.txt"]
+
+
+def _spec_without_hashes(out: Path) -> Path:
+    spec = out / "patches" / "toy-fix" / "toy-fix.toml"  # where `wh stage` puts a spec
+    spec.write_text('[patch]\nname = "toy-fix"\ndistribution = "toyengine"\nfile = "toyengine/kernel.py"\n'
+                    'payload = "kernel.py"\n\n[patch.verify]\ncall = "toyengine.kernel:rowwise_ok"\nexpect = false\n')
+    return spec
+
+
+def test_built_wheelhouse_drives_wh_patch(tmp_path, toy_repo, wheel_factory):
+    """The backport `wh build` exported is a patch payload whose hashes come from wh.json."""
+    py = toy_engine.make_build_venv(tmp_path / "venv")
+    out = tmp_path / "wheelhouse"
+    recipe = write_recipe(tmp_path, toy_repo, toy_repo["base"], fetch=["pull/7/head"],
+                          backports=[("toyengine/kernel.py", "pull/7/head", None, "patches/toy-fix/kernel.py")])
+    assert wh("build", recipe, "-o", out, "--python", py, "--cache-dir", tmp_path / "cache").returncode == 0
+    spec = _spec_without_hashes(out)
+
+    def venv_with(wheel):
+        target = tmp_path / f"t-{wheel.stem}"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
+                        "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel)], check=True)
+        return target / "bin" / "python"
+
+    # The built wheel already carries the backport: apply is a no-op that says so.
+    built = venv_with(next((out / "wheels").glob("*.whl")))
+    proc = wh("patch", "apply", spec, "--python", built, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "already-patched"
+
+    # A toyengine built elsewhere from the PR's base (the "released" wheel) gets patched.
+    released = wheel_factory("toyengine", "0.1.0", modules={"toyengine/__init__.py": "", "toyengine/kernel.py": toy_engine.KERNEL_V1})
+    other = venv_with(released)
+    proc = wh("patch", "apply", spec, "--python", other, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["state"] == "applied" and data["verification"]["value"] is False
+    installed = next((other.parent.parent / "lib").glob("python3*/site-packages")) / "toyengine" / "kernel.py"
+    assert installed.read_text() == toy_engine.KERNEL_V2
