@@ -208,6 +208,11 @@ def run_probe(
     _kill_group(proc)
     for t in threads:
         t.join(timeout=2)
+    for pipe in (proc.stdout, proc.stderr):
+        try:
+            pipe.close()
+        except OSError:
+            pass
     return ProbeResult(
         probe=name or Path(script).stem,
         returncode=proc.returncode,
