@@ -109,3 +109,12 @@ def test_missing_build_requirements_checks_versions():
     installed = {"setuptools": "60.0", "torch": "2.11.0+cu130"}
     assert missing_build_requirements(["setuptools>=61", "torch>=2.11,<2.12", "wheel"], installed) == [
         "setuptools>=61 (installed: 60.0)", "wheel (installed: none)"]
+
+
+def test_marker_excluded_build_requirements_are_not_demanded():
+    env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
+           "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
+           "implementation_version": "3.12.3"}
+    reqs = ["tomli; python_version < '3.11'", "triton; platform_system == 'Linux'"]
+    assert missing_build_requirements(reqs, {}, env) == ["triton; platform_system == 'Linux' (installed: none)"]

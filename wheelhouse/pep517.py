@@ -167,7 +167,8 @@ def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, 
         except InvalidRequirement:
             missing.append(text)
             continue
-        if req.marker is not None and marker_env is not None and not req.marker.evaluate(dict(marker_env)):
+        # The interpreter's whole environment is passed, so no host fact leaks into the evaluation.
+        if req.marker is not None and marker_env is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
             continue
         have = installed.get(canonicalize_name(req.name))
         if have is None or (req.specifier and not req.specifier.contains(have, prereleases=True)):
@@ -195,12 +196,14 @@ def build_wheel(
     isolation: bool = False,
     config_settings: Mapping[str, str] | None = None,
     label: str | None = None,
+    marker_env: Mapping[str, str] | None = None,
 ) -> BuildResult:
     """Build ``source_dir`` into one wheel in ``out_dir`` with the backend run by ``python``.
 
     ``isolation=False`` (the default, and the only choice offline) uses the build
     requirements already installed in ``python``; missing ones are a
-    BuildDepsMissing naming them. Every line the backend prints goes to ``sink``
+    BuildDepsMissing naming them (``marker_env``: the interpreter's full PEP 508
+    environment, so marker-excluded requirements are skipped). Every line the backend prints goes to ``sink``
     and ``log_path``; a failed hook raises BuildFailed with the compiler's lines.
     """
     import pyproject_hooks  # a dependency of `build`
@@ -233,9 +236,9 @@ def build_wheel(
                 warnings.simplefilter("always")
                 if not isolation:
                     installed = _installed(py, env)
-                    missing = missing_build_requirements(requires, installed)
+                    missing = missing_build_requirements(requires, installed, marker_env)
                     if not missing:
-                        missing = missing_build_requirements(caller.get_requires_for_build_wheel(config_settings), installed)
+                        missing = missing_build_requirements(caller.get_requires_for_build_wheel(config_settings), installed, marker_env)
                     if missing:
                         raise BuildDepsMissing(
                             f"{py} lacks build requirements: {'; '.join(missing)}",
