@@ -306,3 +306,44 @@ def test_invalid_requirement_is_a_usage_error(pyindex, wheels, t312, tmp_path):
     with pytest.raises(UsageError):
         _stage(idx, ["app==="], t312, tmp_path / "wh", tmp_path / "cache")
     assert not (tmp_path / "wh").exists()
+
+
+# --- the manifest's target and toolchain groups reach the resolver --------------------------------
+
+def test_manifest_target_applies_when_no_flag_is_given(pyindex, wheels, tmp_path):
+    idx = pyindex(wheels, serve_metadata=True)
+    stack = tmp_path / "stack.toml"
+    stack.write_text('[stack]\nrequirements = ["app"]\n[target]\npython-version = "3.12"\nplatforms = ["manylinux_2_35_x86_64"]\n')
+    r = CliRunner().invoke(cli, ["stage", str(stack), "--dry-run", "--json", "--index-url", idx.url,
+                                 "--cache-dir", str(tmp_path / "c"), "--no-bootstrap"])
+    assert r.exit_code == 0, r.output
+    files = {p["name"]: p["filename"] for p in json.loads(r.stdout)["packages"]}
+    assert files["lib"] == f"lib-2.0-{_lib('cp312')}.whl" and "old" not in files
+    # A flag wins over the manifest: a 3.11 target brings `old` back (python_version < "3.12").
+    r = CliRunner().invoke(cli, ["stage", str(stack), "--dry-run", "--json", "--index-url", idx.url,
+                                 "--cache-dir", str(tmp_path / "c"), "--no-bootstrap",
+                                 "--python-version", "3.11", "--platform", "manylinux_2_35_x86_64"])
+    assert r.exit_code == 0, r.output
+    assert "old" in {p["name"] for p in json.loads(r.stdout)["packages"]}
+
+
+def test_manifest_toolchain_group_refuses_skew_and_allows_the_exception(pyindex, tmp_path, t312):
+    from wheelhouse.resolve import ToolchainSkew
+
+    pub = tmp_path / "nv"
+    for name, versions in {"nvcc": ["13.0.1", "13.4.59"], "nvvm": ["13.0.1"], "cccl": ["13.0.85"]}.items():
+        for v in versions:
+            make_wheel(pub, f"nvidia-{name}", v)
+    idx = pyindex(pub, serve_metadata=True)
+    group = '[[toolchain]]\nname = "cuda"\npackages = ["nvidia-nvcc", "nvidia-nvvm", "nvidia-cccl"]\nexact = true\n'
+    skewed = tmp_path / "skew.toml"
+    skewed.write_text('[stack]\nrequirements = ["nvidia-nvcc==13.4.59", "nvidia-nvvm==13.0.1"]\n' + group)
+    with pytest.raises(ToolchainSkew):
+        stage(load_manifest(skewed), [], t312, tmp_path / "a", index_urls=[idx.url], cache_dir=tmp_path / "c", bootstrap=False)
+    assert not (tmp_path / "a").exists()
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[stack]\nrequirements = ["nvidia-nvcc==13.0.1", "nvidia-nvvm", "nvidia-cccl==13.0.85"]\n'
+                  + group.replace("exact = true\n", 'exact = true\nexceptions = ["nvidia-cccl"]\n'))
+    res = stage(load_manifest(ok), [], t312, tmp_path / "b", index_urls=[idx.url], cache_dir=tmp_path / "c",
+                bootstrap=False, dry_run=True)
+    assert {f.name: f.version for f in res.files} == {"nvidia-nvcc": "13.0.1", "nvidia-nvvm": "13.0.1", "nvidia-cccl": "13.0.85"}
