@@ -320,3 +320,51 @@ def test_model_checks_from_the_cli(tmp_path, zoo):
     res = {r["id"]: r for r in json.loads(proc.stdout)["results"]}
     assert res["model:tp-num-attention-heads"]["verdict"] == "fail"
     assert res["model:tp-vocab-size"]["verdict"] == "ok"
+
+
+# ---- GPU facts from nvidia-smi (a fake one on PATH: CI has no GPU) ----------------------------------
+
+FAKE_SMI = r"""#!/bin/sh
+case "$1" in
+  --query-gpu=*) printf '0, NVIDIA L4, 8.9, 23034, 1, 580.159.04\n1, NVIDIA L4, 8.9, 23034, 19789, 580.159.04\n' ;;
+  topo) printf '\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPHB\t0-45\nGPU1\tPHB\t X \t0-45\n' ;;
+  *) printf '| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |\n' ;;
+esac
+"""
+
+
+def test_query_gpus_parses_nvidia_smi(tmp_path, monkeypatch):
+    from wheelhouse.gpu import query_gpu_facts, query_gpus
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
+    gpus = query_gpus()
+    assert [(g.index, g.name, g.compute_capability, g.memory_total_mib, g.memory_used_mib) for g in gpus] == [
+        (0, "NVIDIA L4", "8.9", 23034, 1), (1, "NVIDIA L4", "8.9", 23034, 19789)]
+    assert gpus[0].sm == "sm_89"
+    facts = query_gpu_facts()
+    assert facts.driver_version == "580.159.04" and facts.cuda_version == "13.0" and facts.topology == "pcie"
+
+
+def test_query_gpus_without_nvidia_smi_is_empty(monkeypatch, tmp_path):
+    from wheelhouse.gpu import query_gpus
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
+    assert query_gpus() == []
+
+
+def test_busy_card_and_pcie_interconnect_are_reported(zoo, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    report = run_doctor(str(zoo), checks=["gpu:memory", "gpu:interconnect", "gpu:devices"])
+    assert report.get("gpu:memory").verdict == "warn" and "GPU 1 has 19789 MiB in use" in report.get("gpu:memory").evidence
+    assert report.get("gpu:interconnect").verdict == "info" and "PCIe only" in report.get("gpu:interconnect").evidence
+    assert "2 GPU(s), driver 580.159.04" in report.get("gpu:devices").evidence

@@ -1,0 +1,116 @@
+"""Time a full `wh doctor` on an environment of ~150+ distributions, every native one import-probed.
+
+Builds a venv on the spot: 120 small pure-Python wheels plus 36 extension
+packages compiled with gcc (real .so files, imported for real), installs them,
+then times, in the same run:
+
+- ``wh doctor`` (all checks, default --jobs = cores) through ``run_doctor``;
+- ``pip check`` on the same venv (metadata only: imports nothing) as a floor;
+- a naive loop: one ``python -c "import X"`` per native module, sequentially.
+
+Goal: the doctor under 10 s on a 2-core machine. Usage::
+
+    python bench/bench_doctor.py [--pure 120] [--native 36] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from broken_packages import _ext, _tags, have_toolchain, make_venv, site_packages  # noqa: E402
+from wheelmaker import make_wheel  # noqa: E402
+
+import sysconfig  # noqa: E402
+import zipfile  # noqa: E402
+
+
+def build(folder: Path, pure: int, native: int) -> tuple[list[Path], list[str]]:
+    build_dir = folder / "build"
+    build_dir.mkdir(parents=True)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    core = _ext(build_dir, "_core")  # gcc: PyInit__core, valid as <pkg>._core in every package
+    wheels, natives = [], []
+    for i in range(pure):
+        name = f"purepkg{i:03d}"
+        body = "".join(f"def f{j}(x):\n    return x + {j}\n" for j in range(20))
+        wheels.append(make_wheel(folder / "wheels", name, "1.0", modules={f"{name}/__init__.py": body,
+                                                                       f"{name}/util.py": body}))
+    for i in range(native):
+        name = f"natpkg{i:03d}"
+        natives.append(name)
+        wheels.append(make_wheel(folder / "wheels", name, "1.0", tags=_tags(),
+                                 modules={f"{name}/__init__.py": "from ._core import answer\nimport json, decimal\n"},
+                                 files={f"{name}/_core{suffix}": core}))
+    return wheels, natives
+
+
+def install(py: Path, wheels: list[Path]) -> None:
+    site = site_packages(py)
+    for w in wheels:
+        with zipfile.ZipFile(w) as zf:
+            zf.extractall(site)
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pure", type=int, default=120)
+    ap.add_argument("--native", type=int, default=36)
+    ap.add_argument("--keep", type=Path, help="build here and keep it (default: a temp dir)")
+    args = ap.parse_args()
+    if not have_toolchain():
+        print("needs gcc and Python.h", file=sys.stderr)
+        return 2
+    from wheelhouse.doctor import run_doctor
+
+    with tempfile.TemporaryDirectory(prefix="wh-bench-doctor-") as tmp:
+        base = args.keep or Path(tmp)
+        t_build, (wheels, natives) = timed(lambda: build(base / "src", args.pure, args.native))
+        py = make_venv(base / "venv", with_pip=False)
+        install(py, wheels)
+        t_doc, report = timed(lambda: run_doctor(str(py)))
+        t_native, _ = timed(lambda: run_doctor(str(py), checks=["native"]))
+        ndist = report.facts["distributions"]
+        nnative = sum(1 for r in report.results if r.group == "native")
+        bad = [r.id for r in report.results if r.verdict in ("fail", "error")]
+        t_pip, proc = timed(lambda: subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "check"],
+                                                    capture_output=True, text=True))
+        pip_note = "" if proc.returncode == 0 else f" (pip check exit {proc.returncode}: {proc.stdout.strip()[:80]})"
+
+        def naive():
+            for m in natives:
+                subprocess.run([str(py), "-c", f"import {m}"], check=True, capture_output=True)
+
+        t_naive, _ = timed(naive)
+        print(f"environment: {ndist} distributions, {len(natives)} gcc-built native packages "
+              f"(built in {t_build:.1f}s); {os.cpu_count()} cores")
+        print(f"wh doctor (all checks; {nnative} native distributions import-probed): {t_doc:.2f}s "
+              f"{'OK' if t_doc < 10 else 'OVER the 10 s goal'}")
+        print(f"pip check (imports nothing): {t_pip:.2f}s{pip_note} -> doctor/pip-check = {t_doc / t_pip:.1f}x")
+        print(f"wh doctor --check native alone: {t_native:.2f}s; naive sequential `python -c 'import X'` per native "
+              f"module: {t_naive:.2f}s -> naive/doctor = {t_naive / max(t_native, 1e-9):.1f}x")
+        if bad:
+            print("unexpected failures: " + ", ".join(bad))
+        slow = sorted(report.results, key=lambda r: -r.seconds)[:3]
+        print("slowest checks: " + ", ".join(f"{r.id} {r.seconds:.2f}s" for r in slow))
+        return 0 if t_doc < 10 and not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
