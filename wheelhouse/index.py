@@ -174,28 +174,45 @@ def _metadata_info(value) -> tuple[bool, str | None]:
 
 
 def parse_simple_json(data: Mapping, page_url: str, origin: str) -> list[Distfile]:
-    """PEP 691 project page -> Distfiles. URLs may be relative to the page."""
+    """PEP 691 project page -> Distfiles. URLs may be relative to the page.
+
+    Big projects list tens of thousands of files (every nightly, every platform), so this is a hot
+    path: wheel names are split by hand (PEP 427) and absolute URLs are not re-joined.
+    """
     out = []
+    names: dict[str, str] = {}
     for f in data.get("files", ()):
         filename = f.get("filename") or ""
-        url, frag_hashes = _split_hash_fragment(urllib.parse.urljoin(page_url, f.get("url", "")))
-        hashes = dict(frag_hashes)
-        hashes.update({k: v for k, v in (f.get("hashes") or {}).items() if isinstance(v, str)})
+        raw_url = f.get("url", "")
+        if not raw_url.startswith(("https://", "http://")):
+            raw_url = urllib.parse.urljoin(page_url, raw_url)
+        if "#" in raw_url:
+            url, hashes = _split_hash_fragment(raw_url)
+        else:
+            url, hashes = raw_url, {}
+        h = f.get("hashes")
+        if h:
+            hashes.update({k: v for k, v in h.items() if isinstance(v, str)})
         meta = f.get("core-metadata", f.get("data-dist-info-metadata", f.get("dist-info-metadata")))
         has_meta, meta_sha = _metadata_info(meta)
         yanked = f.get("yanked", False)
-        d = distfile_from_filename(
-            filename,
-            url,
-            hashes=hashes,
-            origin=origin,
+        size = f.get("size")
+        info = dict(
             requires_python=f.get("requires-python") or None,
             yanked=bool(yanked),
             yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
-            size=f.get("size") if isinstance(f.get("size"), int) else None,
+            size=size if isinstance(size, int) else None,
             metadata_url=url + ".metadata" if has_meta else None,
             metadata_sha256=meta_sha,
         )
+        parts = filename[:-4].split("-") if filename.endswith(".whl") else ()
+        if len(parts) in (5, 6):
+            name = names.get(parts[0])
+            if name is None:
+                name = names[parts[0]] = canonicalize_name(parts[0])
+            out.append(Distfile(name=name, version=parts[1], filename=filename, url=url, hashes=hashes, origin=origin, **info))
+            continue
+        d = distfile_from_filename(filename, url, hashes=hashes, origin=origin, **info)
         if d is not None:
             out.append(d)
     return out

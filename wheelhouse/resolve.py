@@ -25,6 +25,7 @@ likely pick are fetched in parallel, so the search itself mostly hits memory.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence as SequenceABC
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -268,12 +269,17 @@ class _Provider(AbstractProvider):
         self._lock = threading.Lock()
         self._prefetched: set[str] = set()
         self.root_texts: dict[str, set[str]] = {}
+        self._installable_memo: dict[str, dict[Version, list[Distfile]]] = {}
+        self._pins: Mapping[str, _Cand] | None = None
+        self._deps_memo: dict[tuple, list[_Req]] = {}
 
     # --- resolvelib API -------------------------------------------------------------------
     def identify(self, requirement_or_candidate):
         return requirement_or_candidate.ident
 
     def get_preference(self, identifier, resolutions, candidates, information, backtrack_causes):
+        # The live pins of this round; find_matches uses them to treat pins as decisions (below).
+        self._pins = resolutions
         infos = list(information[identifier])
         virtual = identifier.startswith("<")
         direct = any(i.requirement.direct is not None for i in infos)
@@ -292,7 +298,44 @@ class _Provider(AbstractProvider):
             values = {Version(next(iter(r.specifier)).version.rstrip(".*")) for r in reqs}
             ok = [v for v in values if v not in bad and all(r.specifier.contains(v, prereleases=True) for r in reqs)]
             return [_Cand("toolchain", reqs[0].name, v) for v in sorted(ok, reverse=True)]
-        return [c for c in self.candidates(reqs[0].name, reqs) if c.version not in bad]
+        cands = [c for c in self.candidates(reqs[0].name, reqs) if c.version not in bad]
+        if len(cands) < 2:
+            return cands
+        return _Ordered(cands, self._decided_first)
+
+    def _decided_first(self, cands: list[_Cand]):
+        """Candidates whose dependencies agree with the current pins first, the others after.
+
+        resolvelib re-pins a project when a later candidate needs another version of it; PubGrub
+        (uv) treats a pin as a decision and moves on to the candidate's next version instead. This
+        ordering gives uv's answer where several are valid (e.g. cuda-python, whose releases each
+        need one cuda-bindings line, after cuda-bindings was decided) and still lets resolvelib
+        re-pin when no version agrees. Lazy: resolvelib asks for one candidate at a time, and
+        metadata is read only as far as it asks.
+        """
+        deferred = []
+        for c in cands:
+            if self._pins and not self._agrees_with_pins(c):
+                deferred.append(c)
+                continue
+            yield c
+        yield from deferred
+
+    def _agrees_with_pins(self, cand: _Cand) -> bool:
+        try:
+            deps = self._deps(cand)
+        except WhError:
+            return True  # let get_dependencies raise it where resolvelib can report it
+        pins = self._pins or {}
+        for d in deps:
+            if d.kind == "python":
+                if not d.specifier.contains(self.python, prereleases=True):
+                    return False
+            elif d.kind == "pkg":
+                pin = pins.get(d.name)
+                if pin is not None and pin.kind == "pkg" and not self.is_satisfied_by(d, pin):
+                    return False
+        return True
 
     def is_satisfied_by(self, requirement, candidate):
         if requirement.kind != candidate.kind:
@@ -304,20 +347,8 @@ class _Provider(AbstractProvider):
     def get_dependencies(self, candidate):
         if candidate.kind != "pkg":
             return []
+        deps = list(self._deps(candidate))
         parent = str(candidate)
-        deps: list[_Req] = []
-        if candidate.extras:
-            base = candidate.distfile if candidate.distfile.origin == "direct" else None
-            deps.append(_Req("pkg", candidate.name, f"{candidate.name}=={candidate.version}", SpecifierSet(f"=={candidate.version}"), direct=base))
-        meta = self.reader.read(candidate.distfile)
-        if meta.requires_python and not candidate.extras:
-            spec = _spec_of(meta.requires_python)
-            if spec is not None:
-                deps.append(_Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
-        for line in meta.requires_dist:
-            req = self._parse_dep(line, candidate)
-            if req is not None:
-                deps.append(req)
         if not candidate.extras:
             for g in self.groups:
                 if g.has(candidate.name):
@@ -331,6 +362,28 @@ class _Provider(AbstractProvider):
                 elif d.kind == "toolchain":
                     self.parents.setdefault(f"{_TOOLCHAIN}{d.name}>", []).append((d.text, parent))
         self._prefetch([d for d in deps if d.kind == "pkg"])
+        return deps
+
+    def _deps(self, candidate: _Cand) -> list[_Req]:
+        """Requirements of a candidate from its METADATA, markers judged for the target."""
+        key = (candidate.distfile.url, candidate.extras)
+        hit = self._deps_memo.get(key)
+        if hit is not None:
+            return hit
+        deps: list[_Req] = []
+        if candidate.extras:
+            base = candidate.distfile if candidate.distfile.origin == "direct" else None
+            deps.append(_Req("pkg", candidate.name, f"{candidate.name}=={candidate.version}", SpecifierSet(f"=={candidate.version}"), direct=base))
+        meta = self.reader.read(candidate.distfile)
+        if meta.requires_python and not candidate.extras:
+            spec = _spec_of(meta.requires_python)
+            if spec is not None:
+                deps.append(_Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
+        for line in meta.requires_dist:
+            req = self._parse_dep(line, candidate)
+            if req is not None:
+                deps.append(req)
+        self._deps_memo[key] = deps
         return deps
 
     # --- candidates -----------------------------------------------------------------------
@@ -360,25 +413,54 @@ class _Provider(AbstractProvider):
             files = [f for f in by_version[v] if not f.yanked or v in pinned]
             if not files:
                 continue
-            best = min(files, key=lambda f: (self.target.wheel_rank(f.filename), _neg_build(f)))
+            best = min(files, key=lambda f: (self.rank(f.filename), _neg_build(f)))
             out.append(_Cand("pkg", name, v, best, extras))
         return out
 
     def _installable(self, name: str) -> dict[Version, list[Distfile]]:
         """Wheels of ``name`` the target can install (tags and index requires-python), by version."""
+        hit = self._installable_memo.get(name)
+        if hit is not None:
+            return hit
         out: dict[Version, list[Distfile]] = {}
+        specs: dict[str, bool] = {}
+        versions: dict[str, Version | None] = {}
         for f in self.source.files(name):
-            if not f.is_wheel or self.target.wheel_rank(f.filename) is None:
+            if not f.is_wheel or self.rank(f.filename) is None:
                 continue
-            spec = _spec_of(f.requires_python)
-            if spec is not None and not self.target.accepts_python(spec):
-                continue
-            try:
-                v = Version(f.version)
-            except InvalidVersion:
+            if f.requires_python:
+                ok = specs.get(f.requires_python)
+                if ok is None:
+                    spec = _spec_of(f.requires_python)
+                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
+                if not ok:
+                    continue
+            v = versions.get(f.version, False)
+            if v is False:
+                try:
+                    v = versions[f.version] = Version(f.version)
+                except InvalidVersion:
+                    v = versions[f.version] = None
+            if v is None:
                 continue
             out.setdefault(v, []).append(f)
+        self._installable_memo[name] = out
         return out
+
+    def rank(self, filename: str) -> int | None:
+        """``target.wheel_rank`` without parsing the name: split the tag triple (PEP 425 sets)."""
+        parts = filename[:-4].split("-")
+        if len(parts) not in (5, 6):
+            return self.target.wheel_rank(filename)
+        best = None
+        tag_rank = self.target.tag_rank
+        for py in parts[-3].split("."):
+            for abi in parts[-2].split("."):
+                for plat in parts[-1].split("."):
+                    r = tag_rank(f"{py}-{abi}-{plat}")
+                    if r is not None and (best is None or r < best):
+                        best = r
+        return best
 
     def _parse_dep(self, line: str, parent: _Cand) -> _Req | None:
         try:
@@ -427,6 +509,22 @@ class _Provider(AbstractProvider):
             self._prefetch(nxt)
         except Exception:  # a guess that failed; the resolver will ask again and report it
             return
+
+
+class _Ordered(SequenceABC):
+    """Candidates whose order is decided each time resolvelib walks them (at pin time)."""
+
+    def __init__(self, items: list, order):
+        self._items, self._order = items, order
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __iter__(self):
+        return iter(self._order(self._items))
 
 
 def _neg_build(f: Distfile) -> tuple:
