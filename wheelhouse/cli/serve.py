@@ -1,0 +1,254 @@
+"""`wh serve`, `wh stop`, `wh smoke`: launch the engine, gate on its real readiness, measure from the client."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from .. import serve as srv
+from ..errors import UsageError, WhError
+from ..readiness import READY_MODES, auth_headers, make_probe
+from ..serve_lint import fill_placeholders, lint_command, port_from_command, url_values
+from ..smoke import DEFAULT_PROMPT, run_smoke
+from ._ui import emit_json
+
+__all__ = ["serve", "stop", "smoke"]
+
+DEFAULT_URL = "http://127.0.0.1:1919"  # FreeToken's `ft serve` default port
+
+
+class Interrupted(WhError):
+    code = "interrupted"
+    exit_code = 130
+
+
+class _SplitAtDashes(click.Command):
+    """Keeps everything after the first ``--`` as the engine command, untouched by click."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["wh.command"] = tuple(args[i + 1:])
+            args = args[:i]
+        else:
+            ctx.meta["wh.command"] = ()
+        return super().parse_args(ctx, args)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """`kill <wh pid>` stops the engine's group the same way Ctrl-C does."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _with_port(url: str, port: int) -> str:
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, f"{p.hostname}:{port}", p.path, p.query, p.fragment))
+
+
+def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env) -> None:
+    reporter = ui.reporter()
+    try:
+        from ..gpu import query_gpus
+        gpus = query_gpus()
+    except ImportError:
+        gpus = []
+        reporter.note("preflight: GPU query not available in this build; GPU checks see no cards")
+    doctor_fn = None
+    try:
+        from ..doctor import run_doctor
+
+        def doctor_fn():
+            return run_doctor(python=python, manifest=manifest).failed
+    except ImportError:
+        reporter.note("preflight: wh doctor not available in this build; doctor checks skipped")
+    apply = None
+    try:
+        from ..patch import apply_patch
+
+        def apply(spec):
+            return apply_patch(spec, python=python)
+    except ImportError:
+        pass
+    expect = manifest.doctor if manifest else None
+    srv.run_preflight(
+        gpus=gpus,
+        expected_gpus=gpus_flag if gpus_flag is not None else (expect.gpus if expect else None),
+        max_used_mib=max_used_flag if max_used_flag is not None else (expect.max_used_mib if expect else None),
+        visible=env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")),
+        patches=manifest.patches if manifest else (),
+        apply_patch=apply,
+        doctor=doctor_fn,
+        reporter=reporter,
+    )
+
+
+@click.command(cls=_SplitAtDashes, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("manifest", required=False)
+@click.option("--ready", "ready_mode", type=click.Choice(READY_MODES),
+              help="Readiness signal: health (GET /health JSON status ok), http (HTTP 200 from --path), "
+                   "generate (a 1-token completion). Default: the manifest's, else health.")
+@click.option("--url", envvar="WH_SERVE_URL", help="Where the engine listens. Default: manifest [serve] url, else "
+                                                   "http://127.0.0.1:<--port in the command, else 1919>.")
+@click.option("--path", "ready_path", help="Path for health/http readiness (default /health).")
+@click.option("--timeout", type=float, help="Seconds to wait for readiness (default: manifest's, else 7200).")
+@click.option("--log", "log_file", type=click.Path(dir_okay=False), help="Engine log file (default: $WH_STATE_DIR/logs/serve-<time>.log).")
+@click.option("--detach", is_flag=True, help="Leave it running once ready; `wh stop` stops it.")
+@click.option("--smoke", "do_smoke", is_flag=True, help="Once ready, run `wh smoke` against it.")
+@click.option("--model", help="Fills {model} in the manifest's command.")
+@click.option("--no-preflight", is_flag=True, help="Skip doctor, GPU and patch preflight.")
+@click.option("--max-used-mib", type=int, help="Refuse a GPU with more memory than this already in use "
+                                               "(default: manifest [doctor] max-used-mib, else 4096).")
+@click.option("--gpus", "gpus_flag", type=int, help="Exact GPU count required (default: manifest [doctor] gpus).")
+@click.option("--python", type=click.Path(dir_okay=False), help="Engine interpreter for the doctor and patches (default: this one).")
+@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between readiness checks.")
+@click.option("--attempt-timeout", type=float, default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print url, pid, pgid, log, ready_s (and smoke) as JSON on stdout once ready.")
+@click.pass_context
+def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach, do_smoke, model, no_preflight,
+          max_used_mib, gpus_flag, python, grace, interval, attempt_timeout, as_json) -> None:
+    """Launch the engine in its own process group and wait until it is really ready.
+
+    \b
+    wh serve MANIFEST [--model DIR] [-- EXTRA ARGS]   command from the manifest's [serve]
+    wh serve [OPTIONS] -- COMMAND ...                   any engine command
+
+    Ready means the engine said so (/health status ok) or generated a token, never that a
+    port answered. If it exits, reports an error, times out or you press Ctrl-C before then,
+    its whole group is stopped and the log's tail printed. Attached (the default), Ctrl-C
+    stops it; --detach leaves it running and records it for `wh stop`.
+    """
+    from ..manifest import load_manifest
+
+    ui = ctx.obj
+    extra = ctx.meta.get("wh.command", ())
+    man = load_manifest(manifest) if manifest else None
+    spec = man.serve if man else None
+    if man and spec is None and not extra:
+        raise UsageError(f"manifest {manifest} has no [serve] command", hint="add a [serve] table, or give the command after --")
+    argv = tuple(spec.command if spec else ()) + tuple(extra)
+    if not argv:
+        raise UsageError("no engine command given", hint="wh serve MANIFEST, or wh serve [OPTIONS] -- COMMAND ...")
+
+    if not url:
+        url = spec.url if spec else DEFAULT_URL
+        port = port_from_command(argv)
+        if port:
+            url = _with_port(url, port)
+    values = {"model": model, "api_key": os.environ.get("WH_API_KEY"), **url_values(url)}
+    argv = fill_placeholders(argv, values)
+    lint_command(argv, spec.forbid_flags if spec else None)
+    ready_mode = ready_mode or (spec.ready if spec else "health")
+    timeout = timeout if timeout is not None else (spec.timeout if spec else 7200.0)
+    env = dict(spec.env) if spec else {}
+
+    if detach:
+        running = srv.read_state()
+        if running and srv.engine_alive(running):
+            raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
+                             hint="stop it first with `wh stop`")
+    if not no_preflight:
+        _preflight(ui, man, python, gpus_flag, max_used_mib, env)
+
+    log = Path(log_file) if log_file else srv.default_log_path()
+    launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env)
+    probe = make_probe(ready_mode, url, path=ready_path or (spec.path if spec else None),
+                       attempt_timeout=attempt_timeout, headers=auth_headers())
+    follower = srv.LogFollower(log)
+    reporter = ui.reporter()
+
+    def tick():
+        lines = follower.new_lines()
+        if ui.verbose > 0:
+            for line in lines:
+                reporter.note(f"| {line}")
+
+    ui.info(f"starting: {' '.join(argv)}")
+    ui.info(f"log: {log}   ready when: {ready_mode} at {url}")
+    with _sigterm_as_interrupt():
+        try:
+            engine, proc, seconds = srv.launch(launch_spec, probe, timeout=timeout, interval=interval, grace=grace,
+                                               reporter=reporter, on_tick=tick)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted before the engine was ready; its process group was stopped",
+                              hint=f"run wh serve again (the log is {log})") from None
+        finally:
+            reporter.close()
+        detached = False
+        try:
+            ui.info(f"ready in {seconds:.0f} s: {url}  (pid {engine.pid}, process group {engine.pgid})")
+            result = {"url": url, "pid": engine.pid, "pgid": engine.pgid, "log": str(log), "ready": ready_mode,
+                      "ready_s": round(seconds, 3), "command": list(argv), "detached": detach}
+            if do_smoke:
+                sm = run_smoke(url, timeout=max(attempt_timeout, 300.0))
+                ui.info(sm.summary())
+                result["smoke"] = sm.to_json()
+            if detach:
+                path = srv.write_state(engine)
+                detached = True
+                ui.info(f"detached; state in {path}. Stop it with `wh stop`.")
+            if as_json:
+                emit_json(result)
+            if detached:
+                return
+            ui.info("serving; press Ctrl-C to stop it")
+            report = srv.serve_until_exit(engine, proc, grace=grace, on_tick=tick)
+            ui.info(f"stopped process group {report.pgid}" + (" (SIGKILL needed)" if report.sigkill else "") + "; port is free")
+        except BaseException as exc:
+            if not detached:  # nothing half-started: a failed smoke or Ctrl-C stops the group
+                srv.stop_engine(engine.pgid, leader=proc, grace=grace)
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted("interrupted; the engine's process group was stopped", hint="run wh serve again") from None
+            raise
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was stopped as JSON on stdout.")
+@click.pass_context
+def stop(ctx, grace, as_json) -> None:
+    """Stop the engine `wh serve --detach` started: its whole process group, then check the port is free."""
+    ui = ctx.obj
+    engine, report = srv.stop_detached(grace=grace)
+    if report.was_running:
+        how = "SIGTERM then SIGKILL" if report.sigkill else "SIGTERM"
+        ui.info(f"stopped process group {engine.pgid} ({how}, {report.seconds:.1f} s); {engine.url} is free")
+    else:
+        ui.info(f"the engine (pid {engine.pid}) had already exited; state removed")
+    if as_json:
+        emit_json({"engine": engine.to_json(), "stop": report.to_json()})
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", envvar="WH_SERVE_URL", help="Engine URL (default: the detached engine's, else http://127.0.0.1:1919).")
+@click.option("--max-tokens", type=int, default=256, show_default=True, help="Tokens to generate (a couple of hundred makes tok/s meaningful).")
+@click.option("--prompt", default=DEFAULT_PROMPT, help="The user message.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds the whole request may take.")
+@click.option("--api-key", envvar="WH_API_KEY", help="Bearer key for engines started with --api-key.")
+@click.option("--json", "as_json", is_flag=True, help="Print model, tokens, ttft_s, decode_tok_s, ... as JSON on stdout.")
+@click.pass_context
+def smoke(ctx, url, max_tokens, prompt, timeout, api_key, as_json) -> None:
+    """One streamed chat: model id from /v1/models, tokens from content AND reasoning_content, TTFT and tok/s timed here."""
+    ui = ctx.obj
+    if not url:
+        running = srv.read_state()
+        url = running.url if running else DEFAULT_URL
+    result = run_smoke(url, prompt=prompt, max_tokens=max_tokens, timeout=timeout, api_key=api_key)
+    ui.info(result.summary())
+    if ui.verbose > 0:
+        ui.info(f"reasoning: {result.reasoning!r}\ncontent: {result.text!r}")
+    if as_json:
+        emit_json(result.to_json())
