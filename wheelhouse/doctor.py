@@ -30,7 +30,8 @@ from .resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 from .target import TargetProfile
 
-__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "RULES_ENV", "GROUPS"]
+__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "apply_fixes", "installed_for_force",
+           "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
 GROUPS = ("platform", "gpu", "toolchain", "links", "native", "jit", "rule", "model")
@@ -267,6 +268,34 @@ def run_doctor(
     }
     return DoctorReport(python=ctx.python, results=tuple(results), facts=summary, started=started,
                         seconds=time.monotonic() - t0)
+
+
+def installed_for_force(python: str | None, manifest: StackManifest | None) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """canonical name -> (version, import names), only when the manifest has forced drops to match."""
+    if not manifest or not any(d.force for d in manifest.drops):
+        return {}
+    ctx = gather_context(python, checks=["platform:glibc"])
+    return {k: (d.version, d.import_names) for k, d in ctx.distributions.items()}
+
+
+def apply_fixes(report: DoctorReport, python: str | None, *, manifest: StackManifest | None = None,
+                wheelhouse: Path | None = None, reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
+    """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe."""
+    from .drop import drop_distributions, plan_drops
+    from .interpreter import inspect_interpreter
+    from .links import apply_links, plan_links, record_path
+
+    interp = inspect_interpreter(python or sys.executable)
+    done: list[dict[str, Any]] = []
+    if any(r.fix == "wh links --fix" for r in report.results):
+        changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
+        done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
+                 for c in changes]
+    plans = plan_drops(report, manifest, installed_for_force(python, manifest))
+    for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
+        done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
+                     "reason": r.reason, "check": r.check_id})
+    return done
 
 
 def report_from_json(data: Mapping[str, Any]) -> DoctorReport:

@@ -73,33 +73,6 @@ def _render(ui, report: DoctorReport, verbose: int) -> None:
         con.print(f"fixed: {f.get('action')} {f.get('what')}", markup=False)
 
 
-def _fix(report: DoctorReport, python: str | None, manifest, wheelhouse, reporter) -> list[dict]:
-    """--fix: drop what failed its executed probe, and apply the links plan."""
-    from ..drop import drop_distributions, plan_drops
-    from ..interpreter import inspect_interpreter
-    from ..links import apply_links, plan_links, record_path
-
-    interp = inspect_interpreter(python or sys.executable)
-    done: list[dict] = []
-    changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
-    done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
-             for c in changes]
-    plans = plan_drops(report, manifest, _installed_for_force(python, manifest))
-    for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
-        done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
-                     "reason": r.reason})
-    return done
-
-
-def _installed_for_force(python, manifest):
-    if not manifest or not any(d.force for d in manifest.drops):
-        return {}
-    from ..doctor import gather_context
-
-    ctx = gather_context(python, checks=["platform:glibc"])
-    return {k: (d.version, d.import_names) for k, d in ctx.distributions.items()}
-
-
 @click.command()
 @_common
 @click.option("--check", "checks", multiple=True, metavar="ID",
@@ -123,7 +96,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     means it ran. Exit codes: 0 nothing failed; 1 a check failed; 2 warnings
     only, with --strict; 3 the doctor itself could not run.
     """
-    from ..doctor import list_checks as _list, run_doctor
+    from ..doctor import apply_fixes, list_checks as _list, run_doctor
 
     if list_checks:
         rows = _list()
@@ -140,7 +113,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     try:
         report = run_doctor(python, **kw)
         if fix:
-            fixes = _fix(report, python, manifest, wheelhouse, reporter)
+            fixes = apply_fixes(report, python, manifest=manifest, wheelhouse=wheelhouse, reporter=reporter)
             if fixes:
                 report = run_doctor(python, **kw)
             report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
@@ -195,14 +168,14 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         if not entries:
             ui.info("nothing was dropped")
         return
-    from ..doctor import run_doctor
+    from ..doctor import installed_for_force, run_doctor
 
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     try:
         report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"], jobs=jobs,
                             timeout=timeout, reporter=reporter)
-        plans = plan_drops(report, manifest, _installed_for_force(python, manifest))
+        plans = plan_drops(report, manifest, installed_for_force(python, manifest))
         records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
                                      reporter=reporter)
     finally:
