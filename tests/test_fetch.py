@@ -41,16 +41,17 @@ class FileServer:
                     self.send_error(404)
                     return
                 data = server.tampered.get(name, server.files[name])
-                start = 0
+                start, end = 0, len(data)
                 rng = self.headers.get("Range")
                 if rng and not server.ignore_range:
                     server.ranges.append(f"{name}:{rng}")
-                    start = int(rng.split("=")[1].rstrip("-"))
+                    first, _, last = rng.split("=")[1].partition("-")
+                    start, end = int(first), (int(last) + 1 if last else len(data))
                     self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 else:
                     self.send_response(200)
-                body = data[start:]
+                body = data[start:end]
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 with server.lock:
@@ -187,3 +188,73 @@ def test_file_urls_and_relinking_into_existing_dest(tmp_path):
     first = _fetch([item], tmp_path)
     again = _fetch([item], tmp_path)
     assert first == again and again[0].read_bytes() == b"x" * 5000
+
+
+def test_the_same_file_asked_twice_is_downloaded_once(server, tmp_path):
+    item = server.add("twice-1.0-py3-none-any.whl", os.urandom(300_000))
+    paths = _fetch([item, item], tmp_path, jobs=4)
+    assert paths[0] == paths[1] and paths[0].read_bytes() == server.files[item.filename]
+    assert server.served[item.filename] == 300_000
+
+
+def test_a_file_without_published_hash_is_filed_under_its_real_hash(server, tmp_path):
+    data = os.urandom(50_000)
+    server.add("nohash-1.0-py3-none-any.whl", data)
+    item = FetchItem(server.url("nohash-1.0-py3-none-any.whl"), "nohash-1.0-py3-none-any.whl", None, None)
+    paths = _fetch([item], tmp_path)
+    assert os.path.samefile(paths[0], cached_path(tmp_path / "cache", hashlib.sha256(data).hexdigest()))
+
+
+# --- big files: parallel byte ranges --------------------------------------------------------------
+
+SEG = 128 * 1024
+
+
+def test_big_file_is_fetched_as_parallel_ranges(server, tmp_path):
+    data = os.urandom(8 * SEG + 1234)
+    item = server.add("huge-1.0-py3-none-any.whl", data)
+    rec = RecordingReporter()
+    paths = _fetch([item], tmp_path, jobs=4, segment_size=SEG, reporter=rec)
+    assert paths[0].read_bytes() == data
+    assert len([r for r in server.ranges if r.startswith(item.filename)]) >= 4
+    assert server.served[item.filename] == len(data)  # every byte once
+    assert sum(e[2] for e in rec.events if e[0] == "advance") == len(data)
+    assert not list((tmp_path / "cache" / "partial").iterdir())  # no .part, no sidecar left
+
+
+def test_a_range_dropped_midway_resumes_without_refetching(server, tmp_path):
+    data = os.urandom(6 * SEG)
+    item = server.add("drop-1.0-py3-none-any.whl", data)
+    server.drop_after[item.filename] = SEG // 2  # the first range request dies halfway
+    paths = _fetch([item], tmp_path, jobs=3, segment_size=SEG)
+    assert paths[0].read_bytes() == data
+    assert server.served[item.filename] == len(data)
+
+
+def test_single_stream_partial_is_reused_by_a_ranged_download(server, tmp_path):
+    data = os.urandom(6 * SEG)
+    item = server.add("prefix-1.0-py3-none-any.whl", data)
+    part = tmp_path / "cache" / "partial" / f"{item.sha256}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[: 3 * SEG + 10])
+    paths = _fetch([item], tmp_path, jobs=3, segment_size=SEG)
+    assert paths[0].read_bytes() == data
+    assert server.served[item.filename] == len(data) - (3 * SEG + 10)
+
+
+def test_ranges_ignored_by_the_server_fall_back_to_one_stream(server, tmp_path):
+    data = os.urandom(4 * SEG)
+    item = server.add("plain-1.0-py3-none-any.whl", data)
+    server.ignore_range = True
+    paths = _fetch([item], tmp_path, jobs=4, segment_size=SEG)
+    assert paths[0].read_bytes() == data
+
+
+def test_tampered_big_file_is_refused_and_nothing_kept(server, tmp_path):
+    item = server.add("bigevil-1.0-py3-none-any.whl", os.urandom(4 * SEG))
+    server.tampered[item.filename] = os.urandom(4 * SEG)
+    with pytest.raises(HashMismatch):
+        _fetch([item], tmp_path, jobs=4, segment_size=SEG)
+    assert not cached_path(tmp_path / "cache", item.sha256).exists()
+    assert not list((tmp_path / "cache" / "partial").iterdir())
+    assert not (tmp_path / "dest" / item.filename).exists()

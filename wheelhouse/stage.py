@@ -40,7 +40,7 @@ from .bootstrap import (
     write_bootstrap,
 )
 from .errors import UsageError, WhError
-from .fetch import FetchItem, add_to_cache, cached_path, default_cache_dir, fetch_all, sha256_of
+from .fetch import FetchItem, add_to_cache, cached_path, default_cache_dir, fetch_all, place, sha256_of
 from .http import HttpClient
 from .lock import PYLOCK, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json, WH_JSON
 from .manifest import StackManifest
@@ -304,9 +304,10 @@ def stage(
         new = out.resolve().parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
         new.mkdir()
         try:
-            files = _fetch_into(files, new / WHEELS, cache, jobs, client, reporter, "wheels")
+            # One parallel pass for the stack and the bootstrap, then each file to its folder.
+            files, boot_files = _fetch_groups([(files, new / WHEELS), (boot_files, new / BOOTSTRAP_DIR)],
+                                              new / ".fetch", cache, jobs, client, reporter)
             if bootstrap and wh_wheel is not None:
-                boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, cache, jobs, client, reporter, "bootstrap")
                 shutil.copyfile(wh_wheel.path, new / BOOTSTRAP_DIR / wh_wheel.path.name)
                 own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / wh_wheel.path.name, origin=wh_wheel.origin)
                 boot_files = tuple(sorted((*boot_files, own), key=lambda f: f.name))
@@ -401,15 +402,21 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
     return reused
 
 
-def _fetch_into(files: Sequence[StagedFile], dest: Path, cache: Path, jobs: int, client, reporter, task: str) -> tuple[StagedFile, ...]:
-    """Fetch ``files`` into ``dest``; fill in sha256/size for sources that published none."""
-    items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
-    paths = fetch_all(items, dest, cache, jobs=jobs, client=client, reporter=reporter, task=task)
+def _fetch_groups(groups, scratch: Path, cache: Path, jobs: int, client, reporter) -> list[tuple[StagedFile, ...]]:
+    """Fetch every group's files in one parallel pass, place each group in its folder, and fill in
+    sha256/size for sources that published none (find-links folders)."""
+    everything = [f for files, _ in groups for f in files]
+    items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in everything]
+    paths = iter(fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download"))
     out = []
-    for f, p in zip(files, paths):
-        sha = f.sha256 or sha256_of(p)
-        out.append(dataclasses.replace(f, sha256=sha, size=p.stat().st_size))
-    return tuple(out)
+    for files, dest in groups:
+        done = []
+        for f in files:
+            p = place(next(paths), dest / f.filename)
+            done.append(dataclasses.replace(f, sha256=f.sha256 or sha256_of(p), size=p.stat().st_size))
+        out.append(tuple(done))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out
 
 
 def _locked(f: StagedFile, path: str) -> LockedFile:
