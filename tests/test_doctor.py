@@ -368,3 +368,17 @@ def test_busy_card_and_pcie_interconnect_are_reported(zoo, tmp_path, monkeypatch
     assert report.get("gpu:memory").verdict == "warn" and "GPU 1 has 19789 MiB in use" in report.get("gpu:memory").evidence
     assert report.get("gpu:interconnect").verdict == "info" and "PCIe only" in report.get("gpu:interconnect").evidence
     assert "2 GPU(s), driver 580.159.04" in report.get("gpu:devices").evidence
+
+
+def test_wheelhouse_wh_json_supplies_expectations_and_forced_drops(tmp_path, broken_wheels, zoo):
+    from wheelhouse.lock import write_wh_json
+    from wheelhouse.target import host_target
+
+    house = _wheelhouse(tmp_path / "house", [broken_wheels["healthy"]])
+    write_wh_json(house, {"target": host_target().to_json(),
+                          "doctor": {"gpus": 2, "sm": "8.9", "max_used_mib": None, "toolchain_exact": False, "checks": []},
+                          "drops": [{"distribution": "healthy", "module": None, "reason": "no JIT here", "force": True}]})
+    report = run_doctor(str(zoo), wheelhouse=house, checks=["gpu:expected"], facts_override={"gpu": {"gpus": []}})
+    assert report.get("gpu:expected").verdict == "fail" and "expects 2 GPU(s)" in report.get("gpu:expected").evidence
+    assert report.facts["forced_drops"] == [{"distribution": "healthy", "version": "1.0", "modules": ["healthy"],
+                                             "reason": "no JIT here"}]

@@ -9,7 +9,6 @@ import sys
 
 from broken_packages import install_wheel, make_venv, site_packages
 from wheelhouse.drop import DropPlan, drop_distributions, plan_drops, read_dropped
-from wheelhouse.manifest import parse_manifest
 from wheelhouse.report import CheckResult, DoctorReport
 from wheelmaker import make_wheel
 
@@ -34,14 +33,15 @@ def test_only_failed_executed_probes_are_planned():
     assert [(p.distribution, p.check_id) for p in plan_drops(report)] == [("a", "native:a"), ("d", "jit:d")]
 
 
-def test_forced_manifest_entries_only_when_installed():
-    m = parse_manifest({"drop": [{"distribution": "flashinfer-python", "module": "flashinfer", "force": True,
-                                  "reason": "tvm_ffi headers fail with CUDA 13.4"},
-                                 {"distribution": "absent", "force": True},
-                                 {"distribution": "soft", "force": False}]})
-    installed = {"flashinfer-python": ("0.5.0", ("flashinfer",)), "soft": ("1.0", ("soft",))}
-    plans = plan_drops(_report(), m, installed)
-    assert [(p.distribution, p.modules, p.forced) for p in plans] == [("flashinfer-python", ("flashinfer",), True)]
+def test_forced_entries_come_from_the_reports_facts():
+    report = DoctorReport(python="py", results=(
+        CheckResult("native:a", "a", "fail", "ImportError: x", data=_drop("a")),), facts={"forced_drops": [
+            {"distribution": "flashinfer-python", "version": "0.5.0", "modules": ["flashinfer"],
+             "reason": "tvm_ffi headers fail with CUDA 13.4"},
+            {"distribution": "a", "version": "1.0", "modules": ["a"], "reason": "also forced"}]})
+    plans = plan_drops(report)
+    assert [(p.distribution, p.modules, p.forced) for p in plans] == [("a", ("a",), False),
+                                                                    ("flashinfer-python", ("flashinfer",), True)]
 
 
 def test_record_uninstall_removes_exactly_the_records_files(tmp_path):

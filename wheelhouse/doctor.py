@@ -30,7 +30,7 @@ from .resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 from .target import TargetProfile
 
-__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "apply_fixes", "installed_for_force",
+__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "apply_fixes", "manifest_from_wh_json",
            "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
@@ -106,14 +106,12 @@ def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapp
     return facts, gpu
 
 
-def _target_for(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[TargetProfile | None, str | None]:
-    """The target the wheelhouse was staged for: from --wheelhouse, else the install state."""
+def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[Mapping[str, Any] | None, str | None]:
+    """wh.json of the wheelhouse: from --wheelhouse, else the newest one in the install state."""
     from .lock import read_wh_json
-    from .target import target_from_json
 
     if wheelhouse:
-        data = read_wh_json(wheelhouse)  # a --wheelhouse that is not one is a usage error
-        return (target_from_json(data["target"]), f"--wheelhouse {wheelhouse}") if data.get("target") else (None, None)
+        return read_wh_json(wheelhouse), f"--wheelhouse {wheelhouse}"  # not a wheelhouse: a usage error
     try:
         from .install import read_install_state
     except ImportError:  # pragma: no cover - install ships with wh
@@ -121,12 +119,28 @@ def _target_for(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[Tar
     for site in site_dirs:
         for w in reversed(read_install_state(site).get("wheelhouses", [])):
             try:
-                data = read_wh_json(w)
+                return read_wh_json(w), f"{site}/.wh/installed.json -> {w}"
             except WhError:
                 continue  # moved or removed since the install: nothing to compare with
-            if data.get("target"):
-                return target_from_json(data["target"]), f"{site}/.wh/installed.json -> {w}"
     return None, None
+
+
+def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
+    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]])."""
+    from .manifest import DoctorExpectations, DropRule, ToolchainGroup
+
+    doc = data.get("doctor") or {}
+    groups = ((data.get("inputs") or {}).get("toolchains")) or []
+    return StackManifest(
+        path=None, name=str(data.get("name") or "stack"),
+        toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
+                                        tuple(t.get("exceptions") or ())) for t in groups),
+        drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))
+                    for d in data.get("drops") or []),
+        doctor=DoctorExpectations(gpus=doc.get("gpus"), sm=doc.get("sm"), max_used_mib=doc.get("max_used_mib"),
+                                  toolchain_exact=bool(doc.get("toolchain_exact")),
+                                  checks=tuple(doc.get("checks") or ())),
+    )
 
 
 def gather_context(
@@ -168,7 +182,14 @@ def gather_context(
         engine_env = {**env, **engine_environment(list(site_dirs), env)}
     except ImportError:  # pragma: no cover - cudaenv ships with wh
         engine_env = dict(env)
-    target, target_source = _target_for(wheelhouse, site_dirs)
+    meta, meta_source = _wheelhouse_meta(wheelhouse, site_dirs)
+    target, target_source = None, None
+    if meta and meta.get("target"):
+        from .target import target_from_json
+
+        target, target_source = target_from_json(meta["target"]), meta_source
+    if manifest is None and meta:
+        manifest = manifest_from_wh_json(meta)
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
@@ -265,21 +286,21 @@ def run_doctor(
         "target": ctx.target.describe() if ctx.target else None,
         "target_source": ctx.target_source,
         "memory": f.get("memory"),
+        # Manifest [[drop]] force = true entries that are installed: `wh drop` / --fix drop them without a probe.
+        "forced_drops": [
+            {"distribution": d.name, "version": d.version,
+             "modules": [rule.module] if rule.module else list(d.import_names),
+             "reason": rule.reason or "forced by the manifest"}
+            for rule in (ctx.manifest.drops if ctx.manifest else ()) if rule.force
+            for d in [ctx.dist(rule.distribution)] if d is not None
+        ],
     }
     return DoctorReport(python=ctx.python, results=tuple(results), facts=summary, started=started,
                         seconds=time.monotonic() - t0)
 
 
-def installed_for_force(python: str | None, manifest: StackManifest | None) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """canonical name -> (version, import names), only when the manifest has forced drops to match."""
-    if not manifest or not any(d.force for d in manifest.drops):
-        return {}
-    ctx = gather_context(python, checks=["platform:glibc"])
-    return {k: (d.version, d.import_names) for k, d in ctx.distributions.items()}
-
-
-def apply_fixes(report: DoctorReport, python: str | None, *, manifest: StackManifest | None = None,
-                wheelhouse: Path | None = None, reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
+def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
+                reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
     """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe."""
     from .drop import drop_distributions, plan_drops
     from .interpreter import inspect_interpreter
@@ -291,7 +312,7 @@ def apply_fixes(report: DoctorReport, python: str | None, *, manifest: StackMani
         changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
         done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
                  for c in changes]
-    plans = plan_drops(report, manifest, installed_for_force(python, manifest))
+    plans = plan_drops(report)
     for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
         done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
                      "reason": r.reason, "check": r.check_id})

@@ -27,7 +27,6 @@ from packaging.utils import canonicalize_name
 
 from .atomic import write_atomic
 from .errors import UsageError, WhError
-from .manifest import StackManifest
 from .progress import NullReporter, Reporter
 from .report import DoctorReport
 
@@ -78,12 +77,11 @@ class DropRecord:
         return d
 
 
-def plan_drops(report: DoctorReport, manifest: StackManifest | None = None,
-               installed: Mapping[str, tuple[str, Sequence[str]]] | None = None) -> list[DropPlan]:
+def plan_drops(report: DoctorReport) -> list[DropPlan]:
     """What to drop: failed executed probes that name a distribution, then forced manifest entries.
 
-    ``installed`` maps canonical name -> (version, import names); forced entries
-    apply only to what is installed.
+    Forced entries come from the report's ``forced_drops`` fact (manifest ``[[drop]]``
+    with ``force = true`` whose distribution is installed).
     """
     out: dict[str, DropPlan] = {}
     for r in report.results:
@@ -91,18 +89,14 @@ def plan_drops(report: DoctorReport, manifest: StackManifest | None = None,
         if r.verdict != "fail" or not drop:
             continue
         key = canonicalize_name(drop["distribution"])
-        if key in out:
-            continue
-        out[key] = DropPlan(drop["distribution"], drop.get("version", ""), tuple(drop.get("modules") or ()),
-                            drop.get("reason") or r.title, r.evidence, r.id)
-    if manifest:
-        for rule in manifest.drops:
-            key = canonicalize_name(rule.distribution)
-            if not rule.force or key in out or not installed or key not in installed:
-                continue
-            version, mods = installed[key]
-            modules = (rule.module,) if rule.module else tuple(mods)
-            out[key] = DropPlan(rule.distribution, version, modules, rule.reason or "forced by the manifest",
+        if key not in out:
+            out[key] = DropPlan(drop["distribution"], drop.get("version", ""), tuple(drop.get("modules") or ()),
+                                drop.get("reason") or r.title, r.evidence, r.id)
+    for f in (report.facts or {}).get("forced_drops", []) or []:
+        key = canonicalize_name(f["distribution"])
+        if key not in out:
+            out[key] = DropPlan(f["distribution"], f.get("version", ""), tuple(f.get("modules") or ()),
+                                f.get("reason") or "forced by the manifest",
                                 "manifest [[drop]] force = true (the import may work; its JIT does not)", None, True)
     return list(out.values())
 

@@ -8,6 +8,8 @@ from . import DoctorContext
 
 __all__ = ["GROUP", "CHECKS", "run"]
 
+_STUB_MAX_BYTES = 2 << 20  # the toolkit's stub is tens of KB; a real libcuda tens of MB
+
 GROUP = "links"
 CHECKS = {
     "links:sonames": "NVIDIA lib folders have the unversioned sonames runtime builds link against",
@@ -98,6 +100,12 @@ def _libcuda_verdict(ctx: DoctorContext, d: dict) -> CheckResult:
                            "the CUDA forward-compat libcuda is loaded (a real driver library, not a stub): " + ev,
                            hint="fine when cuInit is 0; otherwise take compat/ off LD_LIBRARY_PATH to use the system driver"
                            if verdict == "warn" else None, data=dict(d))
+    stubs_ahead = [x["path"] for x in order if x.get("in_stubs_dir") or (x.get("size") or 1 << 30) < _STUB_MAX_BYTES]
+    if stubs_ahead:
+        return CheckResult("links:libcuda", title, "warn",
+                           "libcuda.so.1 is the driver, but a stub is on LD_LIBRARY_PATH ahead of it (anything that "
+                           f"dlopens the unversioned libcuda.so gets the stub): {', '.join(stubs_ahead)}; " + ev,
+                           hint="take the stubs folder off LD_LIBRARY_PATH", data=dict(d))
     if ld.get("cuInit") not in (0, None) and ctx.gpu.gpus:
         return CheckResult("links:libcuda", title, "fail", "the driver library loads but cuInit fails: " + ev,
                            hint="check `nvidia-smi`; a driver/kernel-module mismatch needs a reboot or container restart",

@@ -113,7 +113,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     try:
         report = run_doctor(python, **kw)
         if fix:
-            fixes = apply_fixes(report, python, manifest=manifest, wheelhouse=wheelhouse, reporter=reporter)
+            fixes = apply_fixes(report, python, wheelhouse=wheelhouse, reporter=reporter)
             if fixes:
                 report = run_doctor(python, **kw)
             report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
@@ -168,14 +168,14 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         if not entries:
             ui.info("nothing was dropped")
         return
-    from ..doctor import installed_for_force, run_doctor
+    from ..doctor import run_doctor
 
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     try:
         report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"], jobs=jobs,
                             timeout=timeout, reporter=reporter)
-        plans = plan_drops(report, manifest, installed_for_force(python, manifest))
+        plans = plan_drops(report)
         records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
                                      reporter=reporter)
     finally:
