@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,7 +42,7 @@ from .bootstrap import (
 from .errors import UsageError, WhError
 from .fetch import FetchItem, add_to_cache, cached_path, default_cache_dir, fetch_all, place, sha256_of
 from .http import HttpClient
-from .lock import PYLOCK, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json, WH_JSON
+from .lock import WH_JSON, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json
 from .manifest import StackManifest
 from .progress import NullReporter, Reporter
 from .release import ReleaseArtifact, load_releases, release_links_page
