@@ -376,3 +376,29 @@ def test_wheelhouse_patches_are_applied_after_install(tmp_path):
     v2 = tmp_path / "v2"
     assert wh("install", house, "--venv", v2, "--no-patches").returncode == 0
     assert (site(v2) / "tinyengine" / "kernel.py").read_text() == original
+
+
+def test_same_version_in_system_site_packages_is_not_shadowed(tmp_path):
+    """With --system-site-packages, a package the base interpreter already has at that version is left to it."""
+    base = "/usr/bin/python3"
+    probe = subprocess.run([base, "-c", "import importlib.metadata as m; print(m.version('PyYAML'))"],
+                           capture_output=True, text=True) if Path(base).exists() else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs a system python with PyYAML in its dist-packages")
+    version = probe.stdout.strip()
+    w = tmp_path / "w"
+    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "PyYAML", version, modules={"yaml_fake.py": ""}),
+                                                 make_wheel(w, "lib", "2.0", modules={"lib/__init__.py": ""})],
+                            target=None)
+    shared = tmp_path / "shared"
+    r = wh("install", house, "--venv", shared, "--system-site-packages", "--python", base, "--json")
+    if r.returncode == 2 and "venv" in r.stderr:
+        pytest.skip("the system python cannot create venvs")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert f"pyyaml=={version}" in report["skipped"]
+    assert [d["name"] for d in report["installed"]] == ["lib"]
+    isolated = tmp_path / "isolated"
+    r = wh("install", house, "--venv", isolated, "--python", base, "--json")
+    assert r.returncode == 0, r.stderr
+    assert {d["name"] for d in json.loads(r.stdout)["installed"]} == {"pyyaml", "lib"}

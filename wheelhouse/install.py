@@ -479,12 +479,20 @@ def install_wheelhouses(
     chosen = _select(houses, interp, only)
     check_target(houses, chosen, interp)
 
-    state = read_install_state(interp.platlib) if venv is None or venv_python(venv).exists() else {"packages": {}}
+    existing = venv is None or venv_python(venv).exists()
+    state = read_install_state(interp.platlib) if existing else {"packages": {}}
+    # What the receiving environment already imports: its own site folders, plus the base's
+    # with --system-site-packages (the image's torch). The same version there counts as
+    # installed, so it is not shadowed by a second copy.
+    if existing:
+        visible: tuple[str, ...] = interp.visible_site_dirs
+    else:
+        visible = interp.visible_site_dirs if system_site_packages else ()
     todo: list[tuple[Wheelhouse, LockedFile]] = []
     skipped: list[str] = []
     for h, f in chosen:
         key = canonical_name(f.name)
-        installed = find_installed(interp.site_dirs, f.name) if (venv is None or venv_python(venv).exists()) else []
+        installed = find_installed(visible, f.name) if visible else []
         rec = state["packages"].get(key)
         if any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
             skipped.append(f"{key}=={f.version}")

@@ -36,6 +36,7 @@ data["executable"] = sys.executable
 data["prefix"] = sys.prefix
 data["base_prefix"] = getattr(sys, "base_prefix", sys.prefix)
 data["full_version"] = ".".join(map(str, sys.version_info[:3]))
+data["sys_path"] = [p for p in sys.path if p]
 try:
     import pip  # noqa: F401
     data["has_pip"] = True
@@ -69,6 +70,14 @@ class Interpreter:
     libc: tuple[str, str] | None
     markers: Mapping[str, str]
     has_pip: bool = False
+    sys_path: tuple[str, ...] = ()
+
+    @property
+    def visible_site_dirs(self) -> tuple[str, ...]:
+        """Every site folder this interpreter imports from: its own, then e.g. the base's with
+        ``--system-site-packages``."""
+        extra = [p for p in self.sys_path if os.path.basename(p) in ("site-packages", "dist-packages")]
+        return tuple(dict.fromkeys(list(self.site_dirs) + extra))
 
     @property
     def site_dirs(self) -> tuple[str, ...]:
@@ -139,6 +148,7 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
         libc=(libc["name"], libc["version"]) if libc else None,
         markers=d["marker_environment"],
         has_pip=bool(d.get("has_pip")),
+        sys_path=tuple(d.get("sys_path") or ()),
     )
 
 
