@@ -135,3 +135,17 @@ def test_many_wheels_in_parallel(tmp_path, scheme):
     r = subprocess.run([sys.executable, "-c", "import p0, p39; print(p0.I + p39.I)"], capture_output=True,
                        text=True, env={"PYTHONPATH": scheme["purelib"]})
     assert r.stdout.strip() == "39"
+
+
+def test_old_record_naming_paths_outside_the_env_is_not_followed(tmp_path, scheme):
+    w = make_wheel(tmp_path / "w1", "victim", "1.0", modules={"victim.py": ""})
+    install_wheels([w], scheme, sys.executable)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me\n")
+    record = Path(scheme["purelib"], "victim-1.0.dist-info", "RECORD")
+    record.write_text(record.read_text() + f"{outside},,\n../../precious.txt,,\n")
+    install_wheels([make_wheel(tmp_path / "w2", "victim", "2.0", modules={"victim.py": "V = 2\n"})], scheme,
+                   sys.executable)
+    assert outside.read_text() == "keep me\n"
+    assert remove_distribution("victim", scheme) == ["2.0"]
+    assert outside.exists()

@@ -255,6 +255,12 @@ def _record_paths(dist_info: Path) -> list[str]:
     return paths
 
 
+def _inside(paths: list[str], scheme: Mapping[str, str]) -> list[str]:
+    """Only paths inside the environment: an old RECORD naming /etc/passwd must not make us move it."""
+    roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
+    return [p for p in paths if any((os.path.normpath(p) + os.sep).startswith(r) for r in roots)]
+
+
 def _move_aside(paths: list[str], trash: Path) -> list[tuple[str, str]]:
     moved = []
     for i, p in enumerate(paths):
@@ -292,7 +298,7 @@ def remove_distribution(name: str, scheme: Mapping[str, str]) -> list[str]:
     sites = [scheme["purelib"], scheme["platlib"]]
     removed = []
     for dist_info, version in find_installed(sites, name):
-        paths = _record_paths(dist_info)
+        paths = _inside(_record_paths(dist_info), scheme)
         for p in paths:
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)
@@ -623,7 +629,7 @@ def install_wheels(
                 paths: list[str] = []
                 for dist_info, _ in old:
                     paths += _record_paths(dist_info)
-                plan.moved = _move_aside(paths, trash / str(i))
+                plan.moved = _move_aside(_inside(paths, scheme), trash / str(i))
         dirs = {os.path.dirname(m.dest) for p in plans for m in p.members}
         dirs |= {os.path.join(p.base, p.dist_info) for p in plans} | {scheme["scripts"]}
         created += _make_dirs(dirs)
