@@ -9,7 +9,6 @@ at all stops the doctor (``DoctorCannotRun``, exit 3).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -28,7 +27,6 @@ from .progress import NullReporter, Reporter
 from .report import CheckResult, DoctorReport
 from .resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
-from .target import TargetProfile
 
 __all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "apply_fixes", "manifest_from_wh_json",
            "RULES_ENV", "GROUPS"]
@@ -317,14 +315,3 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
         done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
                      "reason": r.reason, "check": r.check_id})
     return done
-
-
-def report_from_json(data: Mapping[str, Any]) -> DoctorReport:
-    """Rebuild a report from its JSON (for ``wh drop --report FILE``)."""
-    results = tuple(CheckResult(r["id"], r["title"], r["verdict"], r.get("evidence", ""), r.get("hint"), r.get("fix"),
-                                r.get("data") or {}, r.get("seconds", 0.0)) for r in data.get("results", []))
-    return DoctorReport(python=data.get("python", ""), results=results, facts=data.get("facts", {}))
-
-
-def dumps(report: DoctorReport, strict: bool = False) -> str:
-    return json.dumps(report.to_json(strict), indent=2, default=str) + "\n"
