@@ -86,7 +86,8 @@ class UrllibTransport:
             with opener.open(req, timeout=timeout) as resp:
                 return HttpReply(resp.status, resp.read())
         except urllib.error.HTTPError as exc:
-            return HttpReply(exc.code, exc.read() or b"")
+            with exc:  # an error reply still owns the socket
+                return HttpReply(exc.code, exc.read() or b"")
         except urllib.error.URLError as exc:
             reason = exc.reason if isinstance(exc.reason, OSError) else OSError(str(exc.reason))
             raise reason from exc

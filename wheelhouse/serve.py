@@ -48,6 +48,7 @@ __all__ = [
     "wait_ready",
     "launch",
     "serve_until_exit",
+    "shutdown",
     "stop_engine",
     "group_members",
     "log_tail",
@@ -252,8 +253,10 @@ def run_preflight(
     for spec in patches:
         if apply_patch is None:
             raise PreflightFailed([f"patch {spec} is pending and patching is not available in this build"])
-        apply_patch(spec)
-        reporter.note(f"preflight: patch {Path(spec).name} applied (or already in place)")
+        outcome = apply_patch(spec)
+        state = getattr(outcome, "state", "applied")
+        reason = getattr(outcome, "reason", "")
+        reporter.note(f"preflight: patch {Path(spec).name}: {state}" + (f" ({reason})" if reason else ""))
     if doctor is not None:
         failed = list(doctor())
         if failed:
@@ -500,6 +503,13 @@ def launch(
     return engine, proc, seconds
 
 
+def shutdown(engine: Engine, proc: subprocess.Popen | None = None, *, grace: float = 15.0) -> StopReport:
+    """Stop the engine's whole group and confirm its port is free (PortBusy if something else holds it)."""
+    report = stop_engine(engine.pgid, leader=proc, grace=grace)
+    _confirm_port_free(engine.url)
+    return report
+
+
 def serve_until_exit(
     engine: Engine,
     proc: subprocess.Popen,
@@ -515,9 +525,7 @@ def serve_until_exit(
                 on_tick()
             time.sleep(interval)
     except KeyboardInterrupt:
-        report = stop_engine(engine.pgid, leader=proc, grace=grace)
-        _confirm_port_free(engine.url)
-        return report
+        return shutdown(engine, proc, grace=grace)
     stop_engine(engine.pgid, leader=proc, grace=grace)  # ranks outliving their leader
     raise EngineExited(proc.returncode, Path(engine.log), after_ready=True)
 

@@ -100,6 +100,7 @@ def stream_chat(
     reasoning: list[str] = []
     finish = usage = None
     conn = conn_cls(host, port, timeout=timeout)
+    resp = None
     try:
         conn.request("POST", prefix + "/v1/chat/completions", body=body, headers=headers)
         resp = conn.getresponse()
@@ -142,6 +143,8 @@ def stream_chat(
         raise SmokeError(f"streaming from {url} failed after {n} tokens: {exc or type(exc).__name__}",
                          hint="is the engine still up? check its log; raise --timeout for a slow first token") from exc
     finally:
+        if resp is not None:  # with HTTP/1.0 streams the response, not the connection, owns the socket
+            resp.close()
         conn.close()
     total = clock() - t0
     if n == 0:

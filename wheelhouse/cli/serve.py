@@ -58,7 +58,7 @@ def _with_port(url: str, port: int) -> str:
     return urlunsplit((p.scheme, f"{p.hostname}:{port}", p.path, p.query, p.fragment))
 
 
-def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env) -> None:
+def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> None:
     reporter = ui.reporter()
     try:
         from ..gpu import query_gpus
@@ -71,7 +71,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env) -> None:
         from ..doctor import run_doctor
 
         def doctor_fn():
-            return run_doctor(python=python, manifest=manifest).failed
+            return run_doctor(python=python, manifest=manifest, model=Path(model) if model else None, reporter=reporter).failed
     except ImportError:
         reporter.note("preflight: wh doctor not available in this build; doctor checks skipped")
     apply = None
@@ -83,16 +83,19 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env) -> None:
     except ImportError:
         pass
     expect = manifest.doctor if manifest else None
-    srv.run_preflight(
-        gpus=gpus,
-        expected_gpus=gpus_flag if gpus_flag is not None else (expect.gpus if expect else None),
-        max_used_mib=max_used_flag if max_used_flag is not None else (expect.max_used_mib if expect else None),
-        visible=env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")),
-        patches=manifest.patches if manifest else (),
-        apply_patch=apply,
-        doctor=doctor_fn,
-        reporter=reporter,
-    )
+    try:
+        srv.run_preflight(
+            gpus=gpus,
+            expected_gpus=gpus_flag if gpus_flag is not None else (expect.gpus if expect else None),
+            max_used_mib=max_used_flag if max_used_flag is not None else (expect.max_used_mib if expect else None),
+            visible=env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")),
+            patches=manifest.patches if manifest else (),
+            apply_patch=apply,
+            doctor=doctor_fn,
+            reporter=reporter,
+        )
+    finally:
+        reporter.close()
 
 
 @click.command(cls=_SplitAtDashes, context_settings={"help_option_names": ["-h", "--help"]})
@@ -161,7 +164,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
                              hint="stop it first with `wh stop`")
     if not no_preflight:
-        _preflight(ui, man, python, gpus_flag, max_used_mib, env)
+        _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
     log = Path(log_file) if log_file else srv.default_log_path()
     launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env)
@@ -206,13 +209,15 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
                 return
             ui.info("serving; press Ctrl-C to stop it")
             report = srv.serve_until_exit(engine, proc, grace=grace, on_tick=tick)
-            ui.info(f"stopped process group {report.pgid}" + (" (SIGKILL needed)" if report.sigkill else "") + "; port is free")
-        except BaseException as exc:
-            if not detached:  # nothing half-started: a failed smoke or Ctrl-C stops the group
+        except KeyboardInterrupt:
+            if detached:
+                raise Interrupted("interrupted; the detached engine keeps running", hint="stop it with `wh stop`") from None
+            report = srv.shutdown(engine, proc, grace=grace)  # Ctrl-C once ready is the normal way to stop
+        except BaseException:
+            if not detached:  # nothing half-started: a failed smoke stops the group
                 srv.stop_engine(engine.pgid, leader=proc, grace=grace)
-            if isinstance(exc, KeyboardInterrupt):
-                raise Interrupted("interrupted; the engine's process group was stopped", hint="run wh serve again") from None
             raise
+        ui.info(f"stopped process group {report.pgid}" + (" (SIGKILL needed)" if report.sigkill else "") + "; port is free")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
