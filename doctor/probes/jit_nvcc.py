@@ -46,8 +46,10 @@ def main(argv):
         exe = os.path.join(tmp, "probe")
         with open(src, "w") as fh:
             fh.write(SOURCE)
-        proc = subprocess.run([nvcc, "-o", exe, src], capture_output=True, text=True)
-        rec = {"compiled": proc.returncode == 0, "compile_returncode": proc.returncode,
+        # With a GPU, build for it (-arch=native) so the run exercises this card's SASS, not a PTX fallback.
+        cmd = [nvcc] + (["-arch=native"] if run else []) + ["-o", exe, src]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        rec = {"command": " ".join(cmd), "compiled": proc.returncode == 0, "compile_returncode": proc.returncode,
                "compiler_output": (proc.stdout + proc.stderr)[-4000:], "ran": False}
         if proc.returncode == 0 and run:
             r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
