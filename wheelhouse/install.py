@@ -394,15 +394,33 @@ def _pip_install(interp: Interpreter, paths: Sequence[Path], compile: bool) -> N
                             detail=(proc.stdout[-3000:] + proc.stderr[-3000:]))
 
 
-def _compile(interp: Interpreter, files: Sequence[str], reporter: Reporter) -> int:
+def _compile(interp: Interpreter, files: Sequence[str], reporter: Reporter, jobs: int | None = None) -> int:
+    """Byte-compile with the RECEIVING interpreter (its magic number), one compileall process per core.
+
+    compileall's own ``-j`` only parallelises directory walks, not a file list, so the list is
+    dealt out to several processes instead.
+    """
     py = [f for f in files if f.endswith(".py")]
     if not py:
         return 0
-    reporter.note(f"byte-compiling {len(py)} files")
-    proc = subprocess.run([interp.executable, "-m", "compileall", "-q", "-j", "0", "-i", "-"],
-                          input="\n".join(py) + "\n", capture_output=True, text=True)
-    if proc.returncode not in (0, 1):  # 1: some file did not compile (a test fixture, py2 leftovers): not fatal
-        raise InstallFailed("byte-compilation failed", hint="re-run without --compile", detail=proc.stdout[-3000:])
+    n = max(1, min(jobs or os.cpu_count() or 2, os.cpu_count() or 2, len(py)))
+    task = f"byte-compiling {len(py)} files"
+    reporter.start(task, total=n)
+    procs = []
+    for i in range(n):
+        proc = subprocess.Popen([interp.executable, "-m", "compileall", "-q", "-i", "-"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append((proc, "\n".join(py[i::n]) + "\n"))
+    outputs = []
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for (proc, _), (out, _) in zip(procs, pool.map(lambda pi: pi[0].communicate(pi[1]), procs)):
+            outputs.append((proc.returncode, out))
+            reporter.advance(task)
+    reporter.finish(task)
+    # exit 1: some file did not compile (py2 leftovers, templates named .py): not fatal, as with pip.
+    bad = [out for rc, out in outputs if rc not in (0, 1)]
+    if bad:
+        raise InstallFailed("byte-compilation failed", hint="re-run without --compile", detail=bad[0][-3000:])
     return len(py)
 
 
@@ -525,7 +543,7 @@ def install_wheelhouses(
                     files: list[str] = []
                     for d in installed_dists:
                         files += _installed_files(Path(d.dist_info))
-                    compiled = _compile(interp, files, reporter)
+                    compiled = _compile(interp, files, reporter, jobs)
         state_file = _write_state(interp.platlib, chosen, houses)
     except BaseException:
         if created_venv:
