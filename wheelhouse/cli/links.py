@@ -66,7 +66,8 @@ def links(ui, mode, python, paths, as_json) -> None:
     if mode == "check":
         if changes:
             raise LinksNeeded(f"{len(changes)} link change(s) needed under {', '.join(map(str, roots))}",
-                              hint="apply them with `wh links --fix`" + (f" --python {python}" if python else ""))
+                              hint="apply them with `wh links --fix" + (f" --python {python}" if python else "")
+                              + "".join(f" --path {p}" for p in paths) + "`")
         ui.info("links: nothing to change")
     else:
         ui.info(f"{len(changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
