@@ -1,0 +1,201 @@
+"""Resolution benchmark: wh vs uv vs pip on one real closure, in one run (opt-in: uses the registry).
+
+    python bench/bench_resolve.py                      # vllm==0.33.0, cp312 manylinux_2_35 x86_64
+    python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0'
+    python bench/bench_resolve.py --json bench-resolve.json
+
+For each tool: ``--runs`` cold runs (each with a fresh, empty cache) and ``--runs`` warm runs
+(reusing the cache of a previous run); prints the medians, wh's ratio to uv and to pip, and
+whether wh's pins equal uv's (and pip's). wh runs through its CLI (``wh stage --dry-run --json
+--no-bootstrap``). uv is installed with pip into a temporary venv unless ``--uv`` or ``$WH_UV``
+names one. pip runs ``--isolated`` so local pip configuration cannot skew it.
+
+Goals (issue 2): pins identical to uv's; cold <= 1.5x uv; warm <= 1.0x uv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(f"$ {' '.join(cmd)}\n{proc.stderr[-4000:]}\n")
+        raise SystemExit(f"benchmark command failed (exit {proc.returncode}): {cmd[0]}")
+    return elapsed, proc
+
+
+def _ensure_uv(work: Path, given: str | None) -> str:
+    if given:
+        return given
+    venv = work / "uv-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv"], check=True)
+    return str(venv / "bin" / "uv")
+
+
+def _newest_if_missing(requirement: str, index_url: str | None) -> str:
+    """vllm==X: keep it if X exists on the index, else use the newest release and say so."""
+    m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)", requirement.strip())
+    if not m:
+        return requirement
+    sys.path.insert(0, str(REPO))
+    from packaging.version import Version
+
+    from wheelhouse.index import PackageSource
+
+    src = PackageSource([index_url] if index_url else None)
+    versions = sorted({Version(f.version) for f in src.files(m.group(1)) if f.is_wheel and not f.yanked})
+    if not versions:
+        raise SystemExit(f"{m.group(1)} has no wheels on the index")
+    if Version(m.group(2)) in versions:
+        return requirement
+    newest = f"{m.group(1)}=={versions[-1]}"
+    print(f"note: {requirement} does not exist on the index; benchmarking {newest} instead", file=sys.stderr)
+    return newest
+
+
+# --- the three tools -----------------------------------------------------------------------------
+def wh_cmd(req: str, a, cache: Path) -> list[str]:
+    wh = shutil.which("wh", path=str(Path(sys.executable).parent)) or "wh"
+    cmd = [wh, "stage", req, "--python-version", a.python_version, "--platform", a.platform,
+           "--dry-run", "--json", "--no-bootstrap", "--cache-dir", str(cache)]
+    if a.index_url:
+        cmd += ["--index-url", a.index_url]
+    return cmd
+
+
+def wh_pins(proc) -> dict[str, str]:
+    data = json.loads(proc.stdout)
+    return {canonicalize_name(p["name"]): p["version"] for p in data["packages"]}
+
+
+def uv_cmd(uv: str, req_file: Path, a, cache: Path) -> list[str]:
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", a.platform)
+    plat = f"{m.group(3)}-manylinux_{m.group(1)}_{m.group(2)}" if m else a.platform
+    cmd = [uv, "pip", "compile", str(req_file), "--python-platform", plat, "--python-version", a.python_version,
+           "--cache-dir", str(cache), "--no-header", "--no-annotate", "--quiet", "--no-python-downloads"]
+    if a.index_url:
+        cmd += ["--index-url", a.index_url]
+    return cmd
+
+
+def uv_pins(proc) -> dict[str, str]:
+    return {canonicalize_name(n): v for n, v in re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", proc.stdout, re.M)}
+
+
+def pip_cmd(pip_python: str, req: str, a, cache: Path) -> list[str]:
+    cmd = [pip_python, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-", "--ignore-installed",
+           "--only-binary=:all:", "--platform", a.platform, "--python-version", a.python_version,
+           "--cache-dir", str(cache), req]
+    if a.index_url:
+        cmd += ["--index-url", a.index_url]
+    return cmd
+
+
+def pip_pins(proc) -> dict[str, str]:
+    data = json.loads(proc.stdout)
+    return {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in data["install"]}
+
+
+# --- measuring -----------------------------------------------------------------------------------
+def measure(name: str, make_cmd, parse, runs: int, work: Path) -> dict:
+    cold, warm = [], []
+    pins = None
+    warm_cache = None
+    for i in range(runs):
+        cache = work / f"{name}-cold-{i}"
+        t, proc = _run(make_cmd(cache))
+        cold.append(t)
+        pins = parse(proc)
+        warm_cache = cache
+        print(f"  {name:4} cold #{i + 1}: {t:6.2f}s  ({len(pins)} pins)", file=sys.stderr)
+    for i in range(runs):
+        t, proc = _run(make_cmd(warm_cache))
+        warm.append(t)
+        print(f"  {name:4} warm #{i + 1}: {t:6.2f}s", file=sys.stderr)
+    return {"cold": cold, "warm": warm, "cold_median": statistics.median(cold), "warm_median": statistics.median(warm), "pins": pins}
+
+
+def diff(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    return [f"{k}: {a.get(k)} vs {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requirement", default="vllm==0.33.0")
+    p.add_argument("--python-version", default="3.12")
+    p.add_argument("--platform", default="manylinux_2_35_x86_64")
+    p.add_argument("--index-url", default=None, help="default: pip's configured index (wh), the tools' defaults otherwise")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--uv", default=os.environ.get("WH_UV"))
+    p.add_argument("--skip-pip", action="store_true")
+    p.add_argument("--json", type=Path, help="also write the numbers here")
+    a = p.parse_args(argv)
+
+    req = _newest_if_missing(a.requirement, a.index_url)
+    with tempfile.TemporaryDirectory(prefix="wh-bench-") as tmp:
+        work = Path(tmp)
+        uv = _ensure_uv(work, a.uv)
+        uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
+        pip_version = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split(" from ")[0]
+        req_file = work / "requirements.in"
+        req_file.write_text(req + "\n")
+        print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} cold + {a.runs} warm runs each", file=sys.stderr)
+        results = {
+            "wh": measure("wh", lambda c: wh_cmd(req, a, c), wh_pins, a.runs, work),
+            "uv": measure("uv", lambda c: uv_cmd(uv, req_file, a, c), uv_pins, a.runs, work),
+        }
+        if not a.skip_pip:
+            results["pip"] = measure("pip", lambda c: pip_cmd(sys.executable, req, a, c), pip_pins, a.runs, work)
+
+    wh, uvr = results["wh"], results["uv"]
+    print()
+    print(f"{'tool':6}{'cold median':>14}{'warm median':>14}{'pins':>7}")
+    for name, r in results.items():
+        print(f"{name:6}{r['cold_median']:13.2f}s{r['warm_median']:13.2f}s{len(r['pins']):7d}")
+    cold_ratio = wh["cold_median"] / uvr["cold_median"]
+    warm_ratio = wh["warm_median"] / uvr["warm_median"]
+    print(f"\nwh/uv: cold {cold_ratio:.2f}x (goal <= 1.5x), warm {warm_ratio:.2f}x (goal <= 1.0x)")
+    if "pip" in results:
+        print(f"wh/pip: cold {wh['cold_median'] / results['pip']['cold_median']:.2f}x, warm {wh['warm_median'] / results['pip']['warm_median']:.2f}x")
+    uv_diff = diff(wh["pins"], uvr["pins"])
+    print(f"pins equal to uv's: {'yes' if not uv_diff else 'NO'} ({len(wh['pins'])} packages)")
+    for line in uv_diff[:20]:
+        print(f"  wh vs uv  {line}")
+    if "pip" in results:
+        pip_diff = diff(wh["pins"], results["pip"]["pins"])
+        print(f"pins equal to pip's: {'yes' if not pip_diff else 'no'}")
+        for line in pip_diff[:20]:
+            print(f"  wh vs pip {line}")
+    if a.json:
+        summary = {
+            "requirement": req, "python_version": a.python_version, "platform": a.platform, "runs": a.runs,
+            "uv_version": uv_version, "pip_version": pip_version,
+            "tools": {k: {kk: vv for kk, vv in v.items() if kk != "pins"} | {"count": len(v["pins"])} for k, v in results.items()},
+            "wh_uv_cold_ratio": cold_ratio, "wh_uv_warm_ratio": warm_ratio,
+            "pins_equal_uv": not uv_diff, "pin_differences_uv": uv_diff,
+        }
+        a.json.write_text(json.dumps(summary, indent=2))
+    return 0 if not uv_diff else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
