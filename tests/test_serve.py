@@ -161,13 +161,14 @@ def test_foreground_ctrl_c_after_ready_sigkills_a_stubborn_rank(env, logs):
     assert_group_gone(log, port)
 
 
-def test_ctrl_c_while_loading_stops_the_group(env, logs):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_while_loading_stops_the_group(env, logs, sig):
     port, log = free_port(), logs()
     proc = subprocess.Popen([PY, "-m", "wheelhouse", "serve", "--no-preflight", "--interval", "0.1", "--log", str(log),
                              *fake(port, "--load-seconds", "60")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert _wait(lambda: log.exists() and "rank" in pids(log) and not port_free(port), timeout=15)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "interrupted before the engine was ready" in err
@@ -397,3 +398,39 @@ def test_cli_preflight_with_injected_gpus_blocks_the_launch(monkeypatch, tmp_pat
     assert isinstance(res.exception, srv.PreflightFailed)
     assert res.exception.problems == ("expected exactly 3 GPU(s), found 2",)
     assert not log.exists()
+
+
+# --- stopping: stale state, a port someone else holds ----------------------------------------------
+
+
+def test_stop_with_a_stale_state_file_removes_it(tmp_path):
+    dead = subprocess.Popen([PY, "-c", "pass"], start_new_session=True)
+    dead.wait()
+    state = tmp_path / "serve.json"
+    engine = srv.Engine(dead.pid, dead.pid, f"http://127.0.0.1:{free_port()}", str(tmp_path / "x.log"), ("x",), time.time())
+    srv.write_state(engine, state)
+    got, report = srv.stop_detached(state, grace=1)
+    assert got.pid == dead.pid and report.was_running is False
+    assert not state.exists()
+
+
+def test_port_still_held_after_the_group_is_gone_is_a_clear_error(tmp_path):
+    dead = subprocess.Popen([PY, "-c", "pass"], start_new_session=True)
+    dead.wait()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        engine = srv.Engine(dead.pid, dead.pid, url, str(tmp_path / "x.log"), ("x",), time.time())
+        with pytest.raises(srv.PortBusy) as info:
+            srv.shutdown(engine, grace=1)
+    assert "still held by another process" in info.value.message and "ss -ltnp" in info.value.hint
+
+
+def test_engine_python_from_the_command(tmp_path):
+    script = tmp_path / "ft"
+    script.write_text(f"#!{PY}\nprint('engine')\n")
+    script.chmod(0o755)
+    assert srv.engine_python([str(script), "serve"]) == PY
+    assert srv.engine_python([PY, "-m", "vllm.entrypoints.openai.api_server"]) == PY
+    assert srv.engine_python(["no-such-engine-binary"]) is None

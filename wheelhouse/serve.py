@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +42,7 @@ __all__ = [
     "Engine",
     "StopReport",
     "check_gpus",
+    "engine_python",
     "run_preflight",
     "ensure_port_free",
     "port_open",
@@ -227,6 +229,31 @@ def check_gpus(gpus: Sequence[Any], *, expected: int | None, max_used_mib: int |
                 f"GPU {g.index} ({g.name}) already has {used} MiB in use (limit {limit} MiB): another job holds it; stop it first"
             )
     return problems
+
+
+def engine_python(argv: Sequence[str]) -> str | None:
+    """The interpreter the engine command runs on: argv[0] if it is a python, else its script's shebang.
+
+    The doctor and the patches must look at the engine's environment, not wh's own.
+    """
+    if not argv:
+        return None
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None
+    if os.path.basename(argv[0]).startswith("python"):
+        return exe
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    parts = first[2:].decode("utf-8", "replace").split()
+    if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
+        parts = [shutil.which(parts[1]) or parts[1]]
+    return parts[0] if parts and os.path.basename(parts[0]).startswith("python") else None
 
 
 def run_preflight(

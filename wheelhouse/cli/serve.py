@@ -164,6 +164,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
                              hint="stop it first with `wh stop`")
     if not no_preflight:
+        python = python or srv.engine_python(argv)
+        ui.info(f"preflight: doctor and patches for {python or 'this interpreter'}")
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
     log = Path(log_file) if log_file else srv.default_log_path()
