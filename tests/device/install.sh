@@ -16,14 +16,22 @@ REPO=$PWD
 declare -a SUMMARY
 say() { SUMMARY+=("$*"); echo "== $*" >&2; }
 
-# --- wh itself on the box: the repo on PYTHONPATH, its deps from the wheelhouse's bootstrap/ if needed.
+# --- wh itself on the box: the repo on PYTHONPATH; its dependencies from the wheelhouse's bootstrap/
+# (unpacked with wh's own stdlib-only unpacker, so neither pip nor a network is needed), else the image's.
 export PYTHONPATH="$REPO"
-if ! "$PY" -c "import click, rich, packaging.tags, resolvelib" 2>/dev/null; then
-  if [ -n "${1:-}" ] && [ -d "$1/bootstrap" ]; then
-    "$PY" -m pip install -q --no-index --find-links "$1/bootstrap" --target "$WORK/deps" \
-      click rich packaging resolvelib >"$OUT/bootstrap.log" 2>&1
-    export PYTHONPATH="$REPO:$WORK/deps"
-  fi
+if [ -n "${1:-}" ] && ls "$1"/bootstrap/*.whl >/dev/null 2>&1; then
+  "$PY" - "$1/bootstrap" "$WORK/deps" <<'EOF' >"$OUT/bootstrap.log" 2>&1
+import sys
+from pathlib import Path
+from wheelhouse.unpack import install_wheels
+src, dest = Path(sys.argv[1]), Path(sys.argv[2])
+wheels = [w for w in sorted(src.glob("*.whl")) if not w.name.startswith("wh-")]
+scheme = {"purelib": str(dest), "platlib": str(dest), "scripts": str(dest / "bin"), "data": str(dest / "data"),
+          "headers": str(dest / "include")}
+done = install_wheels(wheels, scheme, sys.executable)
+print("bootstrap deps:", ", ".join(f"{d.name} {d.version}" for d in done))
+EOF
+  export PYTHONPATH="$REPO:$WORK/deps"
 fi
 WH=("$PY" -m wheelhouse)
 "${WH[@]}" --version >&2 || { echo "wh does not start with $PY (missing click/rich/packaging?)"; exit 1; }
