@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from wheelhouse import serve as srv
+from wheelhouse import serve_preflight as pre
 from wheelhouse.serve_lint import ForbiddenFlag, MissingPlaceholder, fill_placeholders, lint_command, port_from_command
 
 FAKE = Path(__file__).parent / "fake_engine.py"
@@ -349,8 +350,8 @@ def gpu(i, used, total=65536):
 
 def test_preflight_busy_card_and_wrong_count_block_before_any_patch():
     applied = []
-    with pytest.raises(srv.PreflightFailed) as info:
-        srv.run_preflight(gpus=[gpu(0, 100), gpu(1, 5000), gpu(2, 100), gpu(3, 0)], expected_gpus=5, max_used_mib=None,
+    with pytest.raises(pre.PreflightFailed) as info:
+        pre.run_preflight(gpus=[gpu(0, 100), gpu(1, 5000), gpu(2, 100), gpu(3, 0)], expected_gpus=5, max_used_mib=None,
                           patches=[Path("p.toml")], apply_patch=applied.append, doctor=lambda: [])
     problems = info.value.problems
     assert any("expected exactly 5 GPU(s), found 4" in p for p in problems)
@@ -360,16 +361,16 @@ def test_preflight_busy_card_and_wrong_count_block_before_any_patch():
 
 def test_preflight_visible_devices_and_threshold():
     cards = [gpu(0, 9000), gpu(1, 10), gpu(2, 10)]
-    assert srv.check_gpus(cards, expected=2, max_used_mib=4096, visible="1,2") == []
-    assert srv.check_gpus(cards, expected=None, max_used_mib=10000, visible=None) == []
-    assert "found none" in srv.check_gpus([], expected=4, max_used_mib=None)[0]
+    assert pre.check_gpus(cards, expected=2, max_used_mib=4096, visible="1,2") == []
+    assert pre.check_gpus(cards, expected=None, max_used_mib=10000, visible=None) == []
+    assert "found none" in pre.check_gpus([], expected=4, max_used_mib=None)[0]
 
 
 def test_preflight_applies_patches_then_runs_the_doctor():
     order = []
     failing = SimpleNamespace(id="sm89-rowwise", title="FP8 rowwise hang", evidence="torch 2.11 on sm_89", hint="wh patch apply x")
-    with pytest.raises(srv.PreflightFailed) as info:
-        srv.run_preflight(gpus=[gpu(0, 0)], expected_gpus=1, max_used_mib=None, patches=[Path("a.toml")],
+    with pytest.raises(pre.PreflightFailed) as info:
+        pre.run_preflight(gpus=[gpu(0, 0)], expected_gpus=1, max_used_mib=None, patches=[Path("a.toml")],
                           apply_patch=lambda p: order.append(("patch", p.name)),
                           doctor=lambda: order.append(("doctor",)) or [failing])
     assert order == [("patch", "a.toml"), ("doctor",)]
@@ -389,13 +390,13 @@ def test_cli_preflight_with_injected_gpus_blocks_the_launch(monkeypatch, tmp_pat
     log = tmp_path / "serve.log"
     # manifest: exactly 2 GPUs, max-used-mib 1000 -> card 1 (3000 MiB used) blocks
     res = CliRunner().invoke(cli, ["serve", str(_manifest(tmp_path, port)), "--model", "m", "--log", str(log)])
-    assert isinstance(res.exception, srv.PreflightFailed), res.output
+    assert isinstance(res.exception, pre.PreflightFailed), res.output
     assert "GPU 1 (A100-64G) already has 3000 MiB in use (limit 1000 MiB)" in res.exception.detail
     assert not log.exists()
     # --gpus overrides the manifest's count; --max-used-mib its threshold
     res = CliRunner().invoke(cli, ["serve", str(_manifest(tmp_path, port)), "--model", "m", "--gpus", "3",
                                    "--max-used-mib", "4096", "--log", str(log)])
-    assert isinstance(res.exception, srv.PreflightFailed)
+    assert isinstance(res.exception, pre.PreflightFailed)
     assert res.exception.problems == ("expected exactly 3 GPU(s), found 2",)
     assert not log.exists()
 
@@ -431,6 +432,6 @@ def test_engine_python_from_the_command(tmp_path):
     script = tmp_path / "ft"
     script.write_text(f"#!{PY}\nprint('engine')\n")
     script.chmod(0o755)
-    assert srv.engine_python([str(script), "serve"]) == PY
-    assert srv.engine_python([PY, "-m", "vllm.entrypoints.openai.api_server"]) == PY
-    assert srv.engine_python(["no-such-engine-binary"]) is None
+    assert pre.engine_python([str(script), "serve"]) == PY
+    assert pre.engine_python([PY, "-m", "vllm.entrypoints.openai.api_server"]) == PY
+    assert pre.engine_python(["no-such-engine-binary"]) is None

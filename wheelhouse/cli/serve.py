@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from .. import serve as srv
+from .. import serve_preflight as pre
 from ..errors import UsageError, WhError
 from ..readiness import READY_MODES, auth_headers, make_probe
 from ..serve_lint import fill_placeholders, lint_command, port_from_command, url_values
@@ -84,7 +85,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
         pass
     expect = manifest.doctor if manifest else None
     try:
-        srv.run_preflight(
+        pre.run_preflight(
             gpus=gpus,
             expected_gpus=gpus_flag if gpus_flag is not None else (expect.gpus if expect else None),
             max_used_mib=max_used_flag if max_used_flag is not None else (expect.max_used_mib if expect else None),
@@ -164,7 +165,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
                              hint="stop it first with `wh stop`")
     if not no_preflight:
-        python = python or srv.engine_python(argv)
+        python = python or pre.engine_python(argv)
         ui.info(f"preflight: doctor and patches for {python or 'this interpreter'}")
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
