@@ -102,9 +102,10 @@ def uv_pins(proc) -> dict[str, str]:
 
 
 def pip_cmd(pip_python: str, req: str, a, cache: Path) -> list[str]:
+    # --target: older pips refuse --platform without it; with --dry-run nothing is written there.
     cmd = [pip_python, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-", "--ignore-installed",
            "--only-binary=:all:", "--platform", a.platform, "--python-version", a.python_version,
-           "--cache-dir", str(cache), req]
+           "--target", str(cache / "target"), "--disable-pip-version-check", "--cache-dir", str(cache), req]
     if a.index_url:
         cmd += ["--index-url", a.index_url]
     return cmd

@@ -188,11 +188,20 @@ def _make_handler(state: IndexServer):
             for k, v in (extra or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_HEAD(self):  # noqa: N802  (uv and pip probe with HEAD)
+            self.do_GET()
+
+        def _count(self, path: str, n: int) -> None:
+            if self.command != "HEAD":
+                state.served[path] += n
 
         def do_GET(self):  # noqa: N802
             path = self.path.split("?", 1)[0]
-            state.hits[path] += 1
+            if self.command != "HEAD":
+                state.hits[path] += 1
             state.log.append((path, dict(self.headers.items())))
             if path.startswith("/simple"):
                 return self._simple(path)
@@ -226,7 +235,7 @@ def _make_handler(state: IndexServer):
                 meta = _wheel_metadata(state.files[wheel]) if state.serve_metadata and wheel in state.files else None
                 if meta is None:
                     return self._send(404, b"no metadata")
-                state.served[path] += len(meta)
+                self._count(path, len(meta))
                 return self._send(200, meta, "text/plain")
             data = state.files.get(name)
             if data is None:
@@ -245,11 +254,11 @@ def _make_handler(state: IndexServer):
                 if start >= size or end <= start:
                     return self._send(416, b"", extra={"Content-Range": f"bytes */{size}"})
                 part = data[start:end]
-                state.served[path] += len(part)
+                self._count(path, len(part))
                 return self._send(206, part, "application/octet-stream",
                                   {"Content-Range": f"bytes {start}-{end - 1}/{size}", "Accept-Ranges": "bytes"})
             extra = {"Accept-Ranges": "bytes"} if state.ranges else {}
-            cut = state.drops.pop(name, None)
+            cut = state.drops.pop(name, None) if self.command != "HEAD" else None
             if cut is not None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
@@ -262,7 +271,7 @@ def _make_handler(state: IndexServer):
                 state.served[path] += cut
                 self.close_connection = True
                 return
-            state.served[path] += size
+            self._count(path, size)
             self._send(200, data, "application/octet-stream", extra)
 
     return Handler

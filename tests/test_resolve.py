@@ -337,3 +337,47 @@ def test_scenario(scenario, pyindex, tmp_path):
         assert versions(res) == expect["pins"]
         for name, filename in expect.get("files", {}).items():
             assert res.pin(name).distfile.filename == filename
+
+
+# --- the same scenarios through uv, when uv is installed (loopback only, no registry) ------------
+def _uv() -> str | None:
+    import os
+    import shutil
+
+    return os.environ.get("WH_UV") or shutil.which("uv")
+
+
+def _uv_platform(platform: str) -> str:
+    import re
+
+    m = re.fullmatch(r"(manylinux|musllinux)_(\d+)_(\d+)_(.+)", platform)
+    assert m, platform
+    if m.group(1) == "musllinux":
+        return f"{m.group(4)}-unknown-linux-musl"
+    return f"{m.group(4)}-manylinux_{m.group(2)}_{m.group(3)}"
+
+
+@pytest.mark.skipif(_uv() is None, reason="uv is not installed (pip install uv, or set WH_UV)")
+@pytest.mark.parametrize("scenario", [s for s in _scenario_ids() if "pins" in tomllib.loads((SCENARIOS / f"{s}.toml").read_text())["expect"]
+                                      and not tomllib.loads((SCENARIOS / f"{s}.toml").read_text()).get("toolchain")])
+def test_scenario_pins_equal_uvs(scenario, pyindex, tmp_path):
+    """The expected pins are what uv picks for the same index, request and target."""
+    import re
+    import subprocess
+
+    spec = tomllib.loads((SCENARIOS / f"{scenario}.toml").read_text())
+    folder = tmp_path / "files"
+    for pkg in spec["packages"]:
+        make_wheel(folder, pkg["name"], pkg["version"], **{k: v for k, v in pkg.items() if k in ("requires", "tags", "requires_python", "extras")})
+    knobs = spec.get("index", {})
+    idx = pyindex(folder, yanked=knobs.get("yanked", {}), requires_python=knobs.get("requires_python", {}))
+    req = tmp_path / "req.in"
+    req.write_text("\n".join(spec["request"]["requirements"]) + "\n")
+    args = [_uv(), "pip", "compile", str(req), "--index-url", idx.url, "--python-platform", _uv_platform(spec["target"]["platforms"][0]),
+            "--python-version", spec["target"]["python"], "--no-header", "--no-annotate", "--quiet", "--no-cache"]
+    if spec["request"].get("constraints"):
+        (tmp_path / "c.txt").write_text("\n".join(spec["request"]["constraints"]) + "\n")
+        args += ["-c", str(tmp_path / "c.txt")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert dict(re.findall(r"^([a-z0-9\-_.]+)==(\S+)", out.stdout, re.M)) == spec["expect"]["pins"]
