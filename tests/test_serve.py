@@ -206,6 +206,14 @@ def test_generate_readiness_times_out_on_a_wedged_engine(env, logs):
     assert_group_gone(log, port)
 
 
+def test_health_readiness_on_an_engine_without_health_hints_generate(env, logs):
+    port, log = free_port(), logs()
+    r = wh(["serve", "--no-preflight", "--timeout", "1", "--interval", "0.1", "--log", str(log),
+            *fake(port, "--mode", "wedged")], env)
+    assert r.returncode == 1 and "GET /health: HTTP 404" in r.stderr and "--ready generate" in r.stderr
+    assert_group_gone(log, port)
+
+
 def test_http_readiness_on_models_would_call_the_wedged_engine_ready(env, logs):
     # The pitfall generate exists for: the same wedged engine passes an HTTP-200 check.
     port, log = free_port(), logs()

@@ -16,7 +16,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -101,9 +103,12 @@ class ReadyTimeout(ServeError):
     code = "not-ready"
 
     def __init__(self, timeout: float, last: str, log: Path):
+        hint = f"raise --timeout if it is still loading, or read {log}"
+        if "/health: HTTP 404" in last:
+            hint = "this engine has no /health endpoint: use --ready generate (or --ready http --path P)"
         super().__init__(
             f"the engine was not ready after {timeout:g} s (last check: {last or 'no answer'}); it was stopped",
-            hint=f"raise --timeout if it is still loading, or read {log}",
+            hint=hint,
             detail=f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}",
         )
 
@@ -412,15 +417,31 @@ def launch(
                              reporter=reporter, on_tick=on_tick)
     except BaseException:
         reporter.note(f"stopping process group {engine.pgid} ...")
-        stop_engine(engine.pgid, leader=proc, grace=grace)
+        with _no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
+            stop_engine(engine.pgid, leader=proc, grace=grace)
         _confirm_port_free(spec.url)
         raise
     return engine, proc, seconds
 
 
+@contextmanager
+def _no_interrupts():
+    """Hold off SIGINT/SIGTERM while a group is being stopped (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def shutdown(engine: Engine, proc: subprocess.Popen | None = None, *, grace: float = 15.0) -> StopReport:
     """Stop the engine's whole group and confirm its port is free (PortBusy if something else holds it)."""
-    report = stop_engine(engine.pgid, leader=proc, grace=grace)
+    with _no_interrupts():
+        report = stop_engine(engine.pgid, leader=proc, grace=grace)
     _confirm_port_free(engine.url)
     return report
 
@@ -504,6 +525,6 @@ def stop_detached(path: Path | None = None, *, grace: float = 15.0) -> tuple[Eng
         report = stop_engine(engine.pgid, grace=grace)
     else:
         report = StopReport(engine.pgid, was_running=False)
+    remove_state(p)  # the recorded engine is gone; a port held by someone else is a separate problem
     _confirm_port_free(engine.url)
-    remove_state(p)
     return engine, report
