@@ -173,7 +173,7 @@ def _metadata_info(value) -> tuple[bool, str | None]:
     return bool(value), None
 
 
-def parse_simple_json(data: Mapping, page_url: str, origin: str) -> list[Distfile]:
+def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
     """PEP 691 project page -> Distfiles. URLs may be relative to the page.
 
     Big projects list tens of thousands of files (every nightly, every platform), so this is a hot
@@ -183,6 +183,8 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str) -> list[Distfil
     names: dict[str, str] = {}
     for f in data.get("files", ()):
         filename = f.get("filename") or ""
+        if keep is not None and not keep(filename):
+            continue
         raw_url = f.get("url", "")
         if not raw_url.startswith(("https://", "http://")):
             raw_url = urllib.parse.urljoin(page_url, raw_url)
@@ -242,7 +244,7 @@ class _Anchors(HTMLParser):
             self._current = None
 
 
-def parse_simple_html(text: str, page_url: str, origin: str) -> list[Distfile]:
+def parse_simple_html(text: str, page_url: str, origin: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
     """PEP 503 page (or a find-links HTML page) -> Distfiles, with PEP 592/658/714 attributes."""
     parser = _Anchors()
     parser.feed(text)
@@ -254,6 +256,8 @@ def parse_simple_html(text: str, page_url: str, origin: str) -> list[Distfile]:
             continue
         url, hashes = _split_hash_fragment(urllib.parse.urljoin(base, href))
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        if keep is not None and not keep(filename):
+            continue
         has_meta, meta_sha = False, None
         for key in ("data-core-metadata", "data-dist-info-metadata"):
             if key in attrs:  # a bare attribute (value None) means "true"
@@ -321,10 +325,15 @@ class PackageSource:
         self._links_memo = _Memo()
 
     # --- public -------------------------------------------------------------------------
-    def files(self, name: str) -> list[Distfile]:
-        """Every file of ``name``: from the first index that has the project, plus find-links."""
+    def files(self, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
+        """Every file of ``name``: from the first index that has the project, plus find-links.
+
+        ``keep(filename)`` drops files before they are parsed: big projects publish tens of
+        thousands of files, and a resolver for one target needs a few of them. Results are
+        memoized per (name, keep).
+        """
         key = canonicalize_name(name)
-        return list(self._memo.get(key, lambda: self._files(key)))
+        return list(self._memo.get((key, keep), lambda: self._files(key, keep)))
 
     def locations(self) -> list[str]:
         """Where this source looks, for messages."""
@@ -355,24 +364,26 @@ class PackageSource:
         return d
 
     # --- internals ----------------------------------------------------------------------
-    def _files(self, name: str) -> list[Distfile]:
+    def _files(self, name: str, keep: Callable[[str], bool] | None) -> list[Distfile]:
         found: list[Distfile] = []
         for index in self.index_urls:
-            files = self._index_files(index, name)
-            if files:
+            files = self._index_files(index, name, keep)
+            if files is not None:
                 found = files
                 break
         for loc in self.find_links:
-            found += [d for d in self._links_memo.get(loc, lambda loc=loc: self._find_links(loc)) if d.name == name]
+            found += [d for d in self._links_memo.get(loc, lambda loc=loc: self._find_links(loc))
+                      if d.name == name and (keep is None or keep(d.filename))]
         return found
 
-    def _index_files(self, index: str, name: str) -> list[Distfile]:
+    def _index_files(self, index: str, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile] | None:
+        """The project's files on one index (None when the index does not know the project)."""
         url = urllib.parse.urljoin(index, name + "/")
         try:
             resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl)
         except HttpError as exc:
             if exc.status == 404:
-                return []
+                return None
             raise
         ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype.endswith("json") or (ctype == "" and resp.body[:1] == b"{"):
@@ -380,8 +391,8 @@ class PackageSource:
                 data = resp.json()
             except ValueError as exc:
                 raise IndexPageError(f"{url}: not valid JSON ({exc})", hint="check --index-url; it must be a PEP 503/691 simple index") from exc
-            return parse_simple_json(data, resp.url, index)
-        return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, index)
+            return parse_simple_json(data, resp.url, index, keep)
+        return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, index, keep)
 
     def _find_links(self, loc: str) -> list[Distfile]:
         parts = urllib.parse.urlsplit(loc)

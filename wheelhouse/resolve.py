@@ -272,6 +272,8 @@ class _Provider(AbstractProvider):
         self._installable_memo: dict[str, dict[Version, list[Distfile]]] = {}
         self._pins: Mapping[str, _Cand] | None = None
         self._deps_memo: dict[tuple, list[_Req]] = {}
+        # One callable for the run, so the source memoizes pages filtered for this target.
+        self._keep = self.installable_name
 
     # --- resolvelib API -------------------------------------------------------------------
     def identify(self, requirement_or_candidate):
@@ -425,7 +427,7 @@ class _Provider(AbstractProvider):
         out: dict[Version, list[Distfile]] = {}
         specs: dict[str, bool] = {}
         versions: dict[str, Version | None] = {}
-        for f in self.source.files(name):
+        for f in self.source.files(name, self._keep):
             if not f.is_wheel or self.rank(f.filename) is None:
                 continue
             if f.requires_python:
@@ -446,6 +448,9 @@ class _Provider(AbstractProvider):
             out.setdefault(v, []).append(f)
         self._installable_memo[name] = out
         return out
+
+    def installable_name(self, filename: str) -> bool:
+        return filename.endswith(".whl") and self.rank(filename) is not None
 
     def rank(self, filename: str) -> int | None:
         """``target.wheel_rank`` without parsing the name: split the tag triple (PEP 425 sets)."""
