@@ -17,7 +17,8 @@ seconds, then one token every ``--token-interval`` seconds.
 
 It starts a child "rank" process that inherits the listening socket, as tensor-parallel
 workers do, so killing only the leader leaves the port held; ``--stubborn-rank`` makes the
-rank ignore SIGTERM so only SIGKILL ends it. The log gets "fake-engine pid N" and
+rank ignore SIGTERM so only SIGKILL ends it; ``--rank-gpu-mib N`` makes it hold N MiB of GPU
+memory through torch, as a real rank does. The log gets "fake-engine pid N" and
 "rank pid N" lines so tests can check both are gone.
 """
 
@@ -157,6 +158,7 @@ def main() -> None:
     p.add_argument("--reasoning-tokens", type=int, default=5)
     p.add_argument("--stubborn-rank", action="store_true")
     p.add_argument("--no-rank", action="store_true")
+    p.add_argument("--rank-gpu-mib", type=int, default=0, help="the rank holds this much GPU memory (needs torch)")
     ARGS = p.parse_args()
     log(f"fake-engine pid {os.getpid()} mode {ARGS.mode} port {ARGS.port}")
     time.sleep(ARGS.listen_delay)
@@ -167,6 +169,11 @@ def main() -> None:
         code = "import signal, time\n"
         if ARGS.stubborn_rank:
             code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        if ARGS.rank_gpu_mib:
+            code += ("import torch\n"
+                     f"held = torch.empty({ARGS.rank_gpu_mib} * 2**20, dtype=torch.uint8, device='cuda')\n"
+                     "torch.cuda.synchronize()\n"
+                     "print('rank holds', held.numel() >> 20, 'MiB on GPU', flush=True)\n")
         code += "time.sleep(3600)\n"
         # The rank inherits the listening socket, like a TP worker forked after bind.
         rank = subprocess.Popen([sys.executable, "-c", code], pass_fds=(server.fileno(),))

@@ -40,6 +40,9 @@ class _SplitAtDashes(click.Command):
             ctx.meta["wh.command"] = ()
         return super().parse_args(ctx, args)
 
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return super().collect_usage_pieces(ctx) + ["[-- COMMAND ...]"]
+
 
 @contextmanager
 def _sigterm_as_interrupt():
@@ -116,7 +119,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("--max-used-mib", type=int, help="Refuse a GPU with more memory than this already in use "
                                                "(default: manifest [doctor] max-used-mib, else 4096).")
 @click.option("--gpus", "gpus_flag", type=int, help="Exact GPU count required (default: manifest [doctor] gpus).")
-@click.option("--python", type=click.Path(dir_okay=False), help="Engine interpreter for the doctor and patches (default: this one).")
+@click.option("--python", type=click.Path(dir_okay=False), help="Engine interpreter for the doctor and patches (default: argv[0] if a python, else its shebang).")
 @click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between readiness checks.")
 @click.option("--attempt-timeout", type=float, default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
