@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 __all__ = ["pyindex", "IndexServer"]
@@ -277,8 +276,7 @@ def _make_handler(state: IndexServer):
     return Handler
 
 
-@pytest.fixture
-def pyindex():
+def _pyindex():
     """Factory: ``pyindex(*folders_or_files, **knobs) -> IndexServer`` serving on 127.0.0.1."""
     servers: list[ThreadingHTTPServer] = []
 
@@ -296,3 +294,11 @@ def pyindex():
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+
+
+try:  # the device scripts import this module where pytest may be absent
+    import pytest
+except ImportError:  # pragma: no cover
+    pyindex = None
+else:
+    pyindex = pytest.fixture(_pyindex, name="pyindex")
