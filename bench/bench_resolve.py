@@ -8,7 +8,9 @@ For each tool: ``--runs`` cold runs (each with a fresh, empty cache) and ``--run
 (reusing the cache of a previous run); prints the medians, wh's ratio to uv and to pip, and
 whether wh's pins equal uv's (and pip's). wh runs through its CLI (``wh stage --dry-run --json
 --no-bootstrap``). uv is installed with pip into a temporary venv unless ``--uv`` or ``$WH_UV``
-names one. pip runs ``--isolated`` so local pip configuration cannot skew it.
+names one; pip is the newest, upgraded in that venv. pip runs ``--isolated`` so local pip
+configuration cannot skew it, with every manylinux tag up to ``--platform`` (pip takes
+``--platform`` literally).
 
 Goals (issue 2): pins identical to uv's; cold <= 1.5x uv; warm <= 1.0x uv.
 """
@@ -42,13 +44,13 @@ def _run(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> tupl
     return elapsed, proc
 
 
-def _ensure_uv(work: Path, given: str | None) -> str:
-    if given:
-        return given
-    venv = work / "uv-venv"
+def _tools_venv(work: Path, uv_given: str | None) -> tuple[str, str]:
+    """A temp venv with the current pip (and uv unless given): (uv, python whose pip to time)."""
+    venv = work / "tools-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv"], check=True)
-    return str(venv / "bin" / "uv")
+    py = str(venv / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip", *([] if uv_given else ["uv"])], check=True)
+    return uv_given or str(venv / "bin" / "uv"), py
 
 
 def _newest_if_missing(requirement: str, index_url: str | None) -> str:
@@ -101,10 +103,19 @@ def uv_pins(proc) -> dict[str, str]:
     return {canonicalize_name(n): v for n, v in re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", proc.stdout, re.M)}
 
 
+def _platforms(platform: str) -> list[str]:
+    """manylinux_2_35_x86_64 -> it and every older manylinux tag: pip takes --platform literally."""
+    sys.path.insert(0, str(REPO))
+    from wheelhouse.capture_target import expand_platform
+
+    return [p for p in expand_platform(platform) if p.startswith(("manylinux", "musllinux"))] or [platform]
+
+
 def pip_cmd(pip_python: str, req: str, a, cache: Path) -> list[str]:
     # --target: older pips refuse --platform without it; with --dry-run nothing is written there.
+    plats = [x for p in _platforms(a.platform) for x in ("--platform", p)]
     cmd = [pip_python, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-", "--ignore-installed",
-           "--only-binary=:all:", "--platform", a.platform, "--python-version", a.python_version,
+           "--only-binary=:all:", *plats, "--python-version", a.python_version,
            "--target", str(cache / "target"), "--disable-pip-version-check", "--cache-dir", str(cache), req]
     if a.index_url:
         cmd += ["--index-url", a.index_url]
@@ -154,9 +165,10 @@ def main(argv=None) -> int:
     req = _newest_if_missing(a.requirement, a.index_url)
     with tempfile.TemporaryDirectory(prefix="wh-bench-") as tmp:
         work = Path(tmp)
-        uv = _ensure_uv(work, a.uv)
+        uv, pip_python = _tools_venv(work, a.uv)
         uv_version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
-        pip_version = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split(" from ")[0]
+        pip_version = subprocess.run([pip_python, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split(" from ")[0]
+        print(f"{uv_version}; {pip_version}", file=sys.stderr)
         req_file = work / "requirements.in"
         req_file.write_text(req + "\n")
         print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} cold + {a.runs} warm runs each", file=sys.stderr)
@@ -165,7 +177,7 @@ def main(argv=None) -> int:
             "uv": measure("uv", lambda c: uv_cmd(uv, req_file, a, c), uv_pins, a.runs, work),
         }
         if not a.skip_pip:
-            results["pip"] = measure("pip", lambda c: pip_cmd(sys.executable, req, a, c), pip_pins, a.runs, work)
+            results["pip"] = measure("pip", lambda c: pip_cmd(pip_python, req, a, c), pip_pins, a.runs, work)
 
     wh, uvr = results["wh"], results["uv"]
     print()
