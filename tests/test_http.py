@@ -151,3 +151,22 @@ def test_get_cached_revalidates_with_etag(served, tmp_path):
     assert len(conditional) == 1  # second request was a revalidation (304)
     fresh = client.get_cached(url, {"Accept": "text/html"}, max_age=3600)
     assert fresh.body == first.body and idx.hits["/simple/alpha/"] == 2  # served from disk
+
+
+def test_credentials_from_url_or_netrc_are_sent_and_not_printed(served, tmp_path, monkeypatch):
+    import base64
+
+    from wheelhouse import http as whhttp
+
+    idx, _ = served
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setattr(whhttp, "_NETRC", {})
+    HttpClient().get(idx.url)
+    assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    with pytest.raises(HttpError) as err:
+        HttpClient(retries=0).get(idx.url.replace("http://", "http://bob:hunter2@") + "missing/")
+    assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"bob:hunter2").decode()
+    assert "hunter2" not in str(err.value) and "***@" in str(err.value)

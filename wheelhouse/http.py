@@ -329,10 +329,14 @@ class HttpClient:
         if parts.query:
             path += "?" + parts.query
         hdrs = dict(headers)
+        cred = None
         if parts.username is not None:
+            cred = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        elif "Authorization" not in hdrs:
+            cred = _netrc_credentials(parts.hostname or "")
+        if cred is not None:
             import base64
 
-            cred = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
             hdrs["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
         proxy = self._proxy_for(parts)
         if proxy:
@@ -444,6 +448,26 @@ class HttpClient:
                     yield data
 
         return StreamResponse(url, status, hdrs, chunks)  # type: ignore[arg-type]
+
+
+_NETRC: dict[str, str | None] = {}
+
+
+def _netrc_credentials(host: str) -> str | None:
+    """``user:password`` for ``host`` from ~/.netrc (or $NETRC), like pip and uv read it."""
+    if host in _NETRC:
+        return _NETRC[host]
+    cred = None
+    try:
+        import netrc
+
+        auth = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+        if auth and (auth[0] or auth[2]):
+            cred = f"{auth[0] or ''}:{auth[2] or ''}"
+    except (OSError, netrc.NetrcParseError):  # type: ignore[name-defined]
+        cred = None
+    _NETRC[host] = cred
+    return cred
 
 
 def _close_pool(idle: dict) -> None:

@@ -29,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from .atomic import write_atomic
 from .errors import WhError
-from .http import HttpClient
+from .http import HttpClient, HttpError
 from .index import Distfile
 
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
@@ -122,7 +122,8 @@ class MetadataReader:
     def _read(self, d: Distfile, key: str) -> CoreMetadata:
         if not d.is_wheel:
             raise MetadataError(f"{d.filename} is not a wheel", hint="wh reads metadata of wheels only")
-        cached = self._cache_path(key)
+        # A local file may change under the same path: read it, never cache it (it is cheap).
+        cached = self._cache_path(key) if d.local_path is None else None
         raw = None
         if cached is not None and cached.is_file():
             raw = cached.read_bytes()
@@ -168,13 +169,21 @@ class MetadataReader:
         return body
 
     def _from_ranges(self, d: Distfile) -> bytes:
-        with self.client.stream(d.url, {"Range": f"bytes=-{self.tail_bytes}", "Accept-Encoding": "identity"}) as resp:
-            if resp.status != 206:
-                # The server ignores Range: the only way left is the whole file.
+        try:
+            with self.client.stream(d.url, {"Range": f"bytes=-{self.tail_bytes}", "Accept-Encoding": "identity"}) as resp:
+                if resp.status != 206:
+                    # The server ignores Range: the only way left is the whole file.
+                    self.stats["download"] += 1
+                    return self._from_full_body(resp, d)
+                tail = resp.read()
+                total = _total_from_content_range(resp.headers.get("content-range"))
+        except HttpError as exc:
+            if exc.status != 416:
+                raise
+            # Some servers refuse a suffix range longer than the file: read it whole.
+            with self.client.stream(d.url) as resp:
                 self.stats["download"] += 1
                 return self._from_full_body(resp, d)
-            tail = resp.read()
-            total = _total_from_content_range(resp.headers.get("content-range"))
         self.stats["range"] += 1
         if total is None:
             total = len(tail)
