@@ -198,10 +198,10 @@ def test_health_error_fails_with_the_engines_message(env, logs):
 
 def test_generate_readiness_times_out_on_a_wedged_engine(env, logs):
     port, log = free_port(), logs()
-    r = wh(["serve", "--no-preflight", "--ready", "generate", "--timeout", "3", "--attempt-timeout", "1", "--interval", "0.1",
-            "--log", str(log), *fake(port, "--mode", "wedged")], env)
+    r = wh(["serve", "--no-preflight", "--ready", "generate", "--timeout", "4", "--attempt-timeout", "1", "--interval", "0.1",
+            "--log", str(log), *fake(port, "--mode", "wedged", "--listen-delay", "0")], env)
     assert r.returncode == 1
-    assert "not ready after 3 s" in r.stderr
+    assert "not ready after 4 s" in r.stderr
     assert "/v1/models answers (model '1') but a 1-token completion did not finish within 1 s" in r.stderr
     assert_group_gone(log, port)
 
@@ -267,6 +267,7 @@ def test_engine_not_found_is_a_usage_error(env, logs):
     r = wh(["serve", "--no-preflight", "--log", str(log), "--url", f"http://127.0.0.1:{free_port()}", "--",
             "no-such-engine-binary", "serve"], env)
     assert r.returncode == 2 and "'no-such-engine-binary' not found" in r.stderr
+    assert not log.exists()
 
 
 # --- lint and placeholders ---------------------------------------------------------------------

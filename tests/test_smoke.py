@@ -59,7 +59,7 @@ def test_counts_both_channels_and_times_against_the_known_pacing(engine):
     assert r.reasoning.startswith("think0 think1") and r.text.startswith("word5 word6")
     # first token after 0.3 s server-side; then 59 intervals of 20 ms = 50 tok/s at most
     assert TTFT * 0.9 <= r.ttft_s < TTFT + 1.5
-    assert 15 <= r.decode_tok_s <= 60
+    assert 10 <= r.decode_tok_s <= 60  # generous: a loaded CI box only slows it down
     assert r.total_s >= r.ttft_s + 59 * INTERVAL * 0.9
     assert r.engine_completion_tokens == 60 and r.finish_reason == "length"
 

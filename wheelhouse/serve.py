@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -246,6 +247,9 @@ def group_members(pgid: int) -> list[int]:
 
 def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
     """Start the command in a new session (its own process group), stdout+stderr to the log."""
+    if shutil.which(spec.command[0]) is None and not os.path.exists(os.path.join(spec.cwd or "", spec.command[0])):
+        raise UsageError(f"cannot start the engine: {spec.command[0]!r} not found",
+                         hint="check the command (is the engine's venv on PATH? try its full path)")
     log = Path(spec.log)
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}}
