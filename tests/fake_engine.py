@@ -11,6 +11,7 @@ Stdlib only. It behaves like the engines in the seeds, on a known clock:
 - ``die``: halfway through loading, prints an OOM traceback and exits 1 (its rank lives on).
 - ``wedged``: no /health (404); /v1/models answers at once; completions never finish.
 - ``error``: halfway through loading, /health reports ``status: error`` with a message.
+- any mode with ``--exit-after S``: the leader crashes (exit 3) S seconds after listening.
 
 Pacing of a streamed chat: a role-only chunk at once, the first token after ``--ttft``
 seconds, then one token every ``--token-interval`` seconds.
@@ -158,6 +159,7 @@ def main() -> None:
     p.add_argument("--reasoning-tokens", type=int, default=5)
     p.add_argument("--stubborn-rank", action="store_true")
     p.add_argument("--no-rank", action="store_true")
+    p.add_argument("--exit-after", type=float, default=0, help="exit 3 this many seconds after listening (a crash after ready)")
     p.add_argument("--rank-gpu-mib", type=int, default=0, help="the rank holds this much GPU memory (needs torch)")
     ARGS = p.parse_args()
     log(f"fake-engine pid {os.getpid()} mode {ARGS.mode} port {ARGS.port}")
@@ -186,6 +188,12 @@ def main() -> None:
             log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 206.00 MiB. GPU 0: 22.03 GiB total, 163.06 MiB free")
             os._exit(1)
         threading.Thread(target=die, daemon=True).start()
+    if ARGS.exit_after:
+        def crash():
+            time.sleep(ARGS.exit_after)
+            log("RuntimeError: NCCL watchdog: rank 1 timed out")
+            os._exit(3)
+        threading.Thread(target=crash, daemon=True).start()
     log(f"listening on http://{ARGS.host}:{ARGS.port}")
     server.serve_forever()
 

@@ -162,6 +162,15 @@ def test_foreground_ctrl_c_after_ready_sigkills_a_stubborn_rank(env, logs):
     assert_group_gone(log, port)
 
 
+def test_engine_crashing_after_ready_fails_attached_serve_and_kills_the_rank(env, logs):
+    port, log = free_port(), logs()
+    r = wh(["serve", "--no-preflight", "--interval", "0.1", "--log", str(log), *fake(port, "--exit-after", "2.5")], env)
+    assert r.returncode == 1
+    assert "ready in" in r.stderr and "the engine exited with code 3 after it was ready" in r.stderr
+    assert "NCCL watchdog" in r.stderr
+    assert_group_gone(log, port)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupt_while_loading_stops_the_group(env, logs, sig):
     port, log = free_port(), logs()
