@@ -82,7 +82,15 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _unauthorized(self) -> bool:
+        if ARGS.api_key and self.path.startswith("/v1/") and self.headers.get("Authorization") != f"Bearer {ARGS.api_key}":
+            self._json(401, {"error": {"message": "Unauthorized"}})
+            return True
+        return False
+
     def do_GET(self):
+        if self._unauthorized():
+            return
         if self.path == "/health":
             code, body = health()
             self._json(code, body)
@@ -97,6 +105,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         req = json.loads(self.rfile.read(length) or b"{}")
+        if self._unauthorized():
+            return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             return self._json(404, {"detail": "Not Found"})
         if not loaded():
@@ -159,6 +169,7 @@ def main() -> None:
     p.add_argument("--reasoning-tokens", type=int, default=5)
     p.add_argument("--stubborn-rank", action="store_true")
     p.add_argument("--no-rank", action="store_true")
+    p.add_argument("--api-key", help="require this bearer key on /v1/* (401 otherwise)")
     p.add_argument("--exit-after", type=float, default=0, help="exit 3 this many seconds after listening (a crash after ready)")
     p.add_argument("--rank-gpu-mib", type=int, default=0, help="the rank holds this much GPU memory (needs torch)")
     ARGS = p.parse_args()

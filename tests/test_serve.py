@@ -259,6 +259,25 @@ def test_smoke_after_ready_counts_reasoning_only_stream(env, logs):
     assert_group_gone(log, port)
 
 
+def test_api_key_reaches_readiness_and_smoke_but_is_never_printed_or_recorded(env, logs, tmp_path):
+    port, log = free_port(), logs()
+    env = {**env, "WH_API_KEY": "sekret-123"}
+    r = wh(["serve", "--no-preflight", "--ready", "generate", "--detach", "--smoke", "--json", "--interval", "0.1",
+            "--log", str(log), *fake(port, "--api-key", "{api_key}", "--token-interval", "0.002")], env)
+    try:
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert "***" in out["command"] and out["smoke"]["tokens"] == 256
+        assert "sekret-123" not in r.stdout + r.stderr + log.read_text()
+        assert "sekret-123" not in (tmp_path / "state" / "serve.json").read_text()
+        # the engine really wants the key: without it there is no model id to read
+        r2 = wh(["smoke", "--max-tokens", "2"], {**env, "WH_API_KEY": ""})
+        assert r2.returncode == 1 and "no model id" in r2.stderr
+    finally:
+        wh(["stop", "--grace", "2"], env)
+    assert_group_gone(log, port)
+
+
 def test_busy_port_refuses_before_starting_anything(env, logs):
     log = logs()
     with socket.socket() as s:

@@ -151,6 +151,7 @@ class LaunchSpec:
     log: Path
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    redact: tuple[str, ...] = ()  # secrets in the command (an API key) never written to the log
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,10 @@ def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}}
     with open(log, "ab") as fh:
-        fh.write(f"# wh serve: {' '.join(spec.command)}\n".encode())
+        header = " ".join(spec.command)
+        for secret in spec.redact:
+            header = header.replace(secret, "***")
+        fh.write(f"# wh serve: {header}\n".encode())
         fh.flush()
         try:
             proc = subprocess.Popen(list(spec.command), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,

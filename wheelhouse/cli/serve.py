@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from contextlib import contextmanager
@@ -157,6 +158,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             url = _with_port(url, port)
     values = {"model": model, "api_key": os.environ.get("WH_API_KEY"), **url_values(url)}
     argv = fill_placeholders(argv, values)
+    secret = values["api_key"]
+    shown = tuple(a.replace(secret, "***") for a in argv) if secret else argv  # never print or record the key
     lint_command(argv, spec.forbid_flags if spec else None)
     ready_mode = ready_mode or (spec.ready if spec else "health")
     timeout = timeout if timeout is not None else (spec.timeout if spec else 7200.0)
@@ -173,7 +176,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
     log = Path(log_file) if log_file else srv.default_log_path()
-    launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env)
+    launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env, redact=(secret,) if secret else ())
     probe = make_probe(ready_mode, url, path=ready_path or (spec.path if spec else None),
                        attempt_timeout=attempt_timeout, headers=auth_headers())
     follower = srv.LogFollower(log)
@@ -185,7 +188,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             for line in lines:
                 reporter.note(f"| {line}")
 
-    ui.info(f"starting: {' '.join(argv)}")
+    ui.info(f"starting: {' '.join(shown)}")
     ui.info(f"log: {log}   ready when: {ready_mode} at {url}")
     with _sigterm_as_interrupt():
         try:
@@ -200,13 +203,13 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         try:
             ui.info(f"ready in {seconds:.0f} s: {url}  (pid {engine.pid}, process group {engine.pgid})")
             result = {"url": url, "pid": engine.pid, "pgid": engine.pgid, "log": str(log), "ready": ready_mode,
-                      "ready_s": round(seconds, 3), "command": list(argv), "detached": detach}
+                      "ready_s": round(seconds, 3), "command": list(shown), "detached": detach}
             if do_smoke:
                 sm = run_smoke(url, timeout=max(attempt_timeout, 300.0))
                 ui.info(sm.summary())
                 result["smoke"] = sm.to_json()
             if detach:
-                path = srv.write_state(engine)
+                path = srv.write_state(dataclasses.replace(engine, command=shown))
                 detached = True
                 ui.info(f"detached; state in {path}. Stop it with `wh stop`.")
             if as_json:
