@@ -402,3 +402,25 @@ def test_same_version_in_system_site_packages_is_not_shadowed(tmp_path):
     r = wh("install", house, "--venv", isolated, "--python", base, "--json")
     assert r.returncode == 0, r.stderr
     assert {d["name"] for d in json.loads(r.stdout)["installed"]} == {"pyyaml", "lib"}
+
+
+def test_compile_and_a_bad_wheel_leave_no_bytecode_behind(tmp_path):
+    """--compile overlaps extraction; a failed batch still leaves the environment as it was."""
+    w = tmp_path / "w"
+    good = make_wheel(w, "good", "1.0", modules={f"good/m{i}.py": f"X = {i}\n" for i in range(50)})
+    bad = make_wheel(w, "bad", "1.0", modules={"bad/__init__.py": "B = 1\n"})
+    import zipfile
+    import io as _io
+    buf = _io.BytesIO()
+    with zipfile.ZipFile(bad) as src, zipfile.ZipFile(buf, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info.filename, b"B = 2\n" if info.filename == "bad/__init__.py" else data)
+    bad.write_bytes(buf.getvalue())
+    house = make_wheelhouse(tmp_path / "house", [good, bad])
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    before = tree_listing(venv)
+    r = wh("install", house, "--venv", venv, "--compile")
+    assert r.returncode == 1 and "RECORD" in r.stderr
+    assert tree_listing(venv) == before

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -394,34 +395,65 @@ def _pip_install(interp: Interpreter, paths: Sequence[Path], compile: bool) -> N
                             detail=(proc.stdout[-3000:] + proc.stderr[-3000:]))
 
 
-def _compile(interp: Interpreter, files: Sequence[str], reporter: Reporter, jobs: int | None = None) -> int:
-    """Byte-compile with the RECEIVING interpreter (its magic number), one compileall process per core.
+# Runs in the RECEIVING interpreter (its bytecode magic): compiles each path as soon as it arrives
+# on stdin, so compilation overlaps extraction. compileall's own -j only parallelises directory
+# walks, and `-i -` reads the whole list before starting.
+_COMPILE_WORKER = r"""
+import compileall, sys
+n = bad = 0
+for line in sys.stdin:
+    path = line.rstrip("\n")
+    if path:
+        n += 1
+        try:
+            bad += not compileall.compile_file(path, quiet=2)
+        except Exception:
+            bad += 1
+sys.stdout.write(f"{n} {bad}\n")
+"""
 
-    compileall's own ``-j`` only parallelises directory walks, not a file list, so the list is
-    dealt out to several processes instead.
-    """
-    py = [f for f in files if f.endswith(".py")]
-    if not py:
-        return 0
-    n = max(1, min(jobs or os.cpu_count() or 2, os.cpu_count() or 2, len(py)))
-    task = f"byte-compiling {len(py)} files"
-    reporter.start(task, total=n)
-    procs = []
-    for i in range(n):
-        proc = subprocess.Popen([interp.executable, "-m", "compileall", "-q", "-i", "-"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append((proc, "\n".join(py[i::n]) + "\n"))
-    outputs = []
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        for (proc, _), (out, _) in zip(procs, pool.map(lambda pi: pi[0].communicate(pi[1]), procs)):
-            outputs.append((proc.returncode, out))
-            reporter.advance(task)
-    reporter.finish(task)
-    # exit 1: some file did not compile (py2 leftovers, templates named .py): not fatal, as with pip.
-    bad = [out for rc, out in outputs if rc not in (0, 1)]
-    if bad:
-        raise InstallFailed("byte-compilation failed", hint="re-run without --compile", detail=bad[0][-3000:])
-    return len(py)
+
+class _Compiler:
+    """One streaming byte-compile worker per core, fed round-robin."""
+
+    def __init__(self, python: str, workers: int):
+        self._procs = [
+            subprocess.Popen([python, "-c", _COMPILE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, bufsize=1 << 16)
+            for _ in range(max(1, workers))
+        ]
+        self._locks = [threading.Lock() for _ in self._procs]
+        self._next = 0
+        self._turn = threading.Lock()
+
+    def submit(self, path: str) -> None:
+        with self._turn:
+            i = self._next = (self._next + 1) % len(self._procs)
+        with self._locks[i]:
+            try:
+                self._procs[i].stdin.write(path + "\n")
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def abort(self) -> None:
+        for p in self._procs:
+            p.kill()
+        for p in self._procs:
+            p.communicate()
+
+    def finish(self) -> int:
+        total = 0
+        failed = []
+        for i, p in enumerate(self._procs):
+            with self._locks[i]:
+                out, err = p.communicate()
+            if p.returncode != 0:
+                failed.append(err[-3000:])
+            else:
+                total += int((out.split() or ["0"])[0])
+        if failed:
+            raise InstallFailed("byte-compilation failed", hint="re-run without --compile", detail=failed[0])
+        return total
 
 
 _HOOK = "# wh: CUDA toolchain and NVIDIA library paths"
@@ -537,13 +569,20 @@ def install_wheelhouses(
                 installed_dists = [InstalledDist(canonical_name(f.name), f.version, f.filename, "", 0)
                                    for _, f in todo]
             else:
-                installed_dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs,
-                                                 reporter=reporter)
-                if compile:
-                    files: list[str] = []
-                    for d in installed_dists:
-                        files += _installed_files(Path(d.dist_info))
-                    compiled = _compile(interp, files, reporter, jobs)
+                compiler = _Compiler(interp.executable, min(jobs, os.cpu_count() or 2)) if compile else None
+                try:
+                    installed_dists = install_wheels(
+                        paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
+                        on_written=compiler.submit if compiler else None,
+                        on_abort=compiler.abort if compiler else None,
+                    )
+                except BaseException:
+                    if compiler is not None:
+                        compiler.abort()
+                    raise
+                if compiler is not None:
+                    # Launchers and .data scripts are not modules; everything importable was streamed.
+                    compiled = compiler.finish()
         state_file = _write_state(interp.platlib, chosen, houses)
     except BaseException:
         if created_venv:
@@ -574,14 +613,3 @@ def install_wheelhouses(
         notes=tuple(notes),
     )
 
-
-def _installed_files(dist_info: Path) -> list[str]:
-    import csv
-    import io
-
-    try:
-        text = (dist_info / "RECORD").read_text(encoding="utf-8")
-    except OSError:
-        return []
-    return [os.path.normpath(os.path.join(dist_info.parent, row[0]))
-            for row in csv.reader(io.StringIO(text)) if row and row[0]]

@@ -31,7 +31,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .errors import WhError
 from .progress import NullReporter, Reporter
@@ -413,7 +413,7 @@ def _create(dest: str, mode: int) -> int:
 
 
 def _extract(plan: _WheelPlan, members: list[_Member], python: str, archives: _Archives, reporter: Reporter,
-             task: str, failed: threading.Event) -> None:
+             task: str, failed: threading.Event, on_written: Callable[[str], None] | None = None) -> None:
     src = archives.fd(plan.wheel)
     for m in members:
         if failed.is_set():
@@ -445,6 +445,8 @@ def _extract(plan: _WheelPlan, members: list[_Member], python: str, archives: _A
             raise RecordMismatch(f"{plan.wheel.name}: {m.name} does not match its RECORD hash",
                                  hint="the wheel was altered after it was built; re-stage it with `wh stage`")
         reporter.advance(task, max(size, 1))
+        if on_written is not None and m.dest.endswith(".py"):
+            on_written(m.dest)
 
 
 def _chunks(plans: list[_WheelPlan], target_bytes: int) -> list[tuple[_WheelPlan, list[_Member]]]:
@@ -562,6 +564,21 @@ def _remove_trash(trash: Path) -> None:
             break
 
 
+def _drop_bytecode(path: str) -> None:
+    cache = os.path.join(os.path.dirname(path), "__pycache__")
+    stem = os.path.basename(path)[:-3] + "."
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return
+    for c in names:
+        if c.startswith(stem) and c.endswith(".pyc"):
+            try:
+                os.unlink(os.path.join(cache, c))
+            except OSError:
+                pass
+
+
 def _rollback(plans: list[_WheelPlan], scheme: Mapping[str, str], created: list[str]) -> None:
     for plan in plans:
         for p in plan.written:
@@ -569,6 +586,8 @@ def _rollback(plans: list[_WheelPlan], scheme: Mapping[str, str], created: list[
                 os.unlink(p)
             except OSError:
                 pass
+            if p.endswith(".py"):
+                _drop_bytecode(p)
         _prune_empty_dirs(plan.written, set(scheme.values()))
         for original, trash in reversed(plan.moved):
             try:
@@ -592,11 +611,15 @@ def install_wheels(
     jobs: int | None = None,
     reporter: Reporter | None = None,
     trash_dir: Path | None = None,
+    on_written: Callable[[str], None] | None = None,
+    on_abort: Callable[[], None] | None = None,
 ) -> list[InstalledDist]:
     """Install ``wheels`` into ``scheme`` (purelib, platlib, scripts, data, headers) for ``python``.
 
     All or nothing: on any error every file written by this call is removed
     and replaced versions are restored, then the error is raised.
+    ``on_written(path)`` hears of each verified ``.py`` file as soon as it is written (to
+    byte-compile while extraction goes on); ``on_abort()`` is called before a rollback.
     """
     reporter = reporter or NullReporter()
     wheels = [Path(w) for w in wheels]
@@ -638,7 +661,7 @@ def install_wheels(
         def run(item):
             plan, members = item
             try:
-                _extract(plan, members, python, archives, reporter, task, failed)
+                _extract(plan, members, python, archives, reporter, task, failed, on_written)
             except BaseException:
                 failed.set()
                 raise
@@ -654,6 +677,8 @@ def install_wheels(
             done = list(pool.map(lambda p: _finish(p, scheme, python), plans))
     except BaseException as exc:
         archives.close()
+        if on_abort is not None:
+            on_abort()
         reporter.finish(task)
         _rollback(plans, scheme, created)
         _remove_trash(trash)
