@@ -31,3 +31,21 @@ def test_bad_target_flags_are_one_line_errors_with_a_hint(tmp_path):
     assert "error:" in r.stderr and "hint:" in r.stderr
     r = run("target", "show", "--target", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_ctx_exit_code_from_a_command_reaches_the_shell(monkeypatch):
+    import click
+    import pytest
+
+    from wheelhouse import cli as cli_mod
+
+    @click.command()
+    @click.pass_context
+    def failing(ctx):
+        ctx.exit(7)
+
+    monkeypatch.setitem(cli_mod._COMMANDS, "failing", ("target", "target", "test"))
+    monkeypatch.setattr(cli_mod._LazyGroup, "get_command", lambda self, ctx, name: failing if name == "failing" else None)
+    with pytest.raises(SystemExit) as exc:
+        cli_mod.main(["failing"])
+    assert exc.value.code == 7

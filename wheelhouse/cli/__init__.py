@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     from . import _ui
 
     try:
-        cli.main(args=argv, prog_name="wh", standalone_mode=False)
+        # standalone_mode=False: click returns ctx.exit(n)'s code instead of exiting.
+        rc = cli.main(args=argv, prog_name="wh", standalone_mode=False)
     except WhError as exc:
         _ui.print_error(exc)
         sys.exit(exc.exit_code)
@@ -107,4 +108,4 @@ def main(argv: list[str] | None = None) -> None:
             WhError(f"internal error: {type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 for the traceback")
         )
         sys.exit(EXIT_INTERNAL)
-    sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)
