@@ -424,3 +424,23 @@ def test_compile_and_a_bad_wheel_leave_no_bytecode_behind(tmp_path):
     r = wh("install", house, "--venv", venv, "--compile")
     assert r.returncode == 1 and "RECORD" in r.stderr
     assert tree_listing(venv) == before
+
+
+def test_system_site_packages_from_a_venv_interpreter_sees_the_parent_venv(tmp_path):
+    """Images ship torch in a venv (/opt/torch/.venv): a child venv made with --system-site-packages
+    from that venv's python must see the parent's packages, not only the base install's."""
+    w = tmp_path / "w"
+    parent_house = make_wheelhouse(tmp_path / "ph", [make_wheel(w, "parentpkg", "1.0", modules={"parentpkg.py": "X = 1\n"})],
+                                   target=None)
+    parent = tmp_path / "parent"
+    r = wh("install", parent_house, "--venv", parent)
+    assert r.returncode == 0, r.stderr
+    child_house = make_wheelhouse(tmp_path / "ch", [make_wheel(w, "childpkg", "1.0", modules={"childpkg.py": "Y = 2\n"})],
+                                  target=None)
+    child = tmp_path / "child"
+    r = wh("install", child_house, "--venv", child, "--system-site-packages", "--python", parent / "bin" / "python")
+    assert r.returncode == 0, r.stderr
+    probe = subprocess.run([str(child / "bin" / "python"), "-c", "import parentpkg, childpkg; print(parentpkg.X + childpkg.Y)"],
+                           capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "3"

@@ -177,4 +177,23 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
     if proc.returncode != 0:
         raise InterpreterError(f"could not create a venv at {path} with {cmd[0]}",
                                hint="check the interpreter has the venv module", detail=proc.stderr[-2000:])
-    return inspect_interpreter(venv_python(path))
+    created = inspect_interpreter(venv_python(path))
+    if system_site_packages:
+        _inherit_parent_venv(created, python)
+    return created
+
+
+def _inherit_parent_venv(created: Interpreter, python: str | os.PathLike | None) -> None:
+    """Make ``--system-site-packages`` see a parent VENV's packages, not only its base install.
+
+    ``python -m venv`` run by a venv's interpreter points the new venv at the *base* Python, so
+    ``--system-site-packages`` would hide the parent venv's torch (images such as /opt/torch/.venv).
+    A ``.pth`` file in the new venv appends the parent's site folders after the venv's own.
+    """
+    parent = inspect_interpreter(python or sys.executable)
+    if not parent.is_venv:
+        return
+    dirs = [d for d in parent.site_dirs if os.path.isdir(d)]
+    if dirs:
+        pth = Path(created.purelib) / "_wh_parent_venv.pth"
+        pth.write_text("".join(d + "\n" for d in dirs), encoding="utf-8")
