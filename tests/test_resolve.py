@@ -343,8 +343,11 @@ def test_scenario(scenario, pyindex, tmp_path):
 def _uv() -> str | None:
     import os
     import shutil
+    import sys
+    from pathlib import Path
 
-    return os.environ.get("WH_UV") or shutil.which("uv")
+    beside = Path(sys.executable).parent / "uv"  # the [test] extra installs uv into the test venv
+    return os.environ.get("WH_UV") or (str(beside) if beside.exists() else None) or shutil.which("uv")
 
 
 def _uv_platform(platform: str) -> str:
