@@ -5,24 +5,16 @@ JSON object after the marker line so stray output cannot break parsing. It
 imports no installed distribution: everything comes from metadata on disk.
 """
 
-import json
 import os
 import platform
 import sys
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # never let a probe file shadow an installed module
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib.machinery  # noqa: E402
 import importlib.metadata  # noqa: E402
 import sysconfig  # noqa: E402
-
-MARKER = "@@WH-PROBE@@"
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 def _glibc():
@@ -132,7 +124,7 @@ def main():
         seen.add(key)
         dists.append(info)
     paths = sysconfig.get_paths()
-    _emit({
+    emit({
         "executable": sys.executable,
         "implementation": sys.implementation.name,
         "python_version": "%d.%d" % sys.version_info[:2],

@@ -7,25 +7,22 @@ to. It ends with ``os._exit`` so atexit handlers of imported modules cannot
 hang or crash a finished probe.
 """
 
-import json
 import os
 import sys
 import time
 import traceback
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # never let a probe file shadow an installed module
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 
-MARKER = "@@WH-PROBE@@"
 _out = os.fdopen(os.dup(1), "w")  # our channel, kept even if a module rebinds sys.stdout
 
 
 def _emit(obj):
-    _out.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    _out.flush()
+    emit(obj, _out)
 
 
 def _probe(name):

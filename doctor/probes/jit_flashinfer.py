@@ -5,27 +5,18 @@ JIT-compiles kernels through nvcc at first use, so a compile error surfaces here
 instead of mid-generation.
 """
 
-import json
 import os
 import sys
-import traceback
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
-
-MARKER = "@@WH-PROBE@@"
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
     import torch
 
     if not torch.cuda.is_available():
-        _emit({"skip": "torch sees no CUDA device"})
+        emit({"skip": "torch sees no CUDA device"})
         return
     import flashinfer
 
@@ -35,12 +26,11 @@ def main():
         got = flashinfer.norm.rmsnorm(x, w, eps=1e-6)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - the compiler's output is the evidence
-        _emit({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
-               "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])})
+        emit(error_record(exc))
         return
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).half()
     good = bool(torch.allclose(got, ref, atol=2e-2, rtol=2e-2))
-    _emit({"ok": good, "flashinfer": getattr(flashinfer, "__version__", None),
+    emit({"ok": good, "flashinfer": getattr(flashinfer, "__version__", None),
            "error": None if good else "rmsnorm ran but disagrees with torch"})
 
 

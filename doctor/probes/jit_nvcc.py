@@ -4,16 +4,14 @@
 reported verbatim: a ptxas "Unsupported .version" is the evidence a user needs.
 """
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
-MARKER = "@@WH-PROBE@@"
 
 SOURCE = r"""
 #include <cstdio>
@@ -31,11 +29,6 @@ int main() {
   return 0;
 }
 """
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 def main(argv):
@@ -57,7 +50,7 @@ def main(argv):
             rec["run_returncode"] = r.returncode
             rec["run_output"] = (r.stdout + r.stderr)[-2000:]
             rec["run_ok"] = r.returncode == 0 and "WH-NVCC-OK" in r.stdout
-    _emit(rec)
+    emit(rec)
 
 
 if __name__ == "__main__":

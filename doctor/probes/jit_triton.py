@@ -5,20 +5,11 @@ interpreter. "Imports" is not "works": Triton compiles through ptxas at run
 time, so only a launched kernel proves the toolchain.
 """
 
-import json
 import os
 import sys
-import traceback
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
-
-MARKER = "@@WH-PROBE@@"
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
@@ -27,7 +18,7 @@ def main():
     import triton.language as tl
 
     if not torch.cuda.is_available():
-        _emit({"skip": "torch sees no CUDA device", "triton": triton.__version__})
+        emit({"skip": "torch sees no CUDA device", "triton": triton.__version__})
         return
 
     @triton.jit
@@ -45,11 +36,10 @@ def main():
         _add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - the compiler's output is the evidence
-        _emit({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
-               "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])})
+        emit(error_record(exc))
         return
     good = bool(torch.equal(out, x + 2.0))
-    _emit({"ok": good, "triton": triton.__version__, "device": torch.cuda.get_device_name(0),
+    emit({"ok": good, "triton": triton.__version__, "device": torch.cuda.get_device_name(0),
            "error": None if good else "kernel ran but the result is wrong"})
 
 

@@ -7,23 +7,16 @@ LD_LIBRARY_PATH, then dlopens ``libcuda.so.1`` with ctypes, reads
 cuInit: the toolkit's stub answers CUDA_ERROR_STUB_LIBRARY (34).
 """
 
-import json
 import os
 import subprocess
 import sys
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import ctypes  # noqa: E402
 
-MARKER = "@@WH-PROBE@@"
 CUDA_ERROR_STUB_LIBRARY = 34
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 def _describe(path):
@@ -79,7 +72,7 @@ def main():
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
         rec["dlopen_error"] = str(exc)
-        _emit(rec)
+        emit(rec)
         return
     mapped = None
     try:
@@ -105,7 +98,7 @@ def main():
     loaded["is_stub"] = bool(loaded.get("in_stubs_dir")) or CUDA_ERROR_STUB_LIBRARY in (
         loaded.get("cuInit"), loaded.get("cuDriverGetVersion"))
     rec["loaded"] = loaded
-    _emit(rec)
+    emit(rec)
 
 
 if __name__ == "__main__":

@@ -4,19 +4,11 @@ Stdlib only (it imports torch, which is what it reports on); run by the TARGET
 interpreter only when torch is installed.
 """
 
-import json
 import os
 import sys
 
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
-
-MARKER = "@@WH-PROBE@@"
-
-
-def _emit(obj):
-    sys.stdout.write("\n" + MARKER + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
+from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
@@ -34,7 +26,7 @@ def main():
             rec["arch_list"] = list(torch.cuda.get_arch_list())
     except Exception as exc:  # noqa: BLE001 - an error here is the fact to report
         rec["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
-    _emit(rec)
+    emit(rec)
     sys.stdout.flush()
     os._exit(0)
 
