@@ -255,24 +255,15 @@ def run_checks(ctx: DoctorContext) -> list[CheckResult]:
     return [r for rs in per_group for r in rs]
 
 
-def run_doctor(
-    python: str | None = None,
-    *,
-    manifest: StackManifest | None = None,
-    wheelhouse: Path | None = None,
-    checks: Sequence[str] | None = None,
-    jobs: int | None = None,
-    timeout: float = 60,
-    model: Path | None = None,
-    tp: int | None = None,
-    facts_override: Mapping[str, Any] | None = None,
-    reporter: Reporter = NullReporter(),
-) -> DoctorReport:
-    """Run the doctor against ``python`` (default: this interpreter) and return the report."""
+def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
+    """Run the doctor against ``python`` (default: this interpreter) and return the report.
+
+    ``options`` are :func:`gather_context`'s (manifest, wheelhouse, checks, jobs, timeout, model, tp,
+    facts_override, reporter).
+    """
     started = time.time()
     t0 = time.monotonic()
-    ctx = gather_context(python, manifest=manifest, wheelhouse=wheelhouse, checks=checks, jobs=jobs, timeout=timeout,
-                         model=model, tp=tp, facts_override=facts_override, reporter=reporter)
+    ctx = gather_context(python, **options)
     results = run_checks(ctx)
     f = ctx.facts
     summary = {
