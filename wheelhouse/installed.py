@@ -1,0 +1,137 @@
+"""Distributions already installed in an environment: finding them, and moving or removing their files.
+
+An installed distribution is a ``<name>-<version>.dist-info`` folder in a site folder
+whose RECORD lists its files. Only paths inside the environment's scheme are ever
+moved or removed, whatever an old RECORD says.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = [
+    "canonical_name",
+    "find_installed",
+    "installed_paths",
+    "inside_scheme",
+    "move_aside",
+    "drop_bytecode",
+    "prune_empty_dirs",
+    "remove_distribution",
+]
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def find_installed(site_dirs: Sequence[str | os.PathLike], name: str) -> list[tuple[Path, str]]:
+    """``(dist-info folder, version)`` of every installed copy of ``name`` in ``site_dirs``."""
+    want = canonical_name(name)
+    out = []
+    for site in dict.fromkeys(str(s) for s in site_dirs):
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for e in entries:
+            if e.endswith(".dist-info"):
+                n, _, v = e[: -len(".dist-info")].partition("-")
+                if canonical_name(n) == want:
+                    out.append((Path(site) / e, v))
+    return out
+
+
+def installed_paths(dist_info: Path) -> list[str]:
+    """The dist-info folder and every file its RECORD lists outside it (absolute paths)."""
+    base = dist_info.parent
+    paths = [str(dist_info)]
+    try:
+        text = (dist_info / "RECORD").read_text(encoding="utf-8")
+    except OSError:
+        return paths
+    for row in csv.reader(io.StringIO(text)):
+        if row and row[0]:
+            p = os.path.normpath(os.path.join(base, row[0]))
+            if not p.startswith(str(dist_info) + os.sep):
+                paths.append(p)
+    return paths
+
+
+def inside_scheme(paths: list[str], scheme: Mapping[str, str]) -> list[str]:
+    """Only paths inside the environment: an old RECORD naming /etc/passwd must not make us move it."""
+    roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
+    return [p for p in paths if any((os.path.normpath(p) + os.sep).startswith(r) for r in roots)]
+
+
+def _bytecode_of(path: str) -> list[str]:
+    """The ``__pycache__/<stem>.*.pyc`` files of the module at ``path``."""
+    cache = os.path.join(os.path.dirname(path), "__pycache__")
+    stem = os.path.basename(path)[:-3] + "."
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return []
+    return [os.path.join(cache, c) for c in names if c.startswith(stem) and c.endswith(".pyc")]
+
+
+def drop_bytecode(path: str) -> None:
+    """Remove the cached bytecode of the module at ``path``, as far as possible."""
+    for c in _bytecode_of(path):
+        try:
+            os.unlink(c)
+        except OSError:
+            pass
+
+
+def move_aside(paths: list[str], trash: Path) -> list[tuple[str, str]]:
+    """Move ``paths`` into ``trash``; returns ``(original, moved-to)`` to put them back."""
+    moved = []
+    for i, p in enumerate(paths):
+        if not os.path.lexists(p):
+            continue
+        dest = trash / f"{i}-{os.path.basename(p)}"
+        trash.mkdir(parents=True, exist_ok=True)
+        shutil.move(p, dest)
+        moved.append((p, str(dest)))
+        if p.endswith(".py"):  # its bytecode goes with it
+            for c in _bytecode_of(p):
+                os.unlink(c)
+    return moved
+
+
+def prune_empty_dirs(paths: list[str], stop: set[str]) -> None:
+    """Remove the folders of ``paths`` (and their parents, up to ``stop``) that are now empty."""
+    for d in sorted({os.path.dirname(p) for p in paths}, key=len, reverse=True):
+        while d and d not in stop and os.path.isdir(d):
+            try:
+                cache = os.path.join(d, "__pycache__")
+                if os.path.isdir(cache) and not os.listdir(cache):
+                    os.rmdir(cache)
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
+
+
+def remove_distribution(name: str, scheme: Mapping[str, str]) -> list[str]:
+    """Uninstall every installed copy of ``name`` (files from its RECORD); returns the versions removed."""
+    sites = [scheme["purelib"], scheme["platlib"]]
+    removed = []
+    for dist_info, version in find_installed(sites, name):
+        paths = inside_scheme(installed_paths(dist_info), scheme)
+        for p in paths:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.lexists(p):
+                os.unlink(p)
+        prune_empty_dirs(paths, set(scheme.values()))
+        removed.append(version)
+    return removed

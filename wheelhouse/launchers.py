@@ -1,0 +1,51 @@
+"""Console-script launchers and ``#!python`` rewrites for the receiving interpreter.
+
+A wheel's ``entry_points.txt`` names console and GUI scripts; each becomes a small
+Python file in the scheme's ``scripts`` folder whose first line runs the receiving
+interpreter (not the one running wh).
+"""
+
+from __future__ import annotations
+
+import configparser
+
+__all__ = ["shebang", "console_launchers"]
+
+_LAUNCHER = """# -*- coding: utf-8 -*-
+import sys
+from {module} import {head}
+if __name__ == "__main__":
+    sys.exit({call}())
+"""
+
+
+def shebang(python: str) -> bytes:
+    """The first line(s) of a script run by ``python``."""
+    if len(python) < 127 and " " not in python:
+        return f"#!{python}\n".encode()
+    # Long or spaced paths: let sh find the interpreter (the kernel limits #! lines).
+    return f"#!/bin/sh\n'''exec' '{python}' \"$0\" \"$@\"\n' '''\n".encode()
+
+
+def console_launchers(entry_points: str | None) -> list[tuple[str, str]]:
+    """``(script name, launcher body without shebang)`` for each console/GUI script of ``entry_points``."""
+    if not entry_points:
+        return []
+    cp = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+    cp.optionxform = str  # type: ignore[assignment]
+    try:
+        cp.read_string(entry_points)
+    except configparser.Error:
+        return []
+    out = []
+    for group in ("console_scripts", "gui_scripts"):
+        if not cp.has_section(group):
+            continue
+        for script, ref in cp.items(group):
+            ref = ref.split("[", 1)[0].strip()
+            module, _, attr = ref.partition(":")
+            if not module.strip() or not attr.strip() or "/" in script:
+                continue
+            attr = attr.strip()
+            out.append((script.strip(), _LAUNCHER.format(module=module.strip(), head=attr.split(".")[0], call=attr)))
+    return out
