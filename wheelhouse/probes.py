@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import EXIT_INTERNAL, WhError
+from .procgroup import kill_group
 from .progress import NullReporter, Reporter
 from .resources import doctor_dir
 
@@ -108,10 +109,7 @@ def probe_script(name: str) -> Path:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid, signal.SIGKILL)
 
 
 def run_probe(

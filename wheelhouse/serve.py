@@ -11,24 +11,31 @@ half-started.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
-from .atomic import write_atomic
 from .errors import UsageError, WhError
+from .procgroup import StopFailed, StopReport, group_members, no_interrupts, spawn_group, start_ticks, stop_group
 from .progress import NullReporter, Reporter
 from .readiness import Readiness
+from .serve_log import TAIL_LINES, LogFollower, log_tail
+from .serve_state import (
+    Engine,
+    default_log_path,
+    engine_alive,
+    read_state,
+    remove_state,
+    state_dir,
+    state_path,
+    write_state,
+)
 
 __all__ = [
     "ServeError",
@@ -61,9 +68,6 @@ __all__ = [
     "engine_alive",
     "stop_detached",
 ]
-
-TAIL_LINES = 40
-
 
 class ServeError(WhError):
     code = "serve-failed"
@@ -127,17 +131,6 @@ class PortBusy(ServeError):
         )
 
 
-class StopFailed(ServeError):
-    code = "stop-failed"
-
-    def __init__(self, pgid: int, survivors: Sequence[int]):
-        self.survivors = tuple(survivors)
-        super().__init__(
-            f"process group {pgid} still has {len(self.survivors)} process(es) after SIGKILL: {', '.join(map(str, self.survivors))}",
-            hint=f"they may be stuck in the kernel (D state, GPU driver); check `ps -o pid,stat,cmd -g {pgid}`",
-        )
-
-
 class NotServing(ServeError):
     code = "not-serving"
 
@@ -152,41 +145,6 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     redact: tuple[str, ...] = ()  # secrets in the command (an API key) never written to the log
-
-
-@dataclass(frozen=True)
-class Engine:
-    """A started engine: enough to find and stop its whole group later (the detach state file)."""
-
-    pid: int
-    pgid: int
-    url: str
-    log: str
-    command: tuple[str, ...]
-    started: float
-    start_ticks: int | None = None  # /proc/<pid>/stat starttime: tells a reused pid apart
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["command"] = list(self.command)
-        return d
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Engine":
-        return cls(int(d["pid"]), int(d["pgid"]), str(d["url"]), str(d["log"]), tuple(d.get("command", ())),
-                   float(d.get("started", 0)), d.get("start_ticks"))
-
-
-@dataclass(frozen=True)
-class StopReport:
-    pgid: int
-    was_running: bool
-    sigterm: bool = False
-    sigkill: bool = False
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- ports and processes ---------------------------------------------------------------------
@@ -214,38 +172,6 @@ def ensure_port_free(url: str) -> None:
         raise PortBusy(url)
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields after ``(comm)`` of /proc/<pid>/stat: [state, ppid, pgrp, ..., starttime at index 19]."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2:].split()
-
-
-def _start_ticks(pid: int) -> int | None:
-    st = _proc_stat(pid)
-    return int(st[19]) if st and len(st) > 19 else None
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in group ``pgid``. Zombies hold no port and no GPU memory."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # no procfs: ask the kernel whether the group has anyone at all
-        try:
-            os.killpg(pgid, 0)
-            return [pgid]
-        except (ProcessLookupError, PermissionError):
-            return []
-    out = []
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            st = _proc_stat(int(entry.name))
-            if st and len(st) > 2 and st[2] == str(pgid) and st[0] not in ("Z", "X"):
-                out.append(int(entry.name))
-    return sorted(out)
-
-
 def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
     """Start the command in a new session (its own process group), stdout+stderr to the log."""
     if shutil.which(spec.command[0]) is None and not os.path.exists(os.path.join(spec.cwd or "", spec.command[0])):
@@ -261,46 +187,18 @@ def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
         fh.write(f"# wh serve: {header}\n".encode())
         fh.flush()
         try:
-            proc = subprocess.Popen(list(spec.command), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                    env=env, cwd=spec.cwd, start_new_session=True)
+            proc = spawn_group(spec.command, stdout=fh, env=env, cwd=spec.cwd)
         except FileNotFoundError as exc:
             raise UsageError(f"cannot start the engine: {spec.command[0]!r} not found",
                              hint="check the command (is the engine's venv on PATH? try its full path)") from exc
         except PermissionError as exc:
             raise UsageError(f"cannot start the engine: {spec.command[0]!r} is not executable", hint="chmod +x it or run it through its interpreter") from exc
-    engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), _start_ticks(proc.pid))
+    engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), start_ticks(proc.pid))
     return engine, proc
 
 
-def stop_engine(
-    pgid: int, *, leader: subprocess.Popen | None = None, grace: float = 15.0, sleep: Callable[[float], None] = time.sleep
-) -> StopReport:
-    """SIGTERM the whole group, wait ``grace`` seconds, SIGKILL what is left; raise StopFailed if anything survives."""
-    t0 = time.monotonic()
-
-    def alive() -> list[int]:
-        if leader is not None:
-            leader.poll()  # reap our own child so it does not linger as a zombie
-        return group_members(pgid)
-
-    if not alive():
-        return StopReport(pgid, was_running=False)
-    report = {"sigterm": False, "sigkill": False}
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-            report["sigterm" if sig == signal.SIGTERM else "sigkill"] = True
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while alive() and time.monotonic() < deadline:
-            sleep(0.05)
-        if not alive():
-            break
-    survivors = alive()
-    if survivors:
-        raise StopFailed(pgid, survivors)
-    return StopReport(pgid, True, report["sigterm"], report["sigkill"], round(time.monotonic() - t0, 3))
+# SIGTERM, grace, SIGKILL, confirm gone: wheelhouse.procgroup does it for any group.
+stop_engine = stop_group
 
 
 def _confirm_port_free(url: str, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -309,44 +207,6 @@ def _confirm_port_free(url: str, sleep: Callable[[float], None] = time.sleep) ->
             return
         sleep(0.1)
     raise PortBusy(url, after_stop=True)
-
-
-# --- logs ------------------------------------------------------------------------------------
-
-
-def log_tail(path: str | Path, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log (read from its end, so a huge log costs nothing)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
-    except OSError as exc:
-        return f"(cannot read {path}: {exc.strerror})"
-    text = data.decode("utf-8", "replace").splitlines()
-    return "\n".join(text[-lines:]) if text else "(the log is empty)"
-
-
-class LogFollower:
-    """Hands out the log's new complete lines since the last call (``-v`` tails the log)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.offset = 0
-        self._partial = b""
-
-    def new_lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-                self.offset = fh.tell()
-        except OSError:
-            return []
-        data = self._partial + data
-        *done, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", "replace") for line in done]
 
 
 # --- the readiness loop ----------------------------------------------------------------------
@@ -425,30 +285,16 @@ def launch(
                              reporter=reporter, on_tick=on_tick)
     except BaseException:
         reporter.note(f"stopping process group {engine.pgid} ...")
-        with _no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
+        with no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
             stop_engine(engine.pgid, leader=proc, grace=grace)
         _confirm_port_free(spec.url)
         raise
     return engine, proc, seconds
 
 
-@contextmanager
-def _no_interrupts():
-    """Hold off SIGINT/SIGTERM while a group is being stopped (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
 def shutdown(engine: Engine, proc: subprocess.Popen | None = None, *, grace: float = 15.0) -> StopReport:
     """Stop the engine's whole group and confirm its port is free (PortBusy if something else holds it)."""
-    with _no_interrupts():
+    with no_interrupts():
         report = stop_engine(engine.pgid, leader=proc, grace=grace)
     _confirm_port_free(engine.url)
     return report
@@ -474,52 +320,7 @@ def serve_until_exit(
     raise EngineExited(proc.returncode, Path(engine.log), after_ready=True)
 
 
-# --- detach state ----------------------------------------------------------------------------
-
-
-def state_dir() -> Path:
-    """$WH_STATE_DIR, else $XDG_STATE_HOME/wh, else ~/.local/state/wh."""
-    if os.environ.get("WH_STATE_DIR"):
-        return Path(os.environ["WH_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "wh"
-
-
-def state_path() -> Path:
-    return state_dir() / "serve.json"
-
-
-def default_log_path() -> Path:
-    return state_dir() / "logs" / time.strftime("serve-%Y%m%d-%H%M%S.log")
-
-
-def write_state(engine: Engine, path: Path | None = None) -> Path:
-    return write_atomic(path or state_path(), json.dumps(engine.to_json(), indent=2) + "\n")
-
-
-def read_state(path: Path | None = None) -> Engine | None:
-    p = path or state_path()
-    try:
-        return Engine.from_json(json.loads(p.read_text()))
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"serve state file {p} is unreadable: {exc}", hint=f"check the engine by hand, then delete {p}") from exc
-
-
-def remove_state(path: Path | None = None) -> None:
-    try:
-        (path or state_path()).unlink()
-    except FileNotFoundError:
-        pass
-
-
-def engine_alive(engine: Engine) -> bool:
-    """True when the recorded group still has processes and its leader pid was not reused."""
-    ticks = _start_ticks(engine.pid)
-    if ticks is not None and engine.start_ticks is not None and ticks != engine.start_ticks:
-        return False  # the pid now belongs to someone else; the recorded engine is gone
-    return bool(group_members(engine.pgid))
+# --- detached engines ----------------------------------------------------------------------------
 
 
 def stop_detached(path: Path | None = None, *, grace: float = 15.0) -> tuple[Engine, StopReport]:
