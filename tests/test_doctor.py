@@ -366,3 +366,18 @@ def test_wheelhouse_wh_json_supplies_expectations_and_forced_drops(tmp_path, bro
     assert report.get("gpu:expected").verdict == "fail" and "expects 2 GPU(s)" in report.get("gpu:expected").evidence
     assert report.facts["forced_drops"] == [{"distribution": "healthy", "version": "1.0", "modules": ["healthy"],
                                              "reason": "no JIT here"}]
+
+
+def test_table_evidence_drops_importlib_frames_and_says_what_it_cut():
+    from wheelhouse.cli.doctor import _evidence
+    from wheelhouse.report import CheckResult
+
+    frozen = '  File "<frozen importlib._bootstrap>", line 1147, in _find_and_load_unlocked'
+    tb = ["import x: ImportError: boom", frozen, frozen, '  File "/site/x/__init__.py", line 1', "ImportError: boom"]
+    fail = CheckResult("native:x", "x imports", "fail", "\n".join(tb))
+    assert _evidence(fail, 0).splitlines() == [tb[0], tb[3], tb[4]]
+    assert _evidence(fail, 1) == fail.evidence  # -v shows it all
+    long = CheckResult("jit:x", "x compiles", "fail", "\n".join(f"line {i}" for i in range(20)))
+    shown = _evidence(long, 0).splitlines()
+    assert len(shown) == 8 and shown[-1] == "... 13 more line(s): -v or --json show them"
+    assert _evidence(CheckResult("gpu:x", "x", "ok", "first\nsecond"), 0) == "first"

@@ -65,9 +65,10 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     d = res.data
     out.append(_libcuda_verdict(ctx, d))
     stub_dirs = d.get("stub_dirs_on_ld_library_path") or []
+    n_ld = len(d.get("ld_library_path") or [])
     out.append(CheckResult("links:ld-library-path", CHECKS["links:ld-library-path"], "fail" if stub_dirs else "ok",
                            ("stubs folder(s) on LD_LIBRARY_PATH: " + ", ".join(stub_dirs)) if stub_dirs else
-                           f"LD_LIBRARY_PATH (engine environment) has {len(d.get('ld_library_path') or [])} entries, no stubs",
+                           f"LD_LIBRARY_PATH (engine environment) has {n_ld} {'entry' if n_ld == 1 else 'entries'}, no stubs",
                            hint="remove them from LD_LIBRARY_PATH; use `eval \"$(wh env)\"`, which never adds stubs"
                            if stub_dirs else None,
                            data={"ld_library_path": d.get("ld_library_path"), "ldconfig": d.get("ldconfig")}))

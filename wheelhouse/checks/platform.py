@@ -53,7 +53,10 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     need = t.glibc if t is not None else None
     if have is None:
         out.append(CheckResult("platform:glibc", CHECKS["platform:glibc"], "skip" if f.get("system") != "Linux" else "warn",
-                               "no glibc found (musl or not Linux)"))
+                               "no glibc found (musl or not Linux)",
+                               hint=None if f.get("system") != "Linux" else
+                               "manylinux wheels need glibc: stage for this box from a target captured here, "
+                               "`python capture_target.py -o target.json` then `wh stage --target target.json`"))
     elif need and have < need:
         out.append(CheckResult("platform:glibc", CHECKS["platform:glibc"], "fail",
                                f"glibc {glibc} here; the wheelhouse targets glibc {need[0]}.{need[1]}",

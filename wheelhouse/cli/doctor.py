@@ -44,27 +44,42 @@ def _manifest(path):
     return load_manifest(path)
 
 
+_EVIDENCE_LINES = 8  # lines of a fail/error's evidence shown without -v (--json always has all of it)
+
+
+def _evidence(r, verbose: int) -> str:
+    """What the table shows of ``r.evidence``: the first line, or for a fail/error the lines that say why."""
+    lines = (r.evidence or "").splitlines()
+    if r.verdict not in ("fail", "error"):
+        return lines[0] if lines else ""
+    if verbose > 0:
+        return "\n".join(lines)
+    # importlib's own frames say nothing about the package that broke; the frames after them do.
+    lines = [ln for ln in lines if not ln.lstrip().startswith('File "<frozen importlib')]
+    if len(lines) <= _EVIDENCE_LINES:
+        return "\n".join(lines)
+    more = len(lines) - _EVIDENCE_LINES + 1
+    return "\n".join(lines[:_EVIDENCE_LINES - 1] + [f"... {more} more line(s): -v or --json show them"])
+
+
 def _render(ui, report: DoctorReport, verbose: int) -> None:
     con = ui.console
+    native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
+    shown = [r for r in report.results if verbose > 0 or r not in native_ok]
+    with_hints = any(r.hint for r in shown)  # no empty column taking half the width
     table = Table(title=f"wh doctor: {report.python}", show_lines=False, expand=False)
     table.add_column("verdict", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("evidence", overflow="fold")
-    table.add_column("hint", overflow="fold")
-    native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
-    for r in report.results:
-        if r in native_ok and verbose <= 0:
-            continue
+    if with_hints:
+        table.add_column("hint", overflow="fold")
+    for r in shown:
         label, style = _LABEL[r.verdict]
-        lines = (r.evidence or "").splitlines()
-        ev = lines[0] if lines else ""
-        if r.verdict in ("fail", "error") and len(lines) > 1:
-            ev = "\n".join(lines[:8])
-        table.add_row(f"[{style}]{label}[/]", r.id, ev, r.hint or "")
+        table.add_row(f"[{style}]{label}[/]", r.id, _evidence(r, verbose), *([r.hint or ""] if with_hints else []))
     if native_ok and verbose <= 0:
         table.add_row("[green]OK[/]", f"native ({len(native_ok)})",
                       f"{len(native_ok)} distributions with extension modules imported in separate processes "
-                      "(-v lists them)", "")
+                      "(-v lists them)", *([""] if with_hints else []))
     con.print(table)
     c = report.counts()
     summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
