@@ -7,7 +7,8 @@ second wheelhouse, downloads nothing) and unfinished ones under
 HTTP Range request instead of starting over). The hash is computed while the
 bytes stream to disk, in one pass; a resumed download hashes only the bytes it
 already had. Wheels reach the wheelhouse as hardlinks of the cache when the two
-share a filesystem, else as copies.
+share a filesystem, else as copies. The cache itself is wheelhouse.fetch_cache;
+this module is the downloader that fills it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,6 +24,18 @@ from pathlib import Path
 from typing import ContextManager, Mapping, Protocol, Sequence
 
 from .errors import WhError
+from .fetch_cache import (
+    HashMismatch,
+    add_to_cache,
+    cache_hit,
+    cached_path,
+    commit_part,
+    default_cache_dir,
+    partial_path,
+    place,
+    sha256_of,
+    update_hash,
+)
 from .http import HttpClient, HttpError
 from .progress import NullReporter, Reporter
 
@@ -67,92 +79,11 @@ class FetchError(WhError):
         self.reason = reason
 
 
-class HashMismatch(WhError):
-    """The bytes received do not have the sha256 the index or release manifest promised."""
-
-    code = "hash-mismatch"
-
-    def __init__(self, path: str, expected: str, actual: str):
-        super().__init__(
-            f"{path}: sha256 is {actual}, expected {expected}; the file was deleted",
-            hint="the index served different bytes than it advertised: re-run `wh stage`, or check the index/mirror",
-        )
-        self.path = path
-        self.expected = expected
-        self.actual = actual
-
-
 class Client(Protocol):
     """What fetch needs from an HTTP client (wheelhouse.http.HttpClient): a streamed GET
     that understands ``Range`` and raises HttpError (with ``status``) on failure."""
 
     def stream(self, url: str, headers: Mapping[str, str] | None = None) -> ContextManager: ...
-
-
-def default_cache_dir() -> Path:
-    """``$WH_CACHE_DIR``, else ``$XDG_CACHE_HOME/wh``, else ``~/.cache/wh``."""
-    env = os.environ.get("WH_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "wh"
-
-
-def cached_path(cache: Path, sha256: str) -> Path:
-    """Where a verified file with this sha256 lives in the cache."""
-    return Path(cache) / "sha256" / sha256[:2] / sha256
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(_CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
-
-
-def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
-    """Put an existing local file into the cache (hardlink, else copy), verifying its hash first.
-
-    Returns the cache path. Used to seed the cache from a previous wheelhouse, so
-    a restage after ``rm -rf ~/.cache/wh`` still downloads nothing it already has.
-    """
-    actual = sha256_of(path)
-    if sha256 and actual != sha256:
-        raise HashMismatch(str(path), sha256, actual)
-    final = cached_path(cache, actual)
-    if not final.exists():
-        _link_or_copy(path, final)
-    return final
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Make ``dst`` have ``src``'s bytes, atomically: temp name in dst's folder, then os.replace."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        try:
-            os.link(src, tmp)
-        except OSError:  # another filesystem, or links not allowed: copy
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def place(src: Path, dst: Path) -> Path:
-    """Put a cached file at ``dst`` (hardlink when possible); a same-inode ``dst`` is left alone."""
-    try:
-        if dst.exists() and os.path.samefile(src, dst):
-            return dst
-    except OSError:
-        pass
-    _link_or_copy(src, dst)
-    return dst
 
 
 class _Progress:
@@ -179,10 +110,8 @@ def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
         final = cached_path(cache, item.sha256)
         if final.exists():
             return final
-    part_dir = Path(cache) / "partial"
-    part_dir.mkdir(parents=True, exist_ok=True)
-    key = item.sha256 or "url-" + hashlib.sha256(item.url.encode()).hexdigest()
-    part = part_dir / f"{key}.part"
+    part = partial_path(cache, item.sha256 or "url-" + hashlib.sha256(item.url.encode()).hexdigest())
+    part.parent.mkdir(parents=True, exist_ok=True)
     fresh_restarts = 0
     attempt = 0
     while True:
@@ -223,11 +152,7 @@ def _download(item: FetchItem, cache: Path, client: Client, progress: _Progress,
                 progress.note(f"{item.filename}: resumed file did not verify; downloading it again from the start")
                 continue
             raise HashMismatch(item.url, item.sha256, actual)
-        final = cached_path(cache, actual)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(part, 0o444)  # cache entries are shared by hardlinks: nobody edits them in place
-        os.replace(part, final)
-        return final
+        return commit_part(cache, part, actual)
 
 
 def _stream(item: FetchItem, part: Path, have: int, client: Client,
@@ -240,12 +165,7 @@ def _stream(item: FetchItem, part: Path, have: int, client: Client,
     with client.stream(item.url, headers) as resp:
         resumed = have > 0 and resp.status == 206
         if resumed:
-            with open(part, "rb") as fh:  # hash what is already on disk; the rest is hashed as it streams
-                while True:
-                    block = fh.read(_CHUNK)
-                    if not block:
-                        break
-                    h.update(block)
+            update_hash(h, part)  # hash what is already on disk; the rest is hashed as it streams
             progress.advance(have)
             mode = "ab"
         else:
@@ -261,21 +181,6 @@ def _stream(item: FetchItem, part: Path, have: int, client: Client,
                 if item.size is not None and total > item.size:
                     break  # more bytes than promised: it cannot verify
     return resumed, h.hexdigest(), total
-
-
-def _cache_hit(cache: Path, item: FetchItem) -> bool:
-    """A cached file is trusted (it was verified on entry) unless its size is visibly wrong."""
-    if not item.sha256:
-        return False
-    path = cached_path(cache, item.sha256)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    if item.size is not None and size != item.size:
-        path.unlink()
-        return False
-    return True
 
 
 # --- large files: several Range requests in parallel ------------------------------------------------
@@ -296,7 +201,7 @@ class _Segmented:
 
     def __init__(self, item: FetchItem, cache: Path, segment: int):
         self.item = item
-        self.part = Path(cache) / "partial" / f"{item.sha256}.part"
+        self.part = partial_path(cache, item.sha256 or "")
         self.sidecar = self.part.with_name(self.part.name + ".json")
         self.lock = threading.Lock()
         self.no_ranges = False
@@ -390,10 +295,7 @@ def _finish_segmented(job: _Segmented, cache: Path) -> Path:
     if actual != job.item.sha256:
         job.discard()
         raise HashMismatch(job.item.url, job.item.sha256 or "", actual)
-    final = cached_path(cache, actual)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(job.part, 0o444)
-    os.replace(job.part, final)
+    final = commit_part(cache, job.part, actual)
     job.sidecar.unlink(missing_ok=True)
     return final
 
@@ -427,7 +329,7 @@ def fetch_all(
     client = client or HttpClient(retries=retries, backoff=backoff)
     # One download per distinct file, however many times it is asked for (stack and bootstrap share some).
     unique = list({_key(it): it for it in items}.values())
-    todo = [it for it in unique if not _cache_hit(cache, it)]
+    todo = [it for it in unique if not cache_hit(cache, it.sha256, it.size)]
     hits = len(unique) - len(todo)
     if hits:
         reporter.note(f"{hits} of {len(unique)} files already in the cache ({cache})")
