@@ -19,15 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent / "packages"))
 
 import toy_engine  # noqa: E402
 
-from wheelhouse.engine import (  # noqa: E402
-    BackportMismatch,
-    RecipeError,
-    checkout_source,
-    ensure_mirror,
-    load_recipe,
-    parse_recipe,
-    read_backports,
-)
+from wheelhouse.engine_source import BackportMismatch, checkout_source, ensure_mirror, read_backports  # noqa: E402
+from wheelhouse.recipe import RecipeError, load_recipe, parse_recipe  # noqa: E402
 from wheelhouse.lock import read_pylock, read_wh_json  # noqa: E402
 from wheelhouse.progress import RecordingReporter  # noqa: E402
 

@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from wheelmaker import make_wheel
-from wheelhouse.patch import (
-    PatchDrifted,
-    PatchRolledBack,
-    apply_patch,
-    check_conditions,
-    load_patch_spec,
-    revert_patch,
-    verify_patch,
-)
+from wheelhouse.patch import PatchDrifted, PatchRolledBack, apply_patch, revert_patch, verify_patch
+from wheelhouse.patch_conditions import check_conditions
+from wheelhouse.patch_spec import load_patch_spec
 
 ORIGINAL = "def rowwise_ok():\n    return True\n"  # the released file
 PAYLOAD = "def rowwise_ok():\n    # backported fix\n    return False\n"
