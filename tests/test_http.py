@@ -156,7 +156,7 @@ def test_get_cached_revalidates_with_etag(served, tmp_path):
 def test_credentials_from_url_or_netrc_are_sent_and_not_printed(served, tmp_path, monkeypatch):
     import base64
 
-    from wheelhouse import http as whhttp
+    from wheelhouse import credentials as whhttp
 
     idx, _ = served
     netrc = tmp_path / "netrc"

@@ -9,15 +9,14 @@ and local indexes need no special casing. When the environment names a proxy
 for a host, the request goes through ``urllib.request`` so proxies keep working.
 
 ``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for
-index pages.
+index pages (``wheelhouse.page_cache``). The response types live in ``wheelhouse.http_messages``,
+credentials in ``wheelhouse.credentials``, ``file://`` in ``wheelhouse.file_url``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import http.client
-import json
 import os
 import ssl
 import threading
@@ -26,89 +25,19 @@ import weakref
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .atomic import write_atomic
-from .errors import WhError
+from .credentials import basic_authorization
+from .file_url import open_file_url
+from .http_messages import Headers, HttpError, Response, StreamResponse, user_agent
+from .page_cache import get_cached as _get_cached
 
 __all__ = ["HttpClient", "HttpError", "Response", "StreamResponse", "Headers", "user_agent"]
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
-_CHUNK = 1 << 16
-
-
-def user_agent() -> str:
-    from . import __version__
-
-    return f"wh/{__version__}"
-
-
-class HttpError(WhError):
-    """A request failed for good (after retries). ``status`` is None when no response came."""
-
-    code = "http"
-
-    def __init__(self, url: str, status: int | None, reason: str, *, hint: str | None = None, received: int = 0):
-        what = f"HTTP {status}" if status is not None else "connection failed"
-        if hint is None:
-            if status == 404:
-                hint = "check the name and the --index-url / --find-links you gave"
-            elif status in (401, 403):
-                hint = "the index wants credentials: put them in the URL (https://user:token@host/simple) or ~/.netrc"
-            else:
-                hint = "check the network (or the proxy: https_proxy), then run the same command again"
-        super().__init__(f"GET {_redact(url)}: {what}: {reason}", hint=hint)
-        self.url = url
-        self.status = status
-        self.reason = reason
-        # Bytes of the body already handed out before the failure (for resuming).
-        self.received = received
-
-
-class Headers(dict):
-    """Response headers, case-insensitive on lookup (keys stored lower-case)."""
-
-    def __init__(self, items=()):
-        super().__init__()
-        for k, v in (items.items() if isinstance(items, Mapping) else items):
-            k = k.lower()
-            # Repeated headers: join like RFC 9110 allows for list-valued fields.
-            super().__setitem__(k, f"{super().get(k)}, {v}" if k in self else v)
-
-    def __getitem__(self, key: str) -> str:
-        return super().__getitem__(key.lower())
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and super().__contains__(key.lower())
-
-    def get(self, key: str, default=None):
-        return super().get(key.lower(), default)
-
-
-@dataclass(frozen=True)
-class Response:
-    url: str  # final URL, after redirects
-    status: int
-    headers: Headers
-    body: bytes
-
-    def json(self):
-        return json.loads(self.body)
-
-
-def _redact(url: str) -> str:
-    """Hide credentials from URLs we print."""
-    p = urllib.parse.urlsplit(url)
-    if p.password or p.username:
-        host = p.hostname or ""
-        if p.port:
-            host += f":{p.port}"
-        return urllib.parse.urlunsplit((p.scheme, "***@" + host, p.path, p.query, p.fragment))
-    return url
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -124,25 +53,6 @@ def _ssl_context() -> ssl.SSLContext:
         except Exception:  # pragma: no cover - no pip, keep the system store
             pass
     return ctx
-
-
-class StreamResponse:
-    """An open response: read it with ``iter_chunks``; closed by the ``stream`` context."""
-
-    def __init__(self, url: str, status: int, headers: Headers, chunks: Iterator[bytes]):
-        self.url = url
-        self.status = status
-        self.headers = headers
-        self._chunks = chunks
-
-    def iter_chunks(self, size: int = _CHUNK) -> Iterator[bytes]:
-        return self._chunks_of(size)
-
-    def _chunks_of(self, size: int) -> Iterator[bytes]:
-        yield from self._chunks(size)  # type: ignore[operator]
-
-    def read(self) -> bytes:
-        return b"".join(self.iter_chunks())
 
 
 class HttpClient:
@@ -184,7 +94,7 @@ class HttpClient:
         hdrs = {"User-Agent": user_agent(), **(headers or {})}
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme == "file":
-            yield self._file(url, hdrs)
+            yield open_file_url(url, hdrs)
             return
         if scheme not in ("http", "https"):
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
@@ -220,44 +130,13 @@ class HttpClient:
                 if conn is not None:
                     conn.close()
 
+
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0) -> Response:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. Without a cache_dir
         this is ``get``."""
-        if self.cache_dir is None or urllib.parse.urlsplit(url).scheme == "file":
-            return self.get(url, headers)
-        key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
-        folder = self.cache_dir / "http" / key[:2]
-        meta_p, body_p = folder / f"{key}.json", folder / f"{key}.body"
-        cached = None
-        try:
-            meta = json.loads(meta_p.read_text())
-            body = body_p.read_bytes()
-            if hashlib.sha256(body).hexdigest() == meta["sha256"]:
-                cached = meta, body
-        except (OSError, ValueError, KeyError):
-            pass
-        if cached is not None:
-            meta, body = cached
-            if time.time() - meta["stored"] < max_age:
-                return Response(meta["url"], 200, Headers(meta["headers"]), body)
-            cond = dict(headers or {})
-            if meta["headers"].get("etag"):
-                cond["If-None-Match"] = meta["headers"]["etag"]
-            if meta["headers"].get("last-modified"):
-                cond["If-Modified-Since"] = meta["headers"]["last-modified"]
-            resp = self.get(url, cond)
-            if resp.status == 304:
-                meta["stored"] = time.time()
-                write_atomic(meta_p, json.dumps(meta))
-                return Response(meta["url"], 200, Headers(meta["headers"]), body)
-        else:
-            resp = self.get(url, headers)
-        if resp.status == 200:
-            keep = {k: v for k, v in resp.headers.items() if k in ("etag", "last-modified", "content-type")}
-            write_atomic(body_p, resp.body)
-            write_atomic(meta_p, json.dumps({"url": resp.url, "headers": keep, "stored": time.time(), "sha256": hashlib.sha256(resp.body).hexdigest()}))
-        return resp
+        return _get_cached(self.get, self.cache_dir, url, headers, max_age=max_age)
+
 
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""
@@ -274,12 +153,7 @@ class HttpClient:
             pool = self._idle.get(key)
             if pool:
                 return pool.pop(), True
-            if key[0] == "https" and self._ssl is None:
-                self._ssl = _ssl_context()
-        scheme, host, port = key
-        if scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl), False
-        return http.client.HTTPConnection(host, port, timeout=self.timeout), False
+        return self._acquire_new(key), False
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
         key = (("https" if isinstance(conn, http.client.HTTPSConnection) else "http"), conn.host, conn.port)
@@ -329,15 +203,9 @@ class HttpClient:
         if parts.query:
             path += "?" + parts.query
         hdrs = dict(headers)
-        cred = None
-        if parts.username is not None:
-            cred = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        elif "Authorization" not in hdrs:
-            cred = _netrc_credentials(parts.hostname or "")
-        if cred is not None:
-            import base64
-
-            hdrs["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+        auth = basic_authorization(parts, hdrs)
+        if auth is not None:
+            hdrs["Authorization"] = auth
         proxy = self._proxy_for(parts)
         if proxy:
             return None, self._via_urllib(parts, hdrs)
@@ -360,13 +228,10 @@ class HttpClient:
             conn.close()
             raise
 
-    def _acquire_new(self, key):
+    def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
         scheme, host, port = key
         if scheme == "https":
-            with self._lock:
-                if self._ssl is None:
-                    self._ssl = _ssl_context()
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl)
+            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
         return http.client.HTTPConnection(host, port, timeout=self.timeout)
 
     @staticmethod
@@ -409,66 +274,6 @@ class HttpClient:
             delay = max(delay, min(float(retry_after), 60.0))
         time.sleep(delay)
 
-    # --- file:// ------------------------------------------------------------------------
-    def _file(self, url: str, headers: Mapping[str, str]) -> StreamResponse:
-        parts = urllib.parse.urlsplit(url)
-        path = Path(urllib.request.url2pathname(parts.path))
-        if path.is_dir():
-            index = path / "index.html"
-            if not index.is_file():
-                raise HttpError(url, 404, "is a folder without index.html")
-            path = index
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError as exc:
-            raise HttpError(url, 404, "no such file") from exc
-        except OSError as exc:
-            raise HttpError(url, None, str(exc)) from exc
-        start, end, status = 0, size, 200
-        rng = Headers(headers).get("range")
-        hdrs = Headers({"content-length": str(size)})
-        if rng:
-            parsed = _parse_range(rng, size)
-            if parsed is None:
-                raise HttpError(url, 416, f"range {rng} not satisfiable for {size} bytes")
-            start, end = parsed
-            status = 206
-            hdrs = Headers({"content-length": str(end - start), "content-range": f"bytes {start}-{end - 1}/{size}"})
-        hdrs["accept-ranges"] = "bytes"
-
-        def chunks(chunk: int) -> Iterator[bytes]:
-            with open(path, "rb") as fh:
-                fh.seek(start)
-                left = end - start
-                while left > 0:
-                    data = fh.read(min(chunk, left))
-                    if not data:
-                        break
-                    left -= len(data)
-                    yield data
-
-        return StreamResponse(url, status, hdrs, chunks)  # type: ignore[arg-type]
-
-
-_NETRC: dict[str, str | None] = {}
-
-
-def _netrc_credentials(host: str) -> str | None:
-    """``user:password`` for ``host`` from ~/.netrc (or $NETRC), like pip and uv read it."""
-    if host in _NETRC:
-        return _NETRC[host]
-    cred = None
-    try:
-        import netrc
-
-        auth = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
-        if auth and (auth[0] or auth[2]):
-            cred = f"{auth[0] or ''}:{auth[2] or ''}"
-    except (OSError, netrc.NetrcParseError):  # type: ignore[name-defined]
-        cred = None
-    _NETRC[host] = cred
-    return cred
-
 
 def _close_pool(idle: dict) -> None:
     conns = [c for pool in idle.values() for c in pool]
@@ -501,20 +306,3 @@ class _UrllibResponse:
     def close(self) -> None:
         self._raw.close()
 
-
-def _parse_range(value: str, size: int) -> tuple[int, int] | None:
-    """``bytes=a-b`` / ``bytes=a-`` / ``bytes=-n`` -> half-open (start, end), or None."""
-    unit, _, spec = value.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
-        return None
-    first, _, last = spec.strip().partition("-")
-    if first == "":
-        n = int(last)
-        if n <= 0:
-            return None
-        return max(0, size - n), size
-    start = int(first)
-    end = min(size, int(last) + 1) if last else size
-    if start >= size or end <= start:
-        return None
-    return start, end
