@@ -59,6 +59,17 @@ class _Archives:
             self._fds.clear()
 
 
+def _raw_chunks(fd: int, pos: int, left: int):
+    """``left`` bytes of the archive from ``pos``, in reads of at most ``_READ``."""
+    while left > 0:
+        chunk = os.pread(fd, min(left, _READ), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        left -= len(chunk)
+        yield chunk
+
+
 def _member_chunks(fd: int, wheel: Path, m: PlannedFile):
     """The member's uncompressed bytes, in pieces. Raw inflate over pread: no per-read Python
     buffering (ZipExtFile's is ~1.6x slower), and no CRC -- the RECORD sha256 checks every byte."""
@@ -67,24 +78,12 @@ def _member_chunks(fd: int, wheel: Path, m: PlannedFile):
         raise UnpackError(f"{wheel.name}: bad local header for {m.name}", hint="the wheel is damaged; re-stage it")
     name_len, extra_len = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
     pos = m.offset + 30 + name_len + extra_len
-    left = m.compress_size
     if m.compress_type == zipfile.ZIP_STORED:
-        while left > 0:
-            chunk = os.pread(fd, min(left, _READ), pos)
-            if not chunk:
-                break
-            pos += len(chunk)
-            left -= len(chunk)
-            yield chunk
+        yield from _raw_chunks(fd, pos, m.compress_size)
         return
     if m.compress_type == zipfile.ZIP_DEFLATED:
         inflater = zlib.decompressobj(-15)
-        while left > 0:
-            chunk = os.pread(fd, min(left, _READ), pos)
-            if not chunk:
-                break
-            pos += len(chunk)
-            left -= len(chunk)
+        for chunk in _raw_chunks(fd, pos, m.compress_size):
             out = inflater.decompress(chunk)
             if out:
                 yield out
