@@ -87,6 +87,7 @@ __all__ = [
     "StackManifest",
     "parse_manifest",
     "load_manifest",
+    "resolve_data_path",
 ]
 
 
@@ -209,6 +210,11 @@ def _resolve_data_path(value: str, base: Path, subdir: str) -> Path:
         return local
     bundled = data_dir(subdir) / p
     return bundled if bundled.exists() else local
+
+
+def resolve_data_path(value: str, base: Path, subdir: str) -> Path:
+    """A path relative to ``base``, else a bundled file under ``subdir``; patch specs find their payload this way."""
+    return _resolve_data_path(value, base, subdir)
 
 
 def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackManifest:

@@ -41,6 +41,7 @@ from typing import Any, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .errors import UsageError
+from .manifest import resolve_data_path
 from .resources import engine_src_dir
 
 if sys.version_info >= (3, 11):
@@ -130,9 +131,7 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
         verify = PatchVerify(call=str(v["call"]), expect=v.get("expect"), has_expect="expect" in v,
                              timeout=float(v.get("timeout", 300)), env={str(k): str(x) for k, x in (v.get("env") or {}).items()})
     base = path.parent if path else Path.cwd()
-    payload = base / p["payload"]
-    if not payload.exists() and (engine_src_dir() / p["payload"]).exists():
-        payload = engine_src_dir() / p["payload"]
+    payload = resolve_data_path(p["payload"], base, "engine_src")
     return PatchSpec(name=p["name"], distribution=p["distribution"], file=p["file"].lstrip("/"), before_sha256=before_t,
                      payload=payload, payload_sha256=payload_sha, when=when, verify=verify, path=path)
 
