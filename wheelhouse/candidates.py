@@ -18,7 +18,8 @@ from typing import Iterable, Mapping, Sequence
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .index import Distfile, PackageSource
+from .distfile import Distfile
+from .index import PackageSource
 from .target import TargetProfile
 from .toolchain import toolchain_ident
 

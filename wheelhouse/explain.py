@@ -11,7 +11,8 @@ from resolvelib.resolvers import ResolutionImpossible
 
 from .candidates import Req, spec_of
 from .errors import UsageError, WhError
-from .index import Distfile, PackageSource
+from .distfile import Distfile
+from .index import PackageSource
 from .target import TargetProfile
 
 if TYPE_CHECKING:

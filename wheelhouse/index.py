@@ -8,6 +8,8 @@ cached on disk and revalidated with ETag / Last-Modified. Nothing here downloads
 Several indexes are searched like uv's default ``first-index`` strategy: a project's files come
 from the first index that knows it (so an extra index cannot shadow a name on the main one by
 accident, nor the other way round); find-links files are always added.
+
+``Distfile`` lives in ``wheelhouse.distfile``, the page parsers in ``wheelhouse.simple_pages``.
 """
 
 from __future__ import annotations
@@ -17,21 +19,15 @@ import threading
 import urllib.parse
 import urllib.request
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name
 
+from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from .errors import UsageError, WhError
 from .http import HttpClient, HttpError
+from .simple_pages import parse_simple_html, parse_simple_json
 
 __all__ = [
     "Distfile",
@@ -45,7 +41,6 @@ __all__ = [
 ]
 
 SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
-_SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
 
 class IndexPageError(WhError):
@@ -58,53 +53,6 @@ class BadDirectReference(UsageError):
     """A requirement that names a file or URL which is not a usable wheel."""
 
     code = "bad-reference"
-
-
-@dataclass(frozen=True)
-class Distfile:
-    """One file a project publishes (a wheel or an sdist) and what the index says about it."""
-
-    name: str  # canonical project name
-    version: str
-    filename: str
-    url: str
-    hashes: Mapping[str, str] = field(default_factory=dict, compare=False)
-    requires_python: str | None = None
-    yanked: bool = False
-    yanked_reason: str | None = None
-    size: int | None = None
-    metadata_url: str | None = None  # PEP 658/714: <url>.metadata when the index serves it
-    metadata_sha256: str | None = None
-    origin: str = ""  # the index URL, find-links location, or "direct"
-
-    @property
-    def is_wheel(self) -> bool:
-        return self.filename.endswith(".whl")
-
-    @property
-    def sha256(self) -> str | None:
-        return self.hashes.get("sha256")
-
-    @property
-    def local_path(self) -> Path | None:
-        """The file on disk, for file:// URLs."""
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme == "file":
-            return Path(urllib.request.url2pathname(parts.path))
-        return None
-
-    @property
-    def build_tag(self) -> tuple:
-        if not self.is_wheel:
-            return ()
-        return parse_wheel_filename(self.filename)[2]
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        """Wheel tags (``cp312-cp312-manylinux_2_28_x86_64``...), empty for an sdist."""
-        if not self.is_wheel:
-            return ()
-        return tuple(sorted(str(t) for t in parse_wheel_filename(self.filename)[3]))
 
 
 def default_index_url() -> str:
@@ -127,157 +75,6 @@ def default_index_url() -> str:
 
     return PyPI.simple_url
 
-
-def distfile_from_filename(
-    filename: str,
-    url: str,
-    *,
-    hashes: Mapping[str, str] | None = None,
-    origin: str = "",
-    **info,
-) -> Distfile | None:
-    """A Distfile for a wheel or sdist filename, or None when the name is not one."""
-    try:
-        if filename.endswith(".whl"):
-            name, version, _, _ = parse_wheel_filename(filename)
-        elif filename.endswith(_SDIST_SUFFIXES):
-            name, version = parse_sdist_filename(filename if not filename.endswith((".tar.bz2", ".tgz")) else filename.rsplit(".t", 1)[0] + ".tar.gz")
-        else:
-            return None
-    except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
-        return None
-    return Distfile(name=canonicalize_name(name), version=str(version), filename=filename, url=url, hashes=dict(hashes or {}), origin=origin, **info)
-
-
-def _split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
-    base, _, frag = url.partition("#")
-    hashes: dict[str, str] = {}
-    for part in frag.split("&") if frag else ():
-        algo, _, value = part.partition("=")
-        if algo in ("sha256", "sha384", "sha512", "md5") and value:
-            hashes[algo] = value
-    return base, hashes
-
-
-def _metadata_info(value) -> tuple[bool, str | None]:
-    """PEP 658 / 714 ``core-metadata`` (JSON: bool or hashes dict; HTML: "true" or "sha256=...")."""
-    if value is None or value is False:
-        return False, None
-    if isinstance(value, dict):
-        return True, value.get("sha256")
-    if isinstance(value, str):
-        if value.lower() == "true" or value == "":
-            return True, None
-        algo, _, digest = value.partition("=")
-        return True, digest if algo == "sha256" else None
-    return bool(value), None
-
-
-def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
-    """PEP 691 project page -> Distfiles. URLs may be relative to the page.
-
-    Big projects list tens of thousands of files (every nightly, every platform), so this is a hot
-    path: wheel names are split by hand (PEP 427) and absolute URLs are not re-joined.
-    """
-    out = []
-    names: dict[str, str] = {}
-    for f in data.get("files", ()):
-        filename = f.get("filename") or ""
-        if keep is not None and not keep(filename):
-            continue
-        raw_url = f.get("url", "")
-        if not raw_url.startswith(("https://", "http://")):
-            raw_url = urllib.parse.urljoin(page_url, raw_url)
-        if "#" in raw_url:
-            url, hashes = _split_hash_fragment(raw_url)
-        else:
-            url, hashes = raw_url, {}
-        h = f.get("hashes")
-        if h:
-            hashes.update({k: v for k, v in h.items() if isinstance(v, str)})
-        meta = f.get("core-metadata", f.get("data-dist-info-metadata", f.get("dist-info-metadata")))
-        has_meta, meta_sha = _metadata_info(meta)
-        yanked = f.get("yanked", False)
-        size = f.get("size")
-        info = dict(
-            requires_python=f.get("requires-python") or None,
-            yanked=bool(yanked),
-            yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
-            size=size if isinstance(size, int) else None,
-            metadata_url=url + ".metadata" if has_meta else None,
-            metadata_sha256=meta_sha,
-        )
-        parts = filename[:-4].split("-") if filename.endswith(".whl") else ()
-        if len(parts) in (5, 6):
-            name = names.get(parts[0])
-            if name is None:
-                name = names[parts[0]] = canonicalize_name(parts[0])
-            out.append(Distfile(name=name, version=parts[1], filename=filename, url=url, hashes=hashes, origin=origin, **info))
-            continue
-        d = distfile_from_filename(filename, url, hashes=hashes, origin=origin, **info)
-        if d is not None:
-            out.append(d)
-    return out
-
-
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.base: str | None = None
-        self.anchors: list[tuple[dict[str, str | None], str]] = []
-        self._current: dict | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "base" and self.base is None:
-            self.base = dict(attrs).get("href")
-        elif tag == "a":
-            self._current, self._text = dict(attrs), []
-
-    def handle_data(self, data):
-        if self._current is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._current is not None:
-            self.anchors.append((self._current, "".join(self._text).strip()))
-            self._current = None
-
-
-def parse_simple_html(text: str, page_url: str, origin: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
-    """PEP 503 page (or a find-links HTML page) -> Distfiles, with PEP 592/658/714 attributes."""
-    parser = _Anchors()
-    parser.feed(text)
-    base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
-    out = []
-    for attrs, _text in parser.anchors:
-        href = attrs.get("href")
-        if not href:
-            continue
-        url, hashes = _split_hash_fragment(urllib.parse.urljoin(base, href))
-        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        if keep is not None and not keep(filename):
-            continue
-        has_meta, meta_sha = False, None
-        for key in ("data-core-metadata", "data-dist-info-metadata"):
-            if key in attrs:  # a bare attribute (value None) means "true"
-                has_meta, meta_sha = _metadata_info(attrs[key] if attrs[key] is not None else "true")
-                break
-        yanked = "data-yanked" in attrs
-        d = distfile_from_filename(
-            filename,
-            url,
-            hashes=hashes,
-            origin=origin,
-            requires_python=attrs.get("data-requires-python") or None,
-            yanked=yanked,
-            yanked_reason=(attrs.get("data-yanked") or None) if yanked else None,
-            metadata_url=url + ".metadata" if has_meta else None,
-            metadata_sha256=meta_sha,
-        )
-        if d is not None:
-            out.append(d)
-    return out
 
 
 class _Memo:
@@ -343,7 +140,7 @@ class PackageSource:
         """A Distfile for a wheel named by path or URL (``./x.whl``, ``file:///...``, ``https://...``)."""
         parts = urllib.parse.urlsplit(ref)
         if parts.scheme in ("http", "https", "file"):
-            url, hashes = _split_hash_fragment(ref)
+            url, hashes = split_hash_fragment(ref)
         else:
             path = Path(ref).expanduser().resolve()
             if not path.is_file():

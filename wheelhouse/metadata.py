@@ -28,9 +28,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .atomic import write_atomic
+from .distfile import Distfile
 from .errors import WhError
 from .http import HttpClient, HttpError
-from .index import Distfile
 
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 

@@ -50,7 +50,8 @@ from .explain import (
     ToolchainSkew,
     explain_failure,
 )
-from .index import Distfile, PackageSource
+from .distfile import Distfile
+from .index import PackageSource
 from .metadata import MetadataReader
 from .progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider

@@ -1,0 +1,104 @@
+"""One file a project publishes (a wheel or an sdist) and what the index says about it.
+
+``distfile_from_filename`` recognises wheel (PEP 427) and sdist (PEP 625, and the older
+``.zip`` / ``.tar.bz2`` / ``.tgz``) names; anything else is not a distribution.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+__all__ = ["Distfile", "distfile_from_filename", "split_hash_fragment"]
+
+_SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
+
+
+@dataclass(frozen=True)
+class Distfile:
+    """One file a project publishes (a wheel or an sdist) and what the index says about it."""
+
+    name: str  # canonical project name
+    version: str
+    filename: str
+    url: str
+    hashes: Mapping[str, str] = field(default_factory=dict, compare=False)
+    requires_python: str | None = None
+    yanked: bool = False
+    yanked_reason: str | None = None
+    size: int | None = None
+    metadata_url: str | None = None  # PEP 658/714: <url>.metadata when the index serves it
+    metadata_sha256: str | None = None
+    origin: str = ""  # the index URL, find-links location, or "direct"
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+    @property
+    def sha256(self) -> str | None:
+        return self.hashes.get("sha256")
+
+    @property
+    def local_path(self) -> Path | None:
+        """The file on disk, for file:// URLs."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme == "file":
+            return Path(urllib.request.url2pathname(parts.path))
+        return None
+
+    @property
+    def build_tag(self) -> tuple:
+        if not self.is_wheel:
+            return ()
+        return parse_wheel_filename(self.filename)[2]
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Wheel tags (``cp312-cp312-manylinux_2_28_x86_64``...), empty for an sdist."""
+        if not self.is_wheel:
+            return ()
+        return tuple(sorted(str(t) for t in parse_wheel_filename(self.filename)[3]))
+
+
+def distfile_from_filename(
+    filename: str,
+    url: str,
+    *,
+    hashes: Mapping[str, str] | None = None,
+    origin: str = "",
+    **info,
+) -> Distfile | None:
+    """A Distfile for a wheel or sdist filename, or None when the name is not one."""
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        elif filename.endswith(_SDIST_SUFFIXES):
+            name, version = parse_sdist_filename(filename if not filename.endswith((".tar.bz2", ".tgz")) else filename.rsplit(".t", 1)[0] + ".tar.gz")
+        else:
+            return None
+    except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
+        return None
+    return Distfile(name=canonicalize_name(name), version=str(version), filename=filename, url=url, hashes=dict(hashes or {}), origin=origin, **info)
+
+
+def split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
+    """``url#sha256=...`` -> (url without the fragment, {algorithm: digest}) (PEP 503)."""
+    base, _, frag = url.partition("#")
+    hashes: dict[str, str] = {}
+    for part in frag.split("&") if frag else ():
+        algo, _, value = part.partition("=")
+        if algo in ("sha256", "sha384", "sha512", "md5") and value:
+            hashes[algo] = value
+    return base, hashes
