@@ -13,9 +13,12 @@ import click
 
 from .. import serve as srv
 from .. import serve_preflight as pre
+from .. import serve_state as state
 from ..errors import UsageError, WhError
+from ..procgroup import stop_group
 from ..readiness import READY_MODES, auth_headers, make_probe
 from ..serve_lint import fill_placeholders, lint_command, port_from_command, url_values
+from ..serve_log import LogFollower
 from ..smoke import DEFAULT_PROMPT, run_smoke
 from ._ui import emit_json
 
@@ -166,8 +169,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     env = dict(spec.env) if spec else {}
 
     if detach:
-        running = srv.read_state()
-        if running and srv.engine_alive(running):
+        running = state.read_state()
+        if running and state.engine_alive(running):
             raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
                              hint="stop it first with `wh stop`")
     if not no_preflight:
@@ -175,11 +178,11 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         ui.info(f"preflight: doctor and patches for {python or 'this interpreter'}")
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
-    log = Path(log_file) if log_file else srv.default_log_path()
+    log = Path(log_file) if log_file else state.default_log_path()
     launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env, redact=(secret,) if secret else ())
     probe = make_probe(ready_mode, url, path=ready_path or (spec.path if spec else None),
                        attempt_timeout=attempt_timeout, headers=auth_headers())
-    follower = srv.LogFollower(log)
+    follower = LogFollower(log)
     reporter = ui.reporter()
 
     def tick():
@@ -209,7 +212,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
                 ui.info(sm.summary())
                 result["smoke"] = sm.to_json()
             if detach:
-                path = srv.write_state(dataclasses.replace(engine, command=shown))
+                path = state.write_state(dataclasses.replace(engine, command=shown))
                 detached = True
                 ui.info(f"detached; state in {path}. Stop it with `wh stop`.")
             if as_json:
@@ -224,7 +227,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
             report = srv.shutdown(engine, proc, grace=grace)  # Ctrl-C once ready is the normal way to stop
         except BaseException:
             if not detached:  # nothing half-started: a failed smoke stops the group
-                srv.stop_engine(engine.pgid, leader=proc, grace=grace)
+                stop_group(engine.pgid, leader=proc, grace=grace)
             raise
         ui.info(f"stopped process group {report.pgid}" + (" (SIGKILL needed)" if report.sigkill else "") + "; port is free")
 
@@ -258,7 +261,7 @@ def smoke(ctx, url, max_tokens, prompt, timeout, api_key, as_json) -> None:
     """One streamed chat: model id from /v1/models, tokens from content AND reasoning_content, TTFT and tok/s timed here."""
     ui = ctx.obj
     if not url:
-        running = srv.read_state()
+        running = state.read_state()
         url = running.url if running else DEFAULT_URL
     result = run_smoke(url, prompt=prompt, max_tokens=max_tokens, timeout=timeout, api_key=api_key)
     ui.info(result.summary())
