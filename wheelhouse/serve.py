@@ -73,6 +73,11 @@ class ServeError(WhError):
     code = "serve-failed"
 
 
+def _tail_detail(log: Path) -> str:
+    """An error's detail: the log's last lines, where the engine says what went wrong."""
+    return f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}"
+
+
 class EngineExited(ServeError):
     """The engine process ended on its own; the log's tail says why."""
 
@@ -87,7 +92,7 @@ class EngineExited(ServeError):
         super().__init__(
             f"the engine exited {how} {when}".replace("  ", " "),
             hint=f"read the log's tail above (full log: {self.log}), fix the cause and run wh serve again",
-            detail=f"--- last {TAIL_LINES} lines of {self.log} ---\n{log_tail(self.log)}",
+            detail=_tail_detail(self.log),
         )
 
 
@@ -100,7 +105,7 @@ class EngineFailed(ServeError):
         super().__init__(
             f"the engine reported an error while loading: {message}",
             hint=f"fix what it names and run wh serve again (full log: {log})",
-            detail=f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}",
+            detail=_tail_detail(log),
         )
 
 
@@ -114,7 +119,7 @@ class ReadyTimeout(ServeError):
         super().__init__(
             f"the engine was not ready after {timeout:g} s (last check: {last or 'no answer'}); it was stopped",
             hint=hint,
-            detail=f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}",
+            detail=_tail_detail(log),
         )
 
 
@@ -175,8 +180,7 @@ def ensure_port_free(url: str) -> None:
 def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
     """Start the command in a new session (its own process group), stdout+stderr to the log."""
     if shutil.which(spec.command[0]) is None and not os.path.exists(os.path.join(spec.cwd or "", spec.command[0])):
-        raise UsageError(f"cannot start the engine: {spec.command[0]!r} not found",
-                         hint="check the command (is the engine's venv on PATH? try its full path)")
+        raise _not_found(spec.command[0])
     log = Path(spec.log)
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}}
@@ -189,12 +193,16 @@ def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
         try:
             proc = spawn_group(spec.command, stdout=fh, env=env, cwd=spec.cwd)
         except FileNotFoundError as exc:
-            raise UsageError(f"cannot start the engine: {spec.command[0]!r} not found",
-                             hint="check the command (is the engine's venv on PATH? try its full path)") from exc
+            raise _not_found(spec.command[0]) from exc
         except PermissionError as exc:
             raise UsageError(f"cannot start the engine: {spec.command[0]!r} is not executable", hint="chmod +x it or run it through its interpreter") from exc
     engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), start_ticks(proc.pid))
     return engine, proc
+
+
+def _not_found(program: str) -> UsageError:
+    return UsageError(f"cannot start the engine: {program!r} not found",
+                      hint="check the command (is the engine's venv on PATH? try its full path)")
 
 
 # SIGTERM, grace, SIGKILL, confirm gone: wheelhouse.procgroup does it for any group.
