@@ -84,7 +84,9 @@ def test_sha256_condition(tmp_path):
     digest = hashlib.sha256(UNPATCHED.encode()).hexdigest()
     rules = parse_rules({"rule": [{"id": "known-bad", "title": "t", "verdict": "warn", "when": [
         {"package": "freetoken", "file": FT_FILE, "sha256": digest}]}]})
-    assert evaluate_rules(rules, facts)[0].verdict == "warn"
+    fired = evaluate_rules(rules, facts)[0]
+    assert fired.verdict == "warn"
+    assert fired.hint == "see rule known-bad in <rules>"  # no hint of its own: it says where the rule lives
     rules = parse_rules({"rule": [{"id": "known-bad", "title": "t", "verdict": "warn", "when": [
         {"package": "freetoken", "file": FT_FILE, "sha256": "0" * 64}]}]})
     assert evaluate_rules(rules, facts)[0].verdict == "ok"

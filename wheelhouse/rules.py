@@ -215,7 +215,10 @@ def evaluate_rule(rule: Rule, facts: RuleFacts) -> CheckResult:
             return CheckResult(f"rule:{rule.id}", rule.title, "ok", "does not apply: " + why,
                                data={"fired": False, "references": list(rule.references)})
     refs = f" [{', '.join(rule.references)}]" if rule.references else ""
-    return CheckResult(f"rule:{rule.id}", rule.title, rule.verdict, "; ".join(evidence) + refs, hint=rule.hint,
+    hint = rule.hint
+    if hint is None and rule.verdict in ("fail", "warn"):  # a finding always says where to read on
+        hint = f"see {', '.join(rule.references)}" if rule.references else f"see rule {rule.id} in {rule.source}"
+    return CheckResult(f"rule:{rule.id}", rule.title, rule.verdict, "; ".join(evidence) + refs, hint=hint,
                        data={"fired": True, "references": list(rule.references)})
 
 
