@@ -28,8 +28,8 @@ from .report import CheckResult, DoctorReport
 from .resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
-__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "list_checks", "apply_fixes", "manifest_from_wh_json",
-           "RULES_ENV", "GROUPS"]
+__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes",
+           "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
 GROUPS = ("platform", "gpu", "toolchain", "links", "native", "jit", "rule", "model")
