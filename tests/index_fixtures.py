@@ -265,9 +265,9 @@ def _make_handler(state: IndexServer):
                 for k, v in extra.items():
                     self.send_header(k, v)
                 self.end_headers()
+                state.served[path] += cut  # counted before writing: the client may be faster than this thread
                 self.wfile.write(data[:cut])
                 self.wfile.flush()
-                state.served[path] += cut
                 self.close_connection = True
                 return
             self._count(path, size)

@@ -58,9 +58,11 @@ class FileServer:
                     cut = server.drop_after.pop(name, None)
                 if cut is not None:
                     body = body[:cut]
-                self.wfile.write(body)
+                # Count before writing: the client can finish reading (and the test assert) before
+                # this thread gets to run again after write() returns.
                 with server.lock:
                     server.served[name] = server.served.get(name, 0) + len(body)
+                self.wfile.write(body)
                 if cut is not None:
                     self.wfile.flush()
                     self.connection.shutdown(2)
