@@ -144,7 +144,8 @@ class PackageSource:
         else:
             path = Path(ref).expanduser().resolve()
             if not path.is_file():
-                raise BadDirectReference(f"{ref}: no such file", hint="give the path to a .whl file, or a name like `pkg==1.0`")
+                what = "is a folder, not a wheel file" if path.is_dir() else "no such file"
+                raise BadDirectReference(f"{ref}: {what}", hint="give the path to a .whl file, or a name like `pkg==1.0`")
             url, hashes = path.as_uri(), {}
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         d = distfile_from_filename(filename, url, hashes=hashes, origin="direct")

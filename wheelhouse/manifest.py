@@ -172,7 +172,7 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ManifestError(f"{where} must be a list of strings", hint=f'write {where} = ["..."]')
+        raise ManifestError(f"{where} must be a list of strings", hint=f'write {where.split(": ")[-1]} = ["..."]')
     return tuple(value)
 
 
@@ -181,6 +181,38 @@ def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ManifestError(f"{where}{key} must be a table", hint=f"write [{key}]")
     return value
+
+
+def _tables(data: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    """An array of tables (``[[key]]``); anything else is an error, never an AttributeError later."""
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ManifestError(f"{where}{key} must be an array of tables", hint=f"write each entry as [[{key}]]")
+    return value
+
+
+_KIND = {str: "a string", bool: "true or false", int: "an integer", float: "a number", Mapping: "a table"}
+
+
+def _value(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, default: Any = None) -> Any:
+    """``table[key]`` checked against ``kinds`` (TOML types); absent means ``default``."""
+    value = table.get(key)
+    if value is None:
+        return default
+    # bool is an int in Python, not in TOML: `gpus = true` is a mistake.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        what = " or ".join(_KIND[k] for k in kinds if not (k is int and float in kinds))
+        name = where.split(": ")[-1]
+        hint = f'quote it: {key} = "{value}"' if kinds == (str,) and not isinstance(value, (Mapping, list)) else f"fix {name} in the manifest"
+        raise ManifestError(f"{where} must be {what}, not {value!r}", hint=hint)
+    return value
+
+
+def _str_table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = _value(table, key, (Mapping,), where, {})
+    if not all(isinstance(v, str) for v in value.values()):
+        raise ManifestError(f"{where} must map names to strings", hint=f'write {key} = {{ NAME = "value" }}')
+    return dict(value)
 
 
 def _read_lines(path: Path, where: str) -> tuple[str, ...]:
@@ -225,62 +257,82 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
         raise ManifestError(f"{where}unknown section(s) {', '.join(unknown)}", hint=f"known sections: {', '.join(sorted(_TOP))}")
     base = path.parent if path else Path.cwd()
     stack = _table(data, "stack", where)
-    reqs = list(_strs(stack.get("requirements"), "stack.requirements"))
-    for f in _strs(stack.get("requirements-files"), "stack.requirements-files"):
+    reqs = list(_strs(stack.get("requirements"), f"{where}stack.requirements"))
+    for f in _strs(stack.get("requirements-files"), f"{where}stack.requirements-files"):
         reqs += _read_lines(base / f, where + "stack.requirements-files")
-    cons = list(_strs(stack.get("constraints"), "stack.constraints"))
-    for f in _strs(stack.get("constraints-files"), "stack.constraints-files"):
+    cons = list(_strs(stack.get("constraints"), f"{where}stack.constraints"))
+    for f in _strs(stack.get("constraints-files"), f"{where}stack.constraints-files"):
         cons += _read_lines(base / f, where + "stack.constraints-files")
 
     target_file = None
-    if stack.get("target"):
-        target_file = _resolve_data_path(str(stack["target"]), base, "manifests")
-    target_flags = dict(_table(data, "target", where))
+    stack_target = _value(stack, "target", (str,), f"{where}stack.target")
+    if stack_target:
+        target_file = _resolve_data_path(stack_target, base, "manifests")
+    target_table = _table(data, "target", where)
+    target_flags: dict[str, Any] = {}
+    for key in ("python-version", "implementation", "abi"):
+        # python-version = 3.10 would be the float 3.1: only a string says what was meant.
+        if key in target_table:
+            target_flags[key] = _value(target_table, key, (str,), f"{where}target.{key}")
+    if "platforms" in target_table:
+        target_flags["platforms"] = list(_strs(target_table["platforms"], f"{where}target.platforms"))
+    unknown_target = sorted(set(target_table) - {"python-version", "platforms", "implementation", "abi"})
+    if unknown_target:
+        raise ManifestError(f"{where}unknown key(s) in [target]: {', '.join(unknown_target)}",
+                            hint="[target] takes python-version, platforms, implementation, abi")
     if target_file and target_flags:
         raise ManifestError(f"{where}stack.target and [target] are both set", hint="keep one")
 
     toolchains = []
-    for i, t in enumerate(data.get("toolchain", []) or []):
-        pkgs = _strs(t.get("packages"), f"toolchain[{i}].packages")
+    for i, t in enumerate(_tables(data, "toolchain", where)):
+        pkgs = _strs(t.get("packages"), f"{where}toolchain[{i}].packages")
         if len(pkgs) < 2:
             raise ManifestError(f"{where}toolchain[{i}] needs at least two packages", hint="list the packages that must share a version")
         toolchains.append(
             ToolchainGroup(
-                name=str(t.get("name", f"toolchain-{i}")),
+                name=_value(t, "name", (str,), f"{where}toolchain[{i}].name", f"toolchain-{i}"),
                 packages=pkgs,
-                exact=bool(t.get("exact", False)),
-                exceptions=_strs(t.get("exceptions"), f"toolchain[{i}].exceptions"),
+                exact=_value(t, "exact", (bool,), f"{where}toolchain[{i}].exact", False),
+                exceptions=_strs(t.get("exceptions"), f"{where}toolchain[{i}].exceptions"),
             )
         )
 
     releases = []
-    for i, m in enumerate(data.get("manifest", []) or []):
+    for i, m in enumerate(_tables(data, "manifest", where)):
         if not m.get("url"):
             raise ManifestError(f"{where}manifest[{i}] has no url", hint="set url = \"https://.../engine-linux_x86_64.json\"")
-        releases.append(ReleaseManifest(url=str(m["url"]), keys=_strs(m.get("keys"), f"manifest[{i}].keys"), sha256=m.get("sha256")))
+        releases.append(ReleaseManifest(url=_value(m, "url", (str,), f"{where}manifest[{i}].url"),
+                                        keys=_strs(m.get("keys"), f"{where}manifest[{i}].keys"),
+                                        sha256=_value(m, "sha256", (str,), f"{where}manifest[{i}].sha256")))
 
     engine = _table(data, "engine", where)
-    recipe = _resolve_data_path(str(engine["recipe"]), base, "engine_src") if engine.get("recipe") else None
+    recipe_name = _value(engine, "recipe", (str,), f"{where}engine.recipe")
+    recipe = _resolve_data_path(recipe_name, base, "engine_src") if recipe_name else None
 
     drops = []
-    for i, d in enumerate(data.get("drop", []) or []):
+    for i, d in enumerate(_tables(data, "drop", where)):
         if not d.get("distribution"):
             raise ManifestError(f"{where}drop[{i}] has no distribution", hint='set distribution = "name"')
-        drops.append(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason", "")), bool(d.get("force", False))))
+        w = f"{where}drop[{i}]"
+        drops.append(DropRule(_value(d, "distribution", (str,), f"{w}.distribution"),
+                              _value(d, "module", (str,), f"{w}.module"),
+                              _value(d, "reason", (str,), f"{w}.reason", ""),
+                              _value(d, "force", (bool,), f"{w}.force", False)))
 
     patches = []
-    for i, p in enumerate(data.get("patch", []) or []):
+    for i, p in enumerate(_tables(data, "patch", where)):
         if not p.get("spec"):
             raise ManifestError(f"{where}patch[{i}] has no spec", hint='set spec = "file.toml" (under engine_src/)')
-        patches.append(_resolve_data_path(str(p["spec"]), base, "engine_src"))
+        patches.append(_resolve_data_path(_value(p, "spec", (str,), f"{where}patch[{i}].spec"), base, "engine_src"))
 
     doc = _table(data, "doctor", where)
+    sm = _value(doc, "sm", (str, float, int), f"{where}doctor.sm")
     doctor = DoctorExpectations(
-        gpus=doc.get("gpus"),
-        sm=str(doc["sm"]) if doc.get("sm") is not None else None,
-        max_used_mib=doc.get("max-used-mib"),
-        toolchain_exact=bool(doc.get("toolchain-exact", False)),
-        checks=_strs(doc.get("checks"), "doctor.checks"),
+        gpus=_value(doc, "gpus", (int,), f"{where}doctor.gpus"),
+        sm=str(sm) if sm is not None else None,
+        max_used_mib=_value(doc, "max-used-mib", (int,), f"{where}doctor.max-used-mib"),
+        toolchain_exact=_value(doc, "toolchain-exact", (bool,), f"{where}doctor.toolchain-exact", False),
+        checks=_strs(doc.get("checks"), f"{where}doctor.checks"),
     )
 
     serve = None
@@ -290,31 +342,35 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
         if isinstance(cmd, str):
             import shlex
 
-            cmd = shlex.split(cmd)
+            try:
+                cmd = shlex.split(cmd)
+            except ValueError as exc:  # an unterminated quote
+                raise ManifestError(f"{where}serve.command cannot be split into words: {exc}",
+                                    hint='write it as a list: command = ["engine", "--flag", "value"]') from exc
         serve = ServeSpec(
-            command=_strs(cmd, "serve.command"),
-            ready=str(srv.get("ready", "health")),
-            url=str(srv.get("url", "http://127.0.0.1:1919")),
-            path=srv.get("path"),
-            timeout=float(srv.get("timeout", 7200)),
-            env=dict(srv.get("env", {})),
-            forbid_flags=dict(srv.get("forbid-flags", {})),
+            command=_strs(cmd, f"{where}serve.command"),
+            ready=_value(srv, "ready", (str,), f"{where}serve.ready", "health"),
+            url=_value(srv, "url", (str,), f"{where}serve.url", "http://127.0.0.1:1919"),
+            path=_value(srv, "path", (str,), f"{where}serve.path"),
+            timeout=float(_value(srv, "timeout", (int, float), f"{where}serve.timeout", 7200)),
+            env=_str_table(srv, "env", f"{where}serve.env"),
+            forbid_flags=_str_table(srv, "forbid-flags", f"{where}serve.forbid-flags"),
         )
         if serve.ready not in ("health", "http", "generate"):
             raise ManifestError(f"{where}serve.ready is {serve.ready!r}", hint="use health, http or generate")
 
     return StackManifest(
         path=path,
-        name=str(stack.get("name") or (path.stem if path else "stack")),
+        name=_value(stack, "name", (str,), f"{where}stack.name") or (path.stem if path else "stack"),
         requirements=tuple(reqs),
         constraints=tuple(cons),
-        index_url=stack.get("index-url"),
-        extra_index_urls=_strs(stack.get("extra-index-urls"), "stack.extra-index-urls"),
+        index_url=_value(stack, "index-url", (str,), f"{where}stack.index-url"),
+        extra_index_urls=_strs(stack.get("extra-index-urls"), f"{where}stack.extra-index-urls"),
         find_links=tuple(str(_resolve_data_path(f, base, "manifests")) if not f.startswith(("http:", "https:", "file:")) else f
-                         for f in _strs(stack.get("find-links"), "stack.find-links")),
+                         for f in _strs(stack.get("find-links"), f"{where}stack.find-links")),
         target_file=target_file,
         target_flags=target_flags,
-        prereleases=bool(stack.get("prereleases", False)),
+        prereleases=_value(stack, "prereleases", (bool,), f"{where}stack.prereleases", False),
         toolchains=tuple(toolchains),
         release_manifests=tuple(releases),
         engine_recipe=recipe,
@@ -338,6 +394,12 @@ def load_manifest(path: str | Path) -> StackManifest:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ManifestError(f"manifest {p} does not exist", hint="give a path to a .toml stack manifest, or a bundled name such as `demo`") from exc
+    except IsADirectoryError as exc:
+        raise ManifestError(f"manifest {p} is a folder, not a file", hint="give the path of the .toml file inside it") from exc
+    except OSError as exc:
+        raise ManifestError(f"manifest {p}: cannot read it ({exc.strerror})", hint="check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"manifest {p} is not UTF-8 text", hint="save it as UTF-8 TOML") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -101,7 +101,10 @@ def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
         try:
             Requirement(r)
         except InvalidRequirement as exc:
-            raise UsageError(f"{what} {r!r} is not a valid requirement: {exc}", hint="write it like `name==1.0` or `name>=2; python_version < \"3.12\"`") from exc
+            # packaging's message is a line and a caret under the bad spot: the line says it, the caret follows.
+            first, _, rest = str(exc).partition("\n")
+            raise UsageError(f"{what} {r!r} is not a valid requirement: {first}", detail=rest or None,
+                             hint="write it like `name==1.0` or `name>=2; python_version < \"3.12\"`") from exc
         out.append(r)
     return out
 

@@ -80,6 +80,18 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     ctx.obj = _ui.Ui(verbose=verbose if not quiet else -1)
 
 
+# click >= 8.2 raises this for a group called without a subcommand (older ones print the help and exit 0).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _usage_error(exc: click.ClickException) -> WhError:
+    """A click error as a WhError: its message, and where to read about the flags."""
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "wh"
+    message = " ".join(exc.format_message().split())  # click wraps some messages over lines
+    return WhError(message, hint=f"see `{path} --help`")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI, render any WhError once, exit with its code."""
     from . import _ui
@@ -92,8 +104,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except _NO_ARGS_IS_HELP as exc:  # `wh patch` alone: the group's help is the answer
         exc.show()
+        sys.exit(2)
+    except click.ClickException as exc:
+        # click's own errors (a bad flag value, a missing argument) read like wh's: one line and a hint.
+        _ui.print_error(_usage_error(exc))
         sys.exit(2)
     except click.exceptions.Abort:
         _ui.print_error(WhError("interrupted", hint="re-run the command; finished work is kept"))

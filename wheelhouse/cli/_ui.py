@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from ..errors import WhError
@@ -21,11 +22,12 @@ def stderr_console() -> Console:
 
 def print_error(exc: WhError) -> None:
     con = stderr_console()
-    con.print(f"[bold red]error[/]: {exc.message}", soft_wrap=True)
+    # The message and hint carry user text (paths, TOML like [[patch]]): never rich markup.
+    con.print(f"[bold red]error[/]: {escape(exc.message)}", soft_wrap=True)
     if exc.detail:
         con.print(exc.detail.rstrip(), markup=False, soft_wrap=True)
     if exc.hint:
-        con.print(f"[yellow]hint[/]: {exc.hint}", soft_wrap=True)
+        con.print(f"[yellow]hint[/]: {escape(exc.hint)}", soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:

@@ -1,0 +1,118 @@
+"""Bad input, every command: one `error:` line, a `hint:` line, exit 2 (bad input), no traceback, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from wheelhouse.cli import main
+
+
+@pytest.fixture
+def wh(capsys, monkeypatch, tmp_path):
+    """Run `wh ARGS` in this process; return (exit code, stdout, stderr)."""
+    for var in [v for v in os.environ if v.startswith("WH_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("WH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "400")  # one logical line stays one printed line
+
+    def run(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return exc.value.code, out, err
+
+    return run
+
+
+def assert_usage_error(result, *needles: str, code: int = 2) -> str:
+    """The product rule: `error: ...` (one line), then `hint: ...`, the exit code, no traceback."""
+    rc, _out, err = result
+    assert rc == code, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = err.strip().splitlines()
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
+    assert len(errors) == 1, err
+    assert lines[-1].startswith("hint: ") and len(lines[-1]) > len("hint: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+# --- click's own usage errors -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["nosuchcommand"], "No such command"),
+    (["stage", "--nosuch"], "No such option"),
+    (["build"], "Missing argument"),
+    (["install", "--installer", "foo"], "'foo' is not one of"),
+    (["stage", "x", "-o", "o", "--jobs", "0"], "--jobs"),
+    (["target", "show", "--platform", "manylinux_2_35_x86_64"], "--python-version and --platform go together"),
+])
+def test_click_usage_errors_read_like_wh_errors(wh, args, needle):
+    err = assert_usage_error(wh(*args), needle)
+    assert "Usage:" not in err
+    assert "--help`" in err.splitlines()[-1]
+
+
+def test_a_group_without_subcommand_still_prints_its_help(wh):
+    rc, _out, err = wh("patch")
+    assert rc == 2 and "apply" in err and "revert" in err
+
+
+# --- manifests ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, needle", [
+    ("toolchain = 5\n", "toolchain must be an array of tables"),
+    ('toolchain = ["x"]\n', "toolchain must be an array of tables"),
+    ('[drop]\ndistribution = "x"\n', "drop must be an array of tables"),
+    ('[doctor]\ngpus = "four"\n', "doctor.gpus must be an integer"),
+    ('[serve]\ncommand = ["x"]\ntimeout = "abc"\n', "serve.timeout must be a number"),
+    ('[serve]\ncommand = ["x"]\nenv = "abc"\n', "serve.env must be a table"),
+    ('[serve]\ncommand = "x \\"open"\n', "serve.command cannot be split"),
+    ('[stack]\nrequirements = ["rich"]\nindex-url = 5\n', "stack.index-url must be a string"),
+    ('[engine]\nrecipe = 5\n', "engine.recipe must be a string"),
+    ('[[toolchain]]\npackages = ["a", "b"]\nexact = "yes"\n', "toolchain[0].exact must be true or false"),
+    ('[stack]\nrequirements = ["rich"]\n[target]\npython-version = 3.12\n', 'python-version = "3.12"'),
+    ('[stack]\nrequirements = ["rich"]\n[target]\npython-version = "3.12"\nplatforms = "manylinux_2_35_x86_64"\n',
+     "target.platforms must be a list of strings"),
+])
+def test_manifest_with_wrong_types_is_a_usage_error(wh, tmp_path, text, needle):
+    m = tmp_path / "m.toml"
+    m.write_text(text)
+    assert_usage_error(wh("stage", m, "--dry-run"), needle)
+
+
+def test_manifest_hint_keeps_its_brackets(wh, tmp_path):
+    """[[toolchain]] in a hint is text, not rich markup that swallows it."""
+    m = tmp_path / "m.toml"
+    m.write_text("toolchain = 5\n")
+    err = assert_usage_error(wh("stage", m, "--dry-run"))
+    assert "[[toolchain]]" in err
+
+
+def test_manifest_that_is_a_folder_or_not_utf8(wh, tmp_path):
+    (tmp_path / "dir.toml").mkdir()
+    assert_usage_error(wh("stage", tmp_path / "dir.toml", "--dry-run"), "is a folder")
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe[stack]\n")
+    assert_usage_error(wh("stage", tmp_path / "bin.toml", "--dry-run"), "not UTF-8")
+
+
+# --- stage ----------------------------------------------------------------------------------------
+
+_FLAGS = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64", "--no-bootstrap"]
+
+
+def test_stage_invalid_requirement_is_one_line_plus_the_caret(wh, tmp_path):
+    rc, _out, err = wh("stage", "foo===", "-o", tmp_path / "out", *_FLAGS)
+    assert rc == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: requirement 'foo===' is not a valid requirement")
+    assert lines[-1].startswith("hint: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_stage_a_folder_as_requirement_says_folder(wh, tmp_path):
+    assert_usage_error(wh("stage", tmp_path, "-o", tmp_path / "out", *_FLAGS), "is a folder, not a wheel file")
