@@ -116,3 +116,85 @@ def test_stage_invalid_requirement_is_one_line_plus_the_caret(wh, tmp_path):
 
 def test_stage_a_folder_as_requirement_says_folder(wh, tmp_path):
     assert_usage_error(wh("stage", tmp_path, "-o", tmp_path / "out", *_FLAGS), "is a folder, not a wheel file")
+
+
+def _unwritable_folder():
+    """A folder no one (root included) can create entries in: sysfs's root."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(dir="/sys"))
+    except OSError:
+        return "/sys"
+    pytest.skip("/sys is writable here")
+
+
+def _local_index(tmp_path, wheel_factory):
+    wheel_factory("alpha", "1.0", requires=["beta"])
+    wheel_factory("beta", "2.0")
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    return ["-f", wheel_factory.folder, "--index-url", empty.as_uri(), *_FLAGS]
+
+
+def test_stage_output_in_an_unwritable_folder_fails_before_resolving(wh, tmp_path, wheel_factory):
+    src = _local_index(tmp_path, wheel_factory)
+    err = assert_usage_error(wh("stage", "alpha", *src, "-o", f"{_unwritable_folder()}/out"), "cannot write in /sys")
+    assert "resolving" not in err
+
+
+def test_stage_output_under_a_file(wh, tmp_path, wheel_factory):
+    src = _local_index(tmp_path, wheel_factory)
+    (tmp_path / "afile").write_text("")
+    assert_usage_error(wh("stage", "alpha", *src, "-o", tmp_path / "afile" / "out"), "is a file")
+
+
+def test_stage_that_fails_leaves_no_new_parent_folders(wh, tmp_path, wheel_factory):
+    src = _local_index(tmp_path, wheel_factory)
+    rc, _out, err = wh("stage", "nosuchproject", *src, "-o", tmp_path / "new" / "deeper" / "out",
+                       "--cache-dir", tmp_path / "cache")
+    assert rc == 1 and "no project named nosuchproject" in err and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
+
+
+def test_stage_unusable_cache_dir_is_bad_input(wh, tmp_path, wheel_factory):
+    src = _local_index(tmp_path, wheel_factory)
+    (tmp_path / "afile").write_text("")
+    assert_usage_error(wh("stage", "alpha", *src, "-o", tmp_path / "out", "--cache-dir", tmp_path / "afile" / "c"),
+                       "cache folder")
+    assert not (tmp_path / "out").exists()
+
+
+# --- target ---------------------------------------------------------------------------------------
+
+def test_target_capture_into_an_unwritable_folder(wh):
+    assert_usage_error(wh("target", "capture", "--no-gpus", "-o", f"{_unwritable_folder()}/t.json"), "cannot write it")
+
+
+@pytest.fixture
+def good_profile():
+    from wheelhouse.capture_target import capture
+
+    return capture(include_gpus=False)
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: d.__setitem__("compatible_tags", "cp312-cp312-linux_x86_64"), "compatible_tags must be a list"),
+    (lambda d: d.__setitem__("compatible_tags", ["x"]), "compatible_tags must be a list of wheel tags"),
+    (lambda d: d.__setitem__("marker_environment", [1, 2]), "marker_environment must be an object"),
+    (lambda d: d["marker_environment"].pop("python_version"), "marker_environment lacks python_version"),
+    (lambda d: d.__setitem__("libc", {"name": "glibc"}), "libc must be an object"),
+    (lambda d: d.__setitem__("libc", {"name": "glibc", "version": "abc"}), "libc must be an object"),
+    (lambda d: d.__setitem__("gpus", ["x"]), "gpus must be a list of objects"),
+    (lambda d: d.__setitem__("gpus", 5), "gpus must be a list of objects"),
+    (lambda d: d.__setitem__("platforms", "manylinux"), "platforms must be a list of strings"),
+    (lambda d: d.__setitem__("python_version", 3.12), "python_version must be a string"),
+    (lambda d: d.pop("compatible_tags"), "lacks marker_environment or compatible_tags"),
+])
+def test_malformed_target_profile_names_the_file_and_the_key(wh, tmp_path, good_profile, change, needle):
+    import json
+
+    change(good_profile)
+    f = tmp_path / "box.json"
+    f.write_text(json.dumps(good_profile))
+    assert_usage_error(wh("target", "show", "--target", f), f"target file {f}", needle)

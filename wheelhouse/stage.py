@@ -145,6 +145,11 @@ def stage(
     client = client or HttpClient(cache_dir=cache)
     if not dry_run:
         check_out(out)
+        try:  # before resolving: an unusable cache must not fail the run after the downloads began
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cache folder {cache}: cannot create it ({exc.strerror})",
+                             hint="pass --cache-dir DIR (or set WH_CACHE_DIR) to a folder you can write to") from exc
 
     reqs = _parse_requirements([*(manifest.requirements if manifest else ()), *requirements], "requirement")
     cons = _parse_requirements([*(manifest.constraints if manifest else ()), *constraints], "constraint")

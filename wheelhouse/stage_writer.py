@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import os
 import shutil
+import tempfile
 import sys
 import uuid
 from dataclasses import dataclass
@@ -115,19 +116,28 @@ def check_out(out: Path) -> None:
             f"-o {out} is a non-empty folder that is not a wheelhouse (no {WH_JSON}); refusing to replace it",
             hint="give a new or empty folder, or the folder of an earlier `wh stage`",
         )
-    parent = out.resolve().parent
+    # Nothing is created yet (a failed resolve must not leave empty parent folders behind);
+    # the nearest existing folder must take a new folder, which root's os.access does not prove.
+    existing = out.resolve().parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadOutput(f"cannot create -o {out}: {existing} is a file", hint="choose a folder you can write to")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.wh-probe-", dir=existing))
     except OSError as exc:
-        raise BadOutput(f"cannot create {parent} for -o {out}: {exc.strerror}", hint="choose a folder you can write to") from exc
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadOutput(f"cannot write in {parent} (for -o {out})", hint="choose a folder you can write to")
+        raise BadOutput(f"cannot write in {existing} (for -o {out}): {exc.strerror}", hint="choose a folder you can write to") from exc
 
 
 def new_tree(out: Path) -> Path:
     """A new, empty sibling folder of ``out`` to assemble the next wheelhouse in."""
-    new = out.resolve().parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
-    new.mkdir()
+    parent = out.resolve().parent
+    new = parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        new.mkdir()
+    except OSError as exc:
+        raise BadOutput(f"cannot create {new} for -o {out}: {exc.strerror}", hint="choose a folder you can write to") from exc
     return new
 
 

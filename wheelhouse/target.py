@@ -251,18 +251,48 @@ def target_from_flags(
     )
 
 
-def target_from_json(data: Mapping[str, Any], source: str = "file") -> TargetProfile:
+def _check_profile(data: Mapping[str, Any], where: str) -> None:
+    """Every field a profile may carry has its JSON type, so a hand-edited file fails here, by name."""
+    def bad(key: str, what: str) -> TargetError:
+        return TargetError(f"{where}: {key} must be {what}", hint="capture it again on the box with `wh target capture -o FILE`")
+
+    if "marker_environment" not in data or "compatible_tags" not in data:
+        raise TargetError(f"{where} lacks marker_environment or compatible_tags",
+                          hint="write one on the box with `python capture_target.py -o target.json`")
+    markers, tags = data["marker_environment"], data["compatible_tags"]
+    if not isinstance(markers, Mapping) or not all(isinstance(v, str) for v in markers.values()):
+        raise bad("marker_environment", "an object of strings")
+    missing = [k for k in MARKER_KEYS if k not in markers]
+    if missing:
+        raise TargetError(f"{where}: marker_environment lacks {', '.join(missing)}",
+                          hint="capture the profile on the box with `python capture_target.py -o target.json`")
+    if not isinstance(tags, list):
+        raise bad("compatible_tags", "a list of wheel tags like cp312-cp312-manylinux_2_35_x86_64")
+    if not all(isinstance(t, str) and t.count("-") == 2 for t in tags):
+        raise bad("compatible_tags", "a list of wheel tags like cp312-cp312-manylinux_2_35_x86_64")
+    for key in ("implementation", "python_version", "abi", "machine", "driver_version", "cuda_version"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise bad(key, "a string")
+    platforms = data.get("platforms")
+    if platforms is not None and not (isinstance(platforms, list) and all(isinstance(x, str) for x in platforms)):
+        raise bad("platforms", "a list of strings")
+    libc = data.get("libc")
+    if libc is not None and not (isinstance(libc, Mapping) and isinstance(libc.get("name"), str)
+                                 and isinstance(libc.get("version"), str)
+                                 and (libc["name"] != "glibc" or re.fullmatch(r"\d+\.\d+(\.\d+)?", libc["version"]))):
+        raise bad("libc", 'an object like {"name": "glibc", "version": "2.35"}')
+    gpus = data.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, Mapping) for g in gpus)):
+        raise bad("gpus", "a list of objects")
+
+
+def target_from_json(data: Mapping[str, Any], source: str = "file", where: str = "target file") -> TargetProfile:
     """Our profile JSON, or a pex complete-platform JSON (marker_environment + compatible_tags)."""
-    try:
-        markers = dict(data["marker_environment"])
-        tags = [str(t) for t in data["compatible_tags"]]
-    except (KeyError, TypeError) as exc:
-        raise TargetError(
-            "target file lacks marker_environment or compatible_tags",
-            hint="write one on the box with `python capture_target.py -o target.json`",
-        ) from exc
+    _check_profile(data, where)
+    markers = dict(data["marker_environment"])
+    tags = list(data["compatible_tags"])
     if not tags:
-        raise TargetError("target file has an empty compatible_tags list", hint="capture it again on the box")
+        raise TargetError(f"{where} has an empty compatible_tags list", hint="capture it again on the box")
     first = tags[0].split("-")
     impl = data.get("implementation") or re.sub(r"\d+$", "", first[0])
     pyver = data.get("python_version") or markers.get("python_version")
@@ -305,11 +335,13 @@ def load_target(path: str | Path) -> TargetProfile:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise TargetError(f"target file {p} does not exist", hint="capture one with `wh target capture -o FILE` on the box") from exc
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise TargetError(f"target file {p}: cannot read it ({exc.strerror})", hint="give the path of a JSON profile from `wh target capture`") from exc
+    except ValueError as exc:
         raise TargetError(f"target file {p} is not valid JSON: {exc}", hint="capture it again on the box") from exc
     if not isinstance(data, dict):
         raise TargetError(f"target file {p} is not a JSON object", hint="capture it again on the box")
-    return target_from_json(data)
+    return target_from_json(data, where=f"target file {p}")
 
 
 def host_target(include_gpus: bool = False) -> TargetProfile:

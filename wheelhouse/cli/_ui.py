@@ -13,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ..errors import WhError
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console"]
+__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output"]
 
 
 def stderr_console() -> Console:
@@ -34,6 +34,18 @@ def emit_json(data: Any) -> None:
     """Data goes to stdout, alone."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
+
+
+def write_output(flag: str, path, text: str) -> None:
+    """Write a file the user named with ``flag`` (atomically); a folder we cannot write to is bad input."""
+    from ..atomic import write_atomic
+    from ..errors import UsageError
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
+                         hint="choose a path in a folder you can write to") from exc
 
 
 class RichReporter:

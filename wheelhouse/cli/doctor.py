@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..atomic import write_atomic
 from ..report import DoctorReport, render_junit
-from ._ui import emit_json
+from ._ui import emit_json, write_output
 
 __all__ = ["doctor", "drop"]
 
@@ -138,7 +137,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     if not ui.quiet:
         _render(ui, report, ui.verbose)
     if junit:
-        write_atomic(junit, render_junit(report))
+        write_output("--junit", junit, render_junit(report))
     if as_json:
         emit_json(report.to_json(strict))
     code = report.exit_code(strict)

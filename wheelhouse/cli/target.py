@@ -6,10 +6,9 @@ import json
 
 import click
 
-from ..atomic import write_atomic
 from ..target import host_target, load_target, target_from_flags
 from ..capture_target import capture
-from ._ui import emit_json
+from ._ui import emit_json, write_output
 
 __all__ = ["target", "target_options", "target_from_options"]
 
@@ -58,7 +57,7 @@ def capture_cmd(output, no_gpus) -> None:
     """
     data = capture(include_gpus=not no_gpus)
     if output:
-        write_atomic(output, json.dumps(data, indent=2) + "\n")
+        write_output("-o", output, json.dumps(data, indent=2) + "\n")
         click.echo(f"wrote {output}", err=True)
     else:
         emit_json(data)
