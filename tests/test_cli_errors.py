@@ -198,3 +198,74 @@ def test_malformed_target_profile_names_the_file_and_the_key(wh, tmp_path, good_
     f = tmp_path / "box.json"
     f.write_text(json.dumps(good_profile))
     assert_usage_error(wh("target", "show", "--target", f), f"target file {f}", needle)
+
+
+# --- install --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def wheelhouse(wh, tmp_path, wheel_factory):
+    """A two-wheel wheelhouse for the running interpreter, staged from a local folder."""
+    wheel_factory("alpha", "1.0", requires=["beta"])
+    wheel_factory("beta", "2.0")
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    out = tmp_path / "wheelhouse"
+    rc, _o, err = wh("stage", "alpha", "-f", wheel_factory.folder, "--index-url", empty.as_uri(), "--no-bootstrap",
+                     "-o", out, "--cache-dir", tmp_path / "cache")
+    assert rc == 0, err
+    return out
+
+
+def test_install_a_file_instead_of_a_wheelhouse(wh, tmp_path):
+    (tmp_path / "afile").write_text("")
+    assert_usage_error(wh("install", tmp_path / "afile", "--venv", tmp_path / "v"), "is a file, not a wheelhouse folder")
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("wh.json", "[]", "is not a JSON object"),
+    ("pylock.toml", 'lock-version = "1.0"\npackages = 5\n', "packages must be an array of tables"),
+    ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nversion = "1"\nwheels = [{name = "a.whl", hashes = {sha256 = "ab"}}]\n',
+     "packages[0] needs a name"),
+    ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "a"\nversion = "1"\nwheels = ["x"]\n',
+     "wheels must be a list of tables"),
+    ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "a"\nversion = "1"\nwheels = [{name = "a.whl", hashes = "ab"}]\n',
+     "has no sha256"),
+])
+def test_install_malformed_wheelhouse_files(wh, tmp_path, wheelhouse, name, text, needle):
+    (wheelhouse / name).write_text(text)
+    assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "v"), needle)
+    assert not (tmp_path / "v").exists()
+
+
+def test_install_wheelhouse_target_of_the_wrong_shape(wh, tmp_path, wheelhouse):
+    import json
+
+    meta = json.loads((wheelhouse / "wh.json").read_text())
+    meta["target"]["gpus"] = 5
+    (wheelhouse / "wh.json").write_text(json.dumps(meta))
+    assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "v"), "wh.json target: gpus")
+    assert not (tmp_path / "v").exists()
+
+
+def test_install_python_that_is_a_bare_name_not_on_path(wh, tmp_path, wheelhouse):
+    assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "v", "--python", "no-such-python-3"),
+                       "is not on PATH")
+    assert not (tmp_path / "v").exists()
+
+
+def test_install_venv_that_fails_half_way_leaves_nothing(wh, tmp_path, wheelhouse):
+    """`python -m venv` that dies after creating folders: no half venv that the next run takes for a finished one."""
+    import sys
+
+    fake = tmp_path / "fakepy"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "-m" ]; then for last; do :; done; mkdir -p "$last/bin"; '
+                    f'echo "venv: boom" >&2; exit 1; fi\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    err = assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "v", "--python", fake),
+                             "could not create a venv", "venv: boom")
+    assert "is writable" in err
+    assert not (tmp_path / "v").exists()
+    (tmp_path / "empty").mkdir()
+    assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "empty", "--python", fake))
+    assert list((tmp_path / "empty").iterdir()) == []

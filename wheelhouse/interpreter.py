@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -115,7 +116,9 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
             capture_output=True, text=True, timeout=timeout,
         )
     except FileNotFoundError as exc:
-        raise InterpreterError(f"interpreter {exe} does not exist", hint="pass an existing one: --python /path/to/python3") from exc
+        # A bare name is looked up on PATH, not in the current folder.
+        where = "does not exist" if os.sep in exe else "is not on PATH"
+        raise InterpreterError(f"interpreter {exe} {where}", hint="pass an existing one: --python /path/to/python3") from exc
     except PermissionError as exc:
         raise InterpreterError(f"interpreter {exe} is not executable", hint="pass a python executable to --python") from exc
     except subprocess.TimeoutExpired as exc:
@@ -170,16 +173,27 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
     cmd = [str(python or sys.executable), "-m", "venv", "--without-pip"]
     if system_site_packages:
         cmd.append("--system-site-packages")
+    existed = path.exists()
     try:
         proc = subprocess.run(cmd + [str(path)], capture_output=True, text=True, timeout=300)
-    except FileNotFoundError as exc:
-        raise InterpreterError(f"interpreter {cmd[0]} does not exist", hint="pass an existing one: --python /path/to/python3") from exc
-    if proc.returncode != 0:
-        raise InterpreterError(f"could not create a venv at {path} with {cmd[0]}",
-                               hint="check the interpreter has the venv module", detail=proc.stderr[-2000:])
-    created = inspect_interpreter(venv_python(path))
-    if system_site_packages:
-        _inherit_parent_venv(created, python)
+        if proc.returncode != 0:
+            raise InterpreterError(f"could not create a venv at {path} with {cmd[0]}",
+                                   hint=f"check that {path.parent} is writable and `{cmd[0]} -m venv -h` works",
+                                   detail=proc.stderr[-2000:])
+        created = inspect_interpreter(venv_python(path))
+        if system_site_packages:
+            _inherit_parent_venv(created, python)
+    except BaseException:
+        # No half-created venv: the next run would take it for a finished one.
+        if existed:  # it was an empty folder: leave it empty
+            for child in path.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     return created
 
 

@@ -141,18 +141,30 @@ def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
     if str(data.get("lock-version", "")).split(".")[0] != "1":
         raise LockError(f"{origin} has lock-version {data.get('lock-version')!r}, wh reads 1.x", hint="re-run `wh stage`")
     files = []
-    for pkg in data.get("packages", []):
+    packages = data.get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(p, Mapping) for p in packages):
+        raise LockError(f"{origin}: packages must be an array of tables ([[packages]])", hint="re-run `wh stage` to rewrite it")
+    for i, pkg in enumerate(packages):
         name, version = pkg.get("name"), pkg.get("version")
+        if not isinstance(name, str) or not isinstance(version, (str, type(None))):
+            raise LockError(f"{origin}: packages[{i}] needs a name and a version (strings)", hint="re-run `wh stage` to rewrite it")
         wheels = pkg.get("wheels") or []
         if not wheels:
             raise LockError(
                 f"{origin}: package {name} has no wheel (sdists and VCS sources are not installable offline)",
                 hint="stage it as a wheel, or build it with `wh build`",
             )
+        if not isinstance(wheels, list) or not all(isinstance(w, Mapping) for w in wheels):
+            raise LockError(f"{origin}: package {name}: wheels must be a list of tables", hint="re-run `wh stage` to rewrite it")
         for w in wheels:
-            sha = (w.get("hashes") or {}).get("sha256")
+            hashes = w.get("hashes")
+            sha = hashes.get("sha256") if isinstance(hashes, Mapping) else None
             if not sha:
                 raise LockError(f"{origin}: {w.get('name')} has no sha256", hint="re-run `wh stage`")
+            if not (isinstance(sha, str) and isinstance(w.get("name", ""), str) and isinstance(w.get("path", ""), str)
+                    and isinstance(w.get("size", 0), int)):
+                raise LockError(f"{origin}: package {name}: a wheel's name, path, size or sha256 has the wrong type",
+                                hint="re-run `wh stage` to rewrite it")
             files.append(
                 LockedFile(
                     name=name,
@@ -181,6 +193,9 @@ def read_pylock(wheelhouse: str | Path) -> Lock:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
+                        hint="check the wheelhouse was copied whole, or re-run `wh stage`") from exc
     return parse_pylock(text, origin=str(path))
 
 
@@ -196,6 +211,10 @@ def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
         raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`") from exc
     except ValueError as exc:
         raise LockError(f"{path} is not valid JSON: {exc}", hint="re-run `wh stage`") from exc
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read it ({exc.strerror})", hint="check the wheelhouse was copied whole") from exc
+    if not isinstance(data, dict):
+        raise LockError(f"{path} is not a JSON object", hint="re-run `wh stage`")
     if data.get("schema") != WH_JSON_SCHEMA:
         raise LockError(f"{path} has schema {data.get('schema')!r}, wh reads {WH_JSON_SCHEMA}", hint="re-run `wh stage`")
     return data

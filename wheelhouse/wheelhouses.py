@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from .install_errors import AmbiguousWheelhouse
 from .installed import canonical_name
 from .lock import WH_JSON, LockedFile, WheelhouseNotFound, read_pylock, read_wh_json
+from .errors import TargetError
 from .target import TargetProfile, target_from_json
 
 __all__ = ["Wheelhouse", "find_wheelhouses", "load_wheelhouse", "check_unambiguous"]
@@ -33,7 +34,9 @@ class Wheelhouse:
     @property
     def target(self) -> TargetProfile | None:
         data = self.meta.get("target")
-        return target_from_json(data) if data else None
+        if data and not isinstance(data, Mapping):
+            raise TargetError(f"{self.path / 'wh.json'}: target must be an object", hint="re-run `wh stage`")
+        return target_from_json(data, where=f"{self.path / 'wh.json'} target") if data else None
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -87,6 +90,8 @@ def find_wheelhouses(paths: Sequence[str | Path], search_roots: Sequence[str | P
                 raise WheelhouseNotFound(f"no wheelhouse (wh.json) under {p}",
                                          hint="pass the folder `wh stage -o` wrote, or a folder above it")
             found += hits
+        elif p.exists():
+            raise WheelhouseNotFound(f"{p} is a file, not a wheelhouse folder", hint="pass the folder `wh stage -o` wrote")
         else:
             raise WheelhouseNotFound(f"{p} does not exist", hint="pass the folder `wh stage -o` wrote")
     for root in search_roots:
