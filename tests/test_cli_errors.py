@@ -269,3 +269,26 @@ def test_install_venv_that_fails_half_way_leaves_nothing(wh, tmp_path, wheelhous
     (tmp_path / "empty").mkdir()
     assert_usage_error(wh("install", wheelhouse, "--venv", tmp_path / "empty", "--python", fake))
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+# --- links, env -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [("--check", "--fix"), ("--fix", "--undo"), ("--check", "--undo")])
+def test_links_modes_are_exclusive(wh, tmp_path, flags):
+    assert_usage_error(wh("links", *flags, "--path", tmp_path), "are exclusive")
+
+
+@pytest.mark.parametrize("record", ["[1]", '{"changes": 5}', '{"changes": [{"action": "rm", "path": "/", "target": null, "reason": ""}]}',
+                                    '{"changes": [{"path": "x"}]}'])
+def test_links_record_of_the_wrong_shape_is_named(wh, tmp_path, record):
+    (tmp_path / ".wh").mkdir()
+    (tmp_path / ".wh" / "links.json").write_text(record)
+    for mode in ("--undo", "--check"):
+        assert_usage_error(wh("links", mode, "--path", tmp_path), "is not a wh links record", "links.json", code=1)
+
+
+def test_env_python_that_prints_other_json(wh, tmp_path):
+    fake = tmp_path / "jsonpy"
+    fake.write_text('#!/bin/sh\necho "[1]"\n')
+    fake.chmod(0o755)
+    assert_usage_error(wh("env", "--python", fake), "not wh's probe answer")

@@ -132,6 +132,14 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
     except ValueError as exc:
         raise InterpreterError(f"interpreter {exe} printed something that is not JSON", hint="is it a Python >= 3.8?",
                                detail=proc.stdout[-2000:]) from exc
+    try:
+        return _interpreter_from(d, exe)
+    except (KeyError, TypeError, AttributeError) as exc:  # JSON, but not the probe's
+        raise InterpreterError(f"interpreter {exe} printed JSON that is not wh's probe answer ({exc!r})",
+                               hint="is it a Python >= 3.8?", detail=proc.stdout[-2000:]) from exc
+
+
+def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
     libc = d.get("libc")
     paths = d["paths"]
     return Interpreter(

@@ -147,7 +147,17 @@ def read_record(record: Path) -> list[LinkChange]:
         return []
     except ValueError as exc:
         raise LinkError(f"links record {record} is not valid JSON", hint=f"inspect or remove {record}") from exc
-    return [LinkChange(**c) for c in data.get("changes", [])]
+    changes = data.get("changes", []) if isinstance(data, dict) else None
+    if not isinstance(changes, list) or not all(_is_change(c) for c in changes):
+        raise LinkError(f"links record {record} is not a wh links record (changes of action, path, target, reason)",
+                        hint=f"inspect or remove {record}")
+    return [LinkChange(**c) for c in changes]
+
+
+def _is_change(c: object) -> bool:
+    return (isinstance(c, dict) and set(c) == {"action", "path", "target", "reason"}
+            and c["action"] in ("symlink", "lib64", "remove-stub") and isinstance(c["path"], str)
+            and isinstance(c["target"], (str, type(None))) and isinstance(c["reason"], str))
 
 
 def _write_record(record: Path, changes: list[LinkChange]) -> None:

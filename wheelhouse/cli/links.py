@@ -19,15 +19,15 @@ class LinksNeeded(WhError):
 
 
 @click.command()
-@click.option("--check", "mode", flag_value="check", default=True, help="Show what would change; exit 1 if anything would (default).")
-@click.option("--fix", "mode", flag_value="fix", help="Make the changes and record them.")
-@click.option("--undo", "mode", flag_value="undo", help="Reverse exactly the recorded changes.")
+@click.option("--check", "check", is_flag=True, help="Show what would change; exit 1 if anything would (default).")
+@click.option("--fix", "fix", is_flag=True, help="Make the changes and record them.")
+@click.option("--undo", "undo", is_flag=True, help="Reverse exactly the recorded changes.")
 @click.option("--python", "python", envvar="WH_PYTHON", help="Interpreter whose site-packages to look at (default: the one running wh).")
 @click.option("--path", "paths", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A site-packages-like folder holding nvidia/ (instead of --python's). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON on stdout.")
 @click.pass_obj
-def links(ui, mode, python, paths, as_json) -> None:
+def links(ui, check, fix, undo, python, paths, as_json) -> None:
     """Check, add or undo the links NVIDIA wheels lack (libcudart.so -> libcudart.so.13, lib64 -> lib).
 
     A libcuda.so inside the environment that is a stub (or links to one) is moved aside: it would
@@ -37,6 +37,9 @@ def links(ui, mode, python, paths, as_json) -> None:
     from ..interpreter import inspect_interpreter
     from ..links import apply_links, nvidia_lib_dirs, plan_links, read_record, record_path, undo_links
 
+    if check + fix + undo > 1:  # one flag value each used to let the last one win silently
+        raise click.UsageError("--check, --fix and --undo are exclusive")
+    mode = "fix" if fix else "undo" if undo else "check"
     if paths and python:
         raise click.UsageError("--path and --python are exclusive")
     roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).site_dirs]
