@@ -347,3 +347,25 @@ def test_manifest_toolchain_group_refuses_skew_and_allows_the_exception(pyindex,
     res = stage(load_manifest(ok), [], t312, tmp_path / "b", index_urls=[idx.url], cache_dir=tmp_path / "c",
                 bootstrap=False, dry_run=True)
     assert {f.name: f.version for f in res.files} == {"nvidia-nvcc": "13.0.1", "nvidia-nvvm": "13.0.1", "nvidia-cccl": "13.0.85"}
+
+
+def test_pylock_installs_with_uv_when_wheels_come_from_find_links_and_an_index(pyindex, wheels, tmp_path):
+    """PEP 751 `index` must be an index URL: a find-links folder there makes uv refuse the whole lock."""
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        pytest.skip("uv is not installed in the test venv (the [test] extra installs it)")
+    idx = pyindex(wheels)
+    local = tmp_path / "local"
+    make_wheel(local, "extra-local", "1.0", modules={"extra_local.py": "Z = 3\n"})
+    out = tmp_path / "wh"
+    stage(None, ["app", "extra-local"], host_target(), out, index_urls=[idx.url], find_links=[str(local)],
+          cache_dir=tmp_path / "cache", bootstrap=False)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    r = subprocess.run([str(uv), "pip", "install", "--offline", "--no-cache", "--python", str(py), "-r", str(out / "pylock.toml")],
+                       capture_output=True, text=True, cwd=out)
+    assert r.returncode == 0, r.stderr
+    got = subprocess.run([str(py), "-c", "import app, lib, extra_local; print(lib.V, extra_local.Z)"],
+                         capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["2", "3"]

@@ -215,9 +215,14 @@ def _locked(f: StagedFile, path: str) -> LockedFile:
         tool["extras"] = list(f.extras)
     if f.release_key:
         tool["release"] = f.release_key
+    # PEP 751: `index` is the URL of an index; uv refuses anything else ("relative URL without a
+    # base"). Find-links folders, direct wheels and wh's own build stay as provenance in tool.wh.
+    index = f.origin if (f.origin or "").startswith(("http://", "https://", "file://")) else None
+    if f.origin and index is None:
+        tool["origin"] = f.origin
     return LockedFile(
         name=f.name, version=f.version, filename=f.filename, path=path, sha256=f.sha256 or "",
-        size=f.size, requires_python=f.requires_python, index=f.origin or None, tool=tool,
+        size=f.size, requires_python=f.requires_python, index=index, tool=tool,
     )
 
 
