@@ -292,3 +292,63 @@ def test_env_python_that_prints_other_json(wh, tmp_path):
     fake.write_text('#!/bin/sh\necho "[1]"\n')
     fake.chmod(0o755)
     assert_usage_error(wh("env", "--python", fake), "not wh's probe answer")
+
+
+# --- doctor ---------------------------------------------------------------------------------------
+
+def test_doctor_unknown_check_is_bad_input_before_any_probe(wh):
+    err = assert_usage_error(wh("doctor", "--check", "native", "--check", "nosuchcheck"), "--check nosuchcheck: no such check")
+    assert "gathering facts" not in err
+
+
+@pytest.mark.parametrize("pattern", ["native", "native:numpy", "nat", "rule:", "gpu:devices", "model:tp-heads"])
+def test_doctor_known_check_patterns_pass_the_check(pattern):
+    from wheelhouse.doctor import _check_patterns
+
+    _check_patterns([pattern], {}, "--check")
+
+
+def test_doctor_manifest_check_typo_is_named(wh, tmp_path):
+    m = tmp_path / "m.toml"
+    m.write_text('[doctor]\nchecks = ["natve"]\n')
+    assert_usage_error(wh("doctor", "--manifest", m), "doctor.checks natve: no such check")
+
+
+def test_doctor_python_missing_is_exit_3(wh, tmp_path):
+    assert_usage_error(wh("doctor", "--python", tmp_path / "nope"), "does not exist", code=3)
+
+
+def test_doctor_tp_without_model_and_missing_model(wh, tmp_path):
+    assert_usage_error(wh("doctor", "--tp", "2"), "--tp needs --model")
+    assert_usage_error(wh("doctor", "--model", tmp_path / "nope", "--check", "platform"), "does not exist")
+
+
+def test_doctor_unwritable_junit_fails_before_the_checks(wh):
+    err = assert_usage_error(wh("doctor", "--check", "platform", "--junit", f"{_unwritable_folder()}/j.xml"),
+                             "--junit", "cannot write")
+    assert "gathering facts" not in err
+
+
+def _shard(folder, header: bytes):
+    import struct
+
+    folder.mkdir(exist_ok=True)
+    (folder / "m.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+
+
+@pytest.mark.parametrize("header, needle", [
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"a": {"dtype": "F16"}}', "tensor a lacks"),
+    (b'{"a": 5}', "tensor a lacks"),
+    (b'{"a": {"dtype": "F16", "shape": [2], "data_offsets": ["x", 4]}}', "tensor a lacks"),
+])
+def test_doctor_model_with_a_damaged_safetensors_header(wh, tmp_path, header, needle):
+    _shard(tmp_path / "model", header)
+    assert_usage_error(wh("doctor", "--model", tmp_path / "model", "--tp", "2", "--check", "model"), needle)
+
+
+def test_doctor_model_config_that_is_not_an_object(wh, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("[1]")
+    assert_usage_error(wh("doctor", "--model", tmp_path / "model", "--tp", "2", "--check", "model"),
+                       "config.json is not a JSON object")

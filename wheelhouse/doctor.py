@@ -10,6 +10,7 @@ at all stops the doctor (``DoctorCannotRun``, exit 3).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from .checks import DoctorContext, Distribution, selected
-from .errors import EXIT_INTERNAL, WhError
+from .errors import EXIT_INTERNAL, UsageError, WhError
 from .gpu import GpuFacts, facts_from_json, query_gpu_facts
 from .manifest import StackManifest
 from .probes import default_jobs, probe_script, run_probe
@@ -141,6 +142,18 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     )
 
 
+def _check_patterns(patterns: Sequence[str], environ: Mapping[str, str], where: str) -> None:
+    """Every --check pattern selects some check: a typo would otherwise run nothing and pass."""
+    ids = [i for i, _ in list_checks(environ)]
+    # native:<distribution> and model:tp-<key> name checks made per distribution / per key.
+    open_ended = [i.split("<", 1)[0] for i in ids if "<" in i]
+    unknown = [p for p in patterns
+               if not any(i.startswith(p) for i in ids) and not any(p.startswith(o) for o in open_ended)]
+    if unknown:
+        raise UsageError(f"{where} {', '.join(unknown)}: no such check",
+                         hint=f"list them with `wh doctor --list-checks`; groups: {', '.join(GROUPS)}")
+
+
 def gather_context(
     python: str | None = None,
     *,
@@ -156,11 +169,17 @@ def gather_context(
     environ: Mapping[str, str] | None = None,
 ) -> DoctorContext:
     """Run the facts probe in ``python`` and query the GPUs: everything checks share."""
+    env = dict(os.environ if environ is None else environ)
+    if checks:
+        _check_patterns(checks, env, "--check")
+    elif manifest is not None and manifest.doctor.checks:
+        _check_patterns(manifest.doctor.checks, env, f"{manifest.path or 'manifest'}: doctor.checks")
     exe = python or sys.executable
+    if os.sep not in exe:  # a bare name, as a shell would run it
+        exe = shutil.which(exe) or exe
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
         raise DoctorCannotRun(f"interpreter {exe} does not exist or is not executable",
                               hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
-    env = dict(os.environ if environ is None else environ)
     reporter.note(f"gathering facts from {exe}")
     res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
     if not res.ok:

@@ -62,12 +62,18 @@ def read_safetensors_header(path: str | Path) -> list[TensorInfo]:
         raise ModelError(f"cannot read {path}: {exc.strerror}", hint="check the --model folder") from exc
     except ValueError as exc:
         raise ModelError(f"{path} has a header that is not JSON", hint="re-download the shard") from exc
+    if not isinstance(header, dict):
+        raise ModelError(f"{path} has a header that is not a JSON object", hint="re-download the shard")
     out = []
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        start, end = meta["data_offsets"]
-        out.append(TensorInfo(name, meta["dtype"], tuple(meta["shape"]), int(end) - int(start)))
+        try:
+            start, end = meta["data_offsets"]
+            out.append(TensorInfo(name, str(meta["dtype"]), tuple(meta["shape"]), int(end) - int(start)))
+        except (KeyError, TypeError, ValueError) as exc:  # the header of a damaged or foreign file
+            raise ModelError(f"{path}: tensor {name} lacks a valid dtype, shape or data_offsets",
+                             hint="re-download the shard") from exc
     return out
 
 
@@ -102,6 +108,8 @@ def summarize_model(model_dir: str | Path) -> ModelSummary:
             config = json.loads(cfg.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise ModelError(f"{cfg} is not valid JSON", hint="fix or re-download config.json") from exc
+        if not isinstance(config, dict):
+            raise ModelError(f"{cfg} is not a JSON object", hint="fix or re-download config.json")
     shards = sorted(d.glob("*.safetensors"))
     if not shards and not config:
         raise ModelError(f"{d} has no config.json and no *.safetensors", hint="point --model at the checkpoint folder")

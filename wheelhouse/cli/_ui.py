@@ -13,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ..errors import WhError
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output"]
+__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output", "check_writable"]
 
 
 def stderr_console() -> Console:
@@ -45,6 +45,25 @@ def write_output(flag: str, path, text: str) -> None:
         write_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
+                         hint="choose a path in a folder you can write to") from exc
+
+
+def check_writable(flag: str, path) -> None:
+    """Before long work: the file ``flag`` names can be written later (its nearest existing folder takes a file)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..errors import UsageError
+
+    folder = Path(path).resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".wh-probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})",
                          hint="choose a path in a folder you can write to") from exc
 
 

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ..report import DoctorReport, render_junit
-from ._ui import emit_json, write_output
+from ._ui import check_writable, emit_json, write_output
 
 __all__ = ["doctor", "drop"]
 
@@ -97,7 +97,7 @@ def _render(ui, report: DoctorReport, verbose: int) -> None:
 @click.option("--strict", is_flag=True, help="Exit 2 when there are warnings (and no failures).")
 @click.option("--fix", is_flag=True, help="Drop distributions whose executed probe failed and add missing soname "
                                           "links (`wh links --fix`), then check again.")
-@click.option("--model", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+@click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
 @click.pass_obj
@@ -120,6 +120,10 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
             for i, t in rows:
                 click.echo(f"{i:40} {t}")
         return
+    if tp is not None and model is None:
+        raise click.UsageError("--tp needs --model (the checkpoint whose heads it must divide)")
+    if junit:
+        check_writable("--junit", junit)
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
