@@ -352,3 +352,56 @@ def test_doctor_model_config_that_is_not_an_object(wh, tmp_path):
     (tmp_path / "model" / "config.json").write_text("[1]")
     assert_usage_error(wh("doctor", "--model", tmp_path / "model", "--tp", "2", "--check", "model"),
                        "config.json is not a JSON object")
+
+
+# --- drop -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["--list", "--restore", "x"], "--restore and --list are exclusive"),
+    (["--dry-run", "--list"], "--dry-run applies to dropping"),
+    (["--dry-run", "--restore", "x"], "--dry-run applies to dropping"),
+])
+def test_drop_conflicting_flags(wh, args, needle):
+    assert_usage_error(wh("drop", *args), needle)
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory):
+    import subprocess
+    import sys
+
+    from wheelhouse.interpreter import inspect_interpreter
+
+    path = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path / "bin" / "python", inspect_interpreter(path / "bin" / "python").platlib
+
+
+@pytest.mark.parametrize("record", ["[1]", '{"dropped": 5}', '{"dropped": [{"version": "1"}]}'])
+def test_drop_record_of_the_wrong_shape_is_named(wh, bare_venv, record):
+    from pathlib import Path
+
+    python, platlib = bare_venv
+    f = Path(platlib) / ".wh" / "dropped.json"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(record)
+    try:
+        assert_usage_error(wh("drop", "--list", "--python", python), "is not a wh drop record", code=1)
+        assert_usage_error(wh("drop", "--restore", "x", "--python", python), "is not a wh drop record", code=1)
+    finally:
+        f.unlink()
+
+
+def test_drop_restore_from_a_wheelhouse_that_is_gone(wh, bare_venv, tmp_path):
+    import json
+    from pathlib import Path
+
+    python, platlib = bare_venv
+    f = Path(platlib) / ".wh" / "dropped.json"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(json.dumps({"dropped": [{"name": "alpha", "wheelhouse": str(tmp_path / "gone")}]}))
+    try:
+        assert_usage_error(wh("drop", "--restore", "alpha", "--python", python), "is no longer there",
+                           "--only alpha")
+    finally:
+        f.unlink()

@@ -112,7 +112,11 @@ def read_dropped(platlib: str | Path) -> list[dict[str, Any]]:
         return []
     except ValueError as exc:
         raise DropFailed(f"{dropped_path(platlib)} is not valid JSON", hint="inspect or remove it") from exc
-    return list(data.get("dropped", []))
+    entries = data.get("dropped", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        raise DropFailed(f"{dropped_path(platlib)} is not a wh drop record (a list of dropped names)",
+                         hint="inspect or remove it")
+    return list(entries)
 
 
 def _write_dropped(platlib: str | Path, entries: list[dict[str, Any]]) -> None:
@@ -275,6 +279,10 @@ def restore_dropped(python: str, name: str, *, reporter: Reporter = NullReporter
     if not entry.get("wheelhouse"):
         raise NotDropped(f"no wheelhouse was recorded when {name} was dropped",
                          hint=f"install it yourself: `wh install WHEELHOUSE --python {interp.executable}`")
+    if not (Path(entry["wheelhouse"]) / "wh.json").is_file():
+        raise NotDropped(f"{name} was installed from {entry['wheelhouse']}, which is no longer there",
+                         hint=f"install it from a copy: `wh install WHEELHOUSE --only {entry['name']} "
+                              f"--python {interp.executable}`")
     result = install_wheelhouses([Path(entry["wheelhouse"])], python=interp.executable, only={entry["name"]},
                                  links=False, patches=False, reporter=reporter)
     _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])

@@ -166,6 +166,11 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     from ..drop import DropFailed, drop_distributions, plan_drops, read_dropped, restore_dropped
     from ..interpreter import inspect_interpreter
 
+    if restore and list_:
+        raise click.UsageError("--restore and --list are exclusive")
+    if dry_run and (restore or list_):
+        raise click.UsageError(f"--dry-run applies to dropping, not to {'--restore' if restore else '--list'}")
+
     if restore:
         reporter = ui.reporter()
         try:
