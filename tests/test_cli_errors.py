@@ -405,3 +405,75 @@ def test_drop_restore_from_a_wheelhouse_that_is_gone(wh, bare_venv, tmp_path):
                            "--only alpha")
     finally:
         f.unlink()
+
+
+# --- build ----------------------------------------------------------------------------------------
+
+_RECIPE = '[engine]\nname = "x"\nrepo = "{repo}"\ncommit = "{commit}"\n'
+_SHA = "c066b38e1c9981c8c8adb0efb328049fe87aa8c0"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("fetch = 5\n", "fetch must be a list of refs"),
+    ("backport = 5\n", "backport must be an array of tables"),
+    ("build = 5\n", "build must be a table"),
+    ('[engine.build]\nno-build-isolation = "no"\n', "no-build-isolation must be true or false"),
+    ('[engine.build]\nsubdirectory = "../.."\n', "must be a path inside the repository"),
+    ("[engine.build]\nenv = {A = {b = 1}}\n", "env must be a table of strings"),
+])
+def test_build_recipe_with_wrong_types(wh, tmp_path, extra, needle):
+    r = tmp_path / "r.toml"
+    r.write_text(_RECIPE.format(repo=tmp_path, commit=_SHA) + extra)
+    assert_usage_error(wh("build", r, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache"), needle)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_build_recipe_whose_repo_path_does_not_exist(wh, tmp_path):
+    r = tmp_path / "r.toml"
+    r.write_text(_RECIPE.format(repo="no-such-clone", commit=_SHA))
+    assert_usage_error(wh("build", r, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache"),
+                       f"repo {tmp_path / 'no-such-clone'} does not exist")
+    assert not (tmp_path / "out").exists()
+    assert not list((tmp_path / "cache").glob("mirrors/*"))
+
+
+def test_build_unreachable_repo_leaves_no_empty_mirror(wh, tmp_path):
+    r = tmp_path / "r.toml"
+    r.write_text(_RECIPE.format(repo="https://127.0.0.1:9/x.git", commit=_SHA))
+    assert_usage_error(wh("build", r, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache"),
+                       "fetching https://127.0.0.1:9/x.git failed", code=1)
+    assert not list((tmp_path / "cache").glob("mirrors/*"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_tree_without_pyproject_leaves_no_wheelhouse(wh, tmp_path):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "f").write_text("x")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    r = tmp_path / "r.toml"
+    r.write_text(_RECIPE.format(repo=repo, commit=sha))
+    assert_usage_error(wh("build", r, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache"),
+                       "neither pyproject.toml nor setup.py")
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_unwritable_output_or_cache_fails_before_fetching(wh, tmp_path):
+    r = tmp_path / "r.toml"
+    r.write_text(_RECIPE.format(repo="https://127.0.0.1:9/x.git", commit=_SHA))
+    ro = _unwritable_folder()
+    assert_usage_error(wh("build", r, "-o", f"{ro}/out", "--cache-dir", tmp_path / "cache"), "-o /sys/out: cannot write")
+    assert_usage_error(wh("build", r, "-o", tmp_path / "out", "--cache-dir", f"{ro}/c"), "--cache-dir /sys/c: cannot write")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_build_unknown_recipe_lists_only_recipes(wh):
+    err = assert_usage_error(wh("build", "no-such-recipe"), "does not exist")
+    hint = err.strip().splitlines()[-1]
+    assert "freetoken-pr70" in hint and "fp8-rowwise" not in hint

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic", "replace_atomic"]
+__all__ = ["write_atomic", "replace_atomic", "probe_writable"]
 
 
 def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
@@ -35,3 +35,18 @@ def replace_atomic(tmp: str | Path, final: str | Path) -> Path:
     """Move a finished temp file (same filesystem) to its final name."""
     os.replace(tmp, final)
     return Path(final)
+
+
+def probe_writable(path: str | Path) -> Path:
+    """The nearest existing folder at or above ``path``, once a folder was made and removed in it.
+
+    Creates nothing that stays. Raises OSError (NotADirectoryError when that ancestor is a file):
+    root passes ``os.access`` on read-only mounts, so only a real attempt tells.
+    """
+    folder = Path(path).resolve()
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(20, "Not a directory", str(folder))
+    os.rmdir(tempfile.mkdtemp(prefix=".wh-probe-", dir=folder))
+    return folder

@@ -160,12 +160,18 @@ def build_engine(
     from .links import apply_links, plan_links, record_path
     from .lock import LockedFile, Lock, PYLOCK, read_pylock, write_pylock, write_wh_json
     from .pep517 import build_wheel
-    from .atomic import write_atomic
+    from .atomic import probe_writable, write_atomic
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
     reporter = reporter or NullReporter()
     wheelhouse = Path(wheelhouse).resolve()
     cache_dir = Path(cache_dir)
+    for folder, what in ((wheelhouse, "-o"), (cache_dir, "--cache-dir")):  # before the fetch and the build
+        try:
+            probe_writable(folder)
+        except OSError as exc:
+            raise UsageError(f"{what} {folder}: cannot write there ({exc.strerror})",
+                             hint="choose a folder you can write to") from exc
     interp = inspect_interpreter(python)
     data = _open_wheelhouse(wheelhouse, interp)
 

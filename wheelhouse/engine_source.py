@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .errors import WhError
 from .progress import NullReporter, Reporter
-from .recipe import EngineRecipe
+from .recipe import EngineRecipe, RecipeError
 
 __all__ = [
     "AppliedBackport",
@@ -135,7 +135,12 @@ def ensure_mirror(recipe: EngineRecipe, cache_dir: Path, reporter: Reporter | No
     reporter = reporter or NullReporter()
     mirror = mirror_path(cache_dir, recipe)
     url = recipe.repo_url()
-    if not (mirror / "HEAD").exists():
+    created = not (mirror / "HEAD").exists()
+    # A local clone that is gone is a typo unless a mirror of it exists (then it is an offline re-run).
+    if created and "://" not in url and not url.startswith("git@") and not Path(url).exists():
+        raise RecipeError(f"{recipe.path or 'recipe'}: repo {url} does not exist",
+                          hint="fix repo in the recipe: a URL, or a local clone (relative to the recipe's folder)")
+    if created:
         mirror.parent.mkdir(parents=True, exist_ok=True)
         tmp = mirror.with_name(mirror.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,6 +168,8 @@ def ensure_mirror(recipe: EngineRecipe, cache_dir: Path, reporter: Reporter | No
         _git(["fetch", "--quiet", "origin", recipe.commit], git_dir=mirror, check=False)
     if fetch_error:
         if missing or _resolve(mirror, recipe.commit) is None:
+            if created:  # an empty mirror is not a cache: the next run would start from it
+                shutil.rmtree(mirror, ignore_errors=True)
             raise GitError(
                 f"fetching {url} failed and the cached mirror lacks "
                 + (", ".join(missing) if missing else f"commit {recipe.commit}"),

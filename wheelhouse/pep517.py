@@ -209,11 +209,11 @@ def build_wheel(
     import pyproject_hooks  # a dependency of `build`
 
     source_dir = Path(source_dir).resolve()
+    requires, backend, backend_path = _read_build_system(source_dir)  # before creating anything
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    requires, backend, backend_path = _read_build_system(source_dir)
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log, tempfile.TemporaryDirectory(prefix="wh-build-") as td:
         runner = StreamingRunner(env, log, sink)

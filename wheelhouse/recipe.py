@@ -133,9 +133,11 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
             hint="pin the exact commit: `git rev-parse <ref>` gives the full sha",
         )
     fetch = engine.get("fetch", [])
-    if isinstance(fetch, str) or not all(isinstance(r, str) and r for r in fetch):
+    if not isinstance(fetch, list) or not all(isinstance(r, str) and r for r in fetch):
         raise RecipeError(f"{where}[engine] fetch must be a list of refs", hint='e.g. fetch = ["pull/70/head"]')
     backports = []
+    if not isinstance(engine.get("backport", []), list):
+        raise RecipeError(f"{where}[engine] backport must be an array of tables", hint="write each as [[engine.backport]]")
     for i, b in enumerate(engine.get("backport", []) or []):
         w = f"{where}[[engine.backport]] #{i + 1}"
         if not isinstance(b, Mapping):
@@ -154,10 +156,21 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
             raise RecipeError(f"{w} export {export!r} must be a path inside the wheelhouse", hint='e.g. "patches/file.py"')
         backports.append(Backport(path=path_, ref=str(b["ref"]), sha256=sha, export=export))
     build = engine.get("build", {}) or {}
+    if not isinstance(build, Mapping):
+        raise RecipeError(f"{where}[engine] build must be a table", hint="write [engine.build]")
     _unknown(build, _BUILD_KEYS, f"{where}[engine.build]")
     env = build.get("env", {}) or {}
-    if not isinstance(env, Mapping):
-        raise RecipeError(f"{where}[engine.build] env must be a table", hint='env = { NAME = "value" }')
+    if not isinstance(env, Mapping) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                               for v in env.values()):
+        raise RecipeError(f"{where}[engine.build] env must be a table of strings", hint='env = { NAME = "value" }')
+    for key in ("no-build-isolation", "link-sonames"):
+        if not isinstance(build.get(key, True), bool):  # "no" would read as true
+            raise RecipeError(f"{where}[engine.build] {key} must be true or false, not {build[key]!r}",
+                              hint=f"{key} = false")
+    sub = build.get("subdirectory", ".")
+    if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
+        raise RecipeError(f"{where}[engine.build] subdirectory {sub!r} must be a path inside the repository",
+                          hint='subdirectory = "." (or the folder holding pyproject.toml)')
     settings = BuildSettings(
         subdirectory=str(build.get("subdirectory", ".")),
         no_build_isolation=bool(build.get("no-build-isolation", True)),
@@ -183,7 +196,8 @@ def load_recipe(ref: str | Path) -> EngineRecipe:
         if bundled.exists() and len(p.parts) == 1:
             p = bundled
         else:
-            known = sorted(x.stem for x in engine_src_dir().glob("*.toml"))
+            # engine_src/ also holds patch specs: list only the recipes.
+            known = sorted(x.stem for x in engine_src_dir().glob("*.toml") if "[engine]" in x.read_text(encoding="utf-8"))
             raise RecipeError(f"recipe {ref} does not exist", hint=f"give a path, or a bundled recipe: {', '.join(known)}")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))

@@ -13,7 +13,6 @@ import dataclasses
 import datetime as _dt
 import os
 import shutil
-import tempfile
 import sys
 import uuid
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from .atomic import probe_writable
 from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, write_bootstrap
 from .errors import UsageError, WhError
 from .fetch_cache import sha256_of
@@ -116,17 +116,14 @@ def check_out(out: Path) -> None:
             f"-o {out} is a non-empty folder that is not a wheelhouse (no {WH_JSON}); refusing to replace it",
             hint="give a new or empty folder, or the folder of an earlier `wh stage`",
         )
-    # Nothing is created yet (a failed resolve must not leave empty parent folders behind);
-    # the nearest existing folder must take a new folder, which root's os.access does not prove.
-    existing = out.resolve().parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise BadOutput(f"cannot create -o {out}: {existing} is a file", hint="choose a folder you can write to")
+    # Nothing is created yet: a failed resolve must not leave empty parent folders behind.
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.wh-probe-", dir=existing))
+        probe_writable(out.resolve().parent)
+    except NotADirectoryError as exc:
+        raise BadOutput(f"cannot create -o {out}: {exc.filename} is a file", hint="choose a folder you can write to") from exc
     except OSError as exc:
-        raise BadOutput(f"cannot write in {existing} (for -o {out}): {exc.strerror}", hint="choose a folder you can write to") from exc
+        raise BadOutput(f"cannot write in {out.resolve().parent} (for -o {out}): {exc.strerror}",
+                        hint="choose a folder you can write to") from exc
 
 
 def new_tree(out: Path) -> Path:

@@ -49,21 +49,16 @@ def write_output(flag: str, path, text: str) -> None:
 
 
 def check_writable(flag: str, path) -> None:
-    """Before long work: the file ``flag`` names can be written later (its nearest existing folder takes a file)."""
-    import tempfile
+    """Before long work: the file ``flag`` names can be written later (its nearest existing folder takes one)."""
     from pathlib import Path
 
+    from ..atomic import probe_writable
     from ..errors import UsageError
 
-    folder = Path(path).resolve().parent
-    while not folder.exists():
-        folder = folder.parent
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".wh-probe-")
-        os.close(fd)
-        os.unlink(tmp)
+        probe_writable(Path(path).resolve().parent)
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})",
+        raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})",
                          hint="choose a path in a folder you can write to") from exc
 
 
