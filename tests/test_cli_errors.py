@@ -477,3 +477,63 @@ def test_build_unknown_recipe_lists_only_recipes(wh):
     err = assert_usage_error(wh("build", "no-such-recipe"), "does not exist")
     hint = err.strip().splitlines()[-1]
     assert "freetoken-pr70" in hint and "fp8-rowwise" not in hint
+
+
+# --- patch ----------------------------------------------------------------------------------------
+
+def _spec(tmp_path, extra: str = "", **over) -> "os.PathLike":
+    import hashlib
+
+    (tmp_path / "payload.py").write_text("print(1)\n")
+    sha = hashlib.sha256(b"print(1)\n").hexdigest()
+    keys = {"name": '"p"', "distribution": '"nosuchdist"', "file": '"x/y.py"', "payload": '"payload.py"',
+            "before-sha256": f'"{"a" * 64}"', "payload-sha256": f'"{sha}"', **over}
+    spec = tmp_path / "spec.toml"
+    spec.write_text("[patch]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + extra)
+    return spec
+
+
+@pytest.mark.parametrize("extra, over, needle", [
+    ("when = 5\n", {}, "[patch] when must be a table"),
+    ("verify = 5\n", {}, "[patch] verify must be a table"),
+    ("[patch.when]\nsm = {a = 1}\n", {}, "sm must be a compute capability"),
+    ('[patch.verify]\ncall = "a:b"\ntimeout = "x"\n', {}, "timeout must be a number of seconds"),
+    ('[patch.verify]\ncall = "a:b"\nenv = 5\n', {}, "env must be a table"),
+    ("", {"before-sha256": "5"}, "before-sha256 must be a sha256 or a list"),
+    ("", {"file": '"../../etc/passwd"'}, "must be a path inside the distribution"),
+])
+def test_patch_spec_with_wrong_types(wh, tmp_path, extra, over, needle):
+    spec = _spec(tmp_path, extra, **over)
+    for cmd in ("apply", "verify", "revert"):
+        assert_usage_error(wh("patch", cmd, spec), needle)
+
+
+def test_patch_spec_that_is_a_folder_or_not_utf8(wh, tmp_path):
+    (tmp_path / "dir.toml").mkdir()
+    assert_usage_error(wh("patch", "apply", tmp_path / "dir.toml"), "is a folder")
+    (tmp_path / "bin.toml").write_bytes(b"\xff")
+    assert_usage_error(wh("patch", "apply", tmp_path / "bin.toml"), "cannot read patch spec")
+
+
+@pytest.mark.parametrize("cmd", ["apply", "verify", "revert"])
+def test_patch_with_a_python_that_cannot_run(wh, tmp_path, cmd):
+    assert_usage_error(wh("patch", cmd, _spec(tmp_path), "--python", tmp_path / "nope"), "cannot run interpreter")
+
+
+def test_patch_apply_distribution_not_installed(wh, tmp_path, bare_venv):
+    python, _ = bare_venv
+    assert_usage_error(wh("patch", "apply", _spec(tmp_path), "--python", python), "nosuchdist is not installed",
+                       "wh install", code=1)
+
+
+def test_patch_provenance_ignores_a_damaged_wh_json(wh, tmp_path, bare_venv):
+    """Hashes left out of a spec come from the wheelhouse's wh.json; a damaged one gives none, not a crash."""
+    python, _ = bare_venv
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "payload.py").write_text("print(1)\n")
+    spec = patches / "s.toml"
+    spec.write_text('[patch]\nname = "p"\ndistribution = "nosuchdist"\nfile = "x.py"\npayload = "payload.py"\n')
+    for body in ("[1]", '{"engine": {"artifacts": [5]}}', '{"engine": [1]}'):
+        (tmp_path / "wh.json").write_text(body)
+        assert_usage_error(wh("patch", "apply", spec, "--python", python), "is not installed", code=1)

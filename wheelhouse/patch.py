@@ -140,7 +140,10 @@ def _sha256(path: Path) -> str:
 
 
 def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
-    proc = subprocess.run([python or sys.executable, "-c", _LOCATE, spec.distribution, spec.file], capture_output=True, text=True)
+    try:
+        proc = subprocess.run([python or sys.executable, "-c", _LOCATE, spec.distribution, spec.file], capture_output=True, text=True)
+    except OSError as exc:  # missing or not executable
+        raise UsageError(f"cannot run interpreter {python}: {exc.strerror}", hint="pass a working interpreter with --python") from exc
     if proc.returncode != 0:
         raise UsageError(f"cannot run {python or sys.executable}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
     info = json.loads(proc.stdout)

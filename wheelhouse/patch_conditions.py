@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from .errors import UsageError
+
 __all__ = ["gather_facts", "check_conditions"]
 
 _VERSIONS = (
@@ -44,7 +46,11 @@ def gather_facts(python: str | None, distributions: list[str]) -> dict[str, Any]
     """``{"sm": [...] or None, "<dist>": version or None}`` as seen by the target interpreter."""
     facts: dict[str, Any] = {"sm": _gpu_sms()}
     if distributions:
-        proc = subprocess.run([python or sys.executable, "-c", _VERSIONS, *distributions], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([python or sys.executable, "-c", _VERSIONS, *distributions], capture_output=True, text=True)
+        except OSError as exc:  # missing or not executable
+            raise UsageError(f"cannot run interpreter {python}: {exc.strerror}",
+                             hint="pass a working interpreter with --python") from exc
         versions = json.loads(proc.stdout) if proc.returncode == 0 else {}
         for d in distributions:
             facts[d] = versions.get(d)

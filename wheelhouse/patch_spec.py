@@ -107,14 +107,26 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
     for key in ("name", "distribution", "file", "payload"):
         if not isinstance(p.get(key), str) or not p[key]:
             raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see docs/build.md (wh patch)")
+    if Path(p["file"]).is_absolute() or ".." in Path(p["file"]).parts:
+        raise PatchSpecError(f"{where}[patch] file {p['file']!r} must be a path inside the distribution",
+                             hint='e.g. file = "pkg/module.py"')
     before = p.get("before-sha256", [])
-    before = [before] if isinstance(before, str) else list(before)
+    before = [before] if isinstance(before, str) else before
+    if not isinstance(before, list):
+        raise PatchSpecError(f"{where}before-sha256 must be a sha256 or a list of them", hint='before-sha256 = ["<64 hex>"]')
     before_t = tuple(_hex64(b, f"{where}before-sha256") for b in before)
     payload_sha = _hex64(p["payload-sha256"], f"{where}payload-sha256") if p.get("payload-sha256") else None
+    for key in ("when", "verify"):
+        if not isinstance(p.get(key) or {}, Mapping):
+            raise PatchSpecError(f"{where}[patch] {key} must be a table", hint=f"write [patch.{key}]")
     when = dict(p.get("when", {}) or {})
     for key, value in when.items():
         if key == "sm":
-            when[key] = [str(v) for v in ([value] if isinstance(value, (str, int, float)) else value)]
+            sms = [value] if isinstance(value, (str, int, float)) else value
+            if not isinstance(sms, list) or not all(isinstance(v, (str, int, float)) for v in sms):
+                raise PatchSpecError(f"{where}[patch.when] sm must be a compute capability or a list of them",
+                                     hint='e.g. sm = ["8.9"]')
+            when[key] = [str(v) for v in sms]
         else:
             try:
                 SpecifierSet(str(value))
@@ -128,8 +140,14 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
         if bad or ":" not in str(v.get("call", "")):
             raise PatchSpecError(f"{where}[patch.verify] needs call = \"module:function\"" + (f" (unknown keys: {', '.join(bad)})" if bad else ""),
                                  hint='e.g. call = "pkg.mod:check", expect = false')
+        timeout, env = v.get("timeout", 300), v.get("env") or {}
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise PatchSpecError(f"{where}[patch.verify] timeout must be a number of seconds, not {timeout!r}",
+                                 hint="e.g. timeout = 300")
+        if not isinstance(env, Mapping):
+            raise PatchSpecError(f"{where}[patch.verify] env must be a table", hint='env = { NAME = "value" }')
         verify = PatchVerify(call=str(v["call"]), expect=v.get("expect"), has_expect="expect" in v,
-                             timeout=float(v.get("timeout", 300)), env={str(k): str(x) for k, x in (v.get("env") or {}).items()})
+                             timeout=float(timeout), env={str(k): str(x) for k, x in env.items()})
     base = path.parent if path else Path.cwd()
     payload = resolve_data_path(p["payload"], base, "engine_src")
     return PatchSpec(name=p["name"], distribution=p["distribution"], file=p["file"].lstrip("/"), before_sha256=before_t,
@@ -146,10 +164,14 @@ def _provenance(spec: PatchSpec) -> PatchSpec:
         if not wh.exists():
             continue
         try:
-            engine = json.loads(wh.read_text(encoding="utf-8")).get("engine") or {}
+            data = json.loads(wh.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        for art in engine.get("artifacts", []):
+        engine = data.get("engine") if isinstance(data, dict) else None
+        arts = engine.get("artifacts") if isinstance(engine, dict) else None
+        for art in arts if isinstance(arts, list) else []:  # provenance is optional: a damaged record gives none
+            if not isinstance(art, dict) or not isinstance(art.get("path", ""), str):
+                continue
             if (folder / art.get("path", "")).resolve() == here:
                 before = spec.before_sha256 or tuple(x for x in [art.get("before_sha256")] if x)
                 return PatchSpec(**{**spec.__dict__, "payload_sha256": spec.payload_sha256 or art.get("sha256"),
@@ -165,6 +187,10 @@ def load_patch_spec(path: str | Path) -> PatchSpec:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise PatchSpecError(f"patch spec {p} does not exist", hint="give the spec's path (wheelhouses keep them in patches/)") from exc
+    except IsADirectoryError as exc:
+        raise PatchSpecError(f"patch spec {p} is a folder", hint="give the spec's .toml file (wheelhouses keep them in patches/)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PatchSpecError(f"cannot read patch spec {p}: {getattr(exc, 'strerror', None) or exc}", hint="check the path") from exc
     except tomllib.TOMLDecodeError as exc:
         raise PatchSpecError(f"patch spec {p} is not valid TOML: {exc}", hint="fix the TOML syntax") from exc
     return _provenance(parse_patch_spec(data, p.resolve()))
