@@ -537,3 +537,47 @@ def test_patch_provenance_ignores_a_damaged_wh_json(wh, tmp_path, bare_venv):
     for body in ("[1]", '{"engine": {"artifacts": [5]}}', '{"engine": [1]}'):
         (tmp_path / "wh.json").write_text(body)
         assert_usage_error(wh("patch", "apply", spec, "--python", python), "is not installed", code=1)
+
+
+# --- serve, stop, smoke ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["--url", "notaurl"], "is not an http(s) URL"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--interval", "0"], "--interval"),
+    (["--grace", "-1"], "--grace"),
+    (["--attempt-timeout", "0"], "--attempt-timeout"),
+    (["--gpus", "-1"], "--gpus"),
+    (["--max-used-mib", "-1"], "--max-used-mib"),
+])
+def test_serve_bad_option_values_start_nothing(wh, tmp_path, args, needle):
+    err = assert_usage_error(wh("serve", *args, "--no-preflight", "--", "/bin/sleep", "30"), needle)
+    assert "starting:" not in err
+    assert not (tmp_path / "state").exists()
+
+
+def test_serve_unwritable_log_or_state_starts_nothing(wh, tmp_path, monkeypatch):
+    ro = _unwritable_folder()
+    err = assert_usage_error(wh("serve", "--log", f"{ro}/x.log", "--no-preflight", "--", "/bin/sleep", "30"), "--log")
+    assert "starting:" not in err
+    monkeypatch.setenv("WH_STATE_DIR", f"{ro}/state")
+    err = assert_usage_error(wh("serve", "--no-preflight", "--", "/bin/sleep", "30"), "log file", "WH_STATE_DIR")
+    assert "starting:" not in err
+
+
+def test_serve_without_a_command(wh):
+    assert_usage_error(wh("serve", "--no-preflight"), "no engine command given")
+
+
+def test_stop_with_nothing_running(wh):
+    assert_usage_error(wh("stop"), "no detached engine is recorded", code=1)
+
+
+@pytest.mark.parametrize("args, needle, code", [
+    (["--url", "http://127.0.0.1:9"], "cannot reach http://127.0.0.1:9/v1/models", 1),
+    (["--url", "notaurl"], "is not an http(s) URL", 2),
+    (["--url", "http://127.0.0.1:9", "--max-tokens", "0"], "--max-tokens", 2),
+    (["--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout", 2),
+])
+def test_smoke_errors(wh, args, needle, code):
+    assert_usage_error(wh("smoke", *args), needle, code=code)

@@ -66,9 +66,29 @@ def _split(url: str) -> tuple[str, str, int, str]:
     return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/")
 
 
+class _RememberingTransport(UrllibTransport):
+    """Keeps the connection error that served_model_id turns into 'no model id'."""
+
+    error: OSError | None = None
+
+    def request(self, *args, **kw):
+        try:
+            return super().request(*args, **kw)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+
 def fetch_model_id(url: str, *, timeout: float = 30.0, api_key: str | None = None) -> str:
     """The served model id from GET /v1/models (first entry)."""
-    model = served_model_id(UrllibTransport(), url, timeout=timeout, headers=auth_headers(api_key))
+    _split(url)  # a URL urllib cannot open is bad input, not an internal error
+    transport = _RememberingTransport()
+    model = served_model_id(transport, url, timeout=timeout, headers=auth_headers(api_key))
+    if model is None and transport.error is not None:
+        exc = transport.error
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc) or type(exc).__name__)
+        raise SmokeError(f"cannot reach {url.rstrip('/')}/v1/models: {why}",
+                         hint="is the engine up? start it with `wh serve`, or check --url")
     if model is None:
         raise SmokeError(f"GET {url.rstrip('/')}/v1/models gave no model id", hint="is the engine up and ready? try `wh serve` first, or check --url")
     return model

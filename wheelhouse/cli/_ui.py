@@ -48,7 +48,7 @@ def write_output(flag: str, path, text: str) -> None:
                          hint="choose a path in a folder you can write to") from exc
 
 
-def check_writable(flag: str, path) -> None:
+def check_writable(flag: str, path, hint: str = "choose a path in a folder you can write to") -> None:
     """Before long work: the file ``flag`` names can be written later (its nearest existing folder takes one)."""
     from pathlib import Path
 
@@ -58,8 +58,7 @@ def check_writable(flag: str, path) -> None:
     try:
         probe_writable(Path(path).resolve().parent)
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})",
-                         hint="choose a path in a folder you can write to") from exc
+        raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})", hint=hint) from exc
 
 
 class RichReporter:

@@ -20,7 +20,7 @@ from ..readiness import READY_MODES, auth_headers, make_probe
 from ..serve_lint import fill_placeholders, lint_command, port_from_command, url_values
 from ..serve_log import LogFollower
 from ..smoke import DEFAULT_PROMPT, run_smoke
-from ._ui import emit_json
+from ._ui import check_writable, emit_json
 
 __all__ = ["serve", "stop", "smoke"]
 
@@ -114,19 +114,19 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("--url", envvar="WH_SERVE_URL", help="Where the engine listens. Default: manifest [serve] url, else "
                                                    "http://127.0.0.1:<--port in the command, else 1919>.")
 @click.option("--path", "ready_path", help="Path for health/http readiness (default /health).")
-@click.option("--timeout", type=float, help="Seconds to wait for readiness (default: manifest's, else 7200).")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), help="Seconds to wait for readiness (default: manifest's, else 7200).")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), help="Engine log file (default: $WH_STATE_DIR/logs/serve-<time>.log).")
 @click.option("--detach", is_flag=True, help="Leave it running once ready; `wh stop` stops it.")
 @click.option("--smoke", "do_smoke", is_flag=True, help="Once ready, run `wh smoke` against it.")
 @click.option("--model", help="Fills {model} in the manifest's command.")
 @click.option("--no-preflight", is_flag=True, help="Skip doctor, GPU and patch preflight.")
-@click.option("--max-used-mib", type=int, help="Refuse a GPU with more memory than this already in use "
+@click.option("--max-used-mib", type=click.IntRange(0), help="Refuse a GPU with more memory than this already in use "
                                                "(default: manifest [doctor] max-used-mib, else 4096).")
-@click.option("--gpus", "gpus_flag", type=int, help="Exact GPU count required (default: manifest [doctor] gpus).")
+@click.option("--gpus", "gpus_flag", type=click.IntRange(0), help="Exact GPU count required (default: manifest [doctor] gpus).")
 @click.option("--python", type=click.Path(dir_okay=False), help="Engine interpreter for the doctor and patches (default: argv[0] if a python, else its shebang).")
-@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between readiness checks.")
-@click.option("--attempt-timeout", type=float, default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
+@click.option("--grace", type=click.FloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
+@click.option("--interval", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Seconds between readiness checks.")
+@click.option("--attempt-timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print url, pid, pgid, log, ready_s (and smoke) as JSON on stdout once ready.")
 @click.pass_context
 def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach, do_smoke, model, no_preflight,
@@ -159,6 +159,14 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         port = port_from_command(argv)
         if port:
             url = _with_port(url, port)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:  # before anything starts
+        raise UsageError(f"--url {url!r} is not an http(s) URL with a host", hint="write it like http://127.0.0.1:1919")
+    log = Path(log_file) if log_file else state.default_log_path()
+    if log_file:
+        check_writable("--log", log)
+    else:
+        check_writable("log file", log, hint="set WH_STATE_DIR to a folder you can write to, or pass --log FILE")
     values = {"model": model, "api_key": os.environ.get("WH_API_KEY"), **url_values(url)}
     argv = fill_placeholders(argv, values)
     secret = values["api_key"]
@@ -178,7 +186,6 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         ui.info(f"preflight: doctor and patches for {python or 'this interpreter'}")
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
-    log = Path(log_file) if log_file else state.default_log_path()
     launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env, redact=(secret,) if secret else ())
     probe = make_probe(ready_mode, url, path=ready_path or (spec.path if spec else None),
                        attempt_timeout=attempt_timeout, headers=auth_headers())
@@ -233,7 +240,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--grace", type=float, default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--grace", type=click.FloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was stopped as JSON on stdout.")
 @click.pass_context
 def stop(ctx, grace, as_json) -> None:
@@ -251,9 +258,9 @@ def stop(ctx, grace, as_json) -> None:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar="WH_SERVE_URL", help="Engine URL (default: the detached engine's, else http://127.0.0.1:1919).")
-@click.option("--max-tokens", type=int, default=256, show_default=True, help="Tokens to generate (a couple of hundred makes tok/s meaningful).")
+@click.option("--max-tokens", type=click.IntRange(1), default=256, show_default=True, help="Tokens to generate (a couple of hundred makes tok/s meaningful).")
 @click.option("--prompt", default=DEFAULT_PROMPT, help="The user message.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds the whole request may take.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=900.0, show_default=True, help="Seconds the whole request may take.")
 @click.option("--api-key", envvar="WH_API_KEY", help="Bearer key for engines started with --api-key.")
 @click.option("--json", "as_json", is_flag=True, help="Print model, tokens, ttft_s, decode_tok_s, ... as JSON on stdout.")
 @click.pass_context
