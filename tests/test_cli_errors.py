@@ -581,3 +581,18 @@ def test_stop_with_nothing_running(wh):
 ])
 def test_smoke_errors(wh, args, needle, code):
     assert_usage_error(wh("smoke", *args), needle, code=code)
+
+
+@pytest.mark.parametrize("flag", ["-r", "-c"])
+def test_stage_requirement_files_that_cannot_be_read_name_their_flag(wh, tmp_path, flag):
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    assert_usage_error(wh("stage", "alpha", flag, tmp_path / "bin.txt", "-o", tmp_path / "o"), f"{flag} {tmp_path}", "not UTF-8")
+    assert_usage_error(wh("stage", "alpha", flag, tmp_path / "nope.txt", "-o", tmp_path / "o"), f"{flag} {tmp_path}",
+                       "cannot read it")
+
+
+def test_manifest_requirements_file_not_utf8(wh, tmp_path):
+    (tmp_path / "req.txt").write_bytes(b"\xff\xfe")
+    m = tmp_path / "m.toml"
+    m.write_text('[stack]\nrequirements-files = ["req.txt"]\n')
+    assert_usage_error(wh("stage", m, "--dry-run"), "req.txt is not UTF-8")

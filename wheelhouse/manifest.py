@@ -220,6 +220,8 @@ def _read_lines(path: Path, where: str) -> tuple[str, ...]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ManifestError(f"{where}: cannot read {path}: {exc.strerror}", hint="fix the path (relative to the manifest)") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{where}: {path} is not UTF-8 text", hint="save it as UTF-8") from exc
     out = []
     for line in text.splitlines():
         line = line.split(" #", 1)[0].strip()

@@ -23,19 +23,21 @@ def _human(n: int) -> str:
     return f"{size:.1f} GB"
 
 
-def _read_requirement_files(paths) -> list[str]:
+def _read_requirement_files(paths, flag: str = "-r") -> list[str]:
     out: list[str] = []
     for p in paths:
         try:
             text = Path(p).read_text(encoding="utf-8")
         except OSError as exc:
-            raise UsageError(f"-r {p}: cannot read it ({exc.strerror})", hint="give the path of a requirements file") from exc
+            raise UsageError(f"{flag} {p}: cannot read it ({exc.strerror})", hint="give the path of a requirements file") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{flag} {p}: not UTF-8 text", hint="give the path of a requirements file") from exc
         for line in text.splitlines():
             line = line.split(" #", 1)[0].strip()
             if not line or line.startswith("#"):
                 continue
             if line.startswith("-"):
-                raise UsageError(f"-r {p}: option lines ({line.split()[0]}) are not supported",
+                raise UsageError(f"{flag} {p}: option lines ({line.split()[0]}) are not supported",
                                  hint="pass indexes and constraints as wh stage flags (--index-url, -c)")
             out.append(line)
     return out
@@ -97,7 +99,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     ui = ctx.obj
     manifest, reqs = _split_manifest(tuple(inputs))
     reqs += _read_requirement_files(req_files)
-    cons = _read_requirement_files(constraint_files)
+    cons = _read_requirement_files(constraint_files, "-c")
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if not (manifest or reqs):
