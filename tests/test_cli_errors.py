@@ -596,3 +596,10 @@ def test_manifest_requirements_file_not_utf8(wh, tmp_path):
     m = tmp_path / "m.toml"
     m.write_text('[stack]\nrequirements-files = ["req.txt"]\n')
     assert_usage_error(wh("stage", m, "--dry-run"), "req.txt is not UTF-8")
+
+
+def test_stage_manifest_patch_spec_missing_is_found_before_resolving(wh, tmp_path):
+    m = tmp_path / "m.toml"
+    m.write_text('[stack]\nrequirements = ["alpha"]\n[[patch]]\nspec = "nope.toml"\n')
+    err = assert_usage_error(wh("stage", m, "-o", tmp_path / "out", "--no-bootstrap"), "nope.toml does not exist")
+    assert "resolving" not in err and not (tmp_path / "out").exists()

@@ -151,6 +151,11 @@ def stage(
             raise UsageError(f"cache folder {cache}: cannot create it ({exc.strerror})",
                              hint="pass --cache-dir DIR (or set WH_CACHE_DIR) to a folder you can write to") from exc
 
+    for spec in (manifest.patches if manifest else ()):  # found now, not after the downloads
+        if not Path(spec).is_file():
+            raise UsageError(f"patch spec {spec} does not exist",
+                             hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, "
+                                  "then under engine_src/)")
     reqs = _parse_requirements([*(manifest.requirements if manifest else ()), *requirements], "requirement")
     cons = _parse_requirements([*(manifest.constraints if manifest else ()), *constraints], "constraint")
     if index_urls is None or len(index_urls) == 0:
