@@ -603,3 +603,23 @@ def test_stage_manifest_patch_spec_missing_is_found_before_resolving(wh, tmp_pat
     m.write_text('[stack]\nrequirements = ["alpha"]\n[[patch]]\nspec = "nope.toml"\n')
     err = assert_usage_error(wh("stage", m, "-o", tmp_path / "out", "--no-bootstrap"), "nope.toml does not exist")
     assert "resolving" not in err and not (tmp_path / "out").exists()
+
+
+def test_doctor_wheelhouse_target_of_the_wrong_shape(wh, tmp_path, wheelhouse):
+    import json
+
+    meta = json.loads((wheelhouse / "wh.json").read_text())
+    for target, needle in ((5, "target must be an object"), ({**meta["target"], "gpus": 5}, "target: gpus must be")):
+        (wheelhouse / "wh.json").write_text(json.dumps({**meta, "target": target}))
+        assert_usage_error(wh("doctor", "--wheelhouse", wheelhouse, "--check", "platform"), f"--wheelhouse {wheelhouse}",
+                           needle)
+
+
+@pytest.mark.parametrize("state", ["[1]", '{"wheelhouses": 5, "packages": 5}', '{"packages": {"a": 5}}'])
+def test_a_damaged_install_state_reads_as_none(tmp_path, state):
+    """Like unreadable JSON always did: the state is wh's own record, the next install rewrites it."""
+    from wheelhouse.install_state import read_install_state, state_path
+
+    state_path(tmp_path).parent.mkdir()
+    state_path(tmp_path).write_text(state)
+    assert read_install_state(tmp_path) == {"wheelhouses": [], "packages": {}, "installed_at": None}

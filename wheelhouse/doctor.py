@@ -204,7 +204,9 @@ def gather_context(
     if meta and meta.get("target"):
         from .target import target_from_json
 
-        target, target_source = target_from_json(meta["target"]), meta_source
+        if not isinstance(meta["target"], Mapping):
+            raise UsageError(f"{meta_source}: target must be an object", hint="re-run `wh stage`")
+        target, target_source = target_from_json(meta["target"], where=f"{meta_source} target"), meta_source
     if manifest is None and meta:
         manifest = manifest_from_wh_json(meta)
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())

@@ -29,6 +29,13 @@ def read_install_state(site_dir: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(state_path(site_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        data = None
+    # A damaged state is read like a missing one (as unreadable JSON always was): it is only a cache of
+    # what wh did, and the next install rewrites it.
+    if not (isinstance(data, dict) and isinstance(data.get("wheelhouses", []), list)
+            and all(isinstance(w, str) for w in data.get("wheelhouses", []))
+            and isinstance(data.get("packages", {}), dict)
+            and all(isinstance(p, dict) for p in data.get("packages", {}).values())):
         return {"wheelhouses": [], "packages": {}, "installed_at": None}
     data.setdefault("wheelhouses", [])
     data.setdefault("packages", {})
