@@ -623,3 +623,15 @@ def test_a_damaged_install_state_reads_as_none(tmp_path, state):
     state_path(tmp_path).parent.mkdir()
     state_path(tmp_path).write_text(state)
     assert read_install_state(tmp_path) == {"wheelhouses": [], "packages": {}, "installed_at": None}
+
+
+@pytest.mark.parametrize("body, needle", [
+    (b'[rule]\nid = "x"\n', "rule must be an array of tables"),
+    (b'[[rule]]\nid = "x"\ntitle = "t"\nwhen = 5\n', "when must be an array of tables"),
+    (b"\xff", "cannot be read"),
+])
+def test_doctor_extra_rule_file_of_the_wrong_shape(wh, tmp_path, monkeypatch, body, needle):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "x.toml").write_bytes(body)
+    monkeypatch.setenv("WH_DOCTOR_RULES", str(tmp_path / "rules"))
+    assert_usage_error(wh("doctor", "--list-checks"), "x.toml", needle)

@@ -160,7 +160,10 @@ class Rule:
 
 def parse_rules(data: Mapping[str, Any], source: str = "<rules>") -> list[Rule]:
     rules = []
-    for i, r in enumerate(data.get("rule", []) or []):
+    entries = data.get("rule", []) or []
+    if not isinstance(entries, list) or not all(isinstance(r, Mapping) for r in entries):
+        raise RuleError(f"{source}: rule must be an array of tables", hint="write each rule as [[rule]]")
+    for i, r in enumerate(entries):
         where = f"{source}: rule[{i}]"
         if not r.get("id") or not r.get("title"):
             raise RuleError(f"{where} needs id and title", hint="add id = \"...\" and title = \"...\"")
@@ -168,7 +171,10 @@ def parse_rules(data: Mapping[str, Any], source: str = "<rules>") -> list[Rule]:
         if verdict not in ("fail", "warn", "info"):
             raise RuleError(f"{where} ({r['id']}) has verdict {verdict!r}", hint="use fail, warn or info")
         conds = []
-        for c in r.get("when", []) or []:
+        whens = r.get("when", []) or []
+        if not isinstance(whens, list) or not all(isinstance(c, Mapping) for c in whens):
+            raise RuleError(f"{where} ({r['id']}) when must be an array of tables", hint="write each condition as [[rule.when]]")
+        for c in whens:
             unknown = set(c) - _CONDITION_KEYS
             if unknown:
                 raise RuleError(f"{where} ({r['id']}) condition has unknown key(s) {', '.join(sorted(unknown))}",
@@ -196,6 +202,9 @@ def load_rules(dirs: Sequence[Path]) -> list[Rule]:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
             except tomllib.TOMLDecodeError as exc:
                 raise RuleError(f"rule file {path} is not valid TOML: {exc}", hint="fix the line it names") from exc
+            except (OSError, UnicodeDecodeError) as exc:
+                raise RuleError(f"rule file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}",
+                                hint="fix or remove it (extra rule folders come from WH_DOCTOR_RULES)") from exc
             out += parse_rules(data, str(path))
     seen: dict[str, str] = {}
     for r in out:
