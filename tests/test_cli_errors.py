@@ -635,3 +635,10 @@ def test_doctor_extra_rule_file_of_the_wrong_shape(wh, tmp_path, monkeypatch, bo
     (tmp_path / "rules" / "x.toml").write_bytes(body)
     monkeypatch.setenv("WH_DOCTOR_RULES", str(tmp_path / "rules"))
     assert_usage_error(wh("doctor", "--list-checks"), "x.toml", needle)
+
+
+def test_serve_manifest_url_that_is_not_a_url_names_the_manifest(wh, tmp_path):
+    m = tmp_path / "m.toml"
+    m.write_text('[serve]\ncommand = ["/bin/sleep", "30"]\nurl = "nope"\n')
+    err = assert_usage_error(wh("serve", m, "--no-preflight"), "serve.url 'nope'")
+    assert "starting:" not in err

@@ -154,14 +154,16 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     if not argv:
         raise UsageError("no engine command given", hint="wh serve MANIFEST, or wh serve [OPTIONS] -- COMMAND ...")
 
+    url_from = "--url"
     if not url:
+        url_from = f"{manifest}: serve.url" if spec else "--url"
         url = spec.url if spec else DEFAULT_URL
         port = port_from_command(argv)
         if port:
             url = _with_port(url, port)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:  # before anything starts
-        raise UsageError(f"--url {url!r} is not an http(s) URL with a host", hint="write it like http://127.0.0.1:1919")
+        raise UsageError(f"{url_from} {url!r} is not an http(s) URL with a host", hint="write it like http://127.0.0.1:1919")
     log = Path(log_file) if log_file else state.default_log_path()
     if log_file:
         check_writable("--log", log)
