@@ -642,3 +642,10 @@ def test_serve_manifest_url_that_is_not_a_url_names_the_manifest(wh, tmp_path):
     m.write_text('[serve]\ncommand = ["/bin/sleep", "30"]\nurl = "nope"\n')
     err = assert_usage_error(wh("serve", m, "--no-preflight"), "serve.url 'nope'")
     assert "starting:" not in err
+
+
+@pytest.mark.parametrize("flag", ["--index-url", "--extra-index-url"])
+def test_stage_index_that_is_not_a_url_is_bad_input_before_resolving(wh, tmp_path, flag):
+    err = assert_usage_error(wh("stage", "alpha", flag, "notaurl", "-o", tmp_path / "out", "--no-bootstrap"),
+                             "index URL 'notaurl' is not an http(s):// or file:// URL")
+    assert "resolving" not in err and not (tmp_path / "out").exists()

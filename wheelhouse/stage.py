@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -163,6 +164,11 @@ def stage(
             index_urls = [manifest.index_url or default_index_url(), *manifest.extra_index_urls]
         else:
             index_urls = [default_index_url()]
+    for u in index_urls:  # a typo here would only surface as a connection error, mid-resolve
+        if urllib.parse.urlsplit(u).scheme.lower() not in ("http", "https", "file"):
+            raise UsageError(f"index URL {u!r} is not an http(s):// or file:// URL",
+                             hint="write it like https://HOST/simple or file:///path/to/simple (--index-url, "
+                                  "--extra-index-url, or the manifest's index-url)")
     links = [*(manifest.find_links if manifest else ()), *find_links]
     toolchains = manifest.toolchains if manifest else ()
     pre = prereleases if prereleases is not None else bool(manifest and manifest.prereleases)
