@@ -649,3 +649,34 @@ def test_stage_index_that_is_not_a_url_is_bad_input_before_resolving(wh, tmp_pat
     err = assert_usage_error(wh("stage", "alpha", flag, "notaurl", "-o", tmp_path / "out", "--no-bootstrap"),
                              "index URL 'notaurl' is not an http(s):// or file:// URL")
     assert "resolving" not in err and not (tmp_path / "out").exists()
+
+
+def _bad_recipe():
+    from wheelhouse.recipe import parse_recipe
+    parse_recipe({"engine": {"name": "x"}})
+
+
+def _bad_patch_spec():
+    from wheelhouse.patch_spec import parse_patch_spec
+    parse_patch_spec({"patch": {"name": "x"}})
+
+
+def _bad_jit_registry(tmp_path):
+    from wheelhouse.checks.jit import JIT_ENV, load_jit_probes
+    (tmp_path / "jit.toml").write_text('[[jit]]\nid = "x"\n')
+    load_jit_probes({JIT_ENV: str(tmp_path / "jit.toml")})
+
+
+@pytest.mark.parametrize("call, command", [
+    (lambda tmp: _bad_recipe(), "wh build"),
+    (lambda tmp: _bad_patch_spec(), "wh patch"),
+    (_bad_jit_registry, "wh doctor"),
+])
+def test_format_hints_point_at_help_and_readme_not_docs_folder(tmp_path, call, command):
+    # docs/ is not in the installed wheel: a hint must name something the user has.
+    from wheelhouse.errors import WhError
+
+    with pytest.raises(WhError) as exc:
+        call(tmp_path)
+    assert f"`{command} --help`" in exc.value.hint and f"README's `{command}` section" in exc.value.hint
+    assert "docs/" not in exc.value.hint

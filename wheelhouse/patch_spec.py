@@ -100,13 +100,13 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
     where = f"{path}: " if path else ""
     p = data.get("patch")
     if not isinstance(p, Mapping):
-        raise PatchSpecError(f"{where}no [patch] table", hint="see docs/build.md (wh patch) for the spec format")
+        raise PatchSpecError(f"{where}no [patch] table", hint="see `wh patch --help` and the README's `wh patch` section for the spec format")
     extra = sorted(set(p) - _SPEC_KEYS)
     if extra:
         raise PatchSpecError(f"{where}[patch] has unknown keys: {', '.join(extra)}", hint=f"allowed: {', '.join(sorted(_SPEC_KEYS))}")
     for key in ("name", "distribution", "file", "payload"):
         if not isinstance(p.get(key), str) or not p[key]:
-            raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see docs/build.md (wh patch)")
+            raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see `wh patch --help` and the README's `wh patch` section")
     if Path(p["file"]).is_absolute() or ".." in Path(p["file"]).parts:
         raise PatchSpecError(f"{where}[patch] file {p['file']!r} must be a path inside the distribution",
                              hint='e.g. file = "pkg/module.py"')

@@ -78,7 +78,7 @@ def load_jit_probes(environ: Mapping[str, str] | None = None) -> list[JitProbe]:
             raise JitRegistryError(f"{JIT_ENV} file {path} cannot be read: {exc}", hint=f"fix or unset {JIT_ENV}") from exc
         for i, j in enumerate(data.get("jit", []) or []):
             if not j.get("id") or not j.get("script") or not j.get("distribution"):
-                raise JitRegistryError(f"{path}: jit[{i}] needs id, distribution and script", hint="see docs/doctor.md")
+                raise JitRegistryError(f"{path}: jit[{i}] needs id, distribution and script", hint="see `wh doctor --help` and the README's `wh doctor` section (JIT probe registry)")
             dists = j["distribution"]
             out.append(JitProbe(
                 str(j["id"]), str(j.get("title", f"{j['id']} JIT probe")),
