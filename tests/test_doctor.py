@@ -179,15 +179,47 @@ def test_drop_restore_reinstalls_from_the_recorded_wheelhouse(tmp_path, broken_w
     assert again.returncode == 2 and "raiser was not dropped" in again.stderr and "hint:" in again.stderr
 
 
-def test_manifest_forced_drop_is_reported_as_forced(tmp_path, broken_wheels):
+def test_manifest_forced_drop_whose_probe_passes_stays_installed_without_include_forced(tmp_path, broken_wheels):
+    # issue 4: never drop on a guess; force = true only drops with an explicit --include-forced
     py = _venv(tmp_path / "venv", broken_wheels, ["healthy"])
     manifest = tmp_path / "m.toml"
     manifest.write_text('[[drop]]\ndistribution = "healthy"\nreason = "its JIT is unusable here"\nforce = true\n')
     proc = wh("drop", "--python", str(py), "--manifest", str(manifest), "--json", "--timeout", TIMEOUT, check=0)
-    out = json.loads(proc.stdout)["dropped"]
-    assert [(d["name"], d["forced"], d["reason"]) for d in out] == [("healthy", True, "its JIT is unusable here")]
-    assert "forced by the manifest" in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["dropped"] == []
+    assert [(d["name"], d["forced"]) for d in out["not_dropped"]] == [("healthy", True)]
+    note = ("listed in the manifest as force-drop; its probe passed (or did not run): not dropped; "
+            "pass --include-forced to drop it")
+    assert out["not_dropped"][0]["reason"] == note and note in proc.stderr
+    assert find_specs(py, ["healthy"]) == {"healthy": True}
+
+    proc = wh("drop", "--python", str(py), "--manifest", str(manifest), "--include-forced", "--json",
+              "--timeout", TIMEOUT, check=0)
+    out = json.loads(proc.stdout)
+    assert [(d["name"], d["forced"], d["reason"]) for d in out["dropped"]] == [("healthy", True, "forced by manifest")]
+    assert "its JIT is unusable here" in out["dropped"][0]["evidence"] and out["not_dropped"] == []
+    assert "dropped healthy 1.0 (--include-forced): forced by manifest" in proc.stderr
     assert find_specs(py, ["healthy"]) == {"healthy": False}
+    assert json.loads((site_packages(py) / ".wh" / "dropped.json").read_text())["dropped"][0]["reason"] == \
+        "forced by manifest"
+
+
+def test_doctor_fix_keeps_a_passing_forced_entry_unless_include_forced(tmp_path, broken_wheels):
+    py = _venv(tmp_path / "venv", broken_wheels, ["healthy"])
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[[drop]]\ndistribution = "healthy"\nforce = true\n')
+    base = ("doctor", "--python", str(py), "--manifest", str(manifest), "--check", "native", "--fix", "--json",
+            "--timeout", TIMEOUT)
+    proc = wh(*base, check=0)
+    report = json.loads(proc.stdout)
+    assert validate(report, SCHEMA) == []
+    assert [(f["action"], f["what"]) for f in report["fixes"]] == [("not-dropped", "healthy 1.0")]
+    assert "not dropped: healthy 1.0: listed in the manifest as force-drop" in proc.stderr
+    assert find_specs(py, ["healthy"]) == {"healthy": True}
+    report = json.loads(wh(*base, "--include-forced", check=0).stdout)
+    assert [(f["action"], f["forced"], f["reason"]) for f in report["fixes"]] == [("drop", True, "forced by manifest")]
+    assert find_specs(py, ["healthy"]) == {"healthy": False}
+    assert wh("doctor", "--python", str(py), "--include-forced").returncode == 2  # it needs --fix
 
 
 # ---- output formats and exit codes ------------------------------------------------------------------

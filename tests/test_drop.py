@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from broken_packages import install_wheel, make_venv, site_packages
-from wheelhouse.drop import DropPlan, drop_distributions, plan_drops, read_dropped
+from wheelhouse.drop import DropPlan, drop_distributions, forced_kept, plan_drops, read_dropped
 from wheelhouse.report import CheckResult, DoctorReport
 from wheelmaker import make_wheel
 
@@ -33,15 +33,20 @@ def test_only_failed_executed_probes_are_planned():
     assert [(p.distribution, p.check_id) for p in plan_drops(report)] == [("a", "native:a"), ("d", "jit:d")]
 
 
-def test_forced_entries_come_from_the_reports_facts():
+def test_forced_entries_are_kept_unless_included():
+    # issue 4: a manifest force = true entry whose probe passed is reported, dropped only with include_forced
     report = DoctorReport(python="py", results=(
         CheckResult("native:a", "a", "fail", "ImportError: x", data=_drop("a")),), facts={"forced_drops": [
             {"distribution": "flashinfer-python", "version": "0.5.0", "modules": ["flashinfer"],
              "reason": "tvm_ffi headers fail with CUDA 13.4"},
             {"distribution": "a", "version": "1.0", "modules": ["a"], "reason": "also forced"}]})
-    plans = plan_drops(report)
-    assert [(p.distribution, p.modules, p.forced) for p in plans] == [("a", ("a",), False),
-                                                                    ("flashinfer-python", ("flashinfer",), True)]
+    assert [(p.distribution, p.forced) for p in plan_drops(report)] == [("a", False)]
+    [kept] = forced_kept(report)  # "a" failed its probe: dropped for that, not listed as kept
+    assert (kept.distribution, kept.modules, kept.reason) == ("flashinfer-python", ("flashinfer",), "forced by manifest")
+    assert "tvm_ffi headers fail with CUDA 13.4" in kept.evidence
+    plans = plan_drops(report, include_forced=True)
+    assert [(p.distribution, p.modules, p.forced, p.reason) for p in plans] == [
+        ("a", ("a",), False, "import failed"), ("flashinfer-python", ("flashinfer",), True, "forced by manifest")]
 
 
 def test_record_uninstall_removes_exactly_the_records_files(tmp_path):

@@ -296,11 +296,12 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         "target": ctx.target.describe() if ctx.target else None,
         "target_source": ctx.target_source,
         "memory": f.get("memory"),
-        # Manifest [[drop]] force = true entries that are installed: `wh drop` / --fix drop them without a probe.
+        # Manifest [[drop]] force = true entries that are installed. Issue 4: a passing probe keeps them;
+        # only `wh drop --include-forced` / `--fix --include-forced` drop them without a failed probe.
         "forced_drops": [
             {"distribution": d.name, "version": d.version,
              "modules": [rule.module] if rule.module else list(d.import_names),
-             "reason": rule.reason or "forced by the manifest"}
+             "reason": rule.reason}
             for rule in (ctx.manifest.drops if ctx.manifest else ()) if rule.force
             for d in [ctx.dist(rule.distribution)] if d is not None
         ],
@@ -310,9 +311,13 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
 
 
 def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
-                reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
-    """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe."""
-    from .drop import drop_distributions, plan_drops
+                include_forced: bool = False, reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
+    """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe.
+
+    Manifest ``force = true`` entries whose probe passed are dropped only with ``include_forced``;
+    otherwise each is returned as a ``not-dropped`` entry saying so (issue 4: never on a guess).
+    """
+    from .drop import FORCED_NOT_DROPPED, drop_distributions, forced_kept, plan_drops
     from .interpreter import inspect_interpreter
     from .links import apply_links, plan_links, record_path
 
@@ -322,8 +327,11 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
         changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
         done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
                  for c in changes]
-    plans = plan_drops(report)
+    plans = plan_drops(report, include_forced=include_forced)
     for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
         done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
                      "reason": r.reason, "check": r.check_id})
+    if not include_forced:
+        done += [{"action": "not-dropped", "what": f"{p.distribution} {p.version}", "forced": True,
+                  "reason": FORCED_NOT_DROPPED, "check": None} for p in forced_kept(report)]
     return done

@@ -1,10 +1,12 @@
 """``wh drop``: uninstall what is findable but broken, prove it is gone, remember it.
 
 Only distributions whose EXECUTED probe failed are dropped (an import that
-raised, crashed or hung; a JIT probe that failed to compile), plus manifest
-``[[drop]]`` entries with ``force = true`` (reported as forced). Never on a
-guess. After uninstalling, a NEW process confirms ``importlib.util.find_spec``
-is None for every import name; the drop is recorded in
+raised, crashed or hung; a JIT probe that failed to compile). Never on a
+guess (issue 4): a manifest ``[[drop]]`` entry with ``force = true`` whose
+probe passed (or did not run) is only reported, and is dropped only when the
+caller asks for it (``--include-forced``), recorded as "forced by manifest".
+After uninstalling, a NEW process confirms ``importlib.util.find_spec`` is
+None for every import name; the drop is recorded in
 ``<platlib>/.wh/dropped.json`` with the wheelhouse it came from, so
 ``wh drop --restore NAME`` can reinstall it offline.
 """
@@ -30,10 +32,14 @@ from .errors import UsageError, WhError
 from .progress import NullReporter, Reporter
 from .report import DoctorReport
 
-__all__ = ["DropPlan", "DropRecord", "DropFailed", "plan_drops", "drop_distributions", "dropped_path",
-           "read_dropped", "restore_dropped", "find_spec_many"]
+__all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
+           "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many"]
 
 _SCHEMA = "wh-dropped/1"
+
+FORCED_REASON = "forced by manifest"
+FORCED_NOT_DROPPED = ("listed in the manifest as force-drop; its probe passed (or did not run): not dropped; "
+                      "pass --include-forced to drop it")
 
 
 class DropFailed(WhError):
@@ -77,12 +83,7 @@ class DropRecord:
         return d
 
 
-def plan_drops(report: DoctorReport) -> list[DropPlan]:
-    """What to drop: failed executed probes that name a distribution, then forced manifest entries.
-
-    Forced entries come from the report's ``forced_drops`` fact (manifest ``[[drop]]``
-    with ``force = true`` whose distribution is installed).
-    """
+def _failed_plans(report: DoctorReport) -> dict[str, DropPlan]:
     out: dict[str, DropPlan] = {}
     for r in report.results:
         drop = (r.data or {}).get("drop")
@@ -92,13 +93,37 @@ def plan_drops(report: DoctorReport) -> list[DropPlan]:
         if key not in out:
             out[key] = DropPlan(drop["distribution"], drop.get("version", ""), tuple(drop.get("modules") or ()),
                                 drop.get("reason") or r.title, r.evidence, r.id)
+    return out
+
+
+def forced_kept(report: DoctorReport) -> list[DropPlan]:
+    """Manifest ``force = true`` entries whose probe did not fail: dropped only with ``include_forced``.
+
+    They come from the report's ``forced_drops`` fact (installed distributions named by a manifest
+    ``[[drop]]`` with ``force = true``). An entry whose executed probe failed is not here: it is
+    dropped for that failure, like any other.
+    """
+    failed = _failed_plans(report)
+    out: dict[str, DropPlan] = {}
     for f in (report.facts or {}).get("forced_drops", []) or []:
         key = canonicalize_name(f["distribution"])
-        if key not in out:
-            out[key] = DropPlan(f["distribution"], f.get("version", ""), tuple(f.get("modules") or ()),
-                                f.get("reason") or "forced by the manifest",
-                                "manifest [[drop]] force = true (the import may work; its JIT does not)", None, True)
+        if key in failed or key in out:
+            continue
+        why = f.get("reason") or ""
+        out[key] = DropPlan(f["distribution"], f.get("version", ""), tuple(f.get("modules") or ()), FORCED_REASON,
+                            "manifest [[drop]] force = true" + (f": {why}" if why else "")
+                            + "; its probe passed (or did not run)", None, True)
     return list(out.values())
+
+
+def plan_drops(report: DoctorReport, *, include_forced: bool = False) -> list[DropPlan]:
+    """What to drop: the distributions whose executed probe failed; forced manifest entries only if asked.
+
+    Never on a guess (issue 4): without ``include_forced`` a ``force = true`` entry whose probe
+    passed stays installed (see :func:`forced_kept` for what to report instead).
+    """
+    plans = list(_failed_plans(report).values())
+    return plans + forced_kept(report) if include_forced else plans
 
 
 def dropped_path(platlib: str | Path) -> Path:

@@ -84,7 +84,10 @@ def _render(ui, report: DoctorReport, verbose: int) -> None:
     summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
     con.print(f"{summary} in {report.seconds:.1f}s")
     for f in report.fixes:
-        con.print(f"fixed: {f.get('action')} {f.get('what')}", markup=False)
+        if f.get("action") == "not-dropped":
+            con.print(f"not dropped: {f.get('what')}: {f.get('reason')}", markup=False)
+        else:
+            con.print(f"fixed: {f.get('action')} {f.get('what')}", markup=False)
 
 
 @click.command()
@@ -97,12 +100,14 @@ def _render(ui, report: DoctorReport, verbose: int) -> None:
 @click.option("--strict", is_flag=True, help="Exit 2 when there are warnings (and no failures).")
 @click.option("--fix", is_flag=True, help="Drop distributions whose executed probe failed and add missing soname "
                                           "links (`wh links --fix`), then check again.")
+@click.option("--include-forced", is_flag=True,
+              help="With --fix: also drop manifest [[drop]] entries with force = true whose probe passed.")
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
 @click.pass_obj
 def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
-           model, tp) -> None:
+           include_forced, model, tp) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
     Every native distribution is imported in a separate process, JIT libraries
@@ -120,6 +125,8 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
             for i, t in rows:
                 click.echo(f"{i:40} {t}")
         return
+    if include_forced and not fix:
+        raise click.UsageError("--include-forced needs --fix (doctor drops nothing without it)")
     if tp is not None and model is None:
         raise click.UsageError("--tp needs --model (the checkpoint whose heads it must divide)")
     if junit:
@@ -131,8 +138,9 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     try:
         report = run_doctor(python, **kw)
         if fix:
-            fixes = apply_fixes(report, python, wheelhouse=wheelhouse, reporter=reporter)
-            if fixes:
+            fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
+                                reporter=reporter)
+            if any(f["action"] != "not-dropped" for f in fixes):  # something changed: check again
                 report = run_doctor(python, **kw)
             report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
                                   tuple(fixes))
@@ -154,20 +162,27 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
 @click.option("--dry-run", is_flag=True, help="Show what would be dropped; change nothing.")
 @click.option("--restore", metavar="NAME", help="Reinstall a dropped distribution from its recorded wheelhouse.")
 @click.option("--list", "list_", is_flag=True, help="List what was dropped from this interpreter.")
+@click.option("--include-forced", is_flag=True,
+              help="Also drop manifest [[drop]] entries with force = true whose probe passed (or did not run).")
 @click.pass_obj
-def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run, restore, list_) -> None:
+def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run, restore, list_,
+         include_forced) -> None:
     """Uninstall distributions whose executed probe failed (import or JIT); confirm find_spec is None; record it.
 
-    Manifest [[drop]] entries with force = true are dropped too (reported as
-    forced). `--restore NAME` reinstalls one offline from the wheelhouse it was
-    installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
+    Manifest [[drop]] entries with force = true whose probe passed are only
+    reported; --include-forced drops them too (recorded as "forced by
+    manifest"). `--restore NAME` reinstalls one offline from the wheelhouse it
+    was installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
     be confirmed; 2 bad input; 3 the probes could not run.
     """
-    from ..drop import DropFailed, drop_distributions, plan_drops, read_dropped, restore_dropped
+    from ..drop import (FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept, plan_drops, read_dropped,
+                        restore_dropped)
     from ..interpreter import inspect_interpreter
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
+    if include_forced and (restore or list_):
+        raise click.UsageError(f"--include-forced applies to dropping, not to {'--restore' if restore else '--list'}")
     if dry_run and (restore or list_):
         raise click.UsageError(f"--dry-run applies to dropping, not to {'--restore' if restore else '--list'}")
 
@@ -198,22 +213,28 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     try:
         report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"], jobs=jobs,
                             timeout=timeout, reporter=reporter)
-        plans = plan_drops(report)
+        plans = plan_drops(report, include_forced=include_forced)
+        kept = [] if include_forced else forced_kept(report)
         records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
                                      reporter=reporter)
     finally:
         reporter.close()
     verb = "would drop" if dry_run else "dropped"
     for r in records:
-        tag = " (forced by the manifest)" if r.forced else ""
+        tag = " (--include-forced)" if r.forced else ""
         first = (r.evidence.splitlines() or [""])[0]
         ui.info(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
         if not dry_run:
             ui.info(f"  find_spec is None for {', '.join(r.modules)}: {'confirmed' if r.confirmed else 'NO: ' + ', '.join(r.still_found)}")
+    for p in kept:
+        ui.info(f"kept {p.distribution} {p.version}: {FORCED_NOT_DROPPED}")
     if not records:
         ui.info("nothing to drop: every executed probe passed")
     if as_json:
-        emit_json({"dry_run": dry_run, "dropped": [r.to_json() for r in records]})
+        emit_json({"dry_run": dry_run, "dropped": [r.to_json() for r in records],
+                   "not_dropped": [{"name": p.distribution, "version": p.version, "modules": list(p.modules),
+                                    "forced": True, "reason": FORCED_NOT_DROPPED, "evidence": p.evidence}
+                                   for p in kept]})
     unconfirmed = [r.name for r in records if not dry_run and not r.confirmed]
     if unconfirmed:
         raise DropFailed(f"{', '.join(unconfirmed)} still found by find_spec after uninstalling",
