@@ -19,7 +19,8 @@ from wheelmaker import make_wheel
 
 FT_FILE = "freetoken/kernel/triton/fp8_pertensor_linear.py"
 UNPATCHED = "def fp8_linear(x, w):\n    return torch._scaled_mm(x, w)\n"
-PATCHED = UNPATCHED + "\ndef rowwise_scaled_mm_ok(device):\n    return False  # pytorch#177651\n"
+PATCHED = UNPATCHED + "\ndef rowwise_scaled_mm_ok():\n    return False  # pytorch#177651\n"
+HINT_SPEC = "WHEELHOUSE/patches/freetoken-fp8-rowwise/freetoken-fp8-rowwise.toml"
 
 
 def _l4(n=4):
@@ -46,7 +47,9 @@ def _by_id(results):
 def test_sm89_rule_fires_on_unpatched_freetoken_with_old_torch(tmp_path):
     r = _by_id(evaluate_rules(_shipped(), _facts(tmp_path)))["rule:sm89-rowwise-scaled-mm"]
     assert r.verdict == "fail"
-    assert r.hint == "wh patch apply engine_src/freetoken-fp8-rowwise.toml"
+    # The bundled spec has no payload: the hint names the wheelhouse copy, beside what `wh build` exported.
+    assert f"`wh patch apply {HINT_SPEC} --python PY`" in r.hint and "wh build freetoken-pr70" in r.hint
+    assert "`wh install WHEELHOUSE --python PY`" in r.hint and "engine_src/" not in r.hint
     assert "sm 8.9" in r.evidence and "torch 2.11.0" in r.evidence and "does not contain 'rowwise_scaled_mm_ok'" in r.evidence
     assert "pytorch#177651" in r.evidence
 
@@ -130,6 +133,23 @@ def _wh(py, gpus_json, *extra):
                            "--json", *extra], capture_output=True, text=True, env=env)
 
 
+def _wheelhouse_with_the_patch(house: Path) -> None:
+    """What `wh stage` (the spec, copied to patches/<stem>/) and `wh build freetoken-pr70` (payload, wh.json) write."""
+    import hashlib
+    import shutil
+
+    from wheelhouse.resources import engine_src_dir
+
+    folder = house / "patches" / "freetoken-fp8-rowwise"
+    folder.mkdir(parents=True)
+    shutil.copyfile(engine_src_dir() / "freetoken-fp8-rowwise.toml", folder / "freetoken-fp8-rowwise.toml")
+    (folder / "fp8_pertensor_linear.py").write_text(PATCHED)
+    (house / "wh.json").write_text(json.dumps({"schema": "wh-wheelhouse/1", "engine": {"artifacts": [
+        {"path": "patches/freetoken-fp8-rowwise/fp8_pertensor_linear.py",
+         "sha256": hashlib.sha256(PATCHED.encode()).hexdigest(),
+         "before_sha256": hashlib.sha256(UNPATCHED.encode()).hexdigest()}]}}))
+
+
 def test_fake_gpus_and_fake_freetoken_trigger_then_clear_the_rule(tmp_path, ft_venv):
     gpus = tmp_path / "gpus.json"
     gpus.write_text(json.dumps({"driver_version": "580.159.04", "cuda_version": "13.0", "gpus": [
@@ -139,10 +159,23 @@ def test_fake_gpus_and_fake_freetoken_trigger_then_clear_the_rule(tmp_path, ft_v
     assert proc.returncode == 1, proc.stderr
     [r] = json.loads(proc.stdout)["results"]
     assert r["id"] == "rule:sm89-rowwise-scaled-mm" and r["verdict"] == "fail"
-    assert "wh patch apply engine_src/freetoken-fp8-rowwise.toml" in proc.stderr
-    # Apply the workaround to the installed file: the rule clears.
+    assert f"wh patch apply {HINT_SPEC}" in r["hint"] and "wh patch apply" in proc.stderr  # the table folds it
+    # Run the hint's command as written, WHEELHOUSE and PY filled in: the patch applies and the rule clears.
+    house = tmp_path / "wh-box"
+    _wheelhouse_with_the_patch(house)
+    cmd = r["hint"].split("`")[1].replace("WHEELHOUSE", str(house)).replace("PY", str(ft_venv)).split()
+    assert cmd[:3] == ["wh", "patch", "apply"]
+    smi = tmp_path / "bin" / "nvidia-smi"  # the patch's own sm condition asks nvidia-smi
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nprintf '8.9\\n8.9\\n'\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"}
+    applied = subprocess.run([sys.executable, "-m", "wheelhouse", *cmd[1:], "--json"], capture_output=True, text=True,
+                             env=env)
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["state"] == "applied"
     target = site_packages(ft_venv) / FT_FILE
-    target.write_text(PATCHED)
+    assert target.read_text() == PATCHED
     proc = _wh(ft_venv, gpus)
     assert proc.returncode == 0 and json.loads(proc.stdout)["results"][0]["verdict"] == "ok"
     # Unpatched again, but on sm_90 cards: does not apply.
