@@ -11,12 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from wheelhouse.cudaenv import engine_environment, env_plan, render_bash, system_lib_dir
+from wheelhouse.cudaenv import (
+    EnvPlan,
+    apply_plan,
+    engine_environment,
+    env_plan,
+    removed_entries,
+    render_bash,
+    system_lib_dir,
+)
 
 
-def wh(*args, env=None):
+def wh(*args, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
-                          env=env)
+                          env=env, cwd=cwd)
 
 
 @pytest.fixture
@@ -67,21 +75,24 @@ def test_env_cli_json_keeps_ld_library_path_first(site):
     assert data["nvcc"].endswith("/bin/nvcc")
 
 
+@pytest.mark.parametrize("existing", ["/keep/me", "/usr/local/cuda/lib64/stubs:/keep/me:/x/stubs/:/and/me", "/a/stubs"])
 @pytest.mark.parametrize("shell", [s for s in ("bash", "dash", "zsh") if shutil.which(s)])
-def test_sourced_snippet_matches_and_is_idempotent(site, shell, tmp_path):
+def test_sourced_snippet_matches_and_is_idempotent(site, shell, tmp_path, existing):
     r = wh("env", "--shell", "bash", "--path", site)
     assert r.returncode == 0, r.stderr
     snippet = tmp_path / "env.sh"
     snippet.write_text(r.stdout)
     out = subprocess.run(
-        [shell, "-c", f'. "{snippet}"; . "{snippet}"; echo "$LD_LIBRARY_PATH"; echo "$PATH"; nvcc'],
-        capture_output=True, text=True, env={"LD_LIBRARY_PATH": "/keep/me", "PATH": "/usr/bin:/bin"},
+        [shell, "-c", f'. "{snippet}"; . "{snippet}"; echo "$LD_LIBRARY_PATH"; echo "$PATH"; nvcc; echo "${{__wh_rest-x}}${{__wh_kept-x}}${{__wh_p-x}}"'],
+        capture_output=True, text=True, env={"LD_LIBRARY_PATH": existing, "PATH": "/usr/bin:/bin"},
     )
-    ld, path, nvcc = out.stdout.splitlines()
-    expected = engine_environment([site], {"LD_LIBRARY_PATH": "/keep/me", "PATH": "/usr/bin:/bin"})
-    assert ld == expected["LD_LIBRARY_PATH"]  # sourcing twice adds nothing twice
+    ld, path, nvcc, helpers = out.stdout.splitlines()
+    expected = engine_environment([site], {"LD_LIBRARY_PATH": existing, "PATH": "/usr/bin:/bin"})
+    assert ld == expected["LD_LIBRARY_PATH"]  # sourcing twice adds nothing twice; stubs folders left out
+    assert not any(Path(p).name == "stubs" for p in ld.split(":"))
     assert path == expected["PATH"]
     assert nvcc in ("cu13", "cuda_nvcc")
+    assert helpers == "xxx"  # the snippet's helper variables are unset after sourcing
 
 
 def test_dotenv_output(site):
@@ -105,4 +116,61 @@ def test_fish_snippet_when_fish_exists(site):
 def test_plan_ignores_stubs(site):
     plan = env_plan([site])
     assert not any(Path(p).name == "stubs" for p in plan.ld_append + plan.library_path)
-    assert "_wh" not in render_bash(plan)  # plain POSIX sh, no helper functions left behind
+    assert "()" not in render_bash(plan)  # plain POSIX sh, no helper functions left behind
+
+
+def test_existing_stubs_entries_are_left_out_and_named(site):
+    base = {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64/stubs:/keep:/opt/stubs/lib:/x/stubs/:/and/me", "PATH": "/usr/bin"}
+    parts = engine_environment([site], base)["LD_LIBRARY_PATH"].split(":")
+    # The others stay first and in order; a folder merely under a `stubs` folder is not one.
+    assert parts[:3] == ["/keep", "/opt/stubs/lib", "/and/me"] and parts[3] == system_lib_dir()
+    assert [(r.variable, r.entry) for r in removed_entries(base)] == [
+        ("LD_LIBRARY_PATH", "/usr/local/cuda/lib64/stubs"), ("LD_LIBRARY_PATH", "/x/stubs/")]
+    assert all("shadows the real driver" in r.reason for r in removed_entries(base))
+
+
+def test_env_cli_says_which_stubs_entries_it_left_out(site):
+    env = dict(os.environ, LD_LIBRARY_PATH="/usr/local/cuda/lib64/stubs:/keep")
+    r = wh("env", "--json", "--path", site, env=env)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["env"]["LD_LIBRARY_PATH"].split(":")[0] == "/keep"
+    assert not any(Path(p).name == "stubs" for p in data["env"]["LD_LIBRARY_PATH"].split(":"))
+    assert data["removed"] == [{"variable": "LD_LIBRARY_PATH", "entry": "/usr/local/cuda/lib64/stubs",
+                                "reason": "a stub libcuda.so there shadows the real driver"}]
+    assert "LD_LIBRARY_PATH entry /usr/local/cuda/lib64/stubs left out: a stub libcuda.so" in r.stderr
+    r = wh("env", "--dotenv", "--path", site, env=env)
+    assert r.returncode == 0 and "left out" in r.stderr
+    assert dict(line.split("=", 1) for line in r.stdout.splitlines())["LD_LIBRARY_PATH"].startswith("/keep:")
+    r = wh("env", "--json", "--path", site, env=dict(os.environ, LD_LIBRARY_PATH="/keep"))
+    assert json.loads(r.stdout)["removed"] == [] and "left out" not in r.stderr
+
+
+def test_relative_path_gives_absolute_folders(site):
+    for args in (["--json"], ["--shell", "bash"]):
+        r = wh("env", *args, "--path", site.name, cwd=site.parent)
+        assert r.returncode == 0, r.stderr
+        if args == ["--json"]:
+            data = json.loads(r.stdout)
+            dirs = data["lib_dirs"] + data["ld_library_path_appended"] + [data["cuda_home"], data["nvcc"]]
+            assert dirs and all(Path(d).is_absolute() for d in dirs)
+            assert data["lib_dirs"][0] == str(site / "nvidia/cu13/lib")
+        else:
+            assert f"'{site}/nvidia/cu13/lib'" in r.stdout and "'site/" not in r.stdout
+
+
+def test_no_empty_variables_when_there_is_nothing_to_put_there(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("LIBRARY_PATH", "CUDA_HOME")}
+    r = wh("env", "--dotenv", "--path", empty, env=env)
+    assert r.returncode == 0, r.stderr
+    values = dict(line.split("=", 1) for line in r.stdout.splitlines())
+    assert "LIBRARY_PATH" not in values and "CUDA_HOME" not in values
+    assert all(v not in ("", '""') for v in values.values())
+    data = json.loads(wh("env", "--json", "--path", empty, env=env).stdout)
+    assert "LIBRARY_PATH" not in data["env"] and all(data["env"].values())
+    # Nothing at all: nothing set. A value that must go (only stubs) is cleared, not left in place.
+    nothing = EnvPlan(path_prepend=(), cuda_home=None, library_path=(), ld_append=(), nvcc=None)
+    assert apply_plan(nothing, {}) == {}
+    assert apply_plan(nothing, {"LD_LIBRARY_PATH": "/a/stubs", "LIBRARY_PATH": ""}) == {"LD_LIBRARY_PATH": ""}

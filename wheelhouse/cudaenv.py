@@ -1,11 +1,13 @@
 """The environment the engine needs: pinned nvcc on PATH, CUDA_HOME, library paths.
 
 Rules (from the seed's failures): LD_LIBRARY_PATH is APPENDED to, never
-clobbered -- the existing value stays first, then the system library folder
-(where the driver's ``libcuda.so.1`` lives), then the wheel lib folders; rank
-workers inherit it. No ``stubs`` folder ever goes on LD_LIBRARY_PATH (a stub
-``libcuda.so`` would shadow the driver). The nvcc is the one from the installed
-``nvidia-cuda-nvcc`` wheel, so the toolchain matches the pinned crt/nvvm.
+clobbered -- the existing entries stay first and in order, then the system
+library folder (where the driver's ``libcuda.so.1`` lives), then the wheel lib
+folders; rank workers inherit it. No ``stubs`` folder is ever on LD_LIBRARY_PATH
+(a stub ``libcuda.so`` would shadow the driver): wh adds none, and leaves out
+the existing entries that are one (``removed_entries`` says which). The nvcc is
+the one from the installed ``nvidia-cuda-nvcc`` wheel, so the toolchain matches
+the pinned crt/nvvm. wh never sets a variable to an empty value it did not have.
 
 ``env_plan`` computes the parts; ``engine_environment`` applies them to a base
 environment; ``render_*`` turn a plan into shell (dynamic: it reads the
@@ -25,7 +27,10 @@ from .links import nvidia_lib_dirs
 
 __all__ = [
     "EnvPlan",
+    "RemovedEntry",
     "env_plan",
+    "apply_plan",
+    "removed_entries",
     "engine_environment",
     "system_lib_dir",
     "find_nvcc",
@@ -37,6 +42,7 @@ __all__ = [
 ]
 
 ENV_KEYS = ("PATH", "CUDA_HOME", "LIBRARY_PATH", "LD_LIBRARY_PATH")
+STUBS_REASON = "a stub libcuda.so there shadows the real driver"
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,18 @@ class EnvPlan:
     library_path: tuple[str, ...]
     ld_append: tuple[str, ...]
     nvcc: str | None
+
+
+@dataclass(frozen=True)
+class RemovedEntry:
+    """An entry of an existing variable that wh leaves out, and why."""
+
+    variable: str
+    entry: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"variable": self.variable, "entry": self.entry, "reason": self.reason}
 
 
 def system_lib_dir(machine: str | None = None) -> str | None:
@@ -74,9 +92,20 @@ def _split(value: str | None) -> list[str]:
     return [p for p in (value or "").split(os.pathsep) if p]
 
 
+def _is_stubs(entry: str) -> bool:
+    return Path(entry).name == "stubs"
+
+
+def removed_entries(base: Mapping[str, str]) -> tuple[RemovedEntry, ...]:
+    """The entries of ``base``'s LD_LIBRARY_PATH that ``apply_plan`` leaves out: ``stubs`` folders."""
+    stubs = [p for p in _split(base.get("LD_LIBRARY_PATH")) if _is_stubs(p)]
+    return tuple(RemovedEntry("LD_LIBRARY_PATH", p, STUBS_REASON) for p in dict.fromkeys(stubs))
+
+
 def env_plan(site_dirs: Sequence[Path], machine: str | None = None) -> EnvPlan:
-    """The additions for the NVIDIA packages installed under ``site_dirs``."""
-    site_dirs = [Path(s) for s in site_dirs]
+    """The additions for the NVIDIA packages installed under ``site_dirs`` (made absolute: the
+    result is sourced or read elsewhere, where a relative folder means something else)."""
+    site_dirs = [Path(os.path.abspath(s)) for s in site_dirs]
     libs = [str(d) for d in nvidia_lib_dirs(site_dirs) if "stubs" not in d.parts]
     nvcc = find_nvcc(site_dirs)
     sysdir = system_lib_dir(machine)
@@ -99,7 +128,11 @@ def _merge(first: Sequence[str], then: Sequence[str]) -> str:
 
 
 def apply_plan(plan: EnvPlan, base: Mapping[str, str]) -> dict[str, str]:
-    """The four variables after applying ``plan`` to ``base`` (only the keys wh sets)."""
+    """The four variables after applying ``plan`` to ``base`` (only the keys wh sets).
+
+    A variable that comes out empty is left out unless ``base`` had a value for it (then the
+    empty value clears it), so ``base.update(result)`` is right and no ``X=""`` is printed for nothing.
+    """
     out: dict[str, str] = {}
     out["PATH"] = os.pathsep.join(dict.fromkeys(list(plan.path_prepend) + _split(base.get("PATH"))))
     if plan.cuda_home:
@@ -107,11 +140,11 @@ def apply_plan(plan: EnvPlan, base: Mapping[str, str]) -> dict[str, str]:
     elif base.get("CUDA_HOME"):
         out["CUDA_HOME"] = base["CUDA_HOME"]
     out["LIBRARY_PATH"] = _merge(plan.library_path, _split(base.get("LIBRARY_PATH")))
-    # Existing value first (kept verbatim, even its order), then ours.
-    existing = _split(base.get("LD_LIBRARY_PATH"))
+    # Existing entries first (in their order), less the stubs folders (removed_entries), then ours.
+    existing = [p for p in _split(base.get("LD_LIBRARY_PATH")) if not _is_stubs(p)]
     ours = [p for p in plan.ld_append if p not in existing]
     out["LD_LIBRARY_PATH"] = os.pathsep.join(existing + ours)
-    return out
+    return {k: v for k, v in out.items() if v or base.get(k)}
 
 
 def engine_environment(site_dirs: Sequence[Path], base: Mapping[str, str]) -> dict[str, str]:
@@ -133,9 +166,29 @@ def _sh_append(var: str, value: str) -> str:
     return f'case ":${{{var}:-}}:" in *:{q}:*) ;; *) export {var}="${{{var}:+${var}:}}"{q} ;; esac'
 
 
+# Sourced into the user's shell: the helper variables are unset again, and the loop uses only
+# POSIX expansions (zsh does not word-split "$VAR" on IFS by default).
+_SH_DROP_STUBS = f"""# no stubs folder on LD_LIBRARY_PATH: {STUBS_REASON}
+if [ -n "${{LD_LIBRARY_PATH:-}}" ]; then
+  __wh_rest="$LD_LIBRARY_PATH:"; __wh_kept=
+  while [ -n "$__wh_rest" ]; do
+    __wh_p="${{__wh_rest%%:*}}"; __wh_rest="${{__wh_rest#*:}}"
+    case "$__wh_p" in ''|stubs|stubs/|*/stubs|*/stubs/) ;; *) __wh_kept="${{__wh_kept:+$__wh_kept:}}$__wh_p" ;; esac
+  done
+  if [ -n "$__wh_kept" ]; then export LD_LIBRARY_PATH="$__wh_kept"; else unset LD_LIBRARY_PATH; fi
+  unset __wh_rest __wh_kept __wh_p
+fi"""
+
+_FISH_DROP_STUBS = f"""# no stubs folder on LD_LIBRARY_PATH: {STUBS_REASON}
+if set -q LD_LIBRARY_PATH
+    set -gx --path LD_LIBRARY_PATH (string match -rv '(^|/)stubs/*$' -- $LD_LIBRARY_PATH | string match -v '')
+    test -n "$LD_LIBRARY_PATH"; or set -e LD_LIBRARY_PATH
+end"""
+
+
 def render_bash(plan: EnvPlan) -> str:
     """A POSIX sh snippet (bash, zsh, dash) for ``source``: it reads the variables when sourced,
-    keeps LD_LIBRARY_PATH's value first, and adding an entry twice is a no-op."""
+    keeps LD_LIBRARY_PATH's entries first (less stubs folders), and adding an entry twice is a no-op."""
     lines = ["# wh env: pinned CUDA toolchain and NVIDIA wheel libraries (generated by `wh env`)"]
     for p in reversed(plan.path_prepend):
         lines.append(_sh_prepend("PATH", p))
@@ -143,6 +196,7 @@ def render_bash(plan: EnvPlan) -> str:
         lines.append(f"export CUDA_HOME={_sh_quote(plan.cuda_home)}")
     for p in reversed(plan.library_path):
         lines.append(_sh_prepend("LIBRARY_PATH", p))
+    lines.append(_SH_DROP_STUBS)
     for p in plan.ld_append:
         lines.append(_sh_append("LD_LIBRARY_PATH", p))
     return "\n".join(lines) + "\n"
@@ -156,6 +210,7 @@ def render_fish(plan: EnvPlan) -> str:
         lines.append(f"set -gx CUDA_HOME {_sh_quote(plan.cuda_home)}")
     for p in reversed(plan.library_path):
         lines.append(f"contains -- {_sh_quote(p)} $LIBRARY_PATH; or set -gx --path LIBRARY_PATH {_sh_quote(p)} $LIBRARY_PATH")
+    lines.append(_FISH_DROP_STUBS)
     for p in plan.ld_append:
         lines.append(f"contains -- {_sh_quote(p)} $LD_LIBRARY_PATH; or set -gx --path LD_LIBRARY_PATH $LD_LIBRARY_PATH {_sh_quote(p)}")
     return "\n".join(lines) + "\n"
@@ -169,11 +224,12 @@ def render_dotenv(env: Mapping[str, str]) -> str:
     return "".join(f"{k}={fmt(v)}\n" for k, v in env.items())
 
 
-def render_json(plan: EnvPlan, env: Mapping[str, str]) -> dict:
+def render_json(plan: EnvPlan, env: Mapping[str, str], removed: Sequence[RemovedEntry] = ()) -> dict:
     return {
         "env": dict(env),
         "nvcc": plan.nvcc,
         "cuda_home": plan.cuda_home,
         "lib_dirs": list(plan.library_path),
         "ld_library_path_appended": list(plan.ld_append),
+        "removed": [r.to_json() for r in removed],
     }

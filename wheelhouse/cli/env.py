@@ -22,15 +22,17 @@ __all__ = ["env"]
 def env(shell, dotenv, as_json, python, paths) -> None:
     """Print PATH (pinned nvcc first), CUDA_HOME, LIBRARY_PATH and LD_LIBRARY_PATH for the engine.
 
-    LD_LIBRARY_PATH keeps its current value first, then the system library folder (the driver),
-    then the NVIDIA wheel lib folders; no stubs folder is ever added.
+    LD_LIBRARY_PATH keeps its current entries first, then the system library folder (the driver),
+    then the NVIDIA wheel lib folders. No stubs folder stays on it: a current entry that is one is
+    left out (said on stderr, and under "removed" with --json). Variables with nothing to put in
+    them are not printed.
 
     \b
     Examples:
       eval "$(wh env --shell bash)"
       wh env --dotenv > engine.env
     """
-    from ..cudaenv import apply_plan, env_plan, render_bash, render_dotenv, render_fish, render_json
+    from ..cudaenv import apply_plan, env_plan, removed_entries, render_bash, render_dotenv, render_fish, render_json
     from ..interpreter import inspect_interpreter
 
     if sum(bool(x) for x in (shell, dotenv, as_json)) > 1:
@@ -40,13 +42,16 @@ def env(shell, dotenv, as_json, python, paths) -> None:
     roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).site_dirs]
     plan = env_plan(roots)
     computed = apply_plan(plan, os.environ)
+    removed = removed_entries(os.environ)
     if as_json:
-        emit_json(render_json(plan, computed))
+        emit_json(render_json(plan, computed, removed))
     elif dotenv:
         click.echo(render_dotenv(computed), nl=False)
     elif shell == "fish":
         click.echo(render_fish(plan), nl=False)
     else:
         click.echo(render_bash(plan), nl=False)
+    for r in removed:
+        click.echo(f"note: {r.variable} entry {r.entry} left out: {r.reason}", err=True)
     if plan.nvcc is None:
         click.echo("note: no nvcc from an nvidia-cuda-nvcc wheel found; PATH and CUDA_HOME unchanged", err=True)
