@@ -205,6 +205,15 @@ def test_health_error_fails_with_the_engines_message(env, logs):
     assert_group_gone(log, port)
 
 
+def test_serve_own_verbose_flag_tails_the_log_like_the_global_one(env, logs):
+    # `wh serve -v` was "No such option '-v'": only `wh -v serve` tailed the log.
+    port, log = free_port(), logs()
+    r = wh(["serve", "-v", "--no-preflight", "--interval", "0.1", "--log", str(log), *fake(port, "--mode", "error")], env)
+    assert r.returncode == 1 and "No such option" not in r.stderr
+    assert "| rank pid" in r.stderr and "| GET /health" in r.stderr
+    assert_group_gone(log, port)
+
+
 def test_generate_readiness_times_out_on_a_wedged_engine(env, logs):
     port, log = free_port(), logs()
     r = wh(["serve", "--no-preflight", "--ready", "generate", "--timeout", "4", "--attempt-timeout", "1", "--interval", "0.1",

@@ -128,9 +128,10 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("--interval", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Seconds between readiness checks.")
 @click.option("--attempt-timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print url, pid, pgid, log, ready_s (and smoke) as JSON on stdout once ready.")
+@click.option("-v", "--verbose", count=True, help="Tail the engine's log while it loads and serves (same as `wh -v serve`).")
 @click.pass_context
 def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach, do_smoke, model, no_preflight,
-          max_used_mib, gpus_flag, python, grace, interval, attempt_timeout, as_json) -> None:
+          max_used_mib, gpus_flag, python, grace, interval, attempt_timeout, as_json, verbose) -> None:
     """Launch the engine in its own process group and wait until it is really ready.
 
     \b
@@ -145,6 +146,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     from ..manifest import load_manifest
 
     ui = ctx.obj
+    if verbose and not ui.quiet:  # adds to the global -v; a global -q still wins, as in `wh -q -v`
+        ui.verbose += verbose
     extra = ctx.meta.get("wh.command", ())
     man = load_manifest(manifest) if manifest else None
     spec = man.serve if man else None
