@@ -369,3 +369,18 @@ def test_pylock_installs_with_uv_when_wheels_come_from_find_links_and_an_index(p
     got = subprocess.run([str(py), "-c", "import app, lib, extra_local; print(lib.V, extra_local.Z)"],
                          capture_output=True, text=True, check=True)
     assert got.stdout.split() == ["2", "3"]
+
+
+def test_bootstrap_deps_missing_from_the_index_say_so(pyindex, wheels, tmp_path):
+    # The index has the stack but not wh's own dependencies (click, rich, ...).
+    idx = pyindex(wheels, serve_metadata=True)
+    args = ["stage", "app", "--dry-run", "--index-url", idx.url, "--cache-dir", "c",
+            "--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
+    p = _run(args, tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert f"could not resolve wh's own dependencies for bootstrap/ from {idx.url}: " in p.stderr
+    assert "the stack itself resolved (2 packages)" in p.stderr
+    assert "hint: pass --no-bootstrap, or add --find-links with wh's dependencies for the target" in p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    ok = _run([*args, "--no-bootstrap"], tmp_path)  # what the hint says works
+    assert ok.returncode == 0 and "app==1.0" in ok.stderr and "lib==2.0" in ok.stderr

@@ -138,7 +138,7 @@ def stage(
     """
     from .index import PackageSource, default_index_url
     from .metadata import MetadataReader
-    from .resolve import resolve
+    from .resolve import ResolveError, resolve
 
     reporter = reporter or NullReporter()
     out = Path(out)
@@ -204,8 +204,22 @@ def stage(
             boot_reqs = _bootstrap_requirements(wh_wheel.path, target)
             if boot_reqs:
                 reporter.note(f"resolving wh's own {len(boot_reqs)} dependencies for the target (bootstrap/)")
-                boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False,
-                               reporter=reporter, metadata=reader)
+                try:
+                    boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False,
+                                   reporter=reporter, metadata=reader)
+                except ResolveError as exc:
+                    # The stack resolved; only bootstrap/ did not -- say which, or it reads like the stack failed.
+                    raise BootstrapError(
+                        f"could not resolve wh's own dependencies for bootstrap/ from "
+                        f"{', '.join(source.locations())}: {exc.message}",
+                        hint="pass --no-bootstrap, or add --find-links with wh's dependencies for the target",
+                        detail="\n".join(filter(None, [
+                            f"the stack itself resolved ({len(files)} package{'s' if len(files) != 1 else ''}); "
+                            f"wh's own dependencies: "
+                            + ", ".join(boot_reqs),
+                            exc.detail,
+                        ])),
+                    ) from exc
                 boot_files = tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name))
 
         indexes = tuple(source.locations())
