@@ -8,7 +8,7 @@ drops a requirement. Format (all keys shown)::
     [stack]
     name = "demo"
     requirements = ["markupsafe==3.0.2", "rich"]
-    requirements-files = ["requirements.txt"]   # relative to the manifest
+    requirements-files = ["requirements.txt"]   # relative to the manifest; --hash options enforced
     constraints = ["numpy<3"]
     constraints-files = []
     index-url = "https://..."                   # default: pip's configured/default index
@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
+from .requirements_file import RequirementLine, RequirementsFileError, parse_requirements_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -159,6 +160,8 @@ class StackManifest:
     patches: tuple[Path, ...] = ()
     doctor: DoctorExpectations = DoctorExpectations()
     serve: ServeSpec | None = None
+    # Lines of requirements-files/constraints-files with --hash options: enforced when staging.
+    hashed_requirements: tuple[RequirementLine, ...] = ()
 
     @property
     def base(self) -> Path:
@@ -215,21 +218,19 @@ def _str_table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]
     return dict(value)
 
 
-def _read_lines(path: Path, where: str) -> tuple[str, ...]:
+def _read_lines(path: Path, where: str) -> tuple[RequirementLine, ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ManifestError(f"{where}: cannot read {path}: {exc.strerror}", hint="fix the path (relative to the manifest)") from exc
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{where}: {path} is not UTF-8 text", hint="save it as UTF-8") from exc
-    out = []
-    for line in text.splitlines():
-        line = line.split(" #", 1)[0].strip()
-        if line and not line.startswith("#"):
-            if line.startswith(("-r ", "-c ", "--")):
-                raise ManifestError(f"{path}: option lines ({line.split()[0]}) are not supported", hint="list requirements only")
-            out.append(line)
-    return tuple(out)
+    try:
+        return parse_requirements_text(text, str(path), option_hint="list requirements only (with --hash options if "
+                                       "you like); indexes and find-links go in [stack] index-url, extra-index-urls, "
+                                       "find-links, constraints in constraints-files")
+    except RequirementsFileError as exc:
+        raise ManifestError(exc.message, hint=exc.hint) from None
 
 
 def _resolve_data_path(value: str, base: Path, subdir: str) -> Path:
@@ -260,11 +261,16 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
     base = path.parent if path else Path.cwd()
     stack = _table(data, "stack", where)
     reqs = list(_strs(stack.get("requirements"), f"{where}stack.requirements"))
+    hashed: list[RequirementLine] = []
     for f in _strs(stack.get("requirements-files"), f"{where}stack.requirements-files"):
-        reqs += _read_lines(base / f, where + "stack.requirements-files")
+        lines = _read_lines(base / f, where + "stack.requirements-files")
+        reqs += [line.text for line in lines]
+        hashed += [line for line in lines if line.hashes]
     cons = list(_strs(stack.get("constraints"), f"{where}stack.constraints"))
     for f in _strs(stack.get("constraints-files"), f"{where}stack.constraints-files"):
-        cons += _read_lines(base / f, where + "stack.constraints-files")
+        lines = _read_lines(base / f, where + "stack.constraints-files")
+        cons += [line.text for line in lines]
+        hashed += [line for line in lines if line.hashes]
 
     target_file = None
     stack_target = _value(stack, "target", (str,), f"{where}stack.target")
@@ -380,6 +386,7 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
         patches=tuple(patches),
         doctor=doctor,
         serve=serve,
+        hashed_requirements=tuple(hashed),
     )
 
 

@@ -36,6 +36,7 @@ from .http import HttpClient
 from .manifest import StackManifest
 from .progress import NullReporter, Reporter
 from .release import ReleaseArtifact, load_releases, release_links_page
+from .requirements_file import RequirementLine, check_hashes
 from .stage_writer import (
     WHEELS,
     BadOutput,
@@ -128,6 +129,7 @@ def stage(
     bootstrap: bool = True,
     client: HttpClient | None = None,
     prereleases: bool | None = None,
+    hashed_requirements: Sequence[RequirementLine] = (),
 ) -> StageResult:
     """Resolve ``requirements`` (plus the manifest's) for ``target`` and write a wheelhouse at ``out``.
 
@@ -135,6 +137,10 @@ def stage(
     means the manifest's indexes, else pip's configured/default index. With
     ``dry_run`` nothing is downloaded but index pages and metadata, and nothing
     is written; the result lists the pins.
+
+    ``hashed_requirements`` (with the manifest's): requirement/constraint lines whose ``--hash``
+    options a pinned file of their project must match (those whose marker holds for the target);
+    checked after resolution and again once downloaded, before anything is written.
     """
     from .index import PackageSource, default_index_url
     from .metadata import MetadataReader
@@ -172,6 +178,8 @@ def stage(
     links = [*(manifest.find_links if manifest else ()), *find_links]
     toolchains = manifest.toolchains if manifest else ()
     pre = prereleases if prereleases is not None else bool(manifest and manifest.prereleases)
+    hash_rules = [line for line in (*(manifest.hashed_requirements if manifest else ()), *hashed_requirements)
+                  if _applies(line, target)]
 
     with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
         scratch_dir = Path(scratch)
@@ -195,6 +203,7 @@ def stage(
                              reporter=reporter, metadata=reader)
         by_url = {a.url: a for a in artifacts}
         files = tuple(sorted((_staged(p, by_url) for p in resolution.pins), key=lambda f: f.name))
+        check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
 
         boot_files: tuple[StagedFile, ...] = ()
         boot_reqs: list[str] = []
@@ -236,6 +245,7 @@ def stage(
             # One parallel pass for the stack and the bootstrap, then each file to its folder.
             files, boot_files = _fetch_groups([(files, new / WHEELS), (boot_files, new / BOOTSTRAP_DIR)],
                                               new / ".fetch", cache, jobs, client, reporter)
+            check_hashes(files, hash_rules)
             if bootstrap and wh_wheel is not None:
                 shutil.copyfile(wh_wheel.path, new / BOOTSTRAP_DIR / wh_wheel.path.name)
                 own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / wh_wheel.path.name, origin=wh_wheel.origin)
@@ -272,6 +282,16 @@ def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
         origin=art.manifest_url if art else getattr(d, "origin", ""),
         release_key=art.key if art else None,
     )
+
+
+def _applies(line: RequirementLine, target: TargetProfile) -> bool:
+    """Whether a requirement line's marker holds for the target (uv's universal output pins a
+    project twice, under exclusive markers, each with its own hashes)."""
+    try:
+        marker = Requirement(line.text).marker
+    except InvalidRequirement:
+        return True  # a wheel path or URL: no marker
+    return marker is None or target.evaluate(marker, extra=None)
 
 
 def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:

@@ -8,6 +8,7 @@ import click
 
 from ..errors import UsageError
 from ..manifest import load_manifest
+from ..requirements_file import RequirementLine, parse_requirements_text
 from ._ui import emit_json
 from .target import target_from_options, target_options
 
@@ -23,8 +24,8 @@ def _human(n: int) -> str:
     return f"{size:.1f} GB"
 
 
-def _read_requirement_files(paths, flag: str = "-r") -> list[str]:
-    out: list[str] = []
+def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
+    out: list[RequirementLine] = []
     for p in paths:
         try:
             text = Path(p).read_text(encoding="utf-8")
@@ -32,14 +33,8 @@ def _read_requirement_files(paths, flag: str = "-r") -> list[str]:
             raise UsageError(f"{flag} {p}: cannot read it ({exc.strerror})", hint="give the path of a requirements file") from exc
         except UnicodeDecodeError as exc:
             raise UsageError(f"{flag} {p}: not UTF-8 text", hint="give the path of a requirements file") from exc
-        for line in text.splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("-"):
-                raise UsageError(f"{flag} {p}: option lines ({line.split()[0]}) are not supported",
-                                 hint="pass indexes and constraints as wh stage flags (--index-url, -c)")
-            out.append(line)
+        out += parse_requirements_text(text, f"{flag} {p}", option_hint="pass indexes and constraints as wh stage "
+                                       "flags (--index-url, --extra-index-url, --find-links, -c)")
     return out
 
 
@@ -59,7 +54,7 @@ def _split_manifest(args: tuple[str, ...]):
 @click.command("stage")
 @click.argument("inputs", nargs=-1, metavar="[MANIFEST.toml|NAME] [REQUIREMENT]...")
 @click.option("-r", "--requirement", "req_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Requirements file (one requirement a line). Repeatable.")
+              help="Requirements file (one requirement a line; --hash=sha256:... options are enforced). Repeatable.")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=True, dir_okay=True),
               help="Wheelhouse folder to write (created; an earlier wheelhouse there is updated in place).")
 @target_options
@@ -68,7 +63,7 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--extra-index-url", multiple=True, help="More indexes, searched after the main one. Repeatable.")
 @click.option("--find-links", "-f", multiple=True, help="Folder of wheels or an HTML page of links. Repeatable.")
 @click.option("-c", "--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Constraints file. Repeatable.")
+              help="Constraints file (--hash options enforced, as for -r). Repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
               help="Parallel downloads.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="WH_CACHE_DIR",
@@ -98,8 +93,10 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 
     ui = ctx.obj
     manifest, reqs = _split_manifest(tuple(inputs))
-    reqs += _read_requirement_files(req_files)
-    cons = _read_requirement_files(constraint_files, "-c")
+    req_lines = _read_requirement_files(req_files)
+    con_lines = _read_requirement_files(constraint_files, "-c")
+    reqs += [line.text for line in req_lines]
+    cons = [line.text for line in con_lines]
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if not (manifest or reqs):
@@ -130,6 +127,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
             index_urls=index_urls, find_links=list(find_links), constraints=cons, jobs=jobs,
             dry_run=dry_run, cache_dir=Path(cache_dir) if cache_dir else None, reporter=reporter,
             bootstrap=not no_bootstrap, prereleases=True if pre else None,
+            hashed_requirements=[line for line in (*req_lines, *con_lines) if line.hashes],
         )
     finally:
         reporter.close()
