@@ -166,3 +166,31 @@ def test_real_nvidia_cuda_runtime_wheel(tmp_path):
     assert link_cudart(tmp_path, lib).returncode == 0
     assert wh("links", "--undo", "--python", venv / "bin" / "python").returncode == 0
     assert tree_listing(site) == before
+
+
+def test_libs_of_a_parent_venv_count_for_a_child_with_system_site_packages(tmp_path):
+    """Images ship torch and nvidia/cu13/lib in a venv; a serving venv made from it with
+    --system-site-packages loads those libraries, so links, env and the doctor must look there."""
+    parent = tmp_path / "parent"
+    house = make_wheelhouse(tmp_path / "house", [nvidia_runtime_wheel(tmp_path / "w", tmp_path / "b")])
+    assert wh("install", house, "--venv", parent, "--no-links").returncode == 0
+    empty = make_wheelhouse(tmp_path / "empty", [])
+    child = tmp_path / "child"
+    r = wh("install", empty, "--venv", child, "--system-site-packages", "--python", parent / "bin" / "python", "--no-links")
+    assert r.returncode == 0, r.stderr
+    child_py = child / "bin" / "python"
+    parent_lib = next(parent.glob("lib/python*/site-packages/nvidia/cu13/lib"))
+    r = wh("links", "--check", "--python", child_py, "--json")
+    assert r.returncode == 1
+    assert any(c["path"] == str(parent_lib / "libcudart.so") for c in json.loads(r.stdout)["changes"])
+    r = wh("env", "--json", "--python", child_py)
+    assert str(parent_lib) in json.dumps(json.loads(r.stdout))
+    r = wh("doctor", "--python", child_py, "--check", "links:sonames", "--json")
+    result = next(x for x in json.loads(r.stdout)["results"] if x["id"] == "links:sonames")
+    assert result["verdict"] in ("fail", "warn") and str(parent_lib) in result["evidence"]
+    # --fix records the change in the child's own record, and --undo restores the parent exactly.
+    before = tree_listing(parent)
+    assert wh("links", "--fix", "--python", child_py).returncode == 0
+    assert (parent_lib / "libcudart.so").is_symlink()
+    assert wh("links", "--undo", "--python", child_py).returncode == 0
+    assert tree_listing(parent) == before

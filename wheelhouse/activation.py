@@ -19,7 +19,7 @@ _HOOK = "# wh: CUDA toolchain and NVIDIA library paths"
 
 def write_activation(venv: Path, interp: Interpreter) -> Path:
     """``<venv>/bin/wh-env.sh`` (and ``.fish``), sourced from the venv's activate scripts."""
-    plan = env_plan([Path(d) for d in interp.site_dirs])
+    plan = env_plan([Path(d) for d in interp.visible_site_dirs])
     bindir = Path(venv) / "bin"
     snippet = write_atomic(bindir / "wh-env.sh", render_bash(plan))
     write_atomic(bindir / "wh-env.fish", render_fish(plan))

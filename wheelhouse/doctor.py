@@ -192,7 +192,11 @@ def gather_context(
         facts, gpu = _apply_overrides(facts, gpu, facts_override)
     if gpu is None:
         gpu = query_gpu_facts(environ=env)
-    site_dirs = tuple(Path(p) for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p)
+    from .interpreter import visible_site_dirs
+
+    own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
+    # Every site folder the target imports from: a parent venv's or the system's NVIDIA libs count too.
+    site_dirs = tuple(Path(p) for p in visible_site_dirs(own, facts.get("sys_path") or ()))
     try:
         from .cudaenv import engine_environment
 
@@ -324,7 +328,7 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
     interp = inspect_interpreter(python or sys.executable)
     done: list[dict[str, Any]] = []
     if any(r.fix == "wh links --fix" for r in report.results):
-        changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(Path(interp.platlib)))
+        changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(Path(interp.platlib)))
         done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
                  for c in changes]
     plans = plan_drops(report, include_forced=include_forced)

@@ -179,7 +179,7 @@ def build_engine(
     backports = read_backports(recipe, mirror, refs)
 
     # The toolchain and links come first: they are part of what the build sees.
-    sites = [Path(s) for s in interp.site_dirs]
+    sites = [Path(s) for s in interp.visible_site_dirs]
     made_links: list[str] = []
     if recipe.build.link_sonames:
         by_site: dict[Path, list] = {}

@@ -224,7 +224,7 @@ def install_wheelhouses(
         raise
     link_changes: list[LinkChange] = []
     if links:
-        link_changes = apply_links(plan_links([Path(d) for d in interp.site_dirs]), record_path(interp.platlib))
+        link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))
     applied_patches: list[str] = []
     if patches and any(h.patches for h in houses):
         applied_patches = _apply_patches(houses, interp, reporter)

@@ -17,12 +17,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .errors import UsageError
 from .resources import capture_script
 
-__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python"]
+__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs"]
 
 # Runs inside the target interpreter: stdlib only, and nothing that reaches the network.
 _PROBE = r"""
@@ -77,8 +77,7 @@ class Interpreter:
     def visible_site_dirs(self) -> tuple[str, ...]:
         """Every site folder this interpreter imports from: its own, then e.g. the base's with
         ``--system-site-packages``."""
-        extra = [p for p in self.sys_path if os.path.basename(p) in ("site-packages", "dist-packages")]
-        return tuple(dict.fromkeys(list(self.site_dirs) + extra))
+        return visible_site_dirs(self.site_dirs, self.sys_path)
 
     @property
     def site_dirs(self) -> tuple[str, ...]:
@@ -165,6 +164,16 @@ def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
 
 def venv_python(path: str | os.PathLike) -> Path:
     return Path(path) / "bin" / "python"
+
+
+def visible_site_dirs(own: Sequence[str], sys_path: Sequence[str]) -> tuple[str, ...]:
+    """``own`` site folders first, then every other site folder on ``sys_path``, in import order.
+
+    The NVIDIA libraries an engine loads can live in a parent venv (images ship torch in
+    /opt/torch/.venv) or the system's dist-packages (Kaggle); links, env and the doctor must see them.
+    """
+    extra = [p for p in sys_path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    return tuple(dict.fromkeys([*own, *extra]))
 
 
 def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None,

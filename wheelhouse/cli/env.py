@@ -39,7 +39,7 @@ def env(shell, dotenv, as_json, python, paths) -> None:
         raise click.UsageError("choose one of --shell, --dotenv, --json")
     if paths and python:
         raise click.UsageError("--path and --python are exclusive")
-    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).site_dirs]
+    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).visible_site_dirs]
     plan = env_plan(roots)
     computed = apply_plan(plan, os.environ)
     removed = removed_entries(os.environ)

@@ -42,7 +42,7 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     mode = "fix" if fix else "undo" if undo else "check"
     if paths and python:
         raise click.UsageError("--path and --python are exclusive")
-    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).site_dirs]
+    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).visible_site_dirs]
     result: dict = {"mode": mode, "roots": [str(r) for r in roots],
                     "lib_dirs": [str(d) for d in nvidia_lib_dirs(roots)], "changes": []}
     if mode == "check":
