@@ -41,7 +41,7 @@ drops a requirement. Format (all keys shown)::
     distribution = "sglang-kernel"
     module = "sgl_kernel"
     reason = "..."
-    force = false                                # true: drop even when the import works (JIT unusable)
+    force = false                                # true: listed for dropping; dropped only with --include-forced
 
     [[patch]]
     spec = "freetoken-fp8-rowwise.toml"          # under engine_src/ or relative to the manifest
