@@ -35,10 +35,15 @@ C=$ROOT/card
   /tmp/whv/bin/wh links --check --python "$PY" --json >"$C/links-image.json"; echo "links --check image rc=$?"
   /tmp/whv/bin/wh links --check --python /tmp/serve/bin/python --json >"$C/links-venv.json"; echo "links --check venv rc=$?"
   LD_LIBRARY_PATH=/keep/me /tmp/whv/bin/wh env --json --python /tmp/serve/bin/python >"$C/env.json"; echo "env rc=$?"
+  IMG_LIB=$("$PY" -c "import site; print(site.getsitepackages()[0])")/nvidia/cu13/lib
+  ls -l "$IMG_LIB/libcudart.so" && echo "image lib linked by wh install: yes"
   time /tmp/whv/bin/wh doctor --python /tmp/serve/bin/python --json --junit "$C/doctor.junit.xml" >"$C/doctor.json"; echo "doctor rc=$?"
+  # Give the image back as it was (the area scripts below expect its unlinked nvidia/cu13/lib):
+  /tmp/whv/bin/wh links --undo --python /tmp/serve/bin/python --json >"$C/links-undo.json"; echo "links --undo rc=$?"
+  [ ! -e "$IMG_LIB/libcudart.so" ] && echo "image lib after undo: restored"
   set +x
 } >"$C/card.log" 2>&1
-grep -E "rc=|^torch|^wh |real" "$C/card.log" | tee -a "$SUMMARY"
+grep -E "rc=|^torch|^wh |real|image lib" "$C/card.log" | tee -a "$SUMMARY"
 "$PY" - "$C" <<'PYEOF' | tee -a "$SUMMARY"
 import json, sys, pathlib
 c = pathlib.Path(sys.argv[1])
@@ -47,6 +52,7 @@ def load(n):
     except Exception as e: return {"_error": repr(e)}
 inst = load("install.json"); again = load("install-again.json")
 print("install:", {k: (len(v) if isinstance(v, list) else v) for k, v in inst.items() if k in ("installed", "skipped", "links", "patches", "seconds")})
+print("install links made:", sorted({x.get("path", "").rsplit("/", 2)[-2] + "/" + x.get("path", "").rsplit("/", 1)[-1] for x in inst.get("links", [])})[:6])
 print("re-install:", {k: (len(v) if isinstance(v, list) else v) for k, v in again.items() if k in ("installed", "skipped")})
 for n in ("links-image.json", "links-venv.json"):
     d = load(n); ch = d.get("changes", d if isinstance(d, list) else [])
