@@ -194,3 +194,17 @@ def test_libs_of_a_parent_venv_count_for_a_child_with_system_site_packages(tmp_p
     assert (parent_lib / "libcudart.so").is_symlink()
     assert wh("links", "--undo", "--python", child_py).returncode == 0
     assert tree_listing(parent) == before
+
+
+def test_first_install_into_a_new_child_venv_links_the_parents_libs(tmp_path):
+    """The venv wh creates must be inspected after its parent-venv .pth exists, or the first
+    install would not see (nor link) the parent's NVIDIA libraries."""
+    parent = tmp_path / "parent"
+    house = make_wheelhouse(tmp_path / "house", [nvidia_runtime_wheel(tmp_path / "w", tmp_path / "b")])
+    assert wh("install", house, "--venv", parent, "--no-links").returncode == 0
+    parent_lib = next(parent.glob("lib/python*/site-packages/nvidia/cu13/lib"))
+    r = wh("install", make_wheelhouse(tmp_path / "empty", []), "--venv", tmp_path / "child", "--system-site-packages",
+           "--python", parent / "bin" / "python", "--json")
+    assert r.returncode == 0, r.stderr
+    assert str(parent_lib / "libcudart.so") in [c["path"] for c in json.loads(r.stdout)["links"]]
+    assert (parent_lib / "libcudart.so").is_symlink()

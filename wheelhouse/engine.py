@@ -182,12 +182,9 @@ def build_engine(
     sites = [Path(s) for s in interp.visible_site_dirs]
     made_links: list[str] = []
     if recipe.build.link_sonames:
-        by_site: dict[Path, list] = {}
-        for change in plan_links(sites):
-            site = next((s for s in sites if Path(change.path).is_relative_to(s)), sites[0])
-            by_site.setdefault(site, []).append(change)
-        for site, changes in by_site.items():
-            made_links += [c.path for c in apply_links(changes, record_path(site))]
+        # Recorded in the build interpreter's own record (as `wh install` does), also for links made in a
+        # parent venv's or the system's NVIDIA folders, so `wh links --undo --python PY` reverses them all.
+        made_links = [c.path for c in apply_links(plan_links(sites), record_path(Path(interp.platlib)))]
         if made_links:
             reporter.note(f"created {len(made_links)} unversioned soname links (undo: `wh links --undo`)")
     env = dict(base_env if base_env is not None else os.environ)

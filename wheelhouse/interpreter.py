@@ -198,8 +198,8 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
                                    hint=f"check that {path.parent} is writable and `{cmd[0]} -m venv -h` works",
                                    detail=proc.stderr[-2000:])
         created = inspect_interpreter(venv_python(path))
-        if system_site_packages:
-            _inherit_parent_venv(created, python)
+        if system_site_packages and _inherit_parent_venv(created, python):
+            created = inspect_interpreter(venv_python(path))  # its sys.path now holds the parent's folders
     except BaseException:
         # No half-created venv: the next run would take it for a finished one.
         if existed:  # it was an empty folder: leave it empty
@@ -214,7 +214,7 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
     return created
 
 
-def _inherit_parent_venv(created: Interpreter, python: str | os.PathLike | None) -> None:
+def _inherit_parent_venv(created: Interpreter, python: str | os.PathLike | None) -> bool:
     """Make ``--system-site-packages`` see a parent VENV's packages, not only its base install.
 
     ``python -m venv`` run by a venv's interpreter points the new venv at the *base* Python, so
@@ -223,8 +223,9 @@ def _inherit_parent_venv(created: Interpreter, python: str | os.PathLike | None)
     """
     parent = inspect_interpreter(python or sys.executable)
     if not parent.is_venv:
-        return
+        return False
     dirs = [d for d in parent.site_dirs if os.path.isdir(d)]
     if dirs:
         pth = Path(created.purelib) / "_wh_parent_venv.pth"
         pth.write_text("".join(d + "\n" for d in dirs), encoding="utf-8")
+    return bool(dirs)

@@ -61,6 +61,11 @@ else
   say "wheelhouse: $HOUSE ($(ls "$HOUSE"/wheels 2>/dev/null | wc -l) wheels, $(du -sh "$HOUSE/wheels" 2>/dev/null | cut -f1))"
 fi
 
+# --- 0. the image as it comes: its nvidia/cu13/lib has only versioned sonames
+"${WH[@]}" links --check --python "$PY" --json >"$OUT/links-check-image-before.json" 2>/dev/null
+say "links --check on the image before install: rc=$? $("$PY" -c "
+import json; d=json.load(open('$OUT/links-check-image-before.json')); print(len(d['changes']), 'changes needed')" 2>/dev/null)"
+
 # --- 1. install into a new venv that sees the image's torch
 rm -rf /tmp/v
 t0=$(date +%s.%N)
@@ -75,7 +80,8 @@ say "re-install (idempotent): rc=$rc2 $("$PY" -c "import json;d=json.load(open('
 /tmp/v/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" >"$OUT/torch-from-venv.txt" 2>&1
 say "torch from the venv (system site): $(tail -1 "$OUT/torch-from-venv.txt")"
 
-# --- 2. links --check against the image's own nvidia/cu13/lib (only versioned sonames there)
+# --- 2. links --check against the image's own nvidia/cu13/lib: wh install linked it (the venv loads the
+#        parent venv's libraries), so nothing is left to change
 "${WH[@]}" links --check --python "$PY" --json >"$OUT/links-check-image.json" 2>"$OUT/links-check-image.stderr"
 rc=$?
 say "links --check (image $PY): rc=$rc (1 = changes needed) $("$PY" -c "
@@ -112,6 +118,12 @@ if [ -f /tmp/v/bin/wh-env.sh ]; then
   got=$(bash -c 'export LD_LIBRARY_PATH=/keep/me; . /tmp/v/bin/activate; echo "${LD_LIBRARY_PATH%%:*}"')
   say "venv activate hook: LD_LIBRARY_PATH starts with $got"
 fi
+
+# --- 5. give the image back: undo exactly what wh install linked there
+"${WH[@]}" links --undo --python /tmp/v/bin/python --json >"$OUT/links-undo.json" 2>/dev/null
+"${WH[@]}" links --check --python "$PY" --json >"$OUT/links-check-image-after-undo.json" 2>/dev/null
+say "links --undo via the venv: rc=$? on the image afterwards: $("$PY" -c "
+import json; d=json.load(open('$OUT/links-check-image-after-undo.json')); print(len(d['changes']), 'changes needed again (image restored)')" 2>/dev/null)"
 
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
 rm -rf "$WORK"
