@@ -149,7 +149,6 @@ def repacked_deps(tmp_path_factory):
 
 def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, tmp_path):
     import subprocess
-    import sys
     import venv
 
     from wheelmaker import make_wheel

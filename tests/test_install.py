@@ -17,7 +17,6 @@ from wheelmaker import make_wheel
 from wheelhouse.install import (
     AmbiguousWheelhouse,
     HashMismatch,
-    TargetMismatch,
     find_wheelhouses,
     install_wheelhouses,
     read_install_state,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from wheelmaker import make_wheel
-from wheelhouse.patch import PatchDrifted, PatchRolledBack, apply_patch, revert_patch, verify_patch
+from wheelhouse.patch import PatchDrifted, PatchRolledBack, apply_patch, revert_patch
 from wheelhouse.patch_conditions import check_conditions
 from wheelhouse.patch_spec import load_patch_spec
 

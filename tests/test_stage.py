@@ -262,7 +262,6 @@ def test_drops_patches_and_doctor_expectations_are_recorded(pyindex, wheels, t31
 # --- bad inputs: one line, a hint, nothing written ------------------------------------------------
 
 def _run(args, tmp_path):
-    from wheelhouse.cli import main
 
     proc = subprocess.run([sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])", *args],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
