@@ -443,3 +443,22 @@ def test_system_site_packages_from_a_venv_interpreter_sees_the_parent_venv(tmp_p
                            capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "3"
+
+
+def test_search_root_with_one_wheelhouse_per_target_installs_the_fitting_one(tmp_path):
+    """A mount can carry a cp311 and a cp312 wheelhouse of the same stack: install takes the one staged
+    for the receiving interpreter and says which it skipped, instead of refusing with a target mismatch."""
+    w = tmp_path / "w"
+    wheel = make_wheel(w, "same", "1.0", modules={"same.py": "V = 1\n"})
+    make_wheelhouse(tmp_path / "mnt" / "for-this" / "wh", [wheel])
+    other = target_from_flags("3.99", ["manylinux_2_17_x86_64"]).to_json()
+    make_wheelhouse(tmp_path / "mnt" / "for-other" / "wh", [wheel], target=other)
+    r = wh("install", "--search", tmp_path / "mnt", "--venv", tmp_path / "venv", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert [d["name"] for d in report["installed"]] == ["same"]
+    assert any("for-other" in n and "3.99" in n for n in report["notes"])
+    assert "skipped" in r.stderr
+    # Only unfit wheelhouses: still one clear refusal naming the difference, nothing created.
+    r = wh("install", tmp_path / "mnt" / "for-other" / "wh", "--venv", tmp_path / "venv2")
+    assert r.returncode == 2 and "3.99" in r.stderr and not (tmp_path / "venv2").exists()

@@ -30,7 +30,7 @@ from typing import Any, Literal, Sequence
 
 from .activation import write_activation
 from .bytecode import ByteCompiler
-from .install_checks import check_target, select_files, verify_files
+from .install_checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .install_errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .install_state import read_install_state, state_path, write_install_state
 from .installed import canonical_name, find_installed
@@ -151,7 +151,6 @@ def install_wheelhouses(
     houses = [load_wheelhouse(p) for p in wheelhouses]
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH`")
-    check_unambiguous(houses)
 
     # 1. Facts of the receiving interpreter. A venv gets its base's tags, so the
     #    check runs before the venv exists: a refused wheelhouse creates nothing.
@@ -160,6 +159,9 @@ def install_wheelhouses(
         interp = inspect_interpreter(venv_python(venv))
     else:
         interp = inspect_interpreter(python)
+    # A mount can hold one wheelhouse per target (cp311 and cp312, say): keep the ones for this one.
+    houses, target_notes = fitting_wheelhouses(houses, interp)
+    check_unambiguous(houses)
     chosen = select_files(houses, interp, only)
     check_target(houses, chosen, interp)
 
@@ -193,7 +195,7 @@ def install_wheelhouses(
     if venv is not None and not venv_python(venv).exists():
         interp = create_venv(venv, python=python, system_site_packages=system_site_packages)
         created_venv = True
-    notes: list[str] = []
+    notes: list[str] = list(target_notes)
     installed_dists: list[InstalledDist] = []
     compiled = 0
     try:

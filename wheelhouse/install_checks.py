@@ -25,7 +25,7 @@ from .lock import LockedFile
 from .progress import Reporter
 from .wheelhouses import Wheelhouse
 
-__all__ = ["select_files", "check_target", "verify_files"]
+__all__ = ["select_files", "check_target", "verify_files", "target_problems", "fitting_wheelhouses"]
 
 
 def _wheel_tags(filename: str) -> set[str]:
@@ -69,25 +69,44 @@ def select_files(houses: Sequence[Wheelhouse], interp: Interpreter,
     return [(h, f) for _, h, f in (best[k] for k in sorted(best))]
 
 
+def target_problems(house: Wheelhouse, interp: Interpreter) -> list[str]:
+    """How ``house``'s recorded target differs from ``interp`` (empty: it fits, or records none)."""
+    t = house.target
+    if t is None:
+        return []
+    problems = []
+    for what, theirs, ours in (
+        ("implementation", t.implementation, interp.implementation),
+        ("Python", t.python_version, interp.python_version),
+        ("ABI", t.abi, interp.abi),
+    ):
+        if theirs != ours:
+            problems.append(f"{house.path} is for {what} {theirs}, {interp.executable} is {ours}")
+    if t.glibc and interp.glibc and t.glibc > interp.glibc:
+        problems.append(f"{house.path} is for glibc {t.libc[1]}, this machine has {interp.libc[1]}")
+    if t.glibc and interp.libc and interp.libc[0] != "glibc":
+        problems.append(f"{house.path} is for glibc, this machine has {interp.libc[0]}")
+    return problems
+
+
+def fitting_wheelhouses(houses: Sequence[Wheelhouse], interp: Interpreter) -> tuple[list[Wheelhouse], list[str]]:
+    """Of several wheelhouses (a search root can hold one per target), keep those staged for ``interp``.
+
+    Returns the kept ones and a note per skipped one. When none fits, all are kept, so that
+    check_target names every difference.
+    """
+    fit = [h for h in houses if not target_problems(h, interp)]
+    if len(houses) < 2 or not fit or len(fit) == len(houses):
+        return list(houses), []
+    return fit, [f"skipped {h.path}: {target_problems(h, interp)[0]}" for h in houses if h not in fit]
+
+
 def check_target(houses: Sequence[Wheelhouse], chosen: Sequence[tuple[Wheelhouse, LockedFile]],
                  interp: Interpreter) -> None:
     """Raise TargetMismatch naming every difference between the wheelhouses' target and ``interp``."""
     problems: list[str] = []
     for h in houses:
-        t = h.target
-        if t is None:
-            continue
-        for what, theirs, ours in (
-            ("implementation", t.implementation, interp.implementation),
-            ("Python", t.python_version, interp.python_version),
-            ("ABI", t.abi, interp.abi),
-        ):
-            if theirs != ours:
-                problems.append(f"{h.path} is for {what} {theirs}, {interp.executable} is {ours}")
-        if t.glibc and interp.glibc and t.glibc > interp.glibc:
-            problems.append(f"{h.path} is for glibc {t.libc[1]}, this machine has {interp.libc[1]}")
-        if t.glibc and interp.libc and interp.libc[0] != "glibc":
-            problems.append(f"{h.path} is for glibc, this machine has {interp.libc[0]}")
+        problems += target_problems(h, interp)
     own = set(interp.tags)
     for _, f in chosen:
         if not (_wheel_tags(f.filename) & own):

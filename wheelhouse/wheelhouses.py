@@ -62,8 +62,9 @@ def _walk_for(root: Path, name: str, depth: int) -> list[Path]:
 
 
 def _fingerprint(path: Path) -> str:
+    # The lock AND wh.json (its target): the same files staged for two targets are two wheelhouses.
     try:
-        return hashlib.sha256((path / "pylock.toml").read_bytes()).hexdigest()
+        return hashlib.sha256((path / "pylock.toml").read_bytes() + (path / WH_JSON).read_bytes()).hexdigest()
     except OSError:
         return str(path.resolve())
 
