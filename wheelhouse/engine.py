@@ -33,6 +33,7 @@ from .engine_source import (
     read_backports,
     sha256_bytes,
 )
+from .digest import sha256_of
 from .errors import UsageError
 from .progress import NullReporter, Reporter
 from .recipe import Backport, BuildSettings, EngineRecipe, RecipeError, load_recipe, parse_recipe
@@ -90,14 +91,6 @@ def build_key(recipe: EngineRecipe, backports: tuple[AppliedBackport, ...], env:
         "isolation": not recipe.build.no_build_isolation,
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _open_wheelhouse(wheelhouse: Path, interp) -> dict[str, Any]:
@@ -232,11 +225,11 @@ def build_engine(
 
     _check_target(data, built.name, wheelhouse)
     name, version, _, _ = parse_wheel_filename(built.name)
-    sha = _sha256_file(built)
+    sha = sha256_of(built)
     dest = wheelhouse / "wheels" / built.name
     created: list[Path] = []
     try:
-        if not dest.exists() or _sha256_file(dest) != sha:
+        if not dest.exists() or sha256_of(dest) != sha:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.tmp")
             shutil.copyfile(built, tmp)

@@ -10,12 +10,12 @@ the two share a filesystem, else as copies.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import threading
 from pathlib import Path
 
+from .digest import sha256_of, update_hash
 from .errors import WhError
 
 __all__ = [
@@ -30,8 +30,6 @@ __all__ = [
     "commit_part",
     "place",
 ]
-
-_CHUNK = 1 << 20  # 1 MiB reads
 
 
 class HashMismatch(WhError):
@@ -66,22 +64,6 @@ def cached_path(cache: Path, sha256: str) -> Path:
 def partial_path(cache: Path, key: str) -> Path:
     """Where the unfinished download ``key`` (its sha256, or a name derived from its URL) is kept."""
     return Path(cache) / "partial" / f"{key}.part"
-
-
-def update_hash(h: "hashlib._Hash", path: Path) -> None:
-    """Feed the whole of ``path`` to the running hash ``h``."""
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(_CHUNK)
-            if not block:
-                break
-            h.update(block)
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    update_hash(h, path)
-    return h.hexdigest()
 
 
 def cache_hit(cache: Path, sha256: str | None, size: int | None) -> bool:

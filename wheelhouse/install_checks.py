@@ -9,7 +9,6 @@ check collects every failure and reports them together.
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -17,6 +16,7 @@ from typing import Sequence
 from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from .digest import sha256_of
 from .errors import UsageError
 from .install_errors import HashMismatch, TargetMismatch
 from .installed import canonical_name
@@ -120,17 +120,6 @@ def check_target(houses: Sequence[Wheelhouse], chosen: Sequence[tuple[Wheelhouse
         )
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.read(1 << 20)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter) -> list[Path]:
     """Hash every file against pylock.toml; raise HashMismatch listing every bad one. Returns the paths."""
     paths = [h.path / f.path for h, f in chosen]
@@ -143,7 +132,7 @@ def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, rep
             return (str(path), f.sha256, "missing")
         if f.size is not None and path.stat().st_size != f.size:
             return (str(path), f.sha256, f"size {path.stat().st_size} != {f.size}")
-        actual = _sha256(path)
+        actual = sha256_of(path)
         reporter.advance(task)
         return None if actual == f.sha256 else (str(path), f.sha256, actual)
 

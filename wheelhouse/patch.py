@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from .atomic import write_atomic
+from .digest import sha256_of
 from .errors import UsageError, WhError
 from .patch_conditions import check_conditions, gather_facts
 from .patch_spec import PatchSpec, PatchSpecError, PatchVerify, load_patch_spec, parse_patch_spec
@@ -133,10 +134,6 @@ _CALL = (
     "value = obj()\n"
     f"print('\\n{_RESULT_MARK}' + json.dumps(value, default=repr))\n"
 )
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
@@ -293,7 +290,7 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
     located = _locate(spec, python)
     if located is None or not located[0].is_file():
         return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
-    current = _sha256(located[0])
+    current = sha256_of(located[0])
     if current == payload_sha:
         state: State = "patched"
     elif current in spec.before_sha256:
@@ -315,7 +312,7 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
                                  hint="nothing to revert")
     target, site = located
     pdir = _patch_dir(site, spec.name)
-    current = _sha256(target)
+    current = sha256_of(target)
     base = dict(name=spec.name, action="revert", file=str(target), before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256)
     try:
         rec = json.loads((pdir / "record.json").read_text(encoding="utf-8"))

@@ -1,0 +1,30 @@
+"""sha256 of files, read in blocks: the one hash every verification in wh compares against.
+
+Standard library only (the install path imports it: nothing here can open a socket).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+__all__ = ["sha256_of", "update_hash"]
+
+_CHUNK = 1 << 20  # 1 MiB reads
+
+
+def update_hash(h: "hashlib._Hash", path: Path) -> None:
+    """Feed the whole of ``path`` to the running hash ``h``."""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(_CHUNK)
+            if not block:
+                break
+            h.update(block)
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of the file at ``path``."""
+    h = hashlib.sha256()
+    update_hash(h, path)
+    return h.hexdigest()
