@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 from .errors import UsageError
 from .resources import capture_script
+from .target import glibc_version
 
 __all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs"]
 
@@ -90,10 +91,7 @@ class Interpreter:
 
     @property
     def glibc(self) -> tuple[int, int] | None:
-        if self.libc and self.libc[0] == "glibc":
-            major, minor = self.libc[1].split(".")[:2]
-            return int(major), int(minor)
-        return None
+        return glibc_version(self.libc)
 
     def describe(self) -> str:
         libc = f" {self.libc[0]} {self.libc[1]}" if self.libc else ""

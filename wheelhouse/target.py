@@ -22,7 +22,7 @@ from packaging.version import Version
 from . import capture_target
 from .errors import TargetError
 
-__all__ = ["Gpu", "TargetProfile", "target_from_flags", "load_target", "host_target", "MARKER_KEYS"]
+__all__ = ["Gpu", "TargetProfile", "target_from_flags", "load_target", "host_target", "MARKER_KEYS", "glibc_version"]
 
 # PEP 508: every key a marker may name. Marker.evaluate() fills missing keys
 # from the HOST's default_environment(), so a target must always supply all.
@@ -92,10 +92,7 @@ class TargetProfile:
 
     @property
     def glibc(self) -> tuple[int, int] | None:
-        if self.libc and self.libc[0] == "glibc":
-            major, minor = self.libc[1].split(".")[:2]
-            return int(major), int(minor)
-        return None
+        return glibc_version(self.libc)
 
     def tag_rank(self, tag: str) -> int | None:
         """Position of one ``py-abi-plat`` tag in the target's order (0 is best), or None."""
@@ -153,6 +150,14 @@ class TargetProfile:
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
         }
+
+
+def glibc_version(libc: tuple[str, str] | None) -> tuple[int, int] | None:
+    """``("glibc", "2.35")`` -> ``(2, 35)``; None for musl or an unknown libc."""
+    if libc and libc[0] == "glibc":
+        major, minor = libc[1].split(".")[:2]
+        return int(major), int(minor)
+    return None
 
 
 def _split_platform(tag: str) -> tuple[str | None, str]:
