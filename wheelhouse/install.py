@@ -193,7 +193,7 @@ def install_wheelhouses(
 
     # 3. Change things.
     if venv is not None and not venv_python(venv).exists():
-        interp = create_venv(venv, python=python, system_site_packages=system_site_packages)
+        interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=interp)
         created_venv = True
     notes: list[str] = list(target_notes)
     installed_dists: list[InstalledDist] = []

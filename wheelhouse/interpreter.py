@@ -175,10 +175,10 @@ def visible_site_dirs(own: Sequence[str], sys_path: Sequence[str]) -> tuple[str,
 
 
 def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None,
-                system_site_packages: bool = False) -> Interpreter:
+                system_site_packages: bool = False, *, base: Interpreter | None = None) -> Interpreter:
     """Create a venv at ``path`` with ``python`` (no pip inside: wh installs into it) and describe it.
 
-    An existing venv is reused as it is.
+    An existing venv is reused as it is. ``base``: ``python``'s facts when the caller has them already.
     """
     path = Path(path)
     if venv_python(path).exists():
@@ -196,7 +196,7 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
                                    hint=f"check that {path.parent} is writable and `{cmd[0]} -m venv -h` works",
                                    detail=proc.stderr[-2000:])
         created = inspect_interpreter(venv_python(path))
-        if system_site_packages and _inherit_parent_venv(created, python):
+        if system_site_packages and _inherit_parent_venv(created, base or inspect_interpreter(python or sys.executable)):
             created = inspect_interpreter(venv_python(path))  # its sys.path now holds the parent's folders
     except BaseException:
         # No half-created venv: the next run would take it for a finished one.
@@ -212,14 +212,13 @@ def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None
     return created
 
 
-def _inherit_parent_venv(created: Interpreter, python: str | os.PathLike | None) -> bool:
+def _inherit_parent_venv(created: Interpreter, parent: Interpreter) -> bool:
     """Make ``--system-site-packages`` see a parent VENV's packages, not only its base install.
 
     ``python -m venv`` run by a venv's interpreter points the new venv at the *base* Python, so
     ``--system-site-packages`` would hide the parent venv's torch (images such as /opt/torch/.venv).
     A ``.pth`` file in the new venv appends the parent's site folders after the venv's own.
     """
-    parent = inspect_interpreter(python or sys.executable)
     if not parent.is_venv:
         return False
     dirs = [d for d in parent.site_dirs if os.path.isdir(d)]
