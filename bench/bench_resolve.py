@@ -106,7 +106,7 @@ def uv_pins(proc) -> dict[str, str]:
 def _platforms(platform: str) -> list[str]:
     """manylinux_2_35_x86_64 -> it and every older manylinux tag: pip takes --platform literally."""
     sys.path.insert(0, str(REPO))
-    from wheelhouse.capture_target import expand_platform
+    from wheelhouse.target.capture import expand_platform
 
     return [p for p in expand_platform(platform) if p.startswith(("manylinux", "musllinux"))] or [platform]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from wheelmaker import make_wheel  # noqa: E402
 from index_fixtures import pyindex  # noqa: E402,F401  (fixture: a PEP 691/503 index on 127.0.0.1)

@@ -37,4 +37,4 @@ def engine_src_dir() -> Path:
 
 def capture_script() -> Path:
     """The stdlib-only target capture script copied into every wheelhouse."""
-    return _PACKAGE / "capture_target.py"
+    return _PACKAGE / "target" / "capture.py"

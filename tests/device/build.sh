@@ -4,7 +4,7 @@
 #
 #   bash tests/device/build.sh [WHEELHOUSE_WITH_BOOTSTRAP]
 #
-# Proves, with the toy engine of tests/packages/toy_engine.py (a real git repo made here; its
+# Proves, with the toy engine of tests/support/packages/toy_engine.py (a real git repo made here; its
 # setup.py links a C extension with -lcudart against nvidia/*/lib of the building interpreter):
 #   1. the build FAILS without soname links, and wh shows the linker's own "cannot find -lcudart";
 #   2. with link-sonames it succeeds against the image's own libcudart.so.13 (through a symlink copy
@@ -87,7 +87,7 @@ whp() {  # whp apply|verify SPEC PY
 
 # --- the toy engine repo and a build venv that sees the image's packages (torch, setuptools) and
 #     holds a symlink copy of the image's nvidia/cu13/lib (versioned sonames only, real files).
-SHAS=$("$PY" tests/packages/toy_engine.py make-repo "$WORK/repo") || { echo "FAIL: could not make the toy repo"; exit 1; }
+SHAS=$("$PY" tests/support/packages/toy_engine.py make-repo "$WORK/repo") || { echo "FAIL: could not make the toy repo"; exit 1; }
 echo "$SHAS" >"$OUT/toy-repo.json"
 sha() { "$PY" -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$SHAS" "$1"; }
 "$PY" -m venv --without-pip "$WORK/bv" || { echo "FAIL: venv"; exit 1; }
@@ -105,7 +105,7 @@ done
 recipe() {  # recipe FILE LINK_SONAMES
   "$PY" - "$1" "$2" "$SHAS" <<'EOF'
 import json, sys
-sys.path.insert(0, "tests/packages")
+sys.path.insert(0, "tests/support/packages")
 import toy_engine as t
 s = json.loads(sys.argv[3])
 open(sys.argv[1], "w").write(t.recipe_text(s["repo"], s["base"], fetch=[s["pr_ref"]],

@@ -5,7 +5,7 @@
 #
 # WHEELHOUSE: staged on the networked host for the box's CPython 3.12 / glibc 2.39
 # (e.g. `wh stage manifests/demo.toml --target manifests/<box profile>.json -o wh-box`).
-# Without it, a small wheelhouse is made here from tests/wheelmaker.py (host-target).
+# Without it, a small wheelhouse is made here from tests/support/wheelmaker.py (host-target).
 # Evidence (JSON) goes to $OUT; a compact summary is printed at the end.
 set -u
 PY=${PY:-/opt/torch/.venv/bin/python3}
@@ -42,7 +42,7 @@ if [ -z "$HOUSE" ]; then
   HOUSE="$WORK/house"
   "$PY" - "$HOUSE" <<'EOF' || exit 1
 import hashlib, sys
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/support")
 from pathlib import Path
 from wheelmaker import make_wheel
 from wheelhouse.lock import Lock, LockedFile, write_pylock, write_wh_json

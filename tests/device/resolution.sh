@@ -12,7 +12,7 @@
 #      skew is refused with the chain;
 #   4. dependencies come from HTTP range reads: bytes served << wheel size;
 #   5. with no network, the default index fails with one clear line and a hint (no traceback);
-#   6. tests/test_resolve.py, test_index.py and test_http.py pass here when pytest is available.
+#   6. tests/resolve and tests/index pass here when pytest is available.
 # Evidence: $OUT/resolution.json (+ pytest log). A compact summary is printed at the end (< 1 min).
 set -u
 PY=${PY:-/opt/torch/.venv/bin/python3}
@@ -23,7 +23,7 @@ REPO=$PWD
 
 # wh's deps for the resolver: packaging + resolvelib, importable already or pip's vendored copies.
 DEPS="$WORK/deps"; mkdir -p "$DEPS"
-export PYTHONPATH="$REPO:$REPO/tests:$DEPS"
+export PYTHONPATH="$REPO:$REPO/tests/support:$DEPS"
 VENDOR=$("$PY" -c "import os, pip; print(os.path.join(os.path.dirname(pip.__file__), '_vendor'))" 2>/dev/null)
 for m in packaging resolvelib; do
   "$PY" -c "import $m" 2>/dev/null || { [ -n "$VENDOR" ] && [ -d "$VENDOR/$m" ] && ln -s "$VENDOR/$m" "$DEPS/$m"; }
@@ -137,7 +137,7 @@ EOF
 RC=$?
 
 if "$PY" -c "import pytest" 2>/dev/null; then
-  "$PY" -m pytest -q -p no:cacheprovider tests/test_resolve.py tests/test_index.py tests/test_http.py >"$OUT/pytest.log" 2>&1
+  "$PY" -m pytest -q -p no:cacheprovider tests/resolve tests/index >"$OUT/pytest.log" 2>&1
   PRC=$?
   echo "$([ $PRC = 0 ] && echo 'ok  ' || echo FAIL) pytest resolver/index/http suites: $(tail -1 "$OUT/pytest.log")"
   [ $PRC = 0 ] || RC=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# wh serve / stop / smoke on the offline H200 box, with tests/fake_engine.py as the engine (there is no
+# wh serve / stop / smoke on the offline H200 box, with tests/support/fake_engine.py as the engine (there is no
 # model on the box) run by the image's interpreter, and a "rank" that holds REAL GPU memory via torch.
 #
 #   bash tests/device/serve.sh
@@ -58,7 +58,7 @@ res["count_wrong"] = pre.check_gpus(gpus, expected=n + 1, max_used_mib=None)
 
 port = free_port(); url = f"http://127.0.0.1:{port}"; log = out / "lib-serve.log"
 mib = os.environ["RANK_MIB"]
-spec = srv.LaunchSpec(command=(py, "tests/fake_engine.py", "--port", str(port), "--rank-gpu-mib", mib), url=url, log=log)
+spec = srv.LaunchSpec(command=(py, "tests/support/fake_engine.py", "--port", str(port), "--rank-gpu-mib", mib), url=url, log=log)
 engine, proc, secs = srv.launch(spec, make_probe("health", url), timeout=120, interval=0.2, grace=5)
 res["ready_s"] = round(secs, 2)
 try:
@@ -109,7 +109,7 @@ fi
 if "$PY" -c "import click, rich" 2>/dev/null; then
   wh() { COLUMNS=200 NO_COLOR=1 timeout 150 "$PY" -m wheelhouse "$@"; }
   P=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-  FAKE=("$PY" tests/fake_engine.py --port "$P")
+  FAKE=("$PY" tests/support/fake_engine.py --port "$P")
   wh serve --gpus 99 --log "$OUT/cli-refused.log" -- "${FAKE[@]}" 2>"$OUT/cli-refused.stderr"; rc=$?
   [ $rc = 1 ] && grep -q "expected exactly 99 GPU" "$OUT/cli-refused.stderr" && [ ! -e "$OUT/cli-refused.log" ] \
     && say "cli: --gpus 99 refused before launch" || bad "cli --gpus 99: rc $rc $(tail -3 "$OUT/cli-refused.stderr")"

@@ -17,8 +17,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import EXIT_INTERNAL, WhError
+from wheelhouse import __version__
+from wheelhouse.errors import EXIT_INTERNAL, WhError
 
 __all__ = ["main", "cli"]
 

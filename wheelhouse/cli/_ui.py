@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from ..errors import WhError
+from wheelhouse.errors import WhError
 
 __all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output", "check_writable"]
 
@@ -38,8 +38,8 @@ def emit_json(data: Any) -> None:
 
 def write_output(flag: str, path, text: str) -> None:
     """Write a file the user named with ``flag`` (atomically); a folder we cannot write to is bad input."""
-    from ..atomic import write_atomic
-    from ..errors import UsageError
+    from wheelhouse.atomic import write_atomic
+    from wheelhouse.errors import UsageError
 
     try:
         write_atomic(path, text)
@@ -52,8 +52,8 @@ def check_writable(flag: str, path, hint: str = "choose a path in a folder you c
     """Before long work: the file ``flag`` names can be written later (its nearest existing folder takes one)."""
     from pathlib import Path
 
-    from ..atomic import probe_writable
-    from ..errors import UsageError
+    from wheelhouse.atomic import probe_writable
+    from wheelhouse.errors import UsageError
 
     try:
         probe_writable(Path(path).resolve().parent)

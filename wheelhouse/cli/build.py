@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from ..engine import build_engine
-from ..recipe import load_recipe
+from wheelhouse.engine import build_engine
+from wheelhouse.engine.recipe import load_recipe
 from ._ui import emit_json
 
 __all__ = ["build"]

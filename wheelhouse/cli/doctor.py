@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..report import DoctorReport, render_junit
+from wheelhouse.doctor.report import DoctorReport, render_junit
 from ._ui import check_writable, emit_json, write_output
 
 __all__ = ["doctor", "drop"]
@@ -38,7 +38,7 @@ def _common(fn):
 def _manifest(path):
     if not path:
         return None
-    from ..manifest import load_manifest
+    from wheelhouse.manifest import load_manifest
 
     return load_manifest(path)
 
@@ -115,7 +115,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     means it ran. Exit codes: 0 nothing failed; 1 a check failed; 2 warnings
     only, with --strict; 3 the doctor itself could not run.
     """
-    from ..doctor import apply_fixes, list_checks as _list, run_doctor
+    from wheelhouse.doctor import apply_fixes, list_checks as _list, run_doctor
 
     if list_checks:
         rows = _list()
@@ -175,9 +175,16 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     was installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
     be confirmed; 2 bad input; 3 the probes could not run.
     """
-    from ..drop import (FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept, plan_drops, read_dropped,
-                        restore_dropped)
-    from ..interpreter import inspect_interpreter
+    from wheelhouse.doctor.drop import (
+        FORCED_NOT_DROPPED,
+        DropFailed,
+        drop_distributions,
+        forced_kept,
+        plan_drops,
+        read_dropped,
+        restore_dropped,
+    )
+    from wheelhouse.target.interpreter import inspect_interpreter
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
@@ -206,7 +213,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         if not entries:
             ui.info("nothing was dropped")
         return
-    from ..doctor import run_doctor
+    from wheelhouse.doctor import run_doctor
 
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()

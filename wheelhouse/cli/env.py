@@ -32,8 +32,16 @@ def env(shell, dotenv, as_json, python, paths) -> None:
       eval "$(wh env --shell bash)"
       wh env --dotenv > engine.env
     """
-    from ..cudaenv import apply_plan, env_plan, removed_entries, render_bash, render_dotenv, render_fish, render_json
-    from ..interpreter import inspect_interpreter
+    from wheelhouse.env.cuda import (
+        apply_plan,
+        env_plan,
+        removed_entries,
+        render_bash,
+        render_dotenv,
+        render_fish,
+        render_json,
+    )
+    from wheelhouse.target.interpreter import inspect_interpreter
 
     if sum(bool(x) for x in (shell, dotenv, as_json)) > 1:
         raise click.UsageError("choose one of --shell, --dotenv, --json")

@@ -42,8 +42,8 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install ./wheelhouse --venv /opt/venv --system-site-packages
       wh install --search /kaggle/input --python /usr/bin/python3
     """
-    from ..errors import UsageError
-    from ..install import find_wheelhouses, install_wheelhouses
+    from wheelhouse.errors import UsageError
+    from wheelhouse.install import find_wheelhouses, install_wheelhouses
 
     if venv is not None and python and Path(venv, "bin", "python").exists():
         ui.info(f"note: {venv} exists; --python is only used to create a venv")

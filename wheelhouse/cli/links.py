@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import WhError
+from wheelhouse.errors import WhError
 from ._ui import emit_json
 
 __all__ = ["links"]
@@ -34,8 +34,8 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     shadow the system driver. System libraries are never touched. Every change is recorded in
     <site-packages>/.wh/links.json so --undo reverses exactly those.
     """
-    from ..interpreter import inspect_interpreter
-    from ..links import apply_links, nvidia_lib_dirs, plan_links, read_record, record_path, undo_links
+    from wheelhouse.target.interpreter import inspect_interpreter
+    from wheelhouse.env.links import apply_links, nvidia_lib_dirs, plan_links, read_record, record_path, undo_links
 
     if check + fix + undo > 1:  # one flag value each used to let the last one win silently
         raise click.UsageError("--check, --fix and --undo are exclusive")

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..errors import EXIT_FAIL
-from ..patch import PatchOutcome, apply_patch, revert_patch, verify_patch
+from wheelhouse.errors import EXIT_FAIL
+from wheelhouse.patch import PatchOutcome, apply_patch, revert_patch, verify_patch
 from ._ui import emit_json
 
 __all__ = ["patch"]

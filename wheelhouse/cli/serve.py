@@ -11,15 +11,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from .. import serve as srv
-from .. import serve_preflight as pre
-from .. import serve_state as state
-from ..errors import UsageError, WhError
-from ..procgroup import stop_group
-from ..readiness import READY_MODES, auth_headers, make_probe
-from ..serve_lint import fill_placeholders, lint_command, port_from_command, url_values
-from ..serve_log import LogFollower
-from ..smoke import DEFAULT_PROMPT, run_smoke
+from wheelhouse import serve as srv
+from wheelhouse.serve import preflight as pre
+from wheelhouse.serve import state as state
+from wheelhouse.errors import UsageError, WhError
+from wheelhouse.procgroup import stop_group
+from wheelhouse.serve.readiness import READY_MODES, auth_headers, make_probe
+from wheelhouse.serve.lint import fill_placeholders, lint_command, port_from_command, url_values
+from wheelhouse.serve.log import LogFollower
+from wheelhouse.serve.smoke import DEFAULT_PROMPT, run_smoke
 from ._ui import check_writable, emit_json
 
 __all__ = ["serve", "stop", "smoke"]
@@ -69,14 +69,14 @@ def _with_port(url: str, port: int) -> str:
 def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> None:
     reporter = ui.reporter()
     try:
-        from ..gpu import query_gpus
+        from wheelhouse.target.gpu import query_gpus
         gpus = query_gpus()
     except ImportError:
         gpus = []
         reporter.note("preflight: GPU query not available in this build; GPU checks see no cards")
     doctor_fn = None
     try:
-        from ..doctor import run_doctor
+        from wheelhouse.doctor import run_doctor
 
         def doctor_fn():
             return run_doctor(python=python, manifest=manifest, model=Path(model) if model else None, reporter=reporter).failed
@@ -84,7 +84,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
         reporter.note("preflight: wh doctor not available in this build; doctor checks skipped")
     apply = None
     try:
-        from ..patch import apply_patch
+        from wheelhouse.patch import apply_patch
 
         def apply(spec):
             return apply_patch(spec, python=python)
@@ -143,7 +143,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     its whole group is stopped and the log's tail printed. Attached (the default), Ctrl-C
     stops it; --detach leaves it running and records it for `wh stop`.
     """
-    from ..manifest import load_manifest
+    from wheelhouse.manifest import load_manifest
 
     ui = ctx.obj
     if verbose and not ui.quiet:  # adds to the global -v; a global -q still wins, as in `wh -q -v`

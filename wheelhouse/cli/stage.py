@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
-from ..manifest import load_manifest
-from ..requirements_file import RequirementLine, parse_requirements_text
+from wheelhouse.errors import UsageError
+from wheelhouse.manifest import load_manifest
+from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
 from ._ui import emit_json
 from .target import target_from_options, target_options
 
@@ -40,7 +40,7 @@ def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
 
 def _split_manifest(args: tuple[str, ...]):
     """The first argument is a manifest when it is a .toml file or a bundled name; the rest are requirements."""
-    from ..resources import manifests_dir
+    from wheelhouse.resources import manifests_dir
 
     if not args:
         return None, []
@@ -88,8 +88,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     (provenance) and bootstrap/ (wh itself, for the box). On the box:
     `wh install DIR && wh doctor`.
     """
-    from ..stage import stage as run_stage
-    from ..target import load_target, target_from_flags
+    from wheelhouse.stage import stage as run_stage
+    from wheelhouse.target import load_target, target_from_flags
 
     ui = ctx.obj
     manifest, reqs = _split_manifest(tuple(inputs))
@@ -115,7 +115,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 
     index_urls = None
     if index_url or extra_index_url:
-        from ..index import default_index_url
+        from wheelhouse.index import default_index_url
 
         main = index_url or (manifest.index_url if manifest and manifest.index_url else default_index_url())
         index_urls = [main, *extra_index_url]

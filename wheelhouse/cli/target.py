@@ -6,8 +6,8 @@ import json
 
 import click
 
-from ..target import host_target, load_target, target_from_flags
-from ..capture_target import capture
+from wheelhouse.target import host_target, load_target, target_from_flags
+from wheelhouse.target.capture import capture
 from ._ui import emit_json, write_output
 
 __all__ = ["target", "target_options", "target_from_options"]

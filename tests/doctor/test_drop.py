@@ -1,0 +1,108 @@
+"""wh drop: only executed failures are dropped; RECORD uninstall is exact; find_spec is re-checked in a new process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from broken_packages import install_wheel, make_venv, site_packages
+from wheelhouse.doctor.drop import DropPlan, drop_distributions, forced_kept, plan_drops, read_dropped
+from wheelhouse.doctor.report import CheckResult, DoctorReport
+from wheelmaker import make_wheel
+
+
+def _report(*results):
+    return DoctorReport(python="py", results=tuple(results))
+
+
+def _drop(name):
+    return {"drop": {"distribution": name, "version": "1.0", "modules": [name], "reason": "import failed"}}
+
+
+def test_only_failed_executed_probes_are_planned():
+    report = _report(
+        CheckResult("native:a", "a", "fail", "ImportError: x", data=_drop("a")),
+        CheckResult("native:b", "b", "ok", "imported", data={"modules": ["b"]}),
+        CheckResult("native:c", "c", "warn", "slow", data=_drop("c")),  # not a failure: never dropped
+        CheckResult("rule:r", "r", "fail", "bug"),  # a failed rule names no distribution to drop
+        CheckResult("jit:d", "d", "fail", "nvcc: error", data=_drop("d")),
+        CheckResult("jit:triton", "t", "fail", "ptxas error", data={"distribution": "triton"}),  # not droppable
+    )
+    assert [(p.distribution, p.check_id) for p in plan_drops(report)] == [("a", "native:a"), ("d", "jit:d")]
+
+
+def test_forced_entries_are_kept_unless_included():
+    # issue 4: a manifest force = true entry whose probe passed is reported, dropped only with include_forced
+    report = DoctorReport(python="py", results=(
+        CheckResult("native:a", "a", "fail", "ImportError: x", data=_drop("a")),), facts={"forced_drops": [
+            {"distribution": "flashinfer-python", "version": "0.5.0", "modules": ["flashinfer"],
+             "reason": "tvm_ffi headers fail with CUDA 13.4"},
+            {"distribution": "a", "version": "1.0", "modules": ["a"], "reason": "also forced"}]})
+    assert [(p.distribution, p.forced) for p in plan_drops(report)] == [("a", False)]
+    [kept] = forced_kept(report)  # "a" failed its probe: dropped for that, not listed as kept
+    assert (kept.distribution, kept.modules, kept.reason) == ("flashinfer-python", ("flashinfer",), "forced by manifest")
+    assert "tvm_ffi headers fail with CUDA 13.4" in kept.evidence
+    plans = plan_drops(report, include_forced=True)
+    assert [(p.distribution, p.modules, p.forced, p.reason) for p in plans] == [
+        ("a", ("a",), False, "import failed"), ("flashinfer-python", ("flashinfer",), True, "forced by manifest")]
+
+
+def test_record_uninstall_removes_exactly_the_records_files(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    wheels = tmp_path / "w"
+    install_wheel(py, make_wheel(wheels, "victim", "1.0", modules={"victim/__init__.py": "", "victim/sub/m.py": "",
+                                                                  "nspkg/victim_part.py": ""}))
+    install_wheel(py, make_wheel(wheels, "bystander", "2.0", modules={"nspkg/other.py": "", "bystander.py": ""}))
+    site = site_packages(py)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([str(py), "-c", "import victim.sub.m"], check=True, env=env)  # leaves __pycache__ behind
+    assert (site / "victim" / "sub" / "__pycache__").is_dir()
+    plan = DropPlan("victim", "1.0", ("victim",), "import failed", "RuntimeError: boom", "native:victim")
+    [rec] = drop_distributions(str(py), [plan])
+    assert rec.method == "record" and rec.confirmed and rec.still_found == ()
+    assert not (site / "victim").exists() and not list(site.glob("victim-*.dist-info"))
+    assert (site / "nspkg" / "other.py").exists() and not (site / "nspkg" / "victim_part.py").exists()
+    assert (site / "bystander.py").exists() and list(site.glob("bystander-*.dist-info"))
+    [entry] = read_dropped(site)
+    assert entry["name"] == "victim" and entry["evidence"] == "RuntimeError: boom" and entry["reason"] == "import failed"
+
+
+def test_dry_run_touches_nothing(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": ""}))
+    [rec] = drop_distributions(str(py), [DropPlan("victim", "1.0", ("victim",), "r", "e", None)], dry_run=True)
+    assert rec.name == "victim" and not rec.confirmed
+    assert (site_packages(py) / "victim" / "__init__.py").exists()
+    assert read_dropped(site_packages(py)) == []
+
+
+def test_a_second_copy_on_pythonpath_is_reported_not_hidden(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "twice", "1.0", modules={"twice/__init__.py": "raise ImportError('x')\n"}))
+    shadow = tmp_path / "shadow" / "twice"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    os.environ["PYTHONPATH"] = str(tmp_path / "shadow")
+    try:
+        [rec] = drop_distributions(str(py), [DropPlan("twice", "1.0", ("twice",), "r", "e", None)])
+    finally:
+        del os.environ["PYTHONPATH"]
+    assert not rec.confirmed and rec.still_found == ("twice",)
+    assert json.loads((site_packages(py) / ".wh" / "dropped.json").read_text())["dropped"][0]["confirmed"] is False
+
+
+def test_drop_cli_exits_1_when_a_drop_cannot_be_confirmed(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    (tmp_path / "shadow" / "twice").mkdir(parents=True)
+    (tmp_path / "shadow" / "twice" / "__init__.py").write_text("raise ImportError('still broken')\n")
+    wheel = make_wheel(tmp_path / "w", "twice", "1.0", tags="cp311-cp311-linux_x86_64",
+                       modules={"twice/__init__.py": "raise ImportError('broken')\n"},
+                       files={"twice/_x.cpython-311-x86_64-linux-gnu.so": b"not really an ELF"})
+    install_wheel(py, wheel)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow")}
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "drop", "--python", str(py), "--timeout", "10"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "still found by find_spec" in proc.stderr and "hint:" in proc.stderr

@@ -1,0 +1,172 @@
+"""HttpClient against a real server on 127.0.0.1 and real files."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from wheelhouse.index.http import HttpClient, HttpError
+
+
+@pytest.fixture
+def served(pyindex, wheel_factory):
+    path = wheel_factory("alpha", "1.0", pad_bytes=200_000)
+    return pyindex(wheel_factory.folder), path
+
+
+def test_get_reads_body_and_reuses_the_connection(served):
+    idx, path = served
+    client = HttpClient(retries=0)
+    first = client.get(idx.file_url(path.name))
+    assert first.status == 200 and first.body == path.read_bytes()
+    assert first.headers["Content-Length"] == str(path.stat().st_size)  # case-insensitive
+    client.get(idx.url)
+    client.get(idx.url)
+    # keep-alive: three requests, and the server saw them
+    assert idx.hits["/simple/"] == 2
+    assert len(client._idle[("http", "127.0.0.1", int(idx.base.rsplit(":", 1)[1]))]) == 1
+
+
+def test_range_request_returns_206_with_only_those_bytes(served):
+    idx, path = served
+    resp = HttpClient().get(idx.file_url(path.name), {"Range": "bytes=-100"})
+    assert resp.status == 206 and resp.body == path.read_bytes()[-100:]
+    assert idx.bytes_served(path.name) == 100
+
+
+def test_404_is_an_http_error_with_hint(served):
+    idx, _ = served
+    with pytest.raises(HttpError) as err:
+        HttpClient(retries=0).get(idx.base + "/simple/nope/")
+    assert err.value.status == 404
+    assert "nope" in str(err.value) and err.value.hint
+
+
+def test_dropped_connection_mid_body_reports_bytes_received(served):
+    idx, path = served
+    idx.drop_after(path.name, 5000)
+    got = bytearray()
+    with pytest.raises(HttpError) as err:
+        with HttpClient(retries=0).stream(idx.file_url(path.name)) as resp:
+            for chunk in resp.iter_chunks(1024):
+                got += chunk
+    assert err.value.received == len(got) == 5000
+    # resume with a range from where it stopped
+    rest = HttpClient().get(idx.file_url(path.name), {"Range": f"bytes={len(got)}-"})
+    assert bytes(got) + rest.body == path.read_bytes()
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    failures = 2
+    seen = 0
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        type(self).seen += 1
+        if type(self).seen <= type(self).failures:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def _serve(handler):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return srv
+
+
+def test_5xx_is_retried_with_backoff_then_succeeds():
+    handler = type("H", (_Flaky,), {"seen": 0, "failures": 2})
+    srv = _serve(handler)
+    try:
+        resp = HttpClient(retries=3, backoff=0.01).get(f"http://127.0.0.1:{srv.server_address[1]}/x")
+        assert resp.body == b"ok" and handler.seen == 3
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_5xx_gives_up_after_retries():
+    handler = type("H", (_Flaky,), {"seen": 0, "failures": 99})
+    srv = _serve(handler)
+    try:
+        with pytest.raises(HttpError) as err:
+            HttpClient(retries=2, backoff=0.01).get(f"http://127.0.0.1:{srv.server_address[1]}/x")
+        assert err.value.status == 503 and handler.seen == 3
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_connection_refused_is_an_http_error():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(HttpError) as err:
+        HttpClient(retries=1, backoff=0.01).get(f"http://127.0.0.1:{port}/simple/")
+    assert err.value.status is None and "connection failed" in str(err.value)
+
+
+def test_file_urls_with_ranges(tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(bytes(range(256)) * 4)
+    client = HttpClient()
+    assert client.get(f.as_uri()).body == f.read_bytes()
+    part = client.get(f.as_uri(), {"Range": "bytes=10-19"})
+    assert part.status == 206 and part.body == f.read_bytes()[10:20]
+    with pytest.raises(HttpError) as err:
+        client.get((tmp_path / "missing").as_uri())
+    assert err.value.status == 404
+
+
+def test_parallel_gets_share_one_client(served):
+    idx, path = served
+    client = HttpClient()
+    with ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(lambda _: client.get(idx.file_url(path.name)).body, range(24)))
+    assert all(b == path.read_bytes() for b in bodies)
+
+
+def test_get_cached_revalidates_with_etag(served, tmp_path):
+    idx, _ = served
+    client = HttpClient(cache_dir=tmp_path / "cache")
+    url = idx.url + "alpha/"
+    first = client.get_cached(url, {"Accept": "text/html"}, max_age=0)
+    again = client.get_cached(url, {"Accept": "text/html"}, max_age=0)
+    assert first.body == again.body and b"alpha-1.0" in again.body
+    conditional = [h for p, h in idx.log if p == "/simple/alpha/" and "If-None-Match" in h]
+    assert len(conditional) == 1  # second request was a revalidation (304)
+    fresh = client.get_cached(url, {"Accept": "text/html"}, max_age=3600)
+    assert fresh.body == first.body and idx.hits["/simple/alpha/"] == 2  # served from disk
+
+
+def test_credentials_from_url_or_netrc_are_sent_and_not_printed(served, tmp_path, monkeypatch):
+    import base64
+
+    from wheelhouse.index.http import credentials as whhttp
+
+    idx, _ = served
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setattr(whhttp, "_NETRC", {})
+    HttpClient().get(idx.url)
+    assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    with pytest.raises(HttpError) as err:
+        HttpClient(retries=0).get(idx.url.replace("http://", "http://bob:hunter2@") + "missing/")
+    assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"bob:hunter2").decode()
+    assert "hunter2" not in str(err.value) and "***@" in str(err.value)

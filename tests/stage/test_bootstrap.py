@@ -1,0 +1,177 @@
+"""bootstrap: wh's own wheel (from the checkout, cached by content) and repacked installed dists."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.stage.bootstrap import (
+    BOOTSTRAP_TXT,
+    BootstrapError,
+    bootstrap_command,
+    repack_installed,
+    self_wheel,
+    wheel_requirements,
+    write_bootstrap,
+)
+from wheelhouse.lock import LockedFile, read_pylock
+from wheelhouse.stage import _bootstrap_requirements
+from wheelhouse.target import target_from_flags
+
+
+def _record_ok(wheel: Path) -> list[str]:
+    """Check every RECORD line against the archive; return the archive's names."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        for line in zf.read(record).decode().splitlines():
+            path, digest, size = line.rsplit(",", 2)
+            if path == record:
+                continue
+            data = zf.read(path)
+            algo, _, b64 = digest.partition("=")
+            assert algo == "sha256"
+            assert base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() == b64, path
+            assert int(size) == len(data), path
+    return names
+
+
+def test_self_wheel_from_checkout_has_the_cli_and_is_cached(tmp_path):
+    first = self_wheel(tmp_path / "cache")
+    assert first.origin == "checkout"
+    names = _record_ok(first.path)
+    assert "wheelhouse/cli/__init__.py" in names and "wheelhouse/stage/__init__.py" in names
+    assert "wheelhouse/target/capture.py" in names
+    with zipfile.ZipFile(first.path) as zf:
+        ep = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "wh = wheelhouse.cli:main" in ep
+    mtime = first.path.stat().st_mtime_ns
+    again = self_wheel(tmp_path / "cache")
+    assert again.path == first.path and again.path.stat().st_mtime_ns == mtime  # cache hit, no rebuild
+    # The checkout is not littered with build output.
+    root = Path(__file__).resolve().parents[2]
+    assert not (root / "build").exists() or not any((root / "build").glob("lib*/wheelhouse/stage/__init__.py"))
+
+
+def test_self_wheel_carries_every_subpackage_of_the_checkout(tmp_path):
+    """A subpackage missing from pyproject's package list would be missing on the box."""
+    root = Path(__file__).resolve().parents[2]
+    wanted = {p.parent.relative_to(root).as_posix() + "/__init__.py" for p in (root / "wheelhouse").rglob("__init__.py")
+              if "__pycache__" not in p.parts}
+    with zipfile.ZipFile(self_wheel(tmp_path / "cache").path) as zf:
+        names = set(zf.namelist())
+    assert wanted <= names, sorted(wanted - names)
+
+
+def test_repack_installed_makes_a_valid_wheel_without_bytecode(tmp_path):
+    wheel = repack_installed("click", tmp_path)
+    assert wheel.name.startswith("click-") and wheel.name.endswith("-py3-none-any.whl")
+    names = _record_ok(wheel)
+    assert "click/__init__.py" in names
+    assert not [n for n in names if n.endswith(".pyc") or n.endswith("/INSTALLER") or n.endswith("/direct_url.json")]
+    # Same files, same bytes: the repack is reproducible, so it can be cached by content.
+    again = repack_installed("click", tmp_path / "again")
+    assert again.read_bytes() == wheel.read_bytes()
+
+
+def test_repack_of_something_not_installed_is_a_clear_error(tmp_path):
+    with pytest.raises(BootstrapError) as err:
+        repack_installed("surely-not-installed-here", tmp_path)
+    assert "not installed" in err.value.message and err.value.hint
+
+
+def test_editable_install_is_not_repacked(tmp_path):
+    # The dev venv installs wh editable (or sees the checkout's egg-info): no files to repack.
+    with pytest.raises(BootstrapError, match="editable|RECORD"):
+        repack_installed("wh", tmp_path)
+
+
+def test_wh_dependencies_are_judged_for_the_target(tmp_path):
+    wheel = self_wheel(tmp_path / "cache").path
+    reqs = {str(r).split(">")[0].split("=")[0] for r in wheel_requirements(wheel)}
+    assert {"click", "packaging", "resolvelib", "rich"} <= reqs
+    py310 = _bootstrap_requirements(wheel, target_from_flags("3.10", ["manylinux_2_35_x86_64"]))
+    py312 = _bootstrap_requirements(wheel, target_from_flags("3.12", ["manylinux_2_35_x86_64"]))
+    assert any(r.startswith("tomli") for r in py310)  # tomli; python_version < "3.11"
+    assert not any(r.startswith("tomli") for r in py312)
+    assert not any(r.startswith("pytest") for r in py312)  # the test extra stays out
+    with pytest.raises(BootstrapError, match="3.9"):
+        _bootstrap_requirements(wheel, target_from_flags("3.9", ["manylinux_2_35_x86_64"]))
+
+
+def test_write_bootstrap_lock_and_instructions(tmp_path):
+    f = LockedFile(name="wh", version="0.1.0", filename="wh-0.1.0-py3-none-any.whl", path="wh-0.1.0-py3-none-any.whl",
+                   sha256="a" * 64, size=10)
+    write_bootstrap(tmp_path, [f], requires_python="==3.12.*", environments=['python_version == "3.12"'])
+    lock = read_pylock(tmp_path)
+    assert [x.filename for x in lock.files] == [f.filename] and lock.requires_python == "==3.12.*"
+    text = (tmp_path / BOOTSTRAP_TXT).read_text()
+    assert bootstrap_command() in text and "--no-index" in text
+
+
+# --- end to end: a fresh venv installs wh from bootstrap/ with no index ---------------------------
+
+def _installed_closure(roots) -> set[str]:
+    """Names of the installed distributions ``roots`` need here (markers judged for this interpreter)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [canonicalize_name(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in md.requires(name) or ():
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return seen
+
+
+@pytest.fixture(scope="session")
+def repacked_deps(tmp_path_factory):
+    """wh's dependencies as wheels, repacked from this venv's installs: a hermetic stand-in for the index."""
+    folder = tmp_path_factory.mktemp("repacked")
+    wheel = self_wheel(tmp_path_factory.mktemp("selfcache")).path
+    roots = [r.name for r in wheel_requirements(wheel) if r.marker is None or r.marker.evaluate({"extra": ""})]
+    for name in sorted(_installed_closure(roots)):
+        repack_installed(name, folder)
+    return folder
+
+
+def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, tmp_path):
+    import subprocess
+    import venv
+
+    from wheelmaker import make_wheel
+    from wheelhouse.stage import stage
+    from wheelhouse.target import host_target
+
+    make_wheel(repacked_deps.parent / "stack", "app", "1.0")
+    idx = pyindex(repacked_deps, repacked_deps.parent / "stack", serve_metadata=True)
+    out = tmp_path / "wh"
+    res = stage(None, ["app"], host_target(), out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=True)
+    boot = out / "bootstrap"
+    names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
+    assert {"wh", "click", "rich", "packaging", "resolvelib"} <= names
+    assert "app" not in names  # the stack's lock and the bootstrap are kept apart
+    lock = read_pylock(boot)
+    assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)
+    assert res.bootstrap_command == bootstrap_command()
+
+    env = tmp_path / "box-venv"
+    venv.create(env, with_pip=True)  # ensurepip: offline by construction
+    cmd = bootstrap_command(str(boot)).split()
+    assert cmd[:3] == ["python3", "-m", "pip"]
+    subprocess.run([str(env / "bin" / "python"), *cmd[1:]], check=True, capture_output=True, cwd=out,
+                   env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"})
+    got = subprocess.run([str(env / "bin" / "wh"), "--version"], capture_output=True, text=True, check=True)
+    assert "0.1.0" in got.stdout

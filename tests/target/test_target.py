@@ -1,0 +1,79 @@
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import pytest
+from packaging import tags as ptags
+
+from wheelhouse.target import capture as capture_target
+from wheelhouse.errors import TargetError
+from wheelhouse.target import host_target, load_target, target_from_flags, target_from_json
+
+
+def test_flags_tags_match_packaging_for_the_host_shape():
+    """Our stdlib tag logic equals packaging's for this very interpreter."""
+    host = host_target()
+    plat = next(p for p in host.platforms if p.startswith(("manylinux_", "musllinux_")))
+    ours = target_from_flags(host.python_version, [plat], "cp", host.abi)
+    assert list(ours.tags) == [str(t) for t in ptags.sys_tags()]
+
+
+def test_manylinux_platform_means_that_glibc_and_every_older_one():
+    t = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
+    assert t.wheel_rank("x-1-cp312-cp312-manylinux_2_25_x86_64.whl") is not None
+    assert t.wheel_rank("x-1-cp312-cp312-manylinux2014_x86_64.whl") is not None
+    assert t.wheel_rank("x-1-cp312-cp312-manylinux_2_36_x86_64.whl") is None
+    assert t.wheel_rank("x-1-cp311-cp311-manylinux_2_17_x86_64.whl") is None
+    assert t.wheel_rank("x-1-cp312-cp312-manylinux_2_17_aarch64.whl") is None
+    # a better (newer) manylinux ranks ahead of an older one
+    assert t.wheel_rank("x-1-cp312-cp312-manylinux_2_28_x86_64.whl") < t.wheel_rank("x-1-cp312-cp312-manylinux_2_17_x86_64.whl")
+    assert t.libc == ("glibc", "2.35")
+
+
+def test_markers_are_judged_for_the_target_not_the_host():
+    t310 = target_from_flags("3.10", ["manylinux_2_17_aarch64"])
+    assert t310.evaluate('python_version < "3.12"')
+    assert t310.evaluate('platform_machine == "aarch64"')
+    t312 = target_from_flags("3.12", ["musllinux_1_2_x86_64"])
+    assert not t312.evaluate('python_version < "3.12"')
+    assert t312.libc == ("musl", "1.2")
+
+
+def test_capture_script_runs_standalone_without_wh(tmp_path):
+    script = tmp_path / "capture_target.py"
+    script.write_bytes(Path(capture_target.__file__).read_bytes())
+    out = tmp_path / "t.json"
+    subprocess.run([sys.executable, "-I", str(script), "-o", str(out)], check=True, cwd=tmp_path)
+    data = json.loads(out.read_text())
+    assert data["compatible_tags"][0].startswith(f"cp{sys.version_info[0]}{sys.version_info[1]}-")
+    assert set(data["marker_environment"]) >= {"python_full_version", "sys_platform", "platform_machine"}
+    t = load_target(out)
+    assert t.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def test_pex_complete_platform_is_accepted():
+    pex = {
+        "marker_environment": dict(capture_target.marker_environment(), python_version="3.12", python_full_version="3.12.3"),
+        "compatible_tags": ["cp312-cp312-manylinux_2_35_x86_64", "cp312-abi3-manylinux_2_35_x86_64", "py3-none-any"],
+    }
+    t = target_from_json(pex)
+    assert t.source == "pex" and t.abi == "cp312" and t.python_version == "3.12"
+
+
+def test_bundled_kaggle_profile(repo_root):
+    t = load_target(repo_root / "manifests" / "targets" / "kaggle-4xl4.json")
+    assert t.python_version == "3.12" and t.glibc == (2, 35) and t.machine == "x86_64"
+    assert len(t.gpus) == 4 and {g.sm for g in t.gpus} == {"sm_89"}
+    assert t.gpus[0].memory_total_mib == 23034 and t.driver_version.startswith("580")
+
+
+@pytest.mark.parametrize("bad", ["3", "three", ""])
+def test_bad_python_version_is_a_clear_error(bad):
+    with pytest.raises(TargetError, match="python-version"):
+        target_from_flags(bad, ["manylinux_2_35_x86_64"])
+
+
+def test_missing_target_file_names_it(tmp_path):
+    with pytest.raises(TargetError, match="does not exist"):
+        load_target(tmp_path / "nope.json")

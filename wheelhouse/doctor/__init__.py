@@ -1,0 +1,346 @@
+"""``wh doctor``: gather facts in the TARGET interpreter, run every check, return one report.
+
+Facts come from probes run by the target interpreter (never from wh's own
+process), GPU facts from nvidia-smi. Checks live in ``wheelhouse.checks.*``;
+known-bug rules are data (``doctor/rules/*.toml``). A check that crashes is an
+``error`` verdict, never a crashed doctor; only an interpreter that cannot run
+at all stops the doctor (``DoctorCannotRun``, exit 3).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from .checks import DoctorContext, Distribution, selected
+from wheelhouse.errors import EXIT_INTERNAL, UsageError, WhError
+from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
+from wheelhouse.manifest import StackManifest
+from .probes import default_jobs, probe_script, run_probe
+from wheelhouse.progress import NullReporter, Reporter
+from .report import CheckResult, DoctorReport
+from wheelhouse.resources import doctor_dir
+from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
+
+__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes",
+           "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
+
+RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
+GROUPS = ("platform", "gpu", "toolchain", "links", "native", "jit", "rule", "model")
+
+
+class DoctorCannotRun(WhError):
+    """The doctor itself could not run (the interpreter is missing, or not a working Python)."""
+
+    code = "doctor-cannot-run"
+    exit_code = EXIT_INTERNAL
+
+
+def _rule_dirs(environ: Mapping[str, str]) -> list[Path]:
+    return [doctor_dir() / "rules"] + [Path(p) for p in environ.get(RULES_ENV, "").split(os.pathsep) if p]
+
+
+def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Every check id (or id pattern) with its title, for ``--list-checks``."""
+    from .checks import gpu
+    from .checks import jit
+    from .checks import links
+    from .checks import native
+    from .checks import platform
+    from .checks import toolchain
+
+    env = os.environ if environ is None else environ
+    out: list[tuple[str, str]] = []
+    for mod in (platform, gpu, toolchain, links, native):
+        out += list(mod.CHECKS.items())
+    out += [(f"jit:{p.id}", p.title) for p in jit.load_jit_probes(env)]
+    out += [(f"rule:{r.id}", r.title) for r in load_rules(_rule_dirs(env))]
+    out += [("model:tp-<key>", "--tp divides heads / kv heads / vocab / MoE intermediate size (with --model)"),
+            ("model:fit-dense", "dense weights per GPU fit in free VRAM (with --model)"),
+            ("model:fit-experts", "expert weights fit in host RAM (with --model)")]
+    return out
+
+
+# ---- facts ----------------------------------------------------------------------------------------
+
+
+def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distribution]:
+    out = {}
+    for r in records:
+        if not r.get("name") or r.get("error"):
+            continue
+        d = Distribution(
+            name=r["name"], version=str(r.get("version") or ""), location=r.get("location"),
+            dist_info=r.get("dist_info"), top_level=tuple(r.get("top_level") or ()),
+            extension_modules=int(r.get("extension_modules") or 0),
+            extension_top_level=tuple(r.get("extension_top_level") or ()),
+            extension_sample=tuple(r.get("extension_sample") or ()),
+        )
+        out.setdefault(d.key, d)
+    return out
+
+
+def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapping[str, Any]) -> tuple[dict, GpuFacts | None]:
+    """``facts_override`` keys: gpu (nvidia-smi facts as JSON), environ, memory, packages {name: version}."""
+    facts = dict(facts)
+    if "gpu" in override:
+        gpu = facts_from_json(override["gpu"], source="override")
+    if "environ" in override:
+        facts["environ"] = {**facts.get("environ", {}), **override["environ"]}
+    if "memory" in override:
+        facts["memory"] = {**facts.get("memory", {}), **override["memory"]}
+    if "packages" in override:
+        dists = [d for d in facts.get("distributions", [])
+                 if canonicalize_name(d.get("name") or "") not in {canonicalize_name(n) for n in override["packages"]}]
+        for name, spec in override["packages"].items():
+            spec = {"version": spec} if isinstance(spec, str) else dict(spec)
+            dists.append({"name": name, "version": spec.get("version", "0"), "location": spec.get("location"),
+                          "top_level": spec.get("top_level", []), "extension_modules": 0})
+        facts["distributions"] = dists
+    for k, v in override.items():
+        if k not in ("gpu", "environ", "memory", "packages"):
+            facts[k] = v
+    return facts, gpu
+
+
+def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[Mapping[str, Any] | None, str | None]:
+    """wh.json of the wheelhouse: from --wheelhouse, else the newest one in the install state."""
+    from wheelhouse.lock import read_wh_json
+
+    if wheelhouse:
+        return read_wh_json(wheelhouse), f"--wheelhouse {wheelhouse}"  # not a wheelhouse: a usage error
+    try:
+        from wheelhouse.install import read_install_state
+    except ImportError:  # pragma: no cover - install ships with wh
+        return None, None
+    for site in site_dirs:
+        for w in reversed(read_install_state(site).get("wheelhouses", [])):
+            try:
+                return read_wh_json(w), f"{site}/.wh/installed.json -> {w}"
+            except WhError:
+                continue  # moved or removed since the install: nothing to compare with
+    return None, None
+
+
+def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
+    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]])."""
+    from wheelhouse.manifest import DoctorExpectations, DropRule, ToolchainGroup
+
+    doc = data.get("doctor") or {}
+    groups = ((data.get("inputs") or {}).get("toolchains")) or []
+    return StackManifest(
+        path=None, name=str(data.get("name") or "stack"),
+        toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
+                                        tuple(t.get("exceptions") or ())) for t in groups),
+        drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))
+                    for d in data.get("drops") or []),
+        doctor=DoctorExpectations(gpus=doc.get("gpus"), sm=doc.get("sm"), max_used_mib=doc.get("max_used_mib"),
+                                  toolchain_exact=bool(doc.get("toolchain_exact")),
+                                  checks=tuple(doc.get("checks") or ())),
+    )
+
+
+def _check_patterns(patterns: Sequence[str], environ: Mapping[str, str], where: str) -> None:
+    """Every --check pattern selects some check: a typo would otherwise run nothing and pass."""
+    ids = [i for i, _ in list_checks(environ)]
+    # native:<distribution> and model:tp-<key> name checks made per distribution / per key.
+    open_ended = [i.split("<", 1)[0] for i in ids if "<" in i]
+    unknown = [p for p in patterns
+               if not any(i.startswith(p) for i in ids) and not any(p.startswith(o) for o in open_ended)]
+    if unknown:
+        raise UsageError(f"{where} {', '.join(unknown)}: no such check",
+                         hint=f"list them with `wh doctor --list-checks`; groups: {', '.join(GROUPS)}")
+
+
+def gather_context(
+    python: str | None = None,
+    *,
+    manifest: StackManifest | None = None,
+    wheelhouse: Path | None = None,
+    checks: Sequence[str] | None = None,
+    jobs: int | None = None,
+    timeout: float = 60,
+    model: Path | None = None,
+    tp: int | None = None,
+    facts_override: Mapping[str, Any] | None = None,
+    reporter: Reporter = NullReporter(),
+    environ: Mapping[str, str] | None = None,
+) -> DoctorContext:
+    """Run the facts probe in ``python`` and query the GPUs: everything checks share."""
+    env = dict(os.environ if environ is None else environ)
+    if checks:
+        _check_patterns(checks, env, "--check")
+    elif manifest is not None and manifest.doctor.checks:
+        _check_patterns(manifest.doctor.checks, env, f"{manifest.path or 'manifest'}: doctor.checks")
+    exe = python or sys.executable
+    if os.sep not in exe:  # a bare name, as a shell would run it
+        exe = shutil.which(exe) or exe
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise DoctorCannotRun(f"interpreter {exe} does not exist or is not executable",
+                              hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
+    reporter.note(f"gathering facts from {exe}")
+    res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
+    if not res.ok:
+        raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
+                              hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
+                              detail=res.tail())
+    facts: dict[str, Any] = dict(res.data)
+    gpu: GpuFacts | None = None
+    if facts_override:
+        facts, gpu = _apply_overrides(facts, gpu, facts_override)
+    if gpu is None:
+        gpu = query_gpu_facts(environ=env)
+    from wheelhouse.target.interpreter import visible_site_dirs
+
+    own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
+    # Every site folder the target imports from: a parent venv's or the system's NVIDIA libs count too.
+    site_dirs = tuple(Path(p) for p in visible_site_dirs(own, facts.get("sys_path") or ()))
+    try:
+        from wheelhouse.env.cuda import engine_environment
+
+        engine_env = {**env, **engine_environment(list(site_dirs), env)}
+    except ImportError:  # pragma: no cover - cudaenv ships with wh
+        engine_env = dict(env)
+    meta, meta_source = _wheelhouse_meta(wheelhouse, site_dirs)
+    target, target_source = None, None
+    if meta and meta.get("target"):
+        from wheelhouse.target import target_from_json
+
+        if not isinstance(meta["target"], Mapping):
+            raise UsageError(f"{meta_source}: target must be an object", hint="re-run `wh stage`")
+        target, target_source = target_from_json(meta["target"], where=f"{meta_source} target"), meta_source
+    if manifest is None and meta:
+        manifest = manifest_from_wh_json(meta)
+    patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
+    return DoctorContext(
+        python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
+        site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
+        jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
+    )
+
+
+# ---- groups that are small enough to live here -------------------------------------------------
+
+
+def _rules(ctx: DoctorContext) -> list[CheckResult]:
+    rules = load_rules(_rule_dirs(ctx.environ))
+    packages = {k: InstalledPackage(d.name, d.version, d.location) for k, d in ctx.distributions.items()}
+    facts = RuleFacts(gpus=ctx.gpu.gpus, packages=packages, environ=ctx.facts.get("environ") or ctx.environ)
+    return evaluate_rules([r for r in rules if ctx.wants(f"rule:{r.id}")], facts)
+
+
+def _model(ctx: DoctorContext) -> list[CheckResult]:
+    from .modelfit import fit_results, summarize_model, tp_results
+
+    if ctx.model is None:
+        return []
+    summary = summarize_model(ctx.model)
+    tp = ctx.tp or max(1, len(ctx.gpu.gpus))
+    out = [CheckResult("model:summary", f"checkpoint {ctx.model.name}", "info",
+                       f"{summary.files} shard(s), {summary.tensors} tensors: dense {summary.dense_bytes / 2**30:.2f} GiB, "
+                       f"experts {summary.expert_bytes / 2**30:.2f} GiB (headers only)", data=summary.to_json())]
+    out += tp_results(summary.config, tp)
+    free = [g.memory_free_mib for g in ctx.gpu.gpus if g.memory_free_mib is not None]
+    out += fit_results(summary, tp, free, (ctx.facts.get("memory") or {}).get("MemAvailable"))
+    return out
+
+
+def _group_runner(group: str) -> Callable[[DoctorContext], list[CheckResult]]:
+    if group == "rule":
+        return _rules
+    if group == "model":
+        return _model
+    import importlib
+
+    return importlib.import_module(f"wheelhouse.doctor.checks.{group}").run
+
+
+def run_checks(ctx: DoctorContext) -> list[CheckResult]:
+    """Every selected group, concurrently (their probes are processes); results in group order."""
+    groups = [g for g in GROUPS if selected(g, ctx.patterns) and (g != "model" or ctx.model is not None)]
+
+    def one(group: str) -> list[CheckResult]:
+        t0 = time.monotonic()
+        try:
+            results = _group_runner(group)(ctx)
+        except WhError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            return [CheckResult(f"{group}:internal", f"the {group} checks could not run", "error",
+                                f"{type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 and report it")]
+        if results and not any(r.seconds for r in results):
+            share = (time.monotonic() - t0) / len(results)
+            results = [CheckResult(**{**r.__dict__, "seconds": share}) for r in results]
+        return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
+
+    with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
+        per_group = list(pool.map(one, groups))
+    return [r for rs in per_group for r in rs]
+
+
+def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
+    """Run the doctor against ``python`` (default: this interpreter) and return the report.
+
+    ``options`` are :func:`gather_context`'s (manifest, wheelhouse, checks, jobs, timeout, model, tp,
+    facts_override, reporter).
+    """
+    started = time.time()
+    t0 = time.monotonic()
+    ctx = gather_context(python, **options)
+    results = run_checks(ctx)
+    f = ctx.facts
+    summary = {
+        "interpreter": {k: f.get(k) for k in ("executable", "implementation", "python_full_version", "soabi", "machine",
+                                               "glibc", "prefix", "platlib")},
+        "distributions": len(ctx.distributions),
+        "native_distributions": sum(1 for d in ctx.distributions.values() if d.extension_modules),
+        "gpu": ctx.gpu.to_json(),
+        "target": ctx.target.describe() if ctx.target else None,
+        "target_source": ctx.target_source,
+        "memory": f.get("memory"),
+        # Manifest [[drop]] force = true entries that are installed. Issue 4: a passing probe keeps them;
+        # only `wh drop --include-forced` / `--fix --include-forced` drop them without a failed probe.
+        "forced_drops": [
+            {"distribution": d.name, "version": d.version,
+             "modules": [rule.module] if rule.module else list(d.import_names),
+             "reason": rule.reason}
+            for rule in (ctx.manifest.drops if ctx.manifest else ()) if rule.force
+            for d in [ctx.dist(rule.distribution)] if d is not None
+        ],
+    }
+    return DoctorReport(python=ctx.python, results=tuple(results), facts=summary, started=started,
+                        seconds=time.monotonic() - t0)
+
+
+def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
+                include_forced: bool = False, reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
+    """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe.
+
+    Manifest ``force = true`` entries whose probe passed are dropped only with ``include_forced``;
+    otherwise each is returned as a ``not-dropped`` entry saying so (issue 4: never on a guess).
+    """
+    from .drop import FORCED_NOT_DROPPED, drop_distributions, forced_kept, plan_drops
+    from wheelhouse.target.interpreter import inspect_interpreter
+    from wheelhouse.env.links import apply_links, plan_links, record_path
+
+    interp = inspect_interpreter(python or sys.executable)
+    done: list[dict[str, Any]] = []
+    if any(r.fix == "wh links --fix" for r in report.results):
+        changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(Path(interp.platlib)))
+        done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
+                 for c in changes]
+    plans = plan_drops(report, include_forced=include_forced)
+    for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
+        done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
+                     "reason": r.reason, "check": r.check_id})
+    if not include_forced:
+        done += [{"action": "not-dropped", "what": f"{p.distribution} {p.version}", "forced": True,
+                  "reason": FORCED_NOT_DROPPED, "check": None} for p in forced_kept(report)]
+    return done

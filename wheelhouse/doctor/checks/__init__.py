@@ -1,0 +1,80 @@
+"""The doctor's checks, one module per area. Each exposes ``GROUP``, ``CHECKS`` and ``run(ctx) -> list[CheckResult]``.
+
+``DoctorContext`` carries the facts every check shares (gathered once, by
+probes in the target interpreter) and the services they need (probe runner
+settings, the reporter). Checks never raise for a finding: they return
+verdicts; an unexpected exception in one check becomes an ``error`` verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from wheelhouse.target.gpu import GpuFacts
+from wheelhouse.manifest import StackManifest
+from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.target import TargetProfile
+
+__all__ = ["DoctorContext", "Distribution", "selected"]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed distribution as the facts probe saw it."""
+
+    name: str
+    version: str
+    location: str | None
+    dist_info: str | None
+    top_level: tuple[str, ...]
+    extension_modules: int
+    extension_top_level: tuple[str, ...]
+    extension_sample: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+    @property
+    def import_names(self) -> tuple[str, ...]:
+        """The top-level names that hold its extension modules (else all its top-level names)."""
+        names = self.extension_top_level or self.top_level
+        return tuple(n for n in names if n and n.isidentifier())
+
+
+@dataclass(frozen=True)
+class DoctorContext:
+    python: str
+    facts: Mapping[str, Any]  # the facts probe's record (after overrides)
+    gpu: GpuFacts
+    distributions: Mapping[str, Distribution]  # canonical name -> distribution
+    site_dirs: tuple[Path, ...]
+    environ: Mapping[str, str]  # the environment probes run with
+    engine_env: Mapping[str, str]  # environ plus the engine's PATH/CUDA_HOME/LD_LIBRARY_PATH
+    manifest: StackManifest | None = None
+    target: TargetProfile | None = None
+    target_source: str | None = None
+    jobs: int = 1
+    timeout: float = 60.0
+    patterns: tuple[str, ...] = ()
+    model: Path | None = None
+    tp: int | None = None
+    reporter: Reporter = field(default_factory=NullReporter)
+    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. extra JIT probes
+
+    def dist(self, name: str) -> Distribution | None:
+        return self.distributions.get(canonicalize_name(name))
+
+    def wants(self, check_id: str) -> bool:
+        return selected(check_id, self.patterns)
+
+
+def selected(check_id: str, patterns: Sequence[str]) -> bool:
+    """Prefix match: ``native`` selects ``native:numpy``; no patterns selects everything."""
+    if not patterns:
+        return True
+    return any(check_id == p or check_id.startswith(p) or p.startswith(check_id + ":") for p in patterns)

@@ -1,0 +1,137 @@
+"""jit: for JIT libraries that are installed, execute something small (compile + launch).
+
+"Imports cleanly" is not "works" for a library that compiles at run time (seed
+000: flashinfer imported fine, then its tvm_ffi headers failed to compile
+mid-generation). The registry is data: built-in probes below, plus any listed in
+a TOML file named by ``WH_DOCTOR_JIT_PROBES`` (os.pathsep-separated), e.g.::
+
+    [[jit]]
+    id = "fakejit"                    # check id jit:fakejit
+    distribution = ["fakejit"]        # runs when any of these is installed
+    script = "probe_fakejit.py"       # relative to the TOML file
+    needs_gpu = false
+    droppable = true                  # a failure makes `wh drop` uninstall the distribution
+    title = "fakejit compiles a kernel"
+
+A probe script prints one marker record: ``{"ok": true}``, ``{"ok": false,
+"error": ..., "compiler_output": ...}`` or ``{"skip": "why"}``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from wheelhouse.errors import UsageError
+from wheelhouse.doctor.probes import ProbeSpec, probe_script, run_probes
+from wheelhouse.doctor.report import CheckResult
+from . import DoctorContext
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["GROUP", "CHECKS", "JitProbe", "BUILTIN_JIT_PROBES", "JIT_ENV", "load_jit_probes", "run"]
+
+GROUP = "jit"
+JIT_ENV = "WH_DOCTOR_JIT_PROBES"
+
+
+@dataclass(frozen=True)
+class JitProbe:
+    id: str
+    title: str
+    distributions: tuple[str, ...]
+    script: Path
+    needs_gpu: bool = True
+    # Triton is what everything else falls back to: a failure there is a toolchain problem to fix, not to drop.
+    droppable: bool = True
+    args: tuple[str, ...] = ()
+
+
+BUILTIN_JIT_PROBES: tuple[JitProbe, ...] = (
+    JitProbe("triton", "Triton compiles and launches a kernel", ("triton", "pytorch-triton"),
+             probe_script("jit_triton"), needs_gpu=True, droppable=False),
+    JitProbe("flashinfer", "flashinfer JIT-compiles and runs RMSNorm", ("flashinfer-python", "flashinfer"),
+             probe_script("jit_flashinfer"), needs_gpu=True, droppable=True),
+)
+CHECKS = {f"jit:{p.id}": p.title for p in BUILTIN_JIT_PROBES}
+
+
+class JitRegistryError(UsageError):
+    code = "bad-jit-registry"
+
+
+def load_jit_probes(environ: Mapping[str, str] | None = None) -> list[JitProbe]:
+    """The built-in probes plus those in the files named by WH_DOCTOR_JIT_PROBES."""
+    env = os.environ if environ is None else environ
+    out = list(BUILTIN_JIT_PROBES)
+    for f in [p for p in env.get(JIT_ENV, "").split(os.pathsep) if p]:
+        path = Path(f)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise JitRegistryError(f"{JIT_ENV} file {path} cannot be read: {exc}", hint=f"fix or unset {JIT_ENV}") from exc
+        for i, j in enumerate(data.get("jit", []) or []):
+            if not j.get("id") or not j.get("script") or not j.get("distribution"):
+                raise JitRegistryError(f"{path}: jit[{i}] needs id, distribution and script", hint="see `wh doctor --help` and the README's `wh doctor` section (JIT probe registry)")
+            dists = j["distribution"]
+            out.append(JitProbe(
+                str(j["id"]), str(j.get("title", f"{j['id']} JIT probe")),
+                (dists,) if isinstance(dists, str) else tuple(dists),
+                (path.parent / j["script"]).resolve(), bool(j.get("needs_gpu", True)), bool(j.get("droppable", True)),
+                tuple(j.get("args", []) or ()),
+            ))
+    return out
+
+
+def _verdict(probe: JitProbe, dist, res, timeout: float) -> CheckResult:
+    cid = f"jit:{probe.id}"
+    d = res.data
+    drop = {"distribution": dist.name, "version": dist.version, "modules": list(dist.import_names),
+            "reason": "JIT probe failed"}
+    if res.ok and d.get("skip"):
+        return CheckResult(cid, probe.title, "skip", str(d["skip"]))
+    if res.ok and d.get("ok"):
+        extra = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("ok", "error") and isinstance(v, (str, int)))
+        return CheckResult(cid, probe.title, "ok", f"executed {probe.script.name}: {extra or 'ok'}",
+                           seconds=res.duration)
+    if not res.ok:
+        ev = f"{probe.script.name} {res.failure(timeout)}\n{res.tail()}"
+    else:
+        ev = f"{d.get('error') or 'failed'}\n{(d.get('compiler_output') or d.get('traceback') or '').rstrip()}"
+    data = {"distribution": dist.name}
+    if probe.droppable:
+        data["drop"] = drop
+    return CheckResult(cid, probe.title, "fail", ev.rstrip(),
+                       hint=(f"`wh drop` uninstalls {dist.name} so the engine falls back (e.g. to Triton)"
+                             if probe.droppable else "fix the toolchain (see toolchain:* and links:*); do not drop it"),
+                       fix=f"wh drop {dist.key}" if probe.droppable else None, data=data, seconds=res.duration)
+
+
+def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[CheckResult]:
+    probes = list(probes) if probes is not None else load_jit_probes(ctx.environ)
+    out: list[CheckResult] = []
+    specs, owners = [], {}
+    for p in probes:
+        cid = f"jit:{p.id}"
+        if not ctx.wants(cid):
+            continue
+        dist = next((ctx.dist(n) for n in p.distributions if ctx.dist(n)), None)
+        if dist is None:
+            out.append(CheckResult(cid, p.title, "skip", f"{' / '.join(p.distributions)} not installed"))
+            continue
+        if p.needs_gpu and not ctx.gpu.gpus:
+            out.append(CheckResult(cid, p.title, "skip", f"{dist.name} {dist.version} installed; no GPU to run it on"))
+            continue
+        specs.append(ProbeSpec(cid, p.script, p.args, env=ctx.engine_env, timeout=max(ctx.timeout, 120 if p.needs_gpu else 0)))
+        owners[cid] = (p, dist)
+    results = run_probes(ctx.python, specs, jobs=ctx.jobs, timeout=ctx.timeout, reporter=ctx.reporter)
+    for cid, res in results.items():
+        p, dist = owners[cid]
+        out.append(_verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0)))
+    return out

@@ -1,0 +1,315 @@
+"""``wh drop``: uninstall what is findable but broken, prove it is gone, remember it.
+
+Only distributions whose EXECUTED probe failed are dropped (an import that
+raised, crashed or hung; a JIT probe that failed to compile). Never on a
+guess (issue 4): a manifest ``[[drop]]`` entry with ``force = true`` whose
+probe passed (or did not run) is only reported, and is dropped only when the
+caller asks for it (``--include-forced``), recorded as "forced by manifest".
+After uninstalling, a NEW process confirms ``importlib.util.find_spec`` is
+None for every import name; the drop is recorded in
+``<platlib>/.wh/dropped.json`` with the wheelhouse it came from, so
+``wh drop --restore NAME`` can reinstall it offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from wheelhouse.atomic import write_atomic
+from wheelhouse.errors import UsageError, WhError
+from wheelhouse.progress import NullReporter, Reporter
+from .report import DoctorReport
+
+__all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
+           "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many"]
+
+_SCHEMA = "wh-dropped/1"
+
+FORCED_REASON = "forced by manifest"
+FORCED_NOT_DROPPED = ("listed in the manifest as force-drop; its probe passed (or did not run): not dropped; "
+                      "pass --include-forced to drop it")
+
+
+class DropFailed(WhError):
+    code = "drop-failed"
+
+
+class NotDropped(UsageError):
+    code = "not-dropped"
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    distribution: str
+    version: str
+    modules: tuple[str, ...]
+    reason: str
+    evidence: str
+    check_id: str | None
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class DropRecord:
+    name: str
+    version: str
+    reason: str
+    evidence: str
+    time: str
+    wheelhouse: str | None
+    modules: tuple[str, ...] = ()
+    method: str = ""  # "pip" | "record"
+    forced: bool = False
+    check_id: str | None = None
+    confirmed: bool = False  # find_spec is None for every module, in a new process
+    still_found: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["modules"] = list(self.modules)
+        d["still_found"] = list(self.still_found)
+        return d
+
+
+def _failed_plans(report: DoctorReport) -> dict[str, DropPlan]:
+    out: dict[str, DropPlan] = {}
+    for r in report.results:
+        drop = (r.data or {}).get("drop")
+        if r.verdict != "fail" or not drop:
+            continue
+        key = canonicalize_name(drop["distribution"])
+        if key not in out:
+            out[key] = DropPlan(drop["distribution"], drop.get("version", ""), tuple(drop.get("modules") or ()),
+                                drop.get("reason") or r.title, r.evidence, r.id)
+    return out
+
+
+def forced_kept(report: DoctorReport) -> list[DropPlan]:
+    """Manifest ``force = true`` entries whose probe did not fail: dropped only with ``include_forced``.
+
+    They come from the report's ``forced_drops`` fact (installed distributions named by a manifest
+    ``[[drop]]`` with ``force = true``). An entry whose executed probe failed is not here: it is
+    dropped for that failure, like any other.
+    """
+    failed = _failed_plans(report)
+    out: dict[str, DropPlan] = {}
+    for f in (report.facts or {}).get("forced_drops", []) or []:
+        key = canonicalize_name(f["distribution"])
+        if key in failed or key in out:
+            continue
+        why = f.get("reason") or ""
+        out[key] = DropPlan(f["distribution"], f.get("version", ""), tuple(f.get("modules") or ()), FORCED_REASON,
+                            "manifest [[drop]] force = true" + (f": {why}" if why else "")
+                            + "; its probe passed (or did not run)", None, True)
+    return list(out.values())
+
+
+def plan_drops(report: DoctorReport, *, include_forced: bool = False) -> list[DropPlan]:
+    """What to drop: the distributions whose executed probe failed; forced manifest entries only if asked.
+
+    Never on a guess (issue 4): without ``include_forced`` a ``force = true`` entry whose probe
+    passed stays installed (see :func:`forced_kept` for what to report instead).
+    """
+    plans = list(_failed_plans(report).values())
+    return plans + forced_kept(report) if include_forced else plans
+
+
+def dropped_path(platlib: str | Path) -> Path:
+    return Path(platlib) / ".wh" / "dropped.json"
+
+
+def read_dropped(platlib: str | Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(dropped_path(platlib).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        raise DropFailed(f"{dropped_path(platlib)} is not valid JSON", hint="inspect or remove it") from exc
+    entries = data.get("dropped", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        raise DropFailed(f"{dropped_path(platlib)} is not a wh drop record (a list of dropped names)",
+                         hint="inspect or remove it")
+    return list(entries)
+
+
+def _write_dropped(platlib: str | Path, entries: list[dict[str, Any]]) -> None:
+    body = {"schema": _SCHEMA, "dropped": entries}
+    write_atomic(dropped_path(platlib), json.dumps(body, indent=2) + "\n")
+
+
+_FIND_SPEC = (
+    "import importlib.util, json, sys\n"
+    "out = {}\n"
+    "for m in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[m] = importlib.util.find_spec(m) is not None\n"
+    "    except Exception:\n"
+    "        out[m] = True\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def find_spec_many(python: str, modules: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """``find_spec(m) is not None`` for each module, asked in a NEW process of ``python``."""
+    if not modules:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="wh-findspec-") as cwd:  # an empty cwd shadows nothing
+        proc = subprocess.run([python, "-c", _FIND_SPEC, *modules], capture_output=True, text=True, timeout=120,
+                              cwd=cwd, env=dict(env) if env is not None else None)
+    if proc.returncode != 0:
+        raise DropFailed(f"{python} could not run find_spec", detail=proc.stderr[-2000:], hint="check the interpreter")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:
+    want = canonicalize_name(name)
+    for site in site_dirs:
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for e in entries:
+            if e.endswith(".dist-info") and canonicalize_name(e[: -len(".dist-info")].partition("-")[0]) == want:
+                return Path(site) / e
+    return None
+
+
+def _uninstall_by_record(dist_info: Path) -> None:
+    """Remove the RECORD's files, then the dist-info; all moved aside first so a failure restores everything."""
+    site = dist_info.parent
+    try:
+        rows = list(csv.reader(io.StringIO((dist_info / "RECORD").read_text(encoding="utf-8"))))
+    except OSError as exc:
+        raise DropFailed(f"{dist_info} has no RECORD", hint="uninstall it with the target's pip") from exc
+    files = {os.path.normpath(site / r[0]) for r in rows if r and r[0]}
+    for f in list(files):
+        if f.endswith(".py"):  # their bytecode is not in RECORD
+            d, base = os.path.split(f)
+            cache = os.path.join(d, "__pycache__")
+            if os.path.isdir(cache):
+                files |= {os.path.join(cache, c) for c in os.listdir(cache) if c.startswith(base[:-3] + ".")}
+    stash = Path(tempfile.mkdtemp(prefix=".wh-drop-", dir=site))
+    moved: list[tuple[str, Path]] = []
+    try:
+        for i, f in enumerate(sorted(files)):
+            if os.path.lexists(f) and not os.path.isdir(f) and not f.startswith(str(dist_info) + os.sep):
+                dest = stash / str(i)
+                os.rename(f, dest)
+                moved.append((f, dest))
+        os.rename(dist_info, stash / "dist-info")
+        moved.append((str(dist_info), stash / "dist-info"))
+    except OSError as exc:
+        for orig, dest in reversed(moved):
+            os.rename(dest, orig)
+        shutil.rmtree(stash, ignore_errors=True)
+        raise DropFailed(f"could not remove {exc.filename}: {exc.strerror}", hint="check permissions") from exc
+    shutil.rmtree(stash, ignore_errors=True)
+    # Empty package folders left behind.
+    for d in sorted({os.path.dirname(f) for f in files}, key=len, reverse=True):
+        while d.startswith(str(site) + os.sep) and d != str(site):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
+
+
+def _wheelhouse_of(platlib: str, name: str, wheelhouse: Path | None) -> str | None:
+    if wheelhouse:
+        return str(wheelhouse)
+    try:
+        from wheelhouse.install import read_install_state
+    except ImportError:  # pragma: no cover
+        return None
+    rec = read_install_state(platlib).get("packages", {}).get(canonicalize_name(name))
+    return rec.get("wheelhouse") if rec else None
+
+
+def drop_distributions(
+    python: str,
+    plans: Sequence[DropPlan],
+    *,
+    dry_run: bool = False,
+    wheelhouse: Path | None = None,
+    reporter: Reporter = NullReporter(),
+) -> list[DropRecord]:
+    """Uninstall each planned distribution, confirm find_spec is None in a new process, record it."""
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    interp = inspect_interpreter(python)
+    site_dirs = list(interp.site_dirs)
+    records: list[DropRecord] = []
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    reporter.start("drop", total=len(plans))
+    for p in plans:
+        info = _dist_info(site_dirs, p.distribution)
+        if info is None:
+            reporter.advance("drop")
+            continue
+        method = "pip" if interp.has_pip else "record"
+        if not dry_run:
+            if method == "pip":
+                proc = subprocess.run([interp.executable, "-m", "pip", "uninstall", "-y", p.distribution],
+                                      capture_output=True, text=True, timeout=600)
+                if proc.returncode != 0:
+                    raise DropFailed(f"pip could not uninstall {p.distribution}", detail=proc.stderr[-3000:],
+                                     hint=f"run `{interp.executable} -m pip uninstall -y {p.distribution}` to see why")
+            else:
+                _uninstall_by_record(info)
+        records.append(DropRecord(
+            name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000], time=now,
+            wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=p.modules,
+            method=method, forced=p.forced, check_id=p.check_id,
+        ))
+        reporter.advance("drop")
+    reporter.finish("drop")
+    if dry_run or not records:
+        return records
+    found = find_spec_many(interp.executable, [m for r in records for m in r.modules])
+    confirmed = []
+    for r in records:
+        still = tuple(m for m in r.modules if found.get(m))
+        confirmed.append(DropRecord(**{**asdict(r), "modules": r.modules, "confirmed": not still, "still_found": still}))
+    entries = read_dropped(interp.platlib) + [r.to_json() for r in confirmed]
+    _write_dropped(interp.platlib, entries)
+    return confirmed
+
+
+def restore_dropped(python: str, name: str, *, reporter: Reporter = NullReporter()) -> dict[str, Any]:
+    """Reinstall a dropped distribution from the wheelhouse recorded when it was dropped."""
+    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    interp = inspect_interpreter(python)
+    entries = read_dropped(interp.platlib)
+    key = canonicalize_name(name)
+    match = [e for e in entries if canonicalize_name(e["name"]) == key]
+    if not match:
+        known = ", ".join(sorted({e["name"] for e in entries})) or "nothing"
+        raise NotDropped(f"{name} was not dropped from {interp.executable} (dropped: {known})",
+                         hint="list drops with `wh drop --list`")
+    entry = match[-1]
+    if not entry.get("wheelhouse"):
+        raise NotDropped(f"no wheelhouse was recorded when {name} was dropped",
+                         hint=f"install it yourself: `wh install WHEELHOUSE --python {interp.executable}`")
+    if not (Path(entry["wheelhouse"]) / "wh.json").is_file():
+        raise NotDropped(f"{name} was installed from {entry['wheelhouse']}, which is no longer there",
+                         hint=f"install it from a copy: `wh install WHEELHOUSE --only {entry['name']} "
+                              f"--python {interp.executable}`")
+    result = install_wheelhouses([Path(entry["wheelhouse"])], python=interp.executable, only={entry["name"]},
+                                 links=False, patches=False, reporter=reporter)
+    _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
+    return {"restored": entry["name"], "version": entry.get("version"), "wheelhouse": entry["wheelhouse"],
+            "install": result.to_json()}

@@ -1,0 +1,268 @@
+"""Build a wheel through the project's PEP 517 backend, with the compiler's own words kept.
+
+``pip wheel`` reports a failed C/CUDA build as "failed building wheel" and hides
+the ``ld`` or ``nvcc`` line that says why. Here the backend's hooks run in a
+subprocess of the TARGET interpreter (pyproject_hooks), every line it prints is
+streamed to a sink (the terminal) and to a log file as it comes, and on failure
+the lines that look like compiler errors are pulled out for the error message.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from wheelhouse.errors import UsageError, WhError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "BuildResult",
+    "BuildFailed",
+    "BuildDepsMissing",
+    "StreamingRunner",
+    "build_wheel",
+    "extract_compiler_errors",
+    "missing_build_requirements",
+]
+
+Sink = Callable[[str], None]
+
+_DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"  # PEP 517: no [build-system] means setuptools
+# What a compiler, linker or nvcc says when it fails.
+_ERROR_LINE = re.compile(
+    r"(\berror\b\s*:|\bError\b:|fatal error|undefined reference|cannot find -l|ld returned \d+ exit status"
+    r"|\bptxas\b.*(error|fatal)|No such file or directory|error: command .* failed)",
+)
+_TAIL_LINES = 4000
+
+
+class BuildFailed(WhError):
+    code = "build-failed"
+
+    def __init__(self, message: str, *, log_path: Path, error_lines: Sequence[str], hint: str | None = None):
+        detail = "\n".join(error_lines) + f"\nfull log: {log_path}"
+        super().__init__(message, hint=hint or f"read the full log: less {log_path}", detail=detail)
+        self.log_path = log_path
+        self.error_lines = tuple(error_lines)
+
+
+class BuildDepsMissing(UsageError):
+    code = "build-deps-missing"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheel: Path
+    log_path: Path
+    seconds: float
+    backend: str
+
+
+def extract_compiler_errors(lines: Sequence[str], context: int = 2, limit: int = 40) -> list[str]:
+    """The last error lines a compiler/linker printed, each with a little context.
+
+    Falls back to the tail of the output (a Python traceback) when nothing looks
+    like a compiler error.
+    """
+    hits = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
+    if not hits:
+        return [line for line in lines[-15:]]
+    keep: list[int] = []
+    for i in hits:
+        for j in range(max(0, i - context), min(len(lines), i + context + 1)):
+            if j not in keep:
+                keep.append(j)
+    keep.sort()
+    out: list[str] = []
+    prev = None
+    for j in keep[-limit:]:
+        if prev is not None and j != prev + 1:
+            out.append("...")
+        out.append(lines[j])
+        prev = j
+    return out
+
+
+class StreamingRunner:
+    """A pyproject_hooks subprocess runner that tees every output line to a sink and a log."""
+
+    def __init__(self, env: Mapping[str, str], log, sink: Sink | None):
+        self.env = dict(env)
+        self.log = log
+        self.sink = sink
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+
+    def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
+        env = {**self.env, **(extra_environ or {}), "PYTHONUNBUFFERED": "1"}
+        self.log.write(f"$ {' '.join(cmd)}  (cwd {cwd})\n")
+        with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                self.tail.append(line)
+                self.log.write(line + "\n")
+                self.log.flush()
+                if self.sink:
+                    self.sink(line)
+            rc = proc.wait()
+        if rc != 0:
+            raise subprocess.CalledProcessError(rc, list(cmd))
+
+
+def _read_build_system(source_dir: Path) -> tuple[list[str], str, list[str] | None]:
+    pyproject = source_dir / "pyproject.toml"
+    if not pyproject.exists():
+        if not (source_dir / "setup.py").exists():
+            raise UsageError(
+                f"{source_dir} has neither pyproject.toml nor setup.py",
+                hint="set [engine.build] subdirectory to the folder that has them",
+            )
+        return ["setuptools>=40.8.0"], _DEFAULT_BACKEND, None
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{pyproject} is not valid TOML: {exc}", hint="fix the engine's pyproject.toml") from exc
+    bs = data.get("build-system") or {}
+    requires = list(bs.get("requires", ["setuptools>=40.8.0"]))
+    return requires, bs.get("build-backend", _DEFAULT_BACKEND), bs.get("backend-path")
+
+
+_INSTALLED = (
+    "import json, importlib.metadata as m\n"
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}))\n"
+)
+
+
+def _installed(python: str, env: Mapping[str, str]) -> dict[str, str]:
+    proc = subprocess.run([python, "-c", _INSTALLED], capture_output=True, text=True, env=dict(env))
+    if proc.returncode != 0:
+        raise UsageError(f"cannot run {python}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
+    return {canonicalize_name(k): v for k, v in json.loads(proc.stdout).items()}
+
+
+def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, str], marker_env: Mapping[str, str] | None = None) -> list[str]:
+    """Requirements the interpreter does not satisfy (marker-excluded ones are skipped)."""
+    missing = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            missing.append(text)
+            continue
+        # The interpreter's whole environment is passed, so no host fact leaks into the evaluation.
+        if req.marker is not None and marker_env is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+            continue
+        have = installed.get(canonicalize_name(req.name))
+        if have is None or (req.specifier and not req.specifier.contains(have, prereleases=True)):
+            missing.append(f"{text} (installed: {have or 'none'})")
+    return missing
+
+
+def _isolated_python(python: str, requires: list[str], env: Mapping[str, str], runner: StreamingRunner, where: Path) -> str:
+    """A throwaway venv from ``python`` with the build requirements pip-installed (needs an index)."""
+    venv = where / "isolated-env"
+    runner([python, "-m", "venv", str(venv)])
+    vpy = str(venv / "bin" / "python")
+    runner([vpy, "-m", "pip", "install", "--disable-pip-version-check", *requires])
+    return vpy
+
+
+def build_wheel(
+    source_dir: Path,
+    out_dir: Path,
+    *,
+    python: str,
+    env: Mapping[str, str],
+    log_path: Path,
+    sink: Sink | None = None,
+    isolation: bool = False,
+    config_settings: Mapping[str, str] | None = None,
+    label: str | None = None,
+    marker_env: Mapping[str, str] | None = None,
+) -> BuildResult:
+    """Build ``source_dir`` into one wheel in ``out_dir`` with the backend run by ``python``.
+
+    ``isolation=False`` (the default, and the only choice offline) uses the build
+    requirements already installed in ``python``; missing ones are a
+    BuildDepsMissing naming them (``marker_env``: the interpreter's full PEP 508
+    environment, so marker-excluded requirements are skipped). Every line the backend prints goes to ``sink``
+    and ``log_path``; a failed hook raises BuildFailed with the compiler's lines.
+    """
+    import pyproject_hooks  # a dependency of `build`
+
+    source_dir = Path(source_dir).resolve()
+    requires, backend, backend_path = _read_build_system(source_dir)  # before creating anything
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log, tempfile.TemporaryDirectory(prefix="wh-build-") as td:
+        runner = StreamingRunner(env, log, sink)
+        py = python
+        if isolation:
+            try:
+                py = _isolated_python(python, requires, env, runner, Path(td))
+            except subprocess.CalledProcessError as exc:
+                raise BuildFailed(
+                    "could not install the build requirements into an isolated env",
+                    log_path=log_path,
+                    error_lines=extract_compiler_errors(list(runner.tail)),
+                    hint="offline there is no index: set no-build-isolation = true and install the build deps into --python",
+                ) from exc
+        caller = pyproject_hooks.BuildBackendHookCaller(
+            str(source_dir), backend, backend_path=backend_path, runner=runner, python_executable=py
+        )
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if not isolation:
+                    installed = _installed(py, env)
+                    missing = missing_build_requirements(requires, installed, marker_env)
+                    if not missing:
+                        missing = missing_build_requirements(caller.get_requires_for_build_wheel(config_settings), installed, marker_env)
+                    if missing:
+                        raise BuildDepsMissing(
+                            f"{py} lacks build requirements: {'; '.join(missing)}",
+                            hint=f"install them into that interpreter (`{py} -m pip install ...` from a wheelhouse), then re-run",
+                        )
+                stage = Path(td) / "dist"
+                stage.mkdir()
+                name = caller.build_wheel(str(stage), config_settings)
+            for w in caught:
+                runner.log.write(f"warning: {w.message}\n")
+        except subprocess.CalledProcessError as exc:
+            lines = list(runner.tail)
+            raise BuildFailed(
+                f"building {label or source_dir.name} failed (the backend {backend} exited {exc.returncode})",
+                log_path=log_path,
+                error_lines=extract_compiler_errors(lines),
+            ) from exc
+        except pyproject_hooks.BackendUnavailable as exc:
+            raise BuildDepsMissing(
+                f"{py} cannot import the build backend {backend}: {exc.message or exc.traceback.strip().splitlines()[-1]}",
+                hint=f"install it into that interpreter, e.g. `{py} -m pip install setuptools`",
+            ) from exc
+        final = out_dir / name
+        tmp = out_dir / f".{name}.tmp"
+        shutil.copyfile(stage / name, tmp)
+        os.replace(tmp, final)
+    return BuildResult(wheel=final, log_path=log_path, seconds=time.monotonic() - started, backend=backend)

@@ -1,0 +1,1 @@
+"""env: the environment the engine needs on the box: soname links, CUDA paths, the activation snippet."""

@@ -1,0 +1,211 @@
+"""Where distributions come from: PEP 691 JSON / PEP 503 HTML simple indexes, find-links
+folders or pages, and wheel files named directly.
+
+``PackageSource.files(name)`` lists every file of a project as ``Distfile`` values (wheels and
+sdists alike: the resolver decides, and says "only sdists" when that is all there is). Pages are
+cached on disk and revalidated with ETag / Last-Modified. Nothing here downloads a wheel body.
+
+Several indexes are searched like uv's default ``first-index`` strategy: a project's files come
+from the first index that knows it (so an extra index cannot shadow a name on the main one by
+accident, nor the other way round); find-links files are always added.
+
+``Distfile`` lives in ``wheelhouse.distfile``, the page parsers in ``wheelhouse.simple_pages``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.parse
+import urllib.request
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Callable, Sequence
+
+from packaging.utils import canonicalize_name
+
+from .distfile import Distfile, distfile_from_filename, split_hash_fragment
+from wheelhouse.errors import UsageError, WhError
+from .http import HttpClient, HttpError
+from .pages import parse_simple_html, parse_simple_json
+
+__all__ = [
+    "Distfile",
+    "PackageSource",
+    "IndexPageError",
+    "BadDirectReference",
+    "default_index_url",
+    "parse_simple_json",
+    "parse_simple_html",
+    "distfile_from_filename",
+]
+
+SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+
+
+class IndexPageError(WhError):
+    """An index page could not be read or understood."""
+
+    code = "index"
+
+
+class BadDirectReference(UsageError):
+    """A requirement that names a file or URL which is not a usable wheel."""
+
+    code = "bad-reference"
+
+
+def default_index_url() -> str:
+    """The index pip would use here: PIP_INDEX_URL, pip's config files, else pip's default."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    try:
+        from pip._internal.configuration import Configuration  # type: ignore
+
+        conf = Configuration(isolated=False)
+        conf.load()
+        for key in ("global.index-url", "install.index-url", "download.index-url"):
+            try:
+                return str(conf.get_value(key))
+            except Exception:
+                continue
+    except Exception:
+        pass
+    from pip._internal.models.index import PyPI  # type: ignore
+
+    return PyPI.simple_url
+
+
+
+class _Memo:
+    """Compute each key once, even when several threads ask at the same time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict = {}
+
+    def get(self, key, compute: Callable[[], object]):
+        with self._lock:
+            fut = self._futures.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._futures[key] = Future()
+        if owner:
+            try:
+                fut.set_result(compute())
+            except BaseException as exc:
+                fut.set_exception(exc)
+        return fut.result()
+
+
+class PackageSource:
+    """Lists a project's files from the configured indexes and find-links.
+
+    No I/O happens until ``files`` (or ``direct``) is called; results are memoized per name and
+    safe to request from several threads (the resolver prefetches in parallel).
+    """
+
+    def __init__(
+        self,
+        index_urls: Sequence[str] | None = None,
+        find_links: Sequence[str | Path] = (),
+        *,
+        client: HttpClient | None = None,
+        page_ttl: float = 600.0,
+    ) -> None:
+        # None -> pip's default index; () -> no index (find-links / direct files only).
+        self.index_urls = tuple(u if u.endswith("/") else u + "/" for u in (index_urls if index_urls is not None else (default_index_url(),)))
+        self.find_links = tuple(str(f) for f in find_links)
+        self.client = client or HttpClient()
+        self.page_ttl = page_ttl
+        self._memo = _Memo()
+        self._links_memo = _Memo()
+
+    # --- public -------------------------------------------------------------------------
+    def files(self, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
+        """Every file of ``name``: from the first index that has the project, plus find-links.
+
+        ``keep(filename)`` drops files before they are parsed: big projects publish tens of
+        thousands of files, and a resolver for one target needs a few of them. Results are
+        memoized per (name, keep).
+        """
+        key = canonicalize_name(name)
+        return list(self._memo.get((key, keep), lambda: self._files(key, keep)))
+
+    def locations(self) -> list[str]:
+        """Where this source looks, for messages."""
+        return [*self.index_urls, *self.find_links]
+
+    def direct(self, ref: str) -> Distfile:
+        """A Distfile for a wheel named by path or URL (``./x.whl``, ``file:///...``, ``https://...``)."""
+        parts = urllib.parse.urlsplit(ref)
+        if parts.scheme in ("http", "https", "file"):
+            url, hashes = split_hash_fragment(ref)
+        else:
+            path = Path(ref).expanduser().resolve()
+            if not path.is_file():
+                what = "is a folder, not a wheel file" if path.is_dir() else "no such file"
+                raise BadDirectReference(f"{ref}: {what}", hint="give the path to a .whl file, or a name like `pkg==1.0`")
+            url, hashes = path.as_uri(), {}
+        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        d = distfile_from_filename(filename, url, hashes=hashes, origin="direct")
+        if d is None:
+            raise BadDirectReference(
+                f"{ref}: not a wheel or sdist file name",
+                hint="wheel names look like name-1.0-py3-none-any.whl (PEP 427)",
+            )
+        if not d.is_wheel:
+            raise BadDirectReference(
+                f"{ref}: is a source distribution; wh stages wheels only",
+                hint="build it first (`wh build`, or `python -m build --wheel`) and pass the .whl",
+            )
+        return d
+
+    # --- internals ----------------------------------------------------------------------
+    def _files(self, name: str, keep: Callable[[str], bool] | None) -> list[Distfile]:
+        found: list[Distfile] = []
+        for index in self.index_urls:
+            files = self._index_files(index, name, keep)
+            if files is not None:
+                found = files
+                break
+        for loc in self.find_links:
+            found += [d for d in self._links_memo.get(loc, lambda loc=loc: self._find_links(loc))
+                      if d.name == name and (keep is None or keep(d.filename))]
+        return found
+
+    def _index_files(self, index: str, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile] | None:
+        """The project's files on one index (None when the index does not know the project)."""
+        url = urllib.parse.urljoin(index, name + "/")
+        try:
+            resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl)
+        except HttpError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if ctype.endswith("json") or (ctype == "" and resp.body[:1] == b"{"):
+            try:
+                data = resp.json()
+            except ValueError as exc:
+                raise IndexPageError(f"{url}: not valid JSON ({exc})", hint="check --index-url; it must be a PEP 503/691 simple index") from exc
+            return parse_simple_json(data, resp.url, index, keep)
+        return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, index, keep)
+
+    def _find_links(self, loc: str) -> list[Distfile]:
+        parts = urllib.parse.urlsplit(loc)
+        if parts.scheme in ("http", "https"):
+            resp = self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl)
+            return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, loc)
+        path = Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
+        if path.is_dir():
+            out = []
+            for f in sorted(path.iterdir()):
+                if f.is_file():
+                    d = distfile_from_filename(f.name, f.resolve().as_uri(), origin=loc, size=f.stat().st_size)
+                    if d is not None:
+                        out.append(d)
+            return out
+        if path.is_file():
+            return parse_simple_html(path.read_text(encoding="utf-8", errors="replace"), path.resolve().as_uri(), loc)
+        raise BadDirectReference(f"--find-links {loc}: no such folder or page", hint="pass a folder of wheels or an HTML page of links")

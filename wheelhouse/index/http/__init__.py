@@ -1,0 +1,308 @@
+"""A small HTTP client for index pages, metadata and wheels: stdlib only, thread-safe.
+
+Why not plain ``urllib.request.urlopen``: it opens a new TCP (and TLS) connection
+for every request, and resolution makes hundreds of small requests to one host.
+Here connections are kept alive and reused per host (``http.client``), requests
+are retried with exponential backoff on connection errors, 5xx and 429, and
+``file://`` URLs work the same way (including ``Range``), so find-links folders
+and local indexes need no special casing. When the environment names a proxy
+for a host, the request goes through ``urllib.request`` so proxies keep working.
+
+``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for
+index pages (``wheelhouse.page_cache``). The response types live in ``wheelhouse.http_messages``,
+credentials in ``wheelhouse.credentials``, ``file://`` in ``wheelhouse.file_url``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import ssl
+import threading
+import time
+import weakref
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from .credentials import basic_authorization
+from .file_url import open_file_url
+from .messages import Headers, HttpError, Response, StreamResponse, user_agent
+from .cache import get_cached as _get_cached
+
+__all__ = ["HttpClient", "HttpError", "Response", "StreamResponse", "Headers", "user_agent"]
+
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 10
+
+
+def _ssl_context() -> ssl.SSLContext:
+    cafile = os.environ.get("WH_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
+    ctx = ssl.create_default_context(cafile=cafile or None)
+    if not cafile and not ctx.get_ca_certs() and not os.environ.get("SSL_CERT_DIR"):
+        # A system store may be a capath only (loaded lazily) — or empty; pip's
+        # vendored certifi is a sound fallback that is always present with pip.
+        try:
+            from pip._vendor import certifi  # type: ignore
+
+            ctx.load_verify_locations(cafile=certifi.where())
+        except Exception:  # pragma: no cover - no pip, keep the system store
+            pass
+    return ctx
+
+
+class HttpClient:
+    """GET over http(s) and file://, with keep-alive, retries and an optional page cache.
+
+    Safe to share between threads: each request takes its own connection from a
+    per-host pool and gives it back when the body has been read.
+    """
+
+    def __init__(self, cache_dir: Path | None = None, retries: int = 4, backoff: float = 0.5, timeout: float = 60.0):
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self.requests = 0  # round trips made (for tests and benchmarks)
+        # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
+        weakref.finalize(self, _close_pool, self._idle)
+
+    def __enter__(self) -> "HttpClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- public -----------------------------------------------------------------------
+    def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
+        """GET ``url`` and read the body. 2xx and 304 are returned; anything else raises HttpError."""
+        with self.stream(url, headers) as resp:
+            body = b"".join(resp.iter_chunks())
+        return Response(resp.url, resp.status, resp.headers, body)
+
+    @contextlib.contextmanager
+    def stream(self, url: str, headers: Mapping[str, str] | None = None) -> Iterator[StreamResponse]:
+        """Open ``url``; yields a StreamResponse. Connection errors before the body are retried;
+        a connection dropped mid-body raises HttpError with ``received`` set, for resuming."""
+        hdrs = {"User-Agent": user_agent(), **(headers or {})}
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        if scheme == "file":
+            yield open_file_url(url, hdrs)
+            return
+        if scheme not in ("http", "https"):
+            raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
+        conn, resp, final = self._open(url, hdrs)
+        done = False
+
+        def chunks(size: int) -> Iterator[bytes]:
+            nonlocal done
+            received = 0
+            try:
+                while True:
+                    data = resp.read(size)
+                    if not data:
+                        break
+                    received += len(data)
+                    yield data
+            except (OSError, http.client.HTTPException) as exc:
+                raise HttpError(final, resp.status, f"connection dropped after {received} bytes ({exc})", received=received) from exc
+            expected = resp.getheader("Content-Length")
+            if expected is not None and resp.getheader("Content-Encoding") is None and int(expected) != received:
+                raise HttpError(final, resp.status, f"body ended after {received} of {expected} bytes", received=received)
+            done = True
+
+        stream = StreamResponse(final, resp.status, Headers(resp.getheaders()), chunks)  # type: ignore[arg-type]
+        try:
+            yield stream
+        finally:
+            if done and not resp.will_close and conn is not None:
+                self._release(conn)
+            else:
+                with contextlib.suppress(Exception):
+                    resp.close()
+                if conn is not None:
+                    conn.close()
+
+
+    def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0) -> Response:
+        """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
+        older ones revalidated with If-None-Match / If-Modified-Since. Without a cache_dir
+        this is ``get``."""
+        return _get_cached(self.get, self.cache_dir, url, headers, max_age=max_age)
+
+
+    def close(self) -> None:
+        """Close idle connections (the client stays usable)."""
+        with self._lock:
+            _close_pool(self._idle)
+
+    # --- connections --------------------------------------------------------------------
+    def _conn_key(self, parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, parts.hostname or "", port
+
+    def _acquire(self, key: tuple[str, str, int]) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            pool = self._idle.get(key)
+            if pool:
+                return pool.pop(), True
+        return self._acquire_new(key), False
+
+    def _release(self, conn: http.client.HTTPConnection) -> None:
+        key = (("https" if isinstance(conn, http.client.HTTPSConnection) else "http"), conn.host, conn.port)
+        with self._lock:
+            pool = self._idle.setdefault(key, [])
+            if len(pool) < 32:
+                pool.append(conn)
+                return
+        conn.close()
+
+    def _open(self, url: str, headers: dict[str, str]):
+        """Send the request, following redirects and retrying; returns (conn, response, final url)."""
+        attempt = 0
+        redirects = 0
+        while True:
+            parts = urllib.parse.urlsplit(url)
+            try:
+                conn, resp = self._request_once(parts, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                if attempt >= self.retries:
+                    raise HttpError(url, None, str(exc) or type(exc).__name__) from exc
+                self._sleep(attempt, None)
+                attempt += 1
+                continue
+            status = resp.status
+            if status in _REDIRECTS and resp.getheader("Location"):
+                location = urllib.parse.urljoin(url, resp.getheader("Location"))
+                self._discard(conn, resp)
+                redirects += 1
+                if redirects > _MAX_REDIRECTS:
+                    raise HttpError(url, status, "too many redirects")
+                url = location
+                continue
+            if 200 <= status < 300 or status == 304:
+                return conn, resp, url
+            reason = resp.reason
+            retry_after = resp.getheader("Retry-After")
+            self._discard(conn, resp)
+            if status in _RETRY_STATUS and attempt < self.retries:
+                self._sleep(attempt, retry_after)
+                attempt += 1
+                continue
+            raise HttpError(url, status, reason)
+
+    def _request_once(self, parts: urllib.parse.SplitResult, headers: dict[str, str]):
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        hdrs = dict(headers)
+        auth = basic_authorization(parts, hdrs)
+        if auth is not None:
+            hdrs["Authorization"] = auth
+        proxy = self._proxy_for(parts)
+        if proxy:
+            return None, self._via_urllib(parts, hdrs)
+        self.requests += 1
+        key = self._conn_key(parts)
+        conn, was_idle = self._acquire(key)
+        try:
+            conn.request("GET", path, headers=hdrs)
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            if not was_idle:
+                raise
+        # A kept-alive connection the server had already closed: once more on a fresh one.
+        conn = self._acquire_new(key)
+        try:
+            conn.request("GET", path, headers=hdrs)
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            raise
+
+    def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
+        scheme, host, port = key
+        if scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
+        return http.client.HTTPConnection(host, port, timeout=self.timeout)
+
+    @staticmethod
+    def _proxy_for(parts: urllib.parse.SplitResult) -> str | None:
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(parts.scheme)
+        if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+            return proxy
+        return None
+
+    def _via_urllib(self, parts: urllib.parse.SplitResult, headers: dict[str, str]):
+        self.requests += 1
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            return _UrllibResponse(urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_or_new()))
+        except urllib.error.HTTPError as exc:
+            return _UrllibResponse(exc)
+
+    def _ssl_or_new(self):
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = _ssl_context()
+            return self._ssl
+
+    @staticmethod
+    def _discard(conn, resp) -> None:
+        with contextlib.suppress(Exception):
+            resp.read()
+            resp.close()
+        if conn is not None:
+            conn.close()
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = self.backoff * (2**attempt)
+        if retry_after and retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), 60.0))
+        time.sleep(delay)
+
+
+def _close_pool(idle: dict) -> None:
+    conns = [c for pool in idle.values() for c in pool]
+    idle.clear()
+    for c in conns:
+        with contextlib.suppress(Exception):
+            c.close()
+
+
+class _UrllibResponse:
+    """An urllib response (or HTTPError) seen through http.client.HTTPResponse's interface."""
+
+    will_close = True
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.status = raw.status if hasattr(raw, "status") else raw.code
+        self.reason = getattr(raw, "reason", "") or ""
+        self._headers = list(raw.headers.items())
+
+    def getheader(self, name: str, default=None):
+        return Headers(self._headers).get(name, default)
+
+    def getheaders(self):
+        return self._headers
+
+    def read(self, size: int = -1) -> bytes:
+        return self._raw.read(size)
+
+    def close(self) -> None:
+        self._raw.close()
+

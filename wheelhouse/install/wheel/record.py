@@ -1,0 +1,101 @@
+"""A wheel's RECORD, and the archive paths a wheel may name.
+
+RECORD (the wheel spec's ``<name>.dist-info/RECORD``, a CSV of path, ``algo=digest``,
+size) is what every extracted byte is checked against. Only sha256 is trusted.
+Archive paths are checked before anything is written: no absolute paths, no ``..``,
+no drive letters or backslashes, and no destination outside its scheme folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import os
+import re
+from pathlib import Path
+from typing import Iterable
+
+from wheelhouse.errors import WhError
+
+__all__ = [
+    "UnpackError",
+    "UnsafeWheelPath",
+    "RecordMismatch",
+    "record_digest",
+    "parse_record",
+    "render_record",
+    "check_archive_path",
+    "check_inside",
+]
+
+
+class UnpackError(WhError):
+    code = "bad-wheel"
+
+
+class UnsafeWheelPath(UnpackError):
+    code = "unsafe-wheel-path"
+
+
+class RecordMismatch(UnpackError):
+    code = "record-mismatch"
+
+
+def record_digest(digest: bytes) -> str:
+    """A raw digest as RECORD writes it: urlsafe base64 without padding."""
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def parse_record(wheel: Path, text: str) -> dict[str, tuple[str | None, int | None]]:
+    """``{archive path: (sha256 or None, size or None)}`` from a RECORD's text."""
+    out: dict[str, tuple[str | None, int | None]] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not row[0]:
+            continue
+        path = row[0]
+        digest = None
+        if len(row) > 1 and row[1]:
+            algo, _, value = row[1].partition("=")
+            if algo != "sha256":
+                # Only sha256 is trusted here; weaker hashes are treated as missing.
+                digest = None
+            else:
+                digest = value
+        size = int(row[2]) if len(row) > 2 and row[2].strip().isdigit() else None
+        out[path] = (digest, size)
+    return out
+
+
+def render_record(rows: Iterable[tuple[str, str, str]], base: str, record: str) -> bytes:
+    """The RECORD of what was really installed: ``rows`` of (absolute path, digest, size), paths
+    relative to ``base``, and the RECORD itself last without a hash."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for dest, digest, size in rows:
+        writer.writerow((os.path.relpath(dest, base), digest, size))
+    writer.writerow((os.path.relpath(record, base), "", ""))
+    return buf.getvalue().encode()
+
+
+def check_archive_path(wheel: Path, name: str) -> None:
+    """Raise UnsafeWheelPath for an archive path that is absolute or climbs out with ``..``."""
+    parts = name.split("/")
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or re.match(r"^[A-Za-z]:", name)
+        or any(p == ".." for p in parts)
+        or "\x00" in name
+    ):
+        raise UnsafeWheelPath(
+            f"{wheel.name} contains an unsafe path {name!r} (absolute or with '..')",
+            hint="this wheel would write outside the environment; rebuild it or remove it from the wheelhouse and re-run `wh stage`",
+        )
+
+
+def check_inside(wheel: Path, name: str, dest: str, base_dir: str) -> None:
+    """Raise UnsafeWheelPath when ``dest`` (where ``name`` would go) is not below ``base_dir``."""
+    if os.path.commonpath([dest, os.path.normpath(base_dir)]) != os.path.normpath(base_dir):
+        raise UnsafeWheelPath(f"{wheel.name}: {name} would be written outside {base_dir}",
+                              hint="remove this wheel from the wheelhouse and re-run `wh stage`")

@@ -1,0 +1,333 @@
+"""One-file patches of an installed distribution that refuse to guess.
+
+The spec (``wheelhouse.patch_spec``) names the file inside an installed
+distribution, the sha256 it must have before, the payload that replaces it,
+optional conditions on facts (``wheelhouse.patch_conditions``) and an optional
+verification call. With no known "before" hash at all, apply refuses: a patch
+never lands on a file nobody vouched for.
+
+apply: drifted file -> PatchDrifted with both hashes, nothing changed; else a
+backup (``<site>/.wh/patches/<name>/<sha>.orig``) and a record, an atomic
+replace, ``py_compile`` and the verification in the target interpreter, and a
+byte-exact rollback on any failure. Already patched is success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from wheelhouse.atomic import write_atomic
+from wheelhouse.digest import sha256_of
+from wheelhouse.errors import UsageError, WhError
+from .conditions import check_conditions, gather_facts
+from .spec import PatchSpec, PatchSpecError, PatchVerify, load_patch_spec, parse_patch_spec
+
+__all__ = [
+    "PatchSpec",
+    "PatchVerify",
+    "VerifyResult",
+    "PatchOutcome",
+    "PatchSpecError",
+    "PatchDrifted",
+    "PatchRolledBack",
+    "PatchTargetMissing",
+    "parse_patch_spec",
+    "load_patch_spec",
+    "gather_facts",
+    "check_conditions",
+    "apply_patch",
+    "verify_patch",
+    "revert_patch",
+]
+
+State = Literal["applied", "already-patched", "skipped", "patched", "unpatched", "drifted", "reverted", "not-installed"]
+_RESULT_MARK = "__WH_PATCH_RESULT__"
+
+
+class PatchDrifted(WhError):
+    code = "patch-drifted"
+
+
+class PatchRolledBack(WhError):
+    code = "patch-rolled-back"
+
+
+class PatchTargetMissing(WhError):
+    code = "patch-target-missing"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    call: str
+    ran: bool  # the call returned (did not raise, did not time out)
+    value: Any = None
+    expected: Any = None
+    compared: bool = False  # whether value was held against expected (conditions hold)
+    matched: bool | None = None
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.ran and self.matched is not False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call": self.call, "ran": self.ran, "value": self.value, "expected": self.expected,
+                "compared": self.compared, "matched": self.matched, "output": self.output[-2000:]}
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    name: str
+    action: Literal["apply", "verify", "revert"]
+    state: State
+    file: str | None = None
+    sha256: str | None = None  # the file's hash now
+    before_sha256: tuple[str, ...] = ()
+    payload_sha256: str | None = None
+    conditions_met: bool | None = None
+    reason: str = ""
+    backup: str | None = None
+    verification: VerifyResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether this outcome is what the user wants (for exit codes)."""
+        if self.verification is not None and not self.verification.ok:
+            return False
+        if self.action == "verify":
+            return self.state == "patched" or (self.state == "unpatched" and self.conditions_met is False)
+        return self.state in ("applied", "already-patched", "skipped", "reverted", "unpatched")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "action": self.action, "state": self.state, "ok": self.ok, "file": self.file,
+            "sha256": self.sha256, "before_sha256": list(self.before_sha256), "payload_sha256": self.payload_sha256,
+            "conditions_met": self.conditions_met, "reason": self.reason, "backup": self.backup,
+            "verification": self.verification.to_json() if self.verification else None,
+        }
+
+
+# --- the installed file ---------------------------------------------------------------------
+_LOCATE = (
+    "import json, sys, importlib.metadata as m\n"
+    "try:\n    d = m.distribution(sys.argv[1])\n"
+    "except m.PackageNotFoundError:\n    print(json.dumps({'found': False})); sys.exit(0)\n"
+    "print(json.dumps({'found': True, 'version': d.version, 'file': str(d.locate_file(sys.argv[2])),"
+    " 'site': str(d.locate_file(''))}))\n"
+)
+
+_CALL = (
+    "import importlib, json, sys\n"
+    "mod, _, attr = sys.argv[1].partition(':')\n"
+    "obj = importlib.import_module(mod)\n"
+    "for part in attr.split('.'):\n    obj = getattr(obj, part)\n"
+    "value = obj()\n"
+    f"print('\\n{_RESULT_MARK}' + json.dumps(value, default=repr))\n"
+)
+
+
+def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
+    try:
+        proc = subprocess.run([python or sys.executable, "-c", _LOCATE, spec.distribution, spec.file], capture_output=True, text=True)
+    except OSError as exc:  # missing or not executable
+        raise UsageError(f"cannot run interpreter {python}: {exc.strerror}", hint="pass a working interpreter with --python") from exc
+    if proc.returncode != 0:
+        raise UsageError(f"cannot run {python or sys.executable}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
+    info = json.loads(proc.stdout)
+    if not info["found"]:
+        return None
+    return Path(info["file"]), Path(info["site"])
+
+
+def _run_call(verify: PatchVerify, python: str | None, compare: bool) -> VerifyResult:
+    env = {**os.environ, **verify.env}
+    with tempfile.TemporaryDirectory(prefix="wh-verify-") as cwd:  # nothing local shadows the installed module
+        try:
+            proc = subprocess.run([python or sys.executable, "-c", _CALL, verify.call], capture_output=True, text=True,
+                                  timeout=verify.timeout, cwd=cwd, env=env)
+        except subprocess.TimeoutExpired as exc:
+            return VerifyResult(verify.call, ran=False, expected=verify.expect, output=f"timed out after {exc.timeout:.0f}s")
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0 or _RESULT_MARK not in proc.stdout:
+        return VerifyResult(verify.call, ran=False, expected=verify.expect, output=out.strip())
+    value = json.loads(proc.stdout.rsplit(_RESULT_MARK, 1)[1].strip())
+    compared = compare and verify.has_expect
+    return VerifyResult(verify.call, ran=True, value=value, expected=verify.expect, compared=compared,
+                        matched=(value == verify.expect) if compared else None, output=out.strip())
+
+
+def _prepare(spec_path, python, facts):
+    spec = spec_path if isinstance(spec_path, PatchSpec) else load_patch_spec(spec_path)
+    needed = [k for k in spec.when if k != "sm"]
+    if facts is None:
+        facts = gather_facts(python, needed)
+    else:
+        facts = dict(facts)
+        missing = [k for k in needed if k not in facts]
+        if missing:
+            facts.update({k: v for k, v in gather_facts(python, missing).items() if k in missing})
+    met, reasons = check_conditions(spec.when, facts)
+    return spec, met, reasons
+
+
+def _payload(spec: PatchSpec) -> tuple[bytes, str]:
+    if not spec.payload.exists():
+        raise PatchSpecError(f"payload {spec.payload} of patch {spec.name} does not exist",
+                             hint="build it into the wheelhouse with `wh build RECIPE -o WHEELHOUSE`, or fix payload in the spec")
+    data = spec.payload.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if spec.payload_sha256 and actual != spec.payload_sha256:
+        raise PatchSpecError(f"payload {spec.payload} has sha256 {actual}, the spec expects {spec.payload_sha256}",
+                             hint="the payload was changed or replaced: rebuild it with `wh build`, or fix payload-sha256")
+    return data, actual
+
+
+def _patch_dir(site: Path, name: str) -> Path:
+    return site / ".wh" / "patches" / name
+
+
+def _remove_patch_dir(pdir: Path) -> None:
+    """Remove a patch's backup folder, and ``.wh/patches`` and ``.wh`` when that leaves them empty."""
+    shutil.rmtree(pdir, ignore_errors=True)
+    for parent in (pdir.parent, pdir.parent.parent):
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
+# --- the three verbs ----------------------------------------------------------------------
+def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None, force: bool = False) -> PatchOutcome:
+    """Apply one patch spec to the distribution installed for ``python``; see the module docstring."""
+    spec, met, reasons = _prepare(spec_path, python, facts)
+    if not met and not force:
+        return PatchOutcome(name=spec.name, action="apply", state="skipped", reason="; ".join(reasons),
+                            before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256, conditions_met=met)
+    payload, payload_sha = _payload(spec)
+    base = dict(name=spec.name, action="apply", before_sha256=spec.before_sha256, payload_sha256=payload_sha, conditions_met=met)
+    located = _locate(spec, python)
+    if located is None:
+        raise PatchTargetMissing(f"{spec.distribution} is not installed for {python or sys.executable}",
+                                 hint=f"install it first (`wh install`), then `wh patch apply {spec.path or spec.name}`")
+    target, site = located
+    if not target.is_file():
+        raise PatchTargetMissing(f"{spec.distribution} has no file {spec.file} ({target})",
+                                 hint="check file = ... in the spec against the installed distribution")
+    original = target.read_bytes()
+    current = hashlib.sha256(original).hexdigest()
+    base["file"] = str(target)
+    if current == payload_sha:
+        verification = _run_call(spec.verify, python, met) if spec.verify else None
+        return PatchOutcome(state="already-patched", sha256=current, reason="the file already is the payload", verification=verification, **base)
+    if not spec.before_sha256:
+        raise PatchDrifted(
+            f"patch {spec.name}: no expected before-sha256 is known for {target} (it has {current}); refusing to guess",
+            hint=f"add before-sha256 = \"{current}\" to {spec.path} only if you have checked that file, or use the spec from a wheelhouse made by `wh build`",
+        )
+    if current not in spec.before_sha256:
+        raise PatchDrifted(
+            f"{target} has drifted: sha256 {current}, expected {' or '.join(spec.before_sha256)} (payload {payload_sha}); nothing changed",
+            hint=f"the installed {spec.distribution} is not the version this patch is for: reinstall it (`wh install`) or update the spec",
+        )
+    pdir = _patch_dir(site, spec.name)
+    backup = pdir / f"{current}.orig"
+    record = pdir / "record.json"
+    mode = target.stat().st_mode & 0o777
+    existed = pdir.exists()
+    write_atomic(backup, original, mode=0o644)
+    write_atomic(record, json.dumps({"name": spec.name, "distribution": spec.distribution, "file": str(target),
+                                     "before_sha256": current, "after_sha256": payload_sha, "backup": backup.name,
+                                     "spec": str(spec.path), "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                    indent=2) + "\n")
+
+    def rollback(message: str, detail: str) -> PatchRolledBack:
+        write_atomic(target, original, mode=mode)
+        if existed:
+            backup.unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+        else:
+            _remove_patch_dir(pdir)
+        return PatchRolledBack(f"patch {spec.name}: {message}; {target} restored (sha256 {current})",
+                               hint="the payload does not work with this install: check the payload and the installed versions",
+                               detail=detail)
+
+    try:
+        write_atomic(target, payload, mode=mode)
+        comp = subprocess.run([python or sys.executable, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(target)],
+                              capture_output=True, text=True)
+        if comp.returncode != 0:
+            raise rollback("the payload does not compile", (comp.stderr or comp.stdout).strip()[-3000:])
+        verification = _run_call(spec.verify, python, met) if spec.verify else None
+        if verification and not verification.ran:
+            raise rollback(f"verification {spec.verify.call} failed", verification.output[-3000:])
+        if verification and verification.matched is False:
+            raise rollback(f"verification {spec.verify.call} returned {verification.value!r}, expected {verification.expected!r}", verification.output[-3000:])
+    except PatchRolledBack:
+        raise
+    except BaseException:
+        rollback("interrupted", "")
+        raise
+    reason = "" if met else "forced: " + "; ".join(reasons)
+    return PatchOutcome(state="applied", sha256=payload_sha, backup=str(backup), reason=reason, verification=verification, **base)
+
+
+def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None) -> PatchOutcome:
+    """patched / unpatched / drifted / not-installed, plus the verification call's result."""
+    spec, met, reasons = _prepare(spec_path, python, facts)
+    payload_sha = _payload(spec)[1] if spec.payload.exists() else spec.payload_sha256
+    base = dict(name=spec.name, action="verify", before_sha256=spec.before_sha256, payload_sha256=payload_sha,
+                conditions_met=met, reason="; ".join(reasons))
+    located = _locate(spec, python)
+    if located is None or not located[0].is_file():
+        return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
+    current = sha256_of(located[0])
+    if current == payload_sha:
+        state: State = "patched"
+    elif current in spec.before_sha256:
+        state = "unpatched"
+    else:
+        state = "drifted"
+    verification = _run_call(spec.verify, python, met) if spec.verify else None
+    backup = _patch_dir(located[1], spec.name) / f"{current}.orig"
+    return PatchOutcome(state=state, file=str(located[0]), sha256=current, verification=verification,
+                        backup=str(backup) if backup.exists() else None, **base)
+
+
+def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
+    """Put the backed-up bytes back; refuses when the file changed since it was patched."""
+    spec = spec_path if isinstance(spec_path, PatchSpec) else load_patch_spec(spec_path)
+    located = _locate(spec, python)
+    if located is None or not located[0].is_file():
+        raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python or sys.executable}",
+                                 hint="nothing to revert")
+    target, site = located
+    pdir = _patch_dir(site, spec.name)
+    current = sha256_of(target)
+    base = dict(name=spec.name, action="revert", file=str(target), before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256)
+    try:
+        rec = json.loads((pdir / "record.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if current in spec.before_sha256:
+            return PatchOutcome(state="unpatched", sha256=current, reason="not patched; nothing to revert", **base)
+        raise PatchDrifted(f"no backup of {target} was recorded by `wh patch apply` (it has sha256 {current})",
+                           hint=f"reinstall {spec.distribution} to get the original file back")
+    if current != rec["after_sha256"]:
+        raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec['after_sha256']}; nothing changed",
+                           hint=f"reinstall {spec.distribution} to get a known file back")
+    backup = pdir / rec["backup"]
+    original = backup.read_bytes()
+    if hashlib.sha256(original).hexdigest() != rec["before_sha256"]:
+        raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec['before_sha256']}", hint=f"reinstall {spec.distribution}")
+    write_atomic(target, original, mode=target.stat().st_mode & 0o777)
+    _remove_patch_dir(pdir)
+    return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)

@@ -1,0 +1,248 @@
+"""Resolve requirements for a TARGET interpreter: resolvelib does the search, this module adapts.
+
+``resolve(requirements, target, source) -> Resolution``. The provider only adapts: candidates come
+from the injected ``PackageSource`` (``find_matches`` reads index pages, never metadata), and
+metadata is read only in ``get_dependencies`` (through a ``MetadataReader``: PEP 658 or zip range
+requests, never a wheel body).
+
+Rules, all judged for the target and never for the host:
+- markers and extras with ``target.evaluate`` (the target's complete marker environment);
+- ``Requires-Python`` with ``target.accepts_python``: from the index page when it says, and from
+  the wheel's METADATA as a dependency on the virtual ``<python>`` (so a mismatch backtracks);
+- wheels only, ranked by ``target.wheel_rank``; for each version the best-ranked wheel is the
+  candidate, versions highest first (what uv picks);
+- yanked files skipped unless pinned with ``==`` (PEP 592);
+- pre-releases only when asked, when a specifier names one, or when a project has nothing else;
+- constraints narrow versions and never add a package;
+- toolchain groups: each member in the resolution depends on a virtual ``<toolchain:NAME>`` at its
+  own major.minor (or exact version), so two members at different releases conflict DURING the
+  search and resolvelib backtracks to a consistent set; when none exists, ``ToolchainSkew``.
+
+While the resolver works, a thread pool walks ahead: index pages and metadata of each dependency's
+likely pick are fetched in parallel, so the search itself mostly hits memory.
+
+The parts: ``wheelhouse.provider`` (the resolvelib adapter and the walk ahead),
+``wheelhouse.candidates`` (which wheels a target can install), ``wheelhouse.toolchain`` (groups)
+and ``wheelhouse.explain`` (the errors, and why a resolution failed).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from resolvelib import Resolver
+from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
+
+from .candidates import Req
+from .explain import (
+    ROOT,
+    InvalidRequirementError,
+    NoCompatibleWheel,
+    NoMatchingVersion,
+    PackageNotFound,
+    ResolutionConflict,
+    ResolveError,
+    ToolchainSkew,
+    explain_failure,
+)
+from wheelhouse.index.distfile import Distfile
+from wheelhouse.index import PackageSource
+from wheelhouse.index.metadata import MetadataReader
+from wheelhouse.progress import NullReporter, Reporter
+from .provider import ProgressReporter, Provider
+from wheelhouse.target import TargetProfile
+from .toolchain import toolchain_rules
+
+__all__ = [
+    "Pin",
+    "Resolution",
+    "resolve",
+    "ResolveError",
+    "InvalidRequirementError",
+    "PackageNotFound",
+    "NoCompatibleWheel",
+    "NoMatchingVersion",
+    "ResolutionConflict",
+    "ToolchainSkew",
+]
+
+
+# --- results ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pin:
+    """One resolved project: the version and the wheel chosen for the target."""
+
+    name: str
+    version: str
+    distfile: Distfile
+    parents: tuple[str, ...] = ()  # "name==version" of each dependent, or "(requested)"
+    extras: tuple[str, ...] = ()
+    requested_by: tuple[str, ...] = ()  # the requirement strings that pulled it in
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.distfile
+        return {
+            "name": self.name,
+            "version": self.version,
+            "filename": d.filename,
+            "url": d.url,
+            "sha256": d.sha256,
+            "size": d.size,
+            "requires_python": d.requires_python,
+            "yanked": d.yanked,
+            "origin": d.origin,
+            "extras": list(self.extras),
+            "parents": list(self.parents),
+            "requested_by": list(self.requested_by),
+        }
+
+
+@dataclass(frozen=True)
+class Resolution:
+    pins: tuple[Pin, ...]
+    requirements: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # requested requirements whose markers exclude the target
+    stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def pin(self, name: str) -> Pin | None:
+        key = canonicalize_name(name)
+        return next((p for p in self.pins if p.name == key), None)
+
+    def versions(self) -> dict[str, str]:
+        return {p.name: p.version for p in self.pins}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requirements": list(self.requirements),
+            "constraints": list(self.constraints),
+            "skipped": list(self.skipped),
+            "pins": [p.to_json() for p in self.pins],
+        }
+
+
+
+# --- the public function ----------------------------------------------------------------------
+def _parse_root(text: str, source: PackageSource) -> Req:
+    raw = text.strip()
+    named = "@" in raw.split("/")[0] or " @ " in raw  # "name @ url" is a PEP 508 direct reference
+    if not named and (raw.endswith(".whl") or raw.startswith(("file:", "http://", "https://", "./", "../", "/", "~"))):
+        d = source.direct(raw)
+        return Req("pkg", d.name, raw, SpecifierSet(), direct=d)
+    try:
+        r = Requirement(raw)
+    except InvalidRequirement as exc:
+        raise InvalidRequirementError(f"requirement {raw!r} is not valid: {exc}", hint="write it like `name`, `name==1.2`, `name[extra]>=1`, or a path to a .whl") from exc
+    direct = source.direct(r.url) if r.url else None
+    if direct is not None and direct.name != canonicalize_name(r.name):
+        raise InvalidRequirementError(f"requirement {raw!r} names {r.name} but the file is {direct.name}", hint="fix the name before the @")
+    return Req("pkg", canonicalize_name(r.name), raw, r.specifier, frozenset(canonicalize_name(e) for e in r.extras), direct)
+
+
+def resolve(
+    requirements: Sequence[str],
+    target: TargetProfile,
+    source: PackageSource,
+    *,
+    constraints: Sequence[str] = (),
+    toolchains: Sequence[Any] = (),
+    prereleases: bool = False,
+    reporter: Reporter | None = None,
+    metadata: MetadataReader | None = None,
+    jobs: int = 16,
+    max_rounds: int = 20000,
+) -> Resolution:
+    """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
+
+    ``toolchains`` are ``manifest.ToolchainGroup`` values (name, packages, exact, exceptions);
+    package names may use shell wildcards (``nvidia-cuda-*``). Raises a ResolveError subclass
+    that says what to change when no consistent set exists.
+    """
+    reporter = reporter or NullReporter()
+    reader = metadata or MetadataReader(source.client)
+    roots: list[Req] = []
+    skipped: list[str] = []
+    for text in requirements:
+        if not text.strip():
+            continue
+        req = _parse_root(text, source)
+        try:
+            marker = Requirement(text).marker
+        except InvalidRequirement:
+            marker = None
+        if marker is not None and not target.evaluate(marker):
+            skipped.append(text)
+            continue
+        roots.append(req)
+    cons: dict[str, list[Req]] = {}
+    for text in constraints:
+        try:
+            r = Requirement(text)
+        except InvalidRequirement as exc:
+            raise InvalidRequirementError(f"constraint {text!r} is not valid: {exc}", hint="write it like `name<2` or `name==1.2`") from exc
+        if r.url:
+            raise InvalidRequirementError(f"constraint {text!r} names a URL", hint="constraints restrict versions: `name==1.2`")
+        if r.marker is not None and not target.evaluate(r.marker):
+            continue
+        cons.setdefault(canonicalize_name(r.name), []).append(Req("pkg", canonicalize_name(r.name), f"{text} (constraint)", r.specifier))
+    groups = toolchain_rules(toolchains)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
+    provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases, reporter=reporter, pool=pool)
+    for r in roots:
+        provider.root_texts.setdefault(r.name, set()).add(r.text)
+    reporter.start("resolve", None, "packages")
+    try:
+        provider.prefetch(roots)
+        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+    except ResolutionImpossible as exc:
+        reporter.finish("resolve", "failed")
+        raise explain_failure(exc, provider, target, source, roots) from None
+    except ResolutionTooDeep as exc:
+        reporter.finish("resolve", "failed")
+        raise ResolutionConflict(
+            f"gave up after {exc.round_count} resolution rounds",
+            hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
+        ) from None
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    pins = _pins(result, provider)
+    reporter.finish("resolve", f"{len(pins)} packages")
+    return Resolution(
+        pins=pins,
+        requirements=tuple(requirements),
+        constraints=tuple(constraints),
+        skipped=tuple(skipped),
+        stats={"requests": source.client.requests, **reader.stats},
+    )
+
+
+def _pins(result, provider: Provider) -> tuple[Pin, ...]:
+    by_name: dict[str, dict[str, Any]] = {}
+    for ident, cand in result.mapping.items():
+        if cand.kind != "pkg":
+            continue
+        entry = by_name.setdefault(cand.name, {"cand": cand, "extras": set(), "parents": set()})
+        entry["extras"] |= set(cand.extras)
+        if not cand.extras:
+            entry["cand"] = cand
+        for parent in result.graph.iter_parents(ident):
+            if parent is None:
+                entry["parents"].add(ROOT)
+            else:
+                pc = result.mapping[parent]
+                if pc.name != cand.name:
+                    entry["parents"].add(f"{pc.name}=={pc.version}")
+    pins = []
+    for name in sorted(by_name):
+        e = by_name[name]
+        c = e["cand"]
+        parents = e["parents"]
+        requested = sorted({text for text, p in provider.parents.get(name, ()) if p in parents} | provider.root_texts.get(name, set()))
+        pins.append(Pin(name, str(c.version), c.distfile, tuple(sorted(parents)), tuple(sorted(e["extras"])), tuple(requested)))
+    return tuple(pins)

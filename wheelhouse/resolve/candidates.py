@@ -1,0 +1,206 @@
+"""What the resolver chooses between: its requirement and candidate values, and the wheels of a
+project that a TARGET can install.
+
+``CandidateFinder.candidates(name, requirements)`` lists the best-ranked wheel of each allowed
+version, highest version first (what uv picks). It reads index pages through the injected
+``PackageSource`` and never metadata. Rules, all judged for the target and never for the host:
+wheels only, ranked by ``target.wheel_rank``; ``Requires-Python`` from the index page with
+``target.accepts_python``; yanked files skipped unless pinned with ``==`` (PEP 592); pre-releases
+only when asked, when a specifier names one, or when a project has nothing else; constraints
+narrow versions and never add a package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from wheelhouse.index.distfile import Distfile
+from wheelhouse.index import PackageSource
+from wheelhouse.target import TargetProfile
+from .toolchain import toolchain_ident
+
+__all__ = ["PYTHON", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
+
+PYTHON = "<python>"
+
+
+def _ident(kind: str, name: str, extras: Iterable[str]) -> str:
+    """resolvelib's identifier: the virtual ``<python>`` / ``<toolchain:NAME>``, or ``name[extras]``."""
+    if kind == "python":
+        return PYTHON
+    if kind == "toolchain":
+        return toolchain_ident(name)
+    ex = sorted(extras)
+    return f"{name}[{','.join(ex)}]" if ex else name
+
+
+@dataclass(frozen=True)
+class Req:
+    """A requirement as the resolver sees it: on a package, on the target's Python, or on a toolchain group."""
+
+    kind: str  # "pkg" | "python" | "toolchain"
+    name: str  # canonical project name, or the group name
+    text: str  # as written, for messages
+    specifier: SpecifierSet = field(default_factory=SpecifierSet)
+    extras: frozenset[str] = frozenset()
+    direct: Distfile | None = None
+
+    @property
+    def ident(self) -> str:
+        return _ident(self.kind, self.name, self.extras)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Cand:
+    """A candidate: one version (and, for a package, its chosen wheel)."""
+
+    kind: str
+    name: str
+    version: Version
+    distfile: Distfile | None = None
+    extras: frozenset[str] = frozenset()
+
+    @property
+    def ident(self) -> str:
+        return _ident(self.kind, self.name, self.extras)
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def _explicit_prerelease(spec: SpecifierSet) -> bool:
+    for s in spec:
+        try:
+            if Version(s.version.rstrip(".*")).is_prerelease:
+                return True
+        except InvalidVersion:
+            continue
+    return False
+
+
+def exact_pins(spec: SpecifierSet) -> set[Version]:
+    """The versions ``spec`` pins with ``==`` / ``===`` (not ``==X.*``)."""
+    out = set()
+    for s in spec:
+        if s.operator in ("==", "===") and not s.version.endswith(".*"):
+            try:
+                out.add(Version(s.version))
+            except InvalidVersion:
+                pass
+    return out
+
+
+def spec_of(text: str | None) -> SpecifierSet | None:
+    """A Requires-Python value as a SpecifierSet; None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return None  # pip and uv ignore a malformed requires-python
+
+
+def _neg_build(f: Distfile) -> tuple:
+    b = f.build_tag
+    return (-b[0], b[1]) if b else (0, "")
+
+
+class CandidateFinder:
+    """The wheels of each project that ``target`` can install, memoized for one resolution.
+
+    Thread-safe enough for the resolver's prefetch threads: a memo miss computes the same value twice.
+    """
+
+    def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]], prereleases: bool):
+        self.target = target
+        self.source = source
+        self.constraints = constraints
+        self.prereleases = prereleases
+        self._installable_memo: dict[str, dict[Version, list[Distfile]]] = {}
+        # One callable for the run, so the source memoizes pages filtered for this target.
+        self._keep = self.installable_name
+
+    def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
+        """Best wheel of each allowed version, highest version first."""
+        extras = reqs[0].extras if reqs else frozenset()
+        directs = {r.direct.url: r.direct for r in reqs if r.direct is not None}
+        if directs:
+            if len(directs) > 1:
+                return []
+            d = next(iter(directs.values()))
+            v = Version(d.version)
+            specs = [r.specifier for r in reqs] + [c.specifier for c in self.constraints.get(name, ())]
+            if self.target.wheel_rank(d.filename) is None or not all(s.contains(v, prereleases=True) for s in specs):
+                return []
+            return [Cand("pkg", name, v, d, extras)]
+        specs = [r.specifier for r in reqs] + [c.specifier for c in self.constraints.get(name, ())]
+        by_version = self._installable(name)
+        allow_pre = self.prereleases or any(_explicit_prerelease(s) for s in specs) or all(v.is_prerelease for v in by_version)
+        pinned = set().union(*(exact_pins(s) for s in specs)) if specs else set()
+        out = []
+        for v in sorted(by_version, reverse=True):
+            if v.is_prerelease and not allow_pre:
+                continue
+            if not all(s.contains(v, prereleases=True) for s in specs):
+                continue
+            files = [f for f in by_version[v] if not f.yanked or v in pinned]
+            if not files:
+                continue
+            best = min(files, key=lambda f: (self.rank(f.filename), _neg_build(f)))
+            out.append(Cand("pkg", name, v, best, extras))
+        return out
+
+    def _installable(self, name: str) -> dict[Version, list[Distfile]]:
+        """Wheels of ``name`` the target can install (tags and index requires-python), by version."""
+        hit = self._installable_memo.get(name)
+        if hit is not None:
+            return hit
+        out: dict[Version, list[Distfile]] = {}
+        specs: dict[str, bool] = {}
+        versions: dict[str, Version | None] = {}
+        for f in self.source.files(name, self._keep):
+            if not f.is_wheel or self.rank(f.filename) is None:
+                continue
+            if f.requires_python:
+                ok = specs.get(f.requires_python)
+                if ok is None:
+                    spec = spec_of(f.requires_python)
+                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
+                if not ok:
+                    continue
+            v = versions.get(f.version, False)
+            if v is False:
+                try:
+                    v = versions[f.version] = Version(f.version)
+                except InvalidVersion:
+                    v = versions[f.version] = None
+            if v is None:
+                continue
+            out.setdefault(v, []).append(f)
+        self._installable_memo[name] = out
+        return out
+
+    def installable_name(self, filename: str) -> bool:
+        return filename.endswith(".whl") and self.rank(filename) is not None
+
+    def rank(self, filename: str) -> int | None:
+        """``target.wheel_rank`` without parsing the name: split the tag triple (PEP 425 sets)."""
+        parts = filename[:-4].split("-")
+        if len(parts) not in (5, 6):
+            return self.target.wheel_rank(filename)
+        best = None
+        tag_rank = self.target.tag_rank
+        for py in parts[-3].split("."):
+            for abi in parts[-2].split("."):
+                for plat in parts[-1].split("."):
+                    r = tag_rank(f"{py}-{abi}-{plat}")
+                    if r is not None and (best is None or r < best):
+                        best = r
+        return best

@@ -1,0 +1,237 @@
+"""Why a resolution failed: the ``ResolveError`` family, and resolvelib's causes turned into one
+of them with a message that names the packages and a hint that says what to change.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from packaging.version import InvalidVersion, Version
+from resolvelib.resolvers import ResolutionImpossible
+
+from .candidates import Req, spec_of
+from wheelhouse.errors import UsageError, WhError
+from wheelhouse.index.distfile import Distfile
+from wheelhouse.index import PackageSource
+from wheelhouse.target import TargetProfile
+
+if TYPE_CHECKING:
+    from .provider import Provider
+
+__all__ = [
+    "ROOT",
+    "ResolveError",
+    "InvalidRequirementError",
+    "PackageNotFound",
+    "NoCompatibleWheel",
+    "NoMatchingVersion",
+    "ResolutionConflict",
+    "ToolchainSkew",
+    "explain_failure",
+]
+
+ROOT = "(requested)"
+
+
+# --- errors -------------------------------------------------------------------------------
+class ResolveError(WhError):
+    code = "resolve"
+
+
+class InvalidRequirementError(UsageError):
+    code = "bad-requirement"
+
+
+class PackageNotFound(ResolveError):
+    code = "not-found"
+
+
+class NoCompatibleWheel(ResolveError):
+    """A project (or the versions allowed of it) publishes nothing the target can install."""
+
+    code = "no-compatible-wheel"
+
+    def __init__(self, message: str, *, name: str, published: Sequence[str] = (), hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.name = name
+        self.published = tuple(published)
+
+
+class NoMatchingVersion(ResolveError):
+    code = "no-matching-version"
+
+
+class ResolutionConflict(ResolveError):
+    code = "conflict"
+
+
+class ToolchainSkew(ResolveError):
+    code = "toolchain-skew"
+
+    def __init__(self, message: str, *, group: str, versions: Mapping[str, str], hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.group = group
+        self.versions = dict(versions)
+
+
+
+# --- explaining failure ------------------------------------------------------------------------
+def _chain(provider: Provider, name: str, limit: int = 6) -> str:
+    """"b==2 <- a==1 <- (requested)": who pulled ``name`` in, following the first recorded parent."""
+    parts: list[str] = []
+    seen = {name}
+    cur = name
+    while len(parts) < limit:
+        if cur in provider.root_texts:
+            parts.append(ROOT)
+            break
+        recs = provider.parents.get(cur)
+        if not recs:
+            break
+        parent = recs[0][1]
+        parts.append(parent)
+        cur = parent.split("==")[0]
+        if cur in seen:
+            break
+        seen.add(cur)
+    return " <- ".join(parts) or ROOT
+
+
+def explain_failure(exc: ResolutionImpossible, provider: Provider, target: TargetProfile, source: PackageSource, roots) -> WhError:
+    """The ResolveError that says why resolvelib found no consistent set."""
+    causes = list(exc.causes)
+    tool = [c for c in causes if c.requirement.kind == "toolchain"]
+    if tool:
+        group = tool[0].requirement.name
+        versions: dict[str, str] = {}
+        lines = []
+        for c in tool:
+            if c.parent is None:
+                continue
+            versions[c.parent.name] = str(c.parent.version)
+            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent.name)}")
+        g = next(g for g in provider.groups if g.name == group)
+        rule = "identical versions" if g.exact else "one major.minor release"
+        return ToolchainSkew(
+            f"toolchain group {group!r} needs {rule}, but no consistent set exists: "
+            + ", ".join(f"{n} {v}" for n, v in versions.items()) + "\n" + "\n".join(lines),
+            group=group,
+            versions=versions,
+            hint="pin the members to one release with a constraint (e.g. `-c` with `name==X.Y.*`), "
+            "or list the package under `exceptions` of that [[toolchain]] if it may differ",
+        )
+    py = [c for c in causes if c.requirement.kind == "python"]
+    # A requirement that has no candidate even on its own: say why, for that package.
+    seen = set()
+    for c in causes:
+        r = c.requirement
+        if r.kind != "pkg" or r.ident in seen:
+            continue
+        seen.add(r.ident)
+        if not provider.candidates(r.name, [r]):
+            return _explain_empty(r, c.parent, provider, target, source)
+    if py and len(py) == len(causes):
+        needs = "; ".join(f"{c.parent} needs {c.requirement.text}" for c in py)
+        return NoMatchingVersion(f"{needs}; the target has Python {provider.python}",
+                                 hint="pin an older release that supports the target's Python, or stage for another --python-version")
+    lines = []
+    for c in causes:
+        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent.name)}"
+        lines.append(f"  {c.requirement.text} <- {who}")
+    names = sorted({c.requirement.name for c in causes})
+    return ResolutionConflict(
+        f"conflicting requirements on {', '.join(names)}:\n" + "\n".join(lines),
+        hint="loosen or change one of these requirements (or its parent's version), then run again",
+    )
+
+
+def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:
+    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent.name)})"
+    if req.direct is not None:
+        d = req.direct
+        if target.wheel_rank(d.filename) is None:
+            return NoCompatibleWheel(
+                f"{d.filename} is not installable on the target {target.describe()}: its tags are {', '.join(d.tags)}",
+                name=d.name, published=d.tags,
+                hint="use a wheel built for the target, or stage for another target (--platform / --target)",
+            )
+        return ResolutionConflict(f"{req.text} does not satisfy the other requirements on {d.name}{who}", hint="remove the conflicting requirement")
+    files = source.files(req.name)
+    if not files:
+        return PackageNotFound(
+            f"no project named {req.name} on {', '.join(source.locations()) or 'any index'}{who}",
+            hint="check the spelling, or add the index that has it with --extra-index-url / --find-links",
+        )
+    specs = [req.specifier] + [c.specifier for c in provider.constraints.get(req.name, ())]
+    texts = [req.text] + [c.text for c in provider.constraints.get(req.name, ())]
+
+    def matches(f: Distfile) -> bool:
+        try:
+            v = Version(f.version)
+        except InvalidVersion:
+            return False
+        return all(s.contains(v, prereleases=True) for s in specs)
+
+    in_range = [f for f in files if matches(f)]
+    if not in_range:
+        avail = sorted({Version(f.version) for f in files if _valid(f.version)}, reverse=True)
+        shown = ", ".join(str(v) for v in avail[:8]) + (" ..." if len(avail) > 8 else "")
+        return NoMatchingVersion(
+            f"no version of {req.name} matches {' and '.join(texts)}{who}; available: {shown}",
+            hint="loosen the requirement or constraint",
+        )
+    wheels = [f for f in in_range if f.is_wheel]
+    if not wheels:
+        return NoCompatibleWheel(
+            f"{req.name} publishes only source distributions for {' and '.join(texts)}{who}; wh stages wheels only",
+            name=req.name,
+            hint=f"build a wheel for the target (`wh build` or `pip wheel {req.name}`) and pass it with --find-links",
+        )
+    tagged = [f for f in wheels if target.wheel_rank(f.filename) is not None]
+    if not tagged:
+        newest = max((Version(f.version) for f in wheels), default=None)
+        published = sorted({t for f in wheels if Version(f.version) == newest for t in f.tags}, key=lambda t: (target.machine not in t, t))
+        shown = ", ".join(published[:8]) + (" ..." if len(published) > 8 else "")
+        return NoCompatibleWheel(
+            f"{req.name} has no wheel for the target {target.describe()}{who}: {req.name} {newest} publishes {shown}; "
+            f"the target accepts {_accepts(target)}",
+            name=req.name, published=published,
+            hint=f"pin a version that has a wheel for the target (`{req.name}<{newest}`), stage for another target "
+            "(--platform / --target), or build the wheel yourself (`wh build`)",
+        )
+    py_ok = [f for f in tagged if (s := spec_of(f.requires_python)) is None or target.accepts_python(s)]
+    if not py_ok:
+        f = max(tagged, key=lambda f: Version(f.version))
+        return NoMatchingVersion(
+            f"every {req.name} wheel for {' and '.join(texts)} needs another Python ({f.filename}: Requires-Python {f.requires_python}); "
+            f"the target has {target.python_full_version}{who}",
+            hint=f"pin an older {req.name}, or stage for another --python-version",
+        )
+    if all(f.yanked for f in py_ok):
+        f = py_ok[0]
+        return NoMatchingVersion(
+            f"every matching {req.name} file is yanked ({f.filename}: {f.yanked_reason or 'no reason given'}){who}",
+            hint=f"pin it exactly (`{req.name}=={f.version}`) to use a yanked release anyway",
+        )
+    if all(Version(f.version).is_prerelease for f in py_ok):
+        return NoMatchingVersion(
+            f"only pre-releases of {req.name} match {' and '.join(texts)}{who}",
+            hint="pass --pre, or name the pre-release in the requirement",
+        )
+    return NoMatchingVersion(f"no installable version of {req.name} for {' and '.join(texts)}{who}", hint="loosen the requirement")
+
+
+def _valid(v: str) -> bool:
+    try:
+        Version(v)
+        return True
+    except InvalidVersion:
+        return False
+
+
+def _accepts(target: TargetProfile) -> str:
+    plats = [p for p in target.platforms if p != "any"]
+    # The portable policy tag says more than linux_<arch> (locally built wheels only).
+    best = next((p for p in plats if p.startswith(("manylinux_", "musllinux_"))), plats[0] if plats else "any")
+    interp = sorted({t.split("-")[1] for t in target.tags} - {"none"})
+    return f"{'/'.join(interp) or 'none'} wheels for platforms up to {best} (and pure-Python wheels)"

@@ -1,0 +1,251 @@
+"""The resolvelib provider: it only adapts, so the search itself stays resolvelib's.
+
+Candidates come from a ``CandidateFinder`` (``find_matches`` reads index pages, never metadata),
+and metadata is read only in ``get_dependencies`` (through a ``MetadataReader``: PEP 658 or zip
+range requests, never a wheel body). Markers and extras are judged with ``target.evaluate`` (the
+target's complete marker environment); a wheel's ``Requires-Python`` becomes a dependency on the
+virtual ``<python>`` (so a mismatch backtracks); toolchain members depend on their group's
+virtual project (``wheelhouse.toolchain``).
+
+While the resolver works, a thread pool walks ahead: index pages and metadata of each dependency's
+likely pick are fetched in parallel, so the search itself mostly hits memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence as SequenceABC
+from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+from resolvelib import AbstractProvider, BaseReporter
+
+from .candidates import PYTHON, Cand, CandidateFinder, Req, exact_pins, spec_of
+from wheelhouse.errors import WhError
+from wheelhouse.index import PackageSource
+from wheelhouse.index.metadata import MetadataReader
+from wheelhouse.progress import Reporter
+from wheelhouse.target import TargetProfile
+from .toolchain import TOOLCHAIN_PREFIX, ToolchainRule, toolchain_ident, toolchain_versions
+
+__all__ = ["Provider", "ProgressReporter"]
+
+
+class Provider(AbstractProvider):
+    """resolvelib's provider for one resolution for ``target``."""
+
+    def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
+                 constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
+                 reporter: Reporter, pool: ThreadPoolExecutor | None):
+        self.target = target
+        self.source = source
+        self.reader = reader
+        self.constraints = constraints
+        self.groups = groups
+        self.prereleases = prereleases
+        self.reporter = reporter
+        self.pool = pool
+        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases)
+        self.python = Version(target.python_full_version)
+        self.order: dict[str, int] = {}
+        self.parents: dict[str, list[tuple[str, str]]] = {}  # name -> [(requirement text, parent "name==ver")]
+        self._lock = threading.Lock()
+        self._prefetched: set[str] = set()
+        self.root_texts: dict[str, set[str]] = {}
+        self._pins: Mapping[str, Cand] | None = None
+        self._deps_memo: dict[tuple, list[Req]] = {}
+
+    # --- resolvelib API -------------------------------------------------------------------
+    def identify(self, requirement_or_candidate):
+        return requirement_or_candidate.ident
+
+    def get_preference(self, identifier, resolutions, candidates, information, backtrack_causes):
+        # The live pins of this round; find_matches uses them to treat pins as decisions (below).
+        self._pins = resolutions
+        infos = list(information[identifier])
+        virtual = identifier.startswith("<")
+        direct = any(i.requirement.direct is not None for i in infos)
+        pinned = any(exact_pins(i.requirement.specifier) for i in infos)
+        in_causes = any(c.requirement.ident == identifier or (c.parent is not None and c.parent.ident == identifier) for c in backtrack_causes)
+        order = self.order.setdefault(identifier, len(self.order))
+        return (not virtual, not direct, not pinned, not in_causes, order, identifier)
+
+    def find_matches(self, identifier, requirements, incompatibilities):
+        reqs = list(requirements[identifier])
+        bad = {c.version for c in incompatibilities[identifier]}
+        if identifier == PYTHON:
+            ok = all(r.specifier.contains(self.python, prereleases=True) for r in reqs)
+            return [Cand("python", "python", self.python)] if ok and self.python not in bad else []
+        if identifier.startswith(TOOLCHAIN_PREFIX):
+            return [Cand("toolchain", reqs[0].name, v) for v in toolchain_versions([r.specifier for r in reqs], bad)]
+        cands = [c for c in self.candidates(reqs[0].name, reqs) if c.version not in bad]
+        if len(cands) < 2:
+            return cands
+        return _Ordered(cands, self._decided_first)
+
+    def _decided_first(self, cands: list[Cand]):
+        """Candidates whose dependencies agree with the current pins first, the others after.
+
+        resolvelib re-pins a project when a later candidate needs another version of it; PubGrub
+        (uv) treats a pin as a decision and moves on to the candidate's next version instead. This
+        ordering gives uv's answer where several are valid (e.g. cuda-python, whose releases each
+        need one cuda-bindings line, after cuda-bindings was decided) and still lets resolvelib
+        re-pin when no version agrees. Lazy: resolvelib asks for one candidate at a time, and
+        metadata is read only as far as it asks.
+        """
+        deferred = []
+        for c in cands:
+            if self._pins and not self._agrees_with_pins(c):
+                deferred.append(c)
+                continue
+            yield c
+        yield from deferred
+
+    def _agrees_with_pins(self, cand: Cand) -> bool:
+        try:
+            deps = self._deps(cand)
+        except WhError:
+            return True  # let get_dependencies raise it where resolvelib can report it
+        pins = self._pins or {}
+        for d in deps:
+            if d.kind == "python":
+                if not d.specifier.contains(self.python, prereleases=True):
+                    return False
+            elif d.kind == "pkg":
+                pin = pins.get(d.name)
+                if pin is not None and pin.kind == "pkg" and not self.is_satisfied_by(d, pin):
+                    return False
+        return True
+
+    def is_satisfied_by(self, requirement, candidate):
+        if requirement.kind != candidate.kind:
+            return False
+        if requirement.direct is not None:
+            return candidate.distfile is not None and candidate.distfile.url == requirement.direct.url
+        return requirement.specifier.contains(candidate.version, prereleases=True)
+
+    def get_dependencies(self, candidate):
+        if candidate.kind != "pkg":
+            return []
+        deps = list(self._deps(candidate))
+        parent = str(candidate)
+        if not candidate.extras:
+            for g in self.groups:
+                if g.has(candidate.name):
+                    spec = g.specifier(candidate.version)
+                    deps.append(Req("toolchain", g.name, f"{g.name}{spec}", SpecifierSet(spec)))
+        with self._lock:
+            for d in deps:
+                if d.kind == "pkg":
+                    self.parents.setdefault(d.name, []).append((d.text, parent))
+                elif d.kind == "toolchain":
+                    self.parents.setdefault(toolchain_ident(d.name), []).append((d.text, parent))
+        self.prefetch([d for d in deps if d.kind == "pkg"])
+        return deps
+
+    def _deps(self, candidate: Cand) -> list[Req]:
+        """Requirements of a candidate from its METADATA, markers judged for the target."""
+        key = (candidate.distfile.url, candidate.extras)
+        hit = self._deps_memo.get(key)
+        if hit is not None:
+            return hit
+        deps: list[Req] = []
+        if candidate.extras:
+            base = candidate.distfile if candidate.distfile.origin == "direct" else None
+            deps.append(Req("pkg", candidate.name, f"{candidate.name}=={candidate.version}", SpecifierSet(f"=={candidate.version}"), direct=base))
+        meta = self.reader.read(candidate.distfile)
+        if meta.requires_python and not candidate.extras:
+            spec = spec_of(meta.requires_python)
+            if spec is not None:
+                deps.append(Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
+        for line in meta.requires_dist:
+            req = self._parse_dep(line, candidate)
+            if req is not None:
+                deps.append(req)
+        self._deps_memo[key] = deps
+        return deps
+
+    # --- candidates -----------------------------------------------------------------------
+    def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
+        """Best wheel of each allowed version, highest version first (``CandidateFinder``)."""
+        return self.finder.candidates(name, reqs)
+
+    def _parse_dep(self, line: str, parent: Cand) -> Req | None:
+        try:
+            r = Requirement(line)
+        except InvalidRequirement:
+            self.reporter.note(f"{parent}: ignoring malformed Requires-Dist {line!r}")
+            return None
+        if r.marker is not None:
+            extras = sorted(parent.extras) or [None]
+            if not any(self.target.evaluate(r.marker, e) for e in extras):
+                return None
+        elif parent.extras:
+            return None  # unconditional dependencies come through the base candidate
+        direct = self.source.direct(r.url) if r.url else None
+        return Req("pkg", canonicalize_name(r.name), line.split(";")[0].strip(), r.specifier,
+                   frozenset(canonicalize_name(e) for e in r.extras), direct)
+
+    # --- walking ahead ----------------------------------------------------------------------
+    def prefetch(self, reqs: Sequence[Req]) -> None:
+        """Fetch index pages and likely metadata of ``reqs`` (and onwards) in the pool."""
+        if self.pool is None:
+            return
+        for r in reqs:
+            if r.direct is not None:
+                continue
+            with self._lock:
+                if r.name in self._prefetched:
+                    continue
+                self._prefetched.add(r.name)
+            try:
+                self.pool.submit(self._warm, r)
+            except RuntimeError:  # pool shut down: the search is over
+                return
+
+    def _warm(self, req: Req) -> None:
+        try:
+            cands = self.candidates(req.name, [req])
+            if not cands:
+                return
+            best = cands[0]
+            meta = self.reader.read(best.distfile)
+            nxt = []
+            for line in meta.requires_dist:
+                r = self._parse_dep(line, Cand("pkg", best.name, best.version, best.distfile, req.extras))
+                if r is not None:
+                    nxt.append(r)
+            self.prefetch(nxt)
+        except Exception:  # a guess that failed; the resolver will ask again and report it
+            return
+
+
+class _Ordered(SequenceABC):
+    """Candidates whose order is decided each time resolvelib walks them (at pin time)."""
+
+    def __init__(self, items: list, order):
+        self._items, self._order = items, order
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __iter__(self):
+        return iter(self._order(self._items))
+
+
+class ProgressReporter(BaseReporter):
+    """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project."""
+
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
+
+    def pinning(self, candidate):
+        if candidate.kind == "pkg" and not candidate.extras:
+            self.reporter.advance("resolve", 1)

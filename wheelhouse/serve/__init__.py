@@ -1,0 +1,346 @@
+"""Run an engine: preflight, launch in its own process group, gate on real readiness, stop the whole group.
+
+The engine is started with ``start_new_session`` so it and every tensor/pipeline-parallel
+rank worker it spawns share one process group that wh can signal as a unit:
+``terminate()`` on the leader alone leaves the rank workers alive, holding the port.
+Stopping is SIGTERM to the group, a grace period, SIGKILL to whatever is left, then a
+check that the port is free. On any failure before "ready" (the engine exits, reports
+an error, times out, or the user presses Ctrl-C) the group is stopped: nothing is left
+half-started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+from urllib.parse import urlsplit
+
+from wheelhouse.errors import UsageError, WhError
+from wheelhouse.procgroup import (
+    StopFailed,
+    StopReport,
+    group_members,
+    no_interrupts,
+    spawn_group,
+    start_ticks,
+    stop_group,
+)
+from wheelhouse.progress import NullReporter, Reporter
+from .readiness import Readiness
+from .log import TAIL_LINES, LogFollower, log_tail
+from .state import Engine, default_log_path, engine_alive, read_state, remove_state, state_dir, state_path, write_state
+
+__all__ = [
+    "ServeError",
+    "EngineExited",
+    "EngineFailed",
+    "ReadyTimeout",
+    "PortBusy",
+    "StopFailed",
+    "NotServing",
+    "LaunchSpec",
+    "Engine",
+    "StopReport",
+    "ensure_port_free",
+    "port_open",
+    "start_engine",
+    "wait_ready",
+    "launch",
+    "serve_until_exit",
+    "shutdown",
+    "stop_engine",
+    "group_members",
+    "log_tail",
+    "LogFollower",
+    "state_dir",
+    "state_path",
+    "default_log_path",
+    "write_state",
+    "read_state",
+    "remove_state",
+    "engine_alive",
+    "stop_detached",
+]
+
+class ServeError(WhError):
+    code = "serve-failed"
+
+
+def _tail_detail(log: Path) -> str:
+    """An error's detail: the log's last lines, where the engine says what went wrong."""
+    return f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}"
+
+
+class EngineExited(ServeError):
+    """The engine process ended on its own; the log's tail says why."""
+
+    code = "engine-exited"
+
+    def __init__(self, returncode: int | None, log: Path, *, after_ready: bool = False):
+        self.returncode = returncode
+        self.log = Path(log)
+        when = "after it was ready" if after_ready else "before it was ready"
+        how = f"with code {returncode}" if returncode is not None and returncode >= 0 else (
+            f"on signal {-returncode}" if returncode is not None else "")
+        super().__init__(
+            f"the engine exited {how} {when}".replace("  ", " "),
+            hint=f"read the log's tail above (full log: {self.log}), fix the cause and run wh serve again",
+            detail=_tail_detail(self.log),
+        )
+
+
+class EngineFailed(ServeError):
+    """The engine itself reported an error through its readiness endpoint."""
+
+    code = "engine-error"
+
+    def __init__(self, message: str, log: Path):
+        super().__init__(
+            f"the engine reported an error while loading: {message}",
+            hint=f"fix what it names and run wh serve again (full log: {log})",
+            detail=_tail_detail(log),
+        )
+
+
+class ReadyTimeout(ServeError):
+    code = "not-ready"
+
+    def __init__(self, timeout: float, last: str, log: Path):
+        hint = f"raise --timeout if it is still loading, or read {log}"
+        if "/health: HTTP 404" in last:
+            hint = "this engine has no /health endpoint: use --ready generate (or --ready http --path P)"
+        super().__init__(
+            f"the engine was not ready after {timeout:g} s (last check: {last or 'no answer'}); it was stopped",
+            hint=hint,
+            detail=_tail_detail(log),
+        )
+
+
+class PortBusy(ServeError):
+    code = "port-busy"
+
+    def __init__(self, url: str, *, after_stop: bool = False):
+        host, port = _host_port(url)
+        what = "is still held by another process after the engine's group was stopped" if after_stop else (
+            "is already in use: readiness would be judged on whatever answers there")
+        super().__init__(
+            f"port {port} on {host} {what}",
+            hint=f"find it with `ss -ltnp 'sport = :{port}'`, stop it (or `wh stop` if wh started it), or pick another --url/--port",
+        )
+
+
+class NotServing(ServeError):
+    code = "not-serving"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run and where its readiness is judged."""
+
+    command: tuple[str, ...]
+    url: str
+    log: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    redact: tuple[str, ...] = ()  # secrets in the command (an API key) never written to the log
+
+
+# --- ports and processes ---------------------------------------------------------------------
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise UsageError(f"--url {url!r} has no host", hint="write it like http://127.0.0.1:1919")
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def port_open(url: str, timeout: float = 0.5) -> bool:
+    """True when something accepts connections on the URL's host:port."""
+    host, port = _host_port(url)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_port_free(url: str) -> None:
+    if port_open(url):
+        raise PortBusy(url)
+
+
+def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
+    """Start the command in a new session (its own process group), stdout+stderr to the log."""
+    if shutil.which(spec.command[0]) is None and not os.path.exists(os.path.join(spec.cwd or "", spec.command[0])):
+        raise _not_found(spec.command[0])
+    log = Path(spec.log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}}
+    with open(log, "ab") as fh:
+        header = " ".join(spec.command)
+        for secret in spec.redact:
+            header = header.replace(secret, "***")
+        fh.write(f"# wh serve: {header}\n".encode())
+        fh.flush()
+        try:
+            proc = spawn_group(spec.command, stdout=fh, env=env, cwd=spec.cwd)
+        except FileNotFoundError as exc:
+            raise _not_found(spec.command[0]) from exc
+        except PermissionError as exc:
+            raise UsageError(f"cannot start the engine: {spec.command[0]!r} is not executable", hint="chmod +x it or run it through its interpreter") from exc
+    engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), start_ticks(proc.pid))
+    return engine, proc
+
+
+def _not_found(program: str) -> UsageError:
+    return UsageError(f"cannot start the engine: {program!r} not found",
+                      hint="check the command (is the engine's venv on PATH? try its full path)")
+
+
+# SIGTERM, grace, SIGKILL, confirm gone: wheelhouse.procgroup does it for any group.
+stop_engine = stop_group
+
+
+def _confirm_port_free(url: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    for _ in range(20):  # the kernel closes a dead listener at once; allow a moment anyway
+        if not port_open(url, timeout=0.2):
+            return
+        sleep(0.1)
+    raise PortBusy(url, after_stop=True)
+
+
+# --- the readiness loop ----------------------------------------------------------------------
+
+
+def wait_ready(
+    probe: Callable[[], Readiness],
+    *,
+    exited: Callable[[], int | None],
+    log: Path,
+    timeout: float,
+    interval: float = 1.0,
+    reporter: Reporter = NullReporter(),
+    on_tick: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Poll until the probe says ready; return the seconds it took.
+
+    The engine exiting fails at once with the log's tail; a reported error fails with the
+    engine's own message; "loading" drives a progress bar named after the phase.
+    """
+    t0 = clock()
+    task: str | None = None
+    shown = 0.0
+    last = ""
+    try:
+        while True:
+            rc = exited()
+            if rc is not None:
+                raise EngineExited(rc, log)
+            state = probe()
+            last = state.detail
+            if state.state == "ready":
+                rc = exited()
+                if rc is not None:  # something else answered for a dead engine
+                    raise EngineExited(rc, log)
+                return clock() - t0
+            if state.state == "error":
+                raise EngineFailed(state.detail, log)
+            if state.state == "loading":
+                name = f"loading: {state.phase}" if state.phase else "loading"
+                if name != task:
+                    if task:
+                        reporter.finish(task)
+                    task, shown = name, 0.0
+                    reporter.start(task, total=state.total, unit="B")
+                if state.done is not None and state.done > shown:
+                    reporter.advance(task, state.done - shown)
+                    shown = state.done
+            if on_tick:
+                on_tick()
+            if clock() - t0 >= timeout:
+                raise ReadyTimeout(timeout, last, log)
+            sleep(interval)
+    finally:
+        if task:
+            reporter.finish(task)
+
+
+def launch(
+    spec: LaunchSpec,
+    probe: Callable[[], Readiness],
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    grace: float = 15.0,
+    reporter: Reporter = NullReporter(),
+    on_tick: Callable[[], None] | None = None,
+) -> tuple[Engine, subprocess.Popen, float]:
+    """Start the engine and wait for readiness. On ANY failure (Ctrl-C included) stop the group, then re-raise."""
+    ensure_port_free(spec.url)
+    engine, proc = start_engine(spec)
+    try:
+        seconds = wait_ready(probe, exited=proc.poll, log=Path(spec.log), timeout=timeout, interval=interval,
+                             reporter=reporter, on_tick=on_tick)
+    except BaseException:
+        reporter.note(f"stopping process group {engine.pgid} ...")
+        with no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
+            stop_engine(engine.pgid, leader=proc, grace=grace)
+        _confirm_port_free(spec.url)
+        raise
+    return engine, proc, seconds
+
+
+def shutdown(engine: Engine, proc: subprocess.Popen | None = None, *, grace: float = 15.0) -> StopReport:
+    """Stop the engine's whole group and confirm its port is free (PortBusy if something else holds it)."""
+    with no_interrupts():
+        report = stop_engine(engine.pgid, leader=proc, grace=grace)
+    _confirm_port_free(engine.url)
+    return report
+
+
+def serve_until_exit(
+    engine: Engine,
+    proc: subprocess.Popen,
+    *,
+    grace: float = 15.0,
+    on_tick: Callable[[], None] | None = None,
+    interval: float = 0.5,
+) -> StopReport:
+    """Stay attached: return after Ctrl-C has stopped the group; raise EngineExited if it ends by itself."""
+    try:
+        while proc.poll() is None:
+            if on_tick:
+                on_tick()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return shutdown(engine, proc, grace=grace)
+    stop_engine(engine.pgid, leader=proc, grace=grace)  # ranks outliving their leader
+    raise EngineExited(proc.returncode, Path(engine.log), after_ready=True)
+
+
+# --- detached engines ----------------------------------------------------------------------------
+
+
+def stop_detached(path: Path | None = None, *, grace: float = 15.0) -> tuple[Engine, StopReport]:
+    """Stop the engine a detached ``wh serve`` recorded, confirm its port is free, remove the state file."""
+    p = path or state_path()
+    engine = read_state(p)
+    if engine is None:
+        raise NotServing(f"no detached engine is recorded ({p} does not exist)",
+                         hint="start one with `wh serve --detach ...`; for other engines stop them by their own means")
+    if engine_alive(engine):
+        report = stop_engine(engine.pgid, grace=grace)
+    else:
+        report = StopReport(engine.pgid, was_running=False)
+    remove_state(p)  # the recorded engine is gone; a port held by someone else is a separate problem
+    _confirm_port_free(engine.url)
+    return engine, report

@@ -1,0 +1,265 @@
+"""Bootstrap: wh's own wheel (and its dependencies' wheels) so the offline box can install wh itself.
+
+wh's wheel comes from the source checkout when wh runs from one (built through
+the PEP 517 backend with ``build.ProjectBuilder``, no isolation: setuptools is
+a dependency of wh, so nothing is downloaded), otherwise it is rebuilt from the
+installed distribution's RECORD. Either way it is cached by content. The same
+repacking turns any installed pure distribution back into a wheel, which is how
+a bootstrap can be made with no index at all (tests, air-gapped stagers).
+
+The dependencies themselves are resolved for the TARGET by ``stage`` with the
+same resolver as the stack; this module only writes ``bootstrap/pylock.toml``
+and ``BOOTSTRAP.txt``, kept apart from the stack's lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import shutil
+import tempfile
+import warnings
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from wheelhouse.atomic import write_atomic
+from wheelhouse.errors import WhError
+from wheelhouse.lock import Lock, LockedFile, write_pylock
+
+__all__ = [
+    "BootstrapError",
+    "BOOTSTRAP_DIR",
+    "BOOTSTRAP_TXT",
+    "bootstrap_command",
+    "SelfWheel",
+    "self_wheel",
+    "build_from_checkout",
+    "repack_installed",
+    "wheel_requirements",
+    "write_bootstrap",
+]
+
+BOOTSTRAP_DIR = "bootstrap"
+BOOTSTRAP_TXT = "BOOTSTRAP.txt"
+_DIST = "wh"
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the wheelhouse package
+_CHECKOUT = _PACKAGE_DIR.parent
+# What a wheel built from the checkout is made of; the cache key hashes exactly these.
+_SOURCE_PARTS = ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "LICENSE", "wheelhouse", "doctor", "manifests", "engine_src")
+_DATA_DIRS = ("doctor", "manifests", "engine_src")  # package-dir targets in pyproject.toml
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same files make the same bytes
+
+
+class BootstrapError(WhError):
+    code = "bootstrap"
+
+
+@dataclass(frozen=True)
+class SelfWheel:
+    """wh's own wheel, and how it was made (``checkout`` or ``installed``)."""
+
+    path: Path
+    origin: str
+
+
+def bootstrap_command(folder: str = f"{BOOTSTRAP_DIR}/") -> str:
+    """The one offline command that installs wh from a wheelhouse's bootstrap folder."""
+    return f"python3 -m pip install --no-index --find-links {folder} {_DIST}"
+
+
+def _is_checkout(root: Path) -> bool:
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file() or not (root / "wheelhouse" / "__init__.py").is_file():
+        return False
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - python 3.10
+        import tomli as tomllib  # type: ignore
+    try:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == _DIST
+    except (OSError, ValueError):
+        return False
+
+
+def _source_files(root: Path) -> list[Path]:
+    out = []
+    for part in _SOURCE_PARTS:
+        p = root / part
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+    return out
+
+
+def _tree_hash(root: Path, files: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def build_from_checkout(root: Path, cache: Path) -> Path:
+    """Build wh's wheel from the source tree at ``root`` (cached by the tree's content).
+
+    The build runs on a copy so the checkout gets no build/ or egg-info folders.
+    The backend's output is captured and shown only when it fails.
+    """
+    files = _source_files(root)
+    key = _tree_hash(root, files)
+    out_dir = Path(cache) / "self" / key[:32]
+    existing = sorted(out_dir.glob("*.whl")) if out_dir.is_dir() else []
+    if existing:
+        return existing[0]
+    from build import BuildBackendException, ProjectBuilder
+    from pyproject_hooks import quiet_subprocess_runner
+
+    with tempfile.TemporaryDirectory(prefix="wh-self-build-") as tmp:
+        src = Path(tmp) / "src"
+        for f in files:
+            dst = src / f.relative_to(root)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+        for d in _DATA_DIRS:  # a package-dir that does not exist yet would fail the build
+            (src / d).mkdir(exist_ok=True)
+        if not (src / "README.md").exists():
+            (src / "README.md").write_text("wh\n", encoding="utf-8")
+        dist = Path(tmp) / "dist"
+        import sys
+
+        try:
+            with warnings.catch_warnings():
+                # build re-emits the backend's deprecation warnings in this process; they are
+                # about wh's packaging, not about the user's stage, so they are not shown.
+                warnings.simplefilter("ignore")
+                builder = ProjectBuilder(src, python_executable=sys.executable, runner=quiet_subprocess_runner)
+                built = Path(builder.build("wheel", dist))
+        except BuildBackendException as exc:
+            out = getattr(exc.exception, "output", b"") or b""
+            raise BootstrapError(
+                f"building wh's own wheel from {root} failed: {exc}",
+                hint="run `python -m build --wheel --no-isolation` in the checkout to see the backend's error",
+                detail=out.decode(errors="replace") if isinstance(out, bytes) else str(out),
+            ) from exc
+        out_dir.mkdir(parents=True, exist_ok=True)
+        final = out_dir / built.name
+        shutil.copyfile(built, out_dir / f".{built.name}.tmp")
+        os.replace(out_dir / f".{built.name}.tmp", final)
+    return final
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _tag_string(tags: Sequence[str]) -> str:
+    """``py2-none-any`` + ``py3-none-any`` -> ``py2.py3-none-any`` (PEP 425 compressed set)."""
+    if not tags:
+        return "py3-none-any"
+    parts = [t.split("-") for t in tags]
+    interps, abis, plats = (list(dict.fromkeys(p[i] for p in parts)) for i in range(3))
+    if len(interps) * len(abis) * len(plats) == len(set(tags)):
+        return "-".join(".".join(x) for x in (interps, abis, plats))
+    return tags[0]
+
+
+def repack_installed(name: str, out_dir: Path) -> Path:
+    """Rebuild a wheel from an installed distribution's RECORD (what ``pip install`` put on disk).
+
+    Byte-compiled files, installer bookkeeping (INSTALLER, REQUESTED,
+    direct_url.json) and console scripts (pip recreates them from
+    entry_points.txt) are left out; RECORD is written anew. Editable installs
+    have no files to repack and are refused.
+    """
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise BootstrapError(f"{name} is not installed here, so it cannot be repacked", hint=f"pip install {name}") from exc
+    info = Path(str(dist.locate_file(""))) / _info_dir_name(dist)
+    if not info.name.endswith(".dist-info"):
+        raise BootstrapError(f"{name} {dist.version} was not installed from a wheel ({info.name}); it has no RECORD to repack",
+                             hint=f"install it with pip (pip install {name}), or build it from its source")
+    direct = dist.read_text("direct_url.json")
+    if direct and json.loads(direct).get("dir_info", {}).get("editable"):
+        raise BootstrapError(f"{name} is an editable install; it has no files to repack", hint="build it from its source instead")
+    files = dist.files
+    if not files:
+        raise BootstrapError(f"{name} {dist.version} has no RECORD", hint=f"reinstall it with pip: pip install --force-reinstall {name}")
+    wheel_text = dist.read_text("WHEEL") or ""
+    tags = [line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")]
+    skip = {f"{info.name}/{n}" for n in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")}
+    contents: list[tuple[str, bytes]] = []
+    for pp in files:
+        rel = pp.as_posix() if hasattr(pp, "as_posix") else str(pp)
+        if rel.startswith("..") or rel.startswith("/") or "__pycache__" in rel.split("/") or rel.endswith(".pyc") or rel in skip:
+            continue
+        path = Path(str(dist.locate_file(pp)))
+        if not path.is_file():
+            continue
+        contents.append((rel, path.read_bytes()))
+    if not wheel_text:
+        wheel_text = "Wheel-Version: 1.0\nGenerator: wh-repack\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        contents.append((f"{info.name}/WHEEL", wheel_text.encode()))
+    record = [f"{rel},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}" for rel, data in contents]
+    record.append(f"{info.name}/RECORD,,")
+    contents.append((f"{info.name}/RECORD", ("\n".join(record) + "\n").encode()))
+    dist_name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
+    filename = f"{dist_name}-{dist.version}-{_tag_string(tags)}.whl"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for rel, data in sorted(contents, key=lambda c: (c[0].startswith(info.name + "/"), c[0])):
+            zi = zipfile.ZipInfo(rel, _ZIP_TIME)
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = 0o644 << 16
+            zf.writestr(zi, data)
+    return write_atomic(Path(out_dir) / filename, buf.getvalue())
+
+
+def _info_dir_name(dist: importlib.metadata.Distribution) -> str:
+    path = getattr(dist, "_path", None)  # PathDistribution: the .dist-info folder itself
+    if path is not None:
+        return Path(str(path)).name
+    return f"{canonicalize_name(dist.metadata['Name']).replace('-', '_')}-{dist.version}.dist-info"
+
+
+def self_wheel(cache: Path) -> SelfWheel:
+    """wh's own wheel: built from the checkout when running from one, else repacked from the install."""
+    if _is_checkout(_CHECKOUT):
+        return SelfWheel(build_from_checkout(_CHECKOUT, cache), "checkout")
+    out_dir = Path(cache) / "self" / "installed"
+    return SelfWheel(repack_installed(_DIST, out_dir), "installed")
+
+
+def wheel_requirements(wheel: Path) -> list[Requirement]:
+    """The Requires-Dist lines of a wheel's METADATA (markers not evaluated here)."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if not names:
+            raise BootstrapError(f"{wheel.name} has no METADATA", hint="rebuild the wheel")
+        meta = HeaderParser().parsestr(zf.read(names[0]).decode("utf-8"))
+    return [Requirement(r) for r in meta.get_all("Requires-Dist") or ()]
+
+
+def write_bootstrap(folder: Path, files: Sequence[LockedFile], *, requires_python: str | None,
+                    environments: Sequence[str]) -> Path:
+    """Write ``bootstrap/pylock.toml`` (paths relative to the bootstrap folder) and BOOTSTRAP.txt."""
+    folder = Path(folder)
+    write_pylock(folder, Lock(files=tuple(files), environments=tuple(environments), requires_python=requires_python))
+    text = (
+        "Install wh on the offline box from this folder (no index, no network):\n\n"
+        f"    {bootstrap_command('bootstrap/')}\n\n"
+        "Run it from the wheelhouse folder (or give --find-links the path of this folder).\n"
+        "Then: wh install <wheelhouse> && wh doctor\n"
+    )
+    return write_atomic(folder / BOOTSTRAP_TXT, text)

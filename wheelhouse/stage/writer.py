@@ -1,0 +1,309 @@
+"""Write a staged wheelhouse: its layout, lock, simple index, patches and provenance, swapped in whole.
+
+The layout is the one described in wheelhouse.lock: ``wheels/``, ``pylock.toml``,
+``simple/``, ``wh.json``, ``bootstrap/``, ``patches/`` and ``capture_target.py``.
+A new wheelhouse is written into a sibling folder and swapped in at the end
+(two renames in one folder), so a failure leaves the previous one exactly as it
+was. wheelhouse.stage decides what goes in; this module only writes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from wheelhouse import __version__
+from wheelhouse.atomic import probe_writable
+from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, write_bootstrap
+from wheelhouse.errors import UsageError, WhError
+from wheelhouse.fetch.cache import sha256_of
+from wheelhouse.lock import WH_JSON, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json
+from wheelhouse.manifest import StackManifest
+from wheelhouse.resources import capture_script
+from wheelhouse.lock.simple_index import IndexEntry, write_simple_index
+from wheelhouse.target import TargetProfile
+
+__all__ = [
+    "WHEELS",
+    "SIMPLE",
+    "PATCHES",
+    "StageError",
+    "BadOutput",
+    "StagedFile",
+    "environment_marker",
+    "requires_python_for",
+    "check_out",
+    "new_tree",
+    "swap_in",
+    "previous_wheels",
+    "write_wheelhouse",
+]
+
+WHEELS = "wheels"
+SIMPLE = "simple"
+PATCHES = "patches"
+
+
+class StageError(WhError):
+    code = "stage"
+
+
+class BadOutput(UsageError):
+    """``-o`` names something wh must not (or cannot) turn into a wheelhouse."""
+
+    code = "bad-output"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One pinned wheel: what was chosen and why (``parents``: who required it)."""
+
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str | None
+    size: int | None
+    requires_python: str | None = None
+    parents: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
+    origin: str = ""  # index URL, find-links location, or release manifest URL
+    release_key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "filename": self.filename,
+            "size": self.size,
+            "sha256": self.sha256,
+            "url": self.url,
+            "requires_python": self.requires_python,
+            "parents": list(self.parents),
+            "extras": list(self.extras),
+            **({"release": self.release_key} if self.release_key else {}),
+        }
+
+
+# --- target facts written into the lock -------------------------------------------------------
+
+def environment_marker(target: TargetProfile) -> str:
+    """PEP 751 ``environments`` entry: the target's python, implementation, OS and machine."""
+    m = target.markers
+    keys = ("python_version", "implementation_name", "sys_platform", "platform_machine")
+    return " and ".join(f'{k} == "{m[k]}"' for k in keys if m.get(k))
+
+
+def requires_python_for(target: TargetProfile) -> str:
+    return f"=={target.python_version}.*"
+
+
+# --- the output folder -------------------------------------------------------------------------
+
+def check_out(out: Path) -> None:
+    """Refuse, before any work, an -o that is a file or a folder that is not a wheelhouse."""
+    if out.exists() and not out.is_dir():
+        raise BadOutput(f"-o {out} is a file, not a folder", hint="give a new or empty folder, or an existing wheelhouse")
+    if out.is_dir() and any(out.iterdir()) and not (out / WH_JSON).is_file():
+        raise BadOutput(
+            f"-o {out} is a non-empty folder that is not a wheelhouse (no {WH_JSON}); refusing to replace it",
+            hint="give a new or empty folder, or the folder of an earlier `wh stage`",
+        )
+    # Nothing is created yet: a failed resolve must not leave empty parent folders behind.
+    try:
+        probe_writable(out.resolve().parent)
+    except NotADirectoryError as exc:
+        raise BadOutput(f"cannot create -o {out}: {exc.filename} is a file", hint="choose a folder you can write to") from exc
+    except OSError as exc:
+        raise BadOutput(f"cannot write in {out.resolve().parent} (for -o {out}): {exc.strerror}",
+                        hint="choose a folder you can write to") from exc
+
+
+def new_tree(out: Path) -> Path:
+    """A new, empty sibling folder of ``out`` to assemble the next wheelhouse in."""
+    parent = out.resolve().parent
+    new = parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        new.mkdir()
+    except OSError as exc:
+        raise BadOutput(f"cannot create {new} for -o {out}: {exc.strerror}", hint="choose a folder you can write to") from exc
+    return new
+
+
+def swap_in(new: Path, out: Path) -> None:
+    """Replace ``out`` by ``new`` (two renames in one folder); roll back if the second fails."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.wh-old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def previous_wheels(out: Path) -> dict[str, str]:
+    """filename -> sha256 of the wheels the previous wheelhouse's lock vouches for."""
+    try:
+        lock = read_pylock(out)
+    except (LockError, WhError, OSError):
+        return {}
+    return {f.filename: f.sha256 for f in lock.files}
+
+
+# --- what goes into it ---------------------------------------------------------------------------
+
+def write_wheelhouse(
+    new: Path,
+    manifest: StackManifest | None,
+    target: TargetProfile,
+    files: Sequence[StagedFile],
+    boot_files: Sequence[StagedFile],
+    wh_wheel,
+    inputs: dict[str, Any],
+) -> None:
+    """Write everything but the wheels into ``new``: bootstrap lock, pylock.toml, simple/, patches, wh.json.
+
+    ``inputs``: what was staged from (requirements, constraints, indexes, find-links,
+    release provenance), recorded in wh.json. ``wh_wheel`` None: no bootstrap/.
+    """
+    if wh_wheel is not None:
+        write_bootstrap(
+            new / BOOTSTRAP_DIR,
+            [_locked(f, f.filename) for f in boot_files],
+            requires_python=requires_python_for(target),
+            environments=[environment_marker(target)],
+        )
+    lock = Lock(
+        files=tuple(_locked(f, f"{WHEELS}/{f.filename}") for f in files),
+        environments=(environment_marker(target),),
+        requires_python=requires_python_for(target),
+        created_by=f"wh {__version__}",
+    )
+    write_pylock(new, lock)
+    write_simple_index(new / SIMPLE, [IndexEntry(f.name, f.filename, f.sha256 or "", f.requires_python) for f in files])
+    shutil.copyfile(capture_script(), new / "capture_target.py")
+    patch_paths = _copy_patches(manifest.patches if manifest else (), new / PATCHES)
+    if manifest and manifest.path:
+        shutil.copyfile(manifest.path, new / "manifest.toml")
+    write_wh_json(new, _provenance(
+        manifest, target, inputs["requirements"], inputs["constraints"], inputs["indexes"], inputs["find_links"],
+        inputs["release_manifests"], patch_paths, files, wh_wheel, boot_files,
+    ))
+
+
+def _locked(f: StagedFile, path: str) -> LockedFile:
+    tool: dict[str, Any] = {}
+    if f.parents:
+        tool["parents"] = list(f.parents)
+    if f.extras:
+        tool["extras"] = list(f.extras)
+    if f.release_key:
+        tool["release"] = f.release_key
+    # PEP 751: `index` is the URL of an index; uv refuses anything else ("relative URL without a
+    # base"). Find-links folders, direct wheels and wh's own build stay as provenance in tool.wh.
+    index = f.origin if (f.origin or "").startswith(("http://", "https://", "file://")) else None
+    if f.origin and index is None:
+        tool["origin"] = f.origin
+    return LockedFile(
+        name=f.name, version=f.version, filename=f.filename, path=path, sha256=f.sha256 or "",
+        size=f.size, requires_python=f.requires_python, index=index, tool=tool,
+    )
+
+
+def _copy_patches(specs: Sequence[Path], dest: Path) -> list[str]:
+    """Copy each patch spec and every file it names (relative to the spec) under ``dest``.
+
+    The spec format belongs to wheelhouse.patch; here any string value that names
+    an existing file beside the spec is a payload and travels with it, so the
+    box needs nothing but the wheelhouse. Returns paths relative to the wheelhouse.
+    """
+    if not specs:
+        return []
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    written: list[str] = []
+    for spec in specs:
+        spec = Path(spec)
+        try:
+            data = tomllib.loads(spec.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise StageError(f"patch spec {spec} does not exist", hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, then under engine_src/)") from exc
+        except (OSError, ValueError) as exc:
+            raise StageError(f"patch spec {spec} cannot be read: {exc}", hint="fix the patch spec file") from exc
+        target_dir = dest / spec.stem
+        target_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec, target_dir / spec.name)
+        written.append(f"{PATCHES}/{spec.stem}/{spec.name}")
+        for value in _strings(data):
+            rel = Path(value)
+            if rel.is_absolute() or ".." in rel.parts or not value or "\n" in value:
+                continue
+            src = spec.parent / rel
+            if src.is_file() and src.resolve() != spec.resolve():
+                dst = target_dir / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                written.append(f"{PATCHES}/{spec.stem}/{rel.as_posix()}")
+    return written
+
+
+def _strings(data: Any):
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for v in data.values():
+            yield from _strings(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _strings(v)
+
+
+def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patch_paths, files, wh_wheel, boot_files) -> dict:
+    """wh.json: what was staged from what, for whom, by which wh, and what the box must do with it."""
+    serve = None
+    if manifest and manifest.serve:
+        serve = {k: (list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v))
+                 for k, v in dataclasses.asdict(manifest.serve).items()}
+    return {
+        "tool": {"name": "wh", "version": __version__, "python": sys.version.split()[0]},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "name": manifest.name if manifest else "stack",
+        "target": target.to_json(),
+        "inputs": {
+            "manifest": {"path": str(manifest.path), "sha256": sha256_of(manifest.path)} if manifest and manifest.path else None,
+            "requirements": list(reqs),
+            "constraints": list(cons),
+            "indexes": [i for i in indexes if i not in links],
+            "find_links": [str(link) for link in links if not str(link).endswith("release-links.html")],
+            "release_manifests": release_prov,
+            "toolchains": [dataclasses.asdict(t) for t in (manifest.toolchains if manifest else ())],
+        },
+        "count": len(files),
+        "total_size": sum(f.size or 0 for f in files),
+        "engine": {"recipe": str(manifest.engine_recipe)} if manifest and manifest.engine_recipe else None,
+        "drops": [dataclasses.asdict(d) for d in (manifest.drops if manifest else ())],
+        "patches": patch_paths,
+        "doctor": dataclasses.asdict(manifest.doctor) if manifest else {},
+        "serve": serve,
+        "bootstrap": {
+            "command": bootstrap_command(),
+            "wh_wheel": wh_wheel.path.name,
+            "origin": wh_wheel.origin,
+            "count": len(boot_files),
+        } if wh_wheel else None,
+    }
