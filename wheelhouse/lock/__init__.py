@@ -179,12 +179,27 @@ def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
                     tool=(pkg.get("tool") or {}).get("wh", {}),
                 )
             )
+    _validate_pep751(data, origin)  # after wh's own checks, whose messages name the field more plainly
     return Lock(
         files=tuple(files),
         environments=tuple(data.get("environments", ())),
         requires_python=data.get("requires-python"),
         created_by=data.get("created-by", ""),
     )
+
+
+def _validate_pep751(data: dict[str, Any], origin: str) -> None:
+    """PEP 751 as packaging reads it (markers, specifiers, names, versions, hashes); wh's own data
+    lives under [tool.wh], which the spec leaves to the tool."""
+    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
+
+    try:
+        Pylock.from_dict(data)
+    except PylockUnsupportedVersionError as exc:
+        raise LockError(f"{origin}: {exc}", hint="re-run `wh stage` to rewrite it with this wh") from exc
+    except PylockValidationError as exc:
+        raise LockError(f"{origin} is not a valid PEP 751 lock: {exc}",
+                        hint="re-run `wh stage` to rewrite it (a hand edit broke it)") from exc
 
 
 def read_pylock(wheelhouse: str | Path) -> Lock:
