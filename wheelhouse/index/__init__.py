@@ -14,7 +14,6 @@ accident, nor the other way round); find-links files are always added.
 
 from __future__ import annotations
 
-import os
 import threading
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .pages import parse_simple_html, parse_simple_json
+from .pip_config import NoIndexConfigured, default_index_url, read_pip_index_config
 
 __all__ = [
     "Distfile",
@@ -35,6 +35,8 @@ __all__ = [
     "IndexPageError",
     "BadDirectReference",
     "default_index_url",
+    "read_pip_index_config",
+    "NoIndexConfigured",
     "parse_simple_json",
     "parse_simple_html",
     "distfile_from_filename",
@@ -53,28 +55,6 @@ class BadDirectReference(UsageError):
     """A requirement that names a file or URL which is not a usable wheel."""
 
     code = "bad-reference"
-
-
-def default_index_url() -> str:
-    """The index pip would use here: PIP_INDEX_URL, pip's config files, else pip's default."""
-    if os.environ.get("PIP_INDEX_URL"):
-        return os.environ["PIP_INDEX_URL"]
-    try:
-        from pip._internal.configuration import Configuration  # type: ignore
-
-        conf = Configuration(isolated=False)
-        conf.load()
-        for key in ("global.index-url", "install.index-url", "download.index-url"):
-            try:
-                return str(conf.get_value(key))
-            except Exception:
-                continue
-    except Exception:
-        pass
-    from pip._internal.models.index import PyPI  # type: ignore
-
-    return PyPI.simple_url
-
 
 
 class _Memo:

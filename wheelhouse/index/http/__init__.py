@@ -41,18 +41,26 @@ _MAX_REDIRECTS = 10
 
 
 def _ssl_context() -> ssl.SSLContext:
+    """The system's trust store (where a corporate CA is installed), or an explicit bundle
+    (WH_CA_BUNDLE, PIP_CERT, REQUESTS_CA_BUNDLE); certifi's Mozilla bundle only when the system
+    store is empty (slim containers without ca-certificates)."""
     cafile = os.environ.get("WH_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
     ctx = ssl.create_default_context(cafile=cafile or None)
-    if not cafile and not ctx.get_ca_certs() and not os.environ.get("SSL_CERT_DIR"):
-        # A system store may be a capath only (loaded lazily) — or empty; pip's
-        # vendored certifi is a sound fallback that is always present with pip.
-        try:
-            from pip._vendor import certifi  # type: ignore
+    if not cafile and not ctx.get_ca_certs() and not os.environ.get("SSL_CERT_DIR") and not _has_capath():
+        import certifi  # a declared dependency (pyproject.toml)
 
-            ctx.load_verify_locations(cafile=certifi.where())
-        except Exception:  # pragma: no cover - no pip, keep the system store
-            pass
+        ctx.load_verify_locations(cafile=certifi.where())
     return ctx
+
+
+def _has_capath() -> bool:
+    """Whether OpenSSL's default CA folder holds certificates (loaded lazily, so get_ca_certs()
+    does not list them)."""
+    capath = ssl.get_default_verify_paths().capath
+    try:
+        return bool(capath) and any(Path(capath).iterdir())
+    except OSError:
+        return False
 
 
 class HttpClient:

@@ -1,0 +1,112 @@
+"""index.pip_config: pip's documented configuration files and variables, read without pip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.index.pip_config import NoIndexConfigured, default_index_url, pip_config_files, read_pip_index_config
+
+
+def _layout(tmp_path: Path) -> dict:
+    home, xdg_dirs, prefix = tmp_path / "home", tmp_path / "xdg-dirs", tmp_path / "venv"
+    for d in (home, xdg_dirs, prefix):
+        d.mkdir()
+    env = {"HOME": str(home), "XDG_CONFIG_DIRS": str(xdg_dirs)}
+    return {"home": home, "xdg": xdg_dirs, "prefix": prefix, "env": env}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _read(lay, **env):
+    return read_pip_index_config(env={**lay["env"], **env}, prefix=str(lay["prefix"]), home=lay["home"])
+
+
+def test_nothing_configured_is_a_clear_error(tmp_path, monkeypatch):
+    lay = _layout(tmp_path)
+    assert _read(lay).index_url is None
+    for k, v in lay["env"].items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    with pytest.raises(NoIndexConfigured) as exc:
+        default_index_url()
+    assert exc.value.code == "no-index" and "--index-url" in exc.value.hint
+
+
+def test_later_files_override_earlier_ones_and_sections_override_global(tmp_path):
+    lay = _layout(tmp_path)
+    _write(lay["xdg"] / "pip" / "pip.conf", "[global]\nindex-url = http://global.test/simple\n")
+    assert _read(lay).index_url == "http://global.test/simple"
+    _write(lay["home"] / ".pip" / "pip.conf", "[global]\nindex_url = http://legacy-user.test/simple\n")
+    assert _read(lay).index_url == "http://legacy-user.test/simple"  # index_url is index-url
+    _write(lay["home"] / ".config" / "pip" / "pip.conf",
+           "[global]\nindex-url = http://user.test/simple\nextra-index-url =\n  http://e1.test/simple\n  http://e2.test/simple\n")
+    cfg = _read(lay)
+    assert cfg.index_url == "http://user.test/simple"
+    assert cfg.extra_index_urls == ("http://e1.test/simple", "http://e2.test/simple")
+    # A command section in an EARLIER file still overrides [global] of a later one.
+    _write(lay["xdg"] / "pip" / "pip.conf", "[global]\nindex-url = http://global.test/simple\n"
+                                            "[download]\nindex-url = http://download.test/simple\n")
+    assert _read(lay).index_url == "http://download.test/simple"
+    site = _write(lay["prefix"] / "pip.conf", "[download]\nindex-url = http://site.test/simple\n")
+    assert _read(lay).index_url == "http://site.test/simple"
+    assert _read(lay).source == str(site)
+
+
+def test_pip_config_file_replaces_user_files_and_devnull_loads_none(tmp_path):
+    lay = _layout(tmp_path)
+    _write(lay["home"] / ".config" / "pip" / "pip.conf", "[global]\nindex-url = http://user.test/simple\n")
+    env_file = _write(tmp_path / "env.conf", "[install]\nextra-index-url = http://extra.test/simple\n")
+    cfg = _read(lay, PIP_CONFIG_FILE=str(env_file))
+    assert cfg.index_url is None and cfg.extra_index_urls == ("http://extra.test/simple",)
+    assert _read(lay, PIP_CONFIG_FILE=os.devnull).extra_index_urls == ()
+    assert pip_config_files({**lay["env"], "PIP_CONFIG_FILE": os.devnull}, str(lay["prefix"]), lay["home"]) == []
+
+
+def test_environment_variables_override_every_file(tmp_path):
+    lay = _layout(tmp_path)
+    _write(lay["home"] / ".config" / "pip" / "pip.conf", "[global]\nindex-url = http://user.test/simple\n")
+    cfg = _read(lay, PIP_INDEX_URL="http://env.test/simple", PIP_EXTRA_INDEX_URL="http://a.test/simple http://b.test/simple")
+    assert (cfg.index_url, cfg.extra_index_urls, cfg.source) == (
+        "http://env.test/simple", ("http://a.test/simple", "http://b.test/simple"), "PIP_INDEX_URL")
+
+
+def test_a_broken_file_is_skipped_not_fatal(tmp_path):
+    lay = _layout(tmp_path)
+    _write(lay["xdg"] / "pip" / "pip.conf", "[global]\nindex-url = http://global.test/simple\n")
+    _write(lay["home"] / ".config" / "pip" / "pip.conf", "this is not ini\n[[[")
+    assert _read(lay).index_url == "http://global.test/simple"
+
+
+def test_agrees_with_pip_itself(tmp_path):
+    """The same files and variables, read by pip (the host's, run as a program) and by wh."""
+    lay = _layout(tmp_path)
+    _write(lay["home"] / ".pip" / "pip.conf", "[global]\nindex-url = http://legacy.test/simple\n")
+    _write(lay["home"] / ".config" / "pip" / "pip.conf", "[install]\nindex-url = http://user.test/simple\n")
+    env = {**os.environ, **lay["env"], "PIP_CONFIG_FILE": str(tmp_path / "absent.conf")}
+    env.pop("PIP_INDEX_URL", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    probe = subprocess.run([sys.executable, "-m", "pip", "config", "list"], env=env, capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("no pip in this interpreter to compare with")
+    listed = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
+    assert listed.get("install.index-url", "").strip("'") == "http://user.test/simple"
+    assert listed.get("global.index-url", "").strip("'") == "http://legacy.test/simple"
+    ours = read_pip_index_config(env={k: v for k, v in env.items()}, prefix=sys.prefix, home=lay["home"])
+    assert ours.index_url == "http://user.test/simple"
+
+
+def test_no_pip_internals_in_wheelhouse():
+    root = Path(__file__).resolve().parents[2] / "wheelhouse"
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if p.name != "capture.py" and ("pip._internal" in p.read_text() or "pip._vendor" in p.read_text())]
+    assert offenders == []

@@ -1,0 +1,122 @@
+"""The index pip would use on this host, read from pip's documented configuration: no pip import.
+
+pip's documentation ("Configuration", pip.pypa.io/en/stable/topics/configuration/) defines it:
+
+- files, loaded in this order, a later value overriding an earlier one:
+  global (``$XDG_CONFIG_DIRS/pip/pip.conf`` for each folder, default ``/etc/xdg``, then
+  ``/etc/pip.conf``), user (legacy ``~/.pip/pip.conf``, then ``$XDG_CONFIG_HOME/pip/pip.conf``,
+  default ``~/.config/pip/pip.conf``; skipped when ``PIP_CONFIG_FILE`` names an existing file),
+  site (``<sys.prefix>/pip.conf``), then the file ``PIP_CONFIG_FILE`` names;
+  ``PIP_CONFIG_FILE=/dev/null`` loads no file at all;
+- inside them, INI sections: ``[global]`` applies to every command, a command's own section
+  (``[install]``, ``[download]``) overrides it; keys are written ``index-url`` or ``index_url``;
+- environment variables ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL`` override every file;
+  a list value (``extra-index-url``) is separated by whitespace or newlines.
+
+``wh stage`` resolves and downloads like ``pip download``; ``[install]`` is read too, because
+that is where most people put their index.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from wheelhouse.errors import UsageError
+
+__all__ = ["PipIndexConfig", "NoIndexConfigured", "pip_config_files", "read_pip_index_config", "default_index_url"]
+
+_SECTIONS = ("global", "install", "download")  # later overrides earlier
+
+
+@dataclass(frozen=True)
+class PipIndexConfig:
+    """``index_url`` (None when nothing configures one) and ``extra_index_urls``, with where the
+    index URL came from."""
+
+    index_url: str | None
+    extra_index_urls: tuple[str, ...] = ()
+    source: str | None = None  # "PIP_INDEX_URL", a config file path, or None
+
+
+class NoIndexConfigured(UsageError):
+    """Neither a flag, the manifest, PIP_INDEX_URL nor a pip configuration file names an index."""
+
+    code = "no-index"
+
+
+def pip_config_files(env: Mapping[str, str] | None = None, prefix: str | None = None,
+                     home: Path | None = None) -> list[Path]:
+    """The configuration files pip reads here, in load order (later overrides earlier); only
+    those that exist. ``env``/``prefix``/``home`` default to this process's."""
+    env = os.environ if env is None else env
+    prefix = sys.prefix if prefix is None else prefix
+    home = Path(env.get("HOME") or Path.home()) if home is None else home
+    env_file = env.get("PIP_CONFIG_FILE")
+    if env_file and env_file == os.devnull:
+        return []
+    xdg_dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep) if d]
+    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs] + [Path("/etc/pip.conf")]
+    if not (env_file and Path(env_file).is_file()):
+        xdg_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+        files += [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
+    files.append(Path(prefix) / "pip.conf")
+    if env_file:
+        files.append(Path(env_file))
+    return [f for f in files if f.is_file()]
+
+
+def _values(files: Sequence[Path]) -> dict[str, tuple[str, str]]:
+    """key -> (value, file) after merging ``files``: every file's [global], then every file's
+    [install], then [download] (a command's section overrides [global] wherever it is)."""
+    parsed = []
+    for f in files:
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(f, encoding="utf-8")
+        except (OSError, UnicodeDecodeError, configparser.Error):
+            continue  # pip warns and goes on; an unreadable file must not stop `wh stage`
+        parsed.append((f, parser))
+    out: dict[str, tuple[str, str]] = {}
+    for section in _SECTIONS:
+        for f, parser in parsed:
+            if parser.has_section(section):
+                for key, value in parser.items(section):
+                    out[key.replace("_", "-")] = (value, str(f))
+    return out
+
+
+def read_pip_index_config(env: Mapping[str, str] | None = None, prefix: str | None = None,
+                          home: Path | None = None) -> PipIndexConfig:
+    """The index URL and extra index URLs pip would use (environment over files over default)."""
+    env = os.environ if env is None else env
+    values = _values(pip_config_files(env, prefix, home))
+    index, source = None, None
+    if "index-url" in values:
+        index, source = values["index-url"][0].strip(), values["index-url"][1]
+    if env.get("PIP_INDEX_URL"):
+        index, source = env["PIP_INDEX_URL"].strip(), "PIP_INDEX_URL"
+    extras = values.get("extra-index-url", ("", ""))[0]
+    if env.get("PIP_EXTRA_INDEX_URL"):
+        extras = env["PIP_EXTRA_INDEX_URL"]
+    return PipIndexConfig(index, tuple(extras.split()), source)
+
+
+def default_index_url() -> str:
+    """The index pip would use here: PIP_INDEX_URL, else pip's configuration files.
+
+    wh carries no built-in registry address: with nothing configured this is a clear error
+    naming the ways to give one."""
+    index = read_pip_index_config().index_url
+    if not index:
+        raise NoIndexConfigured(
+            "no package index configured: no --index-url, no index-url in the manifest, "
+            "no PIP_INDEX_URL and no index-url in a pip configuration file",
+            hint="pass --index-url https://HOST/simple (or set PIP_INDEX_URL, or put "
+                 "index-url under [global] in ~/.config/pip/pip.conf)",
+        )
+    return index
