@@ -588,7 +588,7 @@ def test_stage_requirement_files_that_cannot_be_read_name_their_flag(wh, tmp_pat
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
     assert_usage_error(wh("stage", "alpha", flag, tmp_path / "bin.txt", "-o", tmp_path / "o"), f"{flag} {tmp_path}", "not UTF-8")
     assert_usage_error(wh("stage", "alpha", flag, tmp_path / "nope.txt", "-o", tmp_path / "o"), f"{flag} {tmp_path}",
-                       "cannot read it")
+                       "does not exist")
 
 
 def test_manifest_requirements_file_not_utf8(wh, tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
@@ -27,12 +28,8 @@ def _human(n: int) -> str:
 def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
     out: list[RequirementLine] = []
     for p in paths:
-        try:
-            text = Path(p).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{flag} {p}: cannot read it ({exc.strerror})", hint="give the path of a requirements file") from exc
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"{flag} {p}: not UTF-8 text", hint="give the path of a requirements file") from exc
+        text = read_text(p, what=flag, error=UsageError,
+                         hint="give the path of a requirements file")
         out += parse_requirements_text(text, f"{flag} {p}", option_hint="pass indexes and constraints as wh stage "
                                        "flags (--index-url, --extra-index-url, --find-links, -c)")
     return out

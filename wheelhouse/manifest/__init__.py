@@ -1,9 +1,10 @@
 """Stack manifests (TOML): what to stage for a deployment and how to prove it on the box.
 
-Parsing is pure (``parse_manifest(data, base)``); reading the file is separate
-(``load_manifest(path)``). Every section is optional except that a manifest must
-say something. Unknown top-level keys are an error, so a typo never silently
-drops a requirement. Format (all keys shown)::
+Parsing is pure (``parse_manifest(data_or_text, path)`` reads no file); reading is separate
+(``load_manifest(path)`` reads the manifest through ``wheelhouse.datafile`` and then the
+requirements files it names, ``read_requirement_files``). Every section is optional. Unknown
+sections, and unknown keys inside a known section, are an error with a did-you-mean, so a typo
+(``requirement-files``, ``constrains``) never silently drops a requirement. Format (all keys shown)::
 
     [stack]
     name = "demo"
@@ -65,18 +66,16 @@ drops a requirement. Format (all keys shown)::
 
 from __future__ import annotations
 
-import sys
+import dataclasses
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from wheelhouse.datafile import check_keys, find_bundled, get_value, load_toml, parse_toml, read_text
 from wheelhouse.errors import UsageError
+from wheelhouse.resources import data_dir, manifests_dir
 from .requirements_file import RequirementLine, RequirementsFileError, parse_requirements_text
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "ManifestError",
@@ -86,7 +85,9 @@ __all__ = [
     "DoctorExpectations",
     "ServeSpec",
     "StackManifest",
+    "MANIFEST_KEYS",
     "parse_manifest",
+    "read_requirement_files",
     "load_manifest",
     "resolve_data_path",
 ]
@@ -162,13 +163,32 @@ class StackManifest:
     serve: ServeSpec | None = None
     # Lines of requirements-files/constraints-files with --hash options: enforced when staging.
     hashed_requirements: tuple[RequirementLine, ...] = ()
+    # requirements-files / constraints-files (resolved against the manifest's folder). parse_manifest
+    # only names them; read_requirement_files (load_manifest calls it) adds their lines above.
+    requirement_files: tuple[Path, ...] = ()
+    constraint_files: tuple[Path, ...] = ()
+    files_read: bool = False
 
     @property
     def base(self) -> Path:
         return self.path.parent if self.path else Path.cwd()
 
 
-_TOP = {"stack", "target", "toolchain", "manifest", "engine", "drop", "patch", "doctor", "serve"}
+# Every key each section takes: anything else is refused with a did-you-mean (a typo such as
+# `requirement-files` must never silently drop the requirements it names).
+MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
+    "stack": frozenset({"name", "requirements", "requirements-files", "constraints", "constraints-files", "index-url",
+                        "extra-index-urls", "find-links", "target", "prereleases"}),
+    "target": frozenset({"python-version", "platforms", "implementation", "abi"}),
+    "toolchain": frozenset({"name", "packages", "exact", "exceptions"}),
+    "manifest": frozenset({"url", "keys", "sha256"}),
+    "engine": frozenset({"recipe"}),
+    "drop": frozenset({"distribution", "module", "reason", "force"}),
+    "patch": frozenset({"spec"}),
+    "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks"}),
+    "serve": frozenset({"command", "ready", "url", "path", "timeout", "env", "forbid-flags"}),
+}
+_TOP = set(MANIFEST_KEYS)
 
 
 def _strs(value: Any, where: str) -> tuple[str, ...]:
@@ -183,6 +203,7 @@ def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, Mapping):
         raise ManifestError(f"{where}{key} must be a table", hint=f"write [{key}]")
+    check_keys(value, MANIFEST_KEYS[key], f"{where}[{key}]", error=ManifestError)
     return value
 
 
@@ -191,24 +212,14 @@ def _tables(data: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, 
     value = data.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
         raise ManifestError(f"{where}{key} must be an array of tables", hint=f"write each entry as [[{key}]]")
+    for i, v in enumerate(value):
+        check_keys(v, MANIFEST_KEYS[key], f"{where}[[{key}]] #{i + 1}", error=ManifestError)
     return value
-
-
-_KIND = {str: "a string", bool: "true or false", int: "an integer", float: "a number", Mapping: "a table"}
 
 
 def _value(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, default: Any = None) -> Any:
     """``table[key]`` checked against ``kinds`` (TOML types); absent means ``default``."""
-    value = table.get(key)
-    if value is None:
-        return default
-    # bool is an int in Python, not in TOML: `gpus = true` is a mistake.
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        what = " or ".join(_KIND[k] for k in kinds if not (k is int and float in kinds))
-        name = where.split(": ")[-1]
-        hint = f'quote it: {key} = "{value}"' if kinds == (str,) and not isinstance(value, (Mapping, list)) else f"fix {name} in the manifest"
-        raise ManifestError(f"{where} must be {what}, not {value!r}", hint=hint)
-    return value
+    return get_value(table, key, kinds, where, error=ManifestError, default=default)
 
 
 def _str_table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
@@ -219,12 +230,8 @@ def _str_table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]
 
 
 def _read_lines(path: Path, where: str) -> tuple[RequirementLine, ...]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ManifestError(f"{where}: cannot read {path}: {exc.strerror}", hint="fix the path (relative to the manifest)") from exc
-    except UnicodeDecodeError as exc:
-        raise ManifestError(f"{where}: {path} is not UTF-8 text", hint="save it as UTF-8") from exc
+    text = read_text(path, what=f"{where}: requirements file", error=ManifestError,
+                     hint="fix the path (relative to the manifest)")
     try:
         return parse_requirements_text(text, str(path), option_hint="list requirements only (with --hash options if "
                                        "you like); indexes and find-links go in [stack] index-url, extra-index-urls, "
@@ -233,10 +240,8 @@ def _read_lines(path: Path, where: str) -> tuple[RequirementLine, ...]:
         raise ManifestError(exc.message, hint=exc.hint) from None
 
 
-def _resolve_data_path(value: str, base: Path, subdir: str) -> Path:
-    """A path relative to the manifest, else a bundled file under ``subdir`` (engine_src/)."""
-    from wheelhouse.resources import data_dir
-
+def resolve_data_path(value: str, base: Path, subdir: str) -> Path:
+    """A path relative to ``base``, else a bundled file under ``subdir``; patch specs find their payload this way."""
     p = Path(value)
     if p.is_absolute():
         return p
@@ -247,35 +252,11 @@ def _resolve_data_path(value: str, base: Path, subdir: str) -> Path:
     return bundled if bundled.exists() else local
 
 
-def resolve_data_path(value: str, base: Path, subdir: str) -> Path:
-    """A path relative to ``base``, else a bundled file under ``subdir``; patch specs find their payload this way."""
-    return _resolve_data_path(value, base, subdir)
-
-
-def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackManifest:
-    """Turn parsed TOML into a StackManifest, collecting the first structural error."""
-    where = f"{path}: " if path else ""
-    unknown = sorted(set(data) - _TOP)
-    if unknown:
-        raise ManifestError(f"{where}unknown section(s) {', '.join(unknown)}", hint=f"known sections: {', '.join(sorted(_TOP))}")
-    base = path.parent if path else Path.cwd()
-    stack = _table(data, "stack", where)
-    reqs = list(_strs(stack.get("requirements"), f"{where}stack.requirements"))
-    hashed: list[RequirementLine] = []
-    for f in _strs(stack.get("requirements-files"), f"{where}stack.requirements-files"):
-        lines = _read_lines(base / f, where + "stack.requirements-files")
-        reqs += [line.text for line in lines]
-        hashed += [line for line in lines if line.hashes]
-    cons = list(_strs(stack.get("constraints"), f"{where}stack.constraints"))
-    for f in _strs(stack.get("constraints-files"), f"{where}stack.constraints-files"):
-        lines = _read_lines(base / f, where + "stack.constraints-files")
-        cons += [line.text for line in lines]
-        hashed += [line for line in lines if line.hashes]
-
+def _target(data: Mapping[str, Any], stack: Mapping[str, Any], base: Path, where: str) -> tuple[Path | None, dict]:
     target_file = None
     stack_target = _value(stack, "target", (str,), f"{where}stack.target")
     if stack_target:
-        target_file = _resolve_data_path(stack_target, base, "manifests")
+        target_file = resolve_data_path(stack_target, base, "manifests")
     target_table = _table(data, "target", where)
     target_flags: dict[str, Any] = {}
     for key in ("python-version", "implementation", "abi"):
@@ -284,13 +265,12 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
             target_flags[key] = _value(target_table, key, (str,), f"{where}target.{key}")
     if "platforms" in target_table:
         target_flags["platforms"] = list(_strs(target_table["platforms"], f"{where}target.platforms"))
-    unknown_target = sorted(set(target_table) - {"python-version", "platforms", "implementation", "abi"})
-    if unknown_target:
-        raise ManifestError(f"{where}unknown key(s) in [target]: {', '.join(unknown_target)}",
-                            hint="[target] takes python-version, platforms, implementation, abi")
     if target_file and target_flags:
         raise ManifestError(f"{where}stack.target and [target] are both set", hint="keep one")
+    return target_file, target_flags
 
+
+def _toolchains(data: Mapping[str, Any], where: str) -> tuple[ToolchainGroup, ...]:
     toolchains = []
     for i, t in enumerate(_tables(data, "toolchain", where)):
         pkgs = _strs(t.get("packages"), f"{where}toolchain[{i}].packages")
@@ -304,7 +284,10 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
                 exceptions=_strs(t.get("exceptions"), f"{where}toolchain[{i}].exceptions"),
             )
         )
+    return tuple(toolchains)
 
+
+def _releases(data: Mapping[str, Any], where: str) -> tuple[ReleaseManifest, ...]:
     releases = []
     for i, m in enumerate(_tables(data, "manifest", where)):
         if not m.get("url"):
@@ -312,11 +295,10 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
         releases.append(ReleaseManifest(url=_value(m, "url", (str,), f"{where}manifest[{i}].url"),
                                         keys=_strs(m.get("keys"), f"{where}manifest[{i}].keys"),
                                         sha256=_value(m, "sha256", (str,), f"{where}manifest[{i}].sha256")))
+    return tuple(releases)
 
-    engine = _table(data, "engine", where)
-    recipe_name = _value(engine, "recipe", (str,), f"{where}engine.recipe")
-    recipe = _resolve_data_path(recipe_name, base, "engine_src") if recipe_name else None
 
+def _drops(data: Mapping[str, Any], where: str) -> tuple[DropRule, ...]:
     drops = []
     for i, d in enumerate(_tables(data, "drop", where)):
         if not d.get("distribution"):
@@ -326,16 +308,22 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
                               _value(d, "module", (str,), f"{w}.module"),
                               _value(d, "reason", (str,), f"{w}.reason", ""),
                               _value(d, "force", (bool,), f"{w}.force", False)))
+    return tuple(drops)
 
+
+def _patches(data: Mapping[str, Any], base: Path, where: str) -> tuple[Path, ...]:
     patches = []
     for i, p in enumerate(_tables(data, "patch", where)):
         if not p.get("spec"):
             raise ManifestError(f"{where}patch[{i}] has no spec", hint='set spec = "file.toml" (under engine_src/)')
-        patches.append(_resolve_data_path(_value(p, "spec", (str,), f"{where}patch[{i}].spec"), base, "engine_src"))
+        patches.append(resolve_data_path(_value(p, "spec", (str,), f"{where}patch[{i}].spec"), base, "engine_src"))
+    return tuple(patches)
 
+
+def _doctor(data: Mapping[str, Any], where: str) -> DoctorExpectations:
     doc = _table(data, "doctor", where)
     sm = _value(doc, "sm", (str, float, int), f"{where}doctor.sm")
-    doctor = DoctorExpectations(
+    return DoctorExpectations(
         gpus=_value(doc, "gpus", (int,), f"{where}doctor.gpus"),
         sm=str(sm) if sm is not None else None,
         max_used_mib=_value(doc, "max-used-mib", (int,), f"{where}doctor.max-used-mib"),
@@ -343,74 +331,92 @@ def parse_manifest(data: Mapping[str, Any], path: Path | None = None) -> StackMa
         checks=_strs(doc.get("checks"), f"{where}doctor.checks"),
     )
 
-    serve = None
+
+def _serve(data: Mapping[str, Any], where: str) -> ServeSpec | None:
     srv = _table(data, "serve", where)
-    if srv:
-        cmd = srv.get("command")
-        if isinstance(cmd, str):
-            import shlex
+    if not srv:
+        return None
+    cmd = srv.get("command")
+    if isinstance(cmd, str):
+        try:
+            cmd = shlex.split(cmd)
+        except ValueError as exc:  # an unterminated quote
+            raise ManifestError(f"{where}serve.command cannot be split into words: {exc}",
+                                hint='write it as a list: command = ["engine", "--flag", "value"]') from exc
+    serve = ServeSpec(
+        command=_strs(cmd, f"{where}serve.command"),
+        ready=_value(srv, "ready", (str,), f"{where}serve.ready", "health"),
+        url=_value(srv, "url", (str,), f"{where}serve.url", "http://127.0.0.1:1919"),
+        path=_value(srv, "path", (str,), f"{where}serve.path"),
+        timeout=float(_value(srv, "timeout", (int, float), f"{where}serve.timeout", 7200)),
+        env=_str_table(srv, "env", f"{where}serve.env"),
+        forbid_flags=_str_table(srv, "forbid-flags", f"{where}serve.forbid-flags"),
+    )
+    if serve.ready not in ("health", "http", "generate"):
+        raise ManifestError(f"{where}serve.ready is {serve.ready!r}", hint="use health, http or generate")
+    return serve
 
-            try:
-                cmd = shlex.split(cmd)
-            except ValueError as exc:  # an unterminated quote
-                raise ManifestError(f"{where}serve.command cannot be split into words: {exc}",
-                                    hint='write it as a list: command = ["engine", "--flag", "value"]') from exc
-        serve = ServeSpec(
-            command=_strs(cmd, f"{where}serve.command"),
-            ready=_value(srv, "ready", (str,), f"{where}serve.ready", "health"),
-            url=_value(srv, "url", (str,), f"{where}serve.url", "http://127.0.0.1:1919"),
-            path=_value(srv, "path", (str,), f"{where}serve.path"),
-            timeout=float(_value(srv, "timeout", (int, float), f"{where}serve.timeout", 7200)),
-            env=_str_table(srv, "env", f"{where}serve.env"),
-            forbid_flags=_str_table(srv, "forbid-flags", f"{where}serve.forbid-flags"),
-        )
-        if serve.ready not in ("health", "http", "generate"):
-            raise ManifestError(f"{where}serve.ready is {serve.ready!r}", hint="use health, http or generate")
 
+def parse_manifest(data: Mapping[str, Any] | str, path: Path | None = None) -> StackManifest:
+    """A StackManifest from parsed TOML (or TOML text); stops at the first structural error.
+
+    Reads no file: requirements-files and constraints-files are only named
+    (``requirement_files``/``constraint_files``); :func:`read_requirement_files` adds their lines.
+    """
+    where = f"{path}: " if path else ""
+    if isinstance(data, str):
+        data = parse_toml(data, source=str(path or "<text>"), what="manifest", error=ManifestError)
+    check_keys(data, _TOP, f"{where}manifest", error=ManifestError, noun="section")
+    base = path.parent if path else Path.cwd()
+    stack = _table(data, "stack", where)
+    target_file, target_flags = _target(data, stack, base, where)
+    engine = _table(data, "engine", where)
+    recipe_name = _value(engine, "recipe", (str,), f"{where}engine.recipe")
     return StackManifest(
         path=path,
         name=_value(stack, "name", (str,), f"{where}stack.name") or (path.stem if path else "stack"),
-        requirements=tuple(reqs),
-        constraints=tuple(cons),
+        requirements=_strs(stack.get("requirements"), f"{where}stack.requirements"),
+        constraints=_strs(stack.get("constraints"), f"{where}stack.constraints"),
+        requirement_files=tuple(base / f for f in _strs(stack.get("requirements-files"), f"{where}stack.requirements-files")),
+        constraint_files=tuple(base / f for f in _strs(stack.get("constraints-files"), f"{where}stack.constraints-files")),
         index_url=_value(stack, "index-url", (str,), f"{where}stack.index-url"),
         extra_index_urls=_strs(stack.get("extra-index-urls"), f"{where}stack.extra-index-urls"),
-        find_links=tuple(str(_resolve_data_path(f, base, "manifests")) if not f.startswith(("http:", "https:", "file:")) else f
+        find_links=tuple(str(resolve_data_path(f, base, "manifests")) if not f.startswith(("http:", "https:", "file:")) else f
                          for f in _strs(stack.get("find-links"), f"{where}stack.find-links")),
         target_file=target_file,
         target_flags=target_flags,
         prereleases=_value(stack, "prereleases", (bool,), f"{where}stack.prereleases", False),
-        toolchains=tuple(toolchains),
-        release_manifests=tuple(releases),
-        engine_recipe=recipe,
-        drops=tuple(drops),
-        patches=tuple(patches),
-        doctor=doctor,
-        serve=serve,
-        hashed_requirements=tuple(hashed),
+        toolchains=_toolchains(data, where),
+        release_manifests=_releases(data, where),
+        engine_recipe=resolve_data_path(recipe_name, base, "engine_src") if recipe_name else None,
+        drops=_drops(data, where),
+        patches=_patches(data, base, where),
+        doctor=_doctor(data, where),
+        serve=_serve(data, where),
     )
 
 
-def load_manifest(path: str | Path) -> StackManifest:
-    """Read and parse a manifest file; a bundled name like ``demo`` finds ``manifests/demo.toml``."""
-    from wheelhouse.resources import manifests_dir
+def read_requirement_files(manifest: StackManifest) -> StackManifest:
+    """The manifest with the lines of its requirements-files and constraints-files added (read once)."""
+    if manifest.files_read:
+        return manifest
+    where = f"{manifest.path}: " if manifest.path else ""
+    reqs, cons, hashed = list(manifest.requirements), list(manifest.constraints), list(manifest.hashed_requirements)
+    for f in manifest.requirement_files:
+        lines = _read_lines(f, where + "stack.requirements-files")
+        reqs += [line.text for line in lines]
+        hashed += [line for line in lines if line.hashes]
+    for f in manifest.constraint_files:
+        lines = _read_lines(f, where + "stack.constraints-files")
+        cons += [line.text for line in lines]
+        hashed += [line for line in lines if line.hashes]
+    return dataclasses.replace(manifest, requirements=tuple(reqs), constraints=tuple(cons),
+                               hashed_requirements=tuple(hashed), files_read=True)
 
-    p = Path(path)
-    if not p.exists() and not p.suffix:
-        bundled = manifests_dir() / f"{p.name}.toml"
-        if bundled.exists():
-            p = bundled
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ManifestError(f"manifest {p} does not exist", hint="give a path to a .toml stack manifest, or a bundled name such as `demo`") from exc
-    except IsADirectoryError as exc:
-        raise ManifestError(f"manifest {p} is a folder, not a file", hint="give the path of the .toml file inside it") from exc
-    except OSError as exc:
-        raise ManifestError(f"manifest {p}: cannot read it ({exc.strerror})", hint="check its permissions") from exc
-    except UnicodeDecodeError as exc:
-        raise ManifestError(f"manifest {p} is not UTF-8 text", hint="save it as UTF-8 TOML") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"manifest {p} is not valid TOML: {exc}", hint="fix the line it names") from exc
-    return parse_manifest(data, p.resolve())
+
+def load_manifest(path: str | Path) -> StackManifest:
+    """Read and parse a manifest file and the requirements files it names; a bundled name like ``demo`` finds ``manifests/demo.toml``."""
+    p = find_bundled(path, manifests_dir()) or Path(path)
+    data = load_toml(p, what="manifest", error=ManifestError,
+                     hint="give a path to a .toml stack manifest, or a bundled name such as `demo`")
+    return read_requirement_files(parse_manifest(data, p.resolve()))
