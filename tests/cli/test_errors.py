@@ -512,7 +512,7 @@ def test_patch_spec_that_is_a_folder_or_not_utf8(wh, tmp_path):
     (tmp_path / "dir.toml").mkdir()
     assert_usage_error(wh("patch", "apply", tmp_path / "dir.toml"), "is a folder")
     (tmp_path / "bin.toml").write_bytes(b"\xff")
-    assert_usage_error(wh("patch", "apply", tmp_path / "bin.toml"), "cannot read patch spec")
+    assert_usage_error(wh("patch", "apply", tmp_path / "bin.toml"), "patch spec", "is not UTF-8")
 
 
 @pytest.mark.parametrize("cmd", ["apply", "verify", "revert"])

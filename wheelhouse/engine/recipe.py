@@ -31,18 +31,13 @@ is ``wheelhouse.engine_source``; building it is ``wheelhouse.engine``.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from wheelhouse.datafile import check_keys, find_bundled, load_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.resources import engine_src_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "Backport",
@@ -111,14 +106,13 @@ class EngineRecipe:
 
 # --- parsing (pure) -----------------------------------------------------------------------
 def _unknown(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(table) - allowed)
-    if extra:
-        raise RecipeError(f"{where} has unknown keys: {', '.join(extra)}", hint=f"allowed: {', '.join(sorted(allowed))}")
+    check_keys(table, allowed, where, error=RecipeError)
 
 
 def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRecipe:
     """An EngineRecipe from parsed TOML; every mistake is a RecipeError naming the key."""
     where = f"{path}: " if path else ""
+    check_keys(data, {"engine"}, f"{where}recipe", error=RecipeError, noun="section")
     engine = data.get("engine")
     if not isinstance(engine, Mapping):
         raise RecipeError(f"{where}no [engine] table", hint="see `wh build --help` and the README's `wh build` section for the recipe format")
@@ -188,21 +182,17 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
     )
 
 
+def _bundled_recipes() -> list[str]:
+    # engine_src/ also holds patch specs: list only the recipes.
+    return sorted(x.stem for x in engine_src_dir().glob("*.toml")
+                  if "[engine]" in read_text(x, what="bundled recipe", error=RecipeError))
+
+
 def load_recipe(ref: str | Path) -> EngineRecipe:
     """Read a recipe file, or a bundled one by name (``freetoken-pr70``)."""
-    p = Path(ref)
-    if not p.exists():
-        bundled = engine_src_dir() / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
-        if bundled.exists() and len(p.parts) == 1:
-            p = bundled
-        else:
-            # engine_src/ also holds patch specs: list only the recipes.
-            known = sorted(x.stem for x in engine_src_dir().glob("*.toml") if "[engine]" in x.read_text(encoding="utf-8"))
-            raise RecipeError(f"recipe {ref} does not exist", hint=f"give a path, or a bundled recipe: {', '.join(known)}")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"cannot read recipe {p}: {exc}", hint="check the path") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"recipe {p} is not valid TOML: {exc}", hint="fix the TOML syntax") from exc
+    p = find_bundled(ref, engine_src_dir()) or Path(ref)
+    if not p.exists() and not p.is_symlink():
+        raise RecipeError(f"recipe {ref} does not exist",
+                          hint=f"give a path, or a bundled recipe: {', '.join(_bundled_recipes())}")
+    data = load_toml(p, what="recipe", error=RecipeError, hint="give the path of a recipe .toml file")
     return parse_recipe(data, p.resolve())

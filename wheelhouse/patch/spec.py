@@ -32,22 +32,16 @@ fills the hashes left out from the wheelhouse. Applying a spec is ``wheelhouse.p
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from wheelhouse.errors import UsageError
+from wheelhouse.datafile import check_keys, find_bundled, load_json, load_toml
+from wheelhouse.errors import UsageError, WhError
 from wheelhouse.manifest import resolve_data_path
 from wheelhouse.resources import engine_src_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "PatchSpec",
@@ -98,12 +92,11 @@ def _hex64(value: Any, where: str) -> str:
 
 def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> PatchSpec:
     where = f"{path}: " if path else ""
+    check_keys(data, {"patch"}, f"{where}patch spec", error=PatchSpecError, noun="section")
     p = data.get("patch")
     if not isinstance(p, Mapping):
         raise PatchSpecError(f"{where}no [patch] table", hint="see `wh patch --help` and the README's `wh patch` section for the spec format")
-    extra = sorted(set(p) - _SPEC_KEYS)
-    if extra:
-        raise PatchSpecError(f"{where}[patch] has unknown keys: {', '.join(extra)}", hint=f"allowed: {', '.join(sorted(_SPEC_KEYS))}")
+    check_keys(p, _SPEC_KEYS, f"{where}[patch]", error=PatchSpecError)
     for key in ("name", "distribution", "file", "payload"):
         if not isinstance(p.get(key), str) or not p[key]:
             raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see `wh patch --help` and the README's `wh patch` section")
@@ -136,9 +129,9 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
     verify = None
     if p.get("verify"):
         v = p["verify"]
-        bad = sorted(set(v) - _VERIFY_KEYS)
-        if bad or ":" not in str(v.get("call", "")):
-            raise PatchSpecError(f"{where}[patch.verify] needs call = \"module:function\"" + (f" (unknown keys: {', '.join(bad)})" if bad else ""),
+        check_keys(v, _VERIFY_KEYS, f"{where}[patch.verify]", error=PatchSpecError)
+        if not isinstance(v.get("call"), str) or ":" not in v["call"]:
+            raise PatchSpecError(f"{where}[patch.verify] needs call = \"module:function\"",
                                  hint='e.g. call = "pkg.mod:check", expect = false')
         timeout, env = v.get("timeout", 300), v.get("env") or {}
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
@@ -164,10 +157,10 @@ def _provenance(spec: PatchSpec) -> PatchSpec:
         if not wh.exists():
             continue
         try:
-            data = json.loads(wh.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = load_json(wh, what="wheelhouse record")
+        except WhError:  # provenance is optional: a damaged record gives none
             continue
-        engine = data.get("engine") if isinstance(data, dict) else None
+        engine = data.get("engine")
         arts = engine.get("artifacts") if isinstance(engine, dict) else None
         for art in arts if isinstance(arts, list) else []:  # provenance is optional: a damaged record gives none
             if not isinstance(art, dict) or not isinstance(art.get("path", ""), str):
@@ -180,17 +173,8 @@ def _provenance(spec: PatchSpec) -> PatchSpec:
 
 
 def load_patch_spec(path: str | Path) -> PatchSpec:
-    p = Path(path)
-    if not p.exists() and len(p.parts) == 1 and (engine_src_dir() / p.name).exists():
-        p = engine_src_dir() / p.name
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise PatchSpecError(f"patch spec {p} does not exist", hint="give the spec's path (wheelhouses keep them in patches/)") from exc
-    except IsADirectoryError as exc:
-        raise PatchSpecError(f"patch spec {p} is a folder", hint="give the spec's .toml file (wheelhouses keep them in patches/)") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PatchSpecError(f"cannot read patch spec {p}: {getattr(exc, 'strerror', None) or exc}", hint="check the path") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise PatchSpecError(f"patch spec {p} is not valid TOML: {exc}", hint="fix the TOML syntax") from exc
+    """Read a spec file (or a bundled one by name), parse it, and fill left-out hashes from its wheelhouse."""
+    p = find_bundled(path, engine_src_dir()) or Path(path)
+    data = load_toml(p, what="patch spec", error=PatchSpecError,
+                     hint="give the spec's .toml file (wheelhouses keep them in patches/)")
     return _provenance(parse_patch_spec(data, p.resolve()))
