@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from wheelhouse.doctor.report import DoctorReport, render_junit
 from ._ui import check_writable, emit_json, write_output
@@ -61,33 +62,55 @@ def _evidence(r, verbose: int) -> str:
     return "\n".join(lines[:_EVIDENCE_LINES - 1] + [f"... {more} more line(s): -v or --json show them"])
 
 
+def _check_line(r, verbose: int) -> str:
+    """One line for a CI log: verdict, id, the evidence's first (or -v: every) line, the hint."""
+    label = _LABEL[r.verdict][0]
+    shown = _evidence(r, verbose).splitlines()
+    line = f"{label:5} {r.id}: {shown[0] if shown else ''}"
+    if r.hint:
+        line += f" (hint: {r.hint})"
+    return "\n".join([line] + [f"      {x}" for x in shown[1:]]) if verbose > 0 else line
+
+
 def _render(ui, report: DoctorReport, verbose: int) -> None:
+    """The report for people: a table on a terminal, one line per check elsewhere (CI logs).
+
+    Evidence, hints and titles are text, never rich markup: ``[/opt/lib]`` or ``[[toolchain]]`` are shown as written.
+    """
     con = ui.console
     native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
     shown = [r for r in report.results if verbose > 0 or r not in native_ok]
-    with_hints = any(r.hint for r in shown)  # no empty column taking half the width
-    table = Table(title=f"wh doctor: {report.python}", show_lines=False, expand=False)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("evidence", overflow="fold")
-    if with_hints:
-        table.add_column("hint", overflow="fold")
-    for r in shown:
-        label, style = _LABEL[r.verdict]
-        table.add_row(f"[{style}]{label}[/]", r.id, _evidence(r, verbose), *([r.hint or ""] if with_hints else []))
-    if native_ok and verbose <= 0:
-        table.add_row("[green]OK[/]", f"native ({len(native_ok)})",
-                      f"{len(native_ok)} distributions with extension modules imported in separate processes "
-                      "(-v lists them)", *([""] if with_hints else []))
-    con.print(table)
+    native_note = (f"{len(native_ok)} distributions with extension modules: every top-level name and extension "
+                   "module loaded in separate processes (-v lists them)")
+    if not con.is_terminal:
+        for r in shown:
+            con.print(_check_line(r, verbose), markup=False, highlight=False, soft_wrap=True)
+        if native_ok and verbose <= 0:
+            con.print(f"OK    native ({len(native_ok)}): {native_note}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        with_hints = any(r.hint for r in shown)  # no empty column taking half the width
+        table = Table(title=Text(f"wh doctor: {report.python}"), show_lines=False, expand=False)
+        table.add_column("verdict", no_wrap=True)
+        table.add_column("check", no_wrap=True)
+        table.add_column("evidence", overflow="fold")
+        if with_hints:
+            table.add_column("hint", overflow="fold")
+        for r in shown:
+            label, style = _LABEL[r.verdict]
+            table.add_row(Text(label, style=style), Text(r.id), Text(_evidence(r, verbose)),
+                          *([Text(r.hint or "")] if with_hints else []))
+        if native_ok and verbose <= 0:
+            table.add_row(Text("OK", style="green"), Text(f"native ({len(native_ok)})"), Text(native_note),
+                          *([Text("")] if with_hints else []))
+        con.print(table)
     c = report.counts()
     summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
-    con.print(f"{summary} in {report.seconds:.1f}s")
+    con.print(f"{summary} in {report.seconds:.1f}s", markup=False, highlight=False)
     for f in report.fixes:
-        if f.get("action") == "not-dropped":
-            con.print(f"not dropped: {f.get('what')}: {f.get('reason')}", markup=False)
+        if f.action == "not-dropped":
+            con.print(f"not dropped: {f.what}: {f.reason}", markup=False, highlight=False)
         else:
-            con.print(f"fixed: {f.get('action')} {f.get('what')}", markup=False)
+            con.print(f"fixed: {f.action} {f.what}", markup=False, highlight=False)
 
 
 @click.command()
@@ -140,18 +163,19 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
         if fix:
             fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
                                 reporter=reporter)
-            if any(f["action"] != "not-dropped" for f in fixes):  # something changed: check again
+            if any(f.changed for f in fixes):  # something changed: check again
                 report = run_doctor(python, **kw)
             report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
                                   tuple(fixes))
     finally:
         reporter.close()
-    if not ui.quiet:
-        _render(ui, report, ui.verbose)
+    # The files CI reads first: a table that cannot be drawn must not cost the JUnit or the JSON.
     if junit:
         write_output("--junit", junit, render_junit(report))
     if as_json:
         emit_json(report.to_json(strict))
+    if not ui.quiet:
+        _render(ui, report, ui.verbose)
     code = report.exit_code(strict)
     if code:
         sys.exit(code)

@@ -25,7 +25,7 @@ from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
 from .probes import default_jobs, probe_script, run_probe
 from wheelhouse.progress import NullReporter, Reporter
-from .report import CheckResult, DoctorReport
+from .report import CheckResult, DoctorReport, Fix
 from wheelhouse.resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
@@ -320,7 +320,7 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
 
 
 def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
-                include_forced: bool = False, reporter: Reporter = NullReporter()) -> list[dict[str, Any]]:
+                include_forced: bool = False, reporter: Reporter = NullReporter()) -> list[Fix]:
     """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe.
 
     Manifest ``force = true`` entries whose probe passed are dropped only with ``include_forced``;
@@ -331,16 +331,15 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
     from wheelhouse.env.links import apply_links, plan_links, record_path
 
     interp = inspect_interpreter(python or sys.executable)
-    done: list[dict[str, Any]] = []
+    done: list[Fix] = []
     if any(r.fix == "wh links --fix" for r in report.results):
         changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(Path(interp.platlib)))
-        done += [{"action": "links", "what": f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")}
-                 for c in changes]
+        done += [Fix("links", f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")) for c in changes]
     plans = plan_drops(report, include_forced=include_forced)
     for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
-        done.append({"action": "drop", "what": f"{r.name} {r.version}", "forced": r.forced, "confirmed": r.confirmed,
-                     "reason": r.reason, "check": r.check_id})
+        done.append(Fix("drop", f"{r.name} {r.version}", forced=r.forced, confirmed=r.confirmed, reason=r.reason,
+                        check=r.check_id))
     if not include_forced:
-        done += [{"action": "not-dropped", "what": f"{p.distribution} {p.version}", "forced": True,
-                  "reason": FORCED_NOT_DROPPED, "check": None} for p in forced_kept(report)]
+        done += [Fix("not-dropped", f"{p.distribution} {p.version}", forced=True, reason=FORCED_NOT_DROPPED)
+                 for p in forced_kept(report)]
     return done

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-__all__ = ["Verdict", "VERDICTS", "CheckResult", "DoctorReport", "SCHEMA_VERSION", "render_junit"]
+__all__ = ["Verdict", "VERDICTS", "CheckResult", "Fix", "DoctorReport", "SCHEMA_VERSION", "render_junit"]
 
 Verdict = Literal["ok", "warn", "fail", "skip", "error", "info"]
 VERDICTS: tuple[str, ...] = ("ok", "warn", "fail", "skip", "error", "info")
@@ -42,10 +42,35 @@ class CheckResult:
     def group(self) -> str:
         return self.id.split(":", 1)[0]
 
+    @property
+    def first_line(self) -> str:
+        """The evidence's first line (what a CI summary shows), else the title."""
+        return next((ln for ln in self.evidence.splitlines() if ln.strip()), self.title)
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "group": self.group, "title": self.title, "verdict": self.verdict,
                 "evidence": self.evidence, "hint": self.hint, "fix": self.fix, "data": dict(self.data),
                 "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One thing ``--fix`` did (``links``, ``drop``) or deliberately did not do (``not-dropped``)."""
+
+    action: Literal["links", "drop", "not-dropped"]
+    what: str  # "symlink .../libcudart.so -> libcudart.so.13", "undefsym 1.0"
+    forced: bool = False  # a manifest force = true entry
+    confirmed: bool | None = None  # drop: find_spec is None afterwards, in a new process
+    reason: str | None = None
+    check: str | None = None  # the check whose failure caused it
+
+    @property
+    def changed(self) -> bool:
+        return self.action != "not-dropped"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "what": self.what, "forced": self.forced, "confirmed": self.confirmed,
+                "reason": self.reason, "check": self.check}
 
 
 @dataclass(frozen=True)
@@ -55,7 +80,7 @@ class DoctorReport:
     facts: Mapping[str, Any] = field(default_factory=dict)  # summary facts (gpus, interpreter)
     started: float = field(default_factory=time.time)
     seconds: float = 0.0
-    fixes: tuple[Mapping[str, Any], ...] = ()  # what --fix did
+    fixes: tuple[Fix, ...] = ()  # what --fix did
 
     def by_verdict(self, verdict: str) -> list[CheckResult]:
         return [r for r in self.results if r.verdict == verdict]
@@ -94,7 +119,7 @@ class DoctorReport:
             "counts": self.counts(),
             "facts": dict(self.facts),
             "results": [r.to_json() for r in self.results],
-            "fixes": [dict(f) for f in self.fixes],
+            "fixes": [f.to_json() for f in self.fixes],
         }
 
 
@@ -116,10 +141,11 @@ def render_junit(report: DoctorReport) -> str:
         case = ET.SubElement(suite, "testcase", {
             "classname": f"wh.doctor.{r.group}", "name": r.id, "time": f"{r.seconds:.3f}"})
         body = r.evidence + (f"\nhint: {r.hint}" if r.hint else "")
+        # CI shows the message attribute in its summary: the evidence's first line says why.
         if r.verdict == "fail":
-            ET.SubElement(case, "failure", {"message": r.title, "type": "fail"}).text = body
+            ET.SubElement(case, "failure", {"message": r.first_line, "type": "fail"}).text = body
         elif r.verdict == "error":
-            ET.SubElement(case, "error", {"message": r.title, "type": "error"}).text = body
+            ET.SubElement(case, "error", {"message": r.first_line, "type": "error"}).text = body
         elif r.verdict == "skip":
             ET.SubElement(case, "skipped", {"message": r.evidence or r.title})
         else:
