@@ -12,7 +12,7 @@ import pytest
 
 from broken_packages import install_wheel, make_venv, site_packages
 from wheelhouse.doctor import run_doctor
-from wheelhouse.target.gpu import GpuState
+from wheelhouse.target.gpu import Gpu
 from wheelhouse.resources import doctor_dir
 from wheelhouse.doctor.rules import InstalledPackage, RuleError, RuleFacts, evaluate_rules, load_rules, parse_rules
 from wheelmaker import make_wheel
@@ -24,7 +24,7 @@ HINT_SPEC = "WHEELHOUSE/patches/freetoken-fp8-rowwise/freetoken-fp8-rowwise.toml
 
 
 def _l4(n=4):
-    return [GpuState(i, "NVIDIA L4", "8.9", 23034, 0) for i in range(n)]
+    return [Gpu(i, "NVIDIA L4", "8.9", 23034, 0) for i in range(n)]
 
 
 def _facts(tmp_path, torch="2.11.0", text=UNPATCHED, gpus=None, environ=None) -> RuleFacts:
@@ -57,7 +57,7 @@ def test_sm89_rule_fires_on_unpatched_freetoken_with_old_torch(tmp_path):
 @pytest.mark.parametrize("change,why", [
     (dict(text=PATCHED), "contains 'rowwise_scaled_mm_ok'"),
     (dict(torch="2.12.0"), "torch 2.12.0 (not <2.12)"),
-    (dict(gpus=[GpuState(0, "NVIDIA H200", "9.0", 143771, 0)]), "no GPU with sm 8.9"),
+    (dict(gpus=[Gpu(0, "NVIDIA H200", "9.0", 143771, 0)]), "no GPU with sm 8.9"),
     (dict(gpus=[]), "no GPUs"),
 ])
 def test_sm89_rule_clears_when_any_condition_changes(tmp_path, change, why):

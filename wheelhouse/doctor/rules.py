@@ -30,7 +30,6 @@ condition that cleared it as evidence. Format::
 from __future__ import annotations
 
 import hashlib
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -39,20 +38,18 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.errors import UsageError
-from wheelhouse.target.gpu import GpuState
+from wheelhouse.target.gpu import Gpu
 from .report import CheckResult
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["RuleError", "Condition", "Rule", "RuleFacts", "InstalledPackage", "load_rules", "parse_rules",
            "evaluate_rule", "evaluate_rules"]
 
 _CONDITION_KEYS = {"gpu_sm", "package", "version", "file", "contains", "not_contains", "sha256", "not_sha256",
                    "env", "equals", "installed"}
+_RULE_KEYS = {"id", "title", "verdict", "hint", "references", "when"}
+_LIST_KEYS = {"gpu_sm", "installed"}  # a string or a list of strings; every other condition key is a string
 
 
 class RuleError(UsageError):
@@ -70,7 +67,7 @@ class InstalledPackage:
 class RuleFacts:
     """What rules may look at."""
 
-    gpus: Sequence[GpuState] = ()
+    gpus: Sequence[Gpu] = ()
     packages: Mapping[str, InstalledPackage] = field(default_factory=dict)  # canonical name -> package
     environ: Mapping[str, str] = field(default_factory=dict)
 
@@ -160,11 +157,18 @@ class Rule:
 
 def parse_rules(data: Mapping[str, Any], source: str = "<rules>") -> list[Rule]:
     rules = []
+    check_keys(data, {"rule"}, f"{source}: rule file", error=RuleError, noun="section")
     entries = data.get("rule", []) or []
     if not isinstance(entries, list) or not all(isinstance(r, Mapping) for r in entries):
         raise RuleError(f"{source}: rule must be an array of tables", hint="write each rule as [[rule]]")
     for i, r in enumerate(entries):
         where = f"{source}: rule[{i}]"
+        check_keys(r, _RULE_KEYS, f"{where} [[rule]]", error=RuleError)
+        for key in ("id", "title", "verdict", "hint"):
+            get_value(r, key, (str,), f"{where}.{key}", error=RuleError)
+        refs = get_value(r, "references", (list,), f"{where}.references", error=RuleError, default=[])
+        if not all(isinstance(x, str) for x in refs):
+            raise RuleError(f"{where}.references must be a list of strings", hint='write references = ["pytorch#1"]')
         if not r.get("id") or not r.get("title"):
             raise RuleError(f"{where} needs id and title", hint="add id = \"...\" and title = \"...\"")
         verdict = r.get("verdict", "fail")
@@ -175,10 +179,14 @@ def parse_rules(data: Mapping[str, Any], source: str = "<rules>") -> list[Rule]:
         if not isinstance(whens, list) or not all(isinstance(c, Mapping) for c in whens):
             raise RuleError(f"{where} ({r['id']}) when must be an array of tables", hint="write each condition as [[rule.when]]")
         for c in whens:
-            unknown = set(c) - _CONDITION_KEYS
-            if unknown:
-                raise RuleError(f"{where} ({r['id']}) condition has unknown key(s) {', '.join(sorted(unknown))}",
-                                hint="known keys: " + ", ".join(sorted(_CONDITION_KEYS)))
+            check_keys(c, _CONDITION_KEYS, f"{where} ({r['id']}) [[rule.when]]", error=RuleError)
+            for key, value in c.items():
+                ok = isinstance(value, str) or (key in _LIST_KEYS and isinstance(value, list)
+                                                and all(isinstance(v, str) for v in value))
+                if not ok:
+                    kind = "a string or a list of strings" if key in _LIST_KEYS else "a string"
+                    raise RuleError(f"{where} ({r['id']}) [[rule.when]] {key} must be {kind}, not {value!r}",
+                                    hint=f'quote it: {key} = "{value}"')
             if "version" in c:
                 try:
                     SpecifierSet(c["version"])
@@ -198,13 +206,8 @@ def load_rules(dirs: Sequence[Path]) -> list[Rule]:
     out: list[Rule] = []
     for d in dirs:
         for path in sorted(Path(d).glob("*.toml")):
-            try:
-                data = tomllib.loads(path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as exc:
-                raise RuleError(f"rule file {path} is not valid TOML: {exc}", hint="fix the line it names") from exc
-            except (OSError, UnicodeDecodeError) as exc:
-                raise RuleError(f"rule file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}",
-                                hint="fix or remove it (extra rule folders come from WH_DOCTOR_RULES)") from exc
+            data = load_toml(path, what="rule file", error=RuleError,
+                             hint="fix or remove it (extra rule folders come from WH_DOCTOR_RULES)")
             out += parse_rules(data, str(path))
     seen: dict[str, str] = {}
     for r in out:
