@@ -125,3 +125,57 @@ def test_get_value_types():
     with pytest.raises(SpecError) as info:
         get_value(t, "gpus", (int,), "doctor.gpus", error=SpecError)
     assert "must be an integer, not True" in info.value.message
+
+
+# --- every loader goes through here: typos and wrong types are clear errors -------------------------
+
+def test_rule_file_typos_and_types(tmp_path):
+    from wheelhouse.doctor.rules import RuleError, load_rules
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    f = rules / "x.toml"
+    base = '[[rule]]\nid = "x"\ntitle = "t"\n'
+    for body, needle in [
+        (base + 'verdit = "warn"\n[[rule.when]]\nenv = "A"\n', "'verdit' (did you mean 'verdict'?)"),
+        (base + '[[rule.when]]\npackage = "torch"\nversoin = "<2"\n', "'versoin' (did you mean 'version'?)"),
+        (base + '[[rule.when]]\npackage = 5\n', "package must be a string, not 5"),
+        ('[[rulez]]\nid = "x"\n', "'rulez' (did you mean 'rule'?)"),
+    ]:
+        f.write_text(body)
+        with pytest.raises(RuleError) as info:
+            load_rules([rules])
+        assert str(f) in info.value.message and needle in info.value.message, info.value.message
+
+
+def test_jit_registry_script_7_is_a_clear_error(tmp_path):
+    """Before: `script = 7` was an internal error (TypeError joining a path with an int)."""
+    from wheelhouse.doctor.checks.jit import JIT_ENV, JitRegistryError, load_jit_probes
+
+    f = tmp_path / "jit.toml"
+    for body, needle in [
+        ('[[jit]]\nid = "x"\ndistribution = "x"\nscript = 7\n', "jit[0].script must be a string, not 7"),
+        ('[[jit]]\nid = "x"\ndistribution = "x"\nscript = "p.py"\nneeds_gpus = false\n',
+         "'needs_gpus' (did you mean 'needs_gpu'?)"),
+        ('[[jit]]\nid = "x"\ndistribution = [1]\nscript = "p.py"\n', "distribution must be a list of strings"),
+    ]:
+        f.write_text(body)
+        with pytest.raises(JitRegistryError) as info:
+            load_jit_probes({JIT_ENV: str(f)})
+        assert needle in info.value.message and info.value.hint
+    f.write_text('[[jit]]\nid = "x"\ndistribution = "x"\nscript = "p.py"\nneeds_gpu = false\n')
+    (probe,) = [p for p in load_jit_probes({JIT_ENV: str(f)}) if p.id == "x"]
+    assert probe.script == tmp_path / "p.py" and probe.needs_gpu is False
+
+
+def test_wheelhouse_records_are_bounded_and_regular(tmp_path):
+    from wheelhouse.lock import LockError, WheelhouseNotFound, read_pylock, read_wh_json
+
+    with pytest.raises(WheelhouseNotFound):
+        read_wh_json(tmp_path)
+    os.mkfifo(tmp_path / "wh.json")
+    with pytest.raises(LockError, match="not a regular file"):
+        read_wh_json(tmp_path)
+    os.symlink("/dev/zero", tmp_path / "pylock.toml")
+    with pytest.raises(LockError, match="not a regular file"):
+        read_pylock(tmp_path)

@@ -15,12 +15,14 @@ Reading is pure (``parse_pylock(text)``); file access is separate (``read_pylock
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import MAX_BYTES, load_json, read_text
 from wheelhouse.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -202,15 +204,15 @@ def _validate_pep751(data: dict[str, Any], origin: str) -> None:
                         hint="re-run `wh stage` to rewrite it (a hand edit broke it)") from exc
 
 
+# A lock of thousands of wheels stays far below this; bigger is not a lock wh wrote.
+_MAX_RECORD = 4 * MAX_BYTES
+
 def read_pylock(wheelhouse: str | Path) -> Lock:
     path = Path(wheelhouse) / PYLOCK
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})",
-                        hint="check the wheelhouse was copied whole, or re-run `wh stage`") from exc
+    if not os.path.lexists(path):
+        raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`")
+    text = read_text(path, what="lock", error=LockError, max_bytes=_MAX_RECORD,
+                     hint="check the wheelhouse was copied whole, or re-run `wh stage`")
     return parse_pylock(text, origin=str(path))
 
 
@@ -220,16 +222,10 @@ def write_pylock(wheelhouse: str | Path, lock: Lock) -> Path:
 
 def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
     path = Path(wheelhouse) / WH_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`") from exc
-    except ValueError as exc:
-        raise LockError(f"{path} is not valid JSON: {exc}", hint="re-run `wh stage`") from exc
-    except OSError as exc:
-        raise LockError(f"{path}: cannot read it ({exc.strerror})", hint="check the wheelhouse was copied whole") from exc
-    if not isinstance(data, dict):
-        raise LockError(f"{path} is not a JSON object", hint="re-run `wh stage`")
+    if not os.path.lexists(path):
+        raise WheelhouseNotFound(f"{path} does not exist", hint="stage a wheelhouse with `wh stage -o DIR`")
+    data = load_json(path, what="wheelhouse record", error=LockError, max_bytes=_MAX_RECORD,
+                     hint="check the wheelhouse was copied whole, or re-run `wh stage`")
     if data.get("schema") != WH_JSON_SCHEMA:
         raise LockError(f"{path} has schema {data.get('schema')!r}, wh reads {WH_JSON_SCHEMA}", hint="re-run `wh stage`")
     return data

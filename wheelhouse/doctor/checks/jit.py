@@ -20,20 +20,15 @@ A probe script prints one marker record: ``{"ok": true}``, ``{"ok": false,
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.errors import UsageError
 from wheelhouse.doctor.probes import ProbeSpec, probe_script, run_probes
 from wheelhouse.doctor.report import CheckResult
 from . import DoctorContext
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["GROUP", "CHECKS", "JitProbe", "BUILTIN_JIT_PROBES", "JIT_ENV", "load_jit_probes", "run"]
 
@@ -72,21 +67,39 @@ def load_jit_probes(environ: Mapping[str, str] | None = None) -> list[JitProbe]:
     out = list(BUILTIN_JIT_PROBES)
     for f in [p for p in env.get(JIT_ENV, "").split(os.pathsep) if p]:
         path = Path(f)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise JitRegistryError(f"{JIT_ENV} file {path} cannot be read: {exc}", hint=f"fix or unset {JIT_ENV}") from exc
-        for i, j in enumerate(data.get("jit", []) or []):
-            if not j.get("id") or not j.get("script") or not j.get("distribution"):
-                raise JitRegistryError(f"{path}: jit[{i}] needs id, distribution and script", hint="see `wh doctor --help` and the README's `wh doctor` section (JIT probe registry)")
-            dists = j["distribution"]
-            out.append(JitProbe(
-                str(j["id"]), str(j.get("title", f"{j['id']} JIT probe")),
-                (dists,) if isinstance(dists, str) else tuple(dists),
-                (path.parent / j["script"]).resolve(), bool(j.get("needs_gpu", True)), bool(j.get("droppable", True)),
-                tuple(j.get("args", []) or ()),
-            ))
+        data = load_toml(path, what=f"{JIT_ENV} file", error=JitRegistryError, hint=f"fix or unset {JIT_ENV}")
+        check_keys(data, {"jit"}, f"{path}", error=JitRegistryError, noun="section")
+        entries = data.get("jit", []) or []
+        if not isinstance(entries, list) or not all(isinstance(j, Mapping) for j in entries):
+            raise JitRegistryError(f"{path}: jit must be an array of tables", hint="write each probe as [[jit]]")
+        for i, j in enumerate(entries):
+            out.append(_jit_probe(j, path, f"{path}: jit[{i}]"))
     return out
+
+
+_JIT_KEYS = {"id", "title", "distribution", "script", "needs_gpu", "droppable", "args"}
+
+
+def _jit_probe(j: Mapping, path: Path, where: str) -> JitProbe:
+    """One [[jit]] entry, every key and type checked (``script = 7`` is a clear error, not a crash)."""
+    check_keys(j, _JIT_KEYS, f"{where} [[jit]]", error=JitRegistryError)
+    if not j.get("id") or not j.get("script") or not j.get("distribution"):
+        raise JitRegistryError(f"{where} needs id, distribution and script", hint="see `wh doctor --help` and the README's `wh doctor` section (JIT probe registry)")
+    pid = get_value(j, "id", (str,), f"{where}.id", error=JitRegistryError)
+    script = get_value(j, "script", (str,), f"{where}.script", error=JitRegistryError)
+    dists = get_value(j, "distribution", (str, list), f"{where}.distribution", error=JitRegistryError)
+    dists = [dists] if isinstance(dists, str) else dists
+    args = get_value(j, "args", (list,), f"{where}.args", error=JitRegistryError, default=[])
+    for name, values in (("distribution", dists), ("args", args)):
+        if not all(isinstance(v, str) for v in values):
+            raise JitRegistryError(f"{where}.{name} must be a list of strings", hint=f'write {name} = ["..."]')
+    return JitProbe(
+        pid, get_value(j, "title", (str,), f"{where}.title", error=JitRegistryError, default=f"{pid} JIT probe"),
+        tuple(dists), (path.parent / script).resolve(),
+        get_value(j, "needs_gpu", (bool,), f"{where}.needs_gpu", error=JitRegistryError, default=True),
+        get_value(j, "droppable", (bool,), f"{where}.droppable", error=JitRegistryError, default=True),
+        tuple(args),
+    )
 
 
 def _verdict(probe: JitProbe, dist, res, timeout: float) -> CheckResult:
