@@ -1,0 +1,126 @@
+"""CUDA fatbin reading: real nvcc-built shared objects, checked against cuobjdump where it is present."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cuda_fixtures import build_kernel_so, cuobjdump, cuobjdump_images, nvcc
+from wheelhouse.doctor.elf import read_elf
+from wheelhouse.doctor.fatbin import DeviceCode, FatbinEntry, device_code, parse_fatbin, sm_number
+
+needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+
+VARIANTS = {
+    # file: (gencodes, expected names)
+    "sm90.so": (("arch=compute_90,code=sm_90",), ("sm_90",)),
+    "ptx80.so": (("arch=compute_80,code=compute_80",), ("compute_80",)),
+    "multi.so": (("arch=compute_90a,code=sm_90a", "arch=compute_80,code=compute_80", "arch=compute_100f,code=sm_100f"),
+                 ("sm_90a", "sm_100f", "compute_80")),
+    "sass_and_ptx89.so": (("arch=compute_89,code=[sm_89,compute_89]",), ("sm_89", "compute_89")),
+}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory) -> dict[str, Path]:
+    if nvcc() is None:
+        pytest.skip("needs nvcc")
+    folder = tmp_path_factory.mktemp("kernels")
+    out = {name: build_kernel_so(folder, name, *gencodes) for name, (gencodes, _) in VARIANTS.items()}
+    # Three compilation units in one library: three fatbin containers in one section, one compressed.
+    objs = []
+    for i, (gencode, flags) in enumerate([("arch=compute_90,code=sm_90", ()),
+                                          ("arch=compute_80,code=[sm_80,compute_80]", ()),
+                                          ("arch=compute_75,code=sm_75", ("-Xfatbin", "-compress-all"))]):
+        src = folder / f"unit{i}.cu"
+        src.write_text(f"__global__ void k{i}(int *x) {{ x[0] = {i}; }}\n"
+                       f"extern \"C\" void launch{i}(int *x) {{ k{i}<<<1, 1>>>(x); }}\n")
+        obj = folder / f"unit{i}.o"
+        subprocess.run([nvcc(), "-c", "-Xcompiler", "-fPIC", *flags, "-gencode", gencode, str(src), "-o", str(obj)],
+                       check=True, capture_output=True)
+        objs.append(str(obj))
+    subprocess.run(["gcc", "-shared", *objs, "-o", str(folder / "units.so")], check=True, capture_output=True)
+    out["units.so"] = folder / "units.so"
+    return out
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_device_code_lists_what_nvcc_was_asked_to_embed(kernels, name):
+    code = device_code(kernels[name])
+    assert code is not None
+    assert set(code.names()) == set(VARIANTS[name][1])
+
+
+@needs_nvcc
+def test_every_compilation_unit_of_a_library_is_read_compressed_or_not(kernels):
+    code = device_code(kernels["units.so"])
+    assert code.sass == (75, 80, 90)
+    assert code.ptx == (80,)
+    assert code.describe() == "sm_75, sm_80, sm_90; PTX compute_80"
+
+
+@needs_nvcc
+@pytest.mark.skipif(cuobjdump() is None, reason="needs cuobjdump (nvidia-cuda-cuobjdump wheel or a CUDA toolkit)")
+@pytest.mark.parametrize("name", [*VARIANTS, "units.so"])
+def test_images_agree_with_cuobjdump(kernels, name):
+    elf, ptx = cuobjdump_images(kernels[name])
+    code = device_code(kernels[name])
+    # cuobjdump names sm_100f's cubin "sm_100" and PTX for compute_80 "sm_80.ptx".
+    assert {n.rstrip("f") for n in code.names() if n.startswith("sm_")} == elf
+    assert {n.replace("compute_", "sm_") for n in code.names() if n.startswith("compute_")} == ptx
+
+
+@needs_nvcc
+def test_padding_between_containers_is_skipped(kernels):
+    info = read_elf(kernels["units.so"])
+    (_, offset, size), = [s for s in info.fatbin_sections if s[0] == ".nv_fatbin"]
+    data = kernels["units.so"].read_bytes()[offset:offset + size]
+    first_size = 16 + int.from_bytes(data[8:16], "little")
+    padded = data[:first_size] + b"\0" * 24 + data[first_size:]
+    assert parse_fatbin(padded) == parse_fatbin(data)
+    assert len(parse_fatbin(data)) == 4
+
+
+def test_a_library_without_device_code_has_none(tmp_path):
+    (tmp_path / "plain.c").write_text("int f(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "plain.c"), "-o", str(tmp_path / "libplain.so")],
+                   check=True)
+    assert device_code(tmp_path / "libplain.so") is None
+    (tmp_path / "empty.so").write_bytes(b"")
+    assert device_code(tmp_path / "empty.so") is None
+    assert device_code(tmp_path / "absent.so") is None
+
+
+@pytest.mark.parametrize("entry, sm, runs", [
+    (FatbinEntry("sass", 80), "8.9", True),  # same major, lower minor: binary compatible
+    (FatbinEntry("sass", 86), "8.0", False),  # a higher minor never runs on a lower one
+    (FatbinEntry("sass", 90), "8.9", False),  # another major: no
+    (FatbinEntry("sass", 80), "9.0", False),  # SASS does not run on a newer major
+    (FatbinEntry("sass", 90, "a"), "9.0", True),
+    (FatbinEntry("sass", 100, "a"), "10.3", False),  # arch-specific: exactly that sm
+    (FatbinEntry("sass", 100, "f"), "10.3", True),  # family-specific: the family
+    (FatbinEntry("ptx", 80, version=(9, 0)), "9.0", True),  # PTX: the driver JITs it for a newer sm
+    (FatbinEntry("ptx", 90, version=(9, 0)), "8.9", False),  # but never for an older one
+    (FatbinEntry("ptx", 90, "a", (9, 0)), "10.0", False),
+    (FatbinEntry("ltoir", 80), "8.0", False),  # LTO-IR is not loadable by the driver
+])
+def test_runs_on_follows_cuda_binary_compatibility(entry, sm, runs):
+    assert entry.runs_on(sm) is runs
+
+
+def test_ptx_needs_a_driver_that_knows_its_isa():
+    ptx = FatbinEntry("ptx", 80, version=(9, 0))  # PTX ISA 9.0 came with CUDA 13
+    assert ptx.runs_on("8.9", driver_cuda="13.0")
+    assert not ptx.runs_on("8.9", driver_cuda="12.8")
+
+
+def test_runner_prefers_sass_and_describe_names_the_images():
+    code = DeviceCode.of((FatbinEntry("sass", 80), FatbinEntry("sass", 90), FatbinEntry("ptx", 90, version=(8, 4))))
+    assert code.runner("9.0").name == "sm_90"
+    assert code.runner("10.0").name == "compute_90"
+    assert code.runner("7.5") is None and not code.runs_on("sm_75")
+    assert code.describe() == "sm_80, sm_90; PTX compute_90"
+    assert [sm_number(x) for x in ("8.9", "sm_89", "89", 89, "sm_100a", "12.0")] == [89, 89, 89, 89, 100, 120]

@@ -1,0 +1,237 @@
+"""Shared objects as the dynamic loader sees them: DT_NEEDED, RUNPATH/RPATH, and where each need is found.
+
+Reading is done with pyelftools and touches only the ELF header, the program
+headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to
+locate CUDA fatbin sections for :mod:`wheelhouse.doctor.fatbin`); a 1 GB
+libtorch_cuda.so costs a few reads. Results are cached by (path, size, mtime),
+so the link check and the kernel check read each file once per process.
+
+:func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
+
+1. DT_RPATH of the requesting object, then of the executable -- only when the
+   requesting object has no DT_RUNPATH;
+2. LD_LIBRARY_PATH;
+3. DT_RUNPATH of the requesting object (its direct needs only);
+4. the loader cache (``ldconfig -p``);
+5. the loader's default folders.
+
+Before any search, a name already loaded in the process (by its soname or
+file name) is taken as it is: an extension module that needs ``libc10.so``
+loads because ``import torch`` put it there. ``$ORIGIN``, ``$LIB`` and
+``$PLATFORM`` are expanded in RPATH/RUNPATH entries; a candidate of another
+ELF class or machine is skipped, as the loader skips it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from wheelhouse.errors import WhError
+
+__all__ = [
+    "BadElf",
+    "ElfInfo",
+    "LoaderFacts",
+    "Found",
+    "read_elf",
+    "expand_dst",
+    "find_needed",
+    "FATBIN_SECTIONS",
+]
+
+# .nv_fatbin: device code of a linked object; __nv_relfatbin: relocatable device code (nvcc -rdc).
+FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+
+
+class BadElf(WhError):
+    """A file named like a shared object that the loader could not map (empty, truncated, not ELF)."""
+
+    code = "bad-elf"
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}", hint="reinstall the distribution that ships it (`wh install`)")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    """What the loader needs to know about one shared object."""
+
+    path: str
+    elf_class: int  # 32 or 64
+    machine: str  # e_machine, e.g. "EM_X86_64"
+    soname: str | None
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]  # raw entries, $ORIGIN unexpanded
+    runpath: tuple[str, ...]
+    fatbin_sections: tuple[tuple[str, int, int], ...] = ()  # (name, file offset, size)
+
+    @property
+    def origin(self) -> str:
+        """$ORIGIN: the folder the object lives in (of the path it was loaded by)."""
+        return os.path.dirname(os.path.abspath(self.path))
+
+    def compatible(self, other: "ElfInfo") -> bool:
+        """Could the loader use ``other`` to satisfy a need of this object (same class and machine)?"""
+        return self.elf_class == other.elf_class and self.machine == other.machine
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """The target environment's loader facts (gathered by ``doctor/probes/loader.py`` in the target)."""
+
+    ld_library_path: tuple[str, ...] = ()
+    cache: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths, in ldconfig -p order
+    default_dirs: tuple[str, ...] = ()
+    loaded: Mapping[str, str] = field(default_factory=dict)  # soname or file name -> path, already mapped
+    executable: ElfInfo | None = None  # the interpreter binary (its DT_RPATH counts for every lookup)
+    lib: str = "lib64"  # $LIB
+    platform: str = "x86_64"  # $PLATFORM
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where one DT_NEEDED entry resolves: ``path`` None means the loader would fail."""
+
+    name: str
+    path: str | None
+    via: str  # "loaded", "rpath", "ld_library_path", "runpath", "cache", "default", "path" (a name with a slash)
+    searched: tuple[str, ...] = ()  # folders looked in, in order (for the evidence of a miss)
+
+
+def _stat_key(path: str) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return (path, st.st_size, st.st_mtime_ns)
+
+
+def read_elf(path: str | os.PathLike[str]) -> ElfInfo:
+    """The loader-relevant facts of ``path``; raises :class:`BadElf` for what the loader could not map."""
+    p = os.fspath(path)
+    try:
+        key = _stat_key(p)
+    except OSError as exc:
+        raise BadElf(p, exc.strerror or str(exc)) from exc
+    return _read_cached(key)
+
+
+@functools.lru_cache(maxsize=8192)
+def _read_cached(key: tuple[str, int, int]) -> ElfInfo:
+    path, size, _ = key
+    if size == 0:
+        raise BadElf(path, "empty file (0 bytes): the loader reports 'file too short'")
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            tags = _dynamic_tags(elf)
+            fatbins = tuple((s.name, s["sh_offset"], s["sh_size"]) for s in _sections(elf)
+                            if s.name in FATBIN_SECTIONS and s["sh_type"] != "SHT_NOBITS")
+            return ElfInfo(
+                path=path,
+                elf_class=elf.elfclass,
+                machine=str(elf["e_machine"]),
+                soname=next((v for t, v in tags if t == "DT_SONAME"), None),
+                needed=tuple(v for t, v in tags if t == "DT_NEEDED"),
+                rpath=tuple(e for t, v in tags if t == "DT_RPATH" for e in v.split(":") if e),
+                runpath=tuple(e for t, v in tags if t == "DT_RUNPATH" for e in v.split(":") if e),
+                fatbin_sections=fatbins,
+            )
+    except OSError as exc:
+        raise BadElf(path, exc.strerror or str(exc)) from exc
+    except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+        # pyelftools raises ELFError for a bad magic and ELFParseError (one) for a truncated file.
+        raise BadElf(path, f"not a loadable ELF file ({size} bytes): {exc}") from exc
+
+
+def _dynamic_tags(elf: ELFFile) -> list[tuple[str, str]]:
+    """(tag, string value) of the string-valued dynamic entries (from PT_DYNAMIC: stripped sections do not hide them)."""
+    out: list[tuple[str, str]] = []
+    for seg in elf.iter_segments("PT_DYNAMIC"):
+        for tag in seg.iter_tags():
+            kind = tag.entry.d_tag
+            attr = {"DT_NEEDED": "needed", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath", "DT_SONAME": "soname"}.get(kind)
+            if attr:
+                out.append((kind, getattr(tag, attr)))
+        break
+    return out
+
+
+def _sections(elf: ELFFile) -> Iterable:
+    if not elf.num_sections():
+        return ()
+    return elf.iter_sections()
+
+
+def expand_dst(entry: str, origin: str, lib: str = "lib64", platform: str = "x86_64") -> str:
+    """Expand the dynamic string tokens of one RPATH/RUNPATH entry (ld.so(8) "Dynamic string tokens")."""
+    for token, value in (("ORIGIN", origin), ("LIB", lib), ("PLATFORM", platform)):
+        entry = entry.replace("${" + token + "}", value).replace("$" + token, value)
+    return entry
+
+
+def _candidate(folder: str, name: str, requester: ElfInfo) -> str | None:
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return None
+    try:
+        info = read_elf(path)
+    except BadElf:
+        return None  # the loader skips a file it cannot map and keeps searching
+    return path if requester.compatible(info) else None
+
+
+def _search(folders: Sequence[str], name: str, requester: ElfInfo) -> str | None:
+    for folder in folders:
+        hit = _candidate(folder, name, requester)
+        if hit:
+            return hit
+    return None
+
+
+def find_needed(info: ElfInfo, facts: LoaderFacts) -> list[Found]:
+    """Resolve every DT_NEEDED entry of ``info`` the way the target's loader would (module docstring)."""
+    return [_find_one(name, info, facts) for name in info.needed]
+
+
+def _expand_all(entries: Sequence[str], obj: ElfInfo, facts: LoaderFacts) -> list[str]:
+    return [os.path.normpath(expand_dst(e, obj.origin, facts.lib, facts.platform)) for e in entries]
+
+
+def _find_one(name: str, info: ElfInfo, facts: LoaderFacts) -> Found:
+    if "/" in name:  # a path, not a name: no search (relative ones are relative to the cwd, unknown: trust it)
+        path = name if os.path.isabs(name) else None
+        return Found(name, path if path is None or os.path.isfile(path) else None, "path", (name,))
+    if name in facts.loaded:
+        return Found(name, facts.loaded[name], "loaded")
+    steps: list[tuple[str, list[str]]] = []
+    if not info.runpath:
+        rpath = _expand_all(info.rpath, info, facts)
+        exe = facts.executable
+        if exe is not None and not exe.runpath:
+            rpath += _expand_all(exe.rpath, exe, facts)
+        steps.append(("rpath", rpath))
+    steps.append(("ld_library_path", list(facts.ld_library_path)))
+    steps.append(("runpath", _expand_all(info.runpath, info, facts)))
+    searched: list[str] = []
+    for via, folders in steps:
+        hit = _search(folders, name, info)
+        if hit:
+            return Found(name, hit, via)
+        searched += folders
+    for path in facts.cache.get(name, ()):
+        try:
+            if os.path.isfile(path) and info.compatible(read_elf(path)):
+                return Found(name, path, "cache")
+        except BadElf:
+            continue
+    hit = _search(facts.default_dirs, name, info)
+    if hit:
+        return Found(name, hit, "default")
+    return Found(name, None, "", tuple(dict.fromkeys(searched + ["ldconfig cache"] + list(facts.default_dirs))))

@@ -1,0 +1,230 @@
+"""CUDA device code inside a shared object: which SASS architectures and PTX versions it embeds.
+
+nvcc puts a fatbin container into the ``.nv_fatbin`` section (``__nv_relfatbin``
+for relocatable device code). A section holds one container per compilation
+unit, one after another; each container is a 16-byte header (magic
+``0xBA55ED50``, version, header size, size of what follows) and entries, each
+with its own header: kind (1 PTX, 2 ELF = SASS, 8 LTO-IR), PTX ISA or cubin
+version, sm arch, flags (``a`` arch-specific, ``f`` family-specific,
+compressed) and the payload size. Only entry headers are read (payloads may be
+compressed; arch and kind are enough), seeking past the payloads, so a
+library with hundreds of megabytes of kernels costs a few thousand small reads.
+
+Whether code runs on a GPU of compute capability ``sm`` (CUDA C Programming
+Guide, "Binary Compatibility" / "Application Compatibility"):
+
+- SASS ``sm_XY`` runs on the same major X with minor >= Y; ``sm_XYf`` likewise
+  (its family); ``sm_XYa`` only on exactly sm_XY;
+- PTX ``compute_XY`` is JIT-compiled by the driver for any sm >= XY (``a``:
+  exactly XY, ``f``: the same family), if the driver knows its PTX ISA
+  version (ISA 7.x came with CUDA 11, 8.x with 12, 9.x with 13);
+- LTO-IR is not loadable by the driver on its own and is ignored.
+
+The public face for other checks: :func:`device_code` and
+:meth:`DeviceCode.runs_on` (e.g. is ``sgl_kernel/sm100/common_ops.so``
+deliberately unloadable on this sm_89 card?).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Callable
+
+from .elf import BadElf, read_elf
+
+__all__ = ["FATBIN_MAGIC", "FatbinEntry", "DeviceCode", "device_code", "parse_fatbin", "sm_number"]
+
+FATBIN_MAGIC = 0xBA55ED50
+_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+_CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries that follow
+# kind, version, header size, payload size, compressed size, (options offset), minor, major, arch,
+# name offset, name length, flags
+_ENTRY = struct.Struct("<HHIQIIHHIIIQ")
+_KINDS = {1: "ptx", 2: "sass", 8: "ltoir"}
+_FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a / compute_90a
+_FLAG_FAMILY = 0x200000  # sm_100f / compute_100f
+_SCAN_CHUNK = 1 << 16
+
+
+def sm_number(value: str | int) -> int:
+    """``"8.9"``, ``"sm_89"``, ``"89"`` or ``89`` -> ``89`` (major * 10 + minor)."""
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("af")
+    if "." in text:
+        major, minor = text.split(".", 1)
+        return int(major) * 10 + int(minor)
+    return int(text)
+
+
+def _required_cuda_major(ptx_isa: tuple[int, int]) -> int | None:
+    major = ptx_isa[0]
+    return major + 4 if major >= 7 else None  # ISA 7.x: CUDA 11, 8.x: 12, 9.x: 13
+
+
+@dataclass(frozen=True)
+class FatbinEntry:
+    """One image in a fatbin: SASS for ``sm_<arch><suffix>`` or PTX for ``compute_<arch><suffix>``."""
+
+    kind: str  # "sass" | "ptx" | "ltoir" | "kind-<n>"
+    arch: int  # 90 for sm_90
+    suffix: str = ""  # "", "a" (arch-specific) or "f" (family-specific)
+    version: tuple[int, int] = (0, 0)  # PTX ISA for PTX, cubin format for SASS
+
+    @property
+    def name(self) -> str:
+        prefix = "compute_" if self.kind == "ptx" else "sm_"
+        return f"{prefix}{self.arch}{self.suffix}"
+
+    def runs_on(self, sm: str | int, driver_cuda: str | None = None) -> bool:
+        """Can a GPU of compute capability ``sm`` run this image (PTX: through the driver's JIT)?"""
+        sm = sm_number(sm)
+        if self.kind == "sass":
+            if self.suffix == "a":
+                return sm == self.arch
+            return sm // 10 == self.arch // 10 and sm % 10 >= self.arch % 10
+        if self.kind == "ptx":
+            if self.suffix == "a" and sm != self.arch:
+                return False
+            if self.suffix == "f" and sm // 10 != self.arch // 10:
+                return False
+            if sm < self.arch:
+                return False
+            need = _required_cuda_major(self.version)
+            if driver_cuda and need is not None:
+                try:
+                    return int(driver_cuda.split(".")[0]) >= need
+                except ValueError:
+                    return True
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """The device code one shared object embeds: sorted SASS and PTX architectures, and every entry."""
+
+    sass: tuple[int, ...]
+    ptx: tuple[int, ...]
+    entries: tuple[FatbinEntry, ...] = ()
+
+    @classmethod
+    def of(cls, entries: tuple[FatbinEntry, ...]) -> "DeviceCode":
+        return cls(sass=tuple(sorted({e.arch for e in entries if e.kind == "sass"})),
+                   ptx=tuple(sorted({e.arch for e in entries if e.kind == "ptx"})), entries=entries)
+
+    def runs_on(self, sm: str | int, driver_cuda: str | None = None) -> bool:
+        """Is there an image that a GPU of compute capability ``sm`` can run (SASS, or PTX to JIT)?"""
+        return self.runner(sm, driver_cuda) is not None
+
+    def runner(self, sm: str | int, driver_cuda: str | None = None) -> FatbinEntry | None:
+        """The image the driver would pick for ``sm``: the newest matching SASS, else the newest PTX."""
+        usable = [e for e in self.entries if e.runs_on(sm, driver_cuda)]
+        usable.sort(key=lambda e: (e.kind == "sass", e.arch))
+        return usable[-1] if usable else None
+
+    def names(self) -> tuple[str, ...]:
+        """``("sm_80", "sm_90a", "compute_90")``: distinct images, SASS first."""
+        seen = dict.fromkeys(e.name for e in sorted(self.entries, key=lambda e: (e.kind != "sass", e.arch, e.suffix))
+                             if e.kind in ("sass", "ptx"))
+        return tuple(seen)
+
+    def describe(self) -> str:
+        """``"sm_80, sm_90; PTX compute_90"``, or what there is when neither."""
+        sass = [n for n in self.names() if n.startswith("sm_")]
+        ptx = [n for n in self.names() if n.startswith("compute_")]
+        parts = []
+        if sass:
+            parts.append(", ".join(sass))
+        if ptx:
+            parts.append("PTX " + ", ".join(ptx))
+        return "; ".join(parts) or "no SASS or PTX (LTO-IR only)"
+
+    def to_json(self) -> dict:
+        return {"sass": [n for n in self.names() if n.startswith("sm_")],
+                "ptx": [n for n in self.names() if n.startswith("compute_")]}
+
+
+def _entry(header: bytes) -> tuple[FatbinEntry, int, int]:
+    """(entry, header size, payload size) from the first bytes of an entry header."""
+    kind, _ver, hsize, psize, _csize, _opt, minor, major, arch, _no, _nl, flags = _ENTRY.unpack_from(header)
+    suffix = "a" if flags & _FLAG_ARCH_SPECIFIC else ("f" if flags & _FLAG_FAMILY else "")
+    return FatbinEntry(_KINDS.get(kind, f"kind-{kind}"), arch, suffix, (major, minor)), hsize, psize
+
+
+def _walk(read: Callable[[int, int], bytes], size: int) -> list[FatbinEntry]:
+    """Every entry of every container in a region of ``size`` bytes (``read(offset, n)``)."""
+    out: list[FatbinEntry] = []
+    pos = 0
+    while pos + _CONTAINER.size <= size:
+        magic, _ver, hsize, body = _CONTAINER.unpack_from(read(pos, _CONTAINER.size))
+        if magic != FATBIN_MAGIC:
+            nxt = _next_magic(read, pos + 1, size)
+            if nxt is None:
+                break
+            pos = nxt
+            continue
+        end = min(pos + hsize + body, size)
+        e = pos + hsize
+        while e + _ENTRY.size <= end:
+            entry, ehsize, psize = _entry(read(e, _ENTRY.size))
+            if ehsize < _ENTRY.size:
+                break  # not an entry header: a corrupt container, stop reading it
+            out.append(entry)
+            e += ehsize + psize
+        pos = max(end, pos + _CONTAINER.size)
+    return out
+
+
+def _next_magic(read: Callable[[int, int], bytes], start: int, size: int) -> int | None:
+    """The next container (padding between containers), at an 8-byte aligned offset."""
+    pos = (start + 7) & ~7
+    while pos < size:
+        chunk = read(pos, min(_SCAN_CHUNK, size - pos))
+        i = chunk.find(_MAGIC_BYTES)
+        while i != -1 and i % 8:
+            i = chunk.find(_MAGIC_BYTES, i + 1)
+        if i != -1:
+            return pos + i
+        pos += max(len(chunk) - 8, 8) & ~7
+    return None
+
+
+def parse_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
+    """The entries of the fatbin containers in ``data`` (a ``.nv_fatbin`` section's bytes)."""
+    def read(offset: int, n: int) -> bytes:
+        return data[offset:offset + n].ljust(n, b"\0")
+
+    return tuple(_walk(read, len(data)))
+
+
+def _read_at(fh: BinaryIO, base: int) -> Callable[[int, int], bytes]:
+    def read(offset: int, n: int) -> bytes:
+        fh.seek(base + offset)
+        return fh.read(n).ljust(n, b"\0")
+
+    return read
+
+
+def device_code(path: str | os.PathLike[str]) -> DeviceCode | None:
+    """The CUDA device code ``path`` embeds, or None when it has no fatbin section (or is no ELF file)."""
+    try:
+        info = read_elf(path)
+        st = os.stat(path)
+    except (BadElf, OSError):
+        return None
+    if not info.fatbin_sections:
+        return None
+    return _device_code_cached(info.path, st.st_size, st.st_mtime_ns, info.fatbin_sections)
+
+
+@functools.lru_cache(maxsize=4096)
+def _device_code_cached(path: str, _size: int, _mtime: int, sections: tuple[tuple[str, int, int], ...]) -> DeviceCode:
+    entries: list[FatbinEntry] = []
+    with open(path, "rb") as fh:
+        for _name, offset, size in sections:
+            entries += _walk(_read_at(fh, offset), size)
+    return DeviceCode.of(tuple(entries))
