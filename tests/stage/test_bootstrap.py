@@ -152,13 +152,14 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
     import venv
 
     from wheelmaker import make_wheel
-    from wheelhouse.stage import stage
+    from wheelhouse.stage import StageInputs, stage
     from wheelhouse.target import host_target
 
     make_wheel(repacked_deps.parent / "stack", "app", "1.0")
     idx = pyindex(repacked_deps, repacked_deps.parent / "stack", serve_metadata=True)
     out = tmp_path / "wh"
-    res = stage(None, ["app"], host_target(), out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=True)
+    res = stage(StageInputs(host_target(), out, requirements=("app",), index_urls=(idx.url,), cache_dir=tmp_path / "cache",
+                            bootstrap=True))
     boot = out / "bootstrap"
     names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
     assert {"wh", "click", "rich", "packaging", "resolvelib"} <= names

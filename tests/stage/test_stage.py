@@ -25,7 +25,7 @@ from wheelhouse.fetch import HashMismatch, cached_path
 from wheelhouse.lock import read_pylock, read_wh_json
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.requirements_file import HashNotAllowed
-from wheelhouse.stage import BadOutput, stage
+from wheelhouse.stage import BadOutput, StageFlags, merge_inputs, stage
 from wheelhouse.target import host_target, target_from_flags
 
 PAD = 400_000
@@ -53,9 +53,18 @@ def t312():
     return target_from_flags("3.12", ["manylinux_2_35_x86_64"])
 
 
+def _run_stage(manifest, reqs, target, out, *, index_urls=None, find_links=(), constraints=(), **run):
+    """stage() as `wh stage` calls it: the manifest and these "flags" merged by merge_inputs."""
+    flags = StageFlags(requirements=tuple(reqs), constraints=tuple(constraints),
+                       index_url=index_urls[0] if index_urls else None,
+                       extra_index_urls=tuple(index_urls[1:]) if index_urls else (), find_links=tuple(find_links),
+                       target=target)
+    return stage(merge_inputs(manifest, flags, out, **run))
+
+
 def _stage(idx, reqs, target, out, cache, **kw):
     kw.setdefault("bootstrap", False)
-    return stage(None, reqs, target, out, index_urls=[idx.url], cache_dir=cache, **kw)
+    return _run_stage(None, reqs, target, out, index_urls=[idx.url], cache_dir=cache, **kw)
 
 
 def _tamper(idx, filename: str) -> None:
@@ -216,7 +225,7 @@ def test_release_manifest_artifacts_are_verified_and_their_deps_resolved(pyindex
     rt = make_wheel(tmp_path / "release", "engine-rt", "0.3", requires=["lib>=2"])
     m = load_manifest(_release(tmp_path, rt))
     out = tmp_path / "wh"
-    stage(m, [], t312, out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=False)
+    _run_stage(m, [], t312, out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=False)
     assert _wheel_names(out) == {rt.name, f"lib-2.0-{_lib('cp312')}.whl"}
     locked = read_pylock(out).by_name()["engine-rt"]
     assert locked.sha256 == sha256_file(rt) and locked.tool["release"] == "runtime"
@@ -230,7 +239,7 @@ def test_release_artifact_with_a_bad_sha_is_refused(pyindex, wheels, t312, tmp_p
     m = load_manifest(_release(tmp_path, rt, sha="f" * 64))
     out, cache = tmp_path / "wh", tmp_path / "cache"
     with pytest.raises(HashMismatch):
-        stage(m, [], t312, out, index_urls=[idx.url], cache_dir=cache, bootstrap=False)
+        _run_stage(m, [], t312, out, index_urls=[idx.url], cache_dir=cache, bootstrap=False)
     assert not out.exists() and not cached_path(cache, "f" * 64).exists()
     assert not any((cache / "sha256").rglob("*")) or sha256_file(rt) not in {p.name for p in (cache / "sha256").rglob("*")}
 
@@ -250,7 +259,7 @@ def test_drops_patches_and_doctor_expectations_are_recorded(pyindex, wheels, t31
         '[doctor]\ngpus = 4\nsm = "8.9"\n'
     )
     out = tmp_path / "wh"
-    stage(load_manifest(stack), [], t312, out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=False)
+    _run_stage(load_manifest(stack), [], t312, out, index_urls=[idx.url], cache_dir=tmp_path / "cache", bootstrap=False)
     meta = read_wh_json(out)
     assert meta["drops"] == [{"distribution": "flashinfer-python", "module": "flashinfer", "reason": "JIT", "force": True}]
     assert meta["doctor"]["gpus"] == 4 and meta["doctor"]["sm"] == "8.9"
@@ -339,12 +348,12 @@ def test_manifest_toolchain_group_refuses_skew_and_allows_the_exception(pyindex,
     skewed = tmp_path / "skew.toml"
     skewed.write_text('[stack]\nrequirements = ["nvidia-nvcc==13.4.59", "nvidia-nvvm==13.0.1"]\n' + group)
     with pytest.raises(ToolchainSkew):
-        stage(load_manifest(skewed), [], t312, tmp_path / "a", index_urls=[idx.url], cache_dir=tmp_path / "c", bootstrap=False)
+        _run_stage(load_manifest(skewed), [], t312, tmp_path / "a", index_urls=[idx.url], cache_dir=tmp_path / "c", bootstrap=False)
     assert not (tmp_path / "a").exists()
     ok = tmp_path / "ok.toml"
     ok.write_text('[stack]\nrequirements = ["nvidia-nvcc==13.0.1", "nvidia-nvvm", "nvidia-cccl==13.0.85"]\n'
                   + group.replace("exact = true\n", 'exact = true\nexceptions = ["nvidia-cccl"]\n'))
-    res = stage(load_manifest(ok), [], t312, tmp_path / "b", index_urls=[idx.url], cache_dir=tmp_path / "c",
+    res = _run_stage(load_manifest(ok), [], t312, tmp_path / "b", index_urls=[idx.url], cache_dir=tmp_path / "c",
                 bootstrap=False, dry_run=True)
     assert {f.name: f.version for f in res.files} == {"nvidia-nvcc": "13.0.1", "nvidia-nvvm": "13.0.1", "nvidia-cccl": "13.0.85"}
 
@@ -358,7 +367,7 @@ def test_pylock_installs_with_uv_when_wheels_come_from_find_links_and_an_index(p
     local = tmp_path / "local"
     make_wheel(local, "extra-local", "1.0", modules={"extra_local.py": "Z = 3\n"})
     out = tmp_path / "wh"
-    stage(None, ["app", "extra-local"], host_target(), out, index_urls=[idx.url], find_links=[str(local)],
+    _run_stage(None, ["app", "extra-local"], host_target(), out, index_urls=[idx.url], find_links=[str(local)],
           cache_dir=tmp_path / "cache", bootstrap=False)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
@@ -435,10 +444,10 @@ def test_manifest_requirements_file_hashes_are_enforced(pyindex, wheels, t312, t
     m = load_manifest(tmp_path / "stack.toml")
     assert m.requirements == ("app==1.0", "lib==2.0", 'lib==1.0 ; python_version < "3.12"')
     with pytest.raises(HashNotAllowed) as exc:
-        stage(m, [], t312, tmp_path / "out", index_urls=[idx.url], cache_dir=tmp_path / "c", bootstrap=False, dry_run=True)
+        _run_stage(m, [], t312, tmp_path / "out", index_urls=[idx.url], cache_dir=tmp_path / "c", bootstrap=False, dry_run=True)
     assert [(d.name, d.allowed, d.where) for d in exc.value.bad] == [
         ("lib", ("ab" * 32,), f"{tmp_path / 'requirements.txt'} line 7")]
     _hashed_requirements(tmp_path / "requirements.txt", idx)
-    res = stage(load_manifest(tmp_path / "stack.toml"), [], t312, tmp_path / "out", index_urls=[idx.url],
+    res = _run_stage(load_manifest(tmp_path / "stack.toml"), [], t312, tmp_path / "out", index_urls=[idx.url],
                 cache_dir=tmp_path / "c", bootstrap=False)
     assert {f.name for f in res.files} == {"app", "lib"}

@@ -56,9 +56,12 @@ def _split_manifest(args: tuple[str, ...]):
               help="Wheelhouse folder to write (created; an earlier wheelhouse there is updated in place).")
 @target_options
 @click.option("--index-url", "-i", envvar="WH_INDEX_URL",
-              help="Main package index (PEP 503/691). Default: the manifest's, else pip's configured index.")
-@click.option("--extra-index-url", multiple=True, help="More indexes, searched after the main one. Repeatable.")
-@click.option("--find-links", "-f", multiple=True, help="Folder of wheels or an HTML page of links. Repeatable.")
+              help="Main package index (PEP 503/691); replaces the manifest's index-url (its extra-index-urls "
+                   "stay). Default: the manifest's, else pip's configured index.")
+@click.option("--extra-index-url", multiple=True,
+              help="More indexes, searched after the main one; added to the manifest's. Repeatable.")
+@click.option("--find-links", "-f", multiple=True,
+              help="Folder of wheels or an HTML page of links; added to the manifest's. Repeatable.")
 @click.option("-c", "--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False),
               help="Constraints file (--hash options enforced, as for -r). Repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
@@ -69,10 +72,12 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--dry-run", is_flag=True, help="Resolve and list the pins; download no wheel and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
+@click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
+              help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
           index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json,
-          no_bootstrap) -> None:
+          no_bootstrap, lock_timeout) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
@@ -84,48 +89,46 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     The wheelhouse holds wheels/, pylock.toml (PEP 751), a simple/ index, wh.json
     (provenance) and bootstrap/ (wh itself, for the box). On the box:
     `wh install DIR && wh doctor`.
+
+    \b
+    Manifest and command line: lists ADD to the manifest's (requirements, -r,
+    -c, --extra-index-url, -f); single values REPLACE it (--index-url or
+    WH_INDEX_URL replaces its index-url, target flags its [target]).
+
+    Re-staging into -o updates what wh wrote there (listed in wh.json) and keeps
+    everything else (NOTES.md, logs/, an engine `wh build` added, unless the
+    manifest's engine recipe changed). -o may be a symlink (its target is
+    written). One run at a time per -o: a second one waits (--lock-timeout).
     """
-    from wheelhouse.stage import stage as run_stage
-    from wheelhouse.target import load_target, target_from_flags
+    from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     ui = ctx.obj
     manifest, reqs = _split_manifest(tuple(inputs))
     req_lines = _read_requirement_files(req_files)
     con_lines = _read_requirement_files(constraint_files, "-c")
-    reqs += [line.text for line in req_lines]
-    cons = [line.text for line in con_lines]
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
-    if not (manifest or reqs):
+    if not (manifest or reqs or req_lines):
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
-
     flags_given = bool(target_file or python_version or platforms)
-    if not flags_given and manifest is not None and manifest.target_file:
-        target = load_target(manifest.target_file)
-    elif not flags_given and manifest is not None and manifest.target_flags:
-        tf = manifest.target_flags
-        target = target_from_flags(str(tf.get("python-version", "")), list(tf.get("platforms", [])),
-                                   tf.get("implementation", "cp"), tf.get("abi"))
-    else:
-        target = target_from_options(target_file, python_version, platforms, implementation, abi)
-
-    index_urls = None
-    if index_url or extra_index_url:
-        from wheelhouse.index import default_index_url
-
-        main = index_url or (manifest.index_url if manifest and manifest.index_url else default_index_url())
-        index_urls = [main, *extra_index_url]
-
+    flags = StageFlags(
+        requirements=tuple([*reqs, *(line.text for line in req_lines)]),
+        constraints=tuple(line.text for line in con_lines),
+        hashed_requirements=tuple(line for line in (*req_lines, *con_lines) if line.hashes),
+        index_url=index_url or None,
+        extra_index_urls=tuple(extra_index_url),
+        find_links=tuple(find_links),
+        target=target_from_options(target_file, python_version, platforms, implementation, abi) if flags_given else None,
+        prereleases=pre,
+    )
+    run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
+                       cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
+                       lock_timeout=lock_timeout)
+    target = run.target
     reporter = ui.reporter()
     try:
-        result = run_stage(
-            manifest, reqs, target, Path(out) if out else Path("."),
-            index_urls=index_urls, find_links=list(find_links), constraints=cons, jobs=jobs,
-            dry_run=dry_run, cache_dir=Path(cache_dir) if cache_dir else None, reporter=reporter,
-            bootstrap=not no_bootstrap, prereleases=True if pre else None,
-            hashed_requirements=[line for line in (*req_lines, *con_lines) if line.hashes],
-        )
+        result = run_stage(run, reporter=reporter)
     finally:
         reporter.close()
 
@@ -143,6 +146,10 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         ui.info(f"{result.reused} taken from the cache or the previous wheelhouse")
     if result.removed:
         ui.info(f"removed {len(result.removed)} wheel(s) no longer pinned: {', '.join(result.removed)}")
+    for note in result.notes:
+        ui.info(note)
+    if result.engine:
+        ui.info(f"kept the engine {result.engine} that `wh build` added")
     if result.bootstrap_command:
         ui.info(f"on the box, install wh first (from {result.out}): {result.bootstrap_command}")
     ui.info(f"then: wh install {result.out} && wh doctor")

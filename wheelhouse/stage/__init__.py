@@ -1,40 +1,46 @@
 """Stage: resolve a stack for the TARGET, fetch it verified, and write a self-bootstrapping wheelhouse.
 
-``stage(...)`` is the whole of ``wh stage`` without the command line. It
-resolves (wheelhouse.resolve) against the target profile, never the host;
-fetches every pinned wheel through the verified, cached fetch; and writes the
-layout described in wheelhouse.lock: ``wheels/``, ``pylock.toml``, ``simple/``,
-``wh.json``, ``bootstrap/`` and ``capture_target.py``.
+``stage(inputs)`` is the whole of ``wh stage`` without the command line; ``inputs`` is one
+``StageInputs`` value, made by ``merge_inputs(manifest, flags, out)`` (the one rule for how the
+manifest and the command line combine). It resolves (wheelhouse.resolve) against the target
+profile, never the host; fetches every pinned wheel through the verified, cached fetch; and
+writes the layout of wheelhouse.lock through its one writer.
 
-Nothing is half-done: the new wheelhouse is assembled in a sibling folder and
-swapped in at the end, so a failure (a bad hash, a dead network, Ctrl-C)
-leaves the previous wheelhouse exactly as it was. Restaging is incremental:
-wheels already in the old wheelhouse are verified and reused, never
-downloaded again, and wheels no longer pinned simply are not carried over.
-This module decides what goes in; wheelhouse.stage_writer writes it.
+Nothing is half-done and nothing of the user's is lost: the run holds the output folder's
+lock (a second run waits), the new wheelhouse is assembled in a sibling folder and swapped in
+at the end, so a failure leaves the previous one exactly as it was; what wh did not write in
+``-o`` (NOTES.md, logs/, dataset-metadata.json) is kept. Restaging is incremental: wheels
+already in the old wheelhouse are verified and reused; an engine ``wh build`` added is kept
+(its wheel, wh.json["engine"], its log and exported files, and its requirements resolved
+with the stack), unless the manifest's engine recipe now names another commit (said so).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
 from .bootstrap import BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
+from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
-from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place, sha256_of
+from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
 from wheelhouse.index.http import HttpClient
+from wheelhouse.lock import LockedFile, read_pylock
+from wheelhouse.lock.output import hold_output, new_tree, read_meta, real_output, swap_in
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import NullReporter, Reporter
+from .inputs import StageFlags, StageInputs, merge_inputs
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -44,15 +50,23 @@ from .writer import (
     StageError,
     check_out,
     environment_marker,
-    new_tree,
-    previous_wheels,
     requires_python_for,
-    swap_in,
-    write_wheelhouse,
+    write_stage_tree,
 )
 from wheelhouse.target import TargetProfile
 
-__all__ = ["StageError", "BadOutput", "StagedFile", "StageResult", "stage", "environment_marker", "requires_python_for"]
+__all__ = [
+    "StageError",
+    "BadOutput",
+    "StagedFile",
+    "StageResult",
+    "StageFlags",
+    "StageInputs",
+    "merge_inputs",
+    "stage",
+    "environment_marker",
+    "requires_python_for",
+]
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,8 @@ class StageResult:
     removed: tuple[str, ...] = ()  # wheels of the previous wheelhouse that are no longer pinned
     reused: int = 0  # wheels taken from the cache or the previous wheelhouse, not downloaded
     indexes: tuple[str, ...] = ()
+    engine: str | None = None  # the built engine wheel kept from the previous wheelhouse
+    notes: tuple[str, ...] = ()  # what the run recovered, kept or left out, in a sentence each
 
     @property
     def total_size(self) -> int:
@@ -86,7 +102,41 @@ class StageResult:
             } if self.bootstrap_command else None,
             "removed": list(self.removed),
             "reused": self.reused,
+            "engine": self.engine,
+            "notes": list(self.notes),
         }
+
+
+@dataclass(frozen=True)
+class _KeptEngine:
+    """A built engine of the previous wheelhouse that the new one carries over."""
+
+    record: Mapping[str, Any]  # wh.json["engine"]
+    file: StagedFile  # its lock entry (tool: source = build)
+    paths: tuple[str, ...]  # wheel, log, exported files (relative to the wheelhouse)
+    requirements: tuple[str, ...]  # its Requires-Dist that apply on the target
+
+
+@dataclass(frozen=True)
+class _Previous:
+    wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
+    engine: _KeptEngine | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The resolved stack, before anything is downloaded."""
+
+    requirements: tuple[str, ...]
+    constraints: tuple[str, ...]
+    find_links: tuple[str, ...]
+    release_prov: tuple[dict, ...]
+    indexes: tuple[str, ...]
+    files: tuple[StagedFile, ...]
+    boot_files: tuple[StagedFile, ...]
+    wh_wheel: Any
+    hash_rules: tuple[RequirementLine, ...]
 
 
 # --- requirements --------------------------------------------------------------------------------
@@ -113,157 +163,250 @@ def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
 
 # --- the main entry point ------------------------------------------------------------------------
 
-def stage(
-    manifest: StackManifest | None,
-    requirements: Sequence[str],
-    target: TargetProfile,
-    out: Path,
-    *,
-    index_urls: Sequence[str] | None = None,
-    find_links: Sequence[str] = (),
-    constraints: Sequence[str] = (),
-    jobs: int = 8,
-    dry_run: bool = False,
-    cache_dir: Path | None = None,
-    reporter: Reporter | None = None,
-    bootstrap: bool = True,
-    client: HttpClient | None = None,
-    prereleases: bool | None = None,
-    hashed_requirements: Sequence[RequirementLine] = (),
-) -> StageResult:
-    """Resolve ``requirements`` (plus the manifest's) for ``target`` and write a wheelhouse at ``out``.
+def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: HttpClient | None = None) -> StageResult:
+    """Resolve ``inputs`` for its target and write the wheelhouse at ``inputs.out``.
 
-    ``index_urls``: the first is the main index, the rest extra indexes; None
-    means the manifest's indexes, else pip's configured/default index. With
-    ``dry_run`` nothing is downloaded but index pages and metadata, and nothing
-    is written; the result lists the pins.
-
-    ``hashed_requirements`` (with the manifest's): requirement/constraint lines whose ``--hash``
-    options a pinned file of their project must match (those whose marker holds for the target);
-    checked after resolution and again once downloaded, before anything is written.
+    With ``dry_run`` nothing is downloaded but index pages and metadata, and nothing is
+    written; the result lists the pins. ``hashed_requirements``: lines whose ``--hash``
+    options a pinned file of their project must match (those whose marker holds for the
+    target); checked after resolution and again once downloaded, before anything is written.
     """
-    from wheelhouse.index import PackageSource, default_index_url
-    from wheelhouse.index.metadata import MetadataReader
-    from wheelhouse.resolve import ResolveError, resolve
-
     reporter = reporter or NullReporter()
-    out = Path(out)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cache = Path(inputs.cache_dir) if inputs.cache_dir else default_cache_dir()
     client = client or HttpClient(cache_dir=cache)
-    if not dry_run:
-        check_out(out)
-        try:  # before resolving: an unusable cache must not fail the run after the downloads began
-            cache.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cache folder {cache}: cannot create it ({exc.strerror})",
-                             hint="pass --cache-dir DIR (or set WH_CACHE_DIR) to a folder you can write to") from exc
+    _check_inputs(inputs)
+    if inputs.dry_run:
+        return _run(inputs, None, cache, client, reporter, ())
+    out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
+    check_out(out)
+    _check_cache(cache)
+    with hold_output(out, timeout=inputs.lock_timeout, on_wait=reporter.note) as recovered:
+        for note in recovered:
+            reporter.note(note)
+        check_out(out)  # again: what the recovery put back, or the run we waited for, wrote
+        return _run(inputs, out, cache, client, reporter, tuple(recovered))
 
+
+def _check_inputs(inputs: StageInputs) -> None:
+    """What can be refused before any network or disk work."""
+    manifest = inputs.manifest
     for spec in (manifest.patches if manifest else ()):  # found now, not after the downloads
         if not Path(spec).is_file():
             raise UsageError(f"patch spec {spec} does not exist",
                              hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, "
                                   "then under engine_src/)")
-    reqs = _parse_requirements([*(manifest.requirements if manifest else ()), *requirements], "requirement")
-    cons = _parse_requirements([*(manifest.constraints if manifest else ()), *constraints], "constraint")
-    if index_urls is None or len(index_urls) == 0:
-        if manifest and (manifest.index_url or manifest.extra_index_urls):
-            index_urls = [manifest.index_url or default_index_url(), *manifest.extra_index_urls]
-        else:
-            index_urls = [default_index_url()]
-    for u in index_urls:  # a typo here would only surface as a connection error, mid-resolve
-        if urllib.parse.urlsplit(u).scheme.lower() not in ("http", "https", "file"):
-            raise UsageError(f"index URL {u!r} is not an http(s):// or file:// URL",
-                             hint="write it like https://HOST/simple or file:///path/to/simple (--index-url, "
-                                  "--extra-index-url, or the manifest's index-url)")
-    links = [*(manifest.find_links if manifest else ()), *find_links]
-    toolchains = manifest.toolchains if manifest else ()
-    pre = prereleases if prereleases is not None else bool(manifest and manifest.prereleases)
-    hash_rules = [line for line in (*(manifest.hashed_requirements if manifest else ()), *hashed_requirements)
-                  if _applies(line, target)]
+    _parse_requirements(inputs.requirements, "requirement")
+    _parse_requirements(inputs.constraints, "constraint")
+    if not inputs.requirements and not (manifest and manifest.release_manifests):
+        raise UsageError("nothing to stage: no requirements given",
+                         hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 
-    with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
-        scratch_dir = Path(scratch)
-        # [[manifest]] release wheels: a find-links page with their sha256, pinned ==.
-        artifacts: list[ReleaseArtifact] = []
-        release_prov: list[dict] = []
-        if manifest and manifest.release_manifests:
-            reporter.note(f"reading {len(manifest.release_manifests)} release manifest(s)")
-            artifacts, release_prov = load_releases(manifest.release_manifests, client)
-            page = scratch_dir / "release-links.html"
-            page.write_text(release_links_page(artifacts), encoding="utf-8")
-            links.append(str(page))
-            reqs += [a.requirement for a in artifacts if a.requirement not in reqs]
-        if not reqs:
-            raise UsageError("nothing to stage: no requirements given", hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 
-        source = PackageSource(index_urls, links, client=client)
-        reader = MetadataReader(client, cache_dir=cache)
-        reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
-        resolution = resolve(reqs, target, source, constraints=cons, toolchains=toolchains, prereleases=pre,
-                             reporter=reporter, metadata=reader)
-        by_url = {a.url: a for a in artifacts}
-        files = tuple(sorted((_staged(p, by_url) for p in resolution.pins), key=lambda f: f.name))
-        check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
-
-        boot_files: tuple[StagedFile, ...] = ()
-        boot_reqs: list[str] = []
-        wh_wheel = None
-        if bootstrap:
-            wh_wheel = self_wheel(cache)
-            boot_reqs = _bootstrap_requirements(wh_wheel.path, target)
-            if boot_reqs:
-                reporter.note(f"resolving wh's own {len(boot_reqs)} dependencies for the target (bootstrap/)")
-                try:
-                    boot = resolve(boot_reqs, target, source, constraints=(), toolchains=(), prereleases=False,
-                                   reporter=reporter, metadata=reader)
-                except ResolveError as exc:
-                    # The stack resolved; only bootstrap/ did not -- say which, or it reads like the stack failed.
-                    raise BootstrapError(
-                        f"could not resolve wh's own dependencies for bootstrap/ from "
-                        f"{', '.join(source.locations())}: {exc.message}",
-                        hint="pass --no-bootstrap, or add --find-links with wh's dependencies for the target",
-                        detail="\n".join(filter(None, [
-                            f"the stack itself resolved ({len(files)} package{'s' if len(files) != 1 else ''}); "
-                            f"wh's own dependencies: "
-                            + ", ".join(boot_reqs),
-                            exc.detail,
-                        ])),
-                    ) from exc
-                boot_files = tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name))
-
-        indexes = tuple(source.locations())
-        if dry_run:
-            return StageResult(out, target, files, True, bootstrap=boot_files,
-                               bootstrap_command=bootstrap_command() if bootstrap else None, indexes=indexes)
-
-        # --- fetch, into a new tree beside the old one ---------------------------------------
+def _check_cache(cache: Path) -> None:
+    try:  # before resolving: an unusable cache must not fail the run after the downloads began
         cache.mkdir(parents=True, exist_ok=True)
-        old = previous_wheels(out)
-        reused = _seed_cache_from(out, old, [*files, *boot_files], cache)
-        new = new_tree(out)
-        try:
-            # One parallel pass for the stack and the bootstrap, then each file to its folder.
-            files, boot_files = _fetch_groups([(files, new / WHEELS), (boot_files, new / BOOTSTRAP_DIR)],
-                                              new / ".fetch", cache, jobs, client, reporter)
-            check_hashes(files, hash_rules)
-            if bootstrap and wh_wheel is not None:
-                shutil.copyfile(wh_wheel.path, new / BOOTSTRAP_DIR / wh_wheel.path.name)
-                own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / wh_wheel.path.name, origin=wh_wheel.origin)
-                boot_files = tuple(sorted((*boot_files, own), key=lambda f: f.name))
-            write_wheelhouse(new, manifest, target, files, boot_files, wh_wheel, {
-                "requirements": reqs, "constraints": cons, "indexes": indexes, "find_links": links,
-                "release_manifests": release_prov,
-            })
-            removed = tuple(sorted(set(old) - {f.filename for f in files}))
-            swap_in(new, out)
-        finally:
-            if new.exists():
-                shutil.rmtree(new, ignore_errors=True)
-        return StageResult(
-            out, target, files, False, bootstrap=boot_files,
-            bootstrap_command=bootstrap_command() if bootstrap else None,
-            removed=removed, reused=reused, indexes=indexes,
-        )
+    except OSError as exc:
+        raise UsageError(f"cache folder {cache}: cannot create it ({exc.strerror})",
+                         hint="pass --cache-dir DIR (or set WH_CACHE_DIR) to a folder you can write to") from exc
+
+
+def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: Reporter,
+         recovered: tuple[str, ...]) -> StageResult:
+    previous = _previous(out, inputs, reporter) if out is not None else _Previous({})
+    with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
+        plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter)
+        if out is None:
+            return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=plan.boot_files,
+                               bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
+                               indexes=plan.indexes)
+        return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
+
+
+# --- what the previous wheelhouse holds -------------------------------------------------------------
+
+def _previous(out: Path, inputs: StageInputs, reporter: Reporter) -> _Previous:
+    """The previous wheelhouse's verified wheels and the built engine to carry over (or why not)."""
+    meta = read_meta(out) if out.is_dir() else None
+    if meta is None:
+        return _Previous({})
+    try:
+        lock_files = read_pylock(out).files
+    except WhError:
+        lock_files = ()
+    wheels = {f.filename: f.sha256 for f in lock_files}
+    record = meta.get("engine")
+    if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
+        return _Previous(wheels)  # no engine was built into it
+    why_not = _engine_replaced(record, inputs.manifest, out)
+    if why_not is None:
+        kept = _kept_engine(out, record, lock_files, inputs.target)
+        if isinstance(kept, _KeptEngine):
+            reporter.note(f"keeping the engine {kept.file.filename} that `wh build` added (commit "
+                          f"{str(record.get('commit', ''))[:12]})")
+            return _Previous(wheels, kept)
+        why_not = kept
+    reporter.note(why_not)
+    return _Previous(wheels, None, (why_not,))
+
+
+def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, out: Path) -> str | None:
+    """Why the built engine must go: the manifest's engine recipe names another engine or commit."""
+    if manifest is None or manifest.engine_recipe is None:
+        return None
+    from wheelhouse.engine.recipe import load_recipe
+
+    recipe = load_recipe(str(manifest.engine_recipe))
+    if (recipe.name, recipe.commit) == (record.get("name"), record.get("commit")):
+        return None
+    return (f"leaving out the engine {Path(str(record['wheel'])).name} built at commit "
+            f"{str(record.get('commit', ''))[:12]}: the manifest's engine is now {recipe.name} at "
+            f"{recipe.commit[:12]} (build it: wh build {manifest.engine_recipe} -o {out})")
+
+
+def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[LockedFile],
+                 target: TargetProfile) -> _KeptEngine | str:
+    """The engine to carry over, or the sentence saying why it cannot be (its wheel is gone or damaged)."""
+    rel = str(record["wheel"])
+    wheel = out / rel
+    if not wheel.is_file() or sha256_of(wheel) != record["sha256"]:
+        return f"leaving out the engine {Path(rel).name}: its wheel is missing or damaged (run `wh build` again)"
+    entry = next((f for f in lock_files if f.filename == wheel.name), None)
+    extra_paths = [record.get("log"), *[a.get("path") for a in record.get("artifacts") or () if isinstance(a, dict)]]
+    paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
+    reqs: tuple[str, ...] = ()
+    if not record.get("incomplete"):  # `wh build --allow-incomplete`: its requirements were never all here
+        reqs = tuple(str(r) for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None))
+    file = StagedFile(
+        name=entry.name if entry else canonicalize_name(wheel.name.split("-")[0]),
+        version=entry.version if entry else wheel.name.split("-")[1],
+        filename=wheel.name, url=str(wheel), sha256=record["sha256"], size=wheel.stat().st_size,
+        requires_python=entry.requires_python if entry else None,
+        tool=dict(entry.tool) if entry else {"source": "build", "commit": record.get("commit")},
+    )
+    return _KeptEngine(record, file, paths, reqs)
+
+
+# --- resolution ------------------------------------------------------------------------------------
+
+def _resolve_stack(inputs: StageInputs, previous: _Previous, scratch: Path, cache: Path, client,
+                   reporter: Reporter) -> _Plan:
+    from wheelhouse.index import PackageSource
+    from wheelhouse.index.metadata import MetadataReader
+    from wheelhouse.resolve import resolve
+
+    manifest, target = inputs.manifest, inputs.target
+    reqs = _parse_requirements(inputs.requirements, "requirement")
+    cons = _parse_requirements(inputs.constraints, "constraint")
+    links = list(inputs.find_links)
+    artifacts, release_prov = _release_artifacts(manifest, scratch, client, reporter, links, reqs)
+    engine = previous.engine
+    source = PackageSource(list(inputs.index_urls), links, client=client)
+    reader = MetadataReader(client, cache_dir=cache)
+    reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
+    resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
+                         toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
+                         reporter=reporter, metadata=reader)
+    by_url = {a.url: a for a in artifacts}
+    files = [_staged(p, by_url) for p in resolution.pins]
+    if engine is not None:  # the built engine stands for its project, whatever an index has of it
+        files = [f for f in files if f.name != engine.file.name]
+    hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
+    check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
+    boot_files, wh_wheel = _resolve_bootstrap(inputs, source, reader, cache, reporter, len(files))
+    return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
+                 tuple(sorted(files, key=lambda f: f.name)), boot_files, wh_wheel, hash_rules)
+
+
+def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
+    """[[manifest]] release wheels: a find-links page with their sha256, each pinned ==."""
+    if not (manifest and manifest.release_manifests):
+        return [], []
+    reporter.note(f"reading {len(manifest.release_manifests)} release manifest(s)")
+    artifacts, release_prov = load_releases(manifest.release_manifests, client)
+    page = scratch / "release-links.html"
+    page.write_text(release_links_page(artifacts), encoding="utf-8")
+    links.append(str(page))
+    reqs += [a.requirement for a in artifacts if a.requirement not in reqs]
+    return artifacts, release_prov
+
+
+def _resolve_bootstrap(inputs: StageInputs, source, reader, cache: Path, reporter: Reporter, stack_count: int):
+    """bootstrap/: wh's own wheel and its dependencies for the target (None, () without it)."""
+    from wheelhouse.resolve import ResolveError, resolve
+
+    if not inputs.bootstrap:
+        return (), None
+    wh_wheel = self_wheel(cache)
+    boot_reqs = _bootstrap_requirements(wh_wheel.path, inputs.target)
+    if not boot_reqs:
+        return (), wh_wheel
+    reporter.note(f"resolving wh's own {len(boot_reqs)} dependencies for the target (bootstrap/)")
+    try:
+        boot = resolve(boot_reqs, inputs.target, source, constraints=(), toolchains=(), prereleases=False,
+                       reporter=reporter, metadata=reader)
+    except ResolveError as exc:
+        # The stack resolved; only bootstrap/ did not -- say which, or it reads like the stack failed.
+        raise BootstrapError(
+            f"could not resolve wh's own dependencies for bootstrap/ from "
+            f"{', '.join(source.locations())}: {exc.message}",
+            hint="pass --no-bootstrap, or add --find-links with wh's dependencies for the target",
+            detail="\n".join(filter(None, [
+                f"the stack itself resolved ({stack_count} package{'s' if stack_count != 1 else ''}); "
+                f"wh's own dependencies: " + ", ".join(boot_reqs),
+                exc.detail,
+            ])),
+        ) from exc
+    return tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name)), wh_wheel
+
+
+# --- fetch, assemble, swap ---------------------------------------------------------------------------
+
+def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: _Previous, cache: Path, client,
+           reporter: Reporter, recovered: tuple[str, ...]) -> StageResult:
+    engine = previous.engine
+    reused = _seed_cache_from(out, previous.wheels, [*plan.files, *plan.boot_files], cache)
+    new = new_tree(out)
+    try:
+        # One parallel pass for the stack and the bootstrap, then each file to its folder.
+        files, boot_files = _fetch_groups([(plan.files, new / WHEELS), (plan.boot_files, new / BOOTSTRAP_DIR)],
+                                          new / ".fetch", cache, inputs.jobs, client, reporter)
+        check_hashes(files, plan.hash_rules)
+        if plan.wh_wheel is not None:
+            shutil.copyfile(plan.wh_wheel.path, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name)
+            own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name,
+                              origin=plan.wh_wheel.origin)
+            boot_files = tuple(sorted((*boot_files, own), key=lambda f: f.name))
+        kept = None
+        if engine is not None:
+            for rel in engine.paths:
+                _link_or_copy(out / rel, new / rel)
+            kept = {"record": engine.record, "paths": engine.paths}
+        written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
+        write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, plan.wh_wheel, {
+            "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
+            "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
+        }, kept)
+        removed = tuple(sorted(set(previous.wheels) - {f.filename for f in written}))
+        swap_in(new, out)
+    finally:
+        if new.exists():
+            shutil.rmtree(new, ignore_errors=True)
+    return StageResult(
+        out, inputs.target, written, False, bootstrap=boot_files,
+        bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
+        removed=removed, reused=reused, indexes=plan.indexes,
+        engine=engine.file.filename if engine else None, notes=(*recovered, *previous.notes),
+    )
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:

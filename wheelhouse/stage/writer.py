@@ -11,23 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import shutil
 import sys
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
-from wheelhouse.atomic import probe_writable
 from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, write_bootstrap
-from wheelhouse.errors import UsageError, WhError
+from wheelhouse.errors import WhError
 from wheelhouse.fetch.cache import sha256_of
-from wheelhouse.lock import WH_JSON, Lock, LockedFile, LockError, read_pylock, write_pylock, write_wh_json
+from wheelhouse.lock import WH_JSON, Lock, LockedFile
+from wheelhouse.lock.output import BadOutput, check_output as check_out
+from wheelhouse.lock.writer import (
+    PATCHES,
+    SIMPLE,
+    WHEELS,
+    environment_marker,
+    requires_python_for,
+    write_index_files,
+)
 from wheelhouse.manifest import StackManifest
 from wheelhouse.resources import capture_script
-from wheelhouse.lock.simple_index import IndexEntry, write_simple_index
 from wheelhouse.target import TargetProfile
 
 __all__ = [
@@ -40,25 +45,13 @@ __all__ = [
     "environment_marker",
     "requires_python_for",
     "check_out",
-    "new_tree",
-    "swap_in",
-    "previous_wheels",
-    "write_wheelhouse",
+    "to_locked",
+    "write_stage_tree",
 ]
-
-WHEELS = "wheels"
-SIMPLE = "simple"
-PATCHES = "patches"
 
 
 class StageError(WhError):
     code = "stage"
-
-
-class BadOutput(UsageError):
-    """``-o`` names something wh must not (or cannot) turn into a wheelhouse."""
-
-    code = "bad-output"
 
 
 @dataclass(frozen=True)
@@ -76,6 +69,7 @@ class StagedFile:
     extras: tuple[str, ...] = ()
     origin: str = ""  # index URL, find-links location, or release manifest URL
     release_key: str | None = None
+    tool: Mapping[str, Any] = field(default_factory=dict)  # more [packages.tool.wh] data (a built engine's)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,80 +86,9 @@ class StagedFile:
         }
 
 
-# --- target facts written into the lock -------------------------------------------------------
-
-def environment_marker(target: TargetProfile) -> str:
-    """PEP 751 ``environments`` entry: the target's python, implementation, OS and machine."""
-    m = target.markers
-    keys = ("python_version", "implementation_name", "sys_platform", "platform_machine")
-    return " and ".join(f'{k} == "{m[k]}"' for k in keys if m.get(k))
-
-
-def requires_python_for(target: TargetProfile) -> str:
-    return f"=={target.python_version}.*"
-
-
-# --- the output folder -------------------------------------------------------------------------
-
-def check_out(out: Path) -> None:
-    """Refuse, before any work, an -o that is a file or a folder that is not a wheelhouse."""
-    if out.exists() and not out.is_dir():
-        raise BadOutput(f"-o {out} is a file, not a folder", hint="give a new or empty folder, or an existing wheelhouse")
-    if out.is_dir() and any(out.iterdir()) and not (out / WH_JSON).is_file():
-        raise BadOutput(
-            f"-o {out} is a non-empty folder that is not a wheelhouse (no {WH_JSON}); refusing to replace it",
-            hint="give a new or empty folder, or the folder of an earlier `wh stage`",
-        )
-    # Nothing is created yet: a failed resolve must not leave empty parent folders behind.
-    try:
-        probe_writable(out.resolve().parent)
-    except NotADirectoryError as exc:
-        raise BadOutput(f"cannot create -o {out}: {exc.filename} is a file", hint="choose a folder you can write to") from exc
-    except OSError as exc:
-        raise BadOutput(f"cannot write in {out.resolve().parent} (for -o {out}): {exc.strerror}",
-                        hint="choose a folder you can write to") from exc
-
-
-def new_tree(out: Path) -> Path:
-    """A new, empty sibling folder of ``out`` to assemble the next wheelhouse in."""
-    parent = out.resolve().parent
-    new = parent / f".{out.name}.wh-new-{uuid.uuid4().hex[:8]}"
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        new.mkdir()
-    except OSError as exc:
-        raise BadOutput(f"cannot create {new} for -o {out}: {exc.strerror}", hint="choose a folder you can write to") from exc
-    return new
-
-
-def swap_in(new: Path, out: Path) -> None:
-    """Replace ``out`` by ``new`` (two renames in one folder); roll back if the second fails."""
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.wh-old-{uuid.uuid4().hex[:8]}"
-        os.rename(out, old)
-    try:
-        os.rename(new, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def previous_wheels(out: Path) -> dict[str, str]:
-    """filename -> sha256 of the wheels the previous wheelhouse's lock vouches for."""
-    try:
-        lock = read_pylock(out)
-    except (LockError, WhError, OSError):
-        return {}
-    return {f.filename: f.sha256 for f in lock.files}
-
-
 # --- what goes into it ---------------------------------------------------------------------------
 
-def write_wheelhouse(
+def write_stage_tree(
     new: Path,
     manifest: StackManifest | None,
     target: TargetProfile,
@@ -173,39 +96,51 @@ def write_wheelhouse(
     boot_files: Sequence[StagedFile],
     wh_wheel,
     inputs: dict[str, Any],
+    kept: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write everything but the wheels into ``new``: bootstrap lock, pylock.toml, simple/, patches, wh.json.
+    """Write everything but the wheels into ``new``: bootstrap lock, patches, then (last, through the
+    one wheelhouse writer) pylock.toml, simple/ and wh.json with the list of paths wh wrote.
 
     ``inputs``: what was staged from (requirements, constraints, indexes, find-links,
     release provenance), recorded in wh.json. ``wh_wheel`` None: no bootstrap/.
+    ``kept``: a built engine carried over from the previous wheelhouse: ``record`` (its
+    wh.json["engine"]) and ``paths`` (its wheel, log and exported files, already in ``new``).
     """
+    owned = [WH_JSON, "pylock.toml", SIMPLE, WHEELS, "capture_target.py"]
     if wh_wheel is not None:
         write_bootstrap(
             new / BOOTSTRAP_DIR,
-            [_locked(f, f.filename) for f in boot_files],
+            [to_locked(f, f.filename) for f in boot_files],
             requires_python=requires_python_for(target),
             environments=[environment_marker(target)],
         )
+        owned.append(BOOTSTRAP_DIR)
     lock = Lock(
-        files=tuple(_locked(f, f"{WHEELS}/{f.filename}") for f in files),
+        files=tuple(to_locked(f, f"{WHEELS}/{f.filename}") for f in files),
         environments=(environment_marker(target),),
         requires_python=requires_python_for(target),
         created_by=f"wh {__version__}",
     )
-    write_pylock(new, lock)
-    write_simple_index(new / SIMPLE, [IndexEntry(f.name, f.filename, f.sha256 or "", f.requires_python) for f in files])
     shutil.copyfile(capture_script(), new / "capture_target.py")
     patch_paths = _copy_patches(manifest.patches if manifest else (), new / PATCHES)
+    owned += [p for p in patch_paths]
     if manifest and manifest.path:
         shutil.copyfile(manifest.path, new / "manifest.toml")
-    write_wh_json(new, _provenance(
+        owned.append("manifest.toml")
+    meta = _provenance(
         manifest, target, inputs["requirements"], inputs["constraints"], inputs["indexes"], inputs["find_links"],
         inputs["release_manifests"], patch_paths, files, wh_wheel, boot_files,
-    ))
+    )
+    if kept:
+        meta["engine"] = dict(kept["record"])
+        owned += list(kept["paths"])
+    meta["owned"] = sorted(set(owned))
+    write_index_files(new, lock, meta)
 
 
-def _locked(f: StagedFile, path: str) -> LockedFile:
-    tool: dict[str, Any] = {}
+def to_locked(f: StagedFile, path: str) -> LockedFile:
+    """The lock entry of a staged file; ``path`` relative to the lock's folder."""
+    tool: dict[str, Any] = dict(f.tool)
     if f.parents:
         tool["parents"] = list(f.parents)
     if f.extras:

@@ -1,0 +1,117 @@
+"""What one ``wh stage`` run is asked to do: the manifest and the command line merged by ONE rule.
+
+The rule (``merge_inputs``), also stated in ``wh stage --help``:
+
+- lists ADD to the manifest's: requirements, constraints (and their ``--hash`` lines),
+  ``--extra-index-url``, ``--find-links``; the manifest's come first, repeats are dropped;
+- single values REPLACE the manifest's: ``--index-url`` (or ``WH_INDEX_URL``) replaces the
+  manifest's ``index-url`` (its ``extra-index-urls`` stay); target flags (``--target``,
+  ``--python-version``/``--platform``) replace the manifest's ``[target]``; ``--pre`` turns
+  pre-releases on;
+- nothing given anywhere: pip's configured index, and this interpreter as the target.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from wheelhouse.errors import UsageError
+from wheelhouse.manifest import StackManifest
+from wheelhouse.manifest.requirements_file import RequirementLine
+from wheelhouse.target import TargetProfile
+
+__all__ = ["StageFlags", "StageInputs", "merge_inputs"]
+
+
+@dataclass(frozen=True)
+class StageFlags:
+    """What the command line (and its ``WH_*`` variables) gave; None/empty: not given."""
+
+    requirements: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    hashed_requirements: tuple[RequirementLine, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    target: TargetProfile | None = None
+    prereleases: bool = False
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """Everything ``stage()`` needs, merged and checked; ``index_urls[0]`` is the main index."""
+
+    target: TargetProfile
+    out: Path
+    requirements: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    manifest: StackManifest | None = None
+    hashed_requirements: tuple[RequirementLine, ...] = ()
+    prereleases: bool = False
+    jobs: int = 8
+    dry_run: bool = False
+    cache_dir: Path | None = None
+    bootstrap: bool = True
+    lock_timeout: float = 600.0
+
+
+def _joined(*lists: Iterable) -> tuple:
+    return tuple(dict.fromkeys(x for items in lists for x in items))
+
+
+def _check_index_urls(urls: Sequence[str]) -> None:
+    for u in urls:  # a typo here would only surface as a connection error, mid-resolve
+        if urllib.parse.urlsplit(u).scheme.lower() not in ("http", "https", "file"):
+            raise UsageError(f"index URL {u!r} is not an http(s):// or file:// URL",
+                             hint="write it like https://HOST/simple or file:///path/to/simple (--index-url, "
+                                  "--extra-index-url, or the manifest's index-url)")
+
+
+def _manifest_target(manifest: StackManifest | None) -> TargetProfile | None:
+    from wheelhouse.target import load_target, target_from_flags
+
+    if manifest is None:
+        return None
+    if manifest.target_file:
+        return load_target(manifest.target_file)
+    if manifest.target_flags:
+        tf = manifest.target_flags
+        return target_from_flags(str(tf.get("python-version", "")), list(tf.get("platforms", [])),
+                                 tf.get("implementation", "cp"), tf.get("abi"))
+    return None
+
+
+def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, **run) -> StageInputs:
+    """The one merge of a manifest and the command line (rule in the module docstring).
+
+    ``run``: how to run rather than what to stage (jobs, dry_run, cache_dir, bootstrap,
+    lock_timeout), passed through to StageInputs.
+    """
+    from wheelhouse.index import default_index_url
+    from wheelhouse.target import host_target
+
+    m = manifest
+    main = flags.index_url or (m.index_url if m else None)
+    extras = _joined(m.extra_index_urls if m else (), flags.extra_index_urls)
+    if main is None and not extras:
+        main = default_index_url()
+    index_urls = _joined([main or default_index_url()], extras)
+    _check_index_urls(index_urls)
+    target = flags.target or _manifest_target(m) or host_target()
+    return StageInputs(
+        target=target,
+        out=Path(out),
+        requirements=_joined(m.requirements if m else (), flags.requirements),
+        constraints=_joined(m.constraints if m else (), flags.constraints),
+        index_urls=index_urls,
+        find_links=_joined(m.find_links if m else (), flags.find_links),
+        manifest=m,
+        hashed_requirements=_joined(m.hashed_requirements if m else (), flags.hashed_requirements),
+        prereleases=flags.prereleases or bool(m and m.prereleases),
+        **run,
+    )
