@@ -172,8 +172,8 @@ fi
 # _image.pth) and records them in the build venv: undo gives the image back.
 "$PY" -m wheelhouse links --undo --python "$BPY" >"$OUT/links-undo.txt" 2>&1 || "$BPY" -c "
 import sys, sysconfig; sys.path.insert(0, '.'); from pathlib import Path
-from wheelhouse.links import undo_links, record_path
-undo_links(record_path(Path(sysconfig.get_paths()['platlib'])))" >>"$OUT/links-undo.txt" 2>&1
+from wheelhouse.env.links import undo_links, record_path
+undo_links(record_path(Path(sysconfig.get_paths()['platlib'])), [Path(p) for p in sys.path[1:] if p])" >>"$OUT/links-undo.txt" 2>&1
 [ -e "$IMG_LIB/libcudart.so" ] && bad "the image's $IMG_LIB gained libcudart.so (it must stay untouched)" || say "image untouched: no libcudart.so in $IMG_LIB"
 printf '%s\n' "${SUMMARY[@]}" >"$OUT/summary.txt"
 echo; echo "==== wh build/patch on the box: $([ $FAIL -eq 0 ] && echo PASS || echo FAIL)"; printf '  %s\n' "${SUMMARY[@]}"

@@ -96,11 +96,11 @@ def test_undo_reverses_only_recorded_changes(site):
     lib = site / "nvidia" / "cu13" / "lib"
     apply_links(plan_links([site]), record_path(site))
     (lib / "mine.txt").write_text("made by someone else\n")
-    undone = undo_links(record_path(site))
-    assert {c.action for c in undone} == {"symlink", "lib64"}
+    result = undo_links(record_path(site))
+    assert {c.action for c in result.undone} == {"symlink", "lib64"} and not result.refused
     assert (lib / "mine.txt").exists()
     assert not record_path(site).exists()
-    assert undo_links(record_path(site)) == []
+    assert undo_links(record_path(site)).undone == ()
 
 
 def test_a_real_driver_outside_the_env_is_never_touched(site, tmp_path):
@@ -208,3 +208,88 @@ def test_first_install_into_a_new_child_venv_links_the_parents_libs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert str(parent_lib / "libcudart.so") in [c["path"] for c in json.loads(r.stdout)["links"]]
     assert (parent_lib / "libcudart.so").is_symlink()
+
+
+# --- records: undo only what wh made (issue 11.8, 11.16) ---------------------------------------------
+
+def _write_record(site: Path, changes: list[dict]) -> None:
+    rec = record_path(site)
+    rec.parent.mkdir(parents=True, exist_ok=True)
+    rec.write_text(json.dumps({"schema": "wh-links/1", "changes": changes}))
+
+
+def test_a_planted_record_cannot_rename_or_delete_files_elsewhere(site, tmp_path):
+    """A wheel shipping .wh/links.json made `--undo` rename any file to a path of its choosing."""
+    secret = tmp_path / "home" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("keep me\n")
+    other_link = tmp_path / "home" / "a-link"
+    os.symlink("secret.txt", other_link)
+    lib = site / "nvidia" / "cu13" / "lib"
+    assert wh("links", "--fix", "--path", site).returncode == 0
+    made = read_record(record_path(site))
+    planted = [
+        {"action": "remove-stub", "path": str(tmp_path / "home" / "moved.txt"), "target": str(secret), "reason": "x"},
+        {"action": "remove-stub", "path": str(lib / "libcuda.so"), "target": str(secret), "reason": "x"},
+        {"action": "symlink", "path": str(other_link), "target": "secret.txt", "reason": "x"},
+        {"action": "lib64", "path": str(tmp_path / "home" / "lib64"), "target": "lib", "reason": "x"},
+    ]
+    _write_record(site, [c.to_json() for c in made] + planted)
+    r = wh("links", "--undo", "--path", site)
+    assert r.returncode == 1, r.stderr
+    assert "error: 4 recorded change(s) not undone" in r.stderr and "hint: " in r.stderr
+    for p in planted:
+        assert p["path"] in r.stderr
+    assert secret.read_text() == "keep me\n" and other_link.is_symlink()
+    assert not (tmp_path / "home" / "moved.txt").exists() and not (lib / "libcuda.so").exists()
+    assert not (lib / "libcudart.so").exists()  # wh's own changes were undone
+    # The refused entries stay recorded; wh's own are gone from the record.
+    assert [c.to_json() for c in read_record(record_path(site))] == planted
+
+
+def test_fix_with_a_relative_path_records_absolute_paths_and_undo_works_from_elsewhere(site, tmp_path):
+    before = tree_listing(site)
+    r = subprocess.run([sys.executable, "-m", "wheelhouse", "links", "--fix", "--path", "site"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    changes = read_record(record_path(site))
+    assert changes and all(os.path.isabs(c.path) for c in changes)
+    r = subprocess.run([sys.executable, "-m", "wheelhouse", "links", "--undo", "--path", str(site)], cwd="/",
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert tree_listing(site) == before
+
+
+def test_a_record_with_relative_paths_is_kept_not_deleted(site, tmp_path):
+    """An older wh recorded relative paths: undo from another folder used to revert nothing and delete the record."""
+    apply_links(plan_links([site]), record_path(site))
+    rel = [dict(c.to_json(), path=os.path.relpath(c.path, tmp_path)) for c in read_record(record_path(site))]
+    _write_record(site, rel)
+    r = subprocess.run([sys.executable, "-m", "wheelhouse", "links", "--undo", "--path", str(site)], cwd="/",
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "is not absolute" in r.stderr, r.stderr
+    assert [c.to_json() for c in read_record(record_path(site))] == rel
+    assert (site / "nvidia" / "cu13" / "lib" / "libcudart.so").is_symlink()
+
+
+def test_undo_refuses_a_link_that_was_replaced_and_keeps_its_entry(site):
+    lib = site / "nvidia" / "cu13" / "lib"
+    apply_links(plan_links([site]), record_path(site))
+    (lib / "libcudart.so").unlink()
+    (lib / "libcudart.so").write_text("a real file someone put here\n")
+    result = undo_links(record_path(site))
+    assert [Path(r.change.path).name for r in result.refused] == ["libcudart.so"]
+    assert "no longer the link wh made" in result.refused[0].reason
+    assert (lib / "libcudart.so").read_text() == "a real file someone put here\n"
+    assert [Path(c.path).name for c in read_record(record_path(site))] == ["libcudart.so"]
+    assert not (site / "nvidia" / "cu13" / "lib64").exists()  # the rest was undone
+
+
+def test_a_symlink_loop_in_a_lib_folder_is_skipped_with_a_note(site):
+    lib = site / "nvidia" / "cu13" / "lib"
+    os.symlink("libloop.so.1", lib / "libloop.so.1")
+    r = wh("links", "--fix", "--path", site, "--json")
+    assert r.returncode == 0, r.stderr
+    assert f"note: skipped {lib / 'libloop.so.1'}: a symlink loop" in r.stderr
+    assert json.loads(r.stdout)["skipped"] == [str(lib / "libloop.so.1")]
+    assert not os.path.lexists(lib / "libloop.so") and (lib / "libcudart.so").is_symlink()

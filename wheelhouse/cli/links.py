@@ -34,43 +34,42 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     shadow the system driver. System libraries are never touched. Every change is recorded in
     <site-packages>/.wh/links.json so --undo reverses exactly those.
     """
+    from wheelhouse.env.links import LinkError, link_loops, run_links
     from wheelhouse.target.interpreter import inspect_interpreter
-    from wheelhouse.env.links import apply_links, nvidia_lib_dirs, plan_links, read_record, record_path, undo_links
 
     if check + fix + undo > 1:  # one flag value each used to let the last one win silently
         raise click.UsageError("--check, --fix and --undo are exclusive")
     mode = "fix" if fix else "undo" if undo else "check"
     if paths and python:
         raise click.UsageError("--path and --python are exclusive")
-    roots = list(paths) if paths else [Path(d) for d in inspect_interpreter(python).visible_site_dirs]
-    result: dict = {"mode": mode, "roots": [str(r) for r in roots],
-                    "lib_dirs": [str(d) for d in nvidia_lib_dirs(roots)], "changes": []}
-    if mode == "check":
-        changes = plan_links(roots)
-        result["changes"] = [c.to_json() for c in changes]
-        result["recorded"] = sum(len(read_record(record_path(r))) for r in roots)
-    elif mode == "fix":
-        changes = []
-        for r in roots:
-            changes += apply_links(plan_links([r]), record_path(r))
-        result["changes"] = [c.to_json() for c in changes]
-    else:
-        changes = []
-        for r in roots:
-            changes += undo_links(record_path(r))
-        result["changes"] = [c.to_json() for c in changes]
+    # Absolute from here on: a record must name what it changed wherever --undo is run from.
+    roots = [p.absolute() for p in paths] if paths else [Path(d) for d in inspect_interpreter(python).visible_site_dirs]
+    result = run_links(mode, roots)
     if as_json:
-        emit_json(result)
-    if not result["lib_dirs"]:
+        emit_json(result.to_json())
+    if not result.lib_dirs:
         ui.info(f"no NVIDIA library folders under {', '.join(map(str, roots))}")
+    for loop in result.skipped:
+        ui.info(f"note: skipped {loop}: a symlink loop (it resolves to nothing); no link made to it")
     verb = {"check": "would", "fix": "did", "undo": "undid"}[mode]
-    for c in changes:
+    for c in result.changes:
         ui.info(f"{verb} {c.action}: {c.path}" + (f" -> {c.target}" if c.target else "") + f"  ({c.reason})")
+    for c in result.gone:
+        ui.info(f"note: {c.path} was already reverted; dropped from the record")
+    if result.refused:
+        for r in result.refused:
+            ui.info(f"refused {r.change.action}: {r.change.path}" + (f" -> {r.change.target}" if r.change.target else "")
+                    + f": {r.reason}")
+        records = sorted({str(r) for r in result.records_kept})
+        raise LinkError(f"{len(result.refused)} recorded change(s) not undone: "
+                        + "; ".join(f"{r.change.path} ({r.reason})" for r in result.refused),
+                        hint=f"they stay recorded in {', '.join(records)}: inspect them, fix by hand, then "
+                             "`wh links --undo` again (undo never touches what wh did not make)")
     if mode == "check":
-        if changes:
-            raise LinksNeeded(f"{len(changes)} link change(s) needed under {', '.join(map(str, roots))}",
+        if result.changes:
+            raise LinksNeeded(f"{len(result.changes)} link change(s) needed under {', '.join(map(str, roots))}",
                               hint="apply them with `wh links --fix" + (f" --python {python}" if python else "")
-                              + "".join(f" --path {p}" for p in paths) + "`")
+                              + "".join(f" --path {p}" for p in roots if paths) + "`")
         ui.info("links: nothing to change")
     else:
-        ui.info(f"{len(changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
+        ui.info(f"{len(result.changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
