@@ -77,3 +77,24 @@ def test_bad_python_version_is_a_clear_error(bad):
 def test_missing_target_file_names_it(tmp_path):
     with pytest.raises(TargetError, match="does not exist"):
         load_target(tmp_path / "nope.json")
+
+
+def test_capture_script_tags_equal_packagings_on_this_host(tmp_path):
+    """The stdlib-only script (what runs on a box without packaging) lists packaging's sys_tags exactly."""
+    script = tmp_path / "capture_target.py"
+    script.write_bytes(Path(capture_target.__file__).read_bytes())
+    # -I -S: no site-packages, so the script cannot borrow packaging from this environment
+    out = subprocess.run([sys.executable, "-I", "-S", str(script)], check=True, capture_output=True, text=True).stdout
+    data = json.loads(out)
+    assert data["compatible_tags"] == [str(t) for t in ptags.sys_tags()]
+    assert data["abi"] == next(iter(ptags.sys_tags())).abi
+
+
+
+def test_wheel_rank_reads_compressed_tag_sets_and_build_tags():
+    t = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
+    many = "numpy-2.0.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    assert t.wheel_rank(many) == t.tag_rank("cp312-cp312-manylinux_2_17_x86_64")
+    assert t.wheel_rank("six-1.16.0-1build-py2.py3-none-any.whl") == t.tag_rank("py3-none-any")
+    assert t.wheel_rank("six-1.16.0.tar.gz") is None and t.wheel_rank("not-a-wheel.whl") is None
+    assert t.wheel_rank(many) < t.wheel_rank("numpy-2.0.0-cp312-abi3-manylinux_2_17_x86_64.whl")

@@ -104,21 +104,7 @@ def _open_wheelhouse(wheelhouse: Path, interp) -> dict[str, Any]:
             f"{wheelhouse} is not empty and has no wh.json",
             hint="pass a wheelhouse made by `wh stage`, or a new/empty folder to -o",
         )
-    from wheelhouse.target.capture import SCHEMA
-
-    target = {
-        "schema": SCHEMA,
-        "source": "captured",
-        "implementation": interp.implementation,
-        "python_version": interp.python_version,
-        "abi": interp.abi,
-        "machine": interp.markers.get("platform_machine", ""),
-        "platforms": [],
-        "libc": {"name": interp.libc[0], "version": interp.libc[1]} if interp.libc else None,
-        "marker_environment": dict(interp.markers),
-        "compatible_tags": list(interp.tags),
-        "gpus": [],
-    }
+    target = interp.target.to_json()
     return {"target": target, "created_by": f"wh build {__import__('wheelhouse').__version__}"}
 
 

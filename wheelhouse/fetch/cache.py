@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from wheelhouse.digest import sha256_of, update_hash
-from wheelhouse.errors import WhError
+from wheelhouse.errors import HashMismatch
 
 __all__ = [
     "HashMismatch",
@@ -30,21 +30,6 @@ __all__ = [
     "commit_part",
     "place",
 ]
-
-
-class HashMismatch(WhError):
-    """The bytes received do not have the sha256 the index or release manifest promised."""
-
-    code = "hash-mismatch"
-
-    def __init__(self, path: str, expected: str, actual: str):
-        super().__init__(
-            f"{path}: sha256 is {actual}, expected {expected}; the file was deleted",
-            hint="the index served different bytes than it advertised: re-run `wh stage`, or check the index/mirror",
-        )
-        self.path = path
-        self.expected = expected
-        self.actual = actual
 
 
 def default_cache_dir() -> Path:

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
-from packaging.markers import InvalidMarker, Marker
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.markers import InvalidMarker
 
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError
@@ -28,20 +27,9 @@ from .wheelhouses import Wheelhouse
 __all__ = ["select_files", "check_target", "verify_files", "target_problems", "fitting_wheelhouses"]
 
 
-def _wheel_tags(filename: str) -> set[str]:
-    try:
-        return {str(t) for t in parse_wheel_filename(filename)[3]}
-    except InvalidWheelFilename:
-        return set()
-
-
 def _applies(f: LockedFile, interp: Interpreter) -> bool:
-    if not f.marker:
-        return True
     try:
-        env = dict(interp.markers)
-        env["extra"] = ""
-        return Marker(f.marker).evaluate(env)
+        return interp.target.evaluate(f.marker or None)
     except InvalidMarker:
         return True
 
@@ -49,13 +37,14 @@ def _applies(f: LockedFile, interp: Interpreter) -> bool:
 def select_files(houses: Sequence[Wheelhouse], interp: Interpreter,
                  only: set[str] | None) -> list[tuple[Wheelhouse, LockedFile]]:
     """One file per package: markers judged for the receiving interpreter, best tag by its own order."""
-    rank = {t: i for i, t in enumerate(interp.tags)}
+    unfit = len(interp.tags) + 1  # still chosen, so check_target names it
     best: dict[str, tuple[int, Wheelhouse, LockedFile]] = {}
     for h in houses:
         for f in h.files:
             if not _applies(f, interp):
                 continue
-            r = min((rank[t] for t in _wheel_tags(f.filename) if t in rank), default=len(rank) + 1)
+            r = interp.target.wheel_rank(f.filename)
+            r = unfit if r is None else r
             key = canonical_name(f.name)
             if key not in best or r < best[key][0]:
                 best[key] = (r, h, f)
@@ -107,9 +96,8 @@ def check_target(houses: Sequence[Wheelhouse], chosen: Sequence[tuple[Wheelhouse
     problems: list[str] = []
     for h in houses:
         problems += target_problems(h, interp)
-    own = set(interp.tags)
     for _, f in chosen:
-        if not (_wheel_tags(f.filename) & own):
+        if interp.target.wheel_rank(f.filename) is None:
             problems.append(f"{f.filename} has no tag {interp.executable} accepts (its best: {interp.tags[0]})")
     if problems:
         raise TargetMismatch(
@@ -142,9 +130,9 @@ def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, rep
     if bad:
         first = bad[0]
         raise HashMismatch(
-            f"{len(bad)} file(s) do not match pylock.toml, nothing was installed: {Path(first[0]).name} "
+            *first, more=bad[1:],
+            message=f"{len(bad)} file(s) do not match pylock.toml, nothing was installed: {Path(first[0]).name} "
             f"(expected sha256 {first[1][:16]}..., got {first[2][:16]}{'...' if len(first[2]) > 16 else ''})",
-            bad=bad,
             hint="the wheelhouse was altered or damaged in transit; copy it again or re-run `wh stage`",
             detail="\n".join(f"{p}: expected {e}, got {a}" for p, e, a in bad),
         )

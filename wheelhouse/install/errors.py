@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
-from wheelhouse.errors import UsageError, WhError
+from wheelhouse.errors import HashMismatch, UsageError, WhError
 
 __all__ = ["TargetMismatch", "HashMismatch", "AmbiguousWheelhouse", "InstallFailed", "PatchesUnavailable"]
 
 
 class TargetMismatch(UsageError):
     code = "target-mismatch"
-
-
-class HashMismatch(WhError):
-    code = "hash-mismatch"
-
-    def __init__(self, message: str, *, bad: Sequence[tuple[str, str, str]] = (), **kw):
-        super().__init__(message, **kw)
-        self.bad = list(bad)  # (path, expected, actual)
 
 
 class AmbiguousWheelhouse(UsageError):

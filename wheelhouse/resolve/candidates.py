@@ -153,7 +153,7 @@ class CandidateFinder:
             files = [f for f in by_version[v] if not f.yanked or v in pinned]
             if not files:
                 continue
-            best = min(files, key=lambda f: (self.rank(f.filename), _neg_build(f)))
+            best = min(files, key=lambda f: (self.target.wheel_rank(f.filename), _neg_build(f)))
             out.append(Cand("pkg", name, v, best, extras))
         return out
 
@@ -166,7 +166,7 @@ class CandidateFinder:
         specs: dict[str, bool] = {}
         versions: dict[str, Version | None] = {}
         for f in self.source.files(name, self._keep):
-            if not f.is_wheel or self.rank(f.filename) is None:
+            if not f.is_wheel or self.target.wheel_rank(f.filename) is None:
                 continue
             if f.requires_python:
                 ok = specs.get(f.requires_python)
@@ -188,19 +188,4 @@ class CandidateFinder:
         return out
 
     def installable_name(self, filename: str) -> bool:
-        return filename.endswith(".whl") and self.rank(filename) is not None
-
-    def rank(self, filename: str) -> int | None:
-        """``target.wheel_rank`` without parsing the name: split the tag triple (PEP 425 sets)."""
-        parts = filename[:-4].split("-")
-        if len(parts) not in (5, 6):
-            return self.target.wheel_rank(filename)
-        best = None
-        tag_rank = self.target.tag_rank
-        for py in parts[-3].split("."):
-            for abi in parts[-2].split("."):
-                for plat in parts[-1].split("."):
-                    r = tag_rank(f"{py}-{abi}-{plat}")
-                    if r is not None and (best is None or r < best):
-                        best = r
-        return best
+        return self.target.wheel_rank(filename) is not None

@@ -25,6 +25,7 @@ __all__ = [
     "compatible_tags",
     "expand_platform",
     "marker_environment",
+    "query_nvidia_smi",
 ]
 
 SCHEMA = "wh-target/1"
@@ -78,30 +79,46 @@ def _py_range(major: int, minor: int):
         yield f"py{major}{m}"
 
 
+def _threaded(abis: list[str]) -> bool:
+    """The first version-specific ABI (or abi3t) decides: a ``t`` in its flags is free-threaded."""
+    for abi in abis:
+        if abi == "abi3t":
+            return True
+        found = re.match(r"^cp\d+(.*)$", abi)
+        if found:
+            return "t" in found.group(1)
+    return False
+
+
 def compatible_tags(
     implementation: str, version: tuple[int, int], abis: list[str], platforms: list[str]
 ) -> list[str]:
-    """The ordered tag list an interpreter accepts (mirrors packaging.tags.sys_tags)."""
+    """The ordered tag list an interpreter accepts: packaging.tags.sys_tags's rules, stdlib only.
+
+    CPython: its ABIs, then the stable ABI (``abi3``; ``abi3t`` for a free-threaded build, PEP 803)
+    back to 3.2, then ``none``; other implementations: their ABIs and ``none``. Then ``py*``
+    tags for each platform, and the pure-Python ``any`` tags.
+    """
     major, minor = version
     interp = f"{implementation}{major}{minor}"
     out: list[str] = []
-    explicit = [a for a in abis if a not in ("abi3", "none")]
-    for abi in explicit:
-        out += [f"{interp}-{abi}-{p}" for p in platforms]
     if implementation == "cp":
-        # abi3 does not apply to free-threaded or pre-3.2 builds.
-        use_abi3 = (major, minor) >= (3, 2) and not any(a.endswith("t") for a in explicit)
-        if use_abi3:
-            out += [f"{interp}-abi3-{p}" for p in platforms]
+        threaded = _threaded(abis)
+        stable = "abi3t" if threaded else "abi3"
+        explicit = [a for a in abis if a not in ("abi3", "abi3t", "none")]
+        out += [f"{interp}-{abi}-{p}" for abi in explicit for p in platforms]
+        old_enough = (major, minor) >= (3, 2)
+        if old_enough:
+            out += [f"{interp}-{stable}-{p}" for p in platforms]
         out += [f"{interp}-none-{p}" for p in platforms]
-        if use_abi3:
-            for m in range(minor - 1, 1, -1):
-                out += [f"cp{major}{m}-abi3-{p}" for p in platforms]
+        if old_enough:
+            out += [f"cp{major}{m}-{stable}-{p}" for m in range(minor - 1, 1, -1) for p in platforms]
+        pure_interp = interp
     else:
-        out += [f"{interp}-none-{p}" for p in platforms]
-    for py in _py_range(major, minor):
-        out += [f"{py}-none-{p}" for p in platforms]
-    out.append(f"{interp}-none-any")
+        out += [f"{interp}-{abi}-{p}" for abi in [*abis, *(["none"] if "none" not in abis else [])] for p in platforms]
+        pure_interp = f"{implementation}{major}"  # packaging: pp3-none-any
+    out += [f"{py}-none-{p}" for py in _py_range(major, minor) for p in platforms]
+    out.append(f"{pure_interp}-none-any")
     out += [f"{py}-none-any" for py in _py_range(major, minor)]
     seen: set[str] = set()
     return [t for t in out if not (t in seen or seen.add(t))]
@@ -165,96 +182,131 @@ def _musl_version() -> str | None:
     return None
 
 
-def _abi() -> str:
-    impl = sys.implementation.name
-    if impl == "cpython":
+def _abis() -> list[str]:
+    """This interpreter's ABIs, best first, as packaging.tags derives them (``cp313t``, ``cp37m``)."""
+    if sys.implementation.name == "cpython":
         soabi = sysconfig.get_config_var("SOABI") or ""
-        found = re.match(r"cpython-(\d+)(t?)", soabi)
-        if found:
-            return f"cp{found.group(1)}{found.group(2)}"
-        return f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    return (sysconfig.get_config_var("SOABI") or impl).replace("-", "_").replace(".", "_")
+        found = re.match(r"cpython-(\d+)([a-z]*)", soabi)
+        if not found:  # no SOABI (some embedded builds): the version is all we know
+            return [f"cp{sys.version_info[0]}{sys.version_info[1]}"]
+        version, flags = found.groups()
+        abis = [f"cp{version}{flags}"]
+        if "d" in flags and sys.version_info >= (3, 8):  # a debug build also loads release extensions
+            abis.append(f"cp{version}{flags.replace('d', '')}")
+        return abis
+    # packaging's _generic_abi: the ABI is the second part of EXT_SUFFIX (.pypy310-pp73-x86_64-linux-gnu.so).
+    suffix = (sysconfig.get_config_var("EXT_SUFFIX") or "").split(".")
+    soabi = suffix[1] if len(suffix) > 2 else ""
+    if soabi.startswith("pypy"):
+        soabi = "-".join(soabi.split("-")[:2])
+    elif soabi.startswith("cp"):
+        soabi = soabi.split("-")[0]
+    return [re.sub(r"[-.]", "_", soabi)] if soabi else []
 
 
 def _impl_short() -> str:
     return {"cpython": "cp", "pypy": "pp"}.get(sys.implementation.name, sys.implementation.name)
 
 
+def _linux_archs() -> list[str]:
+    """packaging's rule: the interpreter's own architecture (a 32-bit build on a 64-bit kernel is i686/armv8l)."""
+    arch = sysconfig.get_platform().split("-", 1)[-1].replace("-", "_").replace(".", "_")
+    if sys.maxsize <= 2**32:
+        arch = {"x86_64": "i686", "aarch64": "armv8l"}.get(arch, arch)
+    return ["armv8l", "armv7l"] if arch == "armv8l" else [arch]
+
+
 def _platform_tags(libc: dict | None) -> list[str]:
-    machine = platform.machine()
-    if sys.platform.startswith("linux"):
-        if libc and libc["name"] == "glibc":
-            major, minor = libc["version"].split(".")[:2]
-            return expand_platform(f"manylinux_{major}_{int(minor)}_{machine}")
-        if libc and libc["name"] == "musl":
-            major, minor = libc["version"].split(".")[:2]
-            return expand_platform(f"musllinux_{major}_{minor}_{machine}")
-        return [f"linux_{machine}"]
-    return [sysconfig.get_platform().replace("-", "_").replace(".", "_")]
+    if not sys.platform.startswith("linux"):
+        return [sysconfig.get_platform().replace("-", "_").replace(".", "_")]
+    archs = _linux_archs()
+    if libc and libc["name"] in ("glibc", "musl"):
+        major, minor = libc["version"].split(".")[:2]
+        kind = "manylinux" if libc["name"] == "glibc" else "musllinux"
+        expanded = [expand_platform(f"{kind}_{major}_{int(minor)}_{arch}") for arch in archs]
+    else:
+        expanded = [[f"linux_{arch}"] for arch in archs]
+    # packaging lists every linux_ARCH first, then the libc tags arch by arch.
+    return [tags[0] for tags in expanded] + [t for tags in expanded for t in tags[1:]]
 
 
 def _tags_from_packaging() -> list[str] | None:
-    for mod in ("packaging.tags", "pip._vendor.packaging.tags"):
-        try:
-            tags = __import__(mod, fromlist=["sys_tags"])
-            return [str(t) for t in tags.sys_tags()]
-        except Exception:  # noqa: BLE001 - any failure means: use our own
-            continue
-    return None
-
-
-def _gpus() -> dict:
-    """GPU facts from nvidia-smi, when it is there; never an error."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return {"gpus": [], "driver_version": None, "cuda_version": None}
-    query = "index,name,compute_cap,memory.total,memory.used,driver_version"
+    """Outside Linux (macOS versions, Windows), the target's own packaging when it has one."""
     try:
-        out = subprocess.run(
-            [smi, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30,
-        ).stdout
-        header = subprocess.run([smi], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {"gpus": [], "driver_version": None, "cuda_version": None}
-    gpus, driver = [], None
-    for line in out.strip().splitlines():
+        from packaging import tags
+        return [str(t) for t in tags.sys_tags()]
+    except Exception:  # noqa: BLE001 - absent or broken: use our own
+        return None
+
+
+_GPU_QUERY = "index,name,compute_cap,memory.total,memory.used,driver_version"
+
+
+def _mib(value: str) -> int | None:
+    found = re.match(r"\d+", value)
+    return int(found.group()) if found else None  # "[N/A]" on some cards
+
+
+def query_nvidia_smi(smi: str | None = None, timeout: float = 30) -> dict:
+    """GPU facts from nvidia-smi: ``{"gpus": [...], "driver_version", "cuda_version", "error"}``.
+
+    The one nvidia-smi query of wh (``wheelhouse.target.gpu`` reads it into values). No
+    nvidia-smi is no GPU, never an exception; a failing one says so in ``error``.
+    """
+    facts = {"gpus": [], "driver_version": None, "cuda_version": None, "error": None}
+    smi = smi or shutil.which("nvidia-smi")
+    if not smi:
+        return facts
+    try:
+        proc = subprocess.run([smi, f"--query-gpu={_GPU_QUERY}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=timeout)
+        header = subprocess.run([smi], capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        facts["error"] = f"nvidia-smi did not run ({exc})"
+        return facts
+    if proc.returncode != 0:
+        facts["error"] = "nvidia-smi failed (no driver loaded?)"
+        return facts
+    for i, line in enumerate(proc.stdout.strip().splitlines()):
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 6:
             continue
-        gpus.append({
-            "index": int(parts[0]) if parts[0].isdigit() else parts[0],
+        facts["gpus"].append({
+            "index": int(parts[0]) if parts[0].isdigit() else i,
             "name": parts[1],
-            "compute_capability": parts[2],
-            "memory_total_mib": int(float(parts[3])) if parts[3].replace(".", "").isdigit() else None,
-            "memory_used_mib": int(float(parts[4])) if parts[4].replace(".", "").isdigit() else None,
+            "compute_capability": parts[2] or None,
+            "memory_total_mib": _mib(parts[3]),
+            "memory_used_mib": _mib(parts[4]),
         })
-        driver = parts[5]
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    return {"gpus": gpus, "driver_version": driver, "cuda_version": cuda.group(1) if cuda else None}
+        facts["driver_version"] = parts[5] or facts["driver_version"]
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
+    facts["cuda_version"] = cuda.group(1) if cuda else None
+    return facts
 
 
 def capture(include_gpus: bool = True) -> dict:
     """The target profile of the running interpreter."""
     libc = _libc()
-    abi = _abi()
+    abis = _abis()
     impl = _impl_short()
     version = sys.version_info[:2]
     platforms = _platform_tags(libc)
-    tags = _tags_from_packaging() or compatible_tags(impl, version, [abi], platforms)
+    own = sys.platform.startswith("linux")  # our rules are complete there (tests compare them with packaging)
+    tags = (None if own else _tags_from_packaging()) or compatible_tags(impl, version, abis, platforms)
     profile = {
         "schema": SCHEMA,
         "source": "captured",
         "implementation": impl,
         "python_version": f"{version[0]}.{version[1]}",
-        "abi": abi,
+        "abi": abis[0] if abis else impl,
         "platforms": platforms,
         "machine": platform.machine(),
         "libc": libc,
         "marker_environment": marker_environment(),
         "compatible_tags": tags,
     }
-    profile.update(_gpus() if include_gpus else {"gpus": [], "driver_version": None, "cuda_version": None})
+    gpus = query_nvidia_smi() if include_gpus else {}
+    profile.update({key: gpus.get(key) for key in ("driver_version", "cuda_version")}, gpus=gpus.get("gpus", []))
     return profile
 
 

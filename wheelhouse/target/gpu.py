@@ -1,5 +1,8 @@
 """GPU facts from ``nvidia-smi``: cards, compute capability, memory, driver, interconnect.
 
+One value type (``Gpu``) for a card seen now and a card a target profile recorded; one query
+(the capture script's ``query_nvidia_smi``, which also runs on the box before wh is there).
+
 Used by the doctor and by ``wh serve``'s preflight. No GPU (or no nvidia-smi)
 means an empty list, never an error. ``WH_DOCTOR_FAKE_GPUS=FILE.json`` replaces
 the query with the file's contents -- a test hook, documented in the README's
@@ -21,19 +24,22 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["GpuState", "GpuFacts", "query_gpus", "query_gpu_facts", "FAKE_ENV"]
+from . import capture
+
+__all__ = ["Gpu", "GpuFacts", "gpu_from_json", "facts_from_json", "query_gpus", "query_gpu_facts", "FAKE_ENV"]
 
 FAKE_ENV = "WH_DOCTOR_FAKE_GPUS"
-_QUERY = "index,name,compute_cap,memory.total,memory.used,driver_version"
 
 
 @dataclass(frozen=True)
-class GpuState:
+class Gpu:
+    """One card: what nvidia-smi says of it now, or what a target profile recorded."""
+
     index: int
     name: str
-    compute_capability: str | None
-    memory_total_mib: int | None
-    memory_used_mib: int | None
+    compute_capability: str | None = None  # "8.9"
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
 
     @property
     def sm(self) -> str | None:
@@ -53,7 +59,7 @@ class GpuState:
 
 @dataclass(frozen=True)
 class GpuFacts:
-    gpus: tuple[GpuState, ...]
+    gpus: tuple[Gpu, ...]
     driver_version: str | None = None
     cuda_version: str | None = None  # the highest CUDA the driver supports
     topology: str | None = None  # "nvlink" | "pcie" | None (unknown / one card)
@@ -67,40 +73,39 @@ class GpuFacts:
                 "error": self.error}
 
 
-def _int(value: str) -> int | None:
-    m = re.search(r"\d+", value or "")
-    return int(m.group()) if m else None
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _gpu_from(d: Mapping[str, Any], i: int) -> GpuState:
-    return GpuState(
-        index=int(d.get("index", i)),
-        name=str(d.get("name", "GPU")),
-        compute_capability=str(d["compute_capability"]) if d.get("compute_capability") is not None else None,
-        memory_total_mib=d.get("memory_total_mib"),
-        memory_used_mib=d.get("memory_used_mib"),
+def gpu_from_json(d: Mapping[str, Any], position: int) -> Gpu:
+    """A Gpu from its JSON shape (nvidia-smi facts, a target profile's ``gpus``); ``position`` when it has no index."""
+    index = d.get("index")
+    if isinstance(index, str) and index.isdigit():
+        index = int(index)
+    return Gpu(
+        index=index if isinstance(index, int) and not isinstance(index, bool) else position,
+        name=str(d.get("name") or "GPU"),
+        compute_capability=str(d["compute_capability"]) if d.get("compute_capability") not in (None, "") else None,
+        memory_total_mib=_opt_int(d.get("memory_total_mib")),
+        memory_used_mib=_opt_int(d.get("memory_used_mib")),
     )
 
 
 def facts_from_json(data: Mapping[str, Any], source: str = "fake") -> GpuFacts:
     """GpuFacts from the JSON shape shown in the module docstring (also a target profile's gpus)."""
-    gpus = tuple(_gpu_from(g, i) for i, g in enumerate(data.get("gpus") or []))
+    gpus = tuple(gpu_from_json(g, i) for i, g in enumerate(data.get("gpus") or []))
     return GpuFacts(gpus=gpus, driver_version=data.get("driver_version"), cuda_version=data.get("cuda_version"),
-                    topology=data.get("topology"), source=source)
-
-
-def _run(cmd: list[str], timeout: float) -> str | None:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+                    topology=data.get("topology"), source=source, error=data.get("error"))
 
 
 def _topology(smi: str, count: int, timeout: float) -> tuple[str | None, str | None]:
     if count < 2:
         return None, None
-    out = _run([smi, "topo", "-m"], timeout)
+    try:
+        proc = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    out = proc.stdout if proc.returncode == 0 else ""
     if not out:
         return None, None
     # Cells between GPUs: NV# means NVLink; PIX/PXB/PHB/NODE/SYS are PCIe paths.
@@ -120,25 +125,14 @@ def query_gpu_facts(timeout: float = 20, environ: Mapping[str, str] | None = Non
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not smi:
         return GpuFacts(gpus=(), source="none")
-    out = _run([smi, f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"], timeout)
-    if out is None:
-        return GpuFacts(gpus=(), source="nvidia-smi", error="nvidia-smi failed (no driver loaded?)")
-    gpus, driver = [], None
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 6:
-            continue
-        gpus.append(GpuState(int(parts[0]), parts[1], parts[2] or None, _int(parts[3]), _int(parts[4])))
-        driver = parts[5] or driver
-    cuda = None
-    header = _run([smi], timeout) or ""
-    m = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    if m:
-        cuda = m.group(1)
-    topo, matrix = _topology(smi, len(gpus), timeout)
-    return GpuFacts(gpus=tuple(gpus), driver_version=driver, cuda_version=cuda, topology=topo, topology_matrix=matrix)
+    facts = facts_from_json(capture.query_nvidia_smi(smi, timeout), source="nvidia-smi")
+    if facts.error:
+        return facts
+    topo, matrix = _topology(smi, len(facts.gpus), timeout)
+    return GpuFacts(gpus=facts.gpus, driver_version=facts.driver_version, cuda_version=facts.cuda_version,
+                    topology=topo, topology_matrix=matrix)
 
 
-def query_gpus(timeout: float = 20) -> list[GpuState]:
+def query_gpus(timeout: float = 20) -> list[Gpu]:
     """The GPUs nvidia-smi sees (``[]`` when there is none or no nvidia-smi)."""
     return list(query_gpu_facts(timeout).gpus)

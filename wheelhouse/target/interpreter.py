@@ -3,9 +3,9 @@
 The receiving interpreter may not be the one running wh (``--python`` points at
 the box's CPython 3.12 while wh runs elsewhere), so everything -- its ordered
 wheel tags, its install paths, its libc -- comes from running it in a
-subprocess with wh's stdlib-only capture script. Tags come from its own
-``packaging`` (or pip's vendored copy), else from the capture script's
-reimplementation.
+subprocess with wh's stdlib-only capture script. What it says about tags, ABI,
+libc and markers is a ``TargetProfile`` (the same value ``wh target capture``
+writes), so an installer asks it the same questions a resolver asks a target.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from wheelhouse.errors import UsageError
+from wheelhouse.errors import TargetError, UsageError
 from wheelhouse.resources import capture_script
-from . import glibc_version
+from .profile import TargetProfile, target_from_json
 
 __all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs"]
 
@@ -54,14 +54,11 @@ class InterpreterError(UsageError):
 
 @dataclass(frozen=True)
 class Interpreter:
-    """One Python interpreter, as it describes itself."""
+    """One Python interpreter, as it describes itself: its target profile and its install paths."""
 
     executable: str
-    implementation: str  # "cp"
-    python_version: str  # "3.12"
+    target: TargetProfile  # implementation, version, ABI, ordered tags, libc, markers
     version: str  # "3.12.3"
-    abi: str  # "cp312"
-    tags: tuple[str, ...]  # its own compatible tags, best first
     purelib: str
     platlib: str
     scripts: str
@@ -69,10 +66,33 @@ class Interpreter:
     include: str | None
     prefix: str
     base_prefix: str
-    libc: tuple[str, str] | None
-    markers: Mapping[str, str]
     has_pip: bool = False
     sys_path: tuple[str, ...] = ()
+
+    # The profile's facts, under the names install and env code reads.
+    @property
+    def implementation(self) -> str:
+        return self.target.implementation
+
+    @property
+    def python_version(self) -> str:
+        return self.target.python_version
+
+    @property
+    def abi(self) -> str:
+        return self.target.abi
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.target.tags
+
+    @property
+    def libc(self) -> tuple[str, str] | None:
+        return self.target.libc
+
+    @property
+    def markers(self) -> Mapping[str, str]:
+        return self.target.markers
 
     @property
     def visible_site_dirs(self) -> tuple[str, ...]:
@@ -91,7 +111,7 @@ class Interpreter:
 
     @property
     def glibc(self) -> tuple[int, int] | None:
-        return glibc_version(self.libc)
+        return self.target.glibc
 
     def describe(self) -> str:
         libc = f" {self.libc[0]} {self.libc[1]}" if self.libc else ""
@@ -131,21 +151,17 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
                                detail=proc.stdout[-2000:]) from exc
     try:
         return _interpreter_from(d, exe)
-    except (KeyError, TypeError, AttributeError) as exc:  # JSON, but not the probe's
+    except (KeyError, TypeError, AttributeError, TargetError) as exc:  # JSON, but not the probe's
         raise InterpreterError(f"interpreter {exe} printed JSON that is not wh's probe answer ({exc!r})",
                                hint="is it a Python >= 3.8?", detail=proc.stdout[-2000:]) from exc
 
 
 def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
-    libc = d.get("libc")
     paths = d["paths"]
     return Interpreter(
         executable=d.get("executable") or exe,
-        implementation=d["implementation"],
-        python_version=d["python_version"],
+        target=target_from_json(d, source="captured", where=f"interpreter {exe}"),
         version=d.get("full_version") or d["marker_environment"]["python_full_version"],
-        abi=d["abi"],
-        tags=tuple(d["compatible_tags"]),
         purelib=paths["purelib"],
         platlib=paths["platlib"],
         scripts=paths["scripts"],
@@ -153,8 +169,6 @@ def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
         include=paths.get("include"),
         prefix=d["prefix"],
         base_prefix=d["base_prefix"],
-        libc=(libc["name"], libc["version"]) if libc else None,
-        markers=d["marker_environment"],
         has_pip=bool(d.get("has_pip")),
         sys_path=tuple(d.get("sys_path") or ()),
     )
