@@ -184,7 +184,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
 @click.command()
 @_common
 @click.option("--dry-run", is_flag=True, help="Show what would be dropped; change nothing.")
-@click.option("--restore", metavar="NAME", help="Reinstall a dropped distribution from its recorded wheelhouse.")
+@click.option("--restore", metavar="NAME", help="Reinstall a dropped distribution from --wheelhouse, else from its recorded wheelhouse.")
 @click.option("--list", "list_", is_flag=True, help="List what was dropped from this interpreter.")
 @click.option("--include-forced", is_flag=True,
               help="Also drop manifest [[drop]] entries with force = true whose probe passed (or did not run).")
@@ -204,11 +204,10 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         DropFailed,
         drop_distributions,
         forced_kept,
+        list_dropped,
         plan_drops,
-        read_dropped,
         restore_dropped,
     )
-    from wheelhouse.target.interpreter import inspect_interpreter
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
@@ -220,15 +219,21 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     if restore:
         reporter = ui.reporter()
         try:
-            out = restore_dropped(python or sys.executable, restore, reporter=reporter)
+            out = restore_dropped(python or sys.executable, restore, wheelhouse=wheelhouse, reporter=reporter)
         finally:
             reporter.close()
-        ui.info(f"restored {out['restored']} {out.get('version') or ''} from {out['wheelhouse']}")
+        if out.already_installed:
+            ui.info(f"{out.name} is installed again (not by wh drop --restore): removed from the drop record")
+        else:
+            ui.info(f"restored {out.name} {out.version or ''} from {out.wheelhouse}")
         if as_json:
-            emit_json(out)
+            emit_json(out.to_json())
         return
     if list_:
-        entries = read_dropped(inspect_interpreter(python or sys.executable).platlib)
+        listed = list_dropped(python or sys.executable)
+        entries = list(listed.entries)
+        for name in listed.reinstalled:
+            ui.info(f"note: {name} is installed again: removed from the drop record")
         if as_json:
             emit_json(entries)
         for e in entries:

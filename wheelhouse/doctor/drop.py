@@ -8,7 +8,10 @@ caller asks for it (``--include-forced``), recorded as "forced by manifest".
 After uninstalling, a NEW process confirms ``importlib.util.find_spec`` is
 None for every import name; the drop is recorded in
 ``<platlib>/.wh/dropped.json`` with the wheelhouse it came from, so
-``wh drop --restore NAME`` can reinstall it offline.
+``wh drop --restore NAME`` can reinstall it offline (from ``--wheelhouse DIR`` when
+given, e.g. after the wheelhouse moved). The record follows what is installed: an
+entry whose distribution was reinstalled by other means (pip install of the wheel)
+is removed when drops are listed or restored.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from typing import Any, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import load_json
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
 from .report import DoctorReport
 
 __all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
-           "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many"]
+           "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many", "DroppedList",
+           "RestoreResult", "list_dropped"]
 
 _SCHEMA = "wh-dropped/1"
 
@@ -131,12 +136,11 @@ def dropped_path(platlib: str | Path) -> Path:
 
 
 def read_dropped(platlib: str | Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(dropped_path(platlib).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """The entries of ``<platlib>/.wh/dropped.json`` as recorded (empty when there is none)."""
+    path = dropped_path(platlib)
+    if not os.path.lexists(path):
         return []
-    except ValueError as exc:
-        raise DropFailed(f"{dropped_path(platlib)} is not valid JSON", hint="inspect or remove it") from exc
+    data = load_json(path, what="drop record", error=DropFailed, expect=object, hint="inspect or remove it")
     entries = data.get("dropped", []) if isinstance(data, dict) else None
     if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
         raise DropFailed(f"{dropped_path(platlib)} is not a wh drop record (a list of dropped names)",
@@ -287,8 +291,70 @@ def drop_distributions(
     return confirmed
 
 
-def restore_dropped(python: str, name: str, *, reporter: Reporter = NullReporter()) -> dict[str, Any]:
-    """Reinstall a dropped distribution from the wheelhouse recorded when it was dropped."""
+@dataclass(frozen=True)
+class DroppedList:
+    """What is recorded as dropped from one interpreter, after reconciling with what is installed."""
+
+    entries: tuple[Mapping[str, Any], ...]
+    reinstalled: tuple[str, ...] = ()  # recorded as dropped, installed again by other means: entry removed
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    name: str
+    version: str | None
+    wheelhouse: str | None
+    already_installed: bool = False  # reinstalled by other means: only the record was updated
+    install: Any = None  # the InstallResult of the reinstall
+
+    def to_json(self) -> dict[str, Any]:
+        return {"restored": self.name, "version": self.version, "wheelhouse": self.wheelhouse,
+                "already_installed": self.already_installed,
+                "install": self.install.to_json() if self.install is not None else None}
+
+
+def _reconcile(interp) -> DroppedList:
+    """Drop entries whose distribution is installed again (a manual pip install): the record follows reality."""
+    entries = read_dropped(interp.platlib)
+    site_dirs = list(interp.site_dirs)
+    back = [e for e in entries if _dist_info(site_dirs, e["name"]) is not None]
+    if back:
+        keep = [e for e in entries if e not in back]
+        _write_dropped(interp.platlib, keep)
+        entries = keep
+    return DroppedList(tuple(entries), tuple(e["name"] for e in back))
+
+
+def list_dropped(python: str) -> DroppedList:
+    """What was dropped from ``python`` and is still not installed (the record is reconciled first)."""
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    return _reconcile(inspect_interpreter(python))
+
+
+def _source_wheelhouse(entry: Mapping[str, Any], wheelhouse: Path | None, python: str) -> Path:
+    if wheelhouse is not None:
+        if not (Path(wheelhouse) / "wh.json").is_file():
+            raise NotDropped(f"--wheelhouse {wheelhouse} is not a wheelhouse (no wh.json)",
+                             hint="give the folder `wh stage -o` wrote (it holds wh.json and pylock.toml)")
+        return Path(wheelhouse)
+    if not entry.get("wheelhouse"):
+        raise NotDropped(f"no wheelhouse was recorded when {entry['name']} was dropped",
+                         hint=f"name one: `wh drop --restore {entry['name']} --wheelhouse WHEELHOUSE --python {python}`")
+    if not (Path(entry["wheelhouse"]) / "wh.json").is_file():
+        raise NotDropped(f"{entry['name']} was installed from {entry['wheelhouse']}, which is no longer there",
+                         hint=f"restore it from a copy: `wh drop --restore {entry['name']} --wheelhouse WHEELHOUSE "
+                              f"--python {python}` (or `wh install WHEELHOUSE --only {entry['name']} --python {python}`)")
+    return Path(entry["wheelhouse"])
+
+
+def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
+                    reporter: Reporter = NullReporter()) -> RestoreResult:
+    """Reinstall a dropped distribution from ``wheelhouse``, else from the one recorded when it was dropped.
+
+    The entry leaves the record only once the distribution is installed again; one that was
+    reinstalled by other means is only removed from the record (``already_installed``).
+    """
     from wheelhouse.install import install_wheelhouses
     from wheelhouse.target.interpreter import inspect_interpreter
 
@@ -301,15 +367,15 @@ def restore_dropped(python: str, name: str, *, reporter: Reporter = NullReporter
         raise NotDropped(f"{name} was not dropped from {interp.executable} (dropped: {known})",
                          hint="list drops with `wh drop --list`")
     entry = match[-1]
-    if not entry.get("wheelhouse"):
-        raise NotDropped(f"no wheelhouse was recorded when {name} was dropped",
-                         hint=f"install it yourself: `wh install WHEELHOUSE --python {interp.executable}`")
-    if not (Path(entry["wheelhouse"]) / "wh.json").is_file():
-        raise NotDropped(f"{name} was installed from {entry['wheelhouse']}, which is no longer there",
-                         hint=f"install it from a copy: `wh install WHEELHOUSE --only {entry['name']} "
-                              f"--python {interp.executable}`")
-    result = install_wheelhouses([Path(entry["wheelhouse"])], python=interp.executable, only={entry["name"]},
+    if _dist_info(list(interp.site_dirs), entry["name"]) is not None:
+        _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
+        return RestoreResult(entry["name"], entry.get("version"), None, already_installed=True)
+    source = _source_wheelhouse(entry, wheelhouse, interp.executable)
+    result = install_wheelhouses([source], python=interp.executable, only={entry["name"]},
                                  links=False, patches=False, reporter=reporter)
-    _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
-    return {"restored": entry["name"], "version": entry.get("version"), "wheelhouse": entry["wheelhouse"],
-            "install": result.to_json()}
+    if _dist_info(list(interp.site_dirs), entry["name"]) is None:
+        raise NotDropped(f"{entry['name']} is not in {source}: nothing was restored",
+                         hint=f"give the wheelhouse it came from: `wh drop --restore {entry['name']} --wheelhouse "
+                              f"WHEELHOUSE --python {interp.executable}`")
+    _write_dropped(interp.platlib, [e for e in read_dropped(interp.platlib) if canonicalize_name(e["name"]) != key])
+    return RestoreResult(entry["name"], entry.get("version"), str(source), install=result)

@@ -1,0 +1,98 @@
+"""wh drop --restore: honours --wheelhouse; dropped.json agrees with what is installed (issue 11.16)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broken_packages import install_wheel, make_venv, site_packages
+from wheelhouse.doctor.drop import DropPlan, RestoreResult, drop_distributions, read_dropped, restore_dropped
+from wheelmaker import make_wheel
+
+
+def wh(*args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WH_")} | {"NO_COLOR": "1", "COLUMNS": "400"}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def _wheelhouse(folder: Path, wheels: list[Path]) -> Path:
+    from wheelhouse.lock import Lock, LockedFile, write_pylock, write_wh_json
+    from wheelhouse.target import host_target
+
+    (folder / "wheels").mkdir(parents=True)
+    files = []
+    for w in wheels:
+        shutil.copy(w, folder / "wheels" / w.name)
+        name, version = w.name.split("-")[:2]
+        files.append(LockedFile(name, version, w.name, f"wheels/{w.name}", hashlib.sha256(w.read_bytes()).hexdigest(),
+                                w.stat().st_size))
+    write_pylock(folder, Lock(tuple(files)))
+    write_wh_json(folder, {"target": host_target().to_json()})
+    return folder
+
+
+def _find(py: Path, module: str) -> bool:
+    out = subprocess.run([str(py), "-c", f"import importlib.util as u; print(u.find_spec({module!r}) is not None)"],
+                         capture_output=True, text=True, cwd="/", check=True)
+    return out.stdout.strip() == "True"
+
+
+@pytest.fixture
+def dropped(tmp_path):
+    """A pip-less venv whose `victim` was dropped; the wheelhouse it came from is recorded."""
+    wheel = make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": "raise ImportError('broken')\n"})
+    house = _wheelhouse(tmp_path / "house", [wheel])
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, wheel)
+    [rec] = drop_distributions(str(py), [DropPlan("victim", "1.0", ("victim",), "import failed", "ImportError", None)],
+                               wheelhouse=house)
+    assert rec.confirmed and not _find(py, "victim")
+    return py, house, wheel
+
+
+def test_restore_honours_wheelhouse_when_the_recorded_one_moved(dropped, tmp_path):
+    """Before: --wheelhouse was ignored; the recorded (moved) wheelhouse was 'no longer there'."""
+    py, house, _ = dropped
+    moved = tmp_path / "moved-house"
+    house.rename(moved)
+    r = wh("drop", "--python", py, "--restore", "victim", "--wheelhouse", moved, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["restored"] == "victim" and out["wheelhouse"] == str(moved)
+    assert f"restored victim 1.0 from {moved}" in r.stderr
+    assert _find(py, "victim") and read_dropped(site_packages(py)) == []
+
+
+def test_restore_with_a_wheelhouse_that_lacks_it_is_refused_and_keeps_the_record(dropped, tmp_path):
+    py, _, _ = dropped
+    other = _wheelhouse(tmp_path / "other", [make_wheel(tmp_path / "w2", "unrelated", "1.0")])
+    r = wh("drop", "--python", py, "--restore", "victim", "--wheelhouse", other)
+    assert r.returncode != 0 and "error: " in r.stderr and "hint: " in r.stderr and "Traceback" not in r.stderr
+    assert [e["name"] for e in read_dropped(site_packages(py))] == ["victim"]
+
+
+def test_a_manual_reinstall_is_reconciled(dropped):
+    """Before: pip-installing the wheel by hand left victim listed as dropped forever."""
+    py, _, wheel = dropped
+    install_wheel(py, wheel)
+    r = wh("drop", "--python", py, "--list", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [] and "victim is installed again" in r.stderr
+    assert read_dropped(site_packages(py)) == []
+
+
+def test_restore_of_a_manually_reinstalled_distribution_says_so(dropped):
+    py, _, wheel = dropped
+    install_wheel(py, wheel)
+    result = restore_dropped(str(py), "victim")
+    assert isinstance(result, RestoreResult) and result.already_installed and result.install is None
+    assert read_dropped(site_packages(py)) == []
+    with pytest.raises(Exception, match="victim was not dropped"):
+        restore_dropped(str(py), "victim")
