@@ -8,8 +8,9 @@ so the link check and the kernel check read each file once per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
 
-1. DT_RPATH of the requesting object, then of the executable -- only when the
-   requesting object has no DT_RUNPATH;
+1. DT_RPATH of the requesting object, then of the objects that loaded it, then
+   of the executable -- only when the requesting object has no DT_RUNPATH (an
+   object's own DT_RUNPATH disables its DT_RPATH);
 2. LD_LIBRARY_PATH;
 3. DT_RUNPATH of the requesting object (its direct needs only);
 4. the loader cache (``ldconfig -p``);
@@ -43,6 +44,7 @@ __all__ = [
     "read_elf",
     "expand_dst",
     "find_needed",
+    "rpath_dirs",
     "FATBIN_SECTIONS",
 ]
 
@@ -195,16 +197,25 @@ def _search(folders: Sequence[str], name: str, requester: ElfInfo) -> str | None
     return None
 
 
-def find_needed(info: ElfInfo, facts: LoaderFacts) -> list[Found]:
-    """Resolve every DT_NEEDED entry of ``info`` the way the target's loader would (module docstring)."""
-    return [_find_one(name, info, facts) for name in info.needed]
+def find_needed(info: ElfInfo, facts: LoaderFacts, inherited: Sequence[ElfInfo] = ()) -> list[Found]:
+    """Resolve every DT_NEEDED entry of ``info`` the way the target's loader would (module docstring).
+
+    ``inherited``: the objects that load ``info``, nearest first; their DT_RPATH is searched after
+    ``info``'s own (when neither ``info`` nor that object has a DT_RUNPATH), as glibc walks the loader chain.
+    """
+    return [_find_one(name, info, facts, inherited) for name in info.needed]
+
+
+def rpath_dirs(obj: ElfInfo, facts: LoaderFacts) -> list[str]:
+    """``obj``'s DT_RPATH folders, expanded; none when it has a DT_RUNPATH (which disables its RPATH)."""
+    return [] if obj.runpath else _expand_all(obj.rpath, obj, facts)
 
 
 def _expand_all(entries: Sequence[str], obj: ElfInfo, facts: LoaderFacts) -> list[str]:
     return [os.path.normpath(expand_dst(e, obj.origin, facts.lib, facts.platform)) for e in entries]
 
 
-def _find_one(name: str, info: ElfInfo, facts: LoaderFacts) -> Found:
+def _find_one(name: str, info: ElfInfo, facts: LoaderFacts, inherited: Sequence[ElfInfo]) -> Found:
     if "/" in name:  # a path, not a name: no search (relative ones are relative to the cwd, unknown: trust it)
         path = name if os.path.isabs(name) else None
         return Found(name, path if path is None or os.path.isfile(path) else None, "path", (name,))
@@ -212,11 +223,10 @@ def _find_one(name: str, info: ElfInfo, facts: LoaderFacts) -> Found:
         return Found(name, facts.loaded[name], "loaded")
     steps: list[tuple[str, list[str]]] = []
     if not info.runpath:
-        rpath = _expand_all(info.rpath, info, facts)
-        exe = facts.executable
-        if exe is not None and not exe.runpath:
-            rpath += _expand_all(exe.rpath, exe, facts)
-        steps.append(("rpath", rpath))
+        rpath = rpath_dirs(info, facts)
+        for obj in [*inherited, *([facts.executable] if facts.executable is not None else [])]:
+            rpath += rpath_dirs(obj, facts)
+        steps.append(("rpath", list(dict.fromkeys(rpath))))
     steps.append(("ld_library_path", list(facts.ld_library_path)))
     steps.append(("runpath", _expand_all(info.runpath, info, facts)))
     searched: list[str] = []

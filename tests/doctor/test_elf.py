@@ -1,0 +1,185 @@
+"""ELF reading and ld.so's search order: gcc-built libraries and real extension modules, checked against ldd."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.doctor.checks.sharedlibs import loader_facts
+from wheelhouse.doctor.elf import BadElf, LoaderFacts, expand_dst, find_needed, read_elf
+from wheelhouse.doctor.probes import probe_script, run_probe
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("ldd") is None, reason="needs gcc and ldd")
+
+
+def gcc_lib(out: Path, *, needs: tuple[str, ...] = (), libdirs: tuple[Path, ...] = (), rpath: str | None = None,
+            runpath: str | None = None, soname: str | None = None, symbol: str = "f") -> Path:
+    """A shared library defining ``symbol`` that links against ``needs`` (libNAME.so names, found in ``libdirs``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = out.parent / f"{out.name}.c"
+    calls = "".join(f"extern int {n}_value(void);\n" for n in needs)
+    body = " + ".join([f"{n}_value()" for n in needs] or ["1"])
+    src.write_text(f"{calls}int {symbol}(void) {{ return {body}; }}\n")
+    args = ["gcc", "-shared", "-fPIC", str(src), "-o", str(out)]
+    args += [f"-L{d}" for d in libdirs] + [f"-l{n}" for n in needs]
+    if soname:
+        args.append(f"-Wl,-soname,{soname}")
+    if rpath is not None:
+        args += ["-Wl,--disable-new-dtags", f"-Wl,-rpath,{rpath}"]
+    if runpath is not None:
+        args += ["-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
+    subprocess.run(args, check=True, capture_output=True)
+    return out
+
+
+def dep(folder: Path, name: str) -> Path:
+    """libNAME.so defining NAME_value (what gcc_lib(needs=(NAME,)) links against)."""
+    return gcc_lib(folder / f"lib{name}.so", symbol=f"{name}_value", soname=f"lib{name}.so")
+
+
+def ldd(path: Path, env: dict[str, str] | None = None) -> dict[str, str | None]:
+    """name -> resolved path (None: not found), as ldd prints it (direct and indirect needs)."""
+    proc = subprocess.run(["ldd", str(path)], capture_output=True, text=True, env=env)
+    out: dict[str, str | None] = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s*(\S+) => (not found|(\S+) \(0x[0-9a-f]+\))", line)
+        if m:
+            out[m.group(1)] = m.group(3)
+    return out
+
+
+@pytest.fixture(scope="module")
+def host_facts() -> LoaderFacts:
+    """The loader facts of this machine, from the doctor's own probe, without the interpreter's mapped libraries
+    (ldd loads the library as the main program: nothing is loaded before it)."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    res = run_probe(sys.executable, probe_script("loader"), timeout=60, env=env, name="loader")
+    facts = loader_facts(res.data)
+    return LoaderFacts(ld_library_path=(), cache=facts.cache, default_dirs=facts.default_dirs, loaded={},
+                       executable=None, lib=facts.lib, platform=facts.platform)
+
+
+def same(a: str | None, b: str | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b))
+
+
+def assert_agrees_with_ldd(path: Path, facts: LoaderFacts, env=None, inherited=()) -> None:
+    seen = ldd(path, env)
+    mine = {f.name: f.path for f in find_needed(read_elf(path), facts, inherited)}
+    assert mine, f"{path} needs nothing?"
+    for name, where in mine.items():
+        assert name in seen, f"ldd does not list {name} for {path}: {seen}"
+        assert same(where, seen[name]), f"{path}: {name} -> {where}, ldd says {seen[name]}"
+
+
+def test_needs_runpath_and_soname_are_read(tmp_path):
+    dep(tmp_path / "lib", "dep")
+    lib = gcc_lib(tmp_path / "libuser.so", needs=("dep",), libdirs=(tmp_path / "lib",), runpath="$ORIGIN/lib",
+                  soname="libuser.so.1")
+    info = read_elf(lib)
+    assert "libdep.so" in info.needed
+    assert info.runpath == ("$ORIGIN/lib",) and info.rpath == ()
+    assert info.soname == "libuser.so.1"
+    assert info.elf_class == 64 or sys.maxsize < 2 ** 32
+
+
+def test_origin_expansion():
+    assert expand_dst("$ORIGIN/../lib", "/x/pkg") == "/x/pkg/../lib"
+    assert expand_dst("${ORIGIN}/a:$LIB", "/o", lib="lib64") == "/o/a:lib64"
+
+
+@pytest.mark.parametrize("flavour", ["runpath", "rpath"])
+def test_origin_relative_search_path_agrees_with_ldd(tmp_path, host_facts, flavour):
+    dep(tmp_path / "pkg" / "libs", "dep")
+    lib = gcc_lib(tmp_path / "pkg" / "_ext.so", needs=("dep",), libdirs=(tmp_path / "pkg" / "libs",),
+                  **{flavour: "$ORIGIN/libs"})
+    found = {f.name: f for f in find_needed(read_elf(lib), host_facts)}
+    assert found["libdep.so"].path == str(tmp_path / "pkg" / "libs" / "libdep.so")
+    assert found["libdep.so"].via == flavour
+    assert_agrees_with_ldd(lib, host_facts)
+
+
+def test_missing_library_agrees_with_ldd_and_says_where_it_looked(tmp_path, host_facts):
+    gone = dep(tmp_path / "build", "gone")
+    lib = gcc_lib(tmp_path / "pkg" / "_ext.so", needs=("gone",), libdirs=(tmp_path / "build",), runpath="$ORIGIN")
+    gone.unlink()
+    miss = [f for f in find_needed(read_elf(lib), host_facts) if f.path is None]
+    assert [f.name for f in miss] == ["libgone.so"]
+    assert str(tmp_path / "pkg") in miss[0].searched and "ldconfig cache" in miss[0].searched
+    assert_agrees_with_ldd(lib, host_facts)
+
+
+def test_order_rpath_then_ld_library_path_then_runpath(tmp_path, host_facts):
+    a, b = tmp_path / "a", tmp_path / "b"
+    dep(a, "dep"), dep(b, "dep")
+    with_rpath = gcc_lib(tmp_path / "r" / "librp.so", needs=("dep",), libdirs=(a,), rpath=str(a))
+    with_runpath = gcc_lib(tmp_path / "u" / "librun.so", needs=("dep",), libdirs=(a,), runpath=str(a))
+    env = {**os.environ, "LD_LIBRARY_PATH": str(b)}
+    facts = LoaderFacts(**{**host_facts.__dict__, "ld_library_path": (str(b),)})
+    assert {f.name: f.path for f in find_needed(read_elf(with_rpath), facts)}["libdep.so"] == str(a / "libdep.so")
+    assert {f.name: f.path for f in find_needed(read_elf(with_runpath), facts)}["libdep.so"] == str(b / "libdep.so")
+    assert_agrees_with_ldd(with_rpath, facts, env)
+    assert_agrees_with_ldd(with_runpath, facts, env)
+
+
+@pytest.mark.parametrize("flavour, leaf_found", [("rpath", True), ("runpath", False)])
+def test_runpath_serves_direct_needs_only_rpath_is_inherited(tmp_path, host_facts, flavour, leaf_found):
+    deps = tmp_path / "deps"
+    dep(deps, "leaf")
+    mid = gcc_lib(deps / "libmid.so", needs=("leaf",), libdirs=(deps,), soname="libmid.so", symbol="mid_value")
+    top = gcc_lib(tmp_path / "libtop.so", needs=("mid",), libdirs=(deps,), **{flavour: "$ORIGIN/deps"})
+    assert ldd(top)["libleaf.so"] is not None if leaf_found else ldd(top)["libleaf.so"] is None
+    leaf = {f.name: f.path for f in find_needed(read_elf(mid), host_facts, inherited=[read_elf(top)])}["libleaf.so"]
+    assert (leaf is not None) is leaf_found
+    assert same(leaf, ldd(top)["libleaf.so"])
+
+
+def test_real_extension_modules_agree_with_ldd(host_facts):
+    dynload = Path(sysconfig.get_config_var("DESTSHARED") or sysconfig.get_paths()["platstdlib"])
+    mods = sorted(dynload.glob("*.so"))
+    if not mods:
+        pytest.skip(f"no extension modules in {dynload}")
+    with_system_needs = [m for m in mods if any(not n.startswith(("libc.so", "libm.so", "libpthread"))
+                                                for n in read_elf(m).needed)]
+    for mod in mods:
+        if read_elf(mod).needed:
+            assert_agrees_with_ldd(mod, host_facts)
+    assert with_system_needs, "expected _ssl/_ctypes-like modules that need system libraries"
+
+
+def test_a_library_already_loaded_counts_before_any_search(tmp_path, host_facts):
+    gone = dep(tmp_path / "build", "gone")
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("gone",), libdirs=(tmp_path / "build",))
+    facts = LoaderFacts(**{**host_facts.__dict__, "loaded": {"libgone.so": str(gone)}})
+    found = {f.name: f for f in find_needed(read_elf(lib), facts)}["libgone.so"]
+    assert (found.path, found.via) == (str(gone), "loaded")
+
+
+def test_a_candidate_of_another_class_is_skipped_as_the_loader_skips_it(tmp_path, host_facts):
+    if subprocess.run(["gcc", "-m32", "-x", "c", "-shared", "-o", str(tmp_path / "t.so"), "-"], input="int x;",
+                      text=True, capture_output=True).returncode != 0:
+        pytest.skip("gcc cannot build 32-bit objects here")
+    (tmp_path / "m32").mkdir()
+    subprocess.run(["gcc", "-m32", "-shared", "-fPIC", "-x", "c", "-", "-o", str(tmp_path / "m32" / "libdep.so")],
+                   input="int dep_value(void) { return 3; }", text=True, check=True)
+    dep(tmp_path / "b", "dep")
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(tmp_path / "b",),
+                  runpath=f"{tmp_path / 'm32'}:{tmp_path / 'b'}")
+    assert {f.name: f.path for f in find_needed(read_elf(lib), host_facts)}["libdep.so"] == str(tmp_path / "b" / "libdep.so")
+    assert_agrees_with_ldd(lib, host_facts)
+
+
+@pytest.mark.parametrize("content, reason", [(b"", "empty file"), (b"\x7fELF\x02\x01\x01" + b"\0" * 20, "not a loadable"),
+                                             (b"/* GNU ld script */", "not a loadable")])
+def test_what_the_loader_cannot_map_is_bad_elf(tmp_path, content, reason):
+    (tmp_path / "x.so").write_bytes(content)
+    with pytest.raises(BadElf) as info:
+        read_elf(tmp_path / "x.so")
+    assert reason in info.value.reason and info.value.code == "bad-elf"

@@ -1,0 +1,153 @@
+"""wh doctor's static link check: real gcc-built shared objects in wheels, installed into real venvs."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv
+from wheelhouse.doctor import run_doctor
+from wheelmaker import make_wheel
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def _gcc(*args: str) -> None:
+    subprocess.run(["gcc", *args], check=True, capture_output=True)
+
+
+def _lib(build: Path, name: str, *extra: str, symbol: str | None = None) -> Path:
+    """lib<name>.so defining <symbol or name>_value()."""
+    src = build / f"{name}.c"
+    src.write_text(f"int {symbol or name}_value(void) {{ return 7; }}\n")
+    out = build / f"lib{name}.so"
+    _gcc("-shared", "-fPIC", str(src), "-o", str(out), f"-Wl,-soname,lib{name}.so", *extra)
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("sharedlibs")
+    build = folder / "build"
+    build.mkdir()
+    whgone = _lib(build, "whgone")
+    needs_whgone = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{build}", "-lwhgone"])
+    bundled = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{build}", "-lwhgone", "-Wl,--enable-new-dtags",
+                                                       "-Wl,-rpath,$ORIGIN/../bundled.libs"])
+    lib_bytes = whgone.read_bytes()
+    whgone.unlink()
+    # A plain library (not a module) beside the package, needing a library that is nowhere.
+    (build / "plain.c").write_text("extern int gone2_value(void);\nint plain(void) { return gone2_value(); }\n")
+    gone2 = _lib(build, "gone2")
+    _gcc("-shared", "-fPIC", str(build / "plain.c"), "-o", str(build / "libplain.so"), f"-L{build}", "-lgone2")
+    gone2.unlink()
+    ok_core = _ext(build, "_core")
+    out = {
+        # The import never touches _core: only reading the .so finds what it lacks.
+        "lazylib": make_wheel(folder, "lazylib", "1.0", tags=_tags(), modules={"lazylib/__init__.py": "X = 1\n"},
+                              files={f"lazylib/_core{SUFFIX}": needs_whgone}),
+        # auditwheel's layout: the library travels in the wheel, found through RUNPATH $ORIGIN.
+        "bundled": make_wheel(folder, "bundled", "1.0", tags=_tags(),
+                              modules={"bundled/__init__.py": "from ._core import answer\n"},
+                              files={f"bundled/_core{SUFFIX}": bundled, "bundled.libs/libwhgone.so": lib_bytes}),
+        "plainlib": make_wheel(folder, "plainlib", "1.0", tags=_tags(), modules={"plainlib/__init__.py": ""},
+                               files={"plainlib/lib/libplain.so": (build / "libplain.so").read_bytes()}),
+        "emptyso": make_wheel(folder, "emptyso", "1.0", tags=_tags(), modules={"emptyso/__init__.py": ""},
+                              files={f"emptyso/_core{SUFFIX}": b""}),
+        "healthy": make_wheel(folder, "healthy", "1.0", tags=_tags(),
+                              modules={"healthy/__init__.py": "from ._core import answer\n"},
+                              files={f"healthy/_core{SUFFIX}": ok_core}),
+        "purepkg": make_wheel(folder, "purepkg", "1.0", modules={"purepkg/__init__.py": ""}),
+    }
+    # Needs the NVIDIA driver's libcuda.so.1 (a stand-in soname, linked then removed).
+    fake = _lib(build, "cuda", "-Wl,-soname,libcuda.so.1", symbol="whgone")
+    (build / "drv").mkdir()
+    shutil.move(fake, build / "drv" / "libcuda.so")
+    drv = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{build / 'drv'}", "-lcuda"])
+    out["needsdriver"] = make_wheel(folder, "needsdriver", "1.0", tags=_tags(),
+                                    modules={"needsdriver/__init__.py": ""}, files={f"needsdriver/_core{SUFFIX}": drv})
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, wheels) -> Path:
+    py = make_venv(tmp_path_factory.mktemp("sharedlibs-venv") / "venv")
+    for w in wheels.values():
+        install_wheel(py, w)
+    return py
+
+
+@pytest.fixture(scope="module")
+def report(venv):
+    return run_doctor(str(venv), checks=["sharedlibs"], timeout=30)
+
+
+def test_a_library_nobody_ships_fails_naming_the_so_and_the_library(report):
+    r = report.get("sharedlibs:lazylib")
+    assert r.verdict == "fail"
+    assert f"lazylib/_core{SUFFIX} needs libwhgone.so: not found" in r.evidence
+    assert r.data["missing"] == {"libwhgone.so": [f"lazylib/_core{SUFFIX}"]}
+
+
+def test_the_same_so_with_the_library_beside_it_via_runpath_origin_is_ok(report):
+    r = report.get("sharedlibs:bundled")
+    assert r.verdict == "ok", r.evidence
+    assert "via RUNPATH" in r.evidence and r.data["objects"] == 2
+
+
+def test_plain_libraries_beside_the_modules_are_checked_too(report):
+    r = report.get("sharedlibs:plainlib")
+    assert r.verdict == "fail"
+    assert "plainlib/lib/libplain.so needs libgone2.so: not found" in r.evidence
+
+
+def test_an_empty_so_is_a_fail(report):
+    r = report.get("sharedlibs:emptyso")
+    assert r.verdict == "fail" and "empty file (0 bytes)" in r.evidence
+
+
+def test_healthy_extension_is_ok_and_pure_distributions_have_no_check(report):
+    assert report.get("sharedlibs:healthy").verdict == "ok"
+    assert not [r for r in report.results if r.id == "sharedlibs:purepkg"]
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="this machine has an NVIDIA driver")
+def test_a_missing_driver_library_is_a_warning_without_a_gpu_and_a_fail_with_one(report, venv, tmp_path):
+    r = report.get("sharedlibs:needsdriver")
+    assert r.verdict == "warn" and "libcuda.so.1: not found (the NVIDIA driver's library" in r.evidence
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"driver_version": "580.1", "cuda_version": "13.0",
+                                "gpus": [{"index": 0, "name": "NVIDIA L4", "compute_capability": "8.9"}]}))
+    with_gpu = run_doctor(str(venv), checks=["sharedlibs:needsdriver"], timeout=30,
+                          environ={**os.environ, "WH_DOCTOR_FAKE_GPUS": str(gpus)})
+    assert with_gpu.get("sharedlibs:needsdriver").verdict == "fail"
+
+
+def test_ld_library_path_of_the_engine_environment_counts(venv, wheels, tmp_path):
+    libdir = tmp_path / "extra"
+    libdir.mkdir()
+    _lib(libdir, "whgone")
+    rep = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30,
+                     environ={**os.environ, "LD_LIBRARY_PATH": str(libdir)})
+    r = rep.get("sharedlibs:lazylib")
+    assert r.verdict == "ok", r.evidence
+    assert "via LD_LIBRARY_PATH" in r.evidence
+
+
+def test_cli_exit_code_and_json(venv):
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(venv), "--check", "sharedlibs",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    verdicts = {r["id"]: r["verdict"] for r in data["results"]}
+    assert verdicts["sharedlibs:lazylib"] == "fail" and verdicts["sharedlibs:healthy"] == "ok"
