@@ -20,6 +20,8 @@ from wheelhouse.engine.pep517 import (
     extract_compiler_errors,
     missing_build_requirements,
 )
+from wheelhouse.errors import UsageError
+from wheelhouse.target import target_from_flags
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +114,68 @@ def test_missing_build_requirements_checks_versions():
 
 
 def test_marker_excluded_build_requirements_are_not_demanded():
-    env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
-           "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
-           "implementation_version": "3.12.3"}
+    """Markers are judged for the build interpreter's profile (a 3.12 Linux box), not for wh's host."""
+    target = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
     reqs = ["tomli; python_version < '3.11'", "triton; platform_system == 'Linux'"]
-    assert missing_build_requirements(reqs, {}, env) == ["triton; platform_system == 'Linux' (installed: none)"]
+    assert missing_build_requirements(reqs, {}, target) == ["triton; platform_system == 'Linux' (installed: none)"]
+
+
+def _in_tree_backend(root: Path, body: str, backend: str = "toy_backend") -> Path:
+    """A project whose PEP 517 backend is a module inside it (backend-path), so no build deps are needed."""
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = []\nbuild-backend = "{backend}"\nbackend-path = ["."]\n')
+    (root / "toy_backend.py").write_text(body)
+    return root
+
+
+FAILING_BACKEND = '''
+import sys
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    print("gcc -c kernel.c", flush=True)
+    print("kernel.c:7:3: error: 'cudaStream_t' undeclared", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+'''
+
+WORKING_BACKEND = '''
+import zipfile
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    print("building toy", flush=True)
+    name = "toy-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel_directory + "/" + name, "w") as zf:
+        zf.writestr("toy.py", "X = 1\\n")
+    return name
+'''
+
+
+def test_the_frontend_streams_the_backends_lines_and_keeps_the_compilers_error(tmp_path):
+    project = _in_tree_backend(tmp_path / "p", FAILING_BACKEND)
+    seen: list[str] = []
+    with pytest.raises(BuildFailed) as info:
+        build_wheel(project, tmp_path / "dist", python=sys.executable, env=dict(os.environ),
+                    log_path=tmp_path / "b.log", sink=seen.append)
+    assert seen[:2] == ["gcc -c kernel.c", "kernel.c:7:3: error: 'cudaStream_t' undeclared"]  # live, in order
+    assert "kernel.c:7:3: error: 'cudaStream_t' undeclared" in info.value.error_lines
+    assert "the backend toy_backend exited 1" in info.value.message
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_the_frontend_returns_the_backends_wheel(tmp_path):
+    project = _in_tree_backend(tmp_path / "p", WORKING_BACKEND)
+    result = build_wheel(project, tmp_path / "dist", python=sys.executable, env=dict(os.environ), log_path=tmp_path / "b.log")
+    assert result.wheel == tmp_path / "dist" / "toy-1.0-py3-none-any.whl" and result.backend == "toy_backend"
+    assert "building toy" in (tmp_path / "b.log").read_text()
+
+
+def test_a_backend_that_cannot_be_imported_is_named(tmp_path):
+    project = _in_tree_backend(tmp_path / "p", WORKING_BACKEND, backend="no_such_backend")
+    with pytest.raises(BuildDepsMissing, match="cannot import the build backend no_such_backend"):
+        build_wheel(project, tmp_path / "dist", python=sys.executable, env=dict(os.environ), log_path=tmp_path / "b.log")
+
+
+def test_a_folder_that_is_no_project_is_a_usage_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="neither pyproject.toml nor setup.py"):
+        build_wheel(tmp_path / "empty", tmp_path / "dist", python=sys.executable, env=dict(os.environ),
+                    log_path=tmp_path / "b.log")
+    assert not (tmp_path / "dist").exists()

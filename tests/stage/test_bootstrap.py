@@ -176,3 +176,21 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
                    env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"})
     got = subprocess.run([str(env / "bin" / "wh"), "--version"], capture_output=True, text=True, check=True)
     assert "0.1.0" in got.stdout
+
+
+def test_a_failing_self_build_shows_the_backends_own_error(tmp_path):
+    """wh's own wheel goes through the same PEP 517 frontend as `wh build`: the backend's error is kept."""
+    from wheelhouse.stage.bootstrap import build_from_checkout
+
+    root = tmp_path / "checkout"
+    (root / "wheelhouse").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "wh"\n[build-system]\nrequires = []\n'
+                                         'build-backend = "broken_backend"\nbackend-path = ["wheelhouse"]\n')
+    (root / "wheelhouse" / "broken_backend.py").write_text(
+        "import sys\ndef build_wheel(d, c=None, m=None):\n"
+        "    print('setup.cfg:3: error: invalid package_data glob', file=sys.stderr)\n    raise SystemExit(1)\n")
+    with pytest.raises(BootstrapError) as err:
+        build_from_checkout(root, tmp_path / "cache")
+    assert "building wh's own wheel" in err.value.message
+    assert "setup.cfg:3: error: invalid package_data glob" in err.value.detail
+    assert not list((tmp_path / "cache").rglob("*.whl"))

@@ -199,7 +199,7 @@ def build_engine(
             result = build_wheel(
                 src, partial, python=interp.executable, env=env,
                 log_path=log_path, sink=sink, isolation=not recipe.build.no_build_isolation, label=recipe.name,
-                marker_env=interp.markers,
+                target=interp.target,
             )
         finally:
             reporter.finish(f"build {recipe.name}")

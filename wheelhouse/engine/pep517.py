@@ -1,8 +1,8 @@
 """Build a wheel through the project's PEP 517 backend, with the compiler's own words kept.
 
 ``pip wheel`` reports a failed C/CUDA build as "failed building wheel" and hides
-the ``ld`` or ``nvcc`` line that says why. Here the backend's hooks run in a
-subprocess of the TARGET interpreter (pyproject_hooks), every line it prints is
+the ``ld`` or ``nvcc`` line that says why. Here the backend's hooks run through ``build.ProjectBuilder`` in a
+subprocess of the TARGET interpreter, with an injected runner: every line it prints is
 streamed to a sink (the terminal) and to a log file as it comes, and on failure
 the lines that look like compiler errors are pulled out for the error message.
 """
@@ -27,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.errors import UsageError, WhError
+from wheelhouse.target import TargetProfile
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -127,22 +128,26 @@ class StreamingRunner:
             raise subprocess.CalledProcessError(rc, list(cmd))
 
 
-def _read_build_system(source_dir: Path) -> tuple[list[str], str, list[str] | None]:
-    pyproject = source_dir / "pyproject.toml"
-    if not pyproject.exists():
-        if not (source_dir / "setup.py").exists():
-            raise UsageError(
-                f"{source_dir} has neither pyproject.toml nor setup.py",
-                hint="set [engine.build] subdirectory to the folder that has them",
-            )
-        return ["setuptools>=40.8.0"], _DEFAULT_BACKEND, None
+def _builder(source_dir: Path, python: str, runner: StreamingRunner):
+    """``build.ProjectBuilder`` for ``source_dir``, its hooks run by ``python`` through ``runner``."""
+    from build import BuildException, ProjectBuilder
+
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{pyproject} is not valid TOML: {exc}", hint="fix the engine's pyproject.toml") from exc
-    bs = data.get("build-system") or {}
-    requires = list(bs.get("requires", ["setuptools>=40.8.0"]))
-    return requires, bs.get("build-backend", _DEFAULT_BACKEND), bs.get("backend-path")
+        return ProjectBuilder(source_dir, python_executable=python, runner=runner)
+    except BuildException as exc:
+        if not (source_dir / "pyproject.toml").exists() and not (source_dir / "setup.py").exists():
+            raise UsageError(f"{source_dir} has neither pyproject.toml nor setup.py",
+                             hint="set [engine.build] subdirectory to the folder that has them") from exc
+        raise UsageError(f"{source_dir}: {exc}", hint="fix the project's pyproject.toml [build-system]") from exc
+
+
+def _backend_name(source_dir: Path) -> str:
+    """The backend's name, for messages and provenance (ProjectBuilder has validated the table)."""
+    try:
+        data = tomllib.loads((source_dir / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return _DEFAULT_BACKEND
+    return (data.get("build-system") or {}).get("build-backend", _DEFAULT_BACKEND)
 
 
 _INSTALLED = (
@@ -158,8 +163,9 @@ def _installed(python: str, env: Mapping[str, str]) -> dict[str, str]:
     return {canonicalize_name(k): v for k, v in json.loads(proc.stdout).items()}
 
 
-def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, str], marker_env: Mapping[str, str] | None = None) -> list[str]:
-    """Requirements the interpreter does not satisfy (marker-excluded ones are skipped)."""
+def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, str],
+                               target: TargetProfile | None = None) -> list[str]:
+    """Requirements the interpreter does not satisfy (markers judged for ``target``; excluded ones skipped)."""
     missing = []
     for text in requires:
         try:
@@ -167,8 +173,7 @@ def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, 
         except InvalidRequirement:
             missing.append(text)
             continue
-        # The interpreter's whole environment is passed, so no host fact leaks into the evaluation.
-        if req.marker is not None and marker_env is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+        if target is not None and not target.evaluate(req.marker):
             continue
         have = installed.get(canonicalize_name(req.name))
         if have is None or (req.specifier and not req.specifier.contains(have, prereleases=True)):
@@ -185,6 +190,20 @@ def _isolated_python(python: str, requires: list[str], env: Mapping[str, str], r
     return vpy
 
 
+def _check_build_deps(builder, py: str, env: Mapping[str, str], config_settings, target: TargetProfile | None) -> None:
+    """Refuse before building when ``py`` lacks what the build needs (offline there is no pip to fetch it)."""
+    installed = _installed(py, env)
+    missing = missing_build_requirements(sorted(builder.build_system_requires), installed, target)
+    if not missing:  # the backend's dynamic ones need the backend itself, so only now
+        missing = missing_build_requirements(sorted(builder.get_requires_for_build("wheel", config_settings)),
+                                             installed, target)
+    if missing:
+        raise BuildDepsMissing(
+            f"{py} lacks build requirements: {'; '.join(missing)}",
+            hint=f"install them into that interpreter (`{py} -m pip install ...` from a wheelhouse), then re-run",
+        )
+
+
 def build_wheel(
     source_dir: Path,
     out_dir: Path,
@@ -196,20 +215,23 @@ def build_wheel(
     isolation: bool = False,
     config_settings: Mapping[str, str] | None = None,
     label: str | None = None,
-    marker_env: Mapping[str, str] | None = None,
+    target: TargetProfile | None = None,
 ) -> BuildResult:
     """Build ``source_dir`` into one wheel in ``out_dir`` with the backend run by ``python``.
 
-    ``isolation=False`` (the default, and the only choice offline) uses the build
-    requirements already installed in ``python``; missing ones are a
-    BuildDepsMissing naming them (``marker_env``: the interpreter's full PEP 508
-    environment, so marker-excluded requirements are skipped). Every line the backend prints goes to ``sink``
-    and ``log_path``; a failed hook raises BuildFailed with the compiler's lines.
+    The frontend is ``build.ProjectBuilder``; its hooks run through a ``StreamingRunner``, so
+    every line the backend prints goes to ``sink`` and ``log_path`` as it comes, and a failed
+    hook raises BuildFailed with the compiler's own lines. ``isolation=False`` (the default,
+    and the only choice offline) uses the build requirements already installed in ``python``;
+    missing ones are a BuildDepsMissing naming them (markers judged for ``target``, the
+    interpreter's profile, so no host fact leaks in).
     """
-    import pyproject_hooks  # a dependency of `build`
+    from build import BuildBackendException
+    from pyproject_hooks import BackendUnavailable
 
     source_dir = Path(source_dir).resolve()
-    requires, backend, backend_path = _read_build_system(source_dir)  # before creating anything
+    _builder(source_dir, python, lambda *a, **k: None)  # a bad project is refused before anything is created
+    backend = _backend_name(source_dir)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = Path(log_path)
@@ -219,8 +241,9 @@ def build_wheel(
         runner = StreamingRunner(env, log, sink)
         py = python
         if isolation:
+            builder = _builder(source_dir, python, runner)
             try:
-                py = _isolated_python(python, requires, env, runner, Path(td))
+                py = _isolated_python(python, sorted(builder.build_system_requires), env, runner, Path(td))
             except subprocess.CalledProcessError as exc:
                 raise BuildFailed(
                     "could not install the build requirements into an isolated env",
@@ -228,41 +251,31 @@ def build_wheel(
                     error_lines=extract_compiler_errors(list(runner.tail)),
                     hint="offline there is no index: set no-build-isolation = true and install the build deps into --python",
                 ) from exc
-        caller = pyproject_hooks.BuildBackendHookCaller(
-            str(source_dir), backend, backend_path=backend_path, runner=runner, python_executable=py
-        )
+        builder = _builder(source_dir, py, runner)
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 if not isolation:
-                    installed = _installed(py, env)
-                    missing = missing_build_requirements(requires, installed, marker_env)
-                    if not missing:
-                        missing = missing_build_requirements(caller.get_requires_for_build_wheel(config_settings), installed, marker_env)
-                    if missing:
-                        raise BuildDepsMissing(
-                            f"{py} lacks build requirements: {'; '.join(missing)}",
-                            hint=f"install them into that interpreter (`{py} -m pip install ...` from a wheelhouse), then re-run",
-                        )
-                stage = Path(td) / "dist"
-                stage.mkdir()
-                name = caller.build_wheel(str(stage), config_settings)
+                    _check_build_deps(builder, py, env, config_settings, target)
+                built = Path(builder.build("wheel", Path(td) / "dist", config_settings))
             for w in caught:
                 runner.log.write(f"warning: {w.message}\n")
-        except subprocess.CalledProcessError as exc:
-            lines = list(runner.tail)
+        except BuildBackendException as exc:
+            if isinstance(exc.exception, BackendUnavailable):
+                lines = (exc.exception.traceback or "").strip().splitlines()
+                why = getattr(exc.exception, "message", None) or (lines[-1] if lines else "")
+                raise BuildDepsMissing(
+                    f"{py} cannot import the build backend {backend}: {why}",
+                    hint=f"install it into that interpreter, e.g. `{py} -m pip install setuptools`",
+                ) from exc
+            rc = getattr(exc.exception, "returncode", "?")
             raise BuildFailed(
-                f"building {label or source_dir.name} failed (the backend {backend} exited {exc.returncode})",
+                f"building {label or source_dir.name} failed (the backend {backend} exited {rc})",
                 log_path=log_path,
-                error_lines=extract_compiler_errors(lines),
+                error_lines=extract_compiler_errors(list(runner.tail)) or [str(exc)],
             ) from exc
-        except pyproject_hooks.BackendUnavailable as exc:
-            raise BuildDepsMissing(
-                f"{py} cannot import the build backend {backend}: {exc.message or exc.traceback.strip().splitlines()[-1]}",
-                hint=f"install it into that interpreter, e.g. `{py} -m pip install setuptools`",
-            ) from exc
-        final = out_dir / name
-        tmp = out_dir / f".{name}.tmp"
-        shutil.copyfile(stage / name, tmp)
+        final = out_dir / built.name
+        tmp = out_dir / f".{built.name}.tmp"
+        shutil.copyfile(built, tmp)
         os.replace(tmp, final)
     return BuildResult(wheel=final, log_path=log_path, seconds=time.monotonic() - started, backend=backend)

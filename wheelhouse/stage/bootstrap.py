@@ -1,7 +1,7 @@
 """Bootstrap: wh's own wheel (and its dependencies' wheels) so the offline box can install wh itself.
 
 wh's wheel comes from the source checkout when wh runs from one (built through
-the PEP 517 backend with ``build.ProjectBuilder``, no isolation: setuptools is
+the PEP 517 backend by ``engine.pep517.build_wheel``, no isolation: setuptools is
 a dependency of wh, so nothing is downloaded), otherwise it is rebuilt from the
 installed distribution's RECORD. Either way it is cached by content. The same
 repacking turns any installed pure distribution back into a wheel, which is how
@@ -21,13 +21,18 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
-import warnings
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Iterable, Sequence
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -82,10 +87,6 @@ def _is_checkout(root: Path) -> bool:
     if not pyproject.is_file() or not (root / "wheelhouse" / "__init__.py").is_file():
         return False
     try:
-        import tomllib
-    except ImportError:  # pragma: no cover - python 3.10
-        import tomli as tomllib  # type: ignore
-    try:
         return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == _DIST
     except (OSError, ValueError):
         return False
@@ -122,8 +123,7 @@ def build_from_checkout(root: Path, cache: Path) -> Path:
     existing = sorted(out_dir.glob("*.whl")) if out_dir.is_dir() else []
     if existing:
         return existing[0]
-    from build import BuildBackendException, ProjectBuilder
-    from pyproject_hooks import quiet_subprocess_runner
+    from wheelhouse.engine.pep517 import BuildDepsMissing, BuildFailed, build_wheel
 
     with tempfile.TemporaryDirectory(prefix="wh-self-build-") as tmp:
         src = Path(tmp) / "src"
@@ -135,28 +135,17 @@ def build_from_checkout(root: Path, cache: Path) -> Path:
             (src / d).mkdir(exist_ok=True)
         if not (src / "README.md").exists():
             (src / "README.md").write_text("wh\n", encoding="utf-8")
-        dist = Path(tmp) / "dist"
-        import sys
-
+        # The backend's output goes to the log only; on failure its error lines are the error's detail.
+        log = Path(cache) / "self" / f"{key[:32]}.log"
         try:
-            with warnings.catch_warnings():
-                # build re-emits the backend's deprecation warnings in this process; they are
-                # about wh's packaging, not about the user's stage, so they are not shown.
-                warnings.simplefilter("ignore")
-                builder = ProjectBuilder(src, python_executable=sys.executable, runner=quiet_subprocess_runner)
-                built = Path(builder.build("wheel", dist))
-        except BuildBackendException as exc:
-            out = getattr(exc.exception, "output", b"") or b""
+            built = build_wheel(src, out_dir, python=sys.executable, env=os.environ, log_path=log, label="wh").wheel
+        except (BuildFailed, BuildDepsMissing) as exc:
             raise BootstrapError(
-                f"building wh's own wheel from {root} failed: {exc}",
+                f"building wh's own wheel from {root} failed: {exc.message}",
                 hint="run `python -m build --wheel --no-isolation` in the checkout to see the backend's error",
-                detail=out.decode(errors="replace") if isinstance(out, bytes) else str(out),
+                detail=exc.detail,
             ) from exc
-        out_dir.mkdir(parents=True, exist_ok=True)
-        final = out_dir / built.name
-        shutil.copyfile(built, out_dir / f".{built.name}.tmp")
-        os.replace(out_dir / f".{built.name}.tmp", final)
-    return final
+    return built
 
 
 def _b64(digest: bytes) -> str:
