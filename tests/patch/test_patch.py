@@ -231,3 +231,78 @@ def test_seed_spec_documents_sm89_torch_and_skips_elsewhere(tmp_path, venv):
     assert "safe" in text and "torch >= 2.12" in text
     out = apply_patch(spec, str(py), facts={"sm": ["9.0"], "torch": "2.11.0"})
     assert out.state == "skipped" and "sm 9.0" in out.reason
+
+
+# --- relative --python; kill -9 during verification (issue 11.16) --------------------------------------
+
+def test_relative_python_with_a_verify_call(tmp_path, venv):
+    """Before: the verify call ran in a temp folder where `venv/bin/python` does not exist: internal error."""
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec")
+    rel = os.path.relpath(py, tmp_path)
+    for cmd, state in (("apply", "applied"), ("verify", "patched"), ("revert", "reverted")):
+        r = subprocess.run([sys.executable, "-m", "wheelhouse", "patch", cmd, str(spec), "--python", rel, "--json"],
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["state"] == state
+    assert installed.read_text() == ORIGINAL
+
+
+def _killed_in_verification(spec, py, installed):
+    from faults import run_with_fault
+
+    p = run_with_fault(["patch", "apply", spec, "--python", py], "patch.apply.verify")
+    assert p.returncode == -9, p.stderr
+    assert installed.read_text() != ORIGINAL  # the payload is in place, unverified
+    assert (patch_dir(installed) / "tiny-rowwise" / "intent.json").is_file()
+
+
+def test_after_a_kill_in_verification_reapply_finishes_the_patch(tmp_path, venv):
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec")
+    _killed_in_verification(spec, py, installed)
+    r = wh("patch", "apply", spec, "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] == "applied" and out["verification"]["matched"] is True
+    assert "interrupted apply" in out["reason"]
+    pdir = patch_dir(installed) / "tiny-rowwise"
+    assert installed.read_text() == PAYLOAD and (pdir / "record.json").is_file() and not (pdir / "intent.json").exists()
+    assert wh("patch", "revert", spec, "--python", py).returncode == 0 and installed.read_text() == ORIGINAL
+
+
+def test_after_a_kill_in_verification_a_failing_payload_is_rolled_back(tmp_path, venv):
+    """Before: re-apply said 'already patched', MISMATCH, and left the payload in place."""
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec", expect=True)  # the payload returns False: verification fails
+    _killed_in_verification(spec, py, installed)
+    r = wh("patch", "apply", spec, "--python", py)
+    assert r.returncode == 1 and "error: " in r.stderr and "restored" in r.stderr, r.stderr
+    assert installed.read_text() == ORIGINAL
+    assert not (patch_dir(installed) / "tiny-rowwise").exists()
+
+
+@pytest.mark.parametrize("cmd, state", [("verify", "unpatched"), ("revert", "unpatched")])
+def test_after_a_kill_verify_and_revert_roll_the_apply_back(tmp_path, venv, cmd, state):
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec", when={"tinyengine": "<1"})  # conditions do not hold: unpatched is fine
+    p = __import__("faults").run_with_fault(["patch", "apply", spec, "--python", py, "--force"], "patch.apply.verify")
+    assert p.returncode == -9
+    r = wh("patch", cmd, spec, "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] == state and "interrupted apply" in out["reason"] and "rolled back" in out["reason"]
+    assert installed.read_text() == ORIGINAL and not (patch_dir(installed) / "tiny-rowwise").exists()
+
+
+def test_a_kill_between_restoring_and_cleaning_up_a_revert_is_finished(tmp_path, venv):
+    from faults import run_with_fault
+
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec")
+    assert wh("patch", "apply", spec, "--python", py).returncode == 0
+    p = run_with_fault(["patch", "revert", spec, "--python", py], "patch.revert.restored")
+    assert p.returncode == -9 and installed.read_text() == ORIGINAL
+    r = wh("patch", "revert", spec, "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == "reverted" and not (patch_dir(installed) / "tiny-rowwise").exists()

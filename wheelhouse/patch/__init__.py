@@ -7,9 +7,16 @@ verification call. With no known "before" hash at all, apply refuses: a patch
 never lands on a file nobody vouched for.
 
 apply: drifted file -> PatchDrifted with both hashes, nothing changed; else a
-backup (``<site>/.wh/patches/<name>/<sha>.orig``) and a record, an atomic
-replace, ``py_compile`` and the verification in the target interpreter, and a
-byte-exact rollback on any failure. Already patched is success.
+journal: the intent first (``<site>/.wh/patches/<name>/intent.json``), a backup
+(``<sha>.orig``), an atomic replace, ``py_compile`` and the verification in the
+target interpreter, the record last (``record.json``); a byte-exact rollback on
+any failure. Already patched is success.
+
+A process killed mid-apply (kill -9 during verification) leaves the intent: the
+next apply, verify or revert of that patch rolls the unfinished apply back from
+its backup before anything else, and says so (an apply then starts over, so the
+verification runs to the end). A revert killed after restoring the file is
+finished by the next revert.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import load_json
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
+from wheelhouse.faults import checkpoint
 from .conditions import check_conditions, gather_facts
 from .spec import PatchSpec, PatchSpecError, PatchVerify, load_patch_spec, parse_patch_spec
 
@@ -206,9 +215,54 @@ def _remove_patch_dir(pdir: Path) -> None:
             break
 
 
+def _interpreter(python: str | None) -> str:
+    """``python`` as a path that works from any folder (the verify call runs in a temp folder)."""
+    if not python:
+        return sys.executable
+    if os.sep in python:
+        return os.path.abspath(python)
+    return shutil.which(python) or python
+
+
+def _intent(pdir: Path) -> Path:
+    return pdir / "intent.json"
+
+
+def _recover(spec: PatchSpec, target: Path, pdir: Path) -> str:
+    """Roll back an apply of ``spec`` that was interrupted (its intent is still there); "" when there was none."""
+    intent_path = _intent(pdir)
+    if not os.path.lexists(intent_path):
+        return ""
+    intent = load_json(intent_path, what="patch journal", error=PatchDrifted,
+                       hint=f"inspect {pdir}; reinstall {spec.distribution} to get a known file back")
+    before, after = str(intent.get("before_sha256", "")), str(intent.get("after_sha256", ""))
+    backup = pdir / str(intent.get("backup", ""))
+    current = sha256_of(target)
+    if current == after:
+        if not backup.is_file() or sha256_of(backup) != before:
+            raise PatchDrifted(f"an apply of patch {spec.name} was interrupted and its backup {backup} is missing or "
+                               f"damaged; {target} still holds the unverified payload",
+                               hint=f"reinstall {spec.distribution} (`wh install`) to get the original file back")
+        write_atomic(target, backup.read_bytes(), mode=int(intent.get("mode", 0o644)))
+    elif current != before:
+        raise PatchDrifted(f"{target} changed after an interrupted apply of patch {spec.name}: sha256 {current}, "
+                           f"expected {before} or {after}; nothing changed, the journal stays in {pdir}",
+                           hint=f"reinstall {spec.distribution} (`wh install`) to get a known file back")
+    if (pdir / "record.json").exists():  # an older, finished apply's record: keep it and its backup
+        intent_path.unlink()
+    else:
+        _remove_patch_dir(pdir)
+    return f"an interrupted apply of {spec.name} was rolled back ({target} restored, sha256 {before})"
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
 # --- the three verbs ----------------------------------------------------------------------
 def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None, force: bool = False) -> PatchOutcome:
     """Apply one patch spec to the distribution installed for ``python``; see the module docstring."""
+    python = _interpreter(python)
     spec, met, reasons = _prepare(spec_path, python, facts)
     if not met and not force:
         return PatchOutcome(name=spec.name, action="apply", state="skipped", reason="; ".join(reasons),
@@ -217,12 +271,14 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
     base = dict(name=spec.name, action="apply", before_sha256=spec.before_sha256, payload_sha256=payload_sha, conditions_met=met)
     located = _locate(spec, python)
     if located is None:
-        raise PatchTargetMissing(f"{spec.distribution} is not installed for {python or sys.executable}",
+        raise PatchTargetMissing(f"{spec.distribution} is not installed for {python}",
                                  hint=f"install it first (`wh install`), then `wh patch apply {spec.path or spec.name}`")
     target, site = located
     if not target.is_file():
         raise PatchTargetMissing(f"{spec.distribution} has no file {spec.file} ({target})",
                                  hint="check file = ... in the spec against the installed distribution")
+    pdir = _patch_dir(site, spec.name)
+    recovered = _recover(spec, target, pdir)
     original = target.read_bytes()
     current = hashlib.sha256(original).hexdigest()
     base["file"] = str(target)
@@ -239,22 +295,20 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
             f"{target} has drifted: sha256 {current}, expected {' or '.join(spec.before_sha256)} (payload {payload_sha}); nothing changed",
             hint=f"the installed {spec.distribution} is not the version this patch is for: reinstall it (`wh install`) or update the spec",
         )
-    pdir = _patch_dir(site, spec.name)
     backup = pdir / f"{current}.orig"
     record = pdir / "record.json"
     mode = target.stat().st_mode & 0o777
     existed = pdir.exists()
+    # The journal: intent first (what is about to change and where its backup is), record last.
+    write_atomic(_intent(pdir), json.dumps({"name": spec.name, "file": str(target), "before_sha256": current,
+                                            "after_sha256": payload_sha, "backup": backup.name, "mode": mode}) + "\n")
     write_atomic(backup, original, mode=0o644)
-    write_atomic(record, json.dumps({"name": spec.name, "distribution": spec.distribution, "file": str(target),
-                                     "before_sha256": current, "after_sha256": payload_sha, "backup": backup.name,
-                                     "spec": str(spec.path), "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                                    indent=2) + "\n")
 
     def rollback(message: str, detail: str) -> PatchRolledBack:
         write_atomic(target, original, mode=mode)
         if existed:
-            backup.unlink(missing_ok=True)
-            record.unlink(missing_ok=True)
+            for f in (backup, record, _intent(pdir)):
+                f.unlink(missing_ok=True)
         else:
             _remove_patch_dir(pdir)
         return PatchRolledBack(f"patch {spec.name}: {message}; {target} restored (sha256 {current})",
@@ -263,26 +317,33 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
 
     try:
         write_atomic(target, payload, mode=mode)
-        comp = subprocess.run([python or sys.executable, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(target)],
+        comp = subprocess.run([python, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(target)],
                               capture_output=True, text=True)
         if comp.returncode != 0:
             raise rollback("the payload does not compile", (comp.stderr or comp.stdout).strip()[-3000:])
+        checkpoint("patch.apply.verify")
         verification = _run_call(spec.verify, python, met) if spec.verify else None
         if verification and not verification.ran:
             raise rollback(f"verification {spec.verify.call} failed", verification.output[-3000:])
         if verification and verification.matched is False:
             raise rollback(f"verification {spec.verify.call} returned {verification.value!r}, expected {verification.expected!r}", verification.output[-3000:])
+        write_atomic(record, json.dumps({"name": spec.name, "distribution": spec.distribution, "file": str(target),
+                                         "before_sha256": current, "after_sha256": payload_sha, "backup": backup.name,
+                                         "spec": str(spec.path), "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                        indent=2) + "\n")
+        _intent(pdir).unlink()
     except PatchRolledBack:
         raise
     except BaseException:
         rollback("interrupted", "")
         raise
-    reason = "" if met else "forced: " + "; ".join(reasons)
+    reason = _joined(recovered, "" if met else "forced: " + "; ".join(reasons))
     return PatchOutcome(state="applied", sha256=payload_sha, backup=str(backup), reason=reason, verification=verification, **base)
 
 
 def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any] | None = None) -> PatchOutcome:
     """patched / unpatched / drifted / not-installed, plus the verification call's result."""
+    python = _interpreter(python)
     spec, met, reasons = _prepare(spec_path, python, facts)
     payload_sha = _payload(spec)[1] if spec.payload.exists() else spec.payload_sha256
     base = dict(name=spec.name, action="verify", before_sha256=spec.before_sha256, payload_sha256=payload_sha,
@@ -290,6 +351,7 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
     located = _locate(spec, python)
     if located is None or not located[0].is_file():
         return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
+    base["reason"] = _joined(_recover(spec, located[0], _patch_dir(located[1], spec.name)), base["reason"])
     current = sha256_of(located[0])
     if current == payload_sha:
         state: State = "patched"
@@ -305,29 +367,37 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
 
 def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
     """Put the backed-up bytes back; refuses when the file changed since it was patched."""
+    python = _interpreter(python)
     spec = spec_path if isinstance(spec_path, PatchSpec) else load_patch_spec(spec_path)
     located = _locate(spec, python)
     if located is None or not located[0].is_file():
-        raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python or sys.executable}",
+        raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python}",
                                  hint="nothing to revert")
     target, site = located
     pdir = _patch_dir(site, spec.name)
+    recovered = _recover(spec, target, pdir)
     current = sha256_of(target)
     base = dict(name=spec.name, action="revert", file=str(target), before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256)
-    try:
-        rec = json.loads((pdir / "record.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        if current in spec.before_sha256:
-            return PatchOutcome(state="unpatched", sha256=current, reason="not patched; nothing to revert", **base)
+    record = pdir / "record.json"
+    if not os.path.lexists(record):
+        if current in spec.before_sha256 or recovered:
+            return PatchOutcome(state="unpatched", sha256=current,
+                                reason=_joined(recovered, "not patched; nothing to revert"), **base)
         raise PatchDrifted(f"no backup of {target} was recorded by `wh patch apply` (it has sha256 {current})",
                            hint=f"reinstall {spec.distribution} to get the original file back")
-    if current != rec["after_sha256"]:
-        raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec['after_sha256']}; nothing changed",
+    rec = load_json(record, what="patch record", error=PatchDrifted, hint=f"inspect {pdir}; reinstall {spec.distribution}")
+    if current == rec.get("before_sha256") and current != rec.get("after_sha256"):
+        # A revert restored the file and was stopped before it cleaned up: finish it.
+        _remove_patch_dir(pdir)
+        return PatchOutcome(state="reverted", sha256=current, reason="finished an interrupted revert", **base)
+    if current != rec.get("after_sha256"):
+        raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec.get('after_sha256')}; nothing changed",
                            hint=f"reinstall {spec.distribution} to get a known file back")
-    backup = pdir / rec["backup"]
-    original = backup.read_bytes()
-    if hashlib.sha256(original).hexdigest() != rec["before_sha256"]:
-        raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec['before_sha256']}", hint=f"reinstall {spec.distribution}")
+    backup = pdir / str(rec.get("backup"))
+    original = backup.read_bytes() if backup.is_file() else b""
+    if hashlib.sha256(original).hexdigest() != rec.get("before_sha256"):
+        raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec.get('before_sha256')}", hint=f"reinstall {spec.distribution}")
     write_atomic(target, original, mode=target.stat().st_mode & 0o777)
+    checkpoint("patch.revert.restored")
     _remove_patch_dir(pdir)
     return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)
