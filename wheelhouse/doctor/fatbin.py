@@ -35,7 +35,8 @@ from typing import BinaryIO, Callable
 
 from .elf import BadElf, read_elf
 
-__all__ = ["FATBIN_MAGIC", "FatbinEntry", "DeviceCode", "device_code", "parse_fatbin", "sm_number"]
+__all__ = ["FATBIN_MAGIC", "FatbinEntry", "DeviceCode", "KernelGap", "device_code", "parse_fatbin", "sm_number",
+           "kernel_gaps"]
 
 FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
@@ -132,6 +133,11 @@ class DeviceCode:
                              if e.kind in ("sass", "ptx"))
         return tuple(seen)
 
+    def images(self) -> str:
+        """``"sm_80, sm_90, PTX compute_90"`` (for a sentence), or ``"LTO-IR"``."""
+        names = [n if n.startswith("sm_") else f"PTX {n}" for n in self.names()]
+        return ", ".join(names) or "LTO-IR"
+
     def describe(self) -> str:
         """``"sm_80, sm_90; PTX compute_90"``, or what there is when neither."""
         sass = [n for n in self.names() if n.startswith("sm_")]
@@ -146,6 +152,49 @@ class DeviceCode:
     def to_json(self) -> dict:
         return {"sass": [n for n in self.names() if n.startswith("sm_")],
                 "ptx": [n for n in self.names() if n.startswith("compute_")]}
+
+
+@dataclass(frozen=True)
+class KernelGap:
+    """A shared object with device code that a GPU of compute capability ``sm`` cannot run."""
+
+    path: str  # as the caller named it (a RECORD path, an archive member)
+    code: DeviceCode
+    sm: int
+    driver_cuda: str | None = None
+    variant_of: str | None = None  # a same-named object elsewhere in the same package that does run there
+
+    def sentence(self, gpu: str = "this GPU") -> str:
+        """``sgl_kernel/sm100/common_ops.so has kernels for sm_100 only; this GPU is sm_89``."""
+        text = f"{self.path} has kernels for {self.code.images()} only; {gpu} is sm_{self.sm}"
+        jit = [e for e in self.code.entries if e.kind == "ptx" and e.runs_on(self.sm)]
+        if jit:  # the arch would JIT, the driver is too old for the PTX ISA
+            need = _required_cuda_major(jit[0].version)
+            text += (f" and its PTX (ISA {jit[0].version[0]}.{jit[0].version[1]}) needs a CUDA {need} driver, "
+                     f"this one supports CUDA {self.driver_cuda}")
+        if self.variant_of:
+            text += f" (an architecture variant: {self.variant_of} runs there)"
+        return text
+
+
+def kernel_gaps(objects: dict[str, DeviceCode], sms, driver_cuda: str | None = None) -> list[KernelGap]:
+    """Every (object, sm) with no image the GPU can run, among the objects of ONE package (path -> code).
+
+    An object whose same-named sibling elsewhere in the package runs on that sm is an architecture variant
+    the package picks between at run time (``sgl_kernel/sm100/common_ops.so`` beside
+    ``sgl_kernel/common_ops.so``): its gap carries ``variant_of`` and is not a failure.
+    LTO-IR-only objects are left out: nvJitLink turns them into code at run time, nothing to judge.
+    """
+    gaps: list[KernelGap] = []
+    for sm in sorted({sm_number(s) for s in sms}):
+        for path, code in objects.items():
+            if not (code.sass or code.ptx) or code.runs_on(sm, driver_cuda):
+                continue
+            base = path.rsplit("/", 1)[-1]
+            sibling = next((p for p, c in objects.items()
+                            if p != path and p.rsplit("/", 1)[-1] == base and c.runs_on(sm, driver_cuda)), None)
+            gaps.append(KernelGap(path, code, sm, driver_cuda, sibling))
+    return gaps
 
 
 def _entry(header: bytes) -> tuple[FatbinEntry, int, int]:

@@ -1,0 +1,110 @@
+"""wh doctor's GPU kernel coverage: nvcc-built .so files in wheels, installed in a venv, judged against fake GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _tags, install_wheel, make_venv
+from cuda_fixtures import build_kernel_so, nvcc
+from wheelhouse.doctor import run_doctor
+from wheelmaker import make_wheel
+
+pytestmark = pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    build = tmp_path_factory.mktemp("kernels-build")
+    sm90 = build_kernel_so(build / "a", "sm90.so", "arch=compute_90,code=sm_90").read_bytes()
+    ptx80 = build_kernel_so(build / "b", "ptx80.so", "arch=compute_80,code=compute_80").read_bytes()
+    sm80 = build_kernel_so(build / "c", "sm80.so", "arch=compute_80,code=sm_80").read_bytes()
+    sm100 = build_kernel_so(build / "d", "sm100.so", "arch=compute_100f,code=sm_100f").read_bytes()
+    folder = build / "wheels"
+    wheels = [
+        make_wheel(folder, "hopperonly", "1.0", tags=_tags(), modules={"hopperonly/__init__.py": ""},
+                   files={f"hopperonly/_kernels{SUFFIX}": sm90}),
+        make_wheel(folder, "ptxonly", "1.0", tags=_tags(), modules={"ptxonly/__init__.py": ""},
+                   files={"ptxonly/lib/libptxonly.so": ptx80}),
+        # sgl_kernel's layout: the package loads sm100/common_ops only on sm_100 cards.
+        make_wheel(folder, "variants", "1.0", tags=_tags(), modules={"variants/__init__.py": ""},
+                   files={f"variants/common_ops{SUFFIX}": sm80, f"variants/sm100/common_ops{SUFFIX}": sm100}),
+        make_wheel(folder, "blackwellonly", "1.0", tags=_tags(), modules={"blackwellonly/__init__.py": ""},
+                   files={f"blackwellonly/sm100/common_ops{SUFFIX}": sm100}),
+        make_wheel(folder, "cpuonly", "1.0", tags=_tags(), modules={"cpuonly/__init__.py": ""}),
+    ]
+    py = make_venv(tmp_path_factory.mktemp("kernels-venv") / "venv")
+    for w in wheels:
+        install_wheel(py, w)
+    return py
+
+
+def gpus(tmp_path: Path, *ccs: str, cuda: str = "13.0") -> dict[str, str]:
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"driver_version": "580.1", "cuda_version": cuda, "gpus": [
+        {"index": i, "name": "NVIDIA L4" if cc == "8.9" else "NVIDIA H200", "compute_capability": cc,
+         "memory_total_mib": 23034, "memory_used_mib": 0} for i, cc in enumerate(ccs)]}))
+    return {**os.environ, "WH_DOCTOR_FAKE_GPUS": str(path)}
+
+
+def test_a_library_built_for_another_architecture_fails_with_the_sm(venv, tmp_path):
+    rep = run_doctor(str(venv), checks=["kernels"], environ=gpus(tmp_path, "8.9"))
+    r = rep.get("kernels:hopperonly")
+    assert r.verdict == "fail"
+    assert f"hopperonly/_kernels{SUFFIX} has kernels for sm_90 only; this GPU is sm_89" in r.evidence
+    assert "sm_89" in r.hint
+    r = rep.get("kernels:blackwellonly")
+    assert r.verdict == "fail"
+    assert f"blackwellonly/sm100/common_ops{SUFFIX} has kernels for sm_100f only; this GPU is sm_89" in r.evidence
+
+
+def test_the_same_library_passes_on_its_own_gpu(venv, tmp_path):
+    rep = run_doctor(str(venv), checks=["kernels:hopperonly"], environ=gpus(tmp_path, "9.0"))
+    r = rep.get("kernels:hopperonly")
+    assert r.verdict == "ok" and "sm_90 -> sm_90: sm_90" in r.evidence
+
+
+def test_ptx_is_jit_compiled_for_a_newer_gpu_if_the_driver_knows_its_isa(venv, tmp_path):
+    r = run_doctor(str(venv), checks=["kernels:ptxonly"], environ=gpus(tmp_path, "8.9")).get("kernels:ptxonly")
+    assert r.verdict == "ok" and "compute_80 (PTX, JIT)" in r.evidence
+    old = run_doctor(str(venv), checks=["kernels:ptxonly"], environ=gpus(tmp_path, "8.9", cuda="12.4"))
+    r = old.get("kernels:ptxonly")
+    assert r.verdict == "fail" and "needs a CUDA 13 driver, this one supports CUDA 12.4" in r.evidence
+
+
+def test_an_architecture_variant_beside_one_that_runs_is_not_a_false_red(venv, tmp_path):
+    r = run_doctor(str(venv), checks=["kernels:variants"], environ=gpus(tmp_path, "8.9")).get("kernels:variants")
+    assert r.verdict == "ok", r.evidence
+    assert f"(an architecture variant: variants/common_ops{SUFFIX} runs there)" in r.evidence
+    assert r.data["variants"][0]["object"] == f"variants/sm100/common_ops{SUFFIX}"
+
+
+def test_mixed_gpus_each_sm_is_judged(venv, tmp_path):
+    r = run_doctor(str(venv), checks=["kernels:hopperonly"], environ=gpus(tmp_path, "9.0", "8.9")).get("kernels:hopperonly")
+    assert r.verdict == "fail" and "GPU 1 is sm_89" in r.evidence
+
+
+def test_no_gpu_is_skip_and_still_lists_the_architectures(venv, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "WH_DOCTOR_FAKE_GPUS"}
+    env["PATH"] = str(tmp_path)  # no nvidia-smi
+    rep = run_doctor(str(venv), checks=["kernels"], environ=env)
+    r = rep.get("kernels:hopperonly")
+    assert r.verdict == "skip" and "sm_90" in r.evidence
+    assert not [x for x in rep.results if x.id == "kernels:cpuonly"]
+
+
+def test_cli_exit_code(venv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(venv), "--check", "kernels",
+                           "--json"], capture_output=True, text=True, env=gpus(tmp_path, "8.9"), timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    verdicts = {r["id"]: r["verdict"] for r in json.loads(proc.stdout)["results"]}
+    assert verdicts == {"kernels:blackwellonly": "fail", "kernels:hopperonly": "fail", "kernels:ptxonly": "ok",
+                        "kernels:variants": "ok"}
