@@ -67,29 +67,18 @@ def _with_port(url: str, port: int) -> str:
 
 
 def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> None:
+    from wheelhouse.doctor import run_doctor
+    from wheelhouse.patch import apply_patch
+    from wheelhouse.target.gpu import query_gpus
+
     reporter = ui.reporter()
-    try:
-        from wheelhouse.target.gpu import query_gpus
-        gpus = query_gpus()
-    except ImportError:
-        gpus = []
-        reporter.note("preflight: GPU query not available in this build; GPU checks see no cards")
-    doctor_fn = None
-    try:
-        from wheelhouse.doctor import run_doctor
+    gpus = query_gpus()
 
-        def doctor_fn():
-            return run_doctor(python=python, manifest=manifest, model=Path(model) if model else None, reporter=reporter).failed
-    except ImportError:
-        reporter.note("preflight: wh doctor not available in this build; doctor checks skipped")
-    apply = None
-    try:
-        from wheelhouse.patch import apply_patch
+    def doctor_fn():
+        return run_doctor(python=python, manifest=manifest, model=Path(model) if model else None, reporter=reporter).failed
 
-        def apply(spec):
-            return apply_patch(spec, python=python)
-    except ImportError:
-        pass
+    def apply(spec):
+        return apply_patch(spec, python=python)
     expect = manifest.doctor if manifest else None
     try:
         pre.run_preflight(

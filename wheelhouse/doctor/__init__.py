@@ -118,10 +118,8 @@ def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tupl
 
     if wheelhouse:
         return read_wh_json(wheelhouse), f"--wheelhouse {wheelhouse}"  # not a wheelhouse: a usage error
-    try:
-        from wheelhouse.install import read_install_state
-    except ImportError:  # pragma: no cover - install ships with wh
-        return None, None
+    from wheelhouse.install import read_install_state
+
     for site in site_dirs:
         for w in reversed(read_install_state(site).get("wheelhouses", [])):
             try:
@@ -204,12 +202,9 @@ def gather_context(
     own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
     # Every site folder the target imports from: a parent venv's or the system's NVIDIA libs count too.
     site_dirs = tuple(Path(p) for p in visible_site_dirs(own, facts.get("sys_path") or ()))
-    try:
-        from wheelhouse.env.cuda import engine_environment
+    from wheelhouse.env.cuda import engine_environment
 
-        engine_env = {**env, **engine_environment(list(site_dirs), env)}
-    except ImportError:  # pragma: no cover - cudaenv ships with wh
-        engine_env = dict(env)
+    engine_env = {**env, **engine_environment(list(site_dirs), env)}
     meta, meta_source = _wheelhouse_meta(wheelhouse, site_dirs)
     target, target_source = None, None
     if meta and meta.get("target"):

@@ -233,10 +233,8 @@ def _uninstall_by_record(dist_info: Path) -> None:
 def _wheelhouse_of(platlib: str, name: str, wheelhouse: Path | None) -> str | None:
     if wheelhouse:
         return str(wheelhouse)
-    try:
-        from wheelhouse.install import read_install_state
-    except ImportError:  # pragma: no cover
-        return None
+    from wheelhouse.install import read_install_state
+
     rec = read_install_state(platlib).get("packages", {}).get(canonicalize_name(name))
     return rec.get("wheelhouse") if rec else None
 

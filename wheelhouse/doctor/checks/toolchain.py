@@ -97,14 +97,10 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # 2. The nvcc the engine gets.
     env = dict(ctx.engine_env)
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    pinned = None
-    try:
-        from wheelhouse.env.cuda import find_nvcc
+    from wheelhouse.env.cuda import find_nvcc
 
-        found = find_nvcc(list(ctx.site_dirs))
-        pinned = str(found) if found else None
-    except ImportError:  # pragma: no cover - cudaenv ships with wh
-        pass
+    found = find_nvcc(list(ctx.site_dirs))
+    pinned = str(found) if found else None
     if nvcc is None:
         for cid in ("toolchain:nvcc", "toolchain:ptxas", "toolchain:compile"):
             out.append(CheckResult(cid, CHECKS[cid], "skip", "no nvcc on the engine's PATH and no nvidia-cuda-nvcc wheel"))
