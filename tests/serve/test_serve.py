@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from wheelhouse import serve as srv
 from wheelhouse.serve import preflight as pre
 from wheelhouse.serve.lint import ForbiddenFlag, MissingPlaceholder, fill_placeholders, lint_command, port_from_command
+from wheelhouse.target.gpu import Gpu
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_engine.py"
 PY = sys.executable
@@ -391,7 +392,7 @@ def test_bundled_manifests_serve_sections():
 
 
 def gpu(i, used, total=65536):
-    return SimpleNamespace(index=i, name="A100-64G", compute_capability="8.0", memory_total_mib=total, memory_used_mib=used)
+    return Gpu(index=i, name="A100-64G", compute_capability="8.0", memory_total_mib=total, memory_used_mib=used)
 
 
 def test_preflight_busy_card_and_wrong_count_block_before_any_patch():

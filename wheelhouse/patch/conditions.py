@@ -7,7 +7,6 @@ is pure, and names every condition that does not hold (or is unknown).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from typing import Any, Mapping
@@ -16,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
+from wheelhouse.target.gpu import query_gpu_facts
 
 __all__ = ["gather_facts", "check_conditions"]
 
@@ -30,16 +30,9 @@ _VERSIONS = (
 
 
 def _gpu_sms() -> list[str] | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        proc = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    """The GPUs' compute capabilities (``["8.9", ...]``), as the doctor sees them; None when unknown."""
+    sms = [g.compute_capability for g in query_gpu_facts().gpus if g.compute_capability]
+    return sms or None
 
 
 def gather_facts(python: str | None, distributions: list[str]) -> dict[str, Any]:

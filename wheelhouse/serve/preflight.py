@@ -3,8 +3,8 @@
 The seed's vLLM launch script refuses any card count but the one its layout needs and any
 card that already has more than 4 GB in use (another job holds it); the doctor's failing
 checks block too; and the manifest's pending patches are applied first, because a doctor
-rule may fail exactly on the unpatched file. Facts (GPU list, doctor, patcher) are
-injected, so this module runs nothing itself.
+rule may fail exactly on the unpatched file. Facts (the GPUs as ``target.gpu.query_gpus``
+lists them, the doctor, the patcher) are injected, so this module runs nothing itself.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.target.gpu import Gpu
 from . import ServeError
 
 __all__ = ["DEFAULT_MAX_USED_MIB", "PreflightFailed", "check_gpus", "engine_python", "run_preflight"]
@@ -35,15 +36,15 @@ class PreflightFailed(ServeError):
         )
 
 
-def _visible(gpus: Sequence[Any], visible: str | None) -> list[Any]:
+def _visible(gpus: Sequence[Gpu], visible: str | None) -> list[Gpu]:
     """Only the cards the engine will see (CUDA_VISIBLE_DEVICES as indices; UUIDs are not filtered)."""
     if not visible or not all(p.strip().isdigit() for p in visible.split(",")):
         return list(gpus)
     wanted = {int(p) for p in visible.split(",")}
-    return [g for g in gpus if int(g.index) in wanted]
+    return [g for g in gpus if g.index in wanted]
 
 
-def check_gpus(gpus: Sequence[Any], *, expected: int | None, max_used_mib: int | None, visible: str | None = None) -> list[str]:
+def check_gpus(gpus: Sequence[Gpu], *, expected: int | None, max_used_mib: int | None, visible: str | None = None) -> list[str]:
     """Problems with the cards: a wrong count (exact, like seed 003's script) or a card already busy."""
     cards = _visible(gpus, visible)
     problems = []
@@ -53,7 +54,7 @@ def check_gpus(gpus: Sequence[Any], *, expected: int | None, max_used_mib: int |
         problems.append(f"expected exactly {expected} GPU(s){where}, {found}")
     limit = DEFAULT_MAX_USED_MIB if max_used_mib is None else max_used_mib
     for g in cards:
-        used = getattr(g, "memory_used_mib", None)
+        used = g.memory_used_mib
         if used is not None and used > limit:
             problems.append(
                 f"GPU {g.index} ({g.name}) already has {used} MiB in use (limit {limit} MiB): another job holds it; stop it first"
@@ -88,7 +89,7 @@ def engine_python(argv: Sequence[str]) -> str | None:
 
 def run_preflight(
     *,
-    gpus: Sequence[Any],
+    gpus: Sequence[Gpu],
     expected_gpus: int | None,
     max_used_mib: int | None,
     visible: str | None = None,
