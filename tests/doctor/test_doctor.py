@@ -241,7 +241,7 @@ def test_json_matches_schema_and_junit_has_one_testcase_per_check(zoo, tmp_path,
     assert by["native:segv"].find("failure") is not None and "SIGSEGV" in by["native:segv"].find("failure").text
     assert by["native:healthy"].find("failure") is None and by["native:healthy"].find("skipped") is None
     assert by["gpu:devices"].find("skipped") is not None  # CI has no GPU: skipped, not failed
-    assert suite.get("failures") == str(len(BROKEN))
+    assert suite.get("failures") == str(len(BROKEN) + 1)
     # Human output goes to stderr only.
     assert "FAIL" in proc.stderr and "native:undefsym" in proc.stderr
 
@@ -414,3 +414,45 @@ def test_table_evidence_drops_importlib_frames_and_says_what_it_cut():
     shown = _evidence(long, 0).splitlines()
     assert len(shown) == 8 and shown[-1] == "... 13 more line(s): -v or --json show them"
     assert _evidence(CheckResult("gpu:x", "x", "ok", "first\nsecond"), 0) == "first"
+
+
+def test_ctrl_c_stops_the_doctor_at_once_and_kills_its_probes(tmp_path):
+    # issue 11.12: Ctrl-C waited for every probe's timeout (182 s) and left them running.
+    import signal
+    import sysconfig
+    import time
+
+    from broken_packages import _ext, _tags
+    from wheelmaker import make_wheel
+
+    pidfile = tmp_path / "hang.pid"
+    init = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    wheel = make_wheel(tmp_path / "w", "hangpid", "1.0", tags=_tags(), modules={"hangpid/__init__.py": init},
+                       files={f"hangpid/_core{sysconfig.get_config_var('EXT_SUFFIX')}": _ext(tmp_path, "_core")})
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, wheel)
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                             "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < end and proc.poll() is None, "the hanging import never started"
+            time.sleep(0.05)
+        hanging = int(pidfile.read_text())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 2.5, err
+        assert proc.returncode == 130 and "interrupted" in err
+        for _ in range(40):
+            if not Path(f"/proc/{hanging}").exists() or \
+                    Path(f"/proc/{hanging}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the hanging probe outlived the interrupted doctor")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pidfile.exists() and pidfile.read_text() and Path(f"/proc/{pidfile.read_text()}").exists():
+            os.kill(int(pidfile.read_text()), 9)

@@ -104,3 +104,88 @@ def test_hanging_import_times_out_per_module_not_per_batch(tmp_path):
     assert out["slowish"].ok and out["slowish2"].ok  # 1.6 s in one batch, but each under 1.5 s
     assert not out["stuck"].ok and "timed out" in out["stuck"].crash and out["stuck"].isolated
     assert time.monotonic() - t0 < 15
+
+
+# ---- a probe never outlives its timeout (issue 11.12), and a hang costs one timeout (issue 10.8) -------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_dead(pid: int, seconds: float = 5) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _in_thread(fn, limit: float):
+    """Run fn in a daemon thread; (finished, result, seconds). A hang fails the test instead of hanging it."""
+    import threading
+
+    box = {}
+    t0 = time.monotonic()
+    t = threading.Thread(target=lambda: box.setdefault("out", fn()), daemon=True)
+    t.start()
+    t.join(limit)
+    return not t.is_alive(), box.get("out"), time.monotonic() - t0
+
+
+_ESCAPEE = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+            "open({pidfile!r}, 'w').write(str(p.pid))\n"
+            "sys.stdout.write('\\n@@WH-PROBE@@ {{\"ok\": true}}\\n'); sys.stdout.flush()\n"
+            "{tail}\n")
+
+
+@pytest.mark.parametrize("tail, timed_out", [("", False), ("time.sleep(600)", True)])
+def test_setsid_child_holding_stdout_neither_hangs_the_runner_nor_outlives_it(tmp_path, tail, timed_out):
+    pidfile = tmp_path / "escapee.pid"
+    s = script(tmp_path, "escape", _ESCAPEE.format(pidfile=str(pidfile), tail=tail))
+    finished, res, seconds = _in_thread(lambda: run_probe(sys.executable, s, timeout=3), limit=30)
+    child = int(pidfile.read_text())
+    try:
+        assert finished, "run_probe hung on a pipe held by a setsid grandchild"
+        assert seconds < 3 + 4
+        assert res.records == ({"ok": True},) and res.timed_out is timed_out
+        assert _wait_dead(child), "the setsid grandchild outlived the probe"
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
+
+
+def test_a_huge_single_line_of_output_is_not_kept(tmp_path):
+    s = script(tmp_path, "flood", "import sys\nchunk = 'x' * (1 << 20)\n"
+                                  "for _ in range(300):\n    sys.stdout.write(chunk)\n"
+                                  "sys.stdout.write('\\n@@WH-PROBE@@ {\"ok\": true}\\n')\n")
+    code = ("import resource, sys; from wheelhouse.doctor.probes import run_probe\n"
+            f"res = run_probe(sys.executable, {str(s)!r}, timeout=60)\n"
+            "assert res.ok and res.data == {'ok': True}, res\n"
+            "assert len(res.stdout) <= 8000\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) < 150  # MiB: 300 MB of one line is read through, not kept
+
+
+def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "early", "X = 1\n")
+    _pkg(root, "stuck", "import time\ntime.sleep(600)\n")
+    _pkg(root, "late", "X = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    t0 = time.monotonic()
+    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env, batch_size=10)
+    seconds = time.monotonic() - t0
+    assert out["early"].ok and out["late"].ok
+    assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
+    assert seconds < 8 + 6  # the batch gave up on it after a short grace; only the solo run waits the timeout

@@ -23,7 +23,7 @@ from .checks import DoctorContext, Distribution, selected
 from wheelhouse.errors import EXIT_INTERNAL, UsageError, WhError
 from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
-from .probes import default_jobs, probe_script, run_probe
+from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, run_probe
 from wheelhouse.progress import NullReporter, Reporter
 from .report import CheckResult, DoctorReport, Fix
 from wheelhouse.resources import doctor_dir
@@ -278,7 +278,13 @@ def run_checks(ctx: DoctorContext) -> list[CheckResult]:
         return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
 
     with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
-        per_group = list(pool.map(one, groups))
+        try:
+            per_group = list(pool.map(one, groups))
+        except BaseException:
+            # Ctrl-C (or a WhError) must not wait out every running probe's timeout: kill them all now,
+            # and let no queued probe start, so the pool below winds down in well under a second.
+            interrupt_probes()
+            raise
     return [r for rs in per_group for r in rs]
 
 
@@ -290,6 +296,7 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     """
     started = time.time()
     t0 = time.monotonic()
+    allow_probes()  # a doctor interrupted earlier in this process stopped its probes, not this run's
     ctx = gather_context(python, **options)
     results = run_checks(ctx)
     f = ctx.facts

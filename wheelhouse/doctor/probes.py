@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import queue
+import selectors
 import signal
 import subprocess
 import threading
@@ -31,6 +31,9 @@ from wheelhouse.resources import doctor_dir
 __all__ = [
     "MARKER",
     "ProbeError",
+    "ProbeInterrupted",
+    "interrupt_probes",
+    "allow_probes",
     "ProbeResult",
     "ImportOutcome",
     "probe_script",
@@ -108,8 +111,228 @@ def probe_script(name: str) -> Path:
     return doctor_dir() / "probes" / f"{name}.py"
 
 
+# ---- the probes that are running, so an interrupt can stop them all at once ---------------------------
+
+_LIVE: dict[int, subprocess.Popen] = {}  # pid (= process group id) -> process
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+class ProbeInterrupted(WhError):
+    """The doctor was interrupted (Ctrl-C): no new probe starts, the running ones were killed."""
+
+    code = "interrupted"
+    exit_code = 130
+
+
+def interrupt_probes() -> None:
+    """Kill every running probe's process group and refuse new probes (Ctrl-C must not wait for timeouts)."""
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE.values())
+    for proc in live:
+        _kill_group(proc)
+
+
+def allow_probes() -> None:
+    """Start accepting probes again (a new doctor run after an interrupted one in the same process)."""
+    _STOPPING.clear()
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     kill_group(proc.pid, signal.SIGKILL)
+
+
+def _pipe_inodes(*fds: int) -> set[int]:
+    out = set()
+    for fd in fds:
+        try:
+            out.add(os.fstat(fd).st_ino)
+        except OSError:
+            pass
+    return out
+
+
+def _kill_pipe_holders(inodes: set[int]) -> list[int]:
+    """SIGKILL every process (and its group) that still holds one of these pipes: a ``setsid`` escapee.
+
+    It left the probe's process group, so killing the group missed it; holding the probe's stdout is
+    what identifies it (Linux /proc).
+    """
+    if not inodes:
+        return []
+    wanted = {f"pipe:[{i}]" for i in inodes}
+    killed = []
+    me, my_group = os.getpid(), os.getpgrp()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry.name}/fd")
+            held = any(os.readlink(f"/proc/{entry.name}/fd/{fd}") in wanted for fd in fds)
+        except OSError:
+            continue
+        if held:
+            pid = int(entry.name)
+            try:
+                group = os.getpgid(pid)
+                if group != my_group:
+                    os.killpg(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+    return killed
+
+
+class _Output:
+    """What a probe printed, kept bounded: marker records, a tail of other stdout, a tail of stderr."""
+
+    MAX_RECORD = 64 << 20  # one marker line (the facts record of a large environment is a few MB)
+    MAX_OTHER_LINE = 64 << 10  # beyond this a non-record line is junk: only its tail is kept
+    TAIL = 8000
+
+    def __init__(self, on_record: Callable[[Mapping], None] | None) -> None:
+        self.records: list[Mapping] = []
+        self._on_record = on_record
+        self._line = bytearray()
+        self._discarding = False  # inside an over-long line that is not a record
+        self._other = bytearray()
+        self._err = bytearray()
+
+    def feed_err(self, chunk: bytes) -> None:
+        self._err += chunk
+        if len(self._err) > 2 * self.TAIL:
+            del self._err[:-self.TAIL]
+
+    def feed_out(self, chunk: bytes) -> int:
+        """Take a chunk of stdout; returns how many records it completed."""
+        n = 0
+        while chunk:
+            nl = chunk.find(b"\n")
+            part, chunk = (chunk, b"") if nl < 0 else (chunk[:nl + 1], chunk[nl + 1:])
+            if self._discarding:
+                self._keep_other(part)
+            else:
+                self._line += part
+                if len(self._line) > self._limit():
+                    self._discarding = True
+                    self._keep_other(bytes(self._line))
+                    self._line.clear()
+            if nl >= 0:
+                if not self._discarding:
+                    n += self._end_line(bytes(self._line))
+                self._line.clear()
+                self._discarding = False
+        return n
+
+    def _limit(self) -> int:
+        return self.MAX_RECORD if MARKER.encode() in self._line[:4096] else self.MAX_OTHER_LINE
+
+    def _keep_other(self, data: bytes) -> None:
+        self._other += data[-2 * self.TAIL:]
+        if len(self._other) > 2 * self.TAIL:
+            del self._other[:-self.TAIL]
+
+    def _end_line(self, raw: bytes) -> int:
+        line = raw.decode("utf-8", "replace")
+        idx = line.find(MARKER)
+        if idx >= 0:
+            try:
+                rec = json.loads(line[idx + len(MARKER):])
+            except ValueError:
+                rec = None
+            if isinstance(rec, Mapping):
+                self.records.append(rec)
+                if self._on_record:
+                    self._on_record(rec)
+                return 1
+        self._keep_other(raw)
+        return 0
+
+    def finish(self) -> tuple[str, str]:
+        if self._line:
+            self._end_line(bytes(self._line))
+        return (bytes(self._other).decode("utf-8", "replace")[-self.TAIL:],
+                bytes(self._err).decode("utf-8", "replace")[-self.TAIL:])
+
+
+_DRAIN = 0.5  # after the probe exited: read what it left in the pipes, not what an escapee keeps writing
+_TICK = 0.25  # how often a waiting runner looks at the interrupt flag
+
+
+def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen:
+    if _STOPPING.is_set():
+        raise ProbeInterrupted("interrupted: no new probe is started", hint="run `wh doctor` again")
+    try:
+        proc = subprocess.Popen(
+            [python, str(script), *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,  # own process group: a timeout kills its children too
+        )
+    except OSError as exc:
+        raise ProbeError(f"cannot run {python}: {exc.strerror or exc}",
+                         hint="pass --python with the path of the target interpreter") from exc
+    with _LIVE_LOCK:
+        _LIVE[proc.pid] = proc
+    if _STOPPING.is_set():  # interrupted between the check and the registration
+        _kill_group(proc)
+    return proc
+
+
+def _pump(proc: subprocess.Popen, out: _Output, timeout: float, idle_timeout: bool) -> bool:
+    """Read the probe's pipes until both close, it exited and drained, or the deadline; True when timed out."""
+    sel = selectors.DefaultSelector()
+    for pipe, is_out in ((proc.stdout, True), (proc.stderr, False)):
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe.fileno(), selectors.EVENT_READ, is_out)
+    deadline = time.monotonic() + timeout
+    exited_at = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if _STOPPING.is_set():
+                raise ProbeInterrupted("interrupted: the running probes were killed", hint="run `wh doctor` again")
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > _DRAIN:
+                return False  # something it forked still holds the pipe: stop reading, never wait on it
+            if now >= deadline:
+                return True
+            for key, _ in sel.select(min(deadline - now, _TICK)):
+                try:
+                    chunk = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fd)
+                elif not key.data:
+                    out.feed_err(chunk)
+                elif out.feed_out(chunk) and idle_timeout:
+                    deadline = time.monotonic() + timeout
+        return False
+    finally:
+        sel.close()
+
+
+def _finish(proc: subprocess.Popen, timed_out: bool) -> int | None:
+    """Kill what is left of the probe (its group, a setsid escapee holding its pipes), reap it, close the pipes."""
+    inodes = _pipe_inodes(proc.stdout.fileno(), proc.stderr.fileno())
+    _kill_group(proc)  # a timed-out probe, and a finished probe's stray children
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # stuck in the kernel (D state): do not wait for it
+        pass
+    _kill_pipe_holders(inodes)
+    for pipe in (proc.stdout, proc.stderr):
+        try:
+            pipe.close()  # no other thread reads it: closing cannot block
+        except OSError:
+            pass
+    with _LIVE_LOCK:
+        _LIVE.pop(proc.pid, None)
+    return proc.returncode
 
 
 def run_probe(
@@ -127,98 +350,26 @@ def run_probe(
 
     ``timeout`` bounds the whole run, or with ``idle_timeout`` the time between
     two records (so a batch of imports gets ``timeout`` per module). On timeout
-    the whole process group is killed.
+    the whole process group is killed, and so is anything it forked that escaped
+    the group but still holds its output; what is kept of its output is bounded.
     """
-    cmd = [python, str(script), *args]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,  # own process group: a timeout kills its children too
-        )
-    except OSError as exc:
-        raise ProbeError(f"cannot run {python}: {exc.strerror or exc}",
-                         hint="pass --python with the path of the target interpreter") from exc
-    lines: queue.Queue = queue.Queue()
-    err_chunks: list[bytes] = []
-
-    def _read_out() -> None:
-        for raw in iter(proc.stdout.readline, b""):
-            lines.put(raw)
-        lines.put(None)
-
-    def _read_err() -> None:
-        for chunk in iter(lambda: proc.stderr.read(65536), b""):
-            err_chunks.append(chunk)
-            if sum(len(c) for c in err_chunks) > 1 << 20:
-                del err_chunks[0]
-
-    threads = [threading.Thread(target=_read_out, daemon=True), threading.Thread(target=_read_err, daemon=True)]
-    for t in threads:
-        t.start()
-    records: list[Mapping] = []
-    other: list[str] = []
+    proc = _spawn(python, script, args, env)
+    out = _Output(on_record)
     timed_out = False
-    deadline = t0 + timeout
-    eof = False
-    while not eof:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            _kill_group(proc)
-            break
-        try:
-            raw = lines.get(timeout=remaining)
-        except queue.Empty:
-            continue
-        if raw is None:
-            eof = True
-            break
-        line = raw.decode("utf-8", "replace")
-        idx = line.find(MARKER)
-        if idx < 0:
-            other.append(line)
-            if len(other) > 400:
-                del other[:200]
-            continue
-        try:
-            rec = json.loads(line[idx + len(MARKER):])
-        except ValueError:
-            other.append(line)
-            continue
-        records.append(rec)
-        if on_record:
-            on_record(rec)
-        if idle_timeout:
-            deadline = time.monotonic() + timeout
     try:
-        remaining = max(0.1, deadline - time.monotonic()) if not timed_out else 5
-        proc.wait(timeout=remaining)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    # A probe's stray children must not outlive it.
-    _kill_group(proc)
-    for t in threads:
-        t.join(timeout=2)
-    for pipe in (proc.stdout, proc.stderr):
-        try:
-            pipe.close()
-        except OSError:
-            pass
+        timed_out = _pump(proc, out, timeout, idle_timeout)
+    finally:
+        returncode = _finish(proc, timed_out)
+    stdout, stderr = out.finish()
     return ProbeResult(
         probe=name or Path(script).stem,
-        returncode=proc.returncode,
+        returncode=returncode,
         timed_out=timed_out,
         duration=time.monotonic() - t0,
-        records=tuple(records),
-        stdout="".join(other)[-8000:],
-        stderr=b"".join(err_chunks).decode("utf-8", "replace")[-8000:],
+        records=tuple(out.records),
+        stdout=stdout,
+        stderr=stderr,
     )
 
 
@@ -284,10 +435,7 @@ class ImportOutcome:
         return f"{self.error_type}: {self.error}"
 
 
-@dataclass
-class _Pending:
-    batches: list[list[str]] = field(default_factory=list)
-    solo: list[str] = field(default_factory=list)
+BATCH_GRACE = 4.0  # seconds one module may import inside a batch before it is confirmed alone instead
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
@@ -295,6 +443,64 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
         return []
     size = max(1, -(-len(items) // n))
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+@dataclass
+class _ImportRun:
+    """The bookkeeping of one :func:`import_modules` call: what is pending, what has a verdict."""
+
+    timeout: float
+    reporter: Reporter
+    batches: list[list[str]] = field(default_factory=list)
+    solo: list[str] = field(default_factory=list)
+    results: dict[str, ImportOutcome] = field(default_factory=dict)
+
+    def take(self) -> list[tuple[list[str], bool]]:
+        """Runs to start now: every module to confirm alone, then every batch."""
+        out = [([m], True) for m in self.solo] + [(b, False) for b in self.batches]
+        self.solo, self.batches = [], []
+        return out
+
+    def _verdict(self, outcome: ImportOutcome) -> None:
+        self.results[outcome.module] = outcome
+        self.reporter.advance("imports")
+
+    def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
+        """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
+        isolated = solo or len(batch) == 1
+        started = [r["module"] for r in res.records if r.get("event") == "start"]
+        finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
+        if not started and not res.ok:  # the interpreter died before the first import
+            if isolated:
+                self._verdict(ImportOutcome(module=batch[0], ok=False, output=res.tail(), isolated=True,
+                                            crash=res.failure(self.timeout) or "the interpreter printed nothing",
+                                            seconds=res.duration))
+            else:
+                self.solo.extend(batch)
+            return
+        unstarted = []
+        for mod in batch:
+            rec = finished.get(mod)
+            if rec is not None:
+                outcome = ImportOutcome(
+                    module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
+                    error_type=rec.get("error_type"), error=rec.get("error"), traceback=rec.get("traceback"),
+                    seconds=float(rec.get("seconds") or 0), isolated=isolated,
+                )
+                if outcome.ok or isolated:
+                    self._verdict(outcome)
+                else:
+                    self.solo.append(mod)  # confirm alone: another module may have caused it
+            elif mod in started:  # it was importing when the process died, or hung past the batch's grace
+                if isolated:
+                    self._verdict(ImportOutcome(module=mod, ok=False, crash=res.failure(self.timeout),
+                                                output=res.tail(), isolated=True, seconds=res.duration))
+                else:
+                    self.solo.append(mod)
+            else:
+                unstarted.append(mod)
+        if unstarted:
+            self.batches.append(unstarted)
 
 
 def import_modules(
@@ -309,76 +515,30 @@ def import_modules(
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
-    ``timeout`` applies per module. Batches run ``jobs`` at a time; a module that
-    fails, crashes or hangs in a batch is re-run alone, and modules a crash
-    prevented from running go into a new batch.
+    ``timeout`` applies per module, in the run that gives the verdict. Batches run
+    ``jobs`` at a time; a module that fails or crashes in a batch, or is still
+    importing after :data:`BATCH_GRACE` seconds there, is re-run alone at once (so a
+    hang costs one timeout, not two); modules a crash prevented from running go
+    into a new batch.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
     script = probe_script("imports")
-    results: dict[str, ImportOutcome] = {}
-    nbatches = max(jobs, -(-len(mods) // batch_size))
-    pending = _Pending(batches=_chunks(mods, nbatches))
+    state = _ImportRun(timeout=timeout, reporter=reporter,
+                       batches=_chunks(mods, max(jobs, -(-len(mods) // batch_size))))
+    grace = min(timeout, BATCH_GRACE)
     reporter.start("imports", total=len(mods))
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
-        return batch, solo, run_probe(python, script, batch, timeout=timeout, env=env, idle_timeout=True, name="imports")
+        limit = timeout if solo or len(batch) == 1 else grace
+        return batch, solo, run_probe(python, script, batch, timeout=limit, env=env, idle_timeout=True, name="imports")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        running: set[Future] = set()
-
-        def _submit() -> None:
-            while pending.solo:
-                running.add(pool.submit(_run, [pending.solo.pop(0)], True))
-            while pending.batches:
-                running.add(pool.submit(_run, pending.batches.pop(0), False))
-
-        _submit()
+        running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
         while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, running = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
-                running.discard(fut)
-                batch, solo, res = fut.result()
-                started = [r["module"] for r in res.records if r.get("event") == "start"]
-                finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
-                if not started and not res.ok:
-                    # The interpreter died before the first import: judge each module alone.
-                    if len(batch) == 1:
-                        results[batch[0]] = ImportOutcome(
-                            module=batch[0], ok=False, crash=res.failure(timeout) or "the interpreter printed nothing",
-                            output=res.tail(), isolated=True, seconds=res.duration,
-                        )
-                        reporter.advance("imports")
-                    else:
-                        pending.solo.extend(batch)
-                    continue
-                unstarted: list[str] = []
-                for mod in batch:
-                    rec = finished.get(mod)
-                    if rec is not None:
-                        outcome = ImportOutcome(
-                            module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
-                            error_type=rec.get("error_type"), error=rec.get("error"), traceback=rec.get("traceback"),
-                            seconds=float(rec.get("seconds") or 0), isolated=solo or len(batch) == 1,
-                        )
-                        if outcome.ok or outcome.isolated:
-                            results[mod] = outcome
-                            reporter.advance("imports")
-                        else:
-                            pending.solo.append(mod)  # confirm alone: another module may have caused it
-                    elif mod in started:  # it was importing when the process died or hung
-                        if solo or len(batch) == 1:
-                            results[mod] = ImportOutcome(
-                                module=mod, ok=False, crash=res.failure(timeout), output=res.tail(),
-                                isolated=True, seconds=res.duration,
-                            )
-                            reporter.advance("imports")
-                        else:
-                            pending.solo.append(mod)
-                    else:
-                        unstarted.append(mod)
-                if unstarted:
-                    pending.batches.append(unstarted)
-            _submit()
+                state.judge(*fut.result())
+            running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
     reporter.finish("imports")
-    return {m: results[m] for m in mods if m in results}
+    return {m: state.results[m] for m in mods if m in state.results}
