@@ -5,10 +5,11 @@ Standard library only (the install path imports it: nothing here can open a sock
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from pathlib import Path
 
-__all__ = ["sha256_of", "update_hash"]
+__all__ = ["sha256_of", "update_hash", "record_digest"]
 
 _CHUNK = 1 << 20  # 1 MiB reads
 
@@ -28,3 +29,8 @@ def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     update_hash(h, path)
     return h.hexdigest()
+
+
+def record_digest(digest: bytes) -> str:
+    """A raw digest as a wheel's RECORD writes it: urlsafe base64 without padding (the one encoder)."""
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()

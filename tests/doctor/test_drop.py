@@ -106,3 +106,23 @@ def test_drop_cli_exits_1_when_a_drop_cannot_be_confirmed(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 1, proc.stderr
     assert "still found by find_spec" in proc.stderr and "hint:" in proc.stderr
+
+
+def test_record_uninstall_never_follows_a_record_out_of_the_environment(tmp_path):
+    """issue 11.6: a RECORD naming ../../outside.txt (or wh's own .wh/ records) must not make drop delete them;
+    drop uses install's one guarded uninstaller."""
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": ""}))
+    site = site_packages(py)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not wh's to delete\n")
+    (site / ".wh").mkdir()
+    (site / ".wh" / "links.json").write_text("{}\n")
+    record = next(site.glob("victim-1.0.dist-info")) / "RECORD"
+    rel = os.path.relpath(outside, site)
+    record.write_text(record.read_text() + f"{rel},,\n.wh/links.json,,\n")
+    [rec] = drop_distributions(str(py), [DropPlan("victim", "1.0", ("victim",), "r", "e", None)])
+    assert rec.method == "record" and rec.confirmed
+    assert outside.read_text() == "not wh's to delete\n"
+    assert (site / ".wh" / "links.json").read_text() == "{}\n"
+    assert not (site / "victim").exists() and not list(site.glob("victim-*.dist-info"))

@@ -19,7 +19,7 @@ __all__ = ["install"]
               help="Install into this venv (created with --python if missing).")
 @click.option("--system-site-packages", is_flag=True, help="A created venv sees the base interpreter's packages.")
 @click.option("--python", "python", envvar="WH_PYTHON",
-              help="Interpreter to install into (or to create the venv with). Default: the one running wh.")
+              help="Interpreter to install into (or to create the venv with). wh's own is used only when named here.")
 @click.option("--only", multiple=True, help="Install only this package (repeatable), e.g. to restore a dropped one.")
 @click.option("--installer", type=click.Choice(["wh", "pip"]), default="wh", show_default=True,
               help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
@@ -28,14 +28,19 @@ __all__ = ["install"]
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: 2x cores, at most 32).")
 @click.option("--no-links", is_flag=True, help="Do not create soname links / remove libcuda stubs afterwards.")
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
+@click.option("--allow-missing", is_flag=True,
+              help="Install even when a requirement of the result would be unmet (listed as a note).")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
 def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, jobs,
-            no_links, no_patches, as_json) -> None:
+            no_links, no_patches, allow_missing, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search) with no index and no network.
 
-    Before anything changes, the wheelhouse's target is checked against the receiving interpreter and every
-    file's sha256 against pylock.toml; any mismatch leaves the environment untouched.
+    Before anything changes, the wheelhouse's target is checked against the receiving interpreter, every
+    requirement of the result against what that interpreter imports, and every file's sha256 against
+    pylock.toml; any mismatch leaves the environment untouched. The install is one transaction: killed or
+    failed, the environment is left as it was (the next run rolls back what a killed one left). One run at
+    a time per target. A target is required: --venv, or --python (also to install into wh's own environment).
 
     \b
     Examples:
@@ -43,8 +48,9 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install --search /kaggle/input --python /usr/bin/python3
     """
     from wheelhouse.errors import UsageError
-    from wheelhouse.install import find_wheelhouses, install_wheelhouses
+    from wheelhouse.install import find_wheelhouses, install_wheelhouses, require_target
 
+    require_target(venv, python)
     if venv is not None and python and Path(venv, "bin", "python").exists():
         ui.info(f"note: {venv} exists; --python is only used to create a venv")
     if not wheelhouses and not search_roots:
@@ -59,7 +65,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         report = install_wheelhouses(
             found, python=python, venv=venv, system_site_packages=system_site_packages,
             only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
-            links=not no_links, patches=not no_patches, reporter=reporter,
+            links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
         )
     finally:
         reporter.close()

@@ -16,11 +16,8 @@ is removed when drops are listed or restored.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -32,6 +29,8 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
+from wheelhouse.install.target_lock import FolderLock
+from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
 from .report import DoctorReport
@@ -190,46 +189,6 @@ def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:
     return None
 
 
-def _uninstall_by_record(dist_info: Path) -> None:
-    """Remove the RECORD's files, then the dist-info; all moved aside first so a failure restores everything."""
-    site = dist_info.parent
-    try:
-        rows = list(csv.reader(io.StringIO((dist_info / "RECORD").read_text(encoding="utf-8"))))
-    except OSError as exc:
-        raise DropFailed(f"{dist_info} has no RECORD", hint="uninstall it with the target's pip") from exc
-    files = {os.path.normpath(site / r[0]) for r in rows if r and r[0]}
-    for f in list(files):
-        if f.endswith(".py"):  # their bytecode is not in RECORD
-            d, base = os.path.split(f)
-            cache = os.path.join(d, "__pycache__")
-            if os.path.isdir(cache):
-                files |= {os.path.join(cache, c) for c in os.listdir(cache) if c.startswith(base[:-3] + ".")}
-    stash = Path(tempfile.mkdtemp(prefix=".wh-drop-", dir=site))
-    moved: list[tuple[str, Path]] = []
-    try:
-        for i, f in enumerate(sorted(files)):
-            if os.path.lexists(f) and not os.path.isdir(f) and not f.startswith(str(dist_info) + os.sep):
-                dest = stash / str(i)
-                os.rename(f, dest)
-                moved.append((f, dest))
-        os.rename(dist_info, stash / "dist-info")
-        moved.append((str(dist_info), stash / "dist-info"))
-    except OSError as exc:
-        for orig, dest in reversed(moved):
-            os.rename(dest, orig)
-        shutil.rmtree(stash, ignore_errors=True)
-        raise DropFailed(f"could not remove {exc.filename}: {exc.strerror}", hint="check permissions") from exc
-    shutil.rmtree(stash, ignore_errors=True)
-    # Empty package folders left behind.
-    for d in sorted({os.path.dirname(f) for f in files}, key=len, reverse=True):
-        while d.startswith(str(site) + os.sep) and d != str(site):
-            try:
-                os.rmdir(d)
-            except OSError:
-                break
-            d = os.path.dirname(d)
-
-
 def _wheelhouse_of(platlib: str, name: str, wheelhouse: Path | None) -> str | None:
     if wheelhouse:
         return str(wheelhouse)
@@ -269,7 +228,10 @@ def drop_distributions(
                     raise DropFailed(f"pip could not uninstall {p.distribution}", detail=proc.stderr[-3000:],
                                      hint=f"run `{interp.executable} -m pip uninstall -y {p.distribution}` to see why")
             else:
-                _uninstall_by_record(info)
+                # The one guarded uninstaller (install's): only paths inside the environment, never
+                # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6).
+                with FolderLock(interp.platlib, on_wait=reporter.note):
+                    remove_distribution(p.distribution, interp.scheme())
         records.append(DropRecord(
             name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000], time=now,
             wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=p.modules,

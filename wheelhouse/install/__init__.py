@@ -3,15 +3,21 @@
 Order matters and is the point of this module: nothing in the environment
 changes until (1) the wheelhouse's target matches the receiving interpreter
 (asked of that interpreter: its implementation, version, abi, its own tag list,
-its glibc), and (2) every file to install has the sha256 (and size) the
-``pylock.toml`` says. Installation itself has no index and no network: wh's own
-parallel unpacker (``unpack``), or pip with ``--no-index --no-deps`` on the
-verified files. Then: optional bytecode, the install state, links, patches,
-and an activation snippet in the venv.
+its glibc), (2) the wheelhouse together with what that interpreter already
+imports satisfies every requirement (``closure``), and (3) every file to install
+has the sha256 (and size) the ``pylock.toml`` says. Installation itself has no
+index and no network: wh's own parallel unpacker (``wheel``), or pip with
+``--no-index --no-deps`` on the verified files.
 
-The steps live in their own modules: ``wheelhouses`` (finding them),
-``install_checks`` (choosing files, the target check, hashes), ``install_state``,
-``bytecode``, ``activation``; this one runs them in order.
+One run at a time per target (``target_lock``), and each run is a transaction
+(``transaction``): an unfinished one left by a crash is rolled back first; the
+files, the wheelhouse's patches and ``installed.json`` (written last) either
+all land or the environment is left exactly as it was (a venv this run created
+is removed). Then links and an activation snippet in the venv.
+
+The steps live in their own modules: ``wheelhouses`` (finding them), ``checks``
+(choosing files, the target check, hashes), ``closure``, ``transaction``,
+``target_lock``, ``state``, ``bytecode``; this one runs them in order.
 
 Nothing here imports anything that can open a socket.
 """
@@ -24,21 +30,27 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from wheelhouse.env.activation import write_activation
-from .bytecode import ByteCompiler
-from .checks import check_target, fitting_wheelhouses, select_files, verify_files
-from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
-from .state import read_install_state, state_path, write_install_state
-from .installed import canonical_name, find_installed
-from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
+from wheelhouse.errors import UsageError
+from wheelhouse.faults import checkpoint
 from wheelhouse.lock import LockedFile, WheelhouseNotFound
 from wheelhouse.progress import NullReporter, Reporter
-from .wheel import InstalledDist, install_wheels
+from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
+from .bytecode import ByteCompiler
+from .checks import check_target, fitting_wheelhouses, select_files, verify_files
+from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
+from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
+from .installed import canonical_name, find_installed
+from .state import read_install_state, state_path, unfinished_transaction, write_install_state
+from .target_lock import FolderLock
+from .transaction import Transaction, UnfinishedInstall, clean_leftovers, recover
+from .wheel import InstalledDist, install_wheels, plan_batch
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
 __all__ = [
@@ -49,6 +61,11 @@ __all__ = [
     "AmbiguousWheelhouse",
     "InstallFailed",
     "PatchesUnavailable",
+    "MissingRequirements",
+    "NoTarget",
+    "require_target",
+    "UnfinishedInstall",
+    "unfinished_transaction",
     "find_wheelhouses",
     "load_wheelhouse",
     "install_wheelhouses",
@@ -95,7 +112,19 @@ class InstallReport:
         }
 
 
-# ---- doing ----------------------------------------------------------------------------------------
+class NoTarget(UsageError):
+    code = "no-target"
+
+
+def require_target(venv: Path | None, python: str | None) -> None:
+    """Raise NoTarget unless a venv or an interpreter is named: wh's own environment is never a default."""
+    if venv is None and not python:
+        raise NoTarget("no target: pass --venv PATH (created if missing) or --python PATH",
+                       hint="`wh install WHEELHOUSE --venv /opt/venv`; to install into wh's own environment, "
+                            f"name it: `wh install WHEELHOUSE --python {sys.executable}`")
+
+
+# ---- the steps ------------------------------------------------------------------------------------
 
 
 def _pip_install(interp: Interpreter, paths: Sequence[Path], compile: bool) -> None:
@@ -114,19 +143,121 @@ def _pip_install(interp: Interpreter, paths: Sequence[Path], compile: bool) -> N
 
 
 def _apply_patches(houses: Sequence[Wheelhouse], interp: Interpreter, reporter: Reporter) -> list[str]:
-    """Apply each wheelhouse's patch specs (``patches/**.toml``; the payload files beside them are data)."""
+    """Apply each wheelhouse's patch specs (``patches/**.toml``; the payload files beside them are data).
+
+    All or none: when one fails, the ones this run applied are reverted before the error goes up
+    (and the caller rolls back the wheels).
+    """
     from wheelhouse import patch  # checked to exist before anything changed
 
-    applied = []
-    for h in houses:
-        for rel in h.patches:
-            if not rel.endswith(".toml"):
-                continue
-            outcome = patch.apply_patch(h.path / rel, python=interp.executable)
-            line = f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
-            reporter.note(line)
-            applied.append(line)
+    applied, done = [], []
+    try:
+        for h in houses:
+            for rel in h.patches:
+                if not rel.endswith(".toml"):
+                    continue
+                outcome = patch.apply_patch(h.path / rel, python=interp.executable)
+                if outcome.state == "applied":
+                    done.append(h.path / rel)
+                line = f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
+                reporter.note(line)
+                applied.append(line)
+    except BaseException:
+        for spec in reversed(done):
+            patch.revert_patch(spec, python=interp.executable)
+        raise
     return applied
+
+
+def _receiving(venv: Path | None, python: str | None) -> tuple[Interpreter, bool]:
+    """The interpreter to check against, and whether its environment exists yet (a venv to create does not:
+    its base's facts and tags stand for it, so a refused wheelhouse creates nothing)."""
+    if venv is not None and venv_python(venv).exists():
+        return inspect_interpreter(venv_python(venv)), True
+    return inspect_interpreter(python), venv is None
+
+
+def _recover(interp: Interpreter, reporter: Reporter) -> list[str]:
+    """Roll back what a killed run left (the caller holds the target lock)."""
+    notes = []
+    found = recover(interp.platlib)
+    if found is not None:
+        notes.append(f"rolled back an unfinished install: {found.describe()}")
+        reporter.note(notes[-1])
+    clean_leftovers(interp.platlib)
+    return notes
+
+
+def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | None, existing: bool,
+          system_site_packages: bool) -> tuple[list, list, list, list[str], list[str]]:
+    """Files chosen for ``interp`` (target checked), those to install, those already there, and notes."""
+    houses, notes = fitting_wheelhouses(houses, interp)
+    check_unambiguous(houses)
+    chosen = select_files(houses, interp, only)
+    check_target(houses, chosen, interp)
+    state = read_install_state(interp.platlib) if existing else {"packages": {}}
+    # What the receiving environment already imports: its own site folders, plus the base's with
+    # --system-site-packages (the image's torch). The same version there counts as installed, so it is
+    # not shadowed by a second copy.
+    visible = interp.visible_site_dirs if (existing or system_site_packages) else ()
+    todo, skipped = [], []
+    for h, f in chosen:
+        installed = find_installed(visible, f.name) if visible else []
+        rec = state["packages"].get(canonical_name(f.name))
+        if any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
+            skipped.append(f"{canonical_name(f.name)}=={f.version}")
+        else:
+            todo.append((h, f))
+    return list(houses), chosen, todo, skipped, notes
+
+
+def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: Interpreter, existing: bool,
+                        system_site_packages: bool) -> None:
+    """Refuse before any write when the install would leave a requirement unmet (see ``closure``)."""
+    view: dict[str, Dist] = {}
+    if existing or system_site_packages:
+        view = installed_view(interp.executable)
+    incoming = [wheel_dist(h.path / f.path) for h, f in todo]
+    check_closure(view, incoming, interp.markers)
+
+
+def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
+            reporter: Reporter) -> tuple[list[InstalledDist], int]:
+    """The verified files into the environment, inside ``txn``; returns what was installed and compiled."""
+    if installer == "pip":
+        plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
+        txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())])
+        _pip_install(interp, paths, compile)
+        return [InstalledDist(canonical_name(p.name), p.version, p.wheel.name, "", 0, p.replaced) for p in plans], 0
+    compiler = ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2)) if compile else None
+    try:
+        dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
+                               transaction=txn, on_written=compiler.submit if compiler else None,
+                               on_abort=compiler.abort if compiler else None)
+    except BaseException:
+        if compiler is not None:
+            compiler.abort()
+        raise
+    # Launchers and .data scripts are not modules; everything importable was streamed.
+    return dists, compiler.finish() if compiler is not None else 0
+
+
+def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter):
+    """Files, patches, then installed.json, as one transaction: all of it lands, or none of it."""
+    txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
+    try:
+        dists, compiled = _unpack(paths, interp, txn, installer, compile, jobs, reporter) if paths else ([], 0)
+        applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
+        checkpoint("install.before-state")
+        state_file = write_install_state(interp.platlib, chosen, houses)
+        checkpoint("install.before-commit")
+        if txn.active:
+            txn.commit()
+    except BaseException:
+        if txn.active:
+            txn.rollback()
+        raise
+    return dists, compiled, applied, state_file
 
 
 def install_wheelhouses(
@@ -141,111 +272,74 @@ def install_wheelhouses(
     jobs: int | None = None,
     links: bool = True,
     patches: bool = True,
+    allow_missing: bool = False,
     reporter: Reporter | None = None,
 ) -> InstallReport:
-    """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment."""
+    """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment.
+
+    One of them must be given: wh's own environment is only installed into when ``python`` names it.
+    """
+    require_target(venv, python)
     reporter = reporter or NullReporter()
     started = time.monotonic()
-    venv = Path(venv).absolute() if venv is not None else None
-    jobs = jobs or min(32, (os.cpu_count() or 2) * 2)
     houses = [load_wheelhouse(p) for p in wheelhouses]
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH`")
+    venv = Path(venv).absolute() if venv is not None else None
+    with ExitStack() as held:
+        fresh = venv is not None and not venv_python(venv).exists()
+        venv_lock = held.enter_context(FolderLock(venv, create=True, on_wait=reporter.note)) if venv else None
+        fresh = fresh and not venv_python(venv).exists()  # another run may have made it while we waited
+        try:
+            report = _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
+                                     only=only, installer=installer, compile=compile, jobs=jobs, links=links,
+                                     patches=patches, allow_missing=allow_missing, reporter=reporter)
+        except BaseException:
+            if fresh:  # no half-made venv: the next run would take it for a finished one
+                _remove_venv(venv, made_folder=venv_lock.created)
+            raise
+    return replace(report, seconds=time.monotonic() - started)
 
-    # 1. Facts of the receiving interpreter. A venv gets its base's tags, so the
-    #    check runs before the venv exists: a refused wheelhouse creates nothing.
-    created_venv = False
-    if venv is not None and venv_python(venv).exists():
-        interp = inspect_interpreter(venv_python(venv))
-    else:
-        interp = inspect_interpreter(python)
-    # A mount can hold one wheelhouse per target (cp311 and cp312, say): keep the ones for this one.
-    houses, target_notes = fitting_wheelhouses(houses, interp)
-    check_unambiguous(houses)
-    chosen = select_files(houses, interp, only)
-    check_target(houses, chosen, interp)
 
-    existing = venv is None or venv_python(venv).exists()
-    state = read_install_state(interp.platlib) if existing else {"packages": {}}
-    # What the receiving environment already imports: its own site folders, plus the base's
-    # with --system-site-packages (the image's torch). The same version there counts as
-    # installed, so it is not shadowed by a second copy.
-    if existing:
-        visible: tuple[str, ...] = interp.visible_site_dirs
-    else:
-        visible = interp.visible_site_dirs if system_site_packages else ()
-    todo: list[tuple[Wheelhouse, LockedFile]] = []
-    skipped: list[str] = []
-    for h, f in chosen:
-        key = canonical_name(f.name)
-        installed = find_installed(visible, f.name) if visible else []
-        rec = state["packages"].get(key)
-        if any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
-            skipped.append(f"{key}=={f.version}")
+def _remove_venv(venv: Path, made_folder: bool) -> None:
+    if made_folder:
+        shutil.rmtree(venv, ignore_errors=True)
+        return
+    for child in venv.iterdir():  # the folder was there, empty: leave it empty
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
         else:
-            todo.append((h, f))
+            child.unlink(missing_ok=True)
 
-    # 2. Every byte verified before the first one is written.
-    paths = verify_files(todo, jobs, reporter)
+
+def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
+                    jobs, links, patches, allow_missing, reporter) -> InstallReport:
+    jobs = jobs or min(32, (os.cpu_count() or 2) * 2)
+    interp, existing = _receiving(venv, python)
+    notes: list[str] = []
+    if existing:
+        held.enter_context(FolderLock(interp.platlib, on_wait=reporter.note))
+        notes += _recover(interp, reporter)
+    houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
+    notes += target_notes
+    paths = verify_files(todo, jobs, reporter)  # every byte verified before the first one is written
+    if not allow_missing:
+        _check_requirements(todo, interp, existing, system_site_packages)
     if patches and any(h.patches for h in houses) and importlib.util.find_spec("wheelhouse.patch") is None:
         raise PatchesUnavailable("the wheelhouse lists patches but this wh has no patch module",
                                  hint="install without them (`wh install --no-patches`) or upgrade wh")
-
-    # 3. Change things.
-    if venv is not None and not venv_python(venv).exists():
+    if not existing:
         interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=interp)
-        created_venv = True
-    notes: list[str] = list(target_notes)
-    installed_dists: list[InstalledDist] = []
-    compiled = 0
-    try:
-        if todo:
-            if installer == "pip":
-                _pip_install(interp, paths, compile)
-                installed_dists = [InstalledDist(canonical_name(f.name), f.version, f.filename, "", 0)
-                                   for _, f in todo]
-            else:
-                compiler = ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2)) if compile else None
-                try:
-                    installed_dists = install_wheels(
-                        paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
-                        on_written=compiler.submit if compiler else None,
-                        on_abort=compiler.abort if compiler else None,
-                    )
-                except BaseException:
-                    if compiler is not None:
-                        compiler.abort()
-                    raise
-                if compiler is not None:
-                    # Launchers and .data scripts are not modules; everything importable was streamed.
-                    compiled = compiler.finish()
-        state_file = write_install_state(interp.platlib, chosen, houses)
-    except BaseException:
-        if created_venv:
-            shutil.rmtree(venv, ignore_errors=True)
-        raise
+        held.enter_context(FolderLock(interp.platlib, on_wait=reporter.note))
+    dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
+                                                     compile=compile, jobs=jobs, patches=patches, reporter=reporter)
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))
-    applied_patches: list[str] = []
-    if patches and any(h.patches for h in houses):
-        applied_patches = _apply_patches(houses, interp, reporter)
-    activation = None
-    if venv is not None:
-        activation = str(write_activation(Path(venv), interp))
+    activation = str(write_activation(Path(venv), interp)) if venv is not None else None
     return InstallReport(
-        interpreter=interp.executable,
-        venv=str(venv) if venv is not None else None,
-        wheelhouses=tuple(str(h.path) for h in houses),
-        installed=tuple(installed_dists),
-        skipped=tuple(skipped),
-        links=tuple(link_changes),
-        patches=tuple(applied_patches),
-        compiled=compiled,
-        state_file=str(state_file),
-        activation=activation,
-        seconds=time.monotonic() - started,
-        installer=installer,
-        notes=tuple(notes),
+        interpreter=interp.executable, venv=str(venv) if venv is not None else None,
+        wheelhouses=tuple(str(h.path) for h in houses), installed=tuple(dists), skipped=tuple(skipped),
+        links=tuple(link_changes), patches=tuple(applied), compiled=compiled, state_file=str(state_file),
+        activation=activation, installer=installer, notes=tuple(notes),
     )
-

@@ -7,8 +7,6 @@ moved or removed, whatever an old RECORD says.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import re
 import shutil
@@ -23,7 +21,6 @@ __all__ = [
     "move_aside",
     "drop_bytecode",
     "prune_empty_dirs",
-    "remove_distribution",
 ]
 
 
@@ -57,18 +54,27 @@ def installed_paths(dist_info: Path) -> list[str]:
         text = (dist_info / "RECORD").read_text(encoding="utf-8")
     except OSError:
         return paths
-    for row in csv.reader(io.StringIO(text)):
-        if row and row[0]:
-            p = os.path.normpath(os.path.join(base, row[0]))
-            if not p.startswith(str(dist_info) + os.sep):
-                paths.append(p)
+    from .wheel.record import read_record  # here, not above: the wheel package imports this module
+
+    for path, _, _ in read_record(text):
+        p = os.path.normpath(os.path.join(base, path))
+        if not p.startswith(str(dist_info) + os.sep):
+            paths.append(p)
     return paths
 
 
 def inside_scheme(paths: list[str], scheme: Mapping[str, str]) -> list[str]:
-    """Only paths inside the environment: an old RECORD naming /etc/passwd must not make us move it."""
+    """Only paths inside the environment, never wh's state folder: a RECORD naming ``../../outside.txt``,
+    /etc/passwd or ``.wh/links.json`` must not make wh move or remove it."""
     roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
-    return [p for p in paths if any((os.path.normpath(p) + os.sep).startswith(r) for r in roots)]
+    state = [os.path.join(os.path.normpath(scheme[k]), ".wh") + os.sep for k in ("purelib", "platlib") if k in scheme]
+    out = []
+    for p in paths:
+        q = os.path.normpath(p) + os.sep
+        if any(q.startswith(r) for r in roots) and not any(q.startswith(s) for s in state) \
+                and q not in roots:
+            out.append(p)
+    return out
 
 
 def _bytecode_of(path: str) -> list[str]:
@@ -119,19 +125,3 @@ def prune_empty_dirs(paths: list[str], stop: set[str]) -> None:
             except OSError:
                 break
             d = os.path.dirname(d)
-
-
-def remove_distribution(name: str, scheme: Mapping[str, str]) -> list[str]:
-    """Uninstall every installed copy of ``name`` (files from its RECORD); returns the versions removed."""
-    sites = [scheme["purelib"], scheme["platlib"]]
-    removed = []
-    for dist_info, version in find_installed(sites, name):
-        paths = inside_scheme(installed_paths(dist_info), scheme)
-        for p in paths:
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            elif os.path.lexists(p):
-                os.unlink(p)
-        prune_empty_dirs(paths, set(scheme.values()))
-        removed.append(version)
-    return removed

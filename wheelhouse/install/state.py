@@ -1,7 +1,9 @@
 """The install state: ``<site-packages>/.wh/installed.json``, what wh installed from which wheelhouse.
 
 Read by later installs (the same version with the same sha256 is skipped), by
-``wh doctor`` and by drops.
+``wh doctor`` and by drops. It is written last, inside the install's transaction: an
+install that did not finish is never recorded; ``unfinished_transaction`` tells a doctor
+about its journal (see ``transaction``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any, Sequence
 
 from wheelhouse.atomic import write_atomic
 from .installed import canonical_name
+from .transaction import UnfinishedInstall, journal_path, unfinished_transaction
 from wheelhouse.lock import LockedFile
 from .wheelhouses import Wheelhouse
 
-__all__ = ["state_path", "read_install_state", "write_install_state"]
+__all__ = ["state_path", "read_install_state", "write_install_state", "unfinished_transaction", "UnfinishedInstall"]
 
 
 def state_path(site_dir: str | Path) -> Path:
@@ -25,7 +28,17 @@ def state_path(site_dir: str | Path) -> Path:
 
 
 def read_install_state(site_dir: str | Path) -> dict[str, Any]:
-    """``{wheelhouses: [...], packages: {name: {version, filename, sha256, wheelhouse}}, installed_at}``."""
+    """``{wheelhouses: [...], packages: {name: {version, filename, sha256, wheelhouse}}, installed_at}``.
+
+    While an install's journal is there (running, or killed before its commit), the state vouches for
+    nothing: it reads as empty, and the next install rolls the journal back.
+    """
+    if journal_path(site_dir).exists():
+        return {"wheelhouses": [], "packages": {}, "installed_at": None}
+    return _read(site_dir)
+
+
+def _read(site_dir: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(state_path(site_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -44,8 +57,11 @@ def read_install_state(site_dir: str | Path) -> dict[str, Any]:
 
 def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
                         houses: Sequence[Wheelhouse]) -> Path:
-    """Add ``houses`` and the ``chosen`` files to the state of ``site_dir`` (written atomically)."""
-    state = read_install_state(site_dir)
+    """Add ``houses`` and the ``chosen`` files to the state of ``site_dir`` (written atomically).
+
+    Called inside the install's transaction (its journal is there), as its last write.
+    """
+    state = _read(site_dir)
     for h in houses:
         if str(h.path) not in state["wheelhouses"]:
             state["wheelhouses"].append(str(h.path))

@@ -14,7 +14,6 @@ and ``BOOTSTRAP.txt``, kept apart from the stack's lock.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.metadata
 import io
@@ -38,6 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
 from wheelhouse.lock import Lock, LockedFile, write_pylock
 
@@ -148,10 +148,6 @@ def build_from_checkout(root: Path, cache: Path) -> Path:
     return built
 
 
-def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
 def _tag_string(tags: Sequence[str]) -> str:
     """``py2-none-any`` + ``py3-none-any`` -> ``py2.py3-none-any`` (PEP 425 compressed set)."""
     if not tags:
@@ -200,7 +196,7 @@ def repack_installed(name: str, out_dir: Path) -> Path:
     if not wheel_text:
         wheel_text = "Wheel-Version: 1.0\nGenerator: wh-repack\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         contents.append((f"{info.name}/WHEEL", wheel_text.encode()))
-    record = [f"{rel},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}" for rel, data in contents]
+    record = [f"{rel},sha256={record_digest(hashlib.sha256(data).digest())},{len(data)}" for rel, data in contents]
     record.append(f"{info.name}/RECORD,,")
     contents.append((f"{info.name}/RECORD", ("\n".join(record) + "\n").encode()))
     dist_name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from wheelhouse.faults import checkpoint
 from .launchers import shebang
 from wheelhouse.progress import Reporter
 from .plan import PlannedFile, WheelPlan
@@ -82,11 +83,14 @@ def _member_chunks(fd: int, wheel: Path, m: PlannedFile):
         yield from _raw_chunks(fd, pos, m.compress_size)
         return
     if m.compress_type == zipfile.ZIP_DEFLATED:
+        # Bounded output per call: 4 MiB of a zip bomb must not inflate to gigabytes in memory at once.
         inflater = zlib.decompressobj(-15)
         for chunk in _raw_chunks(fd, pos, m.compress_size):
-            out = inflater.decompress(chunk)
-            if out:
-                yield out
+            while chunk:
+                out = inflater.decompress(chunk, _READ)
+                if out:
+                    yield out
+                chunk = inflater.unconsumed_tail
         tail = inflater.flush()
         if tail:
             yield tail
@@ -106,8 +110,25 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def _too_big(plan: WheelPlan, m: PlannedFile) -> RecordMismatch:
+    return RecordMismatch(f"{plan.wheel.name}: {m.name} inflates beyond its declared {m.size} bytes",
+                          hint="the wheel is damaged or a zip bomb; remove it from the wheelhouse and re-run `wh stage`")
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> int:
+        with self._lock:
+            self.n += 1
+            return self.n
+
+
 def _extract(plan: WheelPlan, members: list[PlannedFile], python: str, archives: _Archives, reporter: Reporter,
-             task: str, failed: threading.Event, on_written: Callable[[str], None] | None = None) -> None:
+             task: str, failed: threading.Event, on_written: Callable[[str], None] | None = None,
+             counter: _Counter | None = None) -> None:
     src = archives.fd(plan.wheel)
     for m in members:
         if failed.is_set():
@@ -116,7 +137,12 @@ def _extract(plan: WheelPlan, members: list[PlannedFile], python: str, archives:
         h = hashlib.sha256()
         size = 0
         if m.script:
-            data = b"".join(_member_chunks(src, plan.wheel, m))
+            data = bytearray()
+            for chunk in _member_chunks(src, plan.wheel, m):
+                data += chunk
+                if len(data) > m.size:
+                    raise _too_big(plan, m)
+            data = bytes(data)
             h.update(data)
             size = len(data)
             if data.startswith(b"#!python"):
@@ -126,12 +152,12 @@ def _extract(plan: WheelPlan, members: list[PlannedFile], python: str, archives:
             chunks = _member_chunks(src, plan.wheel, m)
         out = create_new(m.dest, mode)
         try:
-            with plan.lock:
-                plan.written.append(m.dest)
             for chunk in chunks:
                 if not m.script:
                     h.update(chunk)
                     size += len(chunk)
+                    if size > m.size:  # enforced while streaming: a bomb never fills the disk
+                        raise _too_big(plan, m)
                 _write_all(out, chunk)
         finally:
             os.close(out)
@@ -139,6 +165,8 @@ def _extract(plan: WheelPlan, members: list[PlannedFile], python: str, archives:
             raise RecordMismatch(f"{plan.wheel.name}: {m.name} does not match its RECORD hash",
                                  hint="the wheel was altered after it was built; re-stage it with `wh stage`")
         reporter.advance(task, max(size, 1))
+        if counter is not None:
+            checkpoint(f"install.file.{counter.bump()}")
         if on_written is not None and m.dest.endswith(".py"):
             on_written(m.dest)
 
@@ -167,17 +195,18 @@ def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int,
                   on_written: Callable[[str], None] | None = None) -> None:
     """Write every planned file of ``plans`` (``write`` set) with ``jobs`` threads; raise the first error.
 
-    Each written path is appended to its plan's ``written`` before its first byte, so a
-    rollback finds partial files too.
+    The caller's transaction journaled every destination before this runs (a partial file is
+    rolled back like a whole one).
     """
     archives = _Archives()
+    counter = _Counter()
     failed = threading.Event()
     work = _chunks(plans, target_bytes=max(8 << 20, total // (jobs * 4)))
 
     def run(item):
         plan, members = item
         try:
-            _extract(plan, members, python, archives, reporter, task, failed, on_written)
+            _extract(plan, members, python, archives, reporter, task, failed, on_written, counter)
         except BaseException:
             failed.set()
             raise

@@ -8,8 +8,20 @@ interpreter (not the one running wh).
 from __future__ import annotations
 
 import configparser
+import re
+from pathlib import Path
 
-__all__ = ["shebang", "console_launchers"]
+from packaging.utils import canonicalize_name
+
+from .record import UnsafeWheelPath
+
+__all__ = ["shebang", "console_launchers", "check_script_name"]
+
+# What a venv's bin/ holds that no wheel may replace: the interpreter under each of its names, the
+# activation scripts, and wh's own snippets. pip's own wheel legitimately ships pip, pip3, pip3.X.
+_INTERPRETER = re.compile(r"^(python|pythonw|pypy|graalpy)(\d+(\.\d+)?t?)?$")
+_PIP = re.compile(r"^pip(\d+(\.\d+)?)?$")
+_VENV = re.compile(r"^(activate(\..*)?|Activate\.ps1|deactivate(\..*)?|wh-env\..*)$", re.IGNORECASE)
 
 _LAUNCHER = """# -*- coding: utf-8 -*-
 import sys
@@ -25,6 +37,22 @@ def shebang(python: str) -> bytes:
         return f"#!{python}\n".encode()
     # Long or spaced paths: let sh find the interpreter (the kernel limits #! lines).
     return f"#!/bin/sh\n'''exec' '{python}' \"$0\" \"$@\"\n' '''\n".encode()
+
+
+def check_script_name(wheel: Path, dist: str, script: str) -> None:
+    """Raise UnsafeWheelPath for a script that would replace the interpreter, pip or an activation script."""
+    if script in ("", ".", "..") or "/" in script or "\\" in script:
+        bad = "is not a file name"
+    elif _INTERPRETER.match(script):
+        bad = "would replace the environment's interpreter"
+    elif _VENV.match(script):
+        bad = "would replace the environment's activation script"
+    elif _PIP.match(script) and canonicalize_name(dist) != "pip":
+        bad = "would replace the environment's pip"
+    else:
+        return
+    raise UnsafeWheelPath(f"{wheel.name}: script {script!r} {bad}",
+                          hint="remove this wheel from the wheelhouse and re-run `wh stage`")
 
 
 def console_launchers(entry_points: str | None) -> list[tuple[str, str]]:

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .record import RecordMismatch, UnpackError, check_archive_path, check_inside, parse_record
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from .launchers import check_script_name, console_launchers
+from .record import RecordMismatch, UnpackError, UnsafeWheelPath, check_archive_path, check_inside, parse_record
 
 __all__ = ["SCHEME_KEYS", "PlannedFile", "WheelPlan", "plan_wheel"]
 
@@ -48,19 +52,53 @@ class WheelPlan:
     base: str  # site folder that holds the dist-info
     members: list[PlannedFile]
     entry_points: str | None
-    written: list[str] = field(default_factory=list)
-    moved: list[tuple[str, str]] = field(default_factory=list)  # (original, trash) of the old version
+    launchers: list[tuple[str, str]] = field(default_factory=list)  # (absolute path, body without shebang)
+    removed: list[str] = field(default_factory=list)  # the previous version's paths, moved aside by the batch
     replaced: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def written_paths(self) -> list[str]:
+        """Every path installing this plan writes: its files, launchers, INSTALLER, REQUESTED, RECORD."""
+        info = os.path.join(self.base, self.dist_info)
+        return ([m.dest for m in self.members if m.write] + [p for p, _ in self.launchers]
+                + [os.path.join(info, n) for n in ("INSTALLER", "REQUESTED", "RECORD")])
+
 
 def _find_dist_info(wheel: Path, names: list[str]) -> str:
-    tops = {n.split("/", 1)[0] for n in names if "/" in n}
-    infos = [t for t in tops if t.endswith(".dist-info") and f"{t}/METADATA" in names]
-    if len(infos) != 1:
-        raise UnpackError(f"{wheel.name} has {len(infos)} .dist-info folders with METADATA (exactly one expected)",
-                          hint="the wheel is malformed; rebuild it")
+    """The wheel's one ``.dist-info`` folder, which must be its filename's name and version (PEP 427/491).
+
+    A wheel named ``wrongdist-1.0`` shipping ``numpy-1.0.dist-info/`` would otherwise replace the
+    real numpy (pip refuses it too); a second ``.dist-info`` folder, with or without METADATA, the same.
+    """
+    try:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise UnpackError(f"{wheel.name} is not a valid wheel filename ({exc})",
+                          hint="the wheel was renamed; re-stage it with `wh stage`") from exc
+    tops = sorted({n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
+    infos = [t for t in tops if f"{t}/METADATA" in names]
+    if len(infos) != 1 or len(tops) != 1:
+        raise UnpackError(f"{wheel.name} has {len(tops)} .dist-info folders ({', '.join(tops) or 'none'}); "
+                          "exactly one, with METADATA, is expected",
+                          hint="the wheel is malformed or hostile; remove it from the wheelhouse and re-run `wh stage`")
+    info_name, _, info_version = infos[0][: -len(".dist-info")].partition("-")
+    try:
+        same = canonicalize_name(info_name) == name and Version(info_version) == version
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise UnpackError(f"{wheel.name} ships {infos[0]}/, not the {name} {version} its filename names",
+                          hint="the wheel is malformed or hostile; remove it from the wheelhouse and re-run `wh stage`")
     return infos[0]
+
+
+def _check_not_state(wheel: Path, name: str, dest: str, scheme: Mapping[str, str]) -> None:
+    """wh's own records (installed.json, links, drops, patches, the journal) are never a wheel's to write."""
+    for key in ("purelib", "platlib"):
+        state = os.path.join(os.path.normpath(scheme[key]), ".wh")
+        if dest == state or dest.startswith(state + os.sep):
+            raise UnsafeWheelPath(f"{wheel.name}: {name} would be written into wh's state folder {state}",
+                                  hint="remove this wheel from the wheelhouse and re-run `wh stage`")
 
 
 def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
@@ -105,6 +143,9 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
         digest, size = record[n]
         if digest is None:
             raise RecordMismatch(f"{wheel.name}: {n} has no sha256 in RECORD", hint="the wheel was altered; re-stage it")
+        if size is not None and size != info.file_size:
+            raise RecordMismatch(f"{wheel.name}: {n} is {info.file_size} bytes in the archive, {size} in RECORD",
+                                 hint="the wheel was altered; re-stage it")
         script = False
         if n.startswith(data_prefix):
             key, _, rest = n[len(data_prefix):].partition("/")
@@ -115,11 +156,18 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
             if key == "headers":
                 rest = f"{name}/{rest}"
             script = key == "scripts"
+            if script:
+                check_script_name(wheel, name, rest)
         else:
             base_dir, rest = root, n
         dest = os.path.normpath(os.path.join(base_dir, rest))
         check_inside(wheel, n, dest, base_dir)
+        _check_not_state(wheel, n, dest, scheme)
         mode = (info.external_attr >> 16) & 0o777
         members.append(PlannedFile(n, dest, info.file_size, digest, mode, script, info.header_offset,
                                    info.compress_size, info.compress_type))
-    return WheelPlan(wheel, name, version, dist_info, root, members, entry_points)
+    launchers = []
+    for script, body in console_launchers(entry_points):
+        check_script_name(wheel, name, script)
+        launchers.append((os.path.normpath(os.path.join(scheme["scripts"], script)), body))
+    return WheelPlan(wheel, name, version, dist_info, root, members, entry_points, launchers)

@@ -8,7 +8,6 @@ no drive letters or backslashes, and no destination outside its scheme folder.
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import os
@@ -16,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "UnsafeWheelPath",
     "RecordMismatch",
     "record_digest",
+    "read_record",
     "parse_record",
     "render_record",
     "check_archive_path",
@@ -42,29 +43,27 @@ class RecordMismatch(UnpackError):
     code = "record-mismatch"
 
 
-def record_digest(digest: bytes) -> str:
-    """A raw digest as RECORD writes it: urlsafe base64 without padding."""
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+def read_record(text: str) -> list[tuple[str, str | None, int | None]]:
+    """``(path, sha256 or None, size or None)`` for each row of a RECORD's text (the one RECORD reader).
+
+    Only sha256 is trusted; a row with another algorithm reads as having no hash.
+    """
+    out: list[tuple[str, str | None, int | None]] = []
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not row[0]:
+            continue
+        digest = None
+        if len(row) > 1 and row[1]:
+            algo, _, value = row[1].partition("=")
+            digest = value if algo == "sha256" else None
+        size = int(row[2]) if len(row) > 2 and row[2].strip().isdigit() else None
+        out.append((row[0], digest, size))
+    return out
 
 
 def parse_record(wheel: Path, text: str) -> dict[str, tuple[str | None, int | None]]:
     """``{archive path: (sha256 or None, size or None)}`` from a RECORD's text."""
-    out: dict[str, tuple[str | None, int | None]] = {}
-    for row in csv.reader(io.StringIO(text)):
-        if not row or not row[0]:
-            continue
-        path = row[0]
-        digest = None
-        if len(row) > 1 and row[1]:
-            algo, _, value = row[1].partition("=")
-            if algo != "sha256":
-                # Only sha256 is trusted here; weaker hashes are treated as missing.
-                digest = None
-            else:
-                digest = value
-        size = int(row[2]) if len(row) > 2 and row[2].strip().isdigit() else None
-        out[path] = (digest, size)
-    return out
+    return {path: (digest, size) for path, digest, size in read_record(text)}
 
 
 def render_record(rows: Iterable[tuple[str, str, str]], base: str, record: str) -> bytes:

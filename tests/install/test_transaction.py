@@ -1,0 +1,205 @@
+"""An install is a transaction: killed anywhere, failed anywhere, the environment is what it was or what the
+lock says, never in between, and the next run repairs what a killed one left (issue 11.1, 11.2, 11.16)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from faults import run_with_fault, wh_command
+from nvidia_fixtures import make_wheelhouse, tree_listing
+from venv_check import lock_problems
+from wheelmaker import make_wheel
+
+from wheelhouse.install import install_wheelhouses, read_install_state, unfinished_transaction
+from wheelhouse.install.transaction import Transaction, clean_leftovers, journal_path, recover
+from wheelhouse.install.wheel import RecordMismatch
+
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def site(venv: Path) -> Path:
+    return venv / "lib" / PY / "site-packages"
+
+
+def wh(*args, **kw):
+    return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300, **kw)
+
+
+def _stack(folder: Path, version: str = "1.0") -> list[Path]:
+    """Three wheels, ~90 files: enough for a kill in the middle of extraction."""
+    return [
+        make_wheel(folder, "big", version, modules={f"big/m{i}.py": f"X = {i}  # {version}\n" for i in range(80)},
+                   entry_points={"console_scripts": {"big-run": "big:main"}}),
+        make_wheel(folder, "upa", version, modules={"upa/__init__.py": f"V = '{version}'\n"}),
+        make_wheel(folder, "lib", version, modules={"lib/__init__.py": f"L = '{version}'\n"},
+                   files={f"lib-{version}.data/data/share/lib.txt": "data\n"}),
+    ]
+
+
+def _corrupt_member(wheel: Path, member: str) -> Path:
+    """Change one member's bytes but keep RECORD: the wheel passes the lock's hash (made after) and fails
+    extraction, in the middle of a batch."""
+    data = {}
+    with zipfile.ZipFile(wheel) as zf:
+        for n in zf.namelist():
+            data[n] = zf.read(n)
+    old = data[member]
+    data[member] = old[:-2] + (b"#" if old[-2:-1] != b"#" else b"!") + old[-1:]  # same size, other bytes
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in data.items():
+            zf.writestr(n, d)
+    return wheel
+
+
+KILL_POINTS = ["install.journal-written", "install.backed-up", "install.file.1", "install.file.45",
+               "install.files-done", "install.before-state", "install.before-commit"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_killed_fresh_install_is_never_taken_as_installed_and_the_next_run_repairs_it(tmp_path, point):
+    house = make_wheelhouse(tmp_path / "house", _stack(tmp_path / "w"))
+    venv = tmp_path / "venv"
+    killed = run_with_fault(["install", house, "--venv", venv], point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # What a doctor asks: the journal is there, its process is gone; nothing is recorded as installed.
+    unfinished = unfinished_transaction(site(venv))
+    assert unfinished is not None and not unfinished.running and "did not finish" in unfinished.describe()
+    assert read_install_state(site(venv))["packages"] == {}
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    assert "rolled back an unfinished install" in r.stderr
+    assert "installed 3, already there 0" in r.stderr
+    assert lock_problems(venv / "bin" / "python", site(venv), house) == []
+    assert unfinished_transaction(site(venv)) is None
+    assert not (site(venv) / ".wh" / "txn").exists()
+    run = subprocess.run([venv / "bin" / "python", "-c", "import big.m79, upa, lib; print(upa.V)"],
+                         capture_output=True, text=True)
+    assert run.stdout.strip() == "1.0", run.stderr
+
+
+def test_killed_after_the_commit_is_complete_and_leftovers_are_cleaned(tmp_path):
+    house = make_wheelhouse(tmp_path / "house", _stack(tmp_path / "w"))
+    venv = tmp_path / "venv"
+    assert run_with_fault(["install", house, "--venv", venv], "install.committed").returncode == -signal.SIGKILL
+    assert unfinished_transaction(site(venv)) is None  # committed: the record vouches, rightly
+    assert lock_problems(venv / "bin" / "python", site(venv), house) == []
+    assert (site(venv) / ".wh" / "txn").exists()  # the backups folder it had no time to remove
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0 and "installed 0, already there 3" in r.stderr, r.stderr
+    assert not (site(venv) / ".wh" / "txn").exists()
+
+
+@pytest.mark.parametrize("point", ["install.backed-up", "install.file.30", "install.before-commit"])
+def test_killed_upgrade_is_rolled_back_to_the_exact_previous_tree(tmp_path, point):
+    old = make_wheelhouse(tmp_path / "old", _stack(tmp_path / "w1", "1.0"))
+    new = make_wheelhouse(tmp_path / "new", _stack(tmp_path / "w2", "2.0"))
+    venv = tmp_path / "venv"
+    assert wh("install", old, "--venv", venv, "--compile").returncode == 0
+    before = tree_listing(venv)
+    assert run_with_fault(["install", new, "--venv", venv], point).returncode == -signal.SIGKILL
+    assert tree_listing(venv) != before
+    assert recover(site(venv)) is not None
+    assert tree_listing(venv) == before  # byte for byte, bytecode and installed.json included
+    r = wh("install", new, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    assert lock_problems(venv / "bin" / "python", site(venv), new) == []
+
+
+def test_failed_install_leaves_every_byte_as_it_was_even_files_another_dist_owns(tmp_path):
+    """issue 11.2: two wheels ship upa/__init__.py; the batch fails; upa's file must survive the rollback."""
+    venv = tmp_path / "venv"
+    first = make_wheelhouse(tmp_path / "first", [make_wheel(tmp_path / "w", "upa", "1.0",
+                                                            modules={"upa/__init__.py": "OWNER = 'upa'\n"})])
+    assert wh("install", first, "--venv", venv, "--compile").returncode == 0
+    clash = make_wheel(tmp_path / "w2", "upb", "1.0", modules={"upa/__init__.py": "OWNER = 'upb'\n", "upb.py": ""})
+    bad = _corrupt_member(make_wheel(tmp_path / "w2", "zbad", "1.0", modules={"zbad.py": "Z = 1\n"}), "zbad.py")
+    second = make_wheelhouse(tmp_path / "second", [clash, bad])
+    before = tree_listing(venv)
+    r = wh("install", second, "--venv", venv)
+    assert r.returncode == 1 and "RECORD" in r.stderr, r.stderr
+    assert tree_listing(venv) == before
+    assert (site(venv) / "upa" / "__init__.py").read_text() == "OWNER = 'upa'\n"
+
+
+def test_a_crash_during_a_rollback_is_finished_by_the_next_run(tmp_path):
+    venv = tmp_path / "venv"
+    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    bad = _corrupt_member(make_wheel(tmp_path / "w2", "zbad", "1.0", modules={"zbad.py": "Z = 1\n"}), "zbad.py")
+    house = make_wheelhouse(tmp_path / "b", [*_stack(tmp_path / "w2", "2.0"), bad])
+    assert run_with_fault(["install", house, "--venv", venv, "-j", "1"],
+                          "install.rollback-step").returncode == -signal.SIGKILL
+    assert unfinished_transaction(site(venv)) is not None
+    recover(site(venv))
+    assert tree_listing(venv) == before
+
+
+def test_transaction_begin_moves_aside_and_rollback_restores(tmp_path):
+    site_dir = tmp_path / "site"
+    (site_dir / "pkg").mkdir(parents=True)
+    (site_dir / "pkg" / "a.py").write_text("old\n")
+    txn = Transaction(site_dir, ["x.whl"])
+    txn.begin([str(site_dir / "pkg" / "a.py"), str(site_dir / "new" / "b.py")], [str(site_dir / "new")])
+    assert journal_path(site_dir).exists() and not (site_dir / "pkg" / "a.py").exists()
+    (site_dir / "new").mkdir()
+    (site_dir / "new" / "b.py").write_text("new\n")
+    (site_dir / "pkg" / "a.py").write_text("replaced\n")
+    txn.rollback()
+    assert (site_dir / "pkg" / "a.py").read_text() == "old\n"
+    assert not (site_dir / "new").exists() and not (site_dir / ".wh").exists()
+
+
+def test_transaction_commit_forgets_the_journal_and_the_backups(tmp_path):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "a.py").write_text("old\n")
+    txn = Transaction(site_dir)
+    txn.begin([str(site_dir / "a.py")])
+    (site_dir / "a.py").write_text("new\n")
+    txn.commit()
+    assert (site_dir / "a.py").read_text() == "new\n"
+    assert not (site_dir / ".wh").exists() and recover(site_dir) is None
+
+
+def test_leftover_trash_and_backups_are_cleaned(tmp_path):
+    site_dir = tmp_path / "site"
+    for d in (".wh/trash/123-1/0-old.py", ".wh/txn/456-2/0"):
+        (site_dir / d).parent.mkdir(parents=True, exist_ok=True)
+        (site_dir / d).write_text("x")
+    (site_dir / ".wh" / "installed.json").write_text("{}")
+    assert clean_leftovers(site_dir) == 2
+    assert sorted(p.name for p in (site_dir / ".wh").iterdir()) == ["installed.json"]
+
+
+def test_a_failing_wheelhouse_patch_leaves_the_environment_as_it_was(tmp_path):
+    """issue 11.16: a patch that fails during `wh install` removes the venv this run created, and in an
+    existing environment rolls the wheels back."""
+    w = make_wheel(tmp_path / "w", "tinyengine", "1.0", modules={"tinyengine/__init__.py": "",
+                                                                 "tinyengine/kernel.py": "X = 1\n"})
+    house = make_wheelhouse(tmp_path / "house", [w], patches=["patches/fix/spec.toml"])
+    spec_dir = house / "patches" / "fix"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel_fix.py").write_text("X = 2\n")
+    import hashlib
+    sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+    payload_sha = sha("X = 2\n")
+    (spec_dir / "spec.toml").write_text(  # the before hash is not the installed file's: the patch refuses
+        '[patch]\nname = "tiny"\ndistribution = "tinyengine"\nfile = "tinyengine/kernel.py"\n'
+        f'payload = "kernel_fix.py"\nbefore-sha256 = ["{sha("something else")}"]\npayload-sha256 = "{payload_sha}"\n')
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode != 0 and "drifted" in r.stderr, r.stderr
+    assert not venv.exists()
+    other = make_wheelhouse(tmp_path / "plain", [make_wheel(tmp_path / "w2", "plain", "1.0", modules={"plain.py": ""})])
+    assert wh("install", other, "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    with pytest.raises(Exception, match="drifted"):
+        install_wheelhouses([house], venv=venv)
+    assert tree_listing(venv) == before

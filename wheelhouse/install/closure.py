@@ -1,0 +1,171 @@
+"""Requirements before writes: the wheelhouse together with what is installed must be complete.
+
+``wh install`` asks the receiving interpreter which distributions it imports (its venv,
+a parent venv, the base, in its own ``sys.path`` order, first of a name wins: exactly
+what ``importlib.metadata`` run in it answers), puts the files it is about to install
+over that view, and judges every ``Requires-Dist`` with the target's markers and the
+extras other requirements ask for. It refuses when an installed-to-be distribution
+misses a requirement, or when the install would break one that holds today (wh's own
+``click>=8.1`` when installing into wh's own environment, say). Requirements that were
+already unmet before the install are not this install's doing and are left to the doctor.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from packaging.markers import InvalidMarker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelhouse.errors import UsageError
+from .wheel.record import UnpackError
+
+__all__ = ["Dist", "MissingRequirements", "installed_view", "wheel_dist", "unmet", "check_closure"]
+
+# Runs in the RECEIVING interpreter, from an empty folder (with -c, sys.path[0] is the cwd).
+_LIST = r"""
+import importlib.metadata as m, json, re
+seen, out = set(), []
+for d in m.distributions():
+    name = d.metadata["Name"]
+    if not name:
+        continue
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        continue
+    seen.add(key)
+    out.append([name, d.version, d.requires or []])
+print(json.dumps(out))
+"""
+
+
+class MissingRequirements(UsageError):
+    code = "unmet-requirements"
+
+
+@dataclass(frozen=True)
+class Dist:
+    name: str
+    version: str
+    requires: tuple[str, ...]
+
+
+def installed_view(python: str, timeout: float = 120) -> dict[str, Dist]:
+    """What ``python`` imports, by canonical name (first on its ``sys.path`` wins)."""
+    with tempfile.TemporaryDirectory(prefix="wh-dists-") as cwd:
+        proc = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if proc.returncode != 0:
+        raise MissingRequirements(f"{python} could not list its installed distributions",
+                                  hint=f"check that it runs: {python} -c 'import importlib.metadata'",
+                                  detail=proc.stderr[-2000:])
+    return {canonicalize_name(n): Dist(n, v, tuple(r)) for n, v, r in json.loads(proc.stdout)}
+
+
+def wheel_dist(wheel: Path) -> Dist:
+    """Name, version and Requires-Dist from a wheel's METADATA (nothing is extracted)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            meta = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+            text = zf.read(meta).decode("utf-8", "replace") if meta else ""
+    except (OSError, zipfile.BadZipFile, zlib.error) as exc:
+        raise UnpackError(f"{wheel.name} is not a readable wheel: {exc}", hint="re-stage it with `wh stage`") from exc
+    fields = _headers(text)
+    return Dist((fields.get("name") or [wheel.name.split("-")[0]])[0], (fields.get("version") or [""])[0],
+                tuple(fields.get("requires-dist") or ()))
+
+
+def _headers(text: str) -> dict[str, list[str]]:
+    """The header fields of a core-metadata file (RFC 822 style: continuation lines start with white space).
+
+    Not ``email.parser``: it imports ``socket``, and nothing on the install path may.
+    """
+    out: dict[str, list[str]] = {}
+    last: list[str] | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the body (the long description) starts after the first empty line
+        if line[0] in " \t" and last:
+            last[-1] += " " + line.strip()
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            last = out.setdefault(key.strip().lower(), [])
+            last.append(value.strip())
+    return out
+
+
+def _applies(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
+    except (InvalidMarker, ValueError):
+        return True
+
+
+def _satisfied(req: Requirement, version: str) -> bool:
+    try:
+        return req.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return True  # not judgeable: the doctor runs it
+
+
+def unmet(view: Mapping[str, Dist], env: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """``{(requirer, requirement): why}`` for every requirement ``view`` does not satisfy.
+
+    Extras count once something asks for them (``torch[opt]`` turns on torch's ``opt`` requirements).
+    """
+    extras: dict[str, set[str]] = {k: set() for k in view}
+    problems: dict[tuple[str, str], str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for key, dist in view.items():
+            for text in dist.requires:
+                try:
+                    req = Requirement(text)
+                except InvalidRequirement:
+                    continue
+                if not _applies(req, env, extras[key]):
+                    continue
+                target = view.get(canonicalize_name(req.name))
+                if target is None:
+                    problems[(dist.name, str(req))] = "not installed"
+                elif not _satisfied(req, target.version):
+                    problems[(dist.name, str(req))] = f"{target.version} installed"
+                elif not req.extras <= extras[canonicalize_name(req.name)]:
+                    extras[canonicalize_name(req.name)] |= req.extras
+                    changed = True
+    return problems
+
+
+def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], env: Mapping[str, str]) -> None:
+    """Raise MissingRequirements naming what ``incoming`` lacks and what installing it would break."""
+    final = dict(installed)
+    for d in incoming:
+        final[canonicalize_name(d.name)] = d
+    before = unmet(installed, env)
+    new = {k: v for k, v in unmet(final, env).items() if k not in before}
+    if not new:
+        return
+    ours = {canonicalize_name(d.name) for d in incoming}
+    missing = [f"{who} needs {req} ({why})" for (who, req), why in sorted(new.items()) if canonicalize_name(who) in ours]
+    broken = [f"{who} needs {req} ({why} after this install)" for (who, req), why in sorted(new.items())
+              if canonicalize_name(who) not in ours]
+    lines = ([f"missing: {m}" for m in missing] + [f"would break: {b}" for b in broken])
+    raise MissingRequirements(
+        f"the install would leave {len(lines)} requirement(s) unmet, nothing was installed: " + "; ".join(lines[:4])
+        + (f" (and {len(lines) - 4} more)" if len(lines) > 4 else ""),
+        hint="stage the missing distributions into the wheelhouse (`wh stage` on the networked host), "
+             "or install anyway with `wh install --allow-missing`",
+        detail="\n".join(lines),
+    )

@@ -1,0 +1,284 @@
+"""An install is a transaction: an intent journal first, the record last, a rollback after any crash.
+
+Before the first byte of a batch is written, ``<site>/.wh/journal.json`` lists every path
+the batch will write or remove, whether it existed, and where its previous content goes
+(``<site>/.wh/txn/<id>/``); the journal is fsynced, then the previous files are moved
+there. The caller writes its files, its patches and ``installed.json`` last, then
+``commit`` removes the journal and the backups. A run killed at any point leaves the
+journal behind: the next ``wh install`` (or ``recover``) rolls it back, restoring every
+path to exactly what it was, including files another distribution owns, before it does
+anything else. ``wh doctor`` reports it through ``unfinished_transaction``.
+
+Invariant that makes the rollback exact: a path that existed is only written after its
+previous content was moved to its backup. So at rollback, an existing path whose backup
+is there is restored from it, one whose backup is not there was never touched, and a
+path that did not exist is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from wheelhouse.faults import checkpoint
+from .installed import drop_bytecode
+from .target_lock import is_locked
+
+__all__ = ["Transaction", "UnfinishedInstall", "journal_path", "unfinished_transaction", "recover", "clean_leftovers"]
+
+_SCHEMA = "wh-install-journal/1"
+
+
+def journal_path(site: str | os.PathLike) -> Path:
+    """Where the intent journal of the environment with ``site`` (its platlib) lives."""
+    return Path(site) / ".wh" / "journal.json"
+
+
+def _txn_root(site: str | os.PathLike) -> Path:
+    return Path(site) / ".wh" / "txn"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _move(src: str, dest: str) -> None:
+    """Rename, or copy then unlink across filesystems (a scripts folder on another mount)."""
+    try:
+        os.rename(src, dest)
+    except OSError as exc:
+        if exc.errno != 18:  # EXDEV
+            raise
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dest, symlinks=True)
+            shutil.rmtree(src)
+        else:
+            shutil.copy2(src, dest, follow_symlinks=False)
+            os.unlink(src)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _below_any(path: str, folders: set[str]) -> bool:
+    d = os.path.dirname(path)
+    while folders and d and d != os.path.dirname(d):
+        if d in folders:
+            return True
+        d = os.path.dirname(d)
+    return False
+
+
+def _bytecode_files(path: str) -> list[str]:
+    if not path.endswith(".py"):
+        return []
+    cache = os.path.join(os.path.dirname(path), "__pycache__")
+    stem = os.path.basename(path)[:-3] + "."
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return []
+    return [os.path.join(cache, n) for n in sorted(names) if n.startswith(stem) and n.endswith(".pyc")]
+
+
+@dataclass(frozen=True)
+class UnfinishedInstall:
+    """A journal left by an install that did not finish (``running``: its process still holds the lock)."""
+
+    journal: str
+    started: str
+    pid: int
+    wheels: tuple[str, ...]
+    running: bool = False
+
+    def describe(self) -> str:
+        what = ", ".join(self.wheels[:3]) + (f" and {len(self.wheels) - 3} more" if len(self.wheels) > 3 else "")
+        return (f"an install started {self.started} by pid {self.pid} ({what}) "
+                + ("is still running" if self.running else "did not finish"))
+
+
+class Transaction:
+    """One install batch's journal. ``begin`` before the first write, ``commit`` after the record."""
+
+    def __init__(self, site: str | os.PathLike, wheels: Iterable[str] = (), extra: Iterable[str] = ()):
+        self.site = Path(site)
+        self.wheels = tuple(wheels)
+        self.extra = [str(p) for p in extra]  # written by the caller after the batch (installed.json)
+        self.id = f"{os.getpid()}-{time.time_ns()}"
+        self.entries: list[list] = []  # [path, existed, backup (relative to the txn folder) or None]
+        self.dirs: list[str] = []
+        self.active = False
+        self.after_commit: list[Callable[[], None]] = []  # tidying that must wait for the commit
+
+    @property
+    def folder(self) -> Path:
+        return _txn_root(self.site) / self.id
+
+    def begin(self, paths: Iterable[str], dirs: Iterable[str] = ()) -> None:
+        """Journal ``paths`` (to be written or removed) and ``dirs`` (to be created), then move aside what exists.
+
+        Cached bytecode of every existing ``.py`` path is journaled with it, so a rollback
+        restores it too.
+        """
+        seen: set[str] = set()
+        moved_dirs: set[str] = set()  # an old dist-info folder moves whole: what is inside goes with it
+        for p in sorted(set(paths) | set(self.extra), key=lambda x: (len(x.split(os.sep)), x)):
+            for q in (p, *_bytecode_files(p)):
+                q = os.path.normpath(q)
+                if q in seen or _below_any(q, moved_dirs):
+                    continue
+                seen.add(q)
+                existed = os.path.lexists(q)
+                if existed and os.path.isdir(q) and not os.path.islink(q):
+                    moved_dirs.add(q)
+                self.entries.append([q, existed, str(len(self.entries)) if existed else None])
+        self.dirs = sorted({os.path.normpath(d) for d in dirs if not os.path.isdir(d)}, key=len)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        body = {"schema": _SCHEMA, "id": self.id, "pid": os.getpid(),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wheels": list(self.wheels),
+                "dirs": self.dirs, "entries": self.entries}
+        path = journal_path(self.site)
+        tmp = path.with_name(f".journal.{self.id}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(body, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        self.active = True
+        checkpoint("install.journal-written")
+        for p, existed, backup in self.entries:
+            if existed:
+                _move(p, str(self.folder / backup))
+        checkpoint("install.backed-up")
+
+    def commit(self) -> None:
+        """The batch is complete: forget the journal, then the backups."""
+        journal_path(self.site).unlink()
+        _fsync_dir(journal_path(self.site).parent)
+        self.active = False
+        checkpoint("install.committed")
+        _discard(self.folder)
+        for step in self.after_commit:
+            step()
+
+    def rollback(self) -> None:
+        """Put every journaled path back as it was (see the module docstring), then forget the journal."""
+        _roll_back(self.site, self.id, self.entries, self.dirs)
+        self.active = False
+
+
+def _discard(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    for d in (folder.parent, folder.parent.parent):  # .wh/txn, .wh: only when empty
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _roll_back(site: Path, txn_id: str, entries: list, dirs: list[str]) -> None:
+    folder = _txn_root(site) / txn_id
+    touched = [(p, existed, b) for p, existed, b in entries
+               if not existed or (b is not None and os.path.lexists(folder / b))]
+    # New content and its bytecode first; then the previous content back (its bytecode is journaled too).
+    for p, _, _ in touched:
+        _remove(p)
+        if p.endswith(".py"):
+            drop_bytecode(p)
+    for p, existed, b in reversed(touched):
+        if existed:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            _move(str(folder / b), p)
+        checkpoint("install.rollback-step")
+    for d in sorted(dirs, key=len, reverse=True):
+        if _only_bytecode(d):
+            shutil.rmtree(os.path.join(d, "__pycache__"), ignore_errors=True)
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    journal_path(site).unlink(missing_ok=True)
+    if txn_id:
+        _discard(folder)
+
+
+def _only_bytecode(d: str) -> bool:
+    try:
+        return os.listdir(d) == ["__pycache__"]
+    except OSError:
+        return False
+
+
+def _read_journal(site: str | os.PathLike) -> dict | None:
+    try:
+        data = json.loads(journal_path(site).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        # Written with fsync before anything else: an unreadable journal means no write happened yet.
+        return {"schema": _SCHEMA, "id": "", "pid": 0, "started": "?", "wheels": [], "dirs": [], "entries": []}
+    return data if isinstance(data, dict) and data.get("schema") == _SCHEMA else None
+
+
+def unfinished_transaction(site: str | os.PathLike) -> UnfinishedInstall | None:
+    """The install into the environment with ``site`` (its platlib) that did not finish, if any.
+
+    ``running`` in the answer: a wh run holds the target's lock right now (it may still finish);
+    otherwise the run died and the next ``wh install`` rolls it back. For ``wh doctor``: a fail,
+    "unfinished install".
+    """
+    data = _read_journal(site)
+    if data is None:
+        return None
+    return UnfinishedInstall(str(journal_path(site)), str(data.get("started")), int(data.get("pid") or 0),
+                             tuple(data.get("wheels") or ()), is_locked(site))
+
+
+def recover(site: str | os.PathLike) -> UnfinishedInstall | None:
+    """Roll back the unfinished install of ``site``, if any (the caller holds the install lock)."""
+    found = unfinished_transaction(site)
+    if found is None:
+        return None
+    data = _read_journal(site) or {}
+    _roll_back(Path(site), str(data.get("id") or ""), list(data.get("entries") or []), list(data.get("dirs") or []))
+    return found
+
+
+def clean_leftovers(site: str | os.PathLike) -> int:
+    """Remove backups no journal refers to (a run killed after its commit) and the old ``.wh/trash``.
+
+    The caller holds the install lock and has recovered first, so none of them is in use.
+    Returns how many folders were removed.
+    """
+    removed = 0
+    for root in (_txn_root(site), Path(site) / ".wh" / "trash"):
+        try:
+            children = list(root.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+            removed += 1
+        for d in (root, root.parent):  # the folder, then .wh: only when empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    return removed
