@@ -103,3 +103,18 @@ def test_a_mistyped_platform_is_refused_with_the_accepted_forms(bad, suggestion)
     if suggestion:
         assert f"did you mean {suggestion}?" in err.value.message
     assert err.value.exit_code == 2
+
+
+def test_the_cli_refuses_a_mistyped_platform_before_any_work(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "stage", "six", "--python-version", "3.12",
+                           "--platform", "manylinux_2_35_amd64", "-o", str(tmp_path / "wh")],
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"})
+    assert proc.returncode == 2
+    assert ("error: --platform manylinux_2_35_amd64 is not a platform tag: unknown architecture 'amd64'; "
+            "did you mean manylinux_2_35_x86_64?") in proc.stderr
+    assert "hint: accepted forms: manylinux_X_Y_ARCH" in proc.stderr
+    assert not (tmp_path / "wh").exists()
