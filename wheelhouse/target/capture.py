@@ -3,9 +3,11 @@
 
 Run it ON the machine that will receive a wheelhouse, before wh is installed
 there: ``python capture_target.py [-o FILE]``. wh ships a copy in every
-wheelhouse. The tag logic here is also what ``wh stage --platform ...`` uses to
-compute the tags of an interpreter it cannot run, so one implementation serves
-both paths.
+wheelhouse. It may run where packaging is absent, so on Linux it computes the tag
+list itself, by packaging.tags' rules (the tests compare the two on this host and for
+a grid of targets); elsewhere (macOS, Windows) it asks the target's own packaging when
+there is one. Its Linux platform expansion is also what ``wh stage --platform``
+uses, and ``wheelhouse.target.gpu`` reads GPUs through its ``query_nvidia_smi``.
 """
 
 from __future__ import annotations
