@@ -248,3 +248,158 @@ def test_built_wheelhouse_drives_wh_patch(tmp_path, toy_repo, wheel_factory):
     assert data["state"] == "applied" and data["verification"]["value"] is False
     installed = next((other.parent.parent / "lib").glob("python3*/site-packages")) / "toyengine" / "kernel.py"
     assert installed.read_text() == toy_engine.KERNEL_V2
+
+
+# --- the engine in a staged wheelhouse: one writer, kept on re-stage, its requirements staged ----------
+from index_fixtures import pyindex  # noqa: E402,F401  (fixture)
+from wheelmaker import make_wheel  # noqa: E402
+
+
+def _stage(out, index, cache, *reqs, manifest=None):
+    args = ["stage", *([manifest] if manifest else []), *reqs, "-o", out, "--index-url", index.url,
+            "--cache-dir", cache, "--no-bootstrap"]
+    return wh(*args, env={"COLUMNS": "300"})
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))}
+
+
+def _pip_from_simple(tmp_path, out, *reqs):
+    """pip, given only file://WH/simple as its index, installs ``reqs`` into a fresh venv."""
+    target = tmp_path / f"pipvenv-{len(list(tmp_path.glob('pipvenv-*')))}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    return subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install",
+                           "--index-url", (out / "simple").as_uri(), "--disable-pip-version-check", *reqs],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def toy_with_requirement(tmp_path_factory, toy_repo):
+    """The toy engine at a commit whose wheel requires toydep>=1.0 (and, on Windows only, winonly)."""
+    repo = tmp_path_factory.mktemp("toyreq") / "repo"
+    subprocess.run(["git", "clone", "--quiet", toy_repo["repo"], str(repo)], check=True)
+    setup = repo / "setup.py"
+    setup.write_text(setup.read_text().replace(
+        'packages=["toyengine"],',
+        'packages=["toyengine"],\n    install_requires=["toydep>=1.0", \'winonly; sys_platform == "win32"\'],'))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "--quiet", "-am", "require toydep"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    return {"repo": str(repo), "commit": sha}
+
+
+@pytest.fixture(scope="module")
+def build_py(tmp_path_factory):
+    return toy_engine.make_build_venv(tmp_path_factory.mktemp("bvenv") / "venv")
+
+
+def test_stage_build_restage_keeps_the_engine_and_pip_sees_it_in_simple(tmp_path, toy_repo, pyindex, build_py):
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert _stage(out, index, cache, "app==1.0").returncode == 0
+    (out / "NOTES.md").write_text("mine\n")
+    recipe = write_recipe(tmp_path, toy_repo, toy_repo["base"])
+    proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, "--json")
+    assert proc.returncode == 0, proc.stderr
+    wheel = Path(json.loads(proc.stdout)["wheel"])
+    # The one writer: pylock, simple/ and wh.json agree; pip finds the engine through simple/.
+    assert {f.name for f in read_pylock(out).files} == {"app", "toyengine"}
+    assert wheel.name in (out / "simple" / "toyengine" / "index.html").read_text()
+    pip = _pip_from_simple(tmp_path, out, "toyengine", "app")
+    assert pip.returncode == 0, pip.stderr
+
+    proc = _stage(out, index, cache, "app==1.0")
+    assert proc.returncode == 0, proc.stderr
+    assert "no longer pinned" not in proc.stderr and f"kept the engine {wheel.name}" in proc.stderr
+    data = read_wh_json(out)
+    assert data["engine"]["commit"] == toy_repo["base"] and data["engine"]["wheel"] == f"wheels/{wheel.name}"
+    (locked,) = [f for f in read_pylock(out).files if f.name == "toyengine"]
+    assert dict(locked.tool)["source"] == "build" and locked.sha256 == data["engine"]["sha256"]
+    assert wheel.is_file() and (out / data["engine"]["log"]).is_file() and (out / "NOTES.md").read_text() == "mine\n"
+    assert wheel.name in (out / "simple" / "toyengine" / "index.html").read_text()
+
+
+def test_restage_with_another_engine_commit_in_the_manifest_leaves_the_old_one_out(tmp_path, toy_repo, pyindex,
+                                                                                    build_py):
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    recipe = write_recipe(tmp_path, toy_repo, toy_repo["base"])
+    stack = tmp_path / "stack.toml"
+    stack.write_text(f'[stack]\nname = "s"\nrequirements = ["app==1.0"]\n[engine]\nrecipe = "{recipe}"\n')
+    assert _stage(out, index, cache, manifest=stack).returncode == 0
+    assert wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache).returncode == 0
+    assert _stage(out, index, cache, manifest=stack).returncode == 0  # same commit: kept
+    assert "toyengine" in {f.name for f in read_pylock(out).files}
+
+    (tmp_path / "recipe.toml").write_text(toy_engine.recipe_text(toy_repo["repo"], toy_repo["pr"], fetch=["pull/7/head"]))
+    proc = _stage(out, index, cache, manifest=stack)
+    assert proc.returncode == 0, proc.stderr
+    assert "leaving out the engine toyengine-0.1.0" in proc.stderr and toy_repo["pr"][:12] in proc.stderr
+    assert "toyengine" not in {f.name for f in read_pylock(out).files}
+    assert not list((out / "wheels").glob("toyengine-*")) and "commit" not in (read_wh_json(out)["engine"] or {})
+
+
+def test_build_stages_the_engines_requirements_from_the_recorded_index(tmp_path, toy_with_requirement, pyindex,
+                                                                       build_py):
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")
+    make_wheel(pub, "toydep", "1.2", modules={"toydep/__init__.py": "V = 12\n"})
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert _stage(out, index, cache, "app==1.0").returncode == 0
+    recipe = write_recipe(tmp_path, toy_with_requirement, toy_with_requirement["commit"])
+    proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["added"] == ["toydep==1.2"] and result["missing"] == []
+    lock = {f.name: f for f in read_pylock(out).files}
+    assert set(lock) == {"app", "toyengine", "toydep"} and (out / lock["toydep"].path).is_file()
+    # Offline, pip installs the engine WITH its requirement from the wheelhouse alone.
+    pip = _pip_from_simple(tmp_path, out, "toyengine")
+    assert pip.returncode == 0, pip.stderr
+    assert "toydep" in pip.stdout
+    # Re-staging resolves the kept engine's requirements with the stack: toydep stays.
+    proc = _stage(out, index, cache, "app==1.0")
+    assert proc.returncode == 0, proc.stderr
+    assert {f.name for f in read_pylock(out).files} == {"app", "toyengine", "toydep"}
+
+
+def test_build_lists_missing_requirements_and_changes_nothing_unless_allowed(tmp_path, toy_with_requirement,
+                                                                            pyindex, build_py):
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")  # no toydep anywhere
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert _stage(out, index, cache, "app==1.0").returncode == 0
+    before = _tree(out)
+    recipe = write_recipe(tmp_path, toy_with_requirement, toy_with_requirement["commit"])
+    proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, env={"COLUMNS": "300"})
+    assert proc.returncode == 1, proc.stderr
+    assert "needs 1 requirement(s) the wheelhouse does not have: toydep>=1.0" in proc.stderr
+    assert "winonly" not in proc.stderr.split("error:")[1].split("hint:")[0]  # a win32-only requirement is not missing here
+    assert "--allow-incomplete" in proc.stderr
+    # Exactly what the build added was removed (wheel, lock, simple/, wh.json); its log stays, as after
+    # a compiler error, for the user to read.
+    assert {k: v for k, v in _tree(out).items() if not k.startswith("logs")} == before
+
+    # A new folder has no recorded index: offline, the same list.
+    fresh = tmp_path / "fresh"
+    proc = wh("build", recipe, "-o", fresh, "--python", build_py, "--cache-dir", cache, env={"COLUMNS": "300"})
+    assert proc.returncode == 1 and "toydep>=1.0" in proc.stderr
+    assert not (fresh / "wh.json").exists() and not list(fresh.glob("wheels/*"))
+
+    proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, "--allow-incomplete", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["missing"] == ["toydep>=1.0"]
+    assert read_wh_json(out)["engine"]["incomplete"] == ["toydep>=1.0"]
+    proc = _stage(out, index, cache, "app==1.0")  # the incomplete engine is kept, not re-resolved
+    assert proc.returncode == 0, proc.stderr
+    assert {f.name for f in read_pylock(out).files} == {"app", "toyengine"}

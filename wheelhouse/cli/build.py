@@ -33,9 +33,20 @@ def _stream(line: str) -> None:
 @click.option("--python", "python", envvar="WH_PYTHON", help="Interpreter that builds (and will run) the engine; default: this one.")
 @click.option("--cache-dir", default=_default_cache, envvar="WH_CACHE_DIR", type=click.Path(file_okay=False),
               help="Git mirrors, work trees and built wheels.  [default: ~/.cache/wh]")
+@click.option("--index-url", "-i", "index_url", envvar="WH_INDEX_URL",
+              help="Index to stage the engine's missing requirements from (with --extra-index-url: replaces the "
+                   "indexes recorded in WHEELHOUSE/wh.json).")
+@click.option("--extra-index-url", multiple=True, help="More indexes for the engine's requirements. Repeatable.")
+@click.option("--find-links", "-f", multiple=True,
+              help="Folder of wheels or page of links for the engine's requirements (replaces the recorded ones). Repeatable.")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Add the engine even when its requirements cannot be staged; they are listed in wh.json.")
+@click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
+              help="Seconds to wait for another wh stage/build writing the same wheelhouse.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON on stdout.")
 @click.pass_obj
-def build(ui, recipe, wheelhouse, python, cache_dir, as_json) -> None:
+def build(ui, recipe, wheelhouse, python, cache_dir, index_url, extra_index_url, find_links, allow_incomplete,
+          lock_timeout, as_json) -> None:
     """Build the engine RECIPE (a path or a bundled name such as freetoken-pr70).
 
     Clones or updates a cached mirror, fetches the recipe's refs, checks out the
@@ -43,26 +54,41 @@ def build(ui, recipe, wheelhouse, python, cache_dir, as_json) -> None:
     unversioned NVIDIA sonames and puts the pinned toolchain on PATH, then runs
     the PEP 517 backend with the TARGET interpreter (--python) and its installed
     build dependencies -- never `pip wheel`. Compiler output streams to stderr and
-    to WHEELHOUSE/logs/. The wheel, its hash and provenance go into pylock.toml and
-    wh.json. A re-run with nothing changed reuses the wheel.
+    to WHEELHOUSE/logs/. The wheel, its hash and provenance go into pylock.toml,
+    simple/ and wh.json. A re-run with nothing changed reuses the wheel.
+
+    The engine's runtime requirements (markers judged for the wheelhouse's
+    target) that the wheelhouse lacks are resolved with its lock and staged
+    from the indexes it was staged from (or --index-url/--find-links); when
+    they cannot be, each is listed and the build fails, unless
+    --allow-incomplete. A later `wh stage` into WHEELHOUSE keeps the engine.
 
     Exit codes: 0 built or reused; 1 fetch/checkout/build failed (the compiler's
-    error lines and the log path are printed); 2 bad recipe or arguments.
+    error lines and the log path are printed), or requirements missing; 2 bad
+    recipe or arguments.
     """
     rec = load_recipe(recipe)
     reporter = ui.reporter()
     try:
+        indexes = [index_url, *extra_index_url] if index_url else (list(extra_index_url) or None)
         result = build_engine(rec, Path(wheelhouse), python=python, cache_dir=Path(cache_dir), reporter=reporter,
-                              sink=None if ui.quiet else _stream)
+                              sink=None if ui.quiet else _stream, index_urls=indexes,
+                              find_links=list(find_links) or None, allow_incomplete=allow_incomplete,
+                              lock_timeout=lock_timeout)
     finally:
         reporter.close()
     verb = "reused" if result.reused else "built"
     ui.info(f"{verb} {result.wheel.name} (sha256 {result.sha256[:16]}...) -> {result.wheel}")
     for art in result.record.get("artifacts", []):
         ui.info(f"exported {art['path']} (sha256 {art['sha256'][:16]}...) from {art['source']}")
+    if result.added:
+        ui.info(f"staged its requirements: {', '.join(result.added)}")
+    if result.missing:
+        ui.info(f"incomplete (--allow-incomplete): not in the wheelhouse: {', '.join(result.missing)}")
     if result.log_path:
         ui.info(f"build log: {result.log_path}")
     if as_json:
         emit_json({"wheel": str(result.wheel), "sha256": result.sha256, "reused": result.reused,
                    "log": str(result.log_path) if result.log_path else None, "links": list(result.links),
+                   "added": list(result.added), "missing": list(result.missing),
                    "engine": dict(result.record)})
