@@ -46,6 +46,7 @@ __all__ = [
     "find_needed",
     "rpath_dirs",
     "FATBIN_SECTIONS",
+    "is_shared_object",
 ]
 
 # .nv_fatbin: device code of a linked object; __nv_relfatbin: relocatable device code (nvcc -rdc).
@@ -109,9 +110,16 @@ class Found:
     searched: tuple[str, ...] = ()  # folders looked in, in order (for the evidence of a miss)
 
 
-def _stat_key(path: str) -> tuple[str, int, int]:
+def is_shared_object(name: str) -> bool:
+    """``libfoo.so``, ``libfoo.so.12.1``, ``_ext.cpython-312-x86_64-linux-gnu.so`` (a path or a file name)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
+
+
+def _stat_key(path: str) -> tuple[str, int, int, int, int]:
     st = os.stat(path)
-    return (path, st.st_size, st.st_mtime_ns)
+    # mtime alone is coarse (a clock tick): a file rewritten at once keeps it; its ctime and inode tell.
+    return (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def read_elf(path: str | os.PathLike[str]) -> ElfInfo:
@@ -125,8 +133,8 @@ def read_elf(path: str | os.PathLike[str]) -> ElfInfo:
 
 
 @functools.lru_cache(maxsize=8192)
-def _read_cached(key: tuple[str, int, int]) -> ElfInfo:
-    path, size, _ = key
+def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
+    path, size = key[0], key[1]
     if size == 0:
         raise BadElf(path, "empty file (0 bytes): the loader reports 'file too short'")
     try:

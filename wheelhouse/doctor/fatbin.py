@@ -267,11 +267,11 @@ def device_code(path: str | os.PathLike[str]) -> DeviceCode | None:
         return None
     if not info.fatbin_sections:
         return None
-    return _device_code_cached(info.path, st.st_size, st.st_mtime_ns, info.fatbin_sections)
+    return _device_code_cached(info.path, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), info.fatbin_sections)
 
 
 @functools.lru_cache(maxsize=4096)
-def _device_code_cached(path: str, _size: int, _mtime: int, sections: tuple[tuple[str, int, int], ...]) -> DeviceCode:
+def _device_code_cached(path: str, _stat: tuple[int, ...], sections: tuple[tuple[str, int, int], ...]) -> DeviceCode:
     entries: list[FatbinEntry] = []
     with open(path, "rb") as fh:
         for _name, offset, size in sections:

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
+from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from . import DoctorContext, Distribution
 
-__all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "is_shared_object"]
+__all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts"]
 
 GROUP = "sharedlibs"
 CHECKS = {
@@ -36,12 +36,6 @@ CHECKS = {
 # The NVIDIA driver's own libraries: installed with the driver, absent on a machine without one.
 _DRIVER_LIBS = ("libcuda.so", "libnvidia-", "libnvcuvid.so")
 _SHOWN = 4  # needers named per missing library before "+N more"
-
-
-def is_shared_object(relpath: str) -> bool:
-    """``libfoo.so``, ``libfoo.so.12.1``, ``_ext.cpython-312-x86_64-linux-gnu.so``."""
-    base = relpath.rsplit("/", 1)[-1]
-    return base.endswith(".so") or ".so." in base
 
 
 @functools.lru_cache(maxsize=4096)
