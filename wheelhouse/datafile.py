@@ -20,7 +20,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, BinaryIO, Iterable, Mapping
 
 from wheelhouse.errors import UsageError, WhError
 
@@ -31,6 +31,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "MAX_BYTES",
+    "open_regular",
     "read_bytes",
     "read_text",
     "parse_toml",
@@ -54,9 +55,9 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
 
-def read_bytes(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,
-               max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of the regular file ``path``, at most ``max_bytes``; anything else is ``error``.
+def open_regular(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,
+                 max_bytes: int | None = None) -> BinaryIO:
+    """``path`` opened for reading in binary, once checked to be a regular file (of at most ``max_bytes``).
 
     Opened without blocking (a FIFO would wait for a writer forever) and checked with fstat on
     the open descriptor, so what is read is what was checked.
@@ -79,25 +80,28 @@ def read_bytes(path: str | Path, *, what: str = "file", error: type[WhError] = U
             kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
                     or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
             raise error(f"{what} {p} is not a regular file ({kind}); refusing to read it", hint=where_hint)
-        if st.st_size > max_bytes:
+        if max_bytes is not None and st.st_size > max_bytes:
             raise error(f"{what} {p} is {_mib(st.st_size)}, more than the {_mib(max_bytes)} a {what} may be",
                         hint=where_hint)
         os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        size = 0
-        while True:  # bounded even if the file grows while it is read
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:
-                raise error(f"{what} {p} is more than the {_mib(max_bytes)} a {what} may be", hint=where_hint)
-    except OSError as exc:
-        raise error(f"{what} {p} cannot be read ({exc.strerror or exc})", hint=where_hint) from exc
-    finally:
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
-    return b"".join(chunks)
+        raise
+
+
+def read_bytes(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,
+               max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes``; anything else is ``error``."""
+    where_hint = hint or f"check the path of the {what}"
+    with open_regular(path, what=what, error=error, hint=hint, max_bytes=max_bytes) as fh:
+        try:
+            data = fh.read(max_bytes + 1)  # bounded even if the file grew since fstat
+        except OSError as exc:
+            raise error(f"{what} {path} cannot be read ({exc.strerror or exc})", hint=where_hint) from exc
+    if len(data) > max_bytes:
+        raise error(f"{what} {path} is more than the {_mib(max_bytes)} a {what} may be", hint=where_hint)
+    return data
 
 
 def read_text(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,

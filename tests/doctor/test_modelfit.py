@@ -61,3 +61,38 @@ def test_bad_model_folder_is_a_clear_error(tmp_path):
     (tmp_path / "bad" / "x.safetensors").write_bytes(struct.pack("<Q", 4) + b"{no]")
     with pytest.raises(ModelError, match="not JSON"):
         summarize_model(tmp_path / "bad")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_a_shard_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    """Before: a FIFO named *.safetensors blocked the doctor (open waits for a writer)."""
+    import os
+    import threading
+
+    write_model(tmp_path)
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    os.mkfifo(shard) if kind == "fifo" else shard.mkdir()
+    caught: list = []
+
+    def run():
+        try:
+            summarize_model(tmp_path)
+        except ModelError as exc:
+            caught.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "summarize_model blocked on the shard"
+    [exc] = caught
+    assert str(shard) in exc.message and ("not a regular file" in exc.message or "is a folder" in exc.message)
+    assert exc.hint
+
+
+def test_a_config_that_is_a_fifo_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(ModelError, match="config.json is not a regular file"):
+        summarize_model(tmp_path)

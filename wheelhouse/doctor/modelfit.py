@@ -11,12 +11,14 @@ while the experts must fit in host RAM.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from wheelhouse.datafile import load_json, open_regular
 from wheelhouse.errors import UsageError
 from .report import CheckResult
 
@@ -49,8 +51,10 @@ class TensorInfo:
 def read_safetensors_header(path: str | Path) -> list[TensorInfo]:
     """The tensors of one .safetensors file, from its header alone."""
     path = Path(path)
+    # Regular files only: a FIFO named *.safetensors would block the doctor, a device never end.
+    fh = open_regular(path, what="model shard", error=ModelError, hint="point --model at a folder of real shards")
     try:
-        with open(path, "rb") as fh:
+        with fh:
             raw = fh.read(8)
             if len(raw) != 8:
                 raise ModelError(f"{path} is too short to be a safetensors file", hint="re-download the shard")
@@ -103,13 +107,8 @@ def summarize_model(model_dir: str | Path) -> ModelSummary:
         raise ModelError(f"model folder {d} does not exist", hint="pass --model DIR with config.json and *.safetensors")
     config: Mapping[str, Any] = {}
     cfg = d / "config.json"
-    if cfg.exists():
-        try:
-            config = json.loads(cfg.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ModelError(f"{cfg} is not valid JSON", hint="fix or re-download config.json") from exc
-        if not isinstance(config, dict):
-            raise ModelError(f"{cfg} is not a JSON object", hint="fix or re-download config.json")
+    if os.path.lexists(cfg):
+        config = load_json(cfg, what="model config", error=ModelError, hint="fix or re-download config.json")
     shards = sorted(d.glob("*.safetensors"))
     if not shards and not config:
         raise ModelError(f"{d} has no config.json and no *.safetensors", hint="point --model at the checkpoint folder")
