@@ -89,7 +89,7 @@ def test_json_errors(tmp_path):
     assert "bad.json is not valid JSON" in e.message and "line 3" in e.message
     p.write_text("[1, 2]", encoding="utf-8")
     e = _err(load_json, p)
-    assert "holds a list, not a table" in e.message
+    assert "is not a JSON object (it holds a list)" in e.message
 
 
 def test_find_bundled(tmp_path):

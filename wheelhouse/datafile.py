@@ -143,8 +143,9 @@ def load_json(path: str | Path, *, what: str = "file", error: type[WhError] = Us
         raise error(f"{what} {path} is not valid JSON: {msg}{where}",
                     hint=hint or "fix the line it names, or write the file again") from exc
     if expect is not object and not isinstance(data, expect):
-        raise error(f"{what} {path} holds {_KIND.get(type(data), type(data).__name__)}, not {_KIND.get(expect, expect.__name__)}",
-                    hint=hint or f"check that {path} is a {what}")
+        held = _KIND.get(type(data), type(data).__name__)
+        want = "a JSON object" if expect is dict else _KIND.get(expect, expect.__name__)
+        raise error(f"{what} {path} is not {want} (it holds {held})", hint=hint or f"check that {path} is a {what}")
     return data
 
 
