@@ -323,8 +323,12 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
     paths = verify_files(todo, jobs, reporter)  # every byte verified before the first one is written
-    if not allow_missing:
+    try:
         _check_requirements(todo, interp, existing, system_site_packages)
+    except MissingRequirements as exc:
+        if not allow_missing:
+            raise
+        notes += [f"unmet, installed anyway (--allow-missing): {line}" for line in (exc.detail or "").splitlines()]
     if patches and any(h.patches for h in houses) and importlib.util.find_spec("wheelhouse.patch") is None:
         raise PatchesUnavailable("the wheelhouse lists patches but this wh has no patch module",
                                  hint="install without them (`wh install --no-patches`) or upgrade wh")
