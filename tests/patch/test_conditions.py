@@ -1,24 +1,44 @@
-"""A patch's conditions see the GPUs the doctor sees: one query (target.gpu), the same test hook."""
+"""patch.conditions: facts from the target interpreter; check_conditions is pure and names every miss."""
 
-import json
+from __future__ import annotations
+
 import sys
+from importlib.metadata import version
 
+import pytest
+
+from wheelhouse.errors import UsageError
 from wheelhouse.patch.conditions import check_conditions, gather_facts
 
 
-def test_patch_conditions_see_the_doctors_gpus(tmp_path, monkeypatch):
-    fake = tmp_path / "gpus.json"
-    fake.write_text(json.dumps({"gpus": [{"index": 0, "name": "NVIDIA L4", "compute_capability": "8.9"},
-                                         {"index": 1, "name": "NVIDIA L4", "compute_capability": "8.9"}]}))
-    monkeypatch.setenv("WH_DOCTOR_FAKE_GPUS", str(fake))
-    facts = gather_facts(sys.executable, [])
-    assert facts["sm"] == ["8.9", "8.9"]
-    assert check_conditions({"sm": ["8.9"]}, facts) == (True, [])
+@pytest.mark.parametrize("when, facts, ok, needle", [
+    ({"sm": ["8.9"]}, {"sm": ["8.9", "9.0"]}, True, None),
+    ({"sm": ["8.9"]}, {"sm": "8.9"}, True, None),
+    ({"sm": ["8.9"]}, {"sm": ["9.0"]}, False, "GPUs are sm 9.0, the patch is for sm 8.9"),
+    ({"sm": ["8.9"]}, {"sm": None}, False, "GPU compute capability unknown"),
+    ({"torch": "<2.12"}, {"torch": "2.11.0+cu130"}, True, None),
+    ({"torch": "<2.12"}, {"torch": "2.12.0"}, False, "torch 2.12.0 is outside <2.12"),
+    ({"torch": "<2.12"}, {"torch": "2.13.0.dev1"}, False, "outside"),
+    ({"torch": "<2.12"}, {}, False, "torch is not installed (wanted torch<2.12)"),
+    ({"torch": "<2.12"}, {"torch": "not-a-version"}, False, "outside"),
+])
+def test_check_conditions(when, facts, ok, needle):
+    holds, reasons = check_conditions(when, facts)
+    assert holds is ok
+    assert (needle is None and reasons == []) or any(needle in r for r in reasons)
 
 
-def test_no_gpu_means_an_unknown_compute_capability(tmp_path, monkeypatch):
-    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
-    facts = gather_facts(sys.executable, [])
-    ok, why = check_conditions({"sm": ["8.9"]}, facts)
-    assert not ok and "unknown" in why[0]
+def test_every_condition_that_fails_is_named():
+    holds, reasons = check_conditions({"sm": ["8.9"], "torch": "<2", "triton": ">=3"}, {"sm": ["9.0"], "torch": "2.5"})
+    assert not holds and len(reasons) == 3
+
+
+def test_gather_facts_asks_the_target_interpreter(monkeypatch):
+    facts = gather_facts(sys.executable, ["packaging", "no-such-dist-here"])
+    assert facts["packaging"] == version("packaging") and facts["no-such-dist-here"] is None
+    assert "sm" in facts
+
+
+def test_gather_facts_with_an_interpreter_that_cannot_run(tmp_path):
+    with pytest.raises(UsageError, match="cannot run interpreter"):
+        gather_facts(str(tmp_path / "nope"), ["packaging"])

@@ -306,3 +306,14 @@ def test_a_kill_between_restoring_and_cleaning_up_a_revert_is_finished(tmp_path,
     r = wh("patch", "revert", spec, "--python", py, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["state"] == "reverted" and not (patch_dir(installed) / "tiny-rowwise").exists()
+
+
+def test_a_payload_that_is_a_fifo_is_refused(tmp_path, venv):
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec", payload_sha=False)
+    (tmp_path / "spec" / "kernel_fix.py").unlink()
+    os.mkfifo(tmp_path / "spec" / "kernel_fix.py")
+    r = subprocess.run([sys.executable, "-m", "wheelhouse", "patch", "apply", str(spec), "--python", str(py)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "is not a regular file (a FIFO)" in r.stderr and "hint: " in r.stderr, r.stderr
+    assert installed.read_text() == ORIGINAL

@@ -1,6 +1,6 @@
 """The venv's activation snippet: CUDA toolchain and NVIDIA library paths for the shell.
 
-``<venv>/bin/wh-env.sh`` (and ``.fish``) are rendered from ``cudaenv``'s plan and
+``<venv>/bin/wh-env.sh`` (and ``.fish``) are rendered from ``env.cuda``'s plan and
 sourced from the venv's own ``activate`` scripts, once.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import read_text
+from wheelhouse.errors import WhError
 from .cuda import env_plan, render_bash, render_fish
 from wheelhouse.target.interpreter import Interpreter
 
@@ -28,9 +30,11 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
         ("activate.fish", f'{_HOOK}\ntest -f "$VIRTUAL_ENV/bin/wh-env.fish"; and source "$VIRTUAL_ENV/bin/wh-env.fish"\n'),
     ):
         path = bindir / activate
+        if not path.is_file():
+            continue
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
+            text = read_text(path, what="activate script")
+        except WhError:  # unreadable or not text: leave the venv's own script alone
             continue
         if _HOOK not in text:
             write_atomic(path, text.rstrip("\n") + "\n\n" + line, mode=path.stat().st_mode & 0o777)

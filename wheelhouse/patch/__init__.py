@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from wheelhouse.atomic import write_atomic
-from wheelhouse.datafile import load_json
+from wheelhouse.datafile import load_json, read_bytes
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
@@ -193,7 +193,8 @@ def _payload(spec: PatchSpec) -> tuple[bytes, str]:
     if not spec.payload.exists():
         raise PatchSpecError(f"payload {spec.payload} of patch {spec.name} does not exist",
                              hint="build it into the wheelhouse with `wh build RECIPE -o WHEELHOUSE`, or fix payload in the spec")
-    data = spec.payload.read_bytes()
+    data = read_bytes(spec.payload, what=f"payload of patch {spec.name}", error=PatchSpecError,
+                      hint="fix payload in the spec (a regular file, relative to the spec)")
     actual = hashlib.sha256(data).hexdigest()
     if spec.payload_sha256 and actual != spec.payload_sha256:
         raise PatchSpecError(f"payload {spec.payload} has sha256 {actual}, the spec expects {spec.payload_sha256}",
