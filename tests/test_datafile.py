@@ -179,3 +179,19 @@ def test_wheelhouse_records_are_bounded_and_regular(tmp_path):
     os.symlink("/dev/zero", tmp_path / "pylock.toml")
     with pytest.raises(LockError, match="not a regular file"):
         read_pylock(tmp_path)
+
+
+def test_target_profiles_and_staged_patch_specs_are_read_through_datafile(tmp_path):
+    from wheelhouse.errors import TargetError
+    from wheelhouse.stage.writer import StageError, _copy_patches
+    from wheelhouse.target import load_target
+
+    os.mkfifo(tmp_path / "t.json")
+    with pytest.raises(TargetError, match=r"target file .*t\.json is not a regular file"):
+        load_target(tmp_path / "t.json")
+    (tmp_path / "l.json").write_text("[1]")
+    with pytest.raises(TargetError, match="is not a JSON object"):
+        load_target(tmp_path / "l.json")
+    os.mkfifo(tmp_path / "spec.toml")
+    with pytest.raises(StageError, match=r"patch spec .*spec\.toml is not a regular file"):
+        _copy_patches([tmp_path / "spec.toml"], tmp_path / "out")

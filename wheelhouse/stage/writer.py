@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
 from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, write_bootstrap
+from wheelhouse.datafile import load_toml
 from wheelhouse.errors import WhError
 from wheelhouse.fetch.cache import sha256_of
 from wheelhouse.lock import WH_JSON, Lock, LockedFile
@@ -167,19 +168,11 @@ def _copy_patches(specs: Sequence[Path], dest: Path) -> list[str]:
     """
     if not specs:
         return []
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
     written: list[str] = []
     for spec in specs:
         spec = Path(spec)
-        try:
-            data = tomllib.loads(spec.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise StageError(f"patch spec {spec} does not exist", hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, then under engine_src/)") from exc
-        except (OSError, ValueError) as exc:
-            raise StageError(f"patch spec {spec} cannot be read: {exc}", hint="fix the patch spec file") from exc
+        data = load_toml(spec, what="patch spec", error=StageError,
+                         hint="fix [[patch]] spec in the stack manifest (it is looked up beside the manifest, then under engine_src/)")
         target_dir = dest / spec.stem
         target_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(spec, target_dir / spec.name)

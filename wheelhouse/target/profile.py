@@ -8,7 +8,6 @@ complete-platform file).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Mapping
 from packaging.markers import Marker
 from packaging.version import Version
 
+from wheelhouse.datafile import load_json
 from wheelhouse.errors import TargetError
 from . import capture as capture_target
 from .gpu import Gpu, gpu_from_json
@@ -242,16 +242,8 @@ def target_from_json(data: Mapping[str, Any], source: str = "file", where: str =
 def load_target(path: str | Path) -> TargetProfile:
     """Read a target profile file; a missing or malformed file is a TargetError."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise TargetError(f"target file {p} does not exist", hint="capture one with `wh target capture -o FILE` on the box") from exc
-    except OSError as exc:
-        raise TargetError(f"target file {p}: cannot read it ({exc.strerror})", hint="give the path of a JSON profile from `wh target capture`") from exc
-    except ValueError as exc:
-        raise TargetError(f"target file {p} is not valid JSON: {exc}", hint="capture it again on the box") from exc
-    if not isinstance(data, dict):
-        raise TargetError(f"target file {p} is not a JSON object", hint="capture it again on the box")
+    data = load_json(p, what="target file", error=TargetError,
+                     hint="give the path of a JSON profile from `wh target capture -o FILE` (run it on the box)")
     return target_from_json(data, where=f"target file {p}")
 
 
