@@ -195,3 +195,16 @@ def test_target_profiles_and_staged_patch_specs_are_read_through_datafile(tmp_pa
     os.mkfifo(tmp_path / "spec.toml")
     with pytest.raises(StageError, match=r"patch spec .*spec\.toml is not a regular file"):
         _copy_patches([tmp_path / "spec.toml"], tmp_path / "out")
+
+
+def test_serve_state_and_fake_gpu_files_are_read_through_datafile(tmp_path):
+    from wheelhouse.serve.state import read_state
+    from wheelhouse.target.gpu import FAKE_ENV, query_gpu_facts
+
+    assert read_state(tmp_path / "none.json") is None
+    os.mkfifo(tmp_path / "serve.json")
+    with pytest.raises(UsageError, match="serve state file .* is not a regular file"):
+        read_state(tmp_path / "serve.json")
+    (tmp_path / "gpus.json").write_text("{not json")
+    with pytest.raises(UsageError, match=f"{FAKE_ENV} file .*gpus.json is not valid JSON"):
+        query_gpu_facts(environ={FAKE_ENV: str(tmp_path / "gpus.json")})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import load_json
 from wheelhouse.errors import UsageError
 from wheelhouse.procgroup import group_members, start_ticks
 
@@ -74,12 +75,14 @@ def write_state(engine: Engine, path: Path | None = None) -> Path:
 
 def read_state(path: Path | None = None) -> Engine | None:
     p = path or state_path()
-    try:
-        return Engine.from_json(json.loads(p.read_text()))
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         return None
+    hint = f"check the engine by hand, then delete {p}"
+    data = load_json(p, what="serve state file", error=UsageError, hint=hint)
+    try:
+        return Engine.from_json(data)
     except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"serve state file {p} is unreadable: {exc}", hint=f"check the engine by hand, then delete {p}") from exc
+        raise UsageError(f"serve state file {p} is unreadable: {exc}", hint=hint) from exc
 
 
 def remove_state(path: Path | None = None) -> None:

@@ -16,7 +16,6 @@ the query with the file's contents -- a test hook, documented in the README's
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -120,8 +119,11 @@ def query_gpu_facts(timeout: float = 20, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     fake = env.get(FAKE_ENV)
     if fake:
-        with open(fake, encoding="utf-8") as fh:
-            return facts_from_json(json.load(fh), source="fake")
+        from wheelhouse.datafile import load_json
+        from wheelhouse.errors import UsageError
+
+        return facts_from_json(load_json(fake, what=f"{FAKE_ENV} file", error=UsageError, hint=f"fix or unset {FAKE_ENV}"),
+                               source="fake")
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not smi:
         return GpuFacts(gpus=(), source="none")
