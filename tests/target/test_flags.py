@@ -118,3 +118,15 @@ def test_the_cli_refuses_a_mistyped_platform_before_any_work(tmp_path):
             "did you mean manylinux_2_35_x86_64?") in proc.stderr
     assert "hint: accepted forms: manylinux_X_Y_ARCH" in proc.stderr
     assert not (tmp_path / "wh").exists()
+
+
+def test_pypy_target_takes_pypys_own_abi_and_tags():
+    t = target_from_flags("3.10", ["manylinux_2_17_x86_64"], implementation="pp")
+    assert t.abi == "pypy310_pp73"
+    assert t.wheel_rank("numpy-1.26.4-pp310-pypy310_pp73-manylinux_2_17_x86_64.manylinux2014_x86_64.whl") is not None
+    assert t.wheel_rank("numpy-1.26.4-cp310-cp310-manylinux_2_17_x86_64.whl") is None
+    platforms = list(t.platforms)
+    expected = [str(x) for x in ptags.generic_tags("pp310", ["pypy310_pp73"], platforms)] + [
+        str(x) for x in ptags.compatible_tags((3, 10), "pp3", platforms)]
+    assert list(t.tags) == expected
+    assert t.evaluate('platform_python_implementation == "PyPy"')

@@ -35,9 +35,11 @@ def _parse_version(python_version: str) -> tuple[int, int, str, bool]:
 
 
 def _default_abi(implementation: str, major: int, minor: int, threaded: bool) -> str:
-    if implementation == "cp" and (major, minor) < (3, 8):
+    if implementation == "pp":
+        return f"pypy{major}{minor}_pp73"  # PyPy 7.3's ABI tag (EXT_SUFFIX .pypy310-pp73-...), every current PyPy
+    if (major, minor) < (3, 8):
         return f"cp{major}{minor}m"  # pymalloc builds, every CPython <= 3.7 wheel (PEP 3149)
-    return f"{implementation}{major}{minor}{'t' if threaded else ''}"
+    return f"cp{major}{minor}{'t' if threaded else ''}"
 
 
 def _tags(implementation: str, version: tuple[int, int], abi: str, platforms: list[str]) -> list[str]:
