@@ -132,6 +132,25 @@ def test_output_symlink_is_followed_and_stays_a_link(index, tmp_path):
     assert not _leftovers(tmp_path) and not _leftovers(real.parent)
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir() or os.stat("/dev/shm").st_dev == os.stat("/tmp").st_dev,
+                    reason="needs /dev/shm on another filesystem than /tmp")
+def test_output_symlink_to_another_filesystem_never_fails_with_exdev(index, tmp_path):
+    import shutil
+    import tempfile
+
+    other = Path(tempfile.mkdtemp(prefix="wh-test-", dir="/dev/shm"))
+    try:
+        link = tmp_path / "wh"
+        link.symlink_to(other / "wheelhouse")
+        for req in ("app==1.0", "app==2.0"):  # the second one swaps: every rename stays on /dev/shm
+            proc = wh(_args(index, link, req, cache=tmp_path / "cache"))
+            assert proc.returncode == 0, proc.stderr
+        assert link.is_symlink() and _verifies(link) == {"app==2.0", "lib==1.0"}
+        assert not _leftovers(other) and not _leftovers(tmp_path)
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
 # --- one run at a time ------------------------------------------------------------------------------
 
 def test_second_run_waits_for_the_first_and_gives_up_after_its_timeout(index, tmp_path):

@@ -19,11 +19,8 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-
-from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from .source import (
     AppliedBackport,
@@ -38,12 +35,11 @@ from .source import (
     read_backports,
     sha256_bytes,
 )
-from wheelhouse.atomic import write_atomic
-from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError
 from wheelhouse.progress import NullReporter, Reporter
 from .recipe import Backport, BuildSettings, EngineRecipe, RecipeError, load_recipe, parse_recipe
-from .requirements import Completion, EngineIncomplete, complete
+from .record import Built, EngineBuild, add_to_wheelhouse
+from .requirements import EngineIncomplete
 
 __all__ = [
     "Backport",
@@ -74,35 +70,6 @@ __all__ = [
 # --- the whole `wh build`: source -> wheel -> wheelhouse ----------------------------------
 class WheelhouseMismatch(UsageError):
     code = "wheelhouse-mismatch"
-
-
-@dataclass(frozen=True)
-class EngineBuild:
-    """What `wh build` produced and where it is recorded."""
-
-    wheel: Path  # inside the wheelhouse
-    sha256: str
-    reused: bool
-    log_path: Path | None
-    record: Mapping[str, Any]  # what wh.json["engine"] now holds
-    links: tuple[str, ...] = ()  # soname links created for this build
-    added: tuple[str, ...] = ()  # requirements staged with it ("name==version")
-    missing: tuple[str, ...] = ()  # requirements still not in the wheelhouse (--allow-incomplete)
-
-
-@dataclass(frozen=True)
-class _Built:
-    """The wheel of one build (or the reused one) and what made it."""
-
-    wheel: Path  # in the build cache
-    key: str
-    reused: bool
-    refs: Mapping[str, str]
-    backports: tuple[AppliedBackport, ...]
-    tree_status: tuple[str, ...]
-    env: Mapping[str, str]
-    log_rel: str
-    links: tuple[str, ...]
 
 
 def build_key(recipe: EngineRecipe, backports: tuple[AppliedBackport, ...], env: Mapping[str, str], python: Mapping[str, str]) -> str:
@@ -182,8 +149,8 @@ def build_engine(
         data = _open_wheelhouse(wheelhouse, interp)
         built = _build_or_reuse(recipe, interp, wheelhouse, cache_dir, reporter, sink, base_env)
         _check_target(data, built.wheel.name, wheelhouse)
-        return _add_to_wheelhouse(recipe, built, interp, wheelhouse, data, cache_dir, reporter, index_urls,
-                                  find_links, allow_incomplete, client)
+        return add_to_wheelhouse(recipe, built, interp, wheelhouse, data, cache_dir, reporter, index_urls,
+                                 find_links, allow_incomplete, client)
 
 
 def _check_writable(wheelhouse: Path, cache_dir: Path) -> None:
@@ -198,7 +165,7 @@ def _check_writable(wheelhouse: Path, cache_dir: Path) -> None:
 
 
 def _build_or_reuse(recipe: EngineRecipe, interp, wheelhouse: Path, cache_dir: Path, reporter: Reporter, sink,
-                    base_env: Mapping[str, str] | None) -> _Built:
+                    base_env: Mapping[str, str] | None) -> Built:
     """The wheel for this recipe and interpreter: from the build cache when the key is unchanged, else built."""
     from wheelhouse.env.cuda import engine_environment
     from wheelhouse.env.links import apply_links, plan_links, record_path
@@ -226,10 +193,10 @@ def _build_or_reuse(recipe: EngineRecipe, interp, wheelhouse: Path, cache_dir: P
         status_file = cached_dir / "tree-status.txt"
         tree_status = tuple(status_file.read_text().splitlines()) if status_file.exists() else ()
         reporter.note(f"reusing {cached[0].name}: commit, backports, build env and interpreter are unchanged")
-        return _Built(cached[0], key, True, refs, backports, tree_status, env, log_rel, tuple(made_links))
+        return Built(cached[0], key, True, refs, backports, tree_status, env, log_rel, tuple(made_links))
     wheel, tree_status = _build(recipe, mirror, refs, backports, interp, env, cached_dir, wheelhouse / log_rel,
                                 reporter, sink)
-    return _Built(wheel, key, False, refs, backports, tree_status, env, log_rel, tuple(made_links))
+    return Built(wheel, key, False, refs, backports, tree_status, env, log_rel, tuple(made_links))
 
 
 def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_path: Path, reporter, sink):
@@ -259,162 +226,3 @@ def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_p
     os.replace(result.wheel.parent, cached_dir)
     (cached_dir / "tree-status.txt").write_text("\n".join(tree.status))
     return cached_dir / result.wheel.name, tuple(tree.status)
-
-
-def _engine_record(recipe: EngineRecipe, built: _Built, interp, sha: str, artifacts: list[dict],
-                   log_exists: bool) -> dict[str, Any]:
-    """wh.json["engine"]: what was built from what, how, and where its pieces are."""
-    from wheelhouse import __version__
-
-    return {
-        "name": recipe.name,
-        "recipe": recipe.path.name if recipe.path else recipe.name,
-        "repo": recipe.repo,
-        "commit": recipe.commit,
-        "fetched_refs": dict(built.refs),
-        "backports": [b.to_json() for b in built.backports],
-        "tree_status": list(built.tree_status),
-        "build": {
-            "subdirectory": recipe.build.subdirectory,
-            "no_build_isolation": recipe.build.no_build_isolation,
-            "env": dict(recipe.build.env),
-            "CUDA_HOME": built.env.get("CUDA_HOME"),
-            "PATH_head": built.env.get("PATH", "").split(os.pathsep)[0],
-            "link_sonames": recipe.build.link_sonames,
-            "python": interp.executable,
-            "python_version": interp.version,
-        },
-        "wheel": f"wheels/{built.wheel.name}",
-        "sha256": sha,
-        "key": built.key,
-        "tool": {"name": "wh", "version": __version__},
-        "log": built.log_rel if log_exists else None,
-        "artifacts": artifacts,
-    }
-
-
-def _add_to_wheelhouse(recipe, built: _Built, interp, wheelhouse: Path, data: dict[str, Any], cache_dir: Path,
-                       reporter: Reporter, index_urls, find_links, allow_incomplete: bool, client) -> EngineBuild:
-    """Copy the wheel and exported backports in, stage its missing requirements, and write the lock,
-    simple/ and wh.json through the one writer; on any failure undo exactly this."""
-    from wheelhouse.lock import PYLOCK, Lock, LockedFile, WH_JSON, read_pylock
-    from wheelhouse.lock.writer import SIMPLE, environment_marker, requires_python_for, with_owned, write_index_files
-    from wheelhouse.target import target_from_json
-
-    name, version, _, _ = parse_wheel_filename(built.wheel.name)
-    sha = sha256_of(built.wheel)
-    dest = wheelhouse / "wheels" / built.wheel.name
-    target = target_from_json(data["target"], where=f"{wheelhouse / WH_JSON} target")
-    lock = read_pylock(wheelhouse) if (wheelhouse / PYLOCK).exists() else None
-    inputs = data.get("inputs") or {}
-    undo = _Undo(wheelhouse, (PYLOCK, WH_JSON, SIMPLE))
-    try:
-        if not dest.exists() or sha256_of(dest) != sha:
-            undo.created(dest)
-            _copy_in(built.wheel, dest)
-        artifacts = _export_backports(built.backports, wheelhouse, undo)
-        done: Completion = complete(
-            dest, wheelhouse, lock.files if lock else (), target,
-            index_urls=list(index_urls if index_urls is not None else inputs.get("indexes") or ()),
-            find_links=list(find_links if find_links is not None else inputs.get("find_links") or ()),
-            cache_dir=cache_dir, allow_incomplete=allow_incomplete, client=client, reporter=reporter)
-        for p in done.paths:
-            undo.created(p)
-        record = _engine_record(recipe, built, interp, sha, artifacts, (wheelhouse / built.log_rel).exists())
-        if done.missing:
-            record["incomplete"] = list(done.missing)
-        norm = canonicalize_name(name)
-        files = [f for f in (lock.files if lock else ()) if f.name != norm] + list(done.added)
-        files.append(LockedFile(
-            name=norm, version=str(version), filename=built.wheel.name, path=f"wheels/{built.wheel.name}", sha256=sha,
-            size=built.wheel.stat().st_size, tool={"source": "build", "recipe": record["recipe"], "commit": recipe.commit},
-        ))
-        capture = wheelhouse / "capture_target.py"
-        if not capture.exists():
-            from wheelhouse.resources import capture_script
-
-            undo.created(capture)
-            write_atomic(capture, capture_script().read_bytes())
-        new_lock = Lock(files=tuple(files),
-                        environments=lock.environments if lock else (environment_marker(target),),
-                        requires_python=lock.requires_python if lock else requires_python_for(target),
-                        created_by=(lock.created_by if lock else "") or "wh")
-        owned = ["wheels", "capture_target.py", *(a["path"] for a in artifacts), *([record["log"]] if record["log"] else [])]
-        write_index_files(wheelhouse, new_lock, with_owned({**data, "engine": record}, owned))
-    except BaseException:
-        undo.rollback()
-        raise
-    undo.commit()
-    return EngineBuild(wheel=dest, sha256=sha, reused=built.reused,
-                       log_path=wheelhouse / built.log_rel if (wheelhouse / built.log_rel).exists() else None,
-                       record=record, links=built.links,
-                       added=tuple(f"{f.name}=={f.version}" for f in done.added), missing=done.missing)
-
-
-def _copy_in(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
-
-
-def _export_backports(backports, wheelhouse: Path, undo: "_Undo") -> list[dict]:
-    """Write each backport that names an ``export`` path into the wheelhouse (a patch payload)."""
-    artifacts = []
-    for b in backports:
-        if b.export:
-            target = wheelhouse / b.export
-            if not target.exists():
-                undo.created(target)
-            write_atomic(target, b.content)
-            artifacts.append({"path": b.export, "sha256": b.sha256, "before_sha256": b.before_sha256,
-                              "source": f"{b.ref}:{b.path}", "file": b.path})
-    return artifacts
-
-
-class _Undo:
-    """What one build changed in a wheelhouse, so a failure puts back exactly what was there.
-
-    The index files (pylock.toml, wh.json, simple/) are copied aside first; files the build
-    creates are listed as they are made.
-    """
-
-    def __init__(self, root: Path, index_paths: Sequence[str]):
-        self.root = root
-        self.saved = root / f".wh-build-undo-{os.getpid()}"
-        self.paths: list[Path] = []
-        self.had: list[str] = []
-        shutil.rmtree(self.saved, ignore_errors=True)
-        for rel in index_paths:
-            src = root / rel
-            if src.is_dir():
-                shutil.copytree(src, self.saved / rel)
-            elif src.is_file():
-                (self.saved / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, self.saved / rel)
-            else:
-                continue
-            self.had.append(rel)
-        self.index_paths = tuple(index_paths)
-
-    def created(self, path: Path) -> None:
-        self.paths.append(path)
-
-    def rollback(self) -> None:
-        for rel in self.index_paths:
-            cur = self.root / rel
-            if cur.is_dir():
-                shutil.rmtree(cur)
-            elif cur.exists():
-                cur.unlink()
-            if rel in self.had:
-                os.replace(self.saved / rel, cur)
-        for p in self.paths:
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-        self.commit()
-
-    def commit(self) -> None:
-        shutil.rmtree(self.saved, ignore_errors=True)

@@ -122,7 +122,7 @@ def _stage_missing(wheel, wheelhouse, lock_files, target, index_urls, find_links
     new = [p for p in pins if p.name not in have and p.name != engine]
     if not new:
         return Completion()
-    scratch = wheelhouse / f".fetch-{uuid.uuid4().hex[:8]}"
+    scratch = wheelhouse / f".wh-fetch-{uuid.uuid4().hex[:8]}"
     items = [FetchItem(p.distfile.url, p.distfile.filename, p.distfile.sha256, p.distfile.size) for p in new]
     added, paths = [], []
     try:

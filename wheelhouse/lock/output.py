@@ -178,8 +178,8 @@ def foreign_paths(root: Path, owned: tuple[str, ...] | list[str]) -> list[str]:
     def walk(folder: Path, prefix: str) -> None:
         for entry in sorted(folder.iterdir(), key=lambda p: p.name):
             rel = f"{prefix}{entry.name}"
-            if is_owned(rel, owned) or (not prefix and (_NEW in entry.name or _OLD in entry.name)):
-                continue
+            if is_owned(rel, owned) or (not prefix and entry.name.startswith(".wh-")):
+                continue  # wh's own scratch (".wh-fetch-*", ".wh-build-undo-*") is never the user's
             if entry.is_dir() and not entry.is_symlink() and any(p.startswith(rel + "/") for p in owned):
                 walk(entry, rel + "/")
             else:

@@ -23,11 +23,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
 from .bootstrap import BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
@@ -36,11 +35,10 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
 from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
 from wheelhouse.index.http import HttpClient
-from wheelhouse.lock import LockedFile, read_pylock
-from wheelhouse.lock.output import hold_output, new_tree, read_meta, real_output, swap_in
-from wheelhouse.manifest import StackManifest
+from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
+from .previous import Previous, read_previous
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -105,23 +103,6 @@ class StageResult:
             "engine": self.engine,
             "notes": list(self.notes),
         }
-
-
-@dataclass(frozen=True)
-class _KeptEngine:
-    """A built engine of the previous wheelhouse that the new one carries over."""
-
-    record: Mapping[str, Any]  # wh.json["engine"]
-    file: StagedFile  # its lock entry (tool: source = build)
-    paths: tuple[str, ...]  # wheel, log, exported files (relative to the wheelhouse)
-    requirements: tuple[str, ...]  # its Requires-Dist that apply on the target
-
-
-@dataclass(frozen=True)
-class _Previous:
-    wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
-    engine: _KeptEngine | None = None
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,7 +193,7 @@ def _check_cache(cache: Path) -> None:
 
 def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: Reporter,
          recovered: tuple[str, ...]) -> StageResult:
-    previous = _previous(out, inputs, reporter) if out is not None else _Previous({})
+    previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
     with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
         plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter)
         if out is None:
@@ -222,73 +203,9 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
         return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
 
 
-# --- what the previous wheelhouse holds -------------------------------------------------------------
-
-def _previous(out: Path, inputs: StageInputs, reporter: Reporter) -> _Previous:
-    """The previous wheelhouse's verified wheels and the built engine to carry over (or why not)."""
-    meta = read_meta(out) if out.is_dir() else None
-    if meta is None:
-        return _Previous({})
-    try:
-        lock_files = read_pylock(out).files
-    except WhError:
-        lock_files = ()
-    wheels = {f.filename: f.sha256 for f in lock_files}
-    record = meta.get("engine")
-    if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
-        return _Previous(wheels)  # no engine was built into it
-    why_not = _engine_replaced(record, inputs.manifest, out)
-    if why_not is None:
-        kept = _kept_engine(out, record, lock_files, inputs.target)
-        if isinstance(kept, _KeptEngine):
-            reporter.note(f"keeping the engine {kept.file.filename} that `wh build` added (commit "
-                          f"{str(record.get('commit', ''))[:12]})")
-            return _Previous(wheels, kept)
-        why_not = kept
-    reporter.note(why_not)
-    return _Previous(wheels, None, (why_not,))
-
-
-def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, out: Path) -> str | None:
-    """Why the built engine must go: the manifest's engine recipe names another engine or commit."""
-    if manifest is None or manifest.engine_recipe is None:
-        return None
-    from wheelhouse.engine.recipe import load_recipe
-
-    recipe = load_recipe(str(manifest.engine_recipe))
-    if (recipe.name, recipe.commit) == (record.get("name"), record.get("commit")):
-        return None
-    return (f"leaving out the engine {Path(str(record['wheel'])).name} built at commit "
-            f"{str(record.get('commit', ''))[:12]}: the manifest's engine is now {recipe.name} at "
-            f"{recipe.commit[:12]} (build it: wh build {manifest.engine_recipe} -o {out})")
-
-
-def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[LockedFile],
-                 target: TargetProfile) -> _KeptEngine | str:
-    """The engine to carry over, or the sentence saying why it cannot be (its wheel is gone or damaged)."""
-    rel = str(record["wheel"])
-    wheel = out / rel
-    if not wheel.is_file() or sha256_of(wheel) != record["sha256"]:
-        return f"leaving out the engine {Path(rel).name}: its wheel is missing or damaged (run `wh build` again)"
-    entry = next((f for f in lock_files if f.filename == wheel.name), None)
-    extra_paths = [record.get("log"), *[a.get("path") for a in record.get("artifacts") or () if isinstance(a, dict)]]
-    paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
-    reqs: tuple[str, ...] = ()
-    if not record.get("incomplete"):  # `wh build --allow-incomplete`: its requirements were never all here
-        reqs = tuple(str(r) for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None))
-    file = StagedFile(
-        name=entry.name if entry else canonicalize_name(wheel.name.split("-")[0]),
-        version=entry.version if entry else wheel.name.split("-")[1],
-        filename=wheel.name, url=str(wheel), sha256=record["sha256"], size=wheel.stat().st_size,
-        requires_python=entry.requires_python if entry else None,
-        tool=dict(entry.tool) if entry else {"source": "build", "commit": record.get("commit")},
-    )
-    return _KeptEngine(record, file, paths, reqs)
-
-
 # --- resolution ------------------------------------------------------------------------------------
 
-def _resolve_stack(inputs: StageInputs, previous: _Previous, scratch: Path, cache: Path, client,
+def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache: Path, client,
                    reporter: Reporter) -> _Plan:
     from wheelhouse.index import PackageSource
     from wheelhouse.index.metadata import MetadataReader
@@ -361,7 +278,7 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, cache: Path, reporte
 
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
 
-def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: _Previous, cache: Path, client,
+def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
            reporter: Reporter, recovered: tuple[str, ...]) -> StageResult:
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, [*plan.files, *plan.boot_files], cache)

@@ -1,0 +1,107 @@
+"""What the previous wheelhouse at ``-o`` holds that a re-stage needs: the wheels its lock vouches
+for (reused, not downloaded again) and an engine ``wh build`` added to it, carried over (its
+wheel, wh.json["engine"], its log and exported files, and its requirements resolved with the
+stack) unless the manifest's engine recipe now names another engine or commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from wheelhouse.digest import sha256_of
+from wheelhouse.errors import WhError
+from wheelhouse.lock import LockedFile, read_pylock
+from wheelhouse.lock.output import read_meta
+from wheelhouse.manifest import StackManifest
+from wheelhouse.progress import Reporter
+from wheelhouse.target import TargetProfile
+
+from .bootstrap import wheel_requirements
+from .writer import StagedFile
+
+__all__ = ["KeptEngine", "Previous", "read_previous"]
+
+
+@dataclass(frozen=True)
+class KeptEngine:
+    """A built engine of the previous wheelhouse that the new one carries over."""
+
+    record: Mapping[str, Any]  # wh.json["engine"]
+    file: StagedFile  # its lock entry (tool: source = build)
+    paths: tuple[str, ...]  # wheel, log, exported files (relative to the wheelhouse)
+    requirements: tuple[str, ...]  # its Requires-Dist that apply on the target
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The previous wheelhouse, as far as a re-stage is concerned."""
+
+    wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
+    engine: KeptEngine | None = None
+    notes: tuple[str, ...] = ()
+
+
+def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfile, reporter: Reporter) -> Previous:
+    """The previous wheelhouse's verified wheels and the built engine to carry over (or why not)."""
+    meta = read_meta(out) if out.is_dir() else None
+    if meta is None:
+        return Previous({})
+    try:
+        lock_files = read_pylock(out).files
+    except WhError:
+        lock_files = ()
+    wheels = {f.filename: f.sha256 for f in lock_files}
+    record = meta.get("engine")
+    if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
+        return Previous(wheels)  # no engine was built into it
+    why_not = _engine_replaced(record, manifest, out)
+    if why_not is None:
+        kept = _kept_engine(out, record, lock_files, target)
+        if isinstance(kept, KeptEngine):
+            reporter.note(f"keeping the engine {kept.file.filename} that `wh build` added (commit "
+                          f"{str(record.get('commit', ''))[:12]})")
+            return Previous(wheels, kept)
+        why_not = kept
+    reporter.note(why_not)
+    return Previous(wheels, None, (why_not,))
+
+
+def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, out: Path) -> str | None:
+    """Why the built engine must go: the manifest's engine recipe names another engine or commit."""
+    if manifest is None or manifest.engine_recipe is None:
+        return None
+    from wheelhouse.engine.recipe import load_recipe
+
+    recipe = load_recipe(str(manifest.engine_recipe))
+    if (recipe.name, recipe.commit) == (record.get("name"), record.get("commit")):
+        return None
+    return (f"leaving out the engine {Path(str(record['wheel'])).name} built at commit "
+            f"{str(record.get('commit', ''))[:12]}: the manifest's engine is now {recipe.name} at "
+            f"{recipe.commit[:12]} (build it: wh build {manifest.engine_recipe} -o {out})")
+
+
+def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[LockedFile],
+                 target: TargetProfile) -> KeptEngine | str:
+    """The engine to carry over, or the sentence saying why it cannot be (its wheel is gone or damaged)."""
+    rel = str(record["wheel"])
+    wheel = out / rel
+    if not wheel.is_file() or sha256_of(wheel) != record["sha256"]:
+        return f"leaving out the engine {Path(rel).name}: its wheel is missing or damaged (run `wh build` again)"
+    entry = next((f for f in lock_files if f.filename == wheel.name), None)
+    extra_paths = [record.get("log"), *[a.get("path") for a in record.get("artifacts") or () if isinstance(a, dict)]]
+    paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
+    reqs: tuple[str, ...] = ()
+    if not record.get("incomplete"):  # `wh build --allow-incomplete`: its requirements were never all here
+        reqs = tuple(str(r) for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None))
+    file = StagedFile(
+        name=entry.name if entry else canonicalize_name(wheel.name.split("-")[0]),
+        version=entry.version if entry else wheel.name.split("-")[1],
+        filename=wheel.name, url=str(wheel), sha256=record["sha256"], size=wheel.stat().st_size,
+        requires_python=entry.requires_python if entry else None,
+        tool=dict(entry.tool) if entry else {"source": "build", "commit": record.get("commit")},
+    )
+    return KeptEngine(record, file, paths, reqs)
