@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from broken_packages import install_wheel, make_venv, site_packages
+from nvidia_fixtures import make_wheelhouse
 from wheelhouse.doctor.drop import DropPlan, RestoreResult, drop_distributions, read_dropped, restore_dropped
 from wheelmaker import make_wheel
 
@@ -20,22 +19,6 @@ from wheelmaker import make_wheel
 def wh(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WH_")} | {"NO_COLOR": "1", "COLUMNS": "400"}
     return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True, env=env)
-
-
-def _wheelhouse(folder: Path, wheels: list[Path]) -> Path:
-    from wheelhouse.lock import Lock, LockedFile, write_pylock, write_wh_json
-    from wheelhouse.target import host_target
-
-    (folder / "wheels").mkdir(parents=True)
-    files = []
-    for w in wheels:
-        shutil.copy(w, folder / "wheels" / w.name)
-        name, version = w.name.split("-")[:2]
-        files.append(LockedFile(name, version, w.name, f"wheels/{w.name}", hashlib.sha256(w.read_bytes()).hexdigest(),
-                                w.stat().st_size))
-    write_pylock(folder, Lock(tuple(files)))
-    write_wh_json(folder, {"target": host_target().to_json()})
-    return folder
 
 
 def _find(py: Path, module: str) -> bool:
@@ -48,7 +31,7 @@ def _find(py: Path, module: str) -> bool:
 def dropped(tmp_path):
     """A pip-less venv whose `victim` was dropped; the wheelhouse it came from is recorded."""
     wheel = make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": "raise ImportError('broken')\n"})
-    house = _wheelhouse(tmp_path / "house", [wheel])
+    house = make_wheelhouse(tmp_path / "house", [wheel])
     py = make_venv(tmp_path / "venv")
     install_wheel(py, wheel)
     [rec] = drop_distributions(str(py), [DropPlan("victim", "1.0", ("victim",), "import failed", "ImportError", None)],
@@ -72,7 +55,7 @@ def test_restore_honours_wheelhouse_when_the_recorded_one_moved(dropped, tmp_pat
 
 def test_restore_with_a_wheelhouse_that_lacks_it_is_refused_and_keeps_the_record(dropped, tmp_path):
     py, _, _ = dropped
-    other = _wheelhouse(tmp_path / "other", [make_wheel(tmp_path / "w2", "unrelated", "1.0")])
+    other = make_wheelhouse(tmp_path / "other", [make_wheel(tmp_path / "w2", "unrelated", "1.0")])
     r = wh("drop", "--python", py, "--restore", "victim", "--wheelhouse", other)
     assert r.returncode != 0 and "error: " in r.stderr and "hint: " in r.stderr and "Traceback" not in r.stderr
     assert [e["name"] for e in read_dropped(site_packages(py))] == ["victim"]
