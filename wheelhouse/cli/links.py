@@ -31,8 +31,13 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     """Check, add or undo the links NVIDIA wheels lack (libcudart.so -> libcudart.so.13, lib64 -> lib).
 
     A libcuda.so inside the environment that is a stub (or links to one) is moved aside: it would
-    shadow the system driver. System libraries are never touched. Every change is recorded in
-    <site-packages>/.wh/links.json so --undo reverses exactly those.
+    shadow the system driver. System libraries are never touched. Every change is recorded, with
+    its absolute path, in <site-packages>/.wh/links.json so --undo reverses exactly those.
+
+    --undo only touches what wh made: a recorded entry that is not a soname link, lib64 -> lib or
+    moved stub inside the NVIDIA library folders of these site folders, or whose link was changed
+    since, is refused and named (exit 1) and stays recorded. Exit codes: 0 done (or nothing to
+    change); 1 --check found changes, or --undo refused entries; 2 bad input.
     """
     from wheelhouse.env.links import LinkError, link_loops, run_links
     from wheelhouse.target.interpreter import inspect_interpreter
