@@ -46,6 +46,10 @@ def patch() -> None:
     SPEC is a patch spec TOML (a path, or a bundled name such as
     freetoken-fp8-rowwise.toml; wheelhouses keep theirs in patches/).
 
+    An apply is journaled (intent first, record last): if it is killed (e.g. during
+    verification), the next apply, verify or revert of that patch rolls it back from
+    its backup first and says so; an apply then starts over.
+
     Exit codes: 0 done (applied, already patched, skipped, reverted; verify: patched,
     or unpatched where the conditions do not hold); 1 drifted, rolled back, or
     verification failed; 2 bad spec or arguments.
