@@ -130,3 +130,22 @@ def test_pypy_target_takes_pypys_own_abi_and_tags():
         str(x) for x in ptags.compatible_tags((3, 10), "pp3", platforms)]
     assert list(t.tags) == expected
     assert t.evaluate('platform_python_implementation == "PyPy"')
+
+
+def test_python_version_alone_means_this_hosts_platform_with_a_note():
+    """As pip does: `--python-version 3.12` without --platform targets this machine's platform."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from wheelhouse.target import host_target
+
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "target", "show", "--python-version", "3.12", "--json"],
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    host = host_target()
+    assert data["python_version"] == "3.12" and data["platforms"] == list(host.platforms)
+    assert data["compatible_tags"][0] == f"cp312-cp312-{host.platforms[0]}"
+    assert "--python-version 3.12 without --platform: this host's platform" in proc.stderr

@@ -18,7 +18,7 @@ def target_options(fn):
     opts = [
         click.option("--target", "target_file", type=click.Path(dir_okay=False), envvar="WH_TARGET",
                      help="Target profile JSON (from `wh target capture`, or a pex complete-platform file)."),
-        click.option("--python-version", help="Target Python, e.g. 3.12 (with --platform)."),
+        click.option("--python-version", help="Target Python, e.g. 3.12 or 3.13t (alone: on this host's platform)."),
         click.option("--platform", "platforms", multiple=True,
                      help="Target platform tag, e.g. manylinux_2_35_x86_64 (means that glibc and every older one). Repeatable."),
         click.option("--implementation", default="cp", show_default=True, help="Target implementation (cp, pp)."),
@@ -35,8 +35,14 @@ def target_from_options(target_file, python_version, platforms, implementation, 
         if python_version or platforms:
             raise click.UsageError("--target cannot be combined with --python-version/--platform")
         return load_target(target_file)
+    if python_version and not platforms:
+        # As pip does: another Python on this machine's platform.
+        host = host_target().platforms
+        platforms = [next((p for p in host if not p.startswith("linux_")), host[0])]
+        click.echo(f"note: --python-version {python_version} without --platform: this host's platform "
+                   f"({platforms[0]}); pass --platform for another machine", err=True)
     if python_version or platforms:
-        if not (python_version and platforms):
+        if not python_version:
             raise click.UsageError("--python-version and --platform go together")
         return target_from_flags(python_version, list(platforms), implementation, abi)
     return host_target()
