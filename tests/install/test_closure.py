@@ -11,17 +11,13 @@ from faults import wh_command
 from nvidia_fixtures import make_wheelhouse, tree_listing
 from wheelmaker import make_wheel
 
-from wheelhouse.install.closure import Dist, check_closure, installed_view, unmet, wheel_dist
-
 import pytest
 
-from wheelhouse.install.closure import MissingRequirements
+from wheelhouse.install.closure import Dist, MissingRequirements, check_closure, installed_view, unmet, wheel_dist
+from wheelhouse.target import target_from_flags
 
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
-       "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
-       "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
-       "implementation_version": "3.12.3"}
+ENV = target_from_flags("3.12", ["manylinux_2_17_x86_64"])  # judged for a Linux 3.12 target, not the host
 
 
 def wh(*args):

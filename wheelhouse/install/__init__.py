@@ -218,7 +218,7 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
     if existing or system_site_packages:
         view = installed_view(interp.executable)
     incoming = [wheel_dist(h.path / f.path) for h, f in todo]
-    check_closure(view, incoming, interp.markers)
+    check_closure(view, incoming, interp.target)
 
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,

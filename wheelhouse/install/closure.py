@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
+from wheelhouse.target import TargetProfile
 from .wheel.record import UnpackError
 
 __all__ = ["Dist", "MissingRequirements", "installed_view", "wheel_dist", "unmet", "check_closure"]
@@ -103,11 +104,11 @@ def _headers(text: str) -> dict[str, list[str]]:
     return out
 
 
-def _applies(req: Requirement, env: Mapping[str, str], extras: Iterable[str]) -> bool:
+def _applies(req: Requirement, target: TargetProfile, extras: Iterable[str]) -> bool:
     if req.marker is None:
         return True
     try:
-        return any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
+        return any(target.evaluate(req.marker, extra=e) for e in ("", *sorted(extras)))
     except (InvalidMarker, ValueError):
         return True
 
@@ -119,7 +120,7 @@ def _satisfied(req: Requirement, version: str) -> bool:
         return True  # not judgeable: the doctor runs it
 
 
-def unmet(view: Mapping[str, Dist], env: Mapping[str, str]) -> dict[tuple[str, str], str]:
+def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, str], str]:
     """``{(requirer, requirement): why}`` for every requirement ``view`` does not satisfy.
 
     Extras count once something asks for them (``torch[opt]`` turns on torch's ``opt`` requirements).
@@ -135,26 +136,26 @@ def unmet(view: Mapping[str, Dist], env: Mapping[str, str]) -> dict[tuple[str, s
                     req = Requirement(text)
                 except InvalidRequirement:
                     continue
-                if not _applies(req, env, extras[key]):
+                if not _applies(req, target, extras[key]):
                     continue
-                target = view.get(canonicalize_name(req.name))
-                if target is None:
+                found = view.get(canonicalize_name(req.name))
+                if found is None:
                     problems[(dist.name, str(req))] = "not installed"
-                elif not _satisfied(req, target.version):
-                    problems[(dist.name, str(req))] = f"{target.version} installed"
+                elif not _satisfied(req, found.version):
+                    problems[(dist.name, str(req))] = f"{found.version} installed"
                 elif not req.extras <= extras[canonicalize_name(req.name)]:
                     extras[canonicalize_name(req.name)] |= req.extras
                     changed = True
     return problems
 
 
-def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], env: Mapping[str, str]) -> None:
+def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], target: TargetProfile) -> None:
     """Raise MissingRequirements naming what ``incoming`` lacks and what installing it would break."""
     final = dict(installed)
     for d in incoming:
         final[canonicalize_name(d.name)] = d
-    before = unmet(installed, env)
-    new = {k: v for k, v in unmet(final, env).items() if k not in before}
+    before = unmet(installed, target)
+    new = {k: v for k, v in unmet(final, target).items() if k not in before}
     if not new:
         return
     ours = {canonicalize_name(d.name) for d in incoming}
