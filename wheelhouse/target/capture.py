@@ -28,6 +28,7 @@ __all__ = [
     "expand_platform",
     "marker_environment",
     "query_nvidia_smi",
+    "split_libc_platform",
 ]
 
 SCHEMA = "wh-target/1"
@@ -38,10 +39,23 @@ _LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5):
 _OLDEST_GLIBC = {"x86_64": 5, "i686": 5}
 _DEFAULT_OLDEST_GLIBC = 17
 
-_MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(.+)$")
-_MUSLLINUX = re.compile(r"^musllinux_(\d+)_(\d+)_(.+)$")
+_LIBC_PLATFORM = re.compile(r"^(manylinux|musllinux)_(\d+)_(\d+)_(.+)$")
 _LEGACY = re.compile(r"^(manylinux1|manylinux2010|manylinux2014)_(.+)$")
 _LEGACY_VERSION = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def split_libc_platform(tag: str) -> tuple[str, int, int, str] | None:
+    """``manylinux_2_35_x86_64`` -> ``("glibc", 2, 35, "x86_64")``; legacy aliases by their glibc
+    (``manylinux2014_aarch64`` is glibc 2.17); ``musllinux_1_2_x86_64`` -> ``("musl", 1, 2, ...)``;
+    None for any other tag."""
+    legacy = _LEGACY.match(tag)
+    if legacy:
+        return ("glibc", *_LEGACY_VERSION[legacy.group(1)], legacy.group(2))
+    found = _LIBC_PLATFORM.match(tag)
+    if found:
+        libc = "glibc" if found.group(1) == "manylinux" else "musl"
+        return libc, int(found.group(2)), int(found.group(3)), found.group(4)
+    return None
 
 
 def expand_platform(tag: str) -> list[str]:
@@ -52,26 +66,19 @@ def expand_platform(tag: str) -> list[str]:
     packaging >= 26.3 orders it (pypa/packaging#160: a locally built wheel is
     the most specific). ``musllinux_1_2_aarch64`` likewise for musl.
     """
-    legacy = _LEGACY.match(tag)
-    if legacy:
-        major, minor = _LEGACY_VERSION[legacy.group(1)]
-        tag = f"manylinux_{major}_{minor}_{legacy.group(2)}"
-    many = _MANYLINUX.match(tag)
-    if many:
-        major, minor, arch = int(many.group(1)), int(many.group(2)), many.group(3)
-        oldest = _OLDEST_GLIBC.get(arch, _DEFAULT_OLDEST_GLIBC)
-        out = [f"linux_{arch}"]
-        for m in range(minor, oldest - 1, -1):
-            out.append(f"manylinux_{major}_{m}_{arch}")
-            alias = _LEGACY_MANYLINUX.get((major, m))
-            if alias:
-                out.append(f"{alias}_{arch}")
-        return out
-    musl = _MUSLLINUX.match(tag)
-    if musl:
-        major, minor, arch = int(musl.group(1)), int(musl.group(2)), musl.group(3)
-        return [f"linux_{arch}"] + [f"musllinux_{major}_{m}_{arch}" for m in range(minor, -1, -1)]
-    return [tag]
+    split = split_libc_platform(tag)
+    if split is None:
+        return [tag]
+    libc, major, minor, arch = split
+    out = [f"linux_{arch}"]
+    if libc == "musl":
+        return out + [f"musllinux_{major}_{m}_{arch}" for m in range(minor, -1, -1)]
+    for m in range(minor, _OLDEST_GLIBC.get(arch, _DEFAULT_OLDEST_GLIBC) - 1, -1):
+        out.append(f"manylinux_{major}_{m}_{arch}")
+        alias = _LEGACY_MANYLINUX.get((major, m))
+        if alias:
+            out.append(f"{alias}_{arch}")
+    return out
 
 
 def _py_range(major: int, minor: int):

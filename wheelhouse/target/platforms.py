@@ -29,12 +29,8 @@ _WINDOWS = {"win_amd64": "AMD64", "win_arm64": "ARM64", "win32": "x86"}
 # Names other systems use for the same machine (uname on macOS, Go, Debian): never valid in a Linux tag.
 _ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "x86": "i686", "i386": "i686", "ppc64el": "ppc64le"}
 
-_MANY = re.compile(r"^manylinux_(\d+)_(\d+)_(.+)$")
-_MUSL = re.compile(r"^musllinux_(\d+)_(\d+)_(.+)$")
-_LEGACY = re.compile(r"^(manylinux1|manylinux2010|manylinux2014)_(.+)$")
 _LINUX = re.compile(r"^linux_(.+)$")
 _MAC = re.compile(r"^macosx_(\d+)_(\d+)_(.+)$")
-_LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
 
 @dataclass(frozen=True)
@@ -67,17 +63,11 @@ def parse_platform(tag: str) -> Platform:
     tag = tag.strip()
     if tag in _WINDOWS:
         return Platform(tag, "Windows", _WINDOWS[tag])
-    for pattern, libc in ((_MANY, "glibc"), (_MUSL, "musl")):
-        m = pattern.match(tag)
-        if m:
-            prefix = f"{tag[:m.start(3)]}"
-            arch = _arch(tag, prefix, m.group(3), _LINUX_ARCHS, _ALIASES)
-            return Platform(tag, "Linux", arch, (libc, f"{int(m.group(1))}.{int(m.group(2))}"))
-    m = _LEGACY.match(tag)
-    if m:
-        arch = _arch(tag, f"{m.group(1)}_", m.group(2), _LINUX_ARCHS, _ALIASES)
-        major, minor = _LEGACY_GLIBC[m.group(1)]
-        return Platform(tag, "Linux", arch, ("glibc", f"{major}.{minor}"))
+    split = capture.split_libc_platform(tag)
+    if split:
+        libc, major, minor, arch = split
+        arch = _arch(tag, tag[:len(tag) - len(arch)], arch, _LINUX_ARCHS, _ALIASES)
+        return Platform(tag, "Linux", arch, (libc, f"{major}.{minor}"))
     m = _MAC.match(tag)
     if m:
         arch = _arch(tag, tag[:m.start(3)], m.group(3), _MAC_ARCHS, {"aarch64": "arm64", "amd64": "x86_64"})

@@ -150,25 +150,13 @@ def glibc_version(libc: tuple[str, str] | None) -> tuple[int, int] | None:
     return None
 
 
-_LIBC_TAG = re.compile(r"^(manylinux|musllinux)_(\d+)_(\d+)_")
-_LEGACY_GLIBC = {"manylinux1_": (2, 5), "manylinux2010_": (2, 12), "manylinux2014_": (2, 17)}
-
-
 def libc_of(platforms) -> tuple[str, str] | None:
     """The newest libc a list of platform tags names: ``("glibc", "2.35")``, ``("musl", "1.2")`` or None."""
-    best: tuple[str, tuple[int, int]] | None = None
-    for p in platforms:
-        m = _LIBC_TAG.match(p)
-        if m:
-            name, ver = ("glibc" if m.group(1) == "manylinux" else "musl"), (int(m.group(2)), int(m.group(3)))
-        else:
-            legacy = next((v for k, v in _LEGACY_GLIBC.items() if p.startswith(k)), None)
-            if legacy is None:
-                continue
-            name, ver = "glibc", legacy
-        if best is None or ver > best[1]:
-            best = (name, ver)
-    return (best[0], f"{best[1][0]}.{best[1][1]}") if best else None
+    found = [s for s in map(capture_target.split_libc_platform, platforms) if s]
+    if not found:
+        return None
+    libc, major, minor, _ = max(found, key=lambda s: (s[1], s[2]))
+    return libc, f"{major}.{minor}"
 
 
 def _check_profile(data: Mapping[str, Any], where: str) -> None:
