@@ -93,10 +93,14 @@ class PackageSource:
         client: HttpClient | None = None,
         page_ttl: float = 600.0,
     ) -> None:
-        # None -> pip's default index; () -> no index (find-links / direct files only).
-        self.index_urls = tuple(u if u.endswith("/") else u + "/" for u in (index_urls if index_urls is not None else (default_index_url(),)))
-        self.find_links = tuple(str(f) for f in find_links)
+        # None -> pip's configured index; () -> no index (find-links / direct files only).
+        # Credentials in a URL are handed to the client (used for requests, kept in memory) and
+        # the URL goes on without them: every Distfile, origin and message made from it is clean.
         self.client = client or HttpClient()
+        strip = self.client.strip_credentials
+        urls = index_urls if index_urls is not None else (default_index_url(),)
+        self.index_urls = tuple(strip(u if u.endswith("/") else u + "/") for u in urls)
+        self.find_links = tuple(strip(str(f)) if "://" in str(f) else str(f) for f in find_links)
         self.page_ttl = page_ttl
         self._memo = _Memo()
         self._links_memo = _Memo()
@@ -120,7 +124,7 @@ class PackageSource:
         """A Distfile for a wheel named by path or URL (``./x.whl``, ``file:///...``, ``https://...``)."""
         parts = urllib.parse.urlsplit(ref)
         if parts.scheme in ("http", "https", "file"):
-            url, hashes = split_hash_fragment(ref)
+            url, hashes = split_hash_fragment(self.client.strip_credentials(ref))
         else:
             path = Path(ref).expanduser().resolve()
             if not path.is_file():

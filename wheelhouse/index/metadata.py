@@ -3,26 +3,27 @@
 In order of preference:
 1. a local file: read the zip directly;
 2. PEP 658/714: the index serves ``<wheel-url>.metadata`` (checked against its sha256);
-3. HTTP range requests on the zip: one read of the tail (which usually holds the whole central
-   directory, and often METADATA itself, since dist-info is written last), then at most one read
-   for the rest of the central directory and one for the METADATA member;
+3. HTTP range requests on the zip, read by stdlib ``zipfile`` through a range-backed file: one
+   read of the tail (which usually holds the whole central directory, and often METADATA itself,
+   since dist-info is written last), then at most one read for the rest of the central directory
+   and one for the METADATA member (its CRC checked by zipfile);
 4. a full download, only when the server ignores ``Range``.
 
-Results are cached on disk keyed by the wheel's sha256 (else its URL), so a warm run makes no
-request at all.
+Results are cached on disk keyed by the wheel's URL (without credentials) and claimed sha256, so
+a warm run makes no request at all; each is at most WH_MAX_PAGE_MB (HttpClient.get's bound).
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
+import io
 import tempfile
 import threading
 import zipfile
-import zlib
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
+from typing import Callable
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -35,10 +36,7 @@ from .http import HttpClient, HttpError
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 
 TAIL_BYTES = 64 * 1024  # first range read: the end of the zip
-_EOCD = b"PK\x05\x06"
-_EOCD64_LOCATOR = b"PK\x06\x07"
-_CDH = b"PK\x01\x02"
-_LFH_LEN = 30
+_LFH_LEN = 30  # a zip local file header before its name and extra field
 
 
 class MetadataError(WhError):
@@ -94,7 +92,9 @@ class MetadataReader:
         self.stats = {"cache": 0, "pep658": 0, "range": 0, "local": 0, "download": 0}
 
     def read(self, distfile: Distfile) -> CoreMetadata:
-        key = distfile.sha256 or hashlib.sha256(distfile.url.encode()).hexdigest()
+        # Keyed by URL AND sha256: the sha256 is what the index claims, not yet checked (the body is
+        # not downloaded), so two files claiming one (bogus) hash must not share metadata.
+        key = hashlib.sha256(f"{distfile.url}#sha256={distfile.sha256 or ''}".encode()).hexdigest()
         while True:
             with self._lock:
                 if key in self._memo:
@@ -143,7 +143,7 @@ class MetadataReader:
                 hint="the file name and its contents disagree; report it to the index operator",
             )
         if cached is not None and not cached.is_file():
-            write_atomic(cached, raw)
+            write_atomic(cached, raw, mode=0o600)
         return meta
 
     def _cache_path(self, key: str) -> Path | None:
@@ -187,39 +187,17 @@ class MetadataReader:
         self.stats["range"] += 1
         if total is None:
             total = len(tail)
-        tail_start = total - len(tail)
-        windows = [_Window(tail_start, tail)]
-        cd_offset, cd_size = _find_central_directory(tail, tail_start, d)
-        if cd_offset < tail_start:
-            windows[0].prepend(self._range(d, cd_offset, tail_start))
-        cd = windows[0].slice(cd_offset, cd_offset + cd_size)
-        member, offset, comp_size, method = _find_member(cd, d)
-
-        def read(a: int, b: int, slack: int = 0) -> bytes:
-            for w in windows:
-                if w.covers(a, b):
-                    return w.slice(a, b)
-            end = min(b + slack, total)
-            if end > windows[0].start and a < windows[0].start:
-                end = windows[0].start  # the rest is already held; stay contiguous with it
-                windows[0].prepend(self._range(d, a, end))
-                return windows[0].slice(a, b)
-            windows.append(_Window(a, self._range(d, a, end)))
-            return windows[-1].slice(a, b)
-
-        # The local header (30 bytes + name + extra) precedes the data; the extra field's length
-        # is only known once read, so the first read takes the data and some slack along.
-        header = read(offset, offset + _LFH_LEN, slack=len(member) + 512 + comp_size)
-        if header[:4] != b"PK\x03\x04":
-            raise MetadataError(f"{d.filename}: bad local header for {member}", hint="the wheel is damaged on the index")
-        name_len, extra_len = struct.unpack("<HH", header[26:30])
-        start = offset + _LFH_LEN + name_len + extra_len
-        data = read(start, start + comp_size)
-        if method == 0:
-            return data
-        if method == 8:
-            return zlib.decompress(data, -15)
-        raise MetadataError(f"{d.filename}: METADATA uses zip compression method {method}", hint="report it to the wheel's publisher")
+        remote = _RangeFile(lambda a, b: self._range(d, a, b), total, total - len(tail), tail)
+        try:
+            with zipfile.ZipFile(remote) as zf:  # reads the central directory (one more range at most)
+                member = zf.getinfo(_metadata_member(zf.namelist(), d))
+                # The local header (30 bytes + name + extra, whose length only it knows) and the data
+                # in one range: zipfile would otherwise ask for each piece separately.
+                start = member.header_offset
+                remote.prefetch(start, start + _LFH_LEN + len(member.orig_filename.encode()) + 512 + member.compress_size)
+                return zf.read(member)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, ValueError) as exc:
+            raise MetadataError(f"{d.filename}: not a readable wheel ({exc})", hint="the file is damaged on the index; report it to its operator") from exc
 
     def _range(self, d: Distfile, start: int, end: int) -> bytes:
         """Bytes [start, end) of the wheel."""
@@ -241,23 +219,76 @@ class MetadataReader:
                 raise MetadataError(f"{d.url}: not a valid wheel ({exc})", hint="check the index; the file is damaged") from exc
 
 
-class _Window:
-    """Contiguous bytes of a remote file starting at ``start``."""
+class _RangeFile(io.RawIOBase):
+    """A remote file seen as a seekable local one, so stdlib ``zipfile`` reads it (as pip's lazy
+    wheel does): the bytes held so far are kept in windows, a read of bytes not yet held fetches
+    them (``fetch(start, end)``: one HTTP range), merged with their neighbours. Unbuffered on
+    purpose: read-ahead would cost round trips."""
 
-    def __init__(self, start: int, data: bytes):
-        self.start, self.data = start, data
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, start: int, data: bytes):
+        super().__init__()
+        self._fetch, self._size, self._pos = fetch, size, 0
+        self._windows: list[tuple[int, bytes]] = [(start, data)] if data else []
 
-    def prepend(self, data: bytes) -> None:
-        self.start -= len(data)
-        self.data = data + self.data
+    def readable(self) -> bool:
+        return True
 
-    def covers(self, a: int, b: int) -> bool:
-        return self.start <= a and b <= self.start + len(self.data)
+    def seekable(self) -> bool:
+        return True
 
-    def slice(self, a: int, b: int) -> bytes:
-        if a < self.start or b > self.start + len(self.data):
-            raise MetadataError("zip member outside the bytes read", hint="the wheel is damaged on the index")
-        return self.data[a - self.start : b - self.start]
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), self._size - self._pos)
+        if n <= 0:
+            return 0
+        buf[:n] = self._bytes(self._pos, self._pos + n)
+        self._pos += n
+        return n
+
+    def prefetch(self, a: int, b: int) -> None:
+        """Make sure bytes [a, b) are held (clamped to the file), in as few requests as possible."""
+        self._bytes(max(0, a), min(b, self._size))
+
+    def _bytes(self, a: int, b: int) -> bytes:
+        for gap_a, gap_b in self._gaps(a, b):
+            self._windows.append((gap_a, self._fetch(gap_a, gap_b)))
+        self._merge()
+        for start, data in self._windows:
+            if start <= a and b <= start + len(data):
+                return data[a - start : b - start]
+        raise MetadataError("zip member outside the bytes read", hint="the wheel is damaged on the index")
+
+    def _gaps(self, a: int, b: int) -> list[tuple[int, int]]:
+        gaps, pos = [], a
+        for start, data in sorted(self._windows):
+            end = start + len(data)
+            if end <= pos or start >= b:
+                continue
+            if start > pos:
+                gaps.append((pos, start))
+            pos = max(pos, end)
+        if pos < b:
+            gaps.append((pos, b))
+        return gaps
+
+    def _merge(self) -> None:
+        merged: list[tuple[int, bytes]] = []
+        for start, data in sorted(self._windows):
+            if merged and start <= merged[-1][0] + len(merged[-1][1]):
+                prev_start, prev = merged[-1]
+                merged[-1] = (prev_start, prev + data[prev_start + len(prev) - start :])
+            else:
+                merged.append((start, data))
+        self._windows = merged
 
 
 def _total_from_content_range(value: str | None) -> int | None:
@@ -268,24 +299,6 @@ def _total_from_content_range(value: str | None) -> int | None:
     return int(total) if total.isdigit() else None
 
 
-def _find_central_directory(tail: bytes, tail_start: int, d: Distfile) -> tuple[int, int]:
-    pos = tail.rfind(_EOCD)
-    if pos < 0 or len(tail) - pos < 22:
-        raise MetadataError(f"{d.filename}: no zip end-of-central-directory record", hint="the file is not a wheel, or is damaged")
-    cd_size, cd_offset = struct.unpack("<II", tail[pos + 12 : pos + 20])
-    if cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF:
-        # ZIP64: the locator sits just before the EOCD and points at the zip64 EOCD record.
-        loc = pos - 20
-        if loc < 0 or tail[loc : loc + 4] != _EOCD64_LOCATOR:
-            raise MetadataError(f"{d.filename}: zip64 locator missing", hint="the wheel is damaged")
-        (eocd64_off,) = struct.unpack("<Q", tail[loc + 8 : loc + 16])
-        rel = eocd64_off - tail_start
-        if rel < 0:
-            raise MetadataError(f"{d.filename}: zip64 record outside the tail read", hint="report this wheel to wh's authors")
-        cd_size, cd_offset = struct.unpack("<QQ", tail[rel + 40 : rel + 56])
-    return cd_offset, cd_size
-
-
 def _metadata_member(names, d: Distfile) -> str:
     cands = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if not cands:
@@ -293,45 +306,6 @@ def _metadata_member(names, d: Distfile) -> str:
     want = f"{d.name.replace('-', '_')}-"
     cands.sort(key=lambda n: not canonicalize_name(n.split("-")[0]) == canonicalize_name(want[:-1]))
     return cands[0]
-
-
-def _find_member(cd: bytes, d: Distfile) -> tuple[str, int, int, int]:
-    """Walk central directory headers; return (name, local header offset, compressed size, method)."""
-    entries = {}
-    pos = 0
-    while pos + 46 <= len(cd) and cd[pos : pos + 4] == _CDH:
-        method, = struct.unpack("<H", cd[pos + 10 : pos + 12])
-        comp, _uncomp, n_len, e_len, c_len = struct.unpack("<IIHHH", cd[pos + 20 : pos + 34])
-        (offset,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
-        name = cd[pos + 46 : pos + 46 + n_len].decode("utf-8", "replace")
-        extra = cd[pos + 46 + n_len : pos + 46 + n_len + e_len]
-        if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
-            if 0xFFFFFFFF in (comp, offset, _uncomp):
-                comp, offset = _zip64_extra(extra, _uncomp, comp, offset)
-            entries[name] = (offset, comp, method)
-        pos += 46 + n_len + e_len + c_len
-    member = _metadata_member(list(entries), d)
-    offset, comp, method = entries[member]
-    return member, offset, comp, method
-
-
-def _zip64_extra(extra: bytes, uncomp: int, comp: int, offset: int) -> tuple[int, int]:
-    i = 0
-    while i + 4 <= len(extra):
-        hid, size = struct.unpack("<HH", extra[i : i + 4])
-        if hid == 1:
-            vals = extra[i + 4 : i + 4 + size]
-            j = 0
-            if uncomp == 0xFFFFFFFF:
-                j += 8
-            if comp == 0xFFFFFFFF:
-                (comp,) = struct.unpack("<Q", vals[j : j + 8])
-                j += 8
-            if offset == 0xFFFFFFFF:
-                (offset,) = struct.unpack("<Q", vals[j : j + 8])
-            break
-        i += 4 + size
-    return comp, offset
 
 
 _default_reader: MetadataReader | None = None

@@ -28,12 +28,13 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .credentials import basic_authorization
+from .credentials import CredentialStore
+from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
-from .messages import Headers, HttpError, Response, StreamResponse, user_agent
+from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .cache import get_cached as _get_cached
 
-__all__ = ["HttpClient", "HttpError", "Response", "StreamResponse", "Headers", "user_agent"]
+__all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -78,6 +79,8 @@ class HttpClient:
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
         self._ssl: ssl.SSLContext | None = None
+        self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
+        self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)
         # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
         weakref.finalize(self, _close_pool, self._idle)
@@ -89,16 +92,40 @@ class HttpClient:
         self.close()
 
     # --- public -----------------------------------------------------------------------
-    def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
-        """GET ``url`` and read the body. 2xx and 304 are returned; anything else raises HttpError."""
-        with self.stream(url, headers) as resp:
-            body = b"".join(resp.iter_chunks())
-        return Response(resp.url, resp.status, resp.headers, body)
+    def get(self, url: str, headers: Mapping[str, str] | None = None, *, max_bytes: int | None = None) -> Response:
+        """GET ``url`` and read the body, complete within WH_HTTP_DEADLINE seconds and at most
+        ``max_bytes`` long (default WH_MAX_PAGE_MB: pages, metadata and ranges are read whole into
+        memory). 2xx and 304 are returned; anything else raises HttpError."""
+        limit = max_body_bytes() if max_bytes is None else max_bytes
+        with self.stream(url, headers, whole=True) as resp:
+            length = resp.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > limit:
+                raise ResponseTooLarge(resp.url, int(length), limit)
+            parts, got = [], 0
+            for chunk in resp.iter_chunks():
+                got += len(chunk)
+                if got > limit:
+                    raise ResponseTooLarge(resp.url, None, limit)
+                parts.append(chunk)
+        return Response(resp.url, resp.status, resp.headers, b"".join(parts))
+
+    def strip_credentials(self, url: str) -> str:
+        """``url`` without user:password; they are kept (in memory) for requests to its host."""
+        return self.credentials.strip(url)
+
+    def abort(self) -> None:
+        """Stop every request in flight and refuse new ones (Ctrl-C): blocked reads fail at once."""
+        self._watchdog.abort_all()
 
     @contextlib.contextmanager
-    def stream(self, url: str, headers: Mapping[str, str] | None = None) -> Iterator[StreamResponse]:
+    def stream(self, url: str, headers: Mapping[str, str] | None = None, *, whole: bool = False) -> Iterator[StreamResponse]:
         """Open ``url``; yields a StreamResponse. Connection errors before the body are retried;
-        a connection dropped mid-body raises HttpError with ``received`` set, for resuming."""
+        a connection dropped mid-body raises HttpError with ``received`` set, for resuming.
+
+        Deadlines (wheelhouse.index.http.deadline): headers within ``timeout``; then a ``whole``
+        body within WH_HTTP_DEADLINE seconds, a streamed one never WH_HTTP_STALL seconds without
+        progress. Credentials in ``url`` are used, and never appear in the response's URL."""
+        url = self.credentials.strip(url)
         hdrs = {"User-Agent": user_agent(), **(headers or {})}
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme == "file":
@@ -106,7 +133,12 @@ class HttpClient:
             return
         if scheme not in ("http", "https"):
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
-        conn, resp, final = self._open(url, hdrs)
+        conn, resp, final, watch = self._open(url, hdrs)
+        window = stall_seconds()
+        if whole:
+            watch.set(body_deadline(), "body")
+        else:
+            watch.set(window, "stalled")
         done = False
 
         def chunks(size: int) -> Iterator[bytes]:
@@ -118,9 +150,15 @@ class HttpClient:
                     if not data:
                         break
                     received += len(data)
+                    if not whole:
+                        watch.progress(len(data), window)
                     yield data
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                if watch.expired:
+                    raise HttpError(final, resp.status, self._deadline_reason(watch, received), received=received) from exc
                 raise HttpError(final, resp.status, f"connection dropped after {received} bytes ({exc})", received=received) from exc
+            if watch.expired:  # cut between two reads: the body looks short, say why
+                raise HttpError(final, resp.status, self._deadline_reason(watch, received), received=received)
             expected = resp.getheader("Content-Length")
             if expected is not None and resp.getheader("Content-Encoding") is None and int(expected) != received:
                 raise HttpError(final, resp.status, f"body ended after {received} of {expected} bytes", received=received)
@@ -130,7 +168,8 @@ class HttpClient:
         try:
             yield stream
         finally:
-            if done and not resp.will_close and conn is not None:
+            self._watchdog.unwatch(watch)
+            if done and not resp.will_close and conn is not None and not watch.expired:
                 self._release(conn)
             else:
                 with contextlib.suppress(Exception):
@@ -143,7 +182,7 @@ class HttpClient:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. Without a cache_dir
         this is ``get``."""
-        return _get_cached(self.get, self.cache_dir, url, headers, max_age=max_age)
+        return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age)
 
 
     def close(self) -> None:
@@ -172,15 +211,28 @@ class HttpClient:
                 return
         conn.close()
 
+    def _deadline_reason(self, watch, received: int) -> str:
+        if watch.what == "interrupted":
+            return "interrupted"
+        if watch.what == "headers":
+            return f"no response headers within {self.timeout:g} s"
+        if watch.what == "body":
+            return f"the response was not complete within {body_deadline():g} s (WH_HTTP_DEADLINE) after {received} bytes"
+        return f"the download stalled: less than 16 KiB in {stall_seconds():g} s (WH_HTTP_STALL) after {received} bytes"
+
     def _open(self, url: str, headers: dict[str, str]):
-        """Send the request, following redirects and retrying; returns (conn, response, final url)."""
+        """Send the request, following redirects and retrying; returns (conn, response, final url, watch)."""
         attempt = 0
         redirects = 0
         while True:
             parts = urllib.parse.urlsplit(url)
             try:
-                conn, resp = self._request_once(parts, headers)
+                conn, resp, watch = self._request_once(parts, headers)
             except (OSError, http.client.HTTPException) as exc:
+                if self._watchdog.aborted:
+                    raise HttpError(url, None, "interrupted") from exc
+                if isinstance(exc, _HeadersDeadline):  # a server this slow is not retried
+                    raise HttpError(url, None, f"no response headers within {self.timeout:g} s") from exc
                 if attempt >= self.retries:
                     raise HttpError(url, None, str(exc) or type(exc).__name__) from exc
                 self._sleep(attempt, None)
@@ -189,17 +241,17 @@ class HttpClient:
             status = resp.status
             if status in _REDIRECTS and resp.getheader("Location"):
                 location = urllib.parse.urljoin(url, resp.getheader("Location"))
-                self._discard(conn, resp)
+                self._discard(conn, resp, watch)
                 redirects += 1
                 if redirects > _MAX_REDIRECTS:
                     raise HttpError(url, status, "too many redirects")
-                url = location
+                url = self.credentials.strip(location)
                 continue
             if 200 <= status < 300 or status == 304:
-                return conn, resp, url
+                return conn, resp, url, watch
             reason = resp.reason
             retry_after = resp.getheader("Retry-After")
-            self._discard(conn, resp)
+            self._discard(conn, resp, watch)
             if status in _RETRY_STATUS and attempt < self.retries:
                 self._sleep(attempt, retry_after)
                 attempt += 1
@@ -211,29 +263,40 @@ class HttpClient:
         if parts.query:
             path += "?" + parts.query
         hdrs = dict(headers)
-        auth = basic_authorization(parts, hdrs)
-        if auth is not None:
-            hdrs["Authorization"] = auth
+        if "Authorization" not in hdrs:
+            auth = self.credentials.authorization(parts)
+            if auth is not None:
+                hdrs["Authorization"] = auth
         proxy = self._proxy_for(parts)
         if proxy:
-            return None, self._via_urllib(parts, hdrs)
+            return None, self._via_urllib(parts, hdrs), self._watchdog.watch(None, self.timeout, "headers")
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
+        watch = self._watchdog.watch(conn, self.timeout, "headers")
         try:
             conn.request("GET", path, headers=hdrs)
-            return conn, conn.getresponse()
-        except (OSError, http.client.HTTPException):
+            watch.bind()
+            return conn, conn.getresponse(), watch
+        except (OSError, http.client.HTTPException) as exc:
             conn.close()
+            self._watchdog.unwatch(watch)
+            if watch.expired:
+                raise _HeadersDeadline() from exc
             if not was_idle:
                 raise
         # A kept-alive connection the server had already closed: once more on a fresh one.
         conn = self._acquire_new(key)
+        watch = self._watchdog.watch(conn, self.timeout, "headers")
         try:
             conn.request("GET", path, headers=hdrs)
-            return conn, conn.getresponse()
-        except (OSError, http.client.HTTPException):
+            watch.bind()
+            return conn, conn.getresponse(), watch
+        except (OSError, http.client.HTTPException) as exc:
             conn.close()
+            self._watchdog.unwatch(watch)
+            if watch.expired:
+                raise _HeadersDeadline() from exc
             raise
 
     def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
@@ -268,11 +331,11 @@ class HttpClient:
                 self._ssl = _ssl_context()
             return self._ssl
 
-    @staticmethod
-    def _discard(conn, resp) -> None:
+    def _discard(self, conn, resp, watch) -> None:
         with contextlib.suppress(Exception):
-            resp.read()
+            resp.read(max_body_bytes())  # an error page is bounded too
             resp.close()
+        self._watchdog.unwatch(watch)
         if conn is not None:
             conn.close()
 
@@ -281,6 +344,10 @@ class HttpClient:
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), 60.0))
         time.sleep(delay)
+
+
+class _HeadersDeadline(OSError):
+    """The watchdog cut a request that had no response headers in time."""
 
 
 def _close_pool(idle: dict) -> None:

@@ -1,7 +1,9 @@
 """An on-disk cache of index pages, revalidated with ETag / Last-Modified.
 
 Entries live under ``<cache_dir>/http/`` keyed by the URL and request headers; the body's sha256
-is stored with them, so a torn or edited entry is a miss, never a wrong page.
+is stored with them, so a torn or edited entry is a miss, never a wrong page. URLs reach here
+without credentials (the client strips them) and the Authorization header is never part of the
+key or the entry; entries are mode 0600 all the same (a private index's page is private).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.redact import redact
 from .messages import Headers, Response
 
 __all__ = ["get_cached"]
@@ -49,12 +52,13 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
         resp = get(url, cond)
         if resp.status == 304:
             meta["stored"] = time.time()
-            write_atomic(meta_p, json.dumps(meta))
+            write_atomic(meta_p, json.dumps(meta), mode=0o600)
             return Response(meta["url"], 200, Headers(meta["headers"]), body)
     else:
         resp = get(url, headers)
     if resp.status == 200:
         keep = {k: v for k, v in resp.headers.items() if k in ("etag", "last-modified", "content-type")}
-        write_atomic(body_p, resp.body)
-        write_atomic(meta_p, json.dumps({"url": resp.url, "headers": keep, "stored": time.time(), "sha256": hashlib.sha256(resp.body).hexdigest()}))
+        write_atomic(body_p, resp.body, mode=0o600)
+        write_atomic(meta_p, json.dumps({"url": redact(resp.url), "headers": keep, "stored": time.time(), "sha256": hashlib.sha256(resp.body).hexdigest()}),
+                     mode=0o600)
     return resp

@@ -11,7 +11,7 @@ from typing import Iterator, Mapping
 from .credentials import redact_url
 from wheelhouse.errors import WhError
 
-__all__ = ["HttpError", "Headers", "Response", "StreamResponse", "user_agent", "CHUNK"]
+__all__ = ["HttpError", "ResponseTooLarge", "Headers", "Response", "StreamResponse", "user_agent", "CHUNK"]
 
 CHUNK = 1 << 16
 
@@ -42,6 +42,19 @@ class HttpError(WhError):
         self.reason = reason
         # Bytes of the body already handed out before the failure (for resuming).
         self.received = received
+
+
+class ResponseTooLarge(HttpError):
+    """A page or metadata file bigger than wh reads into memory (a hostile or broken index)."""
+
+    code = "response-too-large"
+
+    def __init__(self, url: str, size: int | None, limit: int):
+        mb = limit / (1 << 20)
+        what = f"{size / (1 << 20):.1f} MiB" if size is not None else f"more than {mb:g} MiB"
+        super().__init__(url, 200, f"the response is {what}; wh reads at most {mb:g} MiB of a page or metadata file",
+                         hint="check the index URL; if the page really is that large, raise the bound with WH_MAX_PAGE_MB")
+        self.limit = limit
 
 
 class Headers(dict):
