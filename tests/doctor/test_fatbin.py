@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_fixtures import build_kernel_so, cuobjdump, cuobjdump_images, nvcc
+from cuda_fixtures import KERNEL_CU, build_kernel_so, cuobjdump, cuobjdump_images, nvcc
 from wheelhouse.doctor.elf import read_elf
 from wheelhouse.doctor.fatbin import DeviceCode, FatbinEntry, device_code, parse_fatbin, sm_number
 
@@ -43,6 +43,18 @@ def kernels(tmp_path_factory) -> dict[str, Path]:
         objs.append(str(obj))
     subprocess.run(["gcc", "-shared", *objs, "-o", str(folder / "units.so")], check=True, capture_output=True)
     out["units.so"] = folder / "units.so"
+    # Relocatable device code (-rdc) compiled for sm_89 and sm_90, device-linked for sm_90 only (as nvshmem
+    # and libtorch_nvshmem are): __nv_relfatbin holds both, .nv_fatbin what the runtime loads.
+    src = folder / "rdc.cu"
+    src.write_text(KERNEL_CU)
+    run = [nvcc(), "-Xcompiler", "-fPIC"]
+    subprocess.run([*run, "-c", "-rdc=true", "-gencode", "arch=compute_89,code=sm_89", "-gencode",
+                    "arch=compute_90,code=sm_90", str(src), "-o", str(folder / "rdc.o")], check=True, capture_output=True)
+    subprocess.run([*run, "-dlink", "-gencode", "arch=compute_90,code=sm_90", str(folder / "rdc.o"), "-o",
+                    str(folder / "dlink.o")], check=True, capture_output=True)
+    subprocess.run(["gcc", "-shared", str(folder / "rdc.o"), str(folder / "dlink.o"), "-o", str(folder / "rdc.so")],
+                   check=True, capture_output=True)
+    out["rdc.so"] = folder / "rdc.so"
     return out
 
 
@@ -63,8 +75,15 @@ def test_every_compilation_unit_of_a_library_is_read_compressed_or_not(kernels):
 
 
 @needs_nvcc
+def test_a_device_linked_library_is_judged_by_what_the_runtime_loads(kernels):
+    sections = [name for name, _, _ in read_elf(kernels["rdc.so"]).fatbin_sections]
+    assert sorted(sections) == [".nv_fatbin", "__nv_relfatbin"]
+    assert device_code(kernels["rdc.so"]).names() == ("sm_90",)  # not the sm_89 input of the device link
+
+
+@needs_nvcc
 @pytest.mark.skipif(cuobjdump() is None, reason="needs cuobjdump (nvidia-cuda-cuobjdump wheel or a CUDA toolkit)")
-@pytest.mark.parametrize("name", [*VARIANTS, "units.so"])
+@pytest.mark.parametrize("name", [*VARIANTS, "units.so", "rdc.so"])
 def test_images_agree_with_cuobjdump(kernels, name):
     elf, ptx = cuobjdump_images(kernels[name])
     code = device_code(kernels[name])

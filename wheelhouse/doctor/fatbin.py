@@ -1,7 +1,8 @@
 """CUDA device code inside a shared object: which SASS architectures and PTX versions it embeds.
 
 nvcc puts a fatbin container into the ``.nv_fatbin`` section (``__nv_relfatbin``
-for relocatable device code). A section holds one container per compilation
+for relocatable device code; a device-linked library has both, and the
+runtime loads ``.nv_fatbin``). A section holds one container per compilation
 unit, one after another; each container is a 16-byte header (magic
 ``0xBA55ED50``, version, header size, size of what follows) and entries, each
 with its own header: kind (1 PTX, 2 ELF = SASS, 8 LTO-IR), PTX ISA or cubin
@@ -265,9 +266,13 @@ def device_code(path: str | os.PathLike[str]) -> DeviceCode | None:
         st = os.stat(path)
     except (BadElf, OSError):
         return None
-    if not info.fatbin_sections:
+    # A device-linked object (nvcc -rdc) keeps its inputs in __nv_relfatbin and what the runtime loads in
+    # .nv_fatbin: judge .nv_fatbin when there is one (as cuobjdump lists it), the relocatable images otherwise.
+    linked = tuple(s for s in info.fatbin_sections if s[0] == ".nv_fatbin")
+    sections = linked or info.fatbin_sections
+    if not sections:
         return None
-    return _device_code_cached(info.path, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), info.fatbin_sections)
+    return _device_code_cached(info.path, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), sections)
 
 
 @functools.lru_cache(maxsize=4096)
