@@ -43,6 +43,15 @@ def _is_extension(relpath):
     return False
 
 
+def _module_of(relpath):
+    """``pkg/sub/_ext.cpython-312-x86_64-linux-gnu.so`` -> ``pkg.sub._ext`` (the name it is imported by)."""
+    base = relpath.rsplit("/", 1)[-1]
+    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+        if base.endswith(suffix):
+            return ".".join(relpath.split("/")[:-1] + [base[: -len(suffix)]])
+    return None
+
+
 def _top_of(relpath):
     first = relpath.split("/", 1)[0]
     if "/" in relpath:
@@ -93,6 +102,7 @@ def _dist_info(dist):
         "extension_modules": len(ext),
         "extension_sample": ext[:5],
         "extension_top_level": ext_tops,
+        "extensions": [[f, _module_of(f)] for f in ext],
         "has_record": bool(files),
     }
 

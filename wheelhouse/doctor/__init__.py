@@ -84,6 +84,7 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
             extension_modules=int(r.get("extension_modules") or 0),
             extension_top_level=tuple(r.get("extension_top_level") or ()),
             extension_sample=tuple(r.get("extension_sample") or ()),
+            extensions=tuple((str(f), str(m)) for f, m in (r.get("extensions") or ()) if f and m),
         )
         out.setdefault(d.key, d)
     return out

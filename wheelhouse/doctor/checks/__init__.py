@@ -34,6 +34,7 @@ class Distribution:
     extension_modules: int
     extension_top_level: tuple[str, ...]
     extension_sample: tuple[str, ...] = ()
+    extensions: tuple[tuple[str, str], ...] = ()  # (path relative to location, dotted module name)
 
     @property
     def key(self) -> str:
@@ -41,9 +42,14 @@ class Distribution:
 
     @property
     def import_names(self) -> tuple[str, ...]:
-        """The top-level names that hold its extension modules (else all its top-level names)."""
-        names = self.extension_top_level or self.top_level
+        """Every top-level name it provides (a pure-Python one beside its extensions too: issue 10.2)."""
+        names = dict.fromkeys([*self.top_level, *self.extension_top_level])
         return tuple(n for n in names if n and n.isidentifier())
+
+    @property
+    def extension_module_names(self) -> tuple[str, ...]:
+        """Every extension module it ships, by the dotted name it is imported by (``pkg.sub._ext``)."""
+        return tuple(dict.fromkeys(m for _, m in self.extensions if m and all(p.isidentifier() for p in m.split("."))))
 
 
 @dataclass(frozen=True)
