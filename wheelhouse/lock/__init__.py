@@ -116,6 +116,8 @@ def render_pylock(lock: Lock) -> str:
     if lock.requires_python:
         out.append(f"requires-python = {_toml_str(lock.requires_python)}")
     out.append(f"created-by = {_toml_str(lock.created_by)}")
+    if not lock.files:  # PEP 751 requires the key; [[packages]] tables cannot say "none"
+        out.append("packages = []")
     for f in sorted(lock.files, key=lambda f: (f.name, f.version, f.filename)):
         out += ["", "[[packages]]", f"name = {_toml_str(f.name)}", f"version = {_toml_str(f.version)}"]
         if f.marker:
