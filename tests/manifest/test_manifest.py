@@ -97,3 +97,14 @@ def test_every_bundled_manifest_parses_and_the_docstring_lists_every_key():
     for section, keys in MANIFEST_KEYS.items():
         for k in keys:
             assert f"{k} =" in doc or f"{k}=" in doc, (section, k)
+
+
+def test_on_the_box_the_doctor_does_not_need_the_requirements_files(tmp_path):
+    """The requirements files stay on the networked host; `wh doctor --manifest` reads only the manifest."""
+    (tmp_path / "m.toml").write_text('[stack]\nrequirements-files = ["not-carried.txt"]\n[doctor]\ngpus = 0\n')
+    m = load_manifest(tmp_path / "m.toml", read_files=False)
+    assert m.requirement_files == (tmp_path / "not-carried.txt",) and not m.files_read
+    with pytest.raises(ManifestError, match="not-carried.txt does not exist"):
+        load_manifest(tmp_path / "m.toml")
+    p = _wh("doctor", "--manifest", "m.toml", "--check", "gpu:expected", cwd=tmp_path)
+    assert "not-carried.txt" not in p.stderr and p.returncode in (0, 1), p.stderr

@@ -41,7 +41,7 @@ def _manifest(path):
         return None
     from wheelhouse.manifest import load_manifest
 
-    return load_manifest(path)
+    return load_manifest(path, read_files=False)  # the requirements files stay on the networked host
 
 
 _EVIDENCE_LINES = 8  # lines of a fail/error's evidence shown without -v (--json always has all of it)

@@ -138,7 +138,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     if verbose and not ui.quiet:  # adds to the global -v; a global -q still wins, as in `wh -q -v`
         ui.verbose += verbose
     extra = ctx.meta.get("wh.command", ())
-    man = load_manifest(manifest) if manifest else None
+    man = load_manifest(manifest, read_files=False) if manifest else None
     spec = man.serve if man else None
     if man and spec is None and not extra:
         raise UsageError(f"manifest {manifest} has no [serve] command", hint="add a [serve] table, or give the command after --")

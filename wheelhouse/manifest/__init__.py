@@ -414,9 +414,14 @@ def read_requirement_files(manifest: StackManifest) -> StackManifest:
                                hashed_requirements=tuple(hashed), files_read=True)
 
 
-def load_manifest(path: str | Path) -> StackManifest:
-    """Read and parse a manifest file and the requirements files it names; a bundled name like ``demo`` finds ``manifests/demo.toml``."""
+def load_manifest(path: str | Path, *, read_files: bool = True) -> StackManifest:
+    """Read and parse a manifest file; a bundled name like ``demo`` finds ``manifests/demo.toml``.
+
+    ``read_files``: also read the requirements files it names (staging needs them; the doctor and
+    ``wh serve`` on the box do not, and the files may not have been carried there).
+    """
     p = find_bundled(path, manifests_dir()) or Path(path)
     data = load_toml(p, what="manifest", error=ManifestError,
                      hint="give a path to a .toml stack manifest, or a bundled name such as `demo`")
-    return read_requirement_files(parse_manifest(data, p.resolve()))
+    manifest = parse_manifest(data, p.resolve())
+    return read_requirement_files(manifest) if read_files else manifest
