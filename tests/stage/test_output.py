@@ -117,6 +117,17 @@ def test_a_file_at_a_name_wh_writes_is_refused_before_work(index, tmp_path):
     assert _verifies(out) == {"app==1.0", "lib==1.0"}
 
 
+def test_a_users_file_at_a_name_this_run_does_not_write_is_kept(index, tmp_path):
+    """manifest.toml is wh's only when a manifest is staged; the user's own stack file beside is kept."""
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert wh(_args(index, out, cache=cache)).returncode == 0
+    (out / "manifest.toml").write_text("# my stack\n")
+    proc = wh(_args(index, out, "app==2.0", cache=cache))
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "manifest.toml").read_text() == "# my stack\n"
+    assert _verifies(out) == {"app==2.0", "lib==1.0"}
+
+
 def test_output_symlink_is_followed_and_stays_a_link(index, tmp_path):
     real = tmp_path / "disk" / "wheelhouse"
     real.parent.mkdir()

@@ -146,8 +146,6 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         ui.info(f"{result.reused} taken from the cache or the previous wheelhouse")
     if result.removed:
         ui.info(f"removed {len(result.removed)} wheel(s) no longer pinned: {', '.join(result.removed)}")
-    for note in result.notes:
-        ui.info(note)
     if result.engine:
         ui.info(f"kept the engine {result.engine} that `wh build` added")
     if result.bootstrap_command:

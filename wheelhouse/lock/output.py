@@ -25,7 +25,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
@@ -79,11 +79,12 @@ def read_meta(root: Path) -> dict | None:
     return data if isinstance(data, dict) and data.get("schema") == WH_JSON_SCHEMA else None
 
 
-def check_output(out: Path) -> None:
+def check_output(out: Path, writes: Iterable[str] | None = None) -> None:
     """Refuse, before any work, an -o that wh must not turn into a wheelhouse (``out``: a real path).
 
     A file; a non-empty folder that is not a wh wheelhouse (no wh.json, or someone else's); a
-    wheelhouse holding, at a name wh writes, something wh did not write.
+    wheelhouse holding, at a name this run writes (``writes``, top-level names; default: the
+    whole standard layout), something wh did not write.
     """
     from .writer import STANDARD_LAYOUT
 
@@ -98,7 +99,8 @@ def check_output(out: Path) -> None:
                 hint="give a new or empty folder, or the folder of an earlier `wh stage`",
             )
         owned = owned_paths(meta)
-        clash = [n for n in STANDARD_LAYOUT if (out / n).exists() and not is_owned(n, owned)]
+        clash = [n for n in (STANDARD_LAYOUT if writes is None else writes)
+                 if (out / n).exists() and not is_owned(n, owned)]
         if clash:
             raise BadOutput(f"-o {out} holds {', '.join(clash)}, which wh did not write and would now replace",
                             hint="move those out of the wheelhouse folder, then run the command again")

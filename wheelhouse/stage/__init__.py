@@ -159,12 +159,13 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     if inputs.dry_run:
         return _run(inputs, None, cache, client, reporter, ())
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
-    check_out(out)
+    writes = _top_level_writes(inputs)
+    check_out(out, writes)
     _check_cache(cache)
     with hold_output(out, timeout=inputs.lock_timeout, on_wait=reporter.note) as recovered:
         for note in recovered:
             reporter.note(note)
-        check_out(out)  # again: what the recovery put back, or the run we waited for, wrote
+        check_out(out, writes)  # again: what the recovery put back, or the run we waited for, wrote
         return _run(inputs, out, cache, client, reporter, tuple(recovered))
 
 
@@ -181,6 +182,15 @@ def _check_inputs(inputs: StageInputs) -> None:
     if not inputs.requirements and not (manifest and manifest.release_manifests):
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
+
+
+def _top_level_writes(inputs: StageInputs) -> list[str]:
+    """The names at the top of -o that this run writes (a user's file there is refused before work)."""
+    m = inputs.manifest
+    names = ["wh.json", "pylock.toml", WHEELS, "simple", "capture_target.py"]
+    names += [BOOTSTRAP_DIR] if inputs.bootstrap else []
+    names += ["manifest.toml"] if m and m.path else []
+    return names
 
 
 def _check_cache(cache: Path) -> None:
