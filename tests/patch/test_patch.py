@@ -317,3 +317,16 @@ def test_a_payload_that_is_a_fifo_is_refused(tmp_path, venv):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "is not a regular file (a FIFO)" in r.stderr and "hint: " in r.stderr, r.stderr
     assert installed.read_text() == ORIGINAL
+
+
+def test_a_record_naming_a_backup_outside_its_folder_is_refused(tmp_path, venv):
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec")
+    assert wh("patch", "apply", spec, "--python", py).returncode == 0
+    record = patch_dir(installed) / "tiny-rowwise" / "record.json"
+    rec = json.loads(record.read_text())
+    (tmp_path / "elsewhere.orig").write_text(ORIGINAL)
+    record.write_text(json.dumps({**rec, "backup": str(tmp_path / "elsewhere.orig")}))
+    r = wh("patch", "revert", spec, "--python", py)
+    assert r.returncode == 1 and "names no valid backup" in r.stderr, r.stderr
+    assert installed.read_text() == PAYLOAD

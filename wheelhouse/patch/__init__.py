@@ -237,14 +237,15 @@ def _recover(spec: PatchSpec, target: Path, pdir: Path) -> str:
     intent = load_json(intent_path, what="patch journal", error=PatchDrifted,
                        hint=f"inspect {pdir}; reinstall {spec.distribution} to get a known file back")
     before, after = str(intent.get("before_sha256", "")), str(intent.get("after_sha256", ""))
-    backup = pdir / str(intent.get("backup", ""))
+    backup = pdir / _backup_name(intent, pdir)
+    mode = intent.get("mode") if isinstance(intent.get("mode"), int) and not isinstance(intent.get("mode"), bool) else 0o644
     current = sha256_of(target)
     if current == after:
         if not backup.is_file() or sha256_of(backup) != before:
             raise PatchDrifted(f"an apply of patch {spec.name} was interrupted and its backup {backup} is missing or "
                                f"damaged; {target} still holds the unverified payload",
                                hint=f"reinstall {spec.distribution} (`wh install`) to get the original file back")
-        write_atomic(target, backup.read_bytes(), mode=int(intent.get("mode", 0o644)))
+        write_atomic(target, backup.read_bytes(), mode=mode & 0o777)
     elif current != before:
         raise PatchDrifted(f"{target} changed after an interrupted apply of patch {spec.name}: sha256 {current}, "
                            f"expected {before} or {after}; nothing changed, the journal stays in {pdir}",
@@ -254,6 +255,15 @@ def _recover(spec: PatchSpec, target: Path, pdir: Path) -> str:
     else:
         _remove_patch_dir(pdir)
     return f"an interrupted apply of {spec.name} was rolled back ({target} restored, sha256 {before})"
+
+
+def _backup_name(journal: Mapping[str, Any], pdir: Path) -> str:
+    """The backup a journal or record names: a plain file name inside ``pdir``, never a path elsewhere."""
+    name = journal.get("backup")
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise PatchDrifted(f"the patch journal in {pdir} names no valid backup ({name!r})",
+                           hint=f"inspect {pdir}; reinstall the distribution to get a known file back")
+    return name
 
 
 def _joined(*parts: str) -> str:
@@ -394,7 +404,7 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
     if current != rec.get("after_sha256"):
         raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec.get('after_sha256')}; nothing changed",
                            hint=f"reinstall {spec.distribution} to get a known file back")
-    backup = pdir / str(rec.get("backup"))
+    backup = pdir / _backup_name(rec, pdir)
     original = backup.read_bytes() if backup.is_file() else b""
     if hashlib.sha256(original).hexdigest() != rec.get("before_sha256"):
         raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec.get('before_sha256')}", hint=f"reinstall {spec.distribution}")
