@@ -1,32 +1,32 @@
 """Distributions already installed in an environment: finding them, and moving or removing their files.
 
 An installed distribution is a ``<name>-<version>.dist-info`` folder in a site folder
-whose RECORD lists its files. Only paths inside the environment's scheme are ever
-moved or removed, whatever an old RECORD says.
+whose RECORD lists its files. ``inside_scheme`` keeps only paths inside the environment's
+scheme and out of wh's state folder, whatever an old RECORD says: the one guard every
+removal (``uninstall``, a replaced version) goes through.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from packaging.utils import canonicalize_name
 
 __all__ = [
     "canonical_name",
     "find_installed",
     "installed_paths",
     "inside_scheme",
-    "move_aside",
     "drop_bytecode",
     "prune_empty_dirs",
 ]
 
 
 def canonical_name(name: str) -> str:
-    """PEP 503 normalisation."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503 normalisation (packaging's)."""
+    return canonicalize_name(name)
 
 
 def find_installed(site_dirs: Sequence[str | os.PathLike], name: str) -> list[tuple[Path, str]]:
@@ -95,22 +95,6 @@ def drop_bytecode(path: str) -> None:
             os.unlink(c)
         except OSError:
             pass
-
-
-def move_aside(paths: list[str], trash: Path) -> list[tuple[str, str]]:
-    """Move ``paths`` into ``trash``; returns ``(original, moved-to)`` to put them back."""
-    moved = []
-    for i, p in enumerate(paths):
-        if not os.path.lexists(p):
-            continue
-        dest = trash / f"{i}-{os.path.basename(p)}"
-        trash.mkdir(parents=True, exist_ok=True)
-        shutil.move(p, dest)
-        moved.append((p, str(dest)))
-        if p.endswith(".py"):  # its bytecode goes with it
-            for c in _bytecode_of(p):
-                os.unlink(c)
-    return moved
 
 
 def prune_empty_dirs(paths: list[str], stop: set[str]) -> None:
