@@ -330,3 +330,13 @@ def test_a_record_naming_a_backup_outside_its_folder_is_refused(tmp_path, venv):
     r = wh("patch", "revert", spec, "--python", py)
     assert r.returncode == 1 and "names no valid backup" in r.stderr, r.stderr
     assert installed.read_text() == PAYLOAD
+
+
+def test_an_interpreter_that_prints_at_startup_still_locates_the_file(tmp_path, venv):
+    """A sitecustomize that prints a banner made the locate answer unreadable (internal error)."""
+    py, installed = venv
+    site = installed.parents[1]
+    (site / "sitecustomize.py").write_text("print('welcome to the box')\n")
+    spec = write_spec(tmp_path / "spec")
+    r = wh("patch", "verify", spec, "--python", py, "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["state"] == "unpatched", r.stderr

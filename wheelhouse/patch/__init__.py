@@ -152,8 +152,13 @@ def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
         raise UsageError(f"cannot run interpreter {python}: {exc.strerror}", hint="pass a working interpreter with --python") from exc
     if proc.returncode != 0:
         raise UsageError(f"cannot run {python or sys.executable}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
-    info = json.loads(proc.stdout)
-    if not info["found"]:
+    try:  # the last line: a sitecustomize may print before the script runs
+        info = json.loads((proc.stdout.strip().splitlines() or ["{}"])[-1])
+        found = bool(info["found"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{python or sys.executable} did not answer where {spec.distribution} is installed: "
+                         f"{proc.stdout.strip()[-300:]!r}", hint="check the interpreter runs plain scripts") from exc
+    if not found:
         return None
     return Path(info["file"]), Path(info["site"])
 
