@@ -42,3 +42,13 @@ def test_gather_facts_asks_the_target_interpreter(monkeypatch):
 def test_gather_facts_with_an_interpreter_that_cannot_run(tmp_path):
     with pytest.raises(UsageError, match="cannot run interpreter"):
         gather_facts(str(tmp_path / "nope"), ["packaging"])
+
+
+def test_gather_facts_reads_past_a_startup_banner(tmp_path):
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
+    site = next((tmp_path / "v").glob("lib/python3*/site-packages"))
+    (site / "sitecustomize.py").write_text("print('banner')\n")
+    facts = gather_facts(str(tmp_path / "v" / "bin" / "python"), ["pip"])
+    assert facts["pip"] is None

@@ -35,6 +35,15 @@ def _gpu_sms() -> list[str] | None:
     return sms or None
 
 
+def _last_json(stdout: str) -> dict[str, Any]:
+    """The JSON object on the last output line (a sitecustomize may print before it); {} when there is none."""
+    try:
+        data = json.loads((stdout.strip().splitlines() or ["{}"])[-1])
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def gather_facts(python: str | None, distributions: list[str]) -> dict[str, Any]:
     """``{"sm": [...] or None, "<dist>": version or None}`` as seen by the target interpreter."""
     facts: dict[str, Any] = {"sm": _gpu_sms()}
@@ -44,7 +53,7 @@ def gather_facts(python: str | None, distributions: list[str]) -> dict[str, Any]
         except OSError as exc:  # missing or not executable
             raise UsageError(f"cannot run interpreter {python}: {exc.strerror}",
                              hint="pass a working interpreter with --python") from exc
-        versions = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        versions = _last_json(proc.stdout) if proc.returncode == 0 else {}
         for d in distributions:
             facts[d] = versions.get(d)
     return facts
