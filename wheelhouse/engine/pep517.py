@@ -10,7 +10,6 @@ the lines that look like compiler errors are pulled out for the error message.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.target import TargetProfile
+from wheelhouse.target.installed import installed_distributions
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,17 +150,9 @@ def _backend_name(source_dir: Path) -> str:
     return (data.get("build-system") or {}).get("build-backend", _DEFAULT_BACKEND)
 
 
-_INSTALLED = (
-    "import json, importlib.metadata as m\n"
-    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}))\n"
-)
-
-
 def _installed(python: str, env: Mapping[str, str]) -> dict[str, str]:
-    proc = subprocess.run([python, "-c", _INSTALLED], capture_output=True, text=True, env=dict(env))
-    if proc.returncode != 0:
-        raise UsageError(f"cannot run {python}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
-    return {canonicalize_name(k): v for k, v in json.loads(proc.stdout).items()}
+    """Versions ``python`` imports (first on its sys.path wins: a parent venv's setuptools before the base's)."""
+    return {k: d.version for k, d in installed_distributions(python, env=env).items()}
 
 
 def missing_build_requirements(requires: Iterable[str], installed: Mapping[str, str],

@@ -12,9 +12,6 @@ already unmet before the install are not this install's doing and are left to th
 
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -28,25 +25,10 @@ from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
 from wheelhouse.target import TargetProfile
+from wheelhouse.target.installed import InstalledListError, installed_distributions
 from .wheel.record import UnpackError
 
 __all__ = ["Dist", "MissingRequirements", "installed_view", "wheel_dist", "unmet", "check_closure"]
-
-# Runs in the RECEIVING interpreter, from an empty folder (with -c, sys.path[0] is the cwd).
-_LIST = r"""
-import importlib.metadata as m, json, re
-seen, out = set(), []
-for d in m.distributions():
-    name = d.metadata["Name"]
-    if not name:
-        continue
-    key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:
-        continue
-    seen.add(key)
-    out.append([name, d.version, d.requires or []])
-print(json.dumps(out))
-"""
 
 
 class MissingRequirements(UsageError):
@@ -61,14 +43,12 @@ class Dist:
 
 
 def installed_view(python: str, timeout: float = 120) -> dict[str, Dist]:
-    """What ``python`` imports, by canonical name (first on its ``sys.path`` wins)."""
-    with tempfile.TemporaryDirectory(prefix="wh-dists-") as cwd:
-        proc = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    if proc.returncode != 0:
-        raise MissingRequirements(f"{python} could not list its installed distributions",
-                                  hint=f"check that it runs: {python} -c 'import importlib.metadata'",
-                                  detail=proc.stderr[-2000:])
-    return {canonicalize_name(n): Dist(n, v, tuple(r)) for n, v, r in json.loads(proc.stdout)}
+    """What ``python`` imports, by canonical name (first on its ``sys.path`` wins): target.installed's one view."""
+    try:
+        dists = installed_distributions(python, timeout=timeout)
+    except InstalledListError as exc:
+        raise MissingRequirements(exc.message, hint=exc.hint, detail=exc.detail) from exc
+    return {k: Dist(d.name, d.version, d.requires) for k, d in dists.items()}
 
 
 def wheel_dist(wheel: Path) -> Dist:

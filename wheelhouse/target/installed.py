@@ -1,0 +1,86 @@
+"""The distributions an interpreter imports: asked of that interpreter, first on its ``sys.path`` wins.
+
+A venv made with ``--system-site-packages`` from an image venv sees three site
+folders (its own, the image venv's through a ``.pth``, the base system's); two of
+them may hold setuptools. What ``import setuptools`` loads, and what
+``importlib.metadata.version("setuptools")`` answers in that interpreter, is the
+first copy on its ``sys.path``. Every part of wh that asks what is installed (the
+doctor, the engine build's build requirements, install's requirement closure)
+asks here, so they all agree with the interpreter (issue 10.7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Mapping
+
+from packaging.utils import canonicalize_name
+
+from wheelhouse.errors import UsageError
+
+__all__ = ["InstalledDistribution", "InstalledListError", "installed_distributions"]
+
+# Runs in the TARGET interpreter, stdlib only, from an empty folder (with -c, sys.path[0] is the cwd).
+# importlib.metadata.distributions() walks sys.path in order: the first copy of a name is the one imported.
+_LIST = r"""
+import importlib.metadata as m, json, re, sys
+seen, out = set(), []
+for d in m.distributions():
+    try:
+        name = d.metadata["Name"]
+    except Exception:
+        continue
+    if not name:
+        continue
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        continue
+    seen.add(key)
+    path = getattr(d, "_path", None)
+    out.append([name, d.version, list(d.requires or []), str(path.parent) if path else None])
+sys.stdout.write(json.dumps(out))
+"""
+
+
+class InstalledListError(UsageError):
+    code = "cannot-list-installed"
+
+
+@dataclass(frozen=True)
+class InstalledDistribution:
+    """One distribution as the interpreter imports it: the first copy of its name on ``sys.path``."""
+
+    name: str
+    version: str
+    requires: tuple[str, ...]  # Requires-Dist, as written (markers judged by the caller, for the target)
+    location: str | None = None  # the site folder holding its .dist-info
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+
+def installed_distributions(python: str, env: Mapping[str, str] | None = None,
+                            timeout: float = 120) -> dict[str, InstalledDistribution]:
+    """What ``python`` imports, by canonical name, in its own ``sys.path`` order (first of a name wins)."""
+    hint = f"check that it runs: {python} -c 'import importlib.metadata'"
+    try:
+        with tempfile.TemporaryDirectory(prefix="wh-installed-") as cwd:  # an empty cwd shadows nothing
+            proc = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                                  env=dict(env) if env is not None else None)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InstalledListError(f"{python} could not list its installed distributions: {exc}", hint=hint) from exc
+    if proc.returncode != 0:
+        raise InstalledListError(f"{python} could not list its installed distributions (exit {proc.returncode})",
+                                 hint=hint, detail=proc.stderr[-2000:])
+    try:
+        rows = json.loads(proc.stdout)
+        dists = [InstalledDistribution(str(n), str(v), tuple(str(r) for r in reqs), loc) for n, v, reqs, loc in rows]
+    except (ValueError, TypeError) as exc:
+        raise InstalledListError(f"{python} printed something that is not a list of distributions", hint=hint,
+                                 detail=proc.stdout[-2000:]) from exc
+    return {d.key: d for d in dists}
