@@ -82,16 +82,19 @@ def _below_any(path: str, folders: set[str]) -> bool:
     return False
 
 
-def _bytecode_files(path: str) -> list[str]:
+def _bytecode_files(path: str, listing: dict[str, list[str]]) -> list[str]:
+    """The cached bytecode of the module at ``path`` (``listing``: ``__pycache__`` contents read once per folder)."""
     if not path.endswith(".py"):
         return []
     cache = os.path.join(os.path.dirname(path), "__pycache__")
+    names = listing.get(cache)
+    if names is None:
+        try:
+            names = listing[cache] = sorted(os.listdir(cache))
+        except OSError:
+            names = listing[cache] = []
     stem = os.path.basename(path)[:-3] + "."
-    try:
-        names = os.listdir(cache)
-    except OSError:
-        return []
-    return [os.path.join(cache, n) for n in sorted(names) if n.startswith(stem) and n.endswith(".pyc")]
+    return [os.path.join(cache, n) for n in names if n.startswith(stem) and n.endswith(".pyc")]
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,9 @@ class Transaction:
         """
         seen: set[str] = set()
         moved_dirs: set[str] = set()  # an old dist-info folder moves whole: what is inside goes with it
-        for p in sorted(set(paths) | set(self.extra), key=lambda x: (len(x.split(os.sep)), x)):
-            for q in (p, *_bytecode_files(p)):
+        listing: dict[str, list[str]] = {}
+        for p in sorted(set(paths) | set(self.extra), key=lambda x: (x.count(os.sep), x)):
+            for q in (p, *_bytecode_files(p, listing)):
                 q = os.path.normpath(q)
                 if q in seen or _below_any(q, moved_dirs):
                     continue
