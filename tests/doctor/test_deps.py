@@ -1,0 +1,95 @@
+"""deps: every installed distribution's Requires-Dist is met by what the interpreter imports (issue 10.3).
+
+Real wheels unpacked into real venvs; the verdicts come from the doctor run against them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broken_packages import install_wheel, make_venv, site_packages
+from schema_check import validate
+from wheelmaker import make_wheel
+from wheelhouse.doctor import run_doctor
+
+
+def _venv(tmp_path: Path, wheels) -> Path:
+    py = make_venv(tmp_path / "venv")
+    for w in wheels:
+        install_wheel(py, w)
+    return py
+
+
+def test_an_engine_installed_without_pyzmq_fails_naming_it_and_who_requires_it(tmp_path):
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [
+        make_wheel(w, "freetokenish", "0.1", requires=["pyzmq>=25", "helper>=1.0", "winonly; sys_platform == 'win32'"]),
+        make_wheel(w, "helper", "1.2"),
+    ])
+    report = run_doctor(str(py), checks=["deps"])
+    r = report.get("deps:freetokenish")
+    assert r.verdict == "fail"
+    assert "freetokenish 0.1 requires pyzmq>=25: not installed" in r.evidence
+    assert "winonly" not in r.evidence  # its marker is false on this interpreter
+    assert r.data["unmet"] == [{"requirement": "pyzmq>=25", "why": "not installed"}]
+    assert r.hint and "wh install" in r.hint
+    assert report.get("deps:helper") is None  # nothing unmet: no line of its own
+    assert report.exit_code() == 1
+
+
+def test_a_wrong_version_and_an_installed_extra_are_judged(tmp_path):
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [
+        make_wheel(w, "app", "1.0", requires=["lib[fast]>=1", "other>=4"]),
+        make_wheel(w, "lib", "1.5", extras={"fast": ["speedup"], "slow": ["slowdep"]}),
+        make_wheel(w, "other", "3.0", requires=["lib<3"]),
+    ])
+    report = run_doctor(str(py), checks=["deps"])
+    app = report.get("deps:app")
+    assert app.verdict == "fail" and app.evidence == "app 1.0 requires other>=4: 3.0 installed"
+    lib = report.get("deps:lib")  # lib[fast] was asked for by app: its fast extra's requirement counts
+    assert lib.verdict == "fail" and "speedup" in lib.evidence and "slowdep" not in lib.evidence
+    assert report.get("deps:other") is None
+
+
+def test_every_requirement_met_is_one_ok_line(tmp_path):
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [make_wheel(w, "app", "1.0", requires=["lib>=1"]), make_wheel(w, "lib", "1.0")])
+    report = run_doctor(str(py), checks=["deps"])
+    assert [(r.id, r.verdict) for r in report.results] == [("deps:requirements", "ok")]
+    assert "2 distributions" in report.results[0].evidence
+
+
+def test_requirements_met_by_a_parent_site_folder_count(tmp_path):
+    # What the interpreter imports through a .pth (a parent venv) meets requirements too.
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [make_wheel(w, "app", "1.0", requires=["lib>=2"])])
+    parent = tmp_path / "parent-site"
+    install_wheel_into(make_wheel(w, "lib", "2.0"), parent)
+    (site_packages(py) / "parent.pth").write_text(f"{parent}\n")
+    assert run_doctor(str(py), checks=["deps"]).get("deps:requirements").verdict == "ok"
+
+
+def install_wheel_into(wheel: Path, folder: Path) -> None:
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(folder)
+
+
+def test_cli_reports_missing_dependency_in_json(tmp_path):
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [make_wheel(w, "eng", "0.1", requires=["apache-tvm-ffi"])])
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "deps",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert validate(report, json.loads((Path(__file__).parents[1] / "support" / "doctor_schema.json").read_text())) == []
+    (r,) = report["results"]
+    assert r["id"] == "deps:eng" and "apache-tvm-ffi" in r["evidence"]

@@ -1,0 +1,55 @@
+"""deps: every installed distribution's requirements are met by what the interpreter imports.
+
+A native check that imports ``freetoken`` proves nothing about ``freetoken.layers``,
+which needs ``zmq``: an engine installed without its requirements imported fine
+and died on the serving path (issue 10.3). So every ``Requires-Dist`` of every
+distribution the interpreter imports (its venv, a parent venv, the base, in its
+own ``sys.path`` order: :func:`wheelhouse.target.installed.installed_distributions`)
+is judged: markers for that interpreter (its full marker environment, asked of
+it), extras once something that is installed asks for them, the version against
+the specifier, with ``packaging`` in wh's process (the target may not have it).
+"""
+
+from __future__ import annotations
+
+from wheelhouse.doctor.report import CheckResult
+from wheelhouse.install.closure import Dist, unmet
+from wheelhouse.target.installed import installed_distributions
+from wheelhouse.target.interpreter import inspect_interpreter
+from . import DoctorContext
+
+__all__ = ["GROUP", "CHECKS", "run"]
+
+GROUP = "deps"
+CHECKS = {
+    "deps:requirements": "every installed distribution's Requires-Dist is met (markers and extras judged for this "
+                         "interpreter), by what it imports",
+    "deps:<distribution>": "the requirements this distribution declares that nothing installed meets",
+}
+
+
+def run(ctx: DoctorContext) -> list[CheckResult]:
+    dists = installed_distributions(ctx.python, env=ctx.environ)
+    target = inspect_interpreter(ctx.python).target
+    view = {k: Dist(d.name, d.version, d.requires) for k, d in dists.items()}
+    problems = unmet(view, target)
+    if not problems:
+        nreq = sum(len(d.requires) for d in dists.values())
+        return [CheckResult("deps:requirements", CHECKS["deps:requirements"], "ok",
+                            f"{len(dists)} distributions, {nreq} declared requirement(s): every one that applies "
+                            f"here is met by what {ctx.python} imports",
+                            data={"distributions": len(dists)})]
+    by_dist: dict[str, list[tuple[str, str]]] = {}
+    for (who, req), why in sorted(problems.items()):
+        by_dist.setdefault(who, []).append((req, why))
+    key_of = {d.name: k for k, d in view.items()}
+    out = []
+    for who, reqs in by_dist.items():
+        d = view[key_of[who]]
+        out.append(CheckResult(
+            f"deps:{key_of[who]}", f"{d.name} {d.version}: requirements met", "fail",
+            "\n".join(f"{d.name} {d.version} requires {req}: {why}" for req, why in reqs),
+            hint="stage the missing distributions into the wheelhouse (`wh stage` on the networked host), then "
+                 f"`wh install` it into {ctx.python}",
+            data={"unmet": [{"requirement": req, "why": why} for req, why in reqs]}))
+    return out
