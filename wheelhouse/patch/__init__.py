@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from wheelhouse.atomic import write_atomic
-from wheelhouse.datafile import load_json, read_bytes
+from wheelhouse.datafile import read_bytes
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from .conditions import check_conditions, gather_facts
+from .journal import PatchDrifted, backup_name, intent_path, patch_dir, read_journal, recover_interrupted, remove_patch_dir
 from .spec import PatchSpec, PatchSpecError, PatchVerify, load_patch_spec, parse_patch_spec
 
 __all__ = [
@@ -61,10 +62,6 @@ __all__ = [
 
 State = Literal["applied", "already-patched", "skipped", "patched", "unpatched", "drifted", "reverted", "not-installed"]
 _RESULT_MARK = "__WH_PATCH_RESULT__"
-
-
-class PatchDrifted(WhError):
-    code = "patch-drifted"
 
 
 class PatchRolledBack(WhError):
@@ -207,20 +204,6 @@ def _payload(spec: PatchSpec) -> tuple[bytes, str]:
     return data, actual
 
 
-def _patch_dir(site: Path, name: str) -> Path:
-    return site / ".wh" / "patches" / name
-
-
-def _remove_patch_dir(pdir: Path) -> None:
-    """Remove a patch's backup folder, and ``.wh/patches`` and ``.wh`` when that leaves them empty."""
-    shutil.rmtree(pdir, ignore_errors=True)
-    for parent in (pdir.parent, pdir.parent.parent):
-        try:
-            parent.rmdir()
-        except OSError:
-            break
-
-
 def _interpreter(python: str | None) -> str:
     """``python`` as a path that works from any folder (the verify call runs in a temp folder)."""
     if not python:
@@ -228,47 +211,6 @@ def _interpreter(python: str | None) -> str:
     if os.sep in python:
         return os.path.abspath(python)
     return shutil.which(python) or python
-
-
-def _intent(pdir: Path) -> Path:
-    return pdir / "intent.json"
-
-
-def _recover(spec: PatchSpec, target: Path, pdir: Path) -> str:
-    """Roll back an apply of ``spec`` that was interrupted (its intent is still there); "" when there was none."""
-    intent_path = _intent(pdir)
-    if not os.path.lexists(intent_path):
-        return ""
-    intent = load_json(intent_path, what="patch journal", error=PatchDrifted,
-                       hint=f"inspect {pdir}; reinstall {spec.distribution} to get a known file back")
-    before, after = str(intent.get("before_sha256", "")), str(intent.get("after_sha256", ""))
-    backup = pdir / _backup_name(intent, pdir)
-    mode = intent.get("mode") if isinstance(intent.get("mode"), int) and not isinstance(intent.get("mode"), bool) else 0o644
-    current = sha256_of(target)
-    if current == after:
-        if not backup.is_file() or sha256_of(backup) != before:
-            raise PatchDrifted(f"an apply of patch {spec.name} was interrupted and its backup {backup} is missing or "
-                               f"damaged; {target} still holds the unverified payload",
-                               hint=f"reinstall {spec.distribution} (`wh install`) to get the original file back")
-        write_atomic(target, backup.read_bytes(), mode=mode & 0o777)
-    elif current != before:
-        raise PatchDrifted(f"{target} changed after an interrupted apply of patch {spec.name}: sha256 {current}, "
-                           f"expected {before} or {after}; nothing changed, the journal stays in {pdir}",
-                           hint=f"reinstall {spec.distribution} (`wh install`) to get a known file back")
-    if (pdir / "record.json").exists():  # an older, finished apply's record: keep it and its backup
-        intent_path.unlink()
-    else:
-        _remove_patch_dir(pdir)
-    return f"an interrupted apply of {spec.name} was rolled back ({target} restored, sha256 {before})"
-
-
-def _backup_name(journal: Mapping[str, Any], pdir: Path) -> str:
-    """The backup a journal or record names: a plain file name inside ``pdir``, never a path elsewhere."""
-    name = journal.get("backup")
-    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-        raise PatchDrifted(f"the patch journal in {pdir} names no valid backup ({name!r})",
-                           hint=f"inspect {pdir}; reinstall the distribution to get a known file back")
-    return name
 
 
 def _joined(*parts: str) -> str:
@@ -293,8 +235,8 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
     if not target.is_file():
         raise PatchTargetMissing(f"{spec.distribution} has no file {spec.file} ({target})",
                                  hint="check file = ... in the spec against the installed distribution")
-    pdir = _patch_dir(site, spec.name)
-    recovered = _recover(spec, target, pdir)
+    pdir = patch_dir(site, spec.name)
+    recovered = recover_interrupted(spec.name, spec.distribution, target, pdir)
     original = target.read_bytes()
     current = hashlib.sha256(original).hexdigest()
     base["file"] = str(target)
@@ -316,17 +258,17 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
     mode = target.stat().st_mode & 0o777
     existed = pdir.exists()
     # The journal: intent first (what is about to change and where its backup is), record last.
-    write_atomic(_intent(pdir), json.dumps({"name": spec.name, "file": str(target), "before_sha256": current,
+    write_atomic(intent_path(pdir), json.dumps({"name": spec.name, "file": str(target), "before_sha256": current,
                                             "after_sha256": payload_sha, "backup": backup.name, "mode": mode}) + "\n")
     write_atomic(backup, original, mode=0o644)
 
     def rollback(message: str, detail: str) -> PatchRolledBack:
         write_atomic(target, original, mode=mode)
         if existed:
-            for f in (backup, record, _intent(pdir)):
+            for f in (backup, record, intent_path(pdir)):
                 f.unlink(missing_ok=True)
         else:
-            _remove_patch_dir(pdir)
+            remove_patch_dir(pdir)
         return PatchRolledBack(f"patch {spec.name}: {message}; {target} restored (sha256 {current})",
                                hint="the payload does not work with this install: check the payload and the installed versions",
                                detail=detail)
@@ -347,7 +289,7 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
                                          "before_sha256": current, "after_sha256": payload_sha, "backup": backup.name,
                                          "spec": str(spec.path), "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                         indent=2) + "\n")
-        _intent(pdir).unlink()
+        intent_path(pdir).unlink()
     except PatchRolledBack:
         raise
     except BaseException:
@@ -367,7 +309,7 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
     located = _locate(spec, python)
     if located is None or not located[0].is_file():
         return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
-    base["reason"] = _joined(_recover(spec, located[0], _patch_dir(located[1], spec.name)), base["reason"])
+    base["reason"] = _joined(recover_interrupted(spec.name, spec.distribution, located[0], patch_dir(located[1], spec.name)), base["reason"])
     current = sha256_of(located[0])
     if current == payload_sha:
         state: State = "patched"
@@ -376,7 +318,7 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
     else:
         state = "drifted"
     verification = _run_call(spec.verify, python, met) if spec.verify else None
-    backup = _patch_dir(located[1], spec.name) / f"{current}.orig"
+    backup = patch_dir(located[1], spec.name) / f"{current}.orig"
     return PatchOutcome(state=state, file=str(located[0]), sha256=current, verification=verification,
                         backup=str(backup) if backup.exists() else None, **base)
 
@@ -390,8 +332,8 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
         raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python}",
                                  hint="nothing to revert")
     target, site = located
-    pdir = _patch_dir(site, spec.name)
-    recovered = _recover(spec, target, pdir)
+    pdir = patch_dir(site, spec.name)
+    recovered = recover_interrupted(spec.name, spec.distribution, target, pdir)
     current = sha256_of(target)
     base = dict(name=spec.name, action="revert", file=str(target), before_sha256=spec.before_sha256, payload_sha256=spec.payload_sha256)
     record = pdir / "record.json"
@@ -401,19 +343,19 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
                                 reason=_joined(recovered, "not patched; nothing to revert"), **base)
         raise PatchDrifted(f"no backup of {target} was recorded by `wh patch apply` (it has sha256 {current})",
                            hint=f"reinstall {spec.distribution} to get the original file back")
-    rec = load_json(record, what="patch record", error=PatchDrifted, hint=f"inspect {pdir}; reinstall {spec.distribution}")
+    rec = read_journal(record, spec.distribution)
     if current == rec.get("before_sha256") and current != rec.get("after_sha256"):
         # A revert restored the file and was stopped before it cleaned up: finish it.
-        _remove_patch_dir(pdir)
+        remove_patch_dir(pdir)
         return PatchOutcome(state="reverted", sha256=current, reason="finished an interrupted revert", **base)
     if current != rec.get("after_sha256"):
         raise PatchDrifted(f"{target} changed since it was patched: sha256 {current}, patched {rec.get('after_sha256')}; nothing changed",
                            hint=f"reinstall {spec.distribution} to get a known file back")
-    backup = pdir / _backup_name(rec, pdir)
+    backup = pdir / backup_name(rec, pdir)
     original = backup.read_bytes() if backup.is_file() else b""
     if hashlib.sha256(original).hexdigest() != rec.get("before_sha256"):
         raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec.get('before_sha256')}", hint=f"reinstall {spec.distribution}")
     write_atomic(target, original, mode=target.stat().st_mode & 0o777)
     checkpoint("patch.revert.restored")
-    _remove_patch_dir(pdir)
+    remove_patch_dir(pdir)
     return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)
