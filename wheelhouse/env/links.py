@@ -199,8 +199,8 @@ def read_record(record: Path) -> list[LinkChange]:
     """The changes recorded so far (empty when there is no record)."""
     if not os.path.lexists(record):
         return []
-    data = load_json(record, what="links record", error=LinkError, hint=f"inspect or remove {record}")
-    changes = data.get("changes", [])
+    data = load_json(record, what="links record", error=LinkError, hint=f"inspect or remove {record}", expect=object)
+    changes = data.get("changes", []) if isinstance(data, dict) else None
     if not isinstance(changes, list) or not all(_is_change(c) for c in changes):
         raise LinkError(f"links record {record} is not a wh links record (changes of action, path, target, reason)",
                         hint=f"inspect or remove {record}")
