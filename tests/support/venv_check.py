@@ -21,8 +21,18 @@ import base64, hashlib, importlib.metadata as m, json, sys
 site = sys.argv[1]
 out = {}
 for d in m.distributions(path=[site]):
+    name = d.metadata["Name"]
+    if not name:  # a .dist-info folder without METADATA: half an install
+        out[str(getattr(d, "_path", "?"))] = ["?", ["no METADATA"]]
+        continue
     bad = []
-    for f in d.files or []:
+    try:
+        files = d.files or []
+    except Exception as exc:
+        files, bad = [], [f"RECORD unreadable: {exc}"]
+    if not files:
+        bad.append("no RECORD")
+    for f in files:
         if f.hash is None or f.hash.mode != "sha256":
             continue
         p = f.locate()
@@ -33,7 +43,7 @@ for d in m.distributions(path=[site]):
             continue
         if base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() != f.hash.value:
             bad.append(f"{f}: other bytes")
-    out[d.metadata["Name"].lower().replace("_", "-")] = [d.version, bad]
+    out[name.lower().replace("_", "-")] = [d.version, bad]
 print(json.dumps(out))
 """
 

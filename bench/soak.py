@@ -1,0 +1,183 @@
+"""Soak: rounds of `wh stage` (a small loopback index) and `wh install`, each SIGKILLed at a random moment.
+
+Not part of the test run (it takes minutes). Every round re-stages one output folder with
+the other of two versions of a small stack (so every install is an upgrade or a downgrade,
+with a ~600-file wheel for kills to land inside extraction), kills the stage or the install
+(the whole process group, SIGKILL) at a random moment with probability --kill-rate, and then
+checks what a user would:
+
+- the wheelhouse verifies (every file of pylock.toml has its sha256), else after a re-run;
+- the venv equals the lock (the right versions, every RECORD file with its bytes, no journal),
+  either at once (the kill came too late) or after the next plain `wh install` ("repaired");
+- before that repair, rolling back the killed install's journal gives back exactly the tree the
+  venv had before that install ("exact rollbacks"; not judged in rounds that start a fresh venv).
+  Anything else is a corruption and is printed.
+
+    python bench/soak.py [--rounds 50] [--seed 1] [--kill-rate 0.8] [--keep DIR]
+
+Prints one line per round and a summary: rounds, kills, repairs, corruptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "support"))
+
+from faults import wh_command  # noqa: E402
+from index_fixtures import _pyindex  # noqa: E402
+from nvidia_fixtures import tree_listing  # noqa: E402
+from venv_check import lock_problems  # noqa: E402
+from wheelmaker import make_wheel  # noqa: E402
+
+from wheelhouse.install.transaction import recover  # noqa: E402
+from wheelhouse.lock import read_pylock  # noqa: E402
+
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _publish(folder: Path) -> None:
+    """Two versions of a stack: app -> core, lib, big (big: ~600 modules and a 4 MB blob)."""
+    for v in ("1.0", "2.0"):
+        make_wheel(folder, "app", v, requires=[f"core=={v}", f"lib=={v}", f"big=={v}"],
+                   modules={"app/__init__.py": f"V = '{v}'\n"}, entry_points={"console_scripts": {"app": "app:main"}})
+        make_wheel(folder, "core", v, modules={"core/__init__.py": f"V = '{v}'\n", "shared/common.py": f"S = '{v}'\n"})
+        make_wheel(folder, "lib", v, modules={f"lib/m{i}.py": f"X = '{v}'\n" * 20 for i in range(40)},
+                   files={f"lib-{v}.data/data/share/lib/{v}.txt": v})
+        make_wheel(folder, "big", v, modules={f"big/p{i // 60}/m{i}.py": f"Y = '{v}'\n" * 40 for i in range(600)},
+                   files={"big/blob.bin": os.urandom(4 << 20)})
+
+
+def _run(args, kill_after: float | None, env=None) -> tuple[int | None, bool]:
+    """Run ``wh args``; SIGKILL its process group after ``kill_after`` s. Returns (exit code, killed)."""
+    proc = subprocess.Popen(wh_command(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    if kill_after is not None:
+        try:
+            proc.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, True
+    _, err = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        print(f"    wh {' '.join(map(str, args[:2]))} exit {proc.returncode}: {err.strip().splitlines()[-2:]}")
+    return proc.returncode, False
+
+
+def _wheelhouse_problems(out: Path) -> list[str]:
+    try:
+        files = read_pylock(out).files
+    except Exception as exc:  # noqa: BLE001 -- any unreadable lock is a finding
+        return [f"pylock.toml: {exc}"]
+    bad = []
+    for f in files:
+        p = out / f.path
+        if not p.is_file():
+            bad.append(f"{f.filename}: missing")
+        elif hashlib.sha256(p.read_bytes()).hexdigest() != f.sha256:
+            bad.append(f"{f.filename}: other bytes")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kill-rate", type=float, default=0.8)
+    ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temp folder, removed)")
+    a = ap.parse_args(argv)
+    rng = random.Random(a.seed)
+    work = a.keep or Path(tempfile.mkdtemp(prefix="wh-soak-"))
+    work.mkdir(parents=True, exist_ok=True)
+    gen = _pyindex()
+    start = next(gen)
+    counts = {"rounds": 0, "kills": 0, "stage kills": 0, "install kills": 0, "exact rollbacks": 0, "repairs": 0,
+              "corruptions": 0}
+    try:
+        _publish(work / "pub")
+        idx = start(work / "pub")
+        out, venv, cache = work / "wh", work / "venv", work / "cache"
+        stage_time = install_time = None
+        for r in range(a.rounds):
+            counts["rounds"] += 1
+            version = "1.0" if r % 2 == 0 else "2.0"
+            stage = ["stage", f"app=={version}", "-i", idx.url, "-o", out, "--no-bootstrap", "--cache-dir", cache]
+            what = []
+            # -- stage, maybe killed
+            kill = stage_time is not None and rng.random() < a.kill_rate / 2
+            t0 = time.monotonic()
+            rc, killed = _run(stage, rng.uniform(0, stage_time) if kill else None)
+            stage_time = stage_time or (time.monotonic() - t0)
+            if killed:
+                counts["kills"] += 1
+                counts["stage kills"] += 1
+                what.append("stage killed")
+                rc, _ = _run(stage, None)
+            bad = _wheelhouse_problems(out) if rc == 0 else [f"stage exit {rc}"]
+            if bad:
+                counts["corruptions"] += 1
+                print(f"round {r}: wheelhouse corrupt: {bad[:3]}")
+                continue
+            # -- install, maybe killed; a fresh venv every tenth round
+            if r % 10 == 9:
+                shutil.rmtree(venv, ignore_errors=True)
+            before = tree_listing(venv) if venv.exists() else None
+            install = ["install", out, "--venv", venv, "--no-links"]
+            kill = install_time is not None and rng.random() < a.kill_rate
+            t0 = time.monotonic()
+            rc, killed = _run(install, rng.uniform(0, install_time * 1.2) if kill else None)
+            if not killed:
+                install_time = install_time or (time.monotonic() - t0)
+            site = venv / "lib" / PY / "site-packages"
+            python = venv / "bin" / "python"
+            problems = lock_problems(python, site, out) if python.exists() else ["no venv"]
+            if killed:
+                counts["kills"] += 1
+                counts["install kills"] += 1
+                what.append("install killed" + (", already complete" if not problems else ""))
+            if problems:
+                if not killed:
+                    counts["corruptions"] += 1
+                    print(f"round {r}: install exit {rc} and the venv differs from the lock: {problems[:3]}")
+                    continue
+                if before is not None and site.is_dir():
+                    recover(site)
+                    if tree_listing(venv) != before:
+                        counts["corruptions"] += 1
+                        print(f"round {r}: the rollback did not give back the previous tree")
+                        continue
+                    counts["exact rollbacks"] += 1
+                    what.append("rolled back exactly")
+                rc, _ = _run(install, None)
+                problems = lock_problems(python, site, out) if python.exists() else ["no venv"]
+                if rc == 0 and not problems:
+                    counts["repairs"] += 1
+                    what.append("repaired by the next run")
+                else:
+                    counts["corruptions"] += 1
+                    print(f"round {r}: NOT repaired (exit {rc}): {problems[:3]}")
+                    continue
+            print(f"round {r}: app {version}: {', '.join(what) or 'no kill'}: venv equals the lock", flush=True)
+    finally:
+        next(gen, None)
+        if a.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print("summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 1 if counts["corruptions"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
