@@ -19,6 +19,8 @@ MASK = "***"
 # RFC 3986: scheme "://" [userinfo "@"] host... The userinfo ends at the LAST "@" before the path
 # (a raw "@" in a password is common), so the class excludes only what ends an authority.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s\"'<>]*)@")
+# The same without a scheme (a URL typed without http://): "user:password@host".
+_BARE_USERINFO = re.compile(r"(?<![\w.+\-/:@])[\w.+\-%~]+:[^\s/@\"'<>]+@(?=[\w\[])")
 
 
 def redact(text: str) -> str:
@@ -27,9 +29,10 @@ def redact(text: str) -> str:
     Works on a bare URL and on text that contains URLs (an error message, a requirement
     ``name @ https://user:token@host/x.whl``); text without credentials comes back unchanged.
     """
-    if "@" not in text or "://" not in text:
+    if "@" not in text:
         return text
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _BARE_USERINFO.sub(f"{MASK}@", text)
 
 
 def redact_data(data: Any) -> Any:

@@ -37,8 +37,11 @@ def test_nothing_configured_is_a_clear_error(tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    # Not an error yet (a bad requirement or a missing file is reported first), but asking it is.
+    from wheelhouse.index import PackageSource
+
     with pytest.raises(NoIndexConfigured) as exc:
-        default_index_url()
+        PackageSource([default_index_url()]).files("anything")
     assert exc.value.code == "no-index" and "--index-url" in exc.value.hint
 
 

@@ -10,6 +10,7 @@ Usage::
         idx.bytes_served("a-1.0-py3-none-any.whl")   # body bytes sent for that file
         idx.tamper("a-1.0-py3-none-any.whl")         # serve other bytes under the published hash
         idx.drop_after("a-1.0-py3-none-any.whl", 1000)  # next full GET dies after 1000 bytes
+        pyindex(folder, auth=("alice", "TOKEN"))     # every request needs Basic alice:TOKEN (else 401)
 
 Files are served at ``/files/<filename>`` (metadata at ``<filename>.metadata``); project pages
 at ``/simple/<normalized-name>/`` with relative links, the way real indexes do it.
@@ -76,6 +77,7 @@ class IndexServer:
     hits: Counter = field(default_factory=Counter)  # url path -> requests
     log: list[tuple[str, dict]] = field(default_factory=list)  # (path, request headers)
     drops: dict[str, int] = field(default_factory=dict)
+    auth: tuple[str, str] | None = None  # (user, password): every request needs Basic auth, else 401
     base: str = ""
 
     # --- setup ------------------------------------------------------------------------
@@ -202,6 +204,12 @@ def _make_handler(state: IndexServer):
             if self.command != "HEAD":
                 state.hits[path] += 1
             state.log.append((path, dict(self.headers.items())))
+            if state.auth is not None:
+                import base64
+
+                want = "Basic " + base64.b64encode(":".join(state.auth).encode()).decode()
+                if self.headers.get("Authorization") != want:
+                    return self._send(401, b"credentials needed", extra={"WWW-Authenticate": 'Basic realm="wh-test"'})
             if path.startswith("/simple"):
                 return self._simple(path)
             if path.startswith("/files/"):

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from wheelhouse.errors import WhError
+from wheelhouse.redact import redact
 
 __all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output", "check_writable"]
 
@@ -22,17 +23,18 @@ def stderr_console() -> Console:
 
 def print_error(exc: WhError) -> None:
     con = stderr_console()
-    # The message and hint carry user text (paths, TOML like [[patch]]): never rich markup.
-    con.print(f"[bold red]error[/]: {escape(exc.message)}", soft_wrap=True)
+    # The message and hint carry user text (paths, TOML like [[patch]]): never rich markup;
+    # and URLs the user typed, whose credentials are never printed (wheelhouse.redact).
+    con.print(f"[bold red]error[/]: {escape(redact(exc.message))}", soft_wrap=True)
     if exc.detail:
-        con.print(exc.detail.rstrip(), markup=False, soft_wrap=True)
+        con.print(redact(exc.detail.rstrip()), markup=False, soft_wrap=True)
     if exc.hint:
-        con.print(f"[yellow]hint[/]: {escape(exc.hint)}", soft_wrap=True)
+        con.print(f"[yellow]hint[/]: {escape(redact(exc.hint))}", soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:
     """Data goes to stdout, alone."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(redact(json.dumps(data, indent=2, sort_keys=False, default=str)) + "\n")
     sys.stdout.flush()
 
 
@@ -96,14 +98,14 @@ class RichReporter:
         if task in self._tasks and self._progress:
             self._progress.remove_task(self._tasks.pop(task))
         if message and not self.quiet:
-            self.console.print(message, markup=False)
+            self.console.print(redact(message), markup=False)
         if not self._tasks and self._progress:
             self._progress.stop()
             self._progress = None
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(message, markup=False)
+            self.console.print(redact(message), markup=False)
 
     def close(self) -> None:
         if self._progress:
@@ -127,4 +129,4 @@ class Ui:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(message, markup=False, soft_wrap=True)
+            self.console.print(redact(message), markup=False, soft_wrap=True)

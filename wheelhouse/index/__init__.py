@@ -27,7 +27,7 @@ from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .pages import parse_simple_html, parse_simple_json
-from .pip_config import NoIndexConfigured, default_index_url, read_pip_index_config
+from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
 
 __all__ = [
     "Distfile",
@@ -160,6 +160,8 @@ class PackageSource:
 
     def _index_files(self, index: str, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile] | None:
         """The project's files on one index (None when the index does not know the project)."""
+        if index.rstrip("/") == UNCONFIGURED:
+            raise no_index_configured()
         url = urllib.parse.urljoin(index, name + "/")
         try:
             resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl)

@@ -28,7 +28,14 @@ from typing import Mapping, Sequence
 
 from wheelhouse.errors import UsageError
 
-__all__ = ["PipIndexConfig", "NoIndexConfigured", "pip_config_files", "read_pip_index_config", "default_index_url"]
+__all__ = ["PipIndexConfig", "NoIndexConfigured", "UNCONFIGURED", "pip_config_files", "read_pip_index_config",
+           "default_index_url"]
+
+# What default_index_url() answers when nothing names an index. wh carries no built-in registry
+# address; this reserved name (RFC 2606 .invalid) never resolves, and PackageSource raises
+# NoIndexConfigured the moment it would be asked, so the user's other mistakes (a bad
+# requirement, a missing file) are still reported first.
+UNCONFIGURED = "https://no-index-configured.invalid/simple"
 
 _SECTIONS = ("global", "install", "download")  # later overrides earlier
 
@@ -107,16 +114,15 @@ def read_pip_index_config(env: Mapping[str, str] | None = None, prefix: str | No
 
 
 def default_index_url() -> str:
-    """The index pip would use here: PIP_INDEX_URL, else pip's configuration files.
+    """The index pip would use here: PIP_INDEX_URL, else pip's configuration files, else
+    ``UNCONFIGURED`` (asking it raises NoIndexConfigured)."""
+    return read_pip_index_config().index_url or UNCONFIGURED
 
-    wh carries no built-in registry address: with nothing configured this is a clear error
-    naming the ways to give one."""
-    index = read_pip_index_config().index_url
-    if not index:
-        raise NoIndexConfigured(
-            "no package index configured: no --index-url, no index-url in the manifest, "
-            "no PIP_INDEX_URL and no index-url in a pip configuration file",
-            hint="pass --index-url https://HOST/simple (or set PIP_INDEX_URL, or put "
-                 "index-url under [global] in ~/.config/pip/pip.conf)",
-        )
-    return index
+
+def no_index_configured() -> NoIndexConfigured:
+    return NoIndexConfigured(
+        "no package index configured: no --index-url, no index-url in the manifest, "
+        "no PIP_INDEX_URL and no index-url in a pip configuration file",
+        hint="pass --index-url https://HOST/simple (or set PIP_INDEX_URL, or put "
+             "index-url under [global] in ~/.config/pip/pip.conf)",
+    )

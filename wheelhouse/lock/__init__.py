@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import MAX_BYTES, load_json, read_text
 from wheelhouse.errors import UsageError
+from wheelhouse.redact import redact, redact_data
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -219,7 +220,8 @@ def read_pylock(wheelhouse: str | Path) -> Lock:
 
 
 def write_pylock(wheelhouse: str | Path, lock: Lock) -> Path:
-    return write_atomic(Path(wheelhouse) / PYLOCK, render_pylock(lock))
+    # A wheelhouse is carried and shared: URL credentials never reach it (wheelhouse.redact).
+    return write_atomic(Path(wheelhouse) / PYLOCK, redact(render_pylock(lock)))
 
 
 def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
@@ -234,5 +236,5 @@ def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
 
 
 def write_wh_json(wheelhouse: str | Path, data: Mapping[str, Any]) -> Path:
-    body = {"schema": WH_JSON_SCHEMA, **{k: v for k, v in data.items() if k != "schema"}}
+    body = redact_data({"schema": WH_JSON_SCHEMA, **{k: v for k, v in data.items() if k != "schema"}})
     return write_atomic(Path(wheelhouse) / WH_JSON, json.dumps(body, indent=2, sort_keys=True) + "\n")
