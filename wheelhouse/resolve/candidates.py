@@ -6,7 +6,8 @@ version, highest version first (what uv picks). It reads index pages through the
 ``PackageSource`` and never metadata. Rules, all judged for the target and never for the host:
 wheels only, ranked by ``target.wheel_rank``; ``Requires-Python`` from the index page with
 ``target.accepts_python``; yanked files skipped unless pinned with ``==`` (PEP 592); pre-releases
-only when asked, when a specifier names one, or when a project has nothing else; constraints
+only when asked, when a specifier names one, when a project has nothing else, or when no final
+release satisfies the specifiers (PEP 440, as pip and uv do); constraints
 narrow versions and never add a package.
 """
 
@@ -143,6 +144,14 @@ class CandidateFinder:
         specs = [r.specifier for r in reqs] + [c.specifier for c in self.constraints.get(name, ())]
         by_version = self._installable(name)
         allow_pre = self.prereleases or any(_explicit_prerelease(s) for s in specs) or all(v.is_prerelease for v in by_version)
+        out = self._best_per_version(name, by_version, specs, extras, allow_pre)
+        if not out and not allow_pre:
+            # PEP 440: pre-releases are accepted when no final release satisfies the specifier (pip, uv).
+            out = self._best_per_version(name, by_version, specs, extras, True)
+        return out
+
+    def _best_per_version(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
+                          extras: frozenset[str], allow_pre: bool) -> list[Cand]:
         pinned = set().union(*(exact_pins(s) for s in specs)) if specs else set()
         out = []
         for v in sorted(by_version, reverse=True):

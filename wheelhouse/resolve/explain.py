@@ -180,25 +180,19 @@ def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, 
             f"no version of {req.name} matches {' and '.join(texts)}{who}; available: {shown}",
             hint="loosen the requirement or constraint",
         )
+    # "for pycrypto" says nothing a bare name did not: only a specifier or constraint is worth repeating.
+    wanted = f" for {' and '.join(texts)}" if any(str(s) for s in specs) else ""
     wheels = [f for f in in_range if f.is_wheel]
     if not wheels:
         return NoCompatibleWheel(
-            f"{req.name} publishes only source distributions for {' and '.join(texts)}{who}; wh stages wheels only",
+            f"{req.name} publishes only source distributions{wanted}{who}; wh stages wheels only",
             name=req.name,
-            hint=f"build a wheel for the target (`wh build` or `pip wheel {req.name}`) and pass it with --find-links",
+            hint=f"build its wheel for the target with its interpreter (`wh build` with a recipe for {req.name}, "
+            "or a builder running on the target's platform) and pass it with --find-links",
         )
     tagged = [f for f in wheels if target.wheel_rank(f.filename) is not None]
     if not tagged:
-        newest = max((Version(f.version) for f in wheels), default=None)
-        published = sorted({t for f in wheels if Version(f.version) == newest for t in f.tags}, key=lambda t: (target.machine not in t, t))
-        shown = ", ".join(published[:8]) + (" ..." if len(published) > 8 else "")
-        return NoCompatibleWheel(
-            f"{req.name} has no wheel for the target {target.describe()}{who}: {req.name} {newest} publishes {shown}; "
-            f"the target accepts {_accepts(target)}",
-            name=req.name, published=published,
-            hint=f"pin a version that has a wheel for the target (`{req.name}<{newest}`), stage for another target "
-            "(--platform / --target), or build the wheel yourself (`wh build`)",
-        )
+        return _no_wheel_for_target(req, wheels, files, target, who)
     py_ok = [f for f in tagged if (s := spec_of(f.requires_python)) is None or target.accepts_python(s)]
     if not py_ok:
         f = max(tagged, key=lambda f: Version(f.version))
@@ -208,17 +202,44 @@ def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, 
             hint=f"pin an older {req.name}, or stage for another --python-version",
         )
     if all(f.yanked for f in py_ok):
-        f = py_ok[0]
-        return NoMatchingVersion(
-            f"every matching {req.name} file is yanked ({f.filename}: {f.yanked_reason or 'no reason given'}){who}",
-            hint=f"pin it exactly (`{req.name}=={f.version}`) to use a yanked release anyway",
-        )
-    if all(Version(f.version).is_prerelease for f in py_ok):
-        return NoMatchingVersion(
-            f"only pre-releases of {req.name} match {' and '.join(texts)}{who}",
-            hint="pass --pre, or name the pre-release in the requirement",
-        )
+        return _only_yanked(req, py_ok, texts, who)
     return NoMatchingVersion(f"no installable version of {req.name} for {' and '.join(texts)}{who}", hint="loosen the requirement")
+
+
+def _no_wheel_for_target(req, wheels: list[Distfile], files: list[Distfile], target: TargetProfile,
+                         who: str) -> NoCompatibleWheel:
+    """No version in range has a wheel for the target: name the newest one that has, or say none has."""
+    newest = max(Version(f.version) for f in wheels)
+    published = sorted({t for f in wheels if Version(f.version) == newest for t in f.tags}, key=lambda t: (target.machine not in t, t))
+    shown = ", ".join(published[:8]) + (" ..." if len(published) > 8 else "")
+    fitting = [Version(f.version) for f in files if _valid(f.version) and target.wheel_rank(f.filename) is not None]
+    elsewhere = "stage for another target (--platform / --target), or build the wheel yourself (`wh build`)"
+    if fitting:
+        best = max(fitting)
+        hint = f"{req.name}=={best} is the newest version with a wheel for the target: loosen the requirement to allow it, or {elsewhere}"
+        none = ""
+    else:
+        # Pinning an older version would loop (uv: "all versions of X have no usable wheels").
+        hint = elsewhere[0].upper() + elsewhere[1:]
+        none = f"; no version of {req.name} has a wheel for the target"
+    return NoCompatibleWheel(
+        f"{req.name} has no wheel for the target {target.describe()}{who}: {req.name} {newest} publishes {shown}; "
+        f"the target accepts {_accepts(target)}{none}",
+        name=req.name, published=published, hint=hint,
+    )
+
+
+def _only_yanked(req, files: list[Distfile], texts: list[str], who: str) -> NoMatchingVersion:
+    """Every release in range is yanked (PEP 592): name each, with its reason."""
+    reasons: dict[Version, str] = {}
+    for f in sorted(files, key=lambda f: Version(f.version)):
+        reasons.setdefault(Version(f.version), f.yanked_reason or "no reason given")
+    listed = ", ".join(f"{v} (yanked: {why})" for v, why in reasons.items())
+    newest = max(reasons)
+    return NoMatchingVersion(
+        f"{' and '.join(texts)} matches only yanked releases of {req.name}{who}: {listed}",
+        hint=f"pin one exactly (`{req.name}=={newest}`) to use a yanked release anyway",
+    )
 
 
 def _valid(v: str) -> bool:

@@ -8,12 +8,12 @@ resolvelib backtracks to a consistent set; when none exists, ``ToolchainSkew``
 
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+# The rule itself is the manifest's (the doctor judges installed toolchains by the same one).
+from wheelhouse.manifest.toolchain import ToolchainRule, toolchain_rules
 
 __all__ = ["TOOLCHAIN_PREFIX", "ToolchainRule", "toolchain_ident", "toolchain_rules", "toolchain_versions"]
 
@@ -23,38 +23,6 @@ TOOLCHAIN_PREFIX = "<toolchain:"
 def toolchain_ident(name: str) -> str:
     """The resolver identifier of group ``name``'s virtual project."""
     return f"{TOOLCHAIN_PREFIX}{name}>"
-
-
-@dataclass(frozen=True)
-class ToolchainRule:
-    """One group: member name patterns (shell wildcards), exact or major.minor, and exceptions."""
-
-    name: str
-    patterns: tuple[str, ...]
-    exact: bool
-    exceptions: frozenset[str]
-
-    def has(self, name: str) -> bool:
-        return name not in self.exceptions and any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
-
-    def release(self, version: Version) -> str:
-        if self.exact:
-            return str(version)
-        rel = version.release + (0,)
-        return f"{rel[0]}.{rel[1]}"
-
-    def specifier(self, version: Version) -> str:
-        """What a member at ``version`` requires of the group's virtual project."""
-        value = self.release(version)
-        return f"=={value}" if self.exact else f"=={value}.*"
-
-
-def toolchain_rules(toolchains: Iterable[Any]) -> list[ToolchainRule]:
-    """Rules from ``manifest.ToolchainGroup`` values (name, packages, exact, exceptions)."""
-    return [
-        ToolchainRule(g.name, tuple(canonicalize_name(p) for p in g.packages), bool(g.exact), frozenset(canonicalize_name(e) for e in g.exceptions))
-        for g in toolchains
-    ]
 
 
 def toolchain_versions(specifiers: Sequence[Any], bad: Iterable[Version]) -> list[Version]:
