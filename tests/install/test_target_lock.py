@@ -91,3 +91,17 @@ def test_the_lock_of_a_dead_holder_is_free(tmp_path):
     with FolderLock(folder) as lock:  # taken at once: the kernel dropped the dead holder's lock
         assert not lock.created and is_locked(folder)
     assert not is_locked(folder)
+
+
+def test_an_interpreter_whose_site_folder_does_not_exist_yet_is_locked_above_it(tmp_path):
+    """A system python's dist-packages may not exist before its first install: lock its nearest folder."""
+    import shutil as _shutil
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    _shutil.rmtree(site(venv))
+    house = _house(tmp_path)
+    r = subprocess.run(wh_command(["install", house, "--python", venv / "bin" / "python"]), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert lock_problems(venv / "bin" / "python", site(venv), house) == []

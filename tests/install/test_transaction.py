@@ -203,3 +203,38 @@ def test_a_failing_wheelhouse_patch_leaves_the_environment_as_it_was(tmp_path):
     with pytest.raises(Exception, match="drifted"):
         install_wheelhouses([house], venv=venv)
     assert tree_listing(venv) == before
+
+
+def test_a_second_journal_never_clobbers_an_unfinished_one_and_the_uninstaller_rolls_it_back_first(tmp_path):
+    from wheelhouse.install.transaction import UnfinishedInstallError
+    from wheelhouse.install.uninstall import remove_distribution
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    venv = tmp_path / "venv"
+    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    new = make_wheelhouse(tmp_path / "b", _stack(tmp_path / "w2", "2.0"))
+    assert run_with_fault(["install", new, "--venv", venv], "install.file.20").returncode == -signal.SIGKILL
+    with pytest.raises(UnfinishedInstallError, match="did not finish"):
+        Transaction(site(venv)).begin([str(site(venv) / "x.py")])
+    # `wh drop` with no pip uses this uninstaller: the killed upgrade is rolled back, then lib goes.
+    scheme = inspect_interpreter(venv / "bin" / "python").scheme()
+    assert remove_distribution("lib", scheme) == ["1.0"]
+    assert unfinished_transaction(site(venv)) is None
+    sp = f"lib/{PY}/site-packages/"
+    lib_files = (sp + "lib/", sp + "lib-1.0.dist-info", sp + ".wh", "share")
+    kept = [e for e in before if not (e[0] + "/").startswith(lib_files) and e[0] != sp + "lib"]
+    assert [e for e in tree_listing(venv) if not (e[0] + "/").startswith(lib_files)] == kept
+    assert (site(venv) / "upa" / "__init__.py").read_text() == "V = '1.0'\n"
+    assert not (site(venv) / "lib").exists() and not list(site(venv).glob("lib-*.dist-info"))
+
+
+def test_killed_pip_install_is_rolled_back_too(tmp_path):
+    house = make_wheelhouse(tmp_path / "house", _stack(tmp_path / "w"))
+    venv = tmp_path / "venv"
+    assert run_with_fault(["install", house, "--venv", venv, "--installer", "pip"],
+                          "install.backed-up").returncode == -signal.SIGKILL
+    assert unfinished_transaction(site(venv)) is not None
+    r = wh("install", house, "--venv", venv, "--installer", "pip")
+    assert r.returncode == 0, r.stderr
+    assert lock_problems(venv / "bin" / "python", site(venv), house) == []

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
-from wheelhouse.install.target_lock import FolderLock
+from wheelhouse.install.target_lock import FolderLock, lockable
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
@@ -230,7 +230,7 @@ def drop_distributions(
             else:
                 # The one guarded uninstaller (install's): only paths inside the environment, never
                 # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6).
-                with FolderLock(interp.platlib, on_wait=reporter.note):
+                with FolderLock(lockable(interp.platlib), on_wait=reporter.note):
                     remove_distribution(p.distribution, interp.scheme())
         records.append(DropRecord(
             name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000], time=now,

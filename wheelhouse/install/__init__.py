@@ -48,7 +48,7 @@ from .closure import Dist, MissingRequirements, check_closure, installed_view, w
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
-from .target_lock import FolderLock
+from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, clean_leftovers, recover
 from .wheel import InstalledDist, install_wheels, plan_batch
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
@@ -318,7 +318,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     interp, existing = _receiving(venv, python)
     notes: list[str] = []
     if existing:
-        held.enter_context(FolderLock(interp.platlib, on_wait=reporter.note))
+        held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
         notes += _recover(interp, reporter)
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
@@ -334,7 +334,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
                                  hint="install without them (`wh install --no-patches`) or upgrade wh")
     if not existing:
         interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=interp)
-        held.enter_context(FolderLock(interp.platlib, on_wait=reporter.note))
+        held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
     dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
                                                      compile=compile, jobs=jobs, patches=patches, reporter=reporter)
     link_changes: list[LinkChange] = []

@@ -13,11 +13,19 @@ import os
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["FolderLock", "is_locked"]
+__all__ = ["FolderLock", "is_locked", "lockable"]
 
 
 def _open_dir(path: Path) -> int:
     return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+def lockable(path: str | os.PathLike) -> Path:
+    """``path``, or its nearest existing ancestor (a system interpreter's site folder may not exist yet)."""
+    p = Path(path)
+    while not p.is_dir() and p != p.parent:
+        p = p.parent
+    return p
 
 
 class FolderLock:

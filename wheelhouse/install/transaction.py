@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from .installed import drop_bytecode
 from .target_lock import is_locked
 
-__all__ = ["Transaction", "UnfinishedInstall", "journal_path", "unfinished_transaction", "recover", "clean_leftovers"]
+__all__ = ["Transaction", "UnfinishedInstall", "UnfinishedInstallError", "journal_path", "unfinished_transaction", "recover", "clean_leftovers"]
 
 _SCHEMA = "wh-install-journal/1"
 
@@ -97,6 +98,10 @@ def _bytecode_files(path: str, listing: dict[str, list[str]]) -> list[str]:
     return [os.path.join(cache, n) for n in names if n.startswith(stem) and n.endswith(".pyc")]
 
 
+class UnfinishedInstallError(WhError):
+    code = "unfinished-install"
+
+
 @dataclass(frozen=True)
 class UnfinishedInstall:
     """A journal left by an install that did not finish (``running``: its process still holds the lock)."""
@@ -136,6 +141,10 @@ class Transaction:
         Cached bytecode of every existing ``.py`` path is journaled with it, so a rollback
         restores it too.
         """
+        if journal_path(self.site).exists():  # never clobber another run's journal: it is the only way back
+            raise UnfinishedInstallError(
+                f"{journal_path(self.site)}: {unfinished_transaction(self.site).describe()}",
+                hint="run `wh install` on this environment again: it rolls the unfinished install back first")
         seen: set[str] = set()
         moved_dirs: set[str] = set()  # an old dist-info folder moves whole: what is inside goes with it
         listing: dict[str, list[str]] = {}
