@@ -403,3 +403,28 @@ def test_build_lists_missing_requirements_and_changes_nothing_unless_allowed(tmp
     proc = _stage(out, index, cache, "app==1.0")  # the incomplete engine is kept, not re-resolved
     assert proc.returncode == 0, proc.stderr
     assert {f.name for f in read_pylock(out).files} == {"app", "toyengine"}
+
+
+def test_build_killed_while_recording_is_undone_by_the_next_run(tmp_path, toy_with_requirement, pyindex, build_py):
+    """kill -9 after pylock.toml and simple/ name the engine but before wh.json does: the next wh run
+    (here a re-stage) puts the wheelhouse back exactly as it was before the build."""
+    from faults import run_with_fault
+
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")
+    make_wheel(pub, "toydep", "1.2")
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert _stage(out, index, cache, "app==1.0").returncode == 0
+    before = _tree(out)
+    recipe = write_recipe(tmp_path, toy_with_requirement, toy_with_requirement["commit"])
+    proc = run_with_fault(["build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache],
+                          "lock.index.simple-written")
+    assert proc.returncode == -9, proc.stderr
+    # Half-recorded, the hazard: the lock names the engine, wh.json does not.
+    assert "toyengine" in (out / "pylock.toml").read_text() and read_wh_json(out)["engine"] is None
+
+    proc = _stage(out, index, cache, "no-such-project")  # recovers first, then fails and writes nothing
+    assert proc.returncode == 1 and "no-such-project" in proc.stderr
+    assert "undid an interrupted change" in proc.stderr
+    assert {k: v for k, v in _tree(out).items() if not k.startswith("logs")} == before

@@ -11,12 +11,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.digest import sha256_of
+from wheelhouse.lock.journal import UndoJournal
 from wheelhouse.progress import Reporter
 
 from .recipe import EngineRecipe
@@ -101,19 +102,18 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
     target = target_from_json(data["target"], where=f"{wheelhouse / WH_JSON} target")
     lock = read_pylock(wheelhouse) if (wheelhouse / PYLOCK).exists() else None
     inputs = data.get("inputs") or {}
-    undo = _Undo(wheelhouse, (PYLOCK, WH_JSON, SIMPLE))
+    undo = UndoJournal(wheelhouse, (PYLOCK, WH_JSON, SIMPLE))
     try:
         if not dest.exists() or sha256_of(dest) != sha:
-            undo.created(dest)
+            undo.replacing(dest)
             _copy_in(built.wheel, dest)
         artifacts = _export_backports(built.backports, wheelhouse, undo)
         done: Completion = complete(
             dest, wheelhouse, lock.files if lock else (), target,
             index_urls=list(index_urls if index_urls is not None else inputs.get("indexes") or ()),
             find_links=list(find_links if find_links is not None else inputs.get("find_links") or ()),
-            cache_dir=cache_dir, allow_incomplete=allow_incomplete, client=client, reporter=reporter)
-        for p in done.paths:
-            undo.created(p)
+            cache_dir=cache_dir, allow_incomplete=allow_incomplete, client=client, reporter=reporter,
+            on_create=undo.created)
         record = _engine_record(recipe, built, interp, sha, artifacts, (wheelhouse / built.log_rel).exists())
         if done.missing:
             record["incomplete"] = list(done.missing)
@@ -152,63 +152,14 @@ def _copy_in(src: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def _export_backports(backports, wheelhouse: Path, undo: "_Undo") -> list[dict]:
+def _export_backports(backports, wheelhouse: Path, undo: UndoJournal) -> list[dict]:
     """Write each backport that names an ``export`` path into the wheelhouse (a patch payload)."""
     artifacts = []
     for b in backports:
         if b.export:
             target = wheelhouse / b.export
-            if not target.exists():
-                undo.created(target)
+            undo.replacing(target)
             write_atomic(target, b.content)
             artifacts.append({"path": b.export, "sha256": b.sha256, "before_sha256": b.before_sha256,
                               "source": f"{b.ref}:{b.path}", "file": b.path})
     return artifacts
-
-
-class _Undo:
-    """What one build changed in a wheelhouse, so a failure puts back exactly what was there.
-
-    The index files (pylock.toml, wh.json, simple/) are copied aside first; files the build
-    creates are listed as they are made.
-    """
-
-    def __init__(self, root: Path, index_paths: Sequence[str]):
-        self.root = root
-        self.saved = root / f".wh-build-undo-{os.getpid()}"
-        self.paths: list[Path] = []
-        self.had: list[str] = []
-        shutil.rmtree(self.saved, ignore_errors=True)
-        for rel in index_paths:
-            src = root / rel
-            if src.is_dir():
-                shutil.copytree(src, self.saved / rel)
-            elif src.is_file():
-                (self.saved / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, self.saved / rel)
-            else:
-                continue
-            self.had.append(rel)
-        self.index_paths = tuple(index_paths)
-
-    def created(self, path: Path) -> None:
-        self.paths.append(path)
-
-    def rollback(self) -> None:
-        for rel in self.index_paths:
-            cur = self.root / rel
-            if cur.is_dir():
-                shutil.rmtree(cur)
-            elif cur.exists():
-                cur.unlink()
-            if rel in self.had:
-                os.replace(self.saved / rel, cur)
-        for p in self.paths:
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-        self.commit()
-
-    def commit(self) -> None:
-        shutil.rmtree(self.saved, ignore_errors=True)

@@ -16,7 +16,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -70,10 +70,12 @@ def missing_requirements(wheel: Path, lock_files: Sequence[LockedFile], target: 
 
 def complete(wheel: Path, wheelhouse: Path, lock_files: Sequence[LockedFile], target: TargetProfile, *,
              index_urls: Sequence[str], find_links: Sequence[str], cache_dir: Path, allow_incomplete: bool,
-             client=None, reporter: Reporter | None = None) -> Completion:
+             client=None, reporter: Reporter | None = None,
+             on_create: Callable[[Path], None] | None = None) -> Completion:
     """Stage into ``wheelhouse/wheels`` what the engine needs and the lock lacks (see the module docstring).
 
-    Returns the new lock entries and the files written (the caller's rollback removes them).
+    Returns the new lock entries and the files written; ``on_create(path)`` is told of each
+    BEFORE it is written (the caller's undo journal).
     """
     reporter = reporter or NullReporter()
     missing = missing_requirements(wheel, lock_files, target)
@@ -86,7 +88,7 @@ def complete(wheel: Path, wheelhouse: Path, lock_files: Sequence[LockedFile], ta
         reporter.note(f"resolving {len(missing)} requirement(s) of {wheel.name} for the wheelhouse's target: "
                       + ", ".join(missing))
         return _stage_missing(wheel, wheelhouse, lock_files, target, index_urls, find_links, cache_dir, client,
-                              reporter)
+                              reporter, on_create)
     except WhError as exc:
         from wheelhouse.resolve import ResolutionConflict, ToolchainSkew
 
@@ -104,7 +106,7 @@ def complete(wheel: Path, wheelhouse: Path, lock_files: Sequence[LockedFile], ta
 
 
 def _stage_missing(wheel, wheelhouse, lock_files, target, index_urls, find_links, cache_dir, client,
-                   reporter) -> Completion:
+                   reporter, on_create) -> Completion:
     from wheelhouse.fetch import FetchItem, fetch_all
     from wheelhouse.fetch.cache import place
     from wheelhouse.index import PackageSource
@@ -132,6 +134,8 @@ def _stage_missing(wheel, wheelhouse, lock_files, target, index_urls, find_links
             if dest.exists():
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
+            if on_create is not None:
+                on_create(dest)
             paths.append(place(got, dest))
             origin = getattr(pin.distfile, "origin", "") or ""
             added.append(LockedFile(

@@ -8,7 +8,8 @@
   the old ``wh.json["owned"]``) is moved into the new tree first: never lost.
 - ``recover``: a crash (kill -9, power loss) between the two renames leaves no folder under
   the ``-o`` name; the next run finishes the swap when the new tree is complete (its
-  ``wh.json`` is written last), else puts the old one back, and removes the leftovers.
+  ``wh.json`` is written last), else puts the old one back, and removes the leftovers. An
+  in-place change a crash interrupted (``wh build``, lock.journal) is rolled back.
 
 A symlink given as ``-o`` is followed (``real_output``): the wheelhouse is written into its
 target, the link stays a link, and every rename stays on the target's filesystem.
@@ -275,6 +276,8 @@ def recover(out: Path) -> list[str]:
         found = [p for p in parent.glob(f".{name}{kind}*") if p.is_dir() and not p.is_symlink()]
         return sorted(found, key=lambda p: p.stat().st_mtime)
 
+    from .journal import recover_journals
+
     notes = []
     news, olds = leftovers(_NEW), leftovers(_OLD)
     if not out.exists() and not out.is_symlink():
@@ -295,4 +298,4 @@ def recover(out: Path) -> list[str]:
             _move_foreign(tree, out, owned_paths(meta) if meta is not None else ())
         shutil.rmtree(tree, ignore_errors=True)
         notes.append(f"removed {tree.name} left by an interrupted run")
-    return notes
+    return notes + recover_journals(out)

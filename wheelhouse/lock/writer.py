@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from wheelhouse.faults import checkpoint
 from wheelhouse.target import TargetProfile
 
 from . import Lock, WH_JSON, PYLOCK, write_pylock, write_wh_json
@@ -85,6 +86,7 @@ def write_index_files(root: Path, lock: Lock, meta: Mapping[str, Any]) -> None:
     ``wh.json`` (last: its presence says the other two are complete)."""
     root = Path(root)
     write_pylock(root, lock)
+    checkpoint("lock.index.pylock-written")
     simple = root / SIMPLE
     if simple.is_dir():
         fresh = root / f".{SIMPLE}.wh-tmp"
@@ -94,6 +96,7 @@ def write_index_files(root: Path, lock: Lock, meta: Mapping[str, Any]) -> None:
         fresh.rename(simple)
     else:
         _write_simple(simple, lock)
+    checkpoint("lock.index.simple-written")
     write_wh_json(root, with_owned(meta, ()))
 
 
