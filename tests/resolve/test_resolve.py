@@ -168,7 +168,12 @@ def test_yanked_is_skipped_unless_pinned_exactly(pyindex, tmp_path):
     _, src = publish(pyindex, tmp_path, [("lib", "1.0", {}), ("lib", "2.0", {})],
                      yanked={"lib-2.0-py3-none-any.whl": "broken"})
     assert versions(resolve(["lib"], CP312, src)) == {"lib": "1.0"}
-    assert versions(resolve(["lib==2.0"], CP312, src)) == {"lib": "2.0"}
+    seen = RecordingReporter()
+    res = resolve(["lib==2.0"], CP312, src, reporter=seen)
+    assert versions(res) == {"lib": "2.0"}
+    # used, as uv does, but never silently: a warning with the reason, and the pin says so
+    assert any(e[0] == "note" and e[1].startswith("warning: lib==2.0 is yanked (broken)") for e in seen.events)
+    assert res.pin("lib").to_json()["yanked"] is True and res.pin("lib").to_json()["yanked_reason"] == "broken"
 
 
 def test_requires_python_from_index_and_from_metadata(pyindex, tmp_path):

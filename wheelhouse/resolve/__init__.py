@@ -95,6 +95,7 @@ class Pin:
             "size": d.size,
             "requires_python": d.requires_python,
             "yanked": d.yanked,
+            "yanked_reason": d.yanked_reason if d.yanked else None,
             "origin": d.origin,
             "extras": list(self.extras),
             "parents": list(self.parents),
@@ -213,6 +214,10 @@ def resolve(
             pool.shutdown(wait=True, cancel_futures=True)
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} packages")
+    for p in pins:
+        if p.distfile.yanked:  # PEP 592: only an exact pin gets here; uv warns too
+            reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "
+                          "it is used because it is pinned exactly")
     return Resolution(
         pins=pins,
         requirements=tuple(requirements),
