@@ -238,3 +238,15 @@ def test_killed_pip_install_is_rolled_back_too(tmp_path):
     r = wh("install", house, "--venv", venv, "--installer", "pip")
     assert r.returncode == 0, r.stderr
     assert lock_problems(venv / "bin" / "python", site(venv), house) == []
+
+
+@pytest.mark.parametrize("point", ["install.journal-written", "install.file.30", "install.before-state"])
+def test_a_full_disk_mid_install_is_one_clear_error_and_changes_nothing(tmp_path, point):
+    venv = tmp_path / "venv"
+    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    new = make_wheelhouse(tmp_path / "b", _stack(tmp_path / "w2", "2.0"))
+    r = run_with_fault(["install", new, "--venv", venv], point, action="enospc")
+    assert r.returncode == 1, r.stderr
+    assert "No space left on device" in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
+    assert tree_listing(venv) == before

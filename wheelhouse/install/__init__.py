@@ -253,9 +253,13 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
         checkpoint("install.before-commit")
         if txn.active:
             txn.commit()
-    except BaseException:
+    except BaseException as exc:
         if txn.active:
             txn.rollback()
+        if isinstance(exc, OSError):  # a full disk while writing the record: one line, environment as it was
+            raise InstallFailed(f"could not write {exc.filename or interp.platlib}: {exc.strerror or exc}; "
+                                "the environment was left as it was",
+                                hint="free space or fix permissions there, then re-run `wh install`") from exc
         raise
     return dists, compiled, applied, state_file
 
