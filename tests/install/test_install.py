@@ -462,3 +462,18 @@ def test_search_root_with_one_wheelhouse_per_target_installs_the_fitting_one(tmp
     # Only unfit wheelhouses: still one clear refusal naming the difference, nothing created.
     r = wh("install", tmp_path / "mnt" / "for-other" / "wh", "--venv", tmp_path / "venv2")
     assert r.returncode == 2 and "3.99" in r.stderr and not (tmp_path / "venv2").exists()
+
+
+def test_a_half_written_install_by_another_tool_is_not_taken_as_installed(tmp_path):
+    """A dist-info without RECORD in the environment's own site folder (another installer killed) is not
+    "already there": wh installs over it."""
+    house = make_wheelhouse(tmp_path / "house", [make_wheel(tmp_path / "w", "half", "1.0", modules={"half.py": "H = 1\n"})])
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    info = site(venv) / "half-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: half\nVersion: 1.0\n")
+    r = wh("install", house, "--python", venv / "bin" / "python")
+    assert r.returncode == 0, r.stderr
+    assert "installed 1, already there 0" in r.stderr
+    assert (site(venv) / "half.py").read_text() == "H = 1\n" and (info / "RECORD").is_file()

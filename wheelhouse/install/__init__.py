@@ -201,8 +201,12 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
     # not shadowed by a second copy.
     visible = interp.visible_site_dirs if (existing or system_site_packages) else ()
     todo, skipped = [], []
+    own = {os.path.normpath(d) for d in interp.site_dirs}
     for h, f in chosen:
-        installed = find_installed(visible, f.name) if visible else []
+        # In the environment's own site folders only a complete install counts (METADATA and RECORD: a
+        # copy another tool was killed writing does not); a base's dist-packages may lack RECORD.
+        installed = [(d, v) for d, v in (find_installed(visible, f.name) if visible else [])
+                     if os.path.normpath(d.parent) not in own or ((d / "RECORD").is_file() and (d / "METADATA").is_file())]
         rec = state["packages"].get(canonical_name(f.name))
         if any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
             skipped.append(f"{canonical_name(f.name)}=={f.version}")
