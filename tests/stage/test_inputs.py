@@ -80,3 +80,33 @@ def test_help_states_the_rule():
     text = " ".join(proc.stdout.split())
     assert "lists ADD to the manifest's" in text and "single values REPLACE it" in text
     assert "replaces the manifest's index-url (its extra-index-urls stay)" in text
+
+
+def _no_index_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "WH_INDEX_URL")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path), "NO_COLOR": "1", "COLUMNS": "200"}
+
+
+def test_find_links_alone_stage_when_no_index_is_configured_anywhere(tmp_path, monkeypatch):
+    """No --index-url, none in the manifest, none in pip's configuration: -f is enough (pip --no-index -f)."""
+    make_wheel(tmp_path / "local", "app", "1.0", requires=["lib"])
+    make_wheel(tmp_path / "local", "lib", "1.0")
+    env = _no_index_env(tmp_path)
+    proc = subprocess.run(wh_command(["stage", "app", "-f", str(tmp_path / "local"), "-o", str(tmp_path / "out"),
+                                      "--cache-dir", str(tmp_path / "c"), *PLATFORM]),
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {f.name for f in read_pylock(tmp_path / "out").files} == {"app", "lib"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "WH_INDEX_URL"):
+        monkeypatch.delenv(key, raising=False)
+    got = merge_inputs(None, StageFlags(find_links=("/w",)), tmp_path / "o")
+    assert got.index_urls == () and got.find_links == ("/w",)
+
+    # Nothing at all to stage from: the missing index is named, with the flag to pass.
+    proc = subprocess.run(wh_command(["stage", "app", "-o", str(tmp_path / "out2"), "--cache-dir",
+                                      str(tmp_path / "c"), *PLATFORM]),
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode != 0 and "no package index configured" in proc.stderr and "--index-url" in proc.stderr
+    assert not (tmp_path / "out2").exists()

@@ -8,7 +8,9 @@ The rule (``merge_inputs``), also stated in ``wh stage --help``:
   manifest's ``index-url`` (its ``extra-index-urls`` stay); target flags (``--target``,
   ``--python-version``/``--platform``) replace the manifest's ``[target]``; ``--pre`` turns
   pre-releases on;
-- nothing given anywhere: pip's configured index, and this interpreter as the target.
+- no index-url given: pip's configured one (PIP_INDEX_URL, pip.conf); when none is configured
+  either, the extra indexes and find-links alone (an error names the missing index only when
+  nothing else was given); no target given: this interpreter.
 """
 
 from __future__ import annotations
@@ -92,15 +94,16 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
     ``run``: how to run rather than what to stage (jobs, dry_run, cache_dir, bootstrap,
     lock_timeout), passed through to StageInputs.
     """
-    from wheelhouse.index import default_index_url
+    from wheelhouse.index import UNCONFIGURED, default_index_url
     from wheelhouse.target import host_target
 
     m = manifest
-    main = flags.index_url or (m.index_url if m else None)
+    main = flags.index_url or (m.index_url if m else None) or default_index_url()
     extras = _joined(m.extra_index_urls if m else (), flags.extra_index_urls)
-    if main is None and not extras:
-        main = default_index_url()
-    index_urls = _joined([main or default_index_url()], extras)
+    find_links = _joined(m.find_links if m else (), flags.find_links)
+    if main == UNCONFIGURED and (extras or find_links):
+        main = None  # no index anywhere, but other sources: those alone (as pip --no-index -f)
+    index_urls = _joined([main] if main else [], extras)
     _check_index_urls(index_urls)
     target = flags.target or _manifest_target(m) or host_target()
     return StageInputs(
@@ -109,7 +112,7 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
         requirements=_joined(m.requirements if m else (), flags.requirements),
         constraints=_joined(m.constraints if m else (), flags.constraints),
         index_urls=index_urls,
-        find_links=_joined(m.find_links if m else (), flags.find_links),
+        find_links=find_links,
         manifest=m,
         hashed_requirements=_joined(m.hashed_requirements if m else (), flags.hashed_requirements),
         prereleases=flags.prereleases or bool(m and m.prereleases),
