@@ -6,7 +6,8 @@ with a ~600-file wheel for kills to land inside extraction), kills the stage or 
 (the whole process group, SIGKILL) at a random moment with probability --kill-rate, and then
 checks what a user would:
 
-- the wheelhouse verifies (every file of pylock.toml has its sha256), else after a re-run;
+- the wheelhouse verifies (every file of pylock.toml has its sha256), at once or after a re-run of a
+  killed stage (a stage that exits non-zero is counted as a "stage error", not judged further);
 - the venv equals the lock (the right versions, every RECORD file with its bytes, no journal),
   either at once (the kill came too late) or after the next plain `wh install` ("repaired");
 - before that repair, rolling back the killed install's journal gives back exactly the tree the
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = _pyindex()
     start = next(gen)
     counts = {"rounds": 0, "kills": 0, "stage kills": 0, "install kills": 0, "exact rollbacks": 0, "repairs": 0,
-              "corruptions": 0}
+              "stage errors": 0, "corruptions": 0}
     try:
         _publish(work / "pub")
         idx = start(work / "pub")
@@ -126,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
                 counts["stage kills"] += 1
                 what.append("stage killed")
                 rc, _ = _run(stage, None)
-            bad = _wheelhouse_problems(out) if rc == 0 else [f"stage exit {rc}"]
+            if rc != 0:  # a refusal or a crash of stage, said so: not a silent corruption, but counted
+                counts["stage errors"] += 1
+                print(f"round {r}: stage exit {rc}")
+                continue
+            bad = _wheelhouse_problems(out)
             if bad:
                 counts["corruptions"] += 1
                 print(f"round {r}: wheelhouse corrupt: {bad[:3]}")
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print("summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    return 1 if counts["corruptions"] else 0
+    return 1 if counts["corruptions"] or counts["stage errors"] else 0
 
 
 if __name__ == "__main__":
