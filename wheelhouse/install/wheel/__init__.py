@@ -1,8 +1,10 @@
 """wh's own wheel installer: many wheels, extracted in parallel, checked against their RECORD.
 
 The box never has a warm cache, so install time is extraction time. Each wheel
-is planned first (every archive path checked: no absolute paths, no ``..``,
-every file listed in RECORD with a hash); then all wheels' files are extracted
+is planned first (every archive path checked: no absolute paths, no ``..``, nothing
+into wh's ``.wh/`` state, a ``.dist-info`` that is the filename's, no script that
+replaces the interpreter, every file listed in RECORD with a hash and its size, the
+declared total fitting the free space); then all wheels' files are extracted
 by one pool of threads (zlib, hashlib and file writes release the GIL), each
 file hashed as it is written and compared with RECORD; then each wheel is
 finished (console-script launchers, INSTALLER, REQUESTED, a RECORD of what was
@@ -10,19 +12,19 @@ really installed). The batch is one transaction (``install.transaction``): every
 writes or replaces is journaled and the previous content moved aside before the first
 byte; on any failure, or on the next run after a crash, everything is put back exactly.
 
-The steps live in their own modules: ``wheel_record`` (RECORD, safe paths),
-``wheel_plan`` (planning), ``extract`` (the thread pool), ``launchers``
-(console scripts), ``installed`` (the installed side). This one runs the batch.
+The steps live in their own modules: ``record`` (RECORD, safe paths), ``plan``
+(planning), ``extract`` (the thread pool, sizes enforced while streaming),
+``launchers`` (console scripts), and ``install.installed`` / ``install.uninstall``
+(the installed side). This one runs the batch.
 
-Only stdlib modules that cannot reach a network are imported here (no
-multiprocessing: its connection module imports socket).
+Only modules that cannot reach a network are imported here (no multiprocessing:
+its connection module imports socket).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
