@@ -156,7 +156,7 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
             if key == "headers":
                 rest = f"{name}/{rest}"
             script = key == "scripts"
-            if script:
+            if script and "/" not in rest:  # scripts/sub/x replaces nothing of the venv's
                 check_script_name(wheel, name, rest)
         else:
             base_dir, rest = root, n
