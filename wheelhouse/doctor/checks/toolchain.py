@@ -1,4 +1,4 @@
-"""toolchain: nvcc / crt / nvvm / runtime wheels agree, the nvcc on PATH is the pinned one, and it compiles."""
+"""toolchain: the declared toolchain groups hold (nvcc/crt/nvvm by default), the nvcc on PATH is the pinned one, it compiles."""
 
 from __future__ import annotations
 
@@ -6,37 +6,42 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Mapping, Sequence
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.manifest import ToolchainGroup
+from wheelhouse.manifest.toolchain import toolchain_rules
 from . import DoctorContext
 
-__all__ = ["GROUP", "CHECKS", "run", "TOOLCHAIN_PACKAGES"]
+__all__ = ["GROUP", "CHECKS", "run", "DEFAULT_GROUP", "judge_groups"]
 
 GROUP = "toolchain"
 CHECKS = {
-    "toolchain:versions": "nvidia-cuda-nvcc / -crt / nvidia-nvvm / -runtime wheels share one release",
+    "toolchain:versions": "the toolchain groups the wheelhouse's manifest declares (default: nvidia-cuda-nvcc / "
+                          "-crt / nvidia-nvvm at one release) hold for what is installed",
     "toolchain:nvcc": "the nvcc on the engine's PATH is the pinned one",
     "toolchain:ptxas": "ptxas matches nvcc",
     "toolchain:compile": "nvcc compiles (and, with a GPU, runs) a tiny .cu",
 }
-TOOLCHAIN_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime")
+# When the manifest declares no [[toolchain]]: the compiler pieces that must agree for ptxas to accept the
+# PTX nvcc writes. The runtime (nvcc 13.4 pulls runtime 13.5) and cccl (headers only) are not in it.
+DEFAULT_GROUP = ToolchainGroup("cuda", ("nvidia-cuda-nvcc", "nvidia-cuda-nvcc-cu*", "nvidia-cuda-crt",
+                                        "nvidia-cuda-crt-cu*", "nvidia-nvvm", "nvidia-nvvm-cu*"))
 _RELEASE = re.compile(r"release (\d+\.\d+), V(\d+[\d.]*)")
 _CU_SUFFIX = re.compile(r"-cu\d+$")
 
 
-def _installed(ctx: DoctorContext) -> dict[str, tuple[str, str]]:
-    """base name (``nvidia-cuda-nvcc``) -> (distribution, version), accepting ``-cu12`` suffixed names."""
-    out = {}
+def _nvcc_wheel(ctx: DoctorContext) -> tuple[str, str] | None:
+    """(distribution, version) of the installed nvidia-cuda-nvcc wheel (a ``-cu12`` suffixed name too)."""
     for key, d in ctx.distributions.items():
-        base = _CU_SUFFIX.sub("", key)
-        if base in TOOLCHAIN_PACKAGES:
-            out[base] = (d.name, d.version)
-    return out
+        if _CU_SUFFIX.sub("", key) == "nvidia-cuda-nvcc":
+            return d.name, d.version
+    return None
 
 
 def _mm(v: str) -> tuple[int, ...]:
@@ -46,18 +51,41 @@ def _mm(v: str) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
 
 
-def _exact_required(ctx: DoctorContext, names: list[str]) -> tuple[bool, set[str]]:
+def _groups(ctx: DoctorContext) -> list[ToolchainGroup]:
     m = ctx.manifest
-    if m is None:
-        return False, set()
-    exceptions: set[str] = set()
-    exact = m.doctor.toolchain_exact
-    for group in m.toolchains:
-        members = {canonicalize_name(p) for p in group.packages}
-        if members & set(names):
-            exact = exact or group.exact
-            exceptions |= {canonicalize_name(p) for p in group.exceptions}
-    return exact, exceptions
+    exact = bool(m and m.doctor.toolchain_exact)
+    declared = list(m.toolchains) if m and m.toolchains else [DEFAULT_GROUP]
+    return [replace(g, exact=g.exact or exact) for g in declared]
+
+
+def judge_groups(groups: Sequence[ToolchainGroup], installed: Mapping[str, tuple[str, str]]) -> CheckResult:
+    """toolchain:versions for ``installed`` (canonical name -> (name, version)), by the resolver's own rule."""
+    title = CHECKS["toolchain:versions"]
+    seen, mixed = [], []
+    for rule in toolchain_rules(groups):
+        members = {k: nv for k, nv in sorted(installed.items()) if rule.has(k)}
+        if not members:
+            continue
+        try:
+            releases = {rule.release(Version(v)) for _, v in members.values()}
+        except InvalidVersion:
+            releases = {v for _, v in members.values()}
+        listing = ", ".join(f"{n} {v}" for n, v in members.values())
+        line = f"group {rule.name} ({'identical versions' if rule.exact else 'one major.minor'}): {listing}"
+        seen.append(({"name": rule.name, "exact": rule.exact, "installed": {n: v for n, v in members.values()}}, line))
+        if len(releases) > 1:
+            mixed.append(line)
+    data = {"groups": [g for g, _ in seen]}
+    if not seen:
+        return CheckResult("toolchain:versions", title, "skip", "no member of a toolchain group is installed "
+                           f"(groups: {', '.join(g.name for g in groups)})", data=data)
+    if mixed:
+        return CheckResult("toolchain:versions", title, "fail",
+                           "; ".join(f"mixed {x}" for x in mixed) + " (mixing makes ptxas reject the PTX: "
+                           "'Unsupported .version')",
+                           hint="pin them to one version in the manifest's [[toolchain]] group and re-stage: `wh stage`",
+                           data=data)
+    return CheckResult("toolchain:versions", title, "ok", "; ".join(line for _, line in seen), data=data)
 
 
 def _version_of(tool: str, env: dict) -> tuple[str | None, str]:
@@ -72,28 +100,8 @@ def _version_of(tool: str, env: dict) -> tuple[str | None, str]:
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
     out: list[CheckResult] = []
-    inst = _installed(ctx)
-    # 1. Wheel versions agree.
-    if not inst:
-        out.append(CheckResult("toolchain:versions", CHECKS["toolchain:versions"], "skip",
-                               "no NVIDIA toolchain wheels installed"))
-    else:
-        exact, exceptions = _exact_required(ctx, list(inst))
-        considered = {b: v for b, v in inst.items() if b not in exceptions}
-        listing = ", ".join(f"{name} {ver}" for name, ver in sorted(considered.values()))
-        key = (lambda v: v) if exact else _mm
-        distinct = {key(v) for _, v in considered.values()}
-        if len(distinct) > 1:
-            out.append(CheckResult(
-                "toolchain:versions", CHECKS["toolchain:versions"], "fail",
-                f"mixed {'versions' if exact else 'releases'}: {listing} (mixing makes ptxas reject the PTX: "
-                "'Unsupported .version')",
-                hint="pin them to one version in the manifest's [[toolchain]] group and re-stage: `wh stage`",
-                data={"installed": {b: v for b, (_, v) in considered.items()}, "exact": exact}))
-        else:
-            out.append(CheckResult("toolchain:versions", CHECKS["toolchain:versions"], "ok",
-                                   f"{listing} ({'exact' if exact else 'same major.minor'})",
-                                   data={"installed": {b: v for b, (_, v) in considered.items()}, "exact": exact}))
+    # 1. Wheel versions agree, group by group, as the manifest declares them.
+    out.append(judge_groups(_groups(ctx), {k: (d.name, d.version) for k, d in ctx.distributions.items()}))
     # 2. The nvcc the engine gets.
     env = dict(ctx.engine_env)
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
@@ -106,7 +114,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
             out.append(CheckResult(cid, CHECKS[cid], "skip", "no nvcc on the engine's PATH and no nvidia-cuda-nvcc wheel"))
         return out
     release, line = _version_of(nvcc, env)
-    want = inst.get("nvidia-cuda-nvcc")
+    want = _nvcc_wheel(ctx)
     problems = []
     if pinned and os.path.realpath(nvcc) != os.path.realpath(pinned):
         problems.append(f"PATH gives {nvcc}, the installed wheel's is {pinned}")
