@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broken_packages import _tags, install_wheel, make_venv
-from cuda_fixtures import build_kernel_so, nvcc
+from cuda_fixtures import build_kernel_so, build_self_loading_so, nvcc
 from wheelhouse.doctor import run_doctor
 from wheelmaker import make_wheel
 
@@ -28,6 +28,9 @@ def venv(tmp_path_factory) -> Path:
     ptx80 = build_kernel_so(build / "b", "ptx80.so", "arch=compute_80,code=compute_80").read_bytes()
     sm80 = build_kernel_so(build / "c", "sm80.so", "arch=compute_80,code=sm_80").read_bytes()
     sm100 = build_kernel_so(build / "d", "sm100.so", "arch=compute_100f,code=sm_100f").read_bytes()
+    sm75 = build_kernel_so(build / "e", "sm75.so", "arch=compute_75,code=sm_75").read_bytes()
+    cufftlike = build_self_loading_so(build / "f", "libfftlike.so", "arch=compute_75,code=sm_75",
+                                      "arch=compute_80,code=compute_80").read_bytes()
     folder = build / "wheels"
     wheels = [
         make_wheel(folder, "hopperonly", "1.0", tags=_tags(), modules={"hopperonly/__init__.py": ""},
@@ -40,6 +43,10 @@ def venv(tmp_path_factory) -> Path:
         make_wheel(folder, "blackwellonly", "1.0", tags=_tags(), modules={"blackwellonly/__init__.py": ""},
                    files={f"blackwellonly/sm100/common_ops{SUFFIX}": sm100}),
         make_wheel(folder, "cpuonly", "1.0", tags=_tags(), modules={"cpuonly/__init__.py": ""}),
+        make_wheel(folder, "turingonly", "1.0", tags=_tags(), modules={"turingonly/__init__.py": ""},
+                   files={"turingonly/lib/libturing.so": sm75}),
+        make_wheel(folder, "fftlike", "1.0", tags=_tags(), modules={"fftlike/__init__.py": ""},
+                   files={"fftlike/lib/libfftlike.so.12": cufftlike}),
     ]
     py = make_venv(tmp_path_factory.mktemp("kernels-venv") / "venv")
     for w in wheels:
@@ -87,6 +94,21 @@ def test_an_architecture_variant_beside_one_that_runs_is_not_a_false_red(venv, t
     assert r.data["variants"][0]["object"] == f"variants/sm100/common_ops{SUFFIX}"
 
 
+def test_sass_for_older_gpus_only_is_a_warning(venv, tmp_path):
+    # cuFFTW ships an sm_75-only fatbin and runs on every GPU: such kernels may be kept for those GPUs alone.
+    r = run_doctor(str(venv), checks=["kernels:turingonly"], environ=gpus(tmp_path, "8.9")).get("kernels:turingonly")
+    assert r.verdict == "warn"
+    assert "turingonly/lib/libturing.so has kernels for sm_75 only; this GPU is sm_89 (older GPUs only" in r.evidence
+
+
+def test_device_code_a_library_loads_itself_counts(venv, tmp_path):
+    # cuFFT's layout: .nv_fatbin has sm_75 only, PTX for every GPU sits in its data, handed to the driver by it.
+    r = run_doctor(str(venv), checks=["kernels:fftlike"], environ=gpus(tmp_path, "8.9")).get("kernels:fftlike")
+    assert r.verdict == "ok", r.evidence
+    assert "PTX compute_80 (1 image(s) outside its fatbin section, loaded by the library itself)" in r.evidence
+    assert "sm_89: compute_80 (PTX, JIT)" in r.evidence
+
+
 def test_mixed_gpus_each_sm_is_judged(venv, tmp_path):
     r = run_doctor(str(venv), checks=["kernels:hopperonly"], environ=gpus(tmp_path, "9.0", "8.9")).get("kernels:hopperonly")
     assert r.verdict == "fail" and "GPU 1 is sm_89" in r.evidence
@@ -107,4 +129,4 @@ def test_cli_exit_code(venv, tmp_path):
     assert proc.returncode == 1, proc.stderr
     verdicts = {r["id"]: r["verdict"] for r in json.loads(proc.stdout)["results"]}
     assert verdicts == {"kernels:blackwellonly": "fail", "kernels:hopperonly": "fail", "kernels:ptxonly": "ok",
-                        "kernels:variants": "ok"}
+                        "kernels:variants": "ok", "kernels:turingonly": "warn", "kernels:fftlike": "ok"}

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cuda_fixtures import build_kernel_so, nvcc
-from index_fixtures import pyindex  # noqa: F401  (fixture)
+from cuda_fixtures import build_kernel_so, build_self_loading_so, nvcc
 from wheelmaker import make_wheel, sha256_file
-from wheelhouse.cli import cli
 from wheelhouse.progress import RecordingReporter
 from wheelhouse.stage.kernels import MissingKernels, check_kernels
 from wheelhouse.target import Gpu, host_target
@@ -28,8 +24,12 @@ def kernel_wheels(tmp_path_factory) -> dict[str, Path]:
     build = tmp_path_factory.mktemp("stage-kernels")
     sm90 = build_kernel_so(build / "a", "sm90.so", "arch=compute_90,code=sm_90").read_bytes()
     sm80 = build_kernel_so(build / "b", "sm80.so", "arch=compute_80,code=sm_80").read_bytes()
+    fft = build_self_loading_so(build / "c", "libfftlike.so.12", "arch=compute_75,code=sm_75",
+                                "arch=compute_80,code=compute_80").read_bytes()
     pub = build / "pub"
     return {
+        "fftlike": make_wheel(pub, "fftlike", "1.0", tags=TAGS, modules={"fftlike/__init__.py": ""},
+                              files={"fftlike/lib/libfftlike.so.12": fft}),
         "hopper": make_wheel(pub, "hopperkern", "1.0", tags=TAGS, modules={"hopperkern/__init__.py": ""},
                              files={"hopperkern/_ops.so": sm90, "hopperkern/libs/libhelper.so.1": sm80}),
         "ampere": make_wheel(pub, "amperekern", "1.0", tags=TAGS, modules={"amperekern/__init__.py": ""},
@@ -40,7 +40,8 @@ def kernel_wheels(tmp_path_factory) -> dict[str, Path]:
 
 
 def target_with(*ccs: str):
-    return dataclasses.replace(host_target(), gpus=tuple(Gpu(index=i, name="NVIDIA L4", compute_capability=cc) for i, cc in enumerate(ccs)), cuda_version="13.0")
+    gpus = tuple(Gpu(index=i, name="NVIDIA L4", compute_capability=cc) for i, cc in enumerate(ccs))
+    return dataclasses.replace(host_target(), gpus=gpus, cuda_version="13.0")
 
 
 def items(*wheels: Path):
@@ -71,9 +72,24 @@ def test_code_that_runs_on_the_targets_gpu_or_no_gpu_passes(kernel_wheels, tmp_p
     ampere, variants = kernel_wheels["ampere"], kernel_wheels["variants"]
     assert check_kernels(items(ampere, variants), target_with("8.6"), tmp_path) == []  # sm_80 SASS runs on sm_86
     assert check_kernels(items(variants), target_with("9.0"), tmp_path) == []  # its sm90/ variant runs there
-    with pytest.raises(MissingKernels, match="amperekern/_ops.so has kernels for sm_80 only; the target GPU is sm_90"):
-        check_kernels(items(ampere), target_with("9.0"), tmp_path)  # SASS never runs on another major
     assert check_kernels(items(*kernel_wheels.values()), target_with(), tmp_path) == []
+
+
+def test_device_code_a_library_loads_itself_counts(kernel_wheels, tmp_path):
+    # cuFFT's layout: sm_75 in .nv_fatbin, PTX for newer GPUs in its data; with a cache, a restage for
+    # another GPU reads the wheel again rather than trusting a shallow cached scan.
+    cache = tmp_path / "cache"
+    assert check_kernels(items(kernel_wheels["fftlike"]), target_with("7.5"), tmp_path, cache=cache) == []
+    assert check_kernels(items(kernel_wheels["fftlike"]), target_with("8.9"), tmp_path, cache=cache) == []
+
+
+def test_sass_for_older_gpus_only_is_staged_with_a_warning(kernel_wheels, tmp_path):
+    # The doctor's rule: a library may keep kernels for older GPUs alone (cuFFTW's sm_75-only fatbin).
+    rep = RecordingReporter()
+    gaps = check_kernels(items(kernel_wheels["ampere"]), target_with("9.0"), tmp_path, reporter=rep)
+    assert [(g.gap.path, g.gap.older_only) for g in gaps] == [("amperekern/_ops.so", True)]
+    assert any(e[0] == "note" and "amperekern/_ops.so has kernels for sm_80 only; the target GPU is sm_90" in e[1]
+               and "older GPUs only" in e[1] for e in rep.events)
 
 
 def test_results_are_cached_by_sha256(kernel_wheels, tmp_path):

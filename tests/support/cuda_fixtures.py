@@ -17,7 +17,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-__all__ = ["nvcc", "cuobjdump", "build_kernel_so", "cuobjdump_images", "KERNEL_CU"]
+__all__ = ["nvcc", "cuobjdump", "build_kernel_so", "build_self_loading_so", "cuobjdump_images", "KERNEL_CU"]
 
 KERNEL_CU = r"""
 __global__ void wh_add(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }
@@ -64,6 +64,24 @@ def build_kernel_so(folder: Path, name: str, *gencodes: str, source: str = KERNE
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
     return out
+
+
+def build_self_loading_so(folder: Path, name: str, registered: str, embedded: str) -> Path:
+    """A library like cuFFT: its .nv_fatbin holds ``registered`` (a -gencode), and a fatbin for ``embedded``
+    sits in its data as a byte array, which such a library hands to the driver itself (cuModuleLoadData)."""
+    exe = nvcc()
+    if exe is None:
+        raise RuntimeError("nvcc not found")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "blob_kernel.cu"
+    src.write_text(KERNEL_CU)
+    blob = folder / "blob.fatbin"
+    subprocess.run([exe, "-fatbin", "-gencode", embedded, str(src), "-o", str(blob)], check=True, capture_output=True)
+    data = ",".join(str(b) for b in blob.read_bytes())
+    (folder / "blob.c").write_text("__attribute__((aligned(8), used)) const unsigned char wh_kernels[] = {"
+                                   + data + "};\nconst unsigned char *wh_kernels_ptr(void) { return wh_kernels; }\n")
+    return build_kernel_so(folder, name, registered, extra=(str(folder / "blob.c"),))
 
 
 def cuobjdump_images(path: Path) -> tuple[set[str], set[str]]:

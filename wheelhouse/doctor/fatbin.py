@@ -29,6 +29,7 @@ deliberately unloadable on this sm_89 card?).
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -112,11 +113,16 @@ class DeviceCode:
     sass: tuple[int, ...]
     ptx: tuple[int, ...]
     entries: tuple[FatbinEntry, ...] = ()
+    # Images found outside the fatbin sections, which the library loads itself (cuFFT keeps its PTX in
+    # .ldata and hands it to the driver): only looked for when asked (``device_code(path, deep=True)``).
+    self_loaded: int = 0
 
     @classmethod
-    def of(cls, entries: tuple[FatbinEntry, ...]) -> "DeviceCode":
-        return cls(sass=tuple(sorted({e.arch for e in entries if e.kind == "sass"})),
-                   ptx=tuple(sorted({e.arch for e in entries if e.kind == "ptx"})), entries=entries)
+    def of(cls, entries: tuple[FatbinEntry, ...], self_loaded: tuple[FatbinEntry, ...] = ()) -> "DeviceCode":
+        every = tuple(entries) + tuple(self_loaded)
+        return cls(sass=tuple(sorted({e.arch for e in every if e.kind == "sass"})),
+                   ptx=tuple(sorted({e.arch for e in every if e.kind == "ptx"})), entries=every,
+                   self_loaded=len(self_loaded))
 
     def runs_on(self, sm: str | int, driver_cuda: str | None = None) -> bool:
         """Is there an image that a GPU of compute capability ``sm`` can run (SASS, or PTX to JIT)?"""
@@ -148,7 +154,10 @@ class DeviceCode:
             parts.append(", ".join(sass))
         if ptx:
             parts.append("PTX " + ", ".join(ptx))
-        return "; ".join(parts) or "no SASS or PTX (LTO-IR only)"
+        text = "; ".join(parts) or "no SASS or PTX (LTO-IR only)"
+        if self.self_loaded:
+            text += f" ({self.self_loaded} image(s) outside its fatbin section, loaded by the library itself)"
+        return text
 
     def to_json(self) -> dict:
         return {"sass": [n for n in self.names() if n.startswith("sm_")],
@@ -164,6 +173,12 @@ class KernelGap:
     sm: int
     driver_cuda: str | None = None
     variant_of: str | None = None  # a same-named object elsewhere in the same package that does run there
+
+    @property
+    def older_only(self) -> bool:
+        """Only SASS for older majors, no PTX: nothing runs here, but a library may keep such images for those
+        GPUs alone and never launch them elsewhere (cuFFTW's sm_75-only fatbin): a warning, not a failure."""
+        return not self.code.ptx and bool(self.code.sass) and all(a // 10 < self.sm // 10 for a in self.code.sass)
 
     def sentence(self, gpu: str = "this GPU") -> str:
         """``sgl_kernel/sm100/common_ops.so has kernels for sm_100 only; this GPU is sm_89``."""
@@ -259,8 +274,12 @@ def _read_at(fh: BinaryIO, base: int) -> Callable[[int, int], bytes]:
     return read
 
 
-def device_code(path: str | os.PathLike[str]) -> DeviceCode | None:
-    """The CUDA device code ``path`` embeds, or None when it has no fatbin section (or is no ELF file)."""
+def device_code(path: str | os.PathLike[str], *, deep: bool = False) -> DeviceCode | None:
+    """The CUDA device code ``path`` embeds, or None when it has no fatbin section (or is no ELF file).
+
+    ``deep``: also look through the rest of the file for fatbin containers the library loads itself
+    (a full read of the file: ask for it only when the fatbin sections alone do not cover a GPU).
+    """
     try:
         info = read_elf(path)
         st = os.stat(path)
@@ -272,13 +291,41 @@ def device_code(path: str | os.PathLike[str]) -> DeviceCode | None:
     sections = linked or info.fatbin_sections
     if not sections:
         return None
-    return _device_code_cached(info.path, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), sections)
+    return _device_code_cached(info.path, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), sections,
+                               info.fatbin_sections if deep else None)
 
 
 @functools.lru_cache(maxsize=4096)
-def _device_code_cached(path: str, _stat: tuple[int, ...], sections: tuple[tuple[str, int, int], ...]) -> DeviceCode:
+def _device_code_cached(path: str, _stat: tuple[int, ...], sections: tuple[tuple[str, int, int], ...],
+                        skip: tuple[tuple[str, int, int], ...] | None) -> DeviceCode:
     entries: list[FatbinEntry] = []
     with open(path, "rb") as fh:
         for _name, offset, size in sections:
             entries += _walk(_read_at(fh, offset), size)
-    return DeviceCode.of(tuple(entries))
+        own = _self_loaded(fh, skip) if skip is not None else []
+    return DeviceCode.of(tuple(entries), tuple(own))
+
+
+def _self_loaded(fh: BinaryIO, skip: tuple[tuple[str, int, int], ...]) -> list[FatbinEntry]:
+    """Entries of fatbin containers anywhere in the file outside the ``skip`` sections (8-aligned, sane header)."""
+    out: list[FatbinEntry] = []
+    try:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return out
+    with mm:
+        size = len(mm)
+        pos = mm.find(_MAGIC_BYTES)
+        while pos != -1:
+            end = pos + 1
+            inside = next((off + n for _, off, n in skip if off <= pos < off + n), None)
+            if inside is not None:
+                end = inside
+            elif pos % 8 == 0 and pos + _CONTAINER.size + _ENTRY.size <= size:
+                _magic, ver, hsize, body = _CONTAINER.unpack_from(mm, pos)
+                kind = int.from_bytes(mm[pos + hsize:pos + hsize + 2], "little") if hsize == _CONTAINER.size else 0
+                if ver == 1 and hsize == _CONTAINER.size and 0 < body <= size - pos - hsize and kind in _KINDS:
+                    out += _walk(lambda o, n, base=pos: mm[base + o:base + o + n].ljust(n, b"\0"), hsize + body)
+                    end = pos + hsize + body
+            pos = mm.find(_MAGIC_BYTES, end)
+    return out

@@ -68,33 +68,47 @@ class WheelGap:
         return {"wheel": self.wheel, "object": self.gap.path, "sm": f"sm_{self.gap.sm}", **self.gap.code.to_json()}
 
 
-def _to_cache(codes: dict[str, DeviceCode]) -> dict:
+def _to_cache(codes: dict[str, tuple[DeviceCode, bool]]) -> dict:
     return {"version": _CACHE_VERSION,
-            "objects": {m: [[e.kind, e.arch, e.suffix, *e.version] for e in c.entries] for m, c in codes.items()}}
+            "objects": {m: {"entries": [[e.kind, e.arch, e.suffix, *e.version] for e in c.entries],
+                            "self_loaded": c.self_loaded, "deep": deep} for m, (c, deep) in codes.items()}}
 
 
-def _from_cache(data: dict) -> dict[str, DeviceCode] | None:
+def _from_cache(data: dict) -> dict[str, tuple[DeviceCode, bool]] | None:
     if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
         return None
     try:
-        return {m: DeviceCode.of(tuple(FatbinEntry(k, int(a), str(s), (int(x), int(y))) for k, a, s, x, y in entries))
-                for m, entries in data["objects"].items()}
+        out = {}
+        for m, rec in data["objects"].items():
+            entries = tuple(FatbinEntry(k, int(a), str(s), (int(x), int(y))) for k, a, s, x, y in rec["entries"])
+            own = int(rec["self_loaded"])
+            code = DeviceCode.of(entries[:len(entries) - own], entries[len(entries) - own:])
+            out[m] = (code, bool(rec["deep"]))
+        return out
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
-def wheel_device_code(wheel: Path, scratch: Path, cache: Path | None = None,
-                      sha256: str | None = None) -> dict[str, DeviceCode]:
-    """Archive member -> device code, for every shared object in ``wheel`` that carries some."""
+def _covers(code: DeviceCode, sms: Sequence[str], driver_cuda: str | None) -> bool:
+    return not (code.sass or code.ptx) or all(code.runs_on(sm, driver_cuda) for sm in sms)
+
+
+def wheel_device_code(wheel: Path, scratch: Path, cache: Path | None = None, sha256: str | None = None,
+                      sms: Sequence[str] = (), driver_cuda: str | None = None) -> dict[str, DeviceCode]:
+    """Archive member -> device code, for every shared object in ``wheel`` that carries some.
+
+    A member whose fatbin sections do not cover every sm of ``sms`` is read whole for the device code it
+    loads itself (:func:`~wheelhouse.doctor.fatbin.device_code` ``deep``), as the doctor does.
+    """
     cached = cache / f"{sha256}.json" if cache and sha256 else None
     if cached and cached.is_file():
         try:
             hit = _from_cache(json.loads(cached.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             hit = None
-        if hit is not None:
-            return hit
-    out: dict[str, DeviceCode] = {}
+        if hit is not None and all(deep or _covers(c, sms, driver_cuda) for c, deep in hit.values()):
+            return {m: c for m, (c, _) in hit.items()}
+    out: dict[str, tuple[DeviceCode, bool]] = {}
     with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(dir=scratch, prefix="kernels-") as tmp:
         for i, member in enumerate(zf.infolist()):
             if member.is_dir() or not is_shared_object(member.filename) or member.file_size == 0:
@@ -104,17 +118,19 @@ def wheel_device_code(wheel: Path, scratch: Path, cache: Path | None = None,
             path = os.path.join(tmp, f"{i}.so")
             with zf.open(member) as src, open(path, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            code = device_code(path)
+            code, deep = device_code(path), False
+            if code is not None and not _covers(code, sms, driver_cuda):
+                code, deep = device_code(path, deep=True) or code, True
             os.unlink(path)
             if code is not None:
-                out[member.filename] = code
+                out[member.filename] = (code, deep)
     if cached:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(cached, json.dumps(_to_cache(out)))
         except OSError:
             pass  # a cache that cannot be written costs a re-read next time, nothing more
-    return out
+    return {m: c for m, (c, _) in out.items()}
 
 
 def _sms(target: TargetProfile) -> list[str]:
@@ -130,7 +146,7 @@ def wheel_kernel_gaps(wheels: Sequence[tuple[Path, str | None]], target: TargetP
 
     def one(item: tuple[Path, str | None]) -> list[WheelGap]:
         path, sha = item
-        codes = wheel_device_code(path, scratch, cache, sha)
+        codes = wheel_device_code(path, scratch, cache, sha, sms, target.cuda_version)
         return [WheelGap(path.name, g) for g in kernel_gaps(codes, sms, target.cuda_version)]
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(wheels) or 1))) as pool:
@@ -142,16 +158,19 @@ def check_kernels(wheels: Sequence[tuple[Path, str | None]], target: TargetProfi
                   reporter: Reporter | None = None) -> list[WheelGap]:
     """Raise :class:`MissingKernels` for device code no target GPU can run (with ``allow``: report and return it).
 
-    Architecture variants (a same-named object in the same wheel that does run) are not gaps.
-    A target without GPUs is not checked.
+    Architecture variants (a same-named object in the same wheel that does run) are not gaps. SASS for
+    older majors only is a warning, never a refusal (the doctor's rule: cuFFTW's sm_75-only fatbin runs
+    everywhere). A target without GPUs is not checked.
     """
     reporter = reporter or NullReporter()
     if not _sms(target):
         return []
     reporter.note(f"checking CUDA kernels of {len(wheels)} wheel(s) against the target's GPUs")
     gaps = [g for g in wheel_kernel_gaps(wheels, target, scratch, cache, jobs) if not g.gap.variant_of]
-    if gaps and not allow:
-        raise MissingKernels(gaps, ", ".join(f"sm_{s.replace('.', '')}" for s in _sms(target)))
+    hard = [g for g in gaps if not g.gap.older_only]
+    if hard and not allow:
+        raise MissingKernels(hard, ", ".join(f"sm_{s.replace('.', '')}" for s in _sms(target)))
     for g in gaps:
-        reporter.note(f"warning: {g.sentence()} (staged anyway: {ALLOW_FLAG})")
+        why = "older GPUs only; a library may never launch them here" if g.gap.older_only else f"staged anyway: {ALLOW_FLAG}"
+        reporter.note(f"warning: {g.sentence()} ({why})")
     return gaps

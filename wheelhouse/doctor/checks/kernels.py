@@ -8,7 +8,10 @@ judges it against the GPUs nvidia-smi reports: SASS of the same major with a
 minor <= the GPU's, or PTX of an arch <= the GPU's that the driver can JIT.
 An object whose same-named sibling in the same distribution runs on the GPU
 is an architecture variant the package chooses between (``sgl_kernel/sm100/``
-beside ``sgl_kernel/``): reported, not failed.
+beside ``sgl_kernel/``): reported, not failed. An object whose fatbin covers
+no GPU here is read whole for fatbin containers it loads itself (cuFFT keeps
+its PTX in ``.ldata``). SASS for older majors only (and no PTX) is a warning:
+cuFFTW ships an sm_75-only fatbin and runs everywhere.
 """
 
 from __future__ import annotations
@@ -52,31 +55,52 @@ def _verdict(ctx: DoctorContext, d: Distribution, codes: dict[str, DeviceCode], 
     if not sms:
         return CheckResult(cid, title, "skip", "no GPU to judge against; embedded: " + "; ".join(listing), data=data)
     gaps = kernel_gaps(codes, sms, ctx.gpu.cuda_version)
-    hard = [g for g in gaps if not g.variant_of]
+    hard = [g for g in gaps if not g.variant_of and not g.older_only]
+    older = [g for g in gaps if not g.variant_of and g.older_only]
     variants = [g for g in gaps if g.variant_of]
-    data["missing"] = [{"object": g.path, "sm": f"sm_{g.sm}", **g.code.to_json()} for g in hard]
+    data["missing"] = [{"object": g.path, "sm": f"sm_{g.sm}", **g.code.to_json()} for g in hard + older]
     data["variants"] = [{"object": g.path, "sm": f"sm_{g.sm}", "runs_instead": g.variant_of} for g in variants]
+    notes = [g.sentence(_which(g.sm, sms)) for g in variants]
     if hard:
-        lines = [g.sentence(_which(g.sm, sms)) for g in hard] + [g.sentence(_which(g.sm, sms)) for g in variants]
+        lines = [g.sentence(_which(g.sm, sms)) for g in hard + older] + notes
         return CheckResult(cid, title, "fail", "\n".join(lines),
                            hint=f"install a build of {d.name} made for "
                                 f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in hard}))} (or with PTX the driver "
                                 "can JIT): stage it for this GPU with a target profile captured here "
                                 "(`wh target capture`), then `wh install`",
                            data=data)
-    ok_lines = []
-    variant_paths = {g.path for g in variants}
+    lines = []
+    skipped = {g.path for g in gaps}
     for rel, c in codes.items():
-        if rel in variant_paths:
-            continue  # said below, with the sibling that runs instead
+        if rel in skipped:
+            continue  # said below
         if not (c.sass or c.ptx):
-            ok_lines.append(f"{rel}: LTO-IR only (linked at run time, not judged)")
+            lines.append(f"{rel}: LTO-IR only (linked at run time, not judged)")
             continue
         runs = [f"sm_{sm}: {r.name}" + (" (PTX, JIT)" if r.kind == "ptx" else "")
                 for sm in sms for r in [c.runner(sm, ctx.gpu.cuda_version)] if r is not None]
-        ok_lines.append(f"{rel}: {c.describe()} -> " + "; ".join(runs))
-    ok_lines += [g.sentence(_which(g.sm, sms)) for g in variants]
-    return CheckResult(cid, title, "ok", "\n".join(ok_lines), data=data)
+        lines.append(f"{rel}: {c.describe()} -> " + "; ".join(runs))
+    if older:
+        lines = [g.sentence(_which(g.sm, sms)) + " (older GPUs only: a library may keep such kernels for those GPUs "
+                 "alone and never launch them here)" for g in older] + lines + notes
+        return CheckResult(cid, title, "warn", "\n".join(lines),
+                           hint=f"if {d.name} fails with 'no kernel image is available', install a build made for "
+                                f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in older}))}", data=data)
+    return CheckResult(cid, title, "ok", "\n".join(lines + notes), data=data)
+
+
+def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None) -> dict[str, DeviceCode]:
+    """RECORD path -> device code; an object whose fatbin covers no GPU here is read whole for the device code
+    it loads itself (cuFFT keeps PTX for every GPU in .ldata, its fatbin section has sm_75 only)."""
+    codes: dict[str, DeviceCode] = {}
+    for rel, path in shared_objects(d):
+        code = device_code(path)
+        if code is None:
+            continue
+        if sms and any(not code.runs_on(sm, driver_cuda) for sm in sms) and (code.sass or code.ptx):
+            code = device_code(path, deep=True) or code
+        codes[rel] = code
+    return codes
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
@@ -85,7 +109,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
         if not ctx.wants(f"kernels:{d.key}"):
             continue
-        codes = {rel: c for rel, path in shared_objects(d) for c in [device_code(path)] if c is not None}
+        codes = _codes(d, sms, ctx.gpu.cuda_version)
         if codes:
             out.append(_verdict(ctx, d, codes, sms))
     return out
