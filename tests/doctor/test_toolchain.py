@@ -116,10 +116,22 @@ def test_a_declared_group_is_judged_as_declared(tmp_path):
     assert "[[toolchain]]" in r.hint
 
 
+def _download_for(target_json: Path, requirements: list[str], into: Path) -> None:
+    """The registry's wheels for the target, fetched by pip with this machine's own index configuration."""
+    t = json.loads(target_json.read_text())
+    me = t["marker_environment"]
+    platforms = dict.fromkeys(tag.split("-")[-1] for tag in t["compatible_tags"] if tag.split("-")[-1] != "any")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "-d", str(into),
+                           "--python-version", me["python_version"], *[a for p in platforms for a in ("--platform", p)],
+                           *requirements], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.registry
 def test_registry_bundled_freetoken_group_for_the_kaggle_profile_gives_toolchain_ok(tmp_path):
     """Stage the bundled manifest's toolchain (its pins and [[toolchain]] group, for the bundled Kaggle profile)
-    from the registry, unpack what was staged into a folder, and run a fake-GPU doctor over it."""
+    from the registry's wheels (fetched by pip for that target), put what was staged into a venv, and run a
+    fake-GPU doctor over it."""
     import zipfile
 
     from broken_packages import make_venv, site_packages
@@ -129,8 +141,9 @@ def test_registry_bundled_freetoken_group_for_the_kaggle_profile_gives_toolchain
     stack = tmp_path / "stack.toml"
     target = REPO / "manifests" / "targets" / "kaggle-4xl4.json"
     stack.write_text('[stack]\nname = "toolchain"\nrequirements = ' + json.dumps(pins) + "\n" + groups)
+    _download_for(target, pins, tmp_path / "dl")
     staged = _run(["stage", str(stack), "-o", str(tmp_path / "wh"), "--cache-dir", str(tmp_path / "cache"),
-                   "--target", str(target), "--no-bootstrap"])
+                   "--target", str(target), "--no-bootstrap", "-f", str(tmp_path / "dl")])
     assert staged.returncode == 0, staged.stderr
     files = {f.name: f.version for f in read_pylock(tmp_path / "wh").files}
     assert files["nvidia-cuda-nvcc"] == "13.4.59" and files["nvidia-cuda-cccl"] == "13.0.85"
