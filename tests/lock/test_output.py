@@ -9,7 +9,8 @@ import time
 import pytest
 
 from wheelhouse.lock import WH_JSON_SCHEMA
-from wheelhouse.lock.output import OutputBusy, foreign_paths, hold_output, new_tree, recover, swap_in
+from wheelhouse.lock.output import (OutputBusy, foreign_paths, hold_output, interrupted_swap, new_tree, recover,
+                                    swap_in)
 
 
 def _wheelhouse(folder, owned, files):
@@ -98,3 +99,13 @@ def test_hold_output_serialises_and_leaves_no_lock_file(tmp_path):
     t.join(30)
     assert order == ["first done", "second"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_swap_says_where_the_previous_wheelhouse_is(tmp_path):
+    out = tmp_path / "wh"
+    assert interrupted_swap(out) is None
+    old = _wheelhouse(tmp_path / ".wh.wh-old-1", ["wh.json"], {"v": "old"})
+    said = interrupted_swap(out)
+    assert str(old) in said and "wh stage" in said
+    recover(out)
+    assert interrupted_swap(out) is None and (out / "v").read_text() == "old"

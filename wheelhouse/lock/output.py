@@ -41,6 +41,7 @@ __all__ = [
     "check_output",
     "hold_output",
     "recover",
+    "interrupted_swap",
     "new_tree",
     "swap_in",
     "foreign_paths",
@@ -264,6 +265,19 @@ def swap_in(new: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(new, out)
+
+
+def interrupted_swap(out: Path) -> str | None:
+    """Where the wheelhouse that should be at ``out`` is, when a killed run left it beside it (read-only:
+    for `wh install` and friends, which must not change a wheelhouse, to say what happened)."""
+    out = Path(out).absolute()
+    if out.exists() or not out.parent.is_dir():
+        return None
+    trees = sorted((p for p in out.parent.glob(f".{out.name}{_OLD}*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    if not trees:
+        return None
+    return (f"{out} is missing: a wh stage was interrupted while replacing it; the previous wheelhouse is "
+            f"{trees[-1]} (run the same `wh stage ... -o {out}` again: it finishes or undoes the swap first)")
 
 
 def recover(out: Path) -> list[str]:
