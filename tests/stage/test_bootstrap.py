@@ -111,6 +111,8 @@ def test_write_bootstrap_lock_and_instructions(tmp_path):
     assert [x.filename for x in lock.files] == [f.filename] and lock.requires_python == "==3.12.*"
     text = (tmp_path / BOOTSTRAP_TXT).read_text()
     assert bootstrap_command() in text and "--no-index" in text
+    assert "externally-managed" in text  # why the venv comes first
+    assert "python3 -m pip install --no-index --find-links bootstrap/ wh" in text  # into the current env, when allowed
 
 
 # --- end to end: a fresh venv installs wh from bootstrap/ with no index ---------------------------
@@ -168,14 +170,50 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
     assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)
     assert res.bootstrap_command == bootstrap_command()
 
-    env = tmp_path / "box-venv"
-    venv.create(env, with_pip=True)  # ensurepip: offline by construction
-    cmd = bootstrap_command(str(boot)).split()
-    assert cmd[:3] == ["python3", "-m", "pip"]
-    subprocess.run([str(env / "bin" / "python"), *cmd[1:]], check=True, capture_output=True, cwd=out,
-                   env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"})
-    got = subprocess.run([str(env / "bin" / "wh"), "--version"], capture_output=True, text=True, check=True)
+    # The box's Python: this machine's Debian system Python where it is one (PEP 668: EXTERNALLY-MANAGED,
+    # pip refuses to install into it), else a fresh venv with pip as the stand-in.
+    box_python = _externally_managed_python()
+    if box_python is None:
+        venv.create(tmp_path / "box-venv", with_pip=True)  # ensurepip: offline by construction
+        box_python = str(tmp_path / "box-venv" / "bin" / "python3")
+    else:  # the old line fails there: the stand-in is faithful
+        old = subprocess.run([box_python, "-m", "pip", "install", "--no-index", "--find-links", str(boot), "wh"],
+                             capture_output=True, text=True, cwd=out, env=_box_env(tmp_path, box_python))
+        assert old.returncode != 0 and "externally-managed-environment" in old.stderr
+    # The printed line itself, by a shell, with python3 being the box's Python.
+    subprocess.run(["sh", "-c", bootstrap_command("bootstrap/")], check=True, capture_output=True, cwd=out,
+                   env=_box_env(tmp_path, box_python))
+    got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "wh"), "--version"], capture_output=True, text=True,
+                         check=True)
     assert "0.1.0" in got.stdout
+
+
+def _box_env(tmp_path, box_python: str) -> dict[str, str]:
+    """A box's shell: HOME of its own, python3 on PATH is ``box_python``, pip reaches no index."""
+    import os
+
+    bin_dir = tmp_path / "box-bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python3").exists():
+        os.symlink(box_python, bin_dir / "python3")
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INDEX": "1"}
+
+
+def _externally_managed_python() -> str | None:
+    """/usr/bin/python3 when it is a PEP 668 system Python with pip, of the version the bootstrap was resolved for."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, sysconfig, os, pip; print(sys.version_info[:2] == tuple(map(int, sys.argv[1].split('.'))) "
+             "and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')))")
+    try:
+        proc = subprocess.run(["/usr/bin/python3", "-c", probe, f"{sys.version_info[0]}.{sys.version_info[1]}"],
+                              capture_output=True, text=True, timeout=30)
+    except OSError:
+        return None
+    return "/usr/bin/python3" if proc.stdout.strip() == "True" else None
 
 
 def test_a_failing_self_build_shows_the_backends_own_error(tmp_path):

@@ -46,6 +46,7 @@ __all__ = [
     "BOOTSTRAP_DIR",
     "BOOTSTRAP_TXT",
     "bootstrap_command",
+    "WH_VENV",
     "SelfWheel",
     "self_wheel",
     "build_from_checkout",
@@ -77,8 +78,23 @@ class SelfWheel:
     origin: str
 
 
+# Where the printed line installs wh: the home folder is writable where a carried wheelhouse may not
+# be (a read-only dataset mount).
+WH_VENV = "~/wh-venv"
+
+
 def bootstrap_command(folder: str = f"{BOOTSTRAP_DIR}/") -> str:
-    """The one offline command that installs wh from a wheelhouse's bootstrap folder."""
+    """The one offline command that installs wh from a wheelhouse's bootstrap folder.
+
+    A venv of its own first: Debian 12 / Ubuntu 24.04 system Pythons refuse ``pip install``
+    (PEP 668, externally-managed-environment). ``--without-pip`` needs no ensurepip (absent
+    without python3-venv), and the system's pip installs into the venv with ``--python``.
+    """
+    return (f"python3 -m venv --without-pip {WH_VENV} && "
+            f"python3 -m pip --python {WH_VENV}/bin/python install --no-index --find-links {folder} {_DIST}")
+
+
+def _current_env_command(folder: str) -> str:
     return f"python3 -m pip install --no-index --find-links {folder} {_DIST}"
 
 
@@ -242,9 +258,14 @@ def write_bootstrap(folder: Path, files: Sequence[LockedFile], *, requires_pytho
     folder = Path(folder)
     write_pylock(folder, Lock(files=tuple(files), environments=tuple(environments), requires_python=requires_python))
     text = (
-        "Install wh on the offline box from this folder (no index, no network):\n\n"
+        "Install wh on the offline box from this folder (no index, no network), run from the wheelhouse folder\n"
+        "(or give --find-links the path of this folder). Into a venv of its own, which works on system Pythons\n"
+        "that refuse pip (PEP 668, externally-managed-environment: Debian 12, Ubuntu 24.04):\n\n"
         f"    {bootstrap_command('bootstrap/')}\n\n"
-        "Run it from the wheelhouse folder (or give --find-links the path of this folder).\n"
-        "Then: wh install <wheelhouse> && wh doctor\n"
+        "Or into the current environment, where pip may install (a venv, conda, a container image's Python):\n\n"
+        f"    {_current_env_command('bootstrap/')}\n\n"
+        "No pip beside the box's Python at all: a venv with its own pip (ensurepip; python3-venv on Debian):\n\n"
+        f"    python3 -m venv {WH_VENV} && {WH_VENV}/bin/python -m pip install --no-index --find-links bootstrap/ {_DIST}\n\n"
+        f"Then: {WH_VENV}/bin/wh install . --venv ~/engine-venv && {WH_VENV}/bin/wh doctor --python ~/engine-venv/bin/python\n"
     )
     return write_atomic(folder / BOOTSTRAP_TXT, text)
