@@ -69,6 +69,18 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                               files={f"healthy/_core{SUFFIX}": ok_core}),
         "purepkg": make_wheel(folder, "purepkg", "1.0", modules={"purepkg/__init__.py": ""}),
     }
+    # mpi4py's layout: one module built against each MPI, loaded by path for the MPI that is there.
+    out["mpilike"] = make_wheel(folder, "mpilike", "1.0", tags=_tags(), modules={"mpilike/__init__.py": ""},
+                                files={f"mpilike/MPI.mpich{SUFFIX}": needs_whgone, f"mpilike/MPI.openmpi{SUFFIX}": ok_core})
+    # Two builds of one module where import picks the broken one: no excuse.
+    out["twobuilds"] = make_wheel(folder, "twobuilds", "1.0", tags=_tags(), modules={"twobuilds/__init__.py": ""},
+                                  files={f"twobuilds/_core{SUFFIX}": needs_whgone, "twobuilds/_core.abi3.so": ok_core})
+    # numba's TBB threading layer needs libtbb.so.12, which only the optional tbb package brings.
+    tbb = _lib(build, "tbb", "-Wl,-soname,libtbb.so.12", symbol="whgone")
+    tbbpool = _ext(build, "tbbpool", "WH_NEEDLIB", extra=[f"-L{build}", "-ltbb"])
+    tbb.unlink()
+    out["numba"] = make_wheel(folder, "numba", "0.61.0", tags=_tags(), modules={"numba/__init__.py": ""},
+                              files={f"numba/np/ufunc/tbbpool{SUFFIX}": tbbpool, f"numba/_core{SUFFIX}": ok_core})
     # Needs the NVIDIA driver's libcuda.so.1 (a stand-in soname, linked then removed).
     fake = _lib(build, "cuda", "-Wl,-soname,libcuda.so.1", symbol="whgone")
     (build / "drv").mkdir()
@@ -121,6 +133,25 @@ def test_healthy_extension_is_ok_and_pure_distributions_have_no_check(report):
     assert not [r for r in report.results if r.id == "sharedlibs:purepkg"]
 
 
+def test_an_alternative_build_beside_one_that_loads_is_a_note(report):
+    r = report.get("sharedlibs:mpilike")
+    assert r.verdict == "ok", r.evidence
+    assert (f"mpilike/MPI.mpich{SUFFIX} needs libwhgone.so: not found -- an alternative build: "
+            f"mpilike/MPI.openmpi{SUFFIX} finds all it needs") in r.evidence
+
+
+def test_the_build_import_picks_is_never_excused_by_a_sibling(report):
+    r = report.get("sharedlibs:twobuilds")
+    assert r.verdict == "fail" and f"twobuilds/_core{SUFFIX} needs libwhgone.so: not found" in r.evidence
+
+
+def test_a_known_optional_backend_is_a_note_from_the_data_file(report):
+    r = report.get("sharedlibs:numba")
+    assert r.verdict == "ok", r.evidence
+    assert f"numba/np/ufunc/tbbpool{SUFFIX} needs libtbb.so.12: not found -- optional: numba's TBB threading layer" \
+        in r.evidence
+
+
 @pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="this machine has an NVIDIA driver")
 def test_a_missing_driver_library_is_a_warning_without_a_gpu_and_a_fail_with_one(report, venv, tmp_path):
     r = report.get("sharedlibs:needsdriver")
@@ -151,3 +182,14 @@ def test_cli_exit_code_and_json(venv):
     data = json.loads(proc.stdout)
     verdicts = {r["id"]: r["verdict"] for r in data["results"]}
     assert verdicts["sharedlibs:lazylib"] == "fail" and verdicts["sharedlibs:healthy"] == "ok"
+
+
+def test_the_optional_data_file_refuses_a_typo(tmp_path):
+    from wheelhouse.doctor.checks.sharedlibs import load_optional
+
+    bad = tmp_path / "sharedlibs.toml"
+    bad.write_text('[[optional]]\ndistribution = "numba"\nobject = "numba/*"\nlibraries = ["libtbb.so*"]\n')
+    with pytest.raises(Exception) as info:
+        load_optional(bad)
+    assert info.value.code == "sharedlibs-data" and "object" in str(info.value) and "objects" in str(info.value)
+    assert load_optional()  # the bundled file reads

@@ -14,18 +14,25 @@ and ``import torch`` have already mapped. No code of the distributions runs.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
+from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.errors import WhError
+from wheelhouse.resources import doctor_dir
 from . import DoctorContext, Distribution
 
-__all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts"]
+__all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
+           "load_optional"]
 
 GROUP = "sharedlibs"
 CHECKS = {
@@ -156,14 +163,65 @@ def _ancestors(real: str, parents: Mapping[str, list[ElfInfo]]) -> list[ElfInfo]
     return out
 
 
+@dataclass(frozen=True)
+class OptionalObject:
+    """A ``[[optional]]`` entry of ``doctor/sharedlibs.toml``: a miss the distribution itself tolerates."""
+
+    distribution: str
+    objects: str
+    libraries: tuple[str, ...]
+    reason: str
+
+    def covers(self, dist_key: str, rel: str, library: str) -> bool:
+        return (dist_key == canonicalize_name(self.distribution) and fnmatch.fnmatchcase(rel, self.objects)
+                and any(fnmatch.fnmatchcase(library, g) for g in self.libraries))
+
+
+class SharedlibsDataError(WhError):
+    code = "sharedlibs-data"
+
+
+def load_optional(path: Path | None = None) -> tuple[OptionalObject, ...]:
+    """The ``[[optional]]`` entries of ``doctor/sharedlibs.toml`` (or ``path``)."""
+    path = path or doctor_dir() / "sharedlibs.toml"
+    data = load_toml(path, what="sharedlibs data file", error=SharedlibsDataError)
+    check_keys(data, ["optional"], str(path), error=SharedlibsDataError)
+    out = []
+    for i, t in enumerate(data.get("optional") or ()):
+        where = f"{path} [[optional]] #{i + 1}"
+        check_keys(t, ["distribution", "objects", "libraries", "reason"], where, error=SharedlibsDataError)
+        out.append(OptionalObject(str(get_value(t, "distribution", (str,), where, error=SharedlibsDataError)),
+                                  str(get_value(t, "objects", (str,), where, error=SharedlibsDataError)),
+                                  tuple(get_value(t, "libraries", (list,), where, error=SharedlibsDataError) or ()),
+                                  str(get_value(t, "reason", (str,), where, error=SharedlibsDataError, default=""))))
+    return tuple(out)
+
+
+def _variant_of(rel: str, clean: set[str], suffixes: Sequence[str]) -> str | None:
+    """A sibling the package can load instead, whose needs are all found: the same file name in another
+    folder (``sm100/common_ops.so``), or in the same folder the same first name part when this file is not
+    what ``import`` picks by that name (``MPI.mpich.*.so`` beside ``MPI.openmpi.*.so``; never ``_core.*.so``)."""
+    folder, _, base = rel.rpartition("/")
+    stem = base.split(".", 1)[0]
+    importable = any(base == stem + sfx for sfx in suffixes)
+    for other in sorted(clean):
+        of, _, ob = other.rpartition("/")
+        if other == rel:
+            continue
+        if (ob == base and of != folder) or (of == folder and not importable and ob.split(".", 1)[0] == stem):
+            return other
+    return None
+
+
 def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]], scans: Mapping[Path, _Scan],
-             note: str) -> CheckResult:
+             note: str, optional: Sequence[OptionalObject]) -> CheckResult:
     cid = f"sharedlibs:{d.key}"
     title = f"{d.name} {d.version}: its {len(objects)} shared object(s) find the libraries they need (read, not loaded)"
     bad: list[str] = []
     missing: dict[str, list[tuple[str, Found]]] = {}
     via: dict[str, int] = {}
     foreign = checked = 0
+    clean: set[str] = set()
     for rel, path in objects:
         s = scans[path]
         if s.error is not None:
@@ -173,14 +231,27 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
             foreign += 1
             continue
         checked += 1
+        if all(f.path is not None for f in s.found):
+            clean.add(rel)
         for found in s.found:
             if found.path is None:
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
     no_driver = not ctx.gpu.gpus
-    hard = {n: v for n, v in missing.items() if not (no_driver and _is_driver_lib(n))}
-    soft = {n: v for n, v in missing.items() if n not in hard}
+    hard: dict[str, list[tuple[str, Found]]] = {}
+    soft: dict[str, list[tuple[str, Found]]] = {}
+    notes: list[str] = []
+    for name, needers in missing.items():
+        for rel, found in needers:
+            rule = next((o for o in optional if o.covers(d.key, rel, name)), None)
+            sibling = None if rule else _variant_of(rel, clean, ctx.facts.get("extension_suffixes") or (".so",))
+            if rule:
+                notes.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
+            elif sibling:
+                notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
+            else:
+                (soft if no_driver and _is_driver_lib(name) else hard).setdefault(name, []).append((rel, found))
     lines = list(bad)
     for name, needers in {**hard, **soft}.items():
         shown = ", ".join(rel for rel, _ in needers[:_SHOWN]) + (f" (+{len(needers) - _SHOWN} more)"
@@ -189,22 +260,22 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
         extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in soft else ""
         lines.append(f"{shown} needs {name}: not found{extra}; searched {where}")
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,
-            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad}
+            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": notes}
     if bad or hard:
-        return CheckResult(cid, title, "fail", "\n".join(lines) + note,
+        return CheckResult(cid, title, "fail", "\n".join(lines + notes) + note,
                            hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
                                 "the system package) and re-run `wh doctor --check sharedlibs`; an empty or truncated "
                                 f".so is a broken install of {d.name}: install it again with `wh install`", data=data)
     if soft:
-        return CheckResult(cid, title, "warn", "\n".join(lines),
+        return CheckResult(cid, title, "warn", "\n".join(lines + notes),
                            hint="on the GPU box the driver provides it; run `wh doctor` there", data=data)
     total = sum(via.values())
     how = ", ".join(f"{n} {_VIA.get(k, k)}" for k, n in sorted(via.items(), key=lambda kv: -kv[1]))
-    ev = f"{checked} shared object(s), {total} needed librar{'y' if total == 1 else 'ies'}, all found" + (
+    ev = f"{checked} shared object(s), {total} needed librar{'y' if total == 1 else 'ies'} found" + (
         f": {how}" if how else "")
     if foreign:
         ev += f"; {foreign} built for another machine, not checked"
-    return CheckResult(cid, title, "ok", ev, data=data)
+    return CheckResult(cid, title, "ok", "\n".join([ev, *notes]), data=data)
 
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
@@ -223,4 +294,5 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     note = "".join(f"\n(import {mod} failed in the loader probe: {err}; the libraries it would have loaded are "
                    f"not counted as loaded, see native:{mod})" for mod, err in (record.get("import_errors") or {}).items())
     scans = _scan([path for _, objs in dists for _, path in objs], facts)
-    return [_verdict(ctx, d, objs, scans, note) for d, objs in dists]
+    optional = load_optional()
+    return [_verdict(ctx, d, objs, scans, note, optional) for d, objs in dists]
