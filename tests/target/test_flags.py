@@ -46,6 +46,9 @@ def _abis(version: tuple[int, int]) -> list[str]:
     ("glibc", (2, 17), "x86_64", "manylinux2014_x86_64"),
     ("musl", (1, 2), "x86_64", "musllinux_1_2_x86_64"),
     ("musl", (1, 1), "aarch64", "musllinux_1_1_aarch64"),
+    ("glibc", (2, 31), "i686", "manylinux_2_31_i686"),
+    ("glibc", (2, 28), "ppc64le", "manylinux_2_28_ppc64le"),
+    ("glibc", (2, 34), "s390x", "manylinux_2_34_s390x"),
 ])
 def test_flag_tags_equal_packagings_for_a_grid_of_linux_targets(monkeypatch, libc, libc_version, arch, flag):
     platforms = _packaging_platforms(monkeypatch, libc, libc_version, arch)
