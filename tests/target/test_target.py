@@ -98,3 +98,33 @@ def test_wheel_rank_reads_compressed_tag_sets_and_build_tags():
     assert t.wheel_rank("six-1.16.0-1build-py2.py3-none-any.whl") == t.tag_rank("py3-none-any")
     assert t.wheel_rank("six-1.16.0.tar.gz") is None and t.wheel_rank("not-a-wheel.whl") is None
     assert t.wheel_rank(many) < t.wheel_rank("numpy-2.0.0-cp312-abi3-manylinux_2_17_x86_64.whl")
+
+
+def _other_cpythons() -> list[str]:
+    """CPython 3.7+ interpreters on this machine (pyenv, PATH), one per minor version."""
+    import glob
+    import shutil
+
+    found: dict[str, str] = {}
+    candidates = sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / "3.*" / "bin" / "python3")))
+    candidates += [p for m in range(7, 15) if (p := shutil.which(f"python3.{m}"))]
+    for exe in candidates:
+        proc = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True)
+        version = proc.stdout.strip()
+        if proc.returncode == 0 and tuple(map(int, version.split("."))) >= (3, 7):
+            found.setdefault(version, exe)
+    return list(found.values())
+
+
+@pytest.mark.parametrize("exe", _other_cpythons() or [pytest.param(None, marks=pytest.mark.skip(reason="no other CPython here"))])
+def test_capture_script_on_other_cpythons_lists_packagings_tags(exe, tmp_path):
+    """On 3.7 (cp37m) to 3.13, without packaging in that interpreter, the script lists what packaging would there."""
+    script = tmp_path / "capture_target.py"
+    script.write_bytes(Path(capture_target.__file__).read_bytes())
+    data = json.loads(subprocess.run([exe, "-I", "-S", str(script)], check=True, capture_output=True, text=True).stdout)
+    major, minor = map(int, data["python_version"].split("."))
+    assert data["abi"] == (f"cp{major}{minor}m" if minor < 8 else f"cp{major}{minor}")
+    platforms = list(ptags.platform_tags())  # the same machine, so the same platforms
+    expected = [str(t) for t in ptags.cpython_tags((major, minor), [data["abi"]], platforms)]
+    expected += [str(t) for t in ptags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
+    assert data["compatible_tags"] == expected
