@@ -39,8 +39,11 @@ MARKER_KEYS = (
     "sys_platform",
 )
 
+
 @dataclass(frozen=True)
 class TargetProfile:
+    """An interpreter and machine as data: its ordered tags, full marker environment, libc, GPUs."""
+
     implementation: str  # "cp"
     python_version: str  # "3.12"
     abi: str  # "cp312"
