@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from cuda_fixtures import build_kernel_so, build_self_loading_so, nvcc
+from index_fixtures import pyindex  # noqa: F401  (fixture)
 from wheelmaker import make_wheel, sha256_file
 from wheelhouse.progress import RecordingReporter
 from wheelhouse.stage.kernels import MissingKernels, check_kernels
@@ -103,3 +107,50 @@ def test_results_are_cached_by_sha256(kernel_wheels, tmp_path):
     wheel.write_bytes(b"not a zip any more")  # a second scan reads the cache, never the wheel
     with pytest.raises(MissingKernels):
         check_kernels([(wheel, sha)], target_with("8.9"), tmp_path, cache=cache)
+
+
+# --- wh stage, end to end: a real index on 127.0.0.1, a target profile with an sm_89 GPU ------------------
+
+def _target_file(tmp_path: Path, cc: str) -> Path:
+    data = host_target().to_json()
+    data.update(gpus=[{"index": 0, "name": "NVIDIA L4", "compute_capability": cc}], cuda_version="13.0")
+    path = tmp_path / f"target-{cc}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _wh_stage(idx, tmp_path: Path, out: Path, cc: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wheelhouse", "stage", "hopperkern", "-o", str(out), "--target",
+                           str(_target_file(tmp_path, cc)), "--index-url", idx.url, "--cache-dir",
+                           str(tmp_path / "cache"), "--no-bootstrap", *extra],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "400"})
+
+
+def test_wh_stage_refuses_a_wheel_without_kernels_for_the_targets_gpu(pyindex, kernel_wheels, tmp_path):
+    idx = pyindex(kernel_wheels["hopper"].parent)
+    out = tmp_path / "wheelhouse"
+    proc = _wh_stage(idx, tmp_path, out, "8.9")
+    assert proc.returncode == 1, proc.stderr
+    first = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert first and kernel_wheels["hopper"].name in first[0]
+    assert "hopperkern/_ops.so has kernels for sm_90 only; the target GPU is sm_89" in first[0]
+    assert "hint:" in proc.stderr and "--allow-missing-kernels" in proc.stderr
+    assert not out.exists()  # refused before the wheelhouse was named
+
+
+def test_wh_stage_with_the_flag_stages_and_warns(pyindex, kernel_wheels, tmp_path):
+    idx = pyindex(kernel_wheels["hopper"].parent)
+    out = tmp_path / "wheelhouse"
+    proc = _wh_stage(idx, tmp_path, out, "8.9", "--allow-missing-kernels", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: " in proc.stderr and "has kernels for sm_90 only; the target GPU is sm_89" in proc.stderr
+    assert (out / "wheels" / kernel_wheels["hopper"].name).is_file()
+    notes = json.loads(proc.stdout)["notes"]
+    assert any("hopperkern/_ops.so has kernels for sm_90 only" in n for n in notes)
+    # The same wheel for its own GPU stages; only its sm_80 helper library is mentioned (older GPUs only).
+    again = _wh_stage(idx, tmp_path, tmp_path / "wh90", "9.0")
+    assert again.returncode == 0, again.stderr
+    assert "hopperkern/_ops.so has kernels" not in again.stderr
+    assert "hopperkern/libs/libhelper.so.1 has kernels for sm_80 only; the target GPU is sm_90 (older GPUs only" \
+        in again.stderr

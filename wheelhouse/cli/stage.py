@@ -74,10 +74,13 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
 @click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
+@click.option("--allow-missing-kernels", is_flag=True, envvar="WH_ALLOW_MISSING_KERNELS",
+              help="When the target profile lists GPUs, a wheel whose CUDA device code none of them can run is "
+                   "refused (exit 1); with this flag it is staged with a warning.")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
           index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json,
-          no_bootstrap, lock_timeout) -> None:
+          no_bootstrap, lock_timeout, allow_missing_kernels) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
@@ -124,7 +127,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     )
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
-                       lock_timeout=lock_timeout)
+                       lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels)
     target = run.target
     reporter = ui.reporter()
     try:

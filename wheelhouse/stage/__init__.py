@@ -39,6 +39,7 @@ from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
 from .previous import Previous, read_previous
+from .kernels import check_kernels
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -298,6 +299,10 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         files, boot_files = _fetch_groups([(plan.files, new / WHEELS), (plan.boot_files, new / BOOTSTRAP_DIR)],
                                           new / ".fetch", cache, inputs.jobs, client, reporter)
         check_hashes(files, plan.hash_rules)
+        # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
+        kernel_gaps = check_kernels([(new / WHEELS / f.filename, f.sha256) for f in files], inputs.target, new,
+                                    allow=inputs.allow_missing_kernels, cache=cache / "kernels", jobs=inputs.jobs,
+                                    reporter=reporter)
         if plan.wh_wheel is not None:
             shutil.copyfile(plan.wh_wheel.path, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name)
             own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name,
@@ -322,7 +327,8 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         out, inputs.target, written, False, bootstrap=boot_files,
         bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
         removed=removed, reused=reused, indexes=plan.indexes,
-        engine=engine.file.filename if engine else None, notes=(*recovered, *previous.notes),
+        engine=engine.file.filename if engine else None,
+        notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)),
     )
 
 

@@ -60,6 +60,7 @@ class StageInputs:
     cache_dir: Path | None = None
     bootstrap: bool = True
     lock_timeout: float = 600.0
+    allow_missing_kernels: bool = False  # device code no target GPU runs: warn instead of refusing
 
 
 def _joined(*lists: Iterable) -> tuple:
@@ -92,7 +93,7 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
     """The one merge of a manifest and the command line (rule in the module docstring).
 
     ``run``: how to run rather than what to stage (jobs, dry_run, cache_dir, bootstrap,
-    lock_timeout), passed through to StageInputs.
+    lock_timeout, allow_missing_kernels), passed through to StageInputs.
     """
     from wheelhouse.index import UNCONFIGURED, default_index_url
     from wheelhouse.target import host_target

@@ -64,6 +64,12 @@ class WheelGap:
     def sentence(self) -> str:
         return f"{self.wheel}: {self.gap.sentence(gpu='the target GPU')}"
 
+    def warning(self) -> str:
+        """The note a staged-anyway gap leaves (shown as it happens, kept in ``wh stage --json``'s notes)."""
+        why = ("older GPUs only: a library may keep such kernels for them and never launch them here"
+               if self.gap.older_only else f"staged anyway: {ALLOW_FLAG}")
+        return f"warning: {self.sentence()} ({why})"
+
     def to_json(self) -> dict:
         return {"wheel": self.wheel, "object": self.gap.path, "sm": f"sm_{self.gap.sm}", **self.gap.code.to_json()}
 
@@ -171,6 +177,5 @@ def check_kernels(wheels: Sequence[tuple[Path, str | None]], target: TargetProfi
     if hard and not allow:
         raise MissingKernels(hard, ", ".join(f"sm_{s.replace('.', '')}" for s in _sms(target)))
     for g in gaps:
-        why = "older GPUs only; a library may never launch them here" if g.gap.older_only else f"staged anyway: {ALLOW_FLAG}"
-        reporter.note(f"warning: {g.sentence()} ({why})")
+        reporter.note(g.warning())
     return gaps
