@@ -165,11 +165,7 @@ def test_fake_gpus_and_fake_freetoken_trigger_then_clear_the_rule(tmp_path, ft_v
     _wheelhouse_with_the_patch(house)
     cmd = r["hint"].split("`")[1].replace("WHEELHOUSE", str(house)).replace("PY", str(ft_venv)).split()
     assert cmd[:3] == ["wh", "patch", "apply"]
-    smi = tmp_path / "bin" / "nvidia-smi"  # the patch's own sm condition asks nvidia-smi
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\nprintf '8.9\\n8.9\\n'\n")
-    smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "WH_DOCTOR_FAKE_GPUS": str(gpus)}  # the patch's own sm condition asks the GPU query
     applied = subprocess.run([sys.executable, "-m", "wheelhouse", *cmd[1:], "--json"], capture_output=True, text=True,
                              env=env)
     assert applied.returncode == 0, applied.stderr

@@ -33,7 +33,8 @@ __all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "run_checks", "lis
            "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
-GROUPS = ("platform", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule", "model")
+GROUPS = ("platform", "install", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule",
+          "model")
 
 
 class DoctorCannotRun(WhError):
@@ -51,6 +52,7 @@ def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str
     """Every check id (or id pattern) with its title, for ``--list-checks``."""
     from .checks import deps
     from .checks import gpu
+    from .checks import install
     from .checks import jit
     from .checks import kernels
     from .checks import links
@@ -61,7 +63,7 @@ def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str
 
     env = os.environ if environ is None else environ
     out: list[tuple[str, str]] = []
-    for mod in (platform, gpu, toolchain, links, native, deps, sharedlibs, kernels):
+    for mod in (platform, install, gpu, toolchain, links, native, deps, sharedlibs, kernels):
         out += list(mod.CHECKS.items())
     out += [(f"jit:{p.id}", p.title) for p in jit.load_jit_probes(env)]
     out += [(f"rule:{r.id}", r.title) for r in load_rules(_rule_dirs(env))]

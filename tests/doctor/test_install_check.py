@@ -1,0 +1,43 @@
+"""install:transaction, an install killed half-way is a fail, never green (issue 11.1 seen by the doctor).
+
+A real `wh install` is SIGKILLed at a chosen point (tests/support/faults.py); the doctor
+then runs against the half-installed venv.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from faults import run_with_fault, wh_command
+from nvidia_fixtures import make_wheelhouse
+from wheelmaker import make_wheel
+from wheelhouse.doctor import run_doctor
+
+
+def _house(tmp_path: Path) -> Path:
+    wheels = [make_wheel(tmp_path / "w", "big", "1.0", modules={f"big/m{i}.py": f"X = {i}\n" for i in range(40)}),
+              make_wheel(tmp_path / "w", "upa", "1.0", modules={"upa/__init__.py": "V = 1\n"})]
+    return make_wheelhouse(tmp_path / "house", wheels)
+
+
+def test_a_killed_install_is_a_fail_until_wh_install_runs_again(tmp_path):
+    house, venv = _house(tmp_path), tmp_path / "venv"
+    killed = run_with_fault(["install", house, "--venv", venv], "install.file.20")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    py = venv / "bin" / "python"
+    r = run_doctor(str(py), checks=["install"]).get("install:transaction")
+    assert r.verdict == "fail"
+    assert "unfinished install" in r.evidence and "did not finish" in r.evidence
+    assert r.hint == f"run `wh install` again (e.g. `wh install WHEELHOUSE --python {py}`) to roll it back"
+    again = subprocess.run(wh_command(["install", house, "--venv", venv]), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    r = run_doctor(str(py), checks=["install"]).get("install:transaction")
+    assert r.verdict == "ok" and "no unfinished install" in r.evidence
+
+
+def test_no_install_state_at_all_is_ok(tmp_path):
+    r = run_doctor(sys.executable, checks=["install"]).get("install:transaction")
+    assert r.verdict == "ok"
