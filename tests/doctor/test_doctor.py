@@ -350,31 +350,6 @@ esac
 """
 
 
-def test_query_gpus_parses_nvidia_smi(tmp_path, monkeypatch):
-    from wheelhouse.target.gpu import query_gpu_facts, query_gpus
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
-    gpus = query_gpus()
-    assert [(g.index, g.name, g.compute_capability, g.memory_total_mib, g.memory_used_mib) for g in gpus] == [
-        (0, "NVIDIA L4", "8.9", 23034, 1), (1, "NVIDIA L4", "8.9", 23034, 19789)]
-    assert gpus[0].sm == "sm_89"
-    facts = query_gpu_facts()
-    assert facts.driver_version == "580.159.04" and facts.cuda_version == "13.0" and facts.topology == "pcie"
-
-
-def test_query_gpus_without_nvidia_smi_is_empty(monkeypatch, tmp_path):
-    from wheelhouse.target.gpu import query_gpus
-
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
-    assert query_gpus() == []
-
-
 def test_busy_card_and_pcie_interconnect_are_reported(zoo, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

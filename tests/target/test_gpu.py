@@ -58,3 +58,9 @@ def test_a_profile_gpu_without_index_takes_its_position():
     data = capture_target.capture(include_gpus=False)
     data["gpus"] = [{"name": "NVIDIA L4", "compute_capability": "8.9"}, {"name": "NVIDIA L4", "compute_capability": "8.9"}]
     assert [g.index for g in target_from_json(data).gpus] == [0, 1]
+
+
+def test_no_nvidia_smi_is_no_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("WH_DOCTOR_FAKE_GPUS", raising=False)
+    assert query_gpus() == [] and query_gpu_facts().source == "none"
