@@ -134,6 +134,7 @@ def hold_output(out: Path, *, timeout: float = 600.0, on_wait: Callable[[str], N
     waiter that got a lock on a removed file retries on the new one.
     """
     path = _lock_path(out)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]  # deepest first
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -171,6 +172,11 @@ def hold_output(out: Path, *, timeout: float = 600.0, on_wait: Callable[[str], N
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(fd)
+        for folder in made:  # a run that wrote nothing leaves no new parent folders behind
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 # --- ownership -----------------------------------------------------------------------------------
