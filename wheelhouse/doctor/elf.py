@@ -3,7 +3,7 @@
 Reading is done with pyelftools and touches only the ELF header, the program
 headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to
 locate CUDA fatbin sections for :mod:`wheelhouse.doctor.fatbin`); a 1 GB
-libtorch_cuda.so costs a few reads. Results are cached by (path, size, mtime),
+libtorch_cuda.so costs a few reads. Results are cached by (path, size, mtime, ctime, inode),
 so the link check and the kernel check read each file once per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
@@ -224,9 +224,10 @@ def _expand_all(entries: Sequence[str], obj: ElfInfo, facts: LoaderFacts) -> lis
 
 
 def _find_one(name: str, info: ElfInfo, facts: LoaderFacts, inherited: Sequence[ElfInfo]) -> Found:
-    if "/" in name:  # a path, not a name: no search (relative ones are relative to the cwd, unknown: trust it)
-        path = name if os.path.isabs(name) else None
-        return Found(name, path if path is None or os.path.isfile(path) else None, "path", (name,))
+    if "/" in name:  # a path, not a name: no search
+        if not os.path.isabs(name):  # relative to the engine's working folder, which is unknown here: not judged
+            return Found(name, name, "path")
+        return Found(name, name if os.path.isfile(name) else None, "path", (name,))
     if name in facts.loaded:
         return Found(name, facts.loaded[name], "loaded")
     steps: list[tuple[str, list[str]]] = []
