@@ -160,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if before is not None and site.is_dir():
                     recover(site)
-                    if tree_listing(venv) != before:
+                    after = tree_listing(venv)
+                    if after != before:
                         counts["corruptions"] += 1
-                        print(f"round {r}: the rollback did not give back the previous tree")
+                        diff = sorted(set(after) ^ set(before))
+                        print(f"round {r}: the rollback did not give back the previous tree: {diff[:6]}")
                         continue
                     counts["exact rollbacks"] += 1
                     what.append("rolled back exactly")

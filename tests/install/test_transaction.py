@@ -168,14 +168,27 @@ def test_transaction_commit_forgets_the_journal_and_the_backups(tmp_path):
     assert not (site_dir / ".wh").exists() and recover(site_dir) is None
 
 
-def test_leftover_trash_and_backups_are_cleaned(tmp_path):
+def test_leftover_trash_backups_and_half_written_records_are_cleaned(tmp_path):
     site_dir = tmp_path / "site"
-    for d in (".wh/trash/123-1/0-old.py", ".wh/txn/456-2/0"):
+    for d in (".wh/trash/123-1/0-old.py", ".wh/txn/456-2/0", ".wh/.installed.json.ab12.tmp",
+              ".wh/.journal.1-2.tmp", ".wh/.links.json.cd34.tmp"):
         (site_dir / d).parent.mkdir(parents=True, exist_ok=True)
         (site_dir / d).write_text("x")
     (site_dir / ".wh" / "installed.json").write_text("{}")
-    assert clean_leftovers(site_dir) == 2
-    assert sorted(p.name for p in (site_dir / ".wh").iterdir()) == ["installed.json"]
+    assert clean_leftovers(site_dir) == 4
+    # another tool's temp file (links runs without the install lock) is not ours to remove
+    assert sorted(p.name for p in (site_dir / ".wh").iterdir()) == [".links.json.cd34.tmp", "installed.json"]
+
+
+def test_killed_while_writing_installed_json_leaves_nothing_after_recovery(tmp_path):
+    """Seen in bench/soak.py: a kill inside write_atomic left .wh/.installed.json.XXXX.tmp behind."""
+    venv = tmp_path / "venv"
+    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    (site(venv) / ".wh" / ".installed.json.k1ll3d.tmp").write_text("")  # what the kill leaves
+    (site(venv) / ".wh" / "txn" / "99-1").mkdir(parents=True)  # made by begin just before its journal
+    assert recover(site(venv)) is None
+    assert tree_listing(venv) == before
 
 
 def test_a_failing_wheelhouse_patch_leaves_the_environment_as_it_was(tmp_path):

@@ -49,7 +49,7 @@ from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUna
 from .installed import canonical_name, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
 from .target_lock import FolderLock, lockable
-from .transaction import Transaction, UnfinishedInstall, clean_leftovers, recover
+from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, install_wheels, plan_batch
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
@@ -184,7 +184,6 @@ def _recover(interp: Interpreter, reporter: Reporter) -> list[str]:
     if found is not None:
         notes.append(f"rolled back an unfinished install: {found.describe()}")
         reporter.note(notes[-1])
-    clean_leftovers(interp.platlib)
     return notes
 
 

@@ -262,22 +262,38 @@ def unfinished_transaction(site: str | os.PathLike) -> UnfinishedInstall | None:
 
 
 def recover(site: str | os.PathLike) -> UnfinishedInstall | None:
-    """Roll back the unfinished install of ``site``, if any (the caller holds the install lock)."""
+    """Roll back the unfinished install of ``site``, if any, and sweep what a killed run left beside it
+    (``clean_leftovers``). The caller holds the install lock. Returns what was rolled back."""
     found = unfinished_transaction(site)
-    if found is None:
-        return None
-    data = _read_journal(site) or {}
-    _roll_back(Path(site), str(data.get("id") or ""), list(data.get("entries") or []), list(data.get("dirs") or []))
+    if found is not None:
+        data = _read_journal(site) or {}
+        _roll_back(Path(site), str(data.get("id") or ""), list(data.get("entries") or []),
+                   list(data.get("dirs") or []))
+    clean_leftovers(site)
     return found
 
 
-def clean_leftovers(site: str | os.PathLike) -> int:
-    """Remove backups no journal refers to (a run killed after its commit) and the old ``.wh/trash``.
+# Temp files of what an install writes atomically in .wh/ (atomic.write_atomic's and the journal's
+# names); other tools' temp files there are theirs to clean.
+_OWN_TEMPS = (".installed.json.", ".journal.")
 
-    The caller holds the install lock and has recovered first, so none of them is in use.
-    Returns how many folders were removed.
+
+def clean_leftovers(site: str | os.PathLike) -> int:
+    """Remove what a killed run leaves beside a journal: backups no journal refers to (killed after its
+    commit), the old ``.wh/trash``, half-written temp files of installed.json and of the journal.
+
+    The caller holds the install lock and has rolled back first, so none of them is in use.
+    Returns how many entries were removed.
     """
     removed = 0
+    try:
+        temps = [p for p in (Path(site) / ".wh").iterdir()
+                 if p.name.startswith(_OWN_TEMPS) and p.name.endswith(".tmp") and p.is_file()]
+    except OSError:
+        temps = []
+    for p in temps:
+        p.unlink(missing_ok=True)
+        removed += 1
     for root in (_txn_root(site), Path(site) / ".wh" / "trash"):
         try:
             children = list(root.iterdir())
