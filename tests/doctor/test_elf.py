@@ -181,3 +181,15 @@ def test_what_the_loader_cannot_map_is_bad_elf(tmp_path, content, reason):
     with pytest.raises(BadElf) as info:
         read_elf(tmp_path / "x.so")
     assert reason in info.value.reason and info.value.code == "bad-elf"
+
+
+def test_a_need_named_by_absolute_path_is_that_file(tmp_path, host_facts):
+    absolute = tmp_path / "abs" / "libdep.so"
+    gcc_lib(absolute, symbol="dep_value", soname=str(absolute))  # DT_NEEDED takes the soname: a path
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(tmp_path / "abs",))
+    assert read_elf(lib).needed == (str(absolute),)
+    found = find_needed(read_elf(lib), host_facts)[0]
+    assert (found.path, found.via) == (str(absolute), "path")
+    assert f"\t{absolute} (0x" in subprocess.run(["ldd", str(lib)], capture_output=True, text=True).stdout
+    absolute.unlink()
+    assert find_needed(read_elf(lib), host_facts)[0].path is None
