@@ -1,35 +1,98 @@
 """The content-addressed download cache: verified files under ``<cache>/sha256/ab/abcdef...``.
 
-A file enters the cache only under the sha256 of its bytes, so a cache entry is
-trusted without hashing it again, and a second run (or a second wheelhouse)
-downloads nothing. Unfinished downloads wait under ``<cache>/partial/<key>.part``
-until they verify. Entries are shared by hardlinks: they are read-only and are
-never edited in place. Wheels reach the wheelhouse as hardlinks of the cache when
-the two share a filesystem, else as copies.
+A file enters the cache only under the sha256 of its bytes. It is not trusted for that on reuse:
+a disk, a user or another tool may have changed it since, so every file taken from the cache is
+hashed again while it is copied out (``copy_verified``) and a damaged entry is deleted and
+downloaded again. Nothing shares an inode with the cache: the wheelhouse gets a copy
+(a reflink where the filesystem can, so a copy costs no space there), because a hardlink would
+let one write through either name corrupt both, and read-only modes do not stop root.
+
+Unfinished downloads wait under ``<cache>/partial/``; ``entry_lock`` (fcntl, one lock file per
+entry under ``<cache>/locks/``) makes two processes that want one file take turns: the second
+waits, then finds the first one's finished entry.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import hashlib
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 from wheelhouse.digest import sha256_of, update_hash
-from wheelhouse.errors import HashMismatch
+from wheelhouse.errors import HashMismatch, WhError
+from wheelhouse.faults import checkpoint
 
 __all__ = [
     "HashMismatch",
+    "NoSpace",
     "default_cache_dir",
     "cached_path",
     "partial_path",
     "sha256_of",
     "update_hash",
-    "cache_hit",
+    "entry_lock",
+    "copy_verified",
     "add_to_cache",
     "commit_part",
     "place",
+    "is_no_space",
 ]
+
+_CHUNK = 1 << 20
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), share the source's blocks copy-on-write
+
+
+class NoSpace(WhError):
+    """The disk filled up while wh was writing (a download, or the wheelhouse)."""
+
+    code = "no-space"
+
+    def __init__(self, path: Path, needed: int | None, cleaned: list[str] = ()):
+        # ``needed``: the bytes this run still had to write when the disk filled up.
+        more = f": needs {_mb(needed)} MB more" if needed else ""
+        super().__init__(
+            f"no space left on {_mount_point(path)}{more} (free now: {_free_bytes(path) // (1 << 20)} MB)",
+            hint="free space there, or point the cache elsewhere with --cache-dir (WH_CACHE_DIR), then re-run "
+                 "the same command; finished downloads are kept",
+            detail=("removed the unfinished files: " + ", ".join(cleaned)) if cleaned else None,
+        )
+        self.path = path
+        self.needed = needed
+
+
+def is_no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _mb(n: int | None) -> int:
+    return -(-(n or 0) // (1 << 20))
+
+
+def _free_bytes(path: Path) -> int:
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def _mount_point(path: Path) -> Path:
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return p
 
 
 def default_cache_dir() -> Path:
@@ -51,33 +114,87 @@ def partial_path(cache: Path, key: str) -> Path:
     return Path(cache) / "partial" / f"{key}.part"
 
 
-def cache_hit(cache: Path, sha256: str | None, size: int | None) -> bool:
-    """A cached file is trusted (it was verified on entry) unless its size is visibly wrong."""
-    if not sha256:
-        return False
-    path = cached_path(cache, sha256)
+@contextlib.contextmanager
+def entry_lock(cache: Path, key: str, *, on_wait: Callable[[], None] | None = None,
+               cancelled: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Hold the cache entry ``key`` for this process (fcntl.flock; released on exit, and by the
+    kernel if the process dies). ``on_wait`` is called once if another process holds it."""
+    folder = Path(cache) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        actual = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    if size is not None and actual != size:
-        path.unlink()
-        return False
-    return True
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited and on_wait is not None:
+                    on_wait()
+                waited = True
+                if cancelled is not None and cancelled():
+                    raise InterruptedError("interrupted while waiting for another wh's download")
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _clone_or_copy(src: Path, dst_fh, h: "hashlib._Hash | None") -> int:
+    """Copy ``src`` into the open file ``dst_fh``; hash the bytes into ``h``. A reflink when the
+    filesystem shares blocks copy-on-write (then hashing reads the source once)."""
+    with open(src, "rb") as fh:
+        try:
+            fcntl.ioctl(dst_fh.fileno(), _FICLONE, fh.fileno())
+            if h is not None:
+                update_hash(h, src)
+            return os.fstat(fh.fileno()).st_size
+        except OSError:
+            pass
+        n = 0
+        while True:
+            block = fh.read(_CHUNK)
+            if not block:
+                return n
+            checkpoint("fetch.copy")
+            dst_fh.write(block)
+            if h is not None:
+                h.update(block)
+            n += len(block)
+
+
+def copy_verified(src: Path, dst: Path, sha256: str | None, size: int | None = None) -> str:
+    """Give ``dst`` a private copy of ``src`` (temp name, then rename), hashing the bytes copied;
+    returns their sha256. With ``sha256`` given, a copy that does not match (or has the wrong
+    ``size``) is removed and HashMismatch raised: the caller decides what to do with ``src``."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            n = _clone_or_copy(src, out, h)
+        actual = h.hexdigest()
+        if (sha256 and actual != sha256) or (size is not None and n != size):
+            raise HashMismatch(str(src), sha256 or "", actual,
+                               message=f"{src}: sha256 is {actual} ({n} bytes), expected {sha256}"
+                                       + (f" ({size} bytes)" if size is not None else ""))
+        os.replace(tmp, dst)
+        return actual
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
-    """Put an existing local file into the cache (hardlink, else copy), verifying its hash first.
+    """Put a copy of a local file into the cache, verifying its hash on the way in.
 
     Returns the cache path. Used to seed the cache from a previous wheelhouse, so
     a restage after ``rm -rf ~/.cache/wh`` still downloads nothing it already has.
     """
-    actual = sha256_of(path)
-    if sha256 and actual != sha256:
-        raise HashMismatch(str(path), sha256, actual)
+    actual = sha256 or sha256_of(path)
     final = cached_path(cache, actual)
     if not final.exists():
-        _link_or_copy(path, final)
+        copy_verified(path, final, actual)
+        os.chmod(final, 0o444)
     return final
 
 
@@ -85,13 +202,27 @@ def commit_part(cache: Path, part: Path, sha256: str) -> Path:
     """Give a verified partial file its cache name (the caller has checked ``sha256``)."""
     final = cached_path(cache, sha256)
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(part, 0o444)  # cache entries are shared by hardlinks: nobody edits them in place
+    os.chmod(part, 0o444)  # nobody edits a cache entry in place (and reuse verifies it anyway)
     os.replace(part, final)
     return final
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Make ``dst`` have ``src``'s bytes, atomically: temp name in dst's folder, then os.replace."""
+def _in_cache(path: Path) -> bool:
+    """Whether ``path`` is a cache entry (``.../sha256/ab/<64 hex>``)."""
+    return path.parent.parent.name == "sha256" and len(path.name) == 64 and path.name.startswith(path.parent.name)
+
+
+def place(src: Path, dst: Path) -> Path:
+    """Put ``src``'s bytes at ``dst``: a private copy when ``src`` is a cache entry (never a shared
+    inode), else a hardlink where possible (both names are then in one wheelhouse being built)."""
+    try:
+        if dst.exists() and os.path.samefile(src, dst):
+            return dst
+    except OSError:
+        pass
+    if _in_cache(src):
+        copy_verified(src, dst, None)
+        return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
@@ -100,17 +231,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         except OSError:  # another filesystem, or links not allowed: copy
             shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
-    except BaseException:
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
-
-
-def place(src: Path, dst: Path) -> Path:
-    """Put a cached file at ``dst`` (hardlink when possible); a same-inode ``dst`` is left alone."""
-    try:
-        if dst.exists() and os.path.samefile(src, dst):
-            return dst
-    except OSError:
-        pass
-    _link_or_copy(src, dst)
     return dst

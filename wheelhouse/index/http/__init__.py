@@ -144,10 +144,15 @@ class HttpClient:
         def chunks(size: int) -> Iterator[bytes]:
             nonlocal done
             received = 0
+            # A stream hands out what has arrived (read1: at most one socket read), so a writer
+            # keeps every byte received even if the process dies before the next block is full.
+            read = resp.read if whole else getattr(resp, "read1", resp.read)
             try:
                 while True:
-                    data = resp.read(size)
+                    data = read(size)
                     if not data:
+                        if read is not resp.read:
+                            resp.read()  # read1 never marks the response done: read() does (keep-alive)
                         break
                     received += len(data)
                     if not whole:
@@ -377,6 +382,10 @@ class _UrllibResponse:
 
     def read(self, size: int = -1) -> bytes:
         return self._raw.read(size)
+
+    def read1(self, size: int = -1) -> bytes:
+        reader = getattr(self._raw, "read1", self._raw.read)
+        return reader(size)
 
     def close(self) -> None:
         self._raw.close()

@@ -1,0 +1,166 @@
+"""fetch.cache: nothing from the cache is trusted on reuse, nothing shares its inodes, two
+processes take turns on one entry, and a full disk is one clear error with nothing left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from file_server import serve_files
+
+from wheelhouse.fetch import FetchItem, NoSpace, cached_path, fetch_all
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from wheelhouse.fetch import FetchItem, fetch_all
+spec = json.loads(sys.argv[1])
+items = [FetchItem(**it) for it in spec["items"]]
+paths = fetch_all(items, Path(spec["dest"]), Path(spec["cache"]), jobs=spec.get("jobs", 4),
+                  segment_size=spec.get("segment"), backoff=0.01)
+print(json.dumps([str(p) for p in paths]))
+"""
+
+
+def _child(items, dest, cache, env=None, **spec) -> subprocess.Popen:
+    arg = json.dumps({"items": [it.__dict__ for it in items], "dest": str(dest), "cache": str(cache), **spec})
+    return subprocess.Popen([sys.executable, "-c", CHILD, arg], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def files():
+    servers = []
+
+    def start(named: dict[str, bytes], rate=None):
+        servers.append(serve_files(named, rate))
+        srv = servers[-1]
+        return srv, [FetchItem(srv.url(n), n, hashlib.sha256(d).hexdigest(), len(d)) for n, d in named.items()]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def _flip_byte(path: Path, at: int = 1000) -> None:
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, tmp_path):
+    data = os.urandom(300_000)
+    srv, (item,) = files({"a-1.0-py3-none-any.whl": data})
+    cache = tmp_path / "cache"
+    fetch_all([item], tmp_path / "one", cache)
+    entry = cached_path(cache, item.sha256)
+    _flip_byte(entry)  # same size, one bit of one byte wrong
+    served = srv.served[item.filename]
+    (path,) = fetch_all([item], tmp_path / "two", cache)
+    assert path.read_bytes() == data
+    assert srv.served[item.filename] == served + len(data)  # downloaded again, not trusted
+    assert hashlib.sha256(entry.read_bytes()).hexdigest() == item.sha256  # and the cache repaired
+
+
+def test_the_wheelhouse_shares_no_inode_with_the_cache(files, tmp_path):
+    data = os.urandom(200_000)
+    _srv, (item,) = files({"b-1.0-py3-none-any.whl": data})
+    cache = tmp_path / "cache"
+    (placed,) = fetch_all([item], tmp_path / "house", cache)
+    entry = cached_path(cache, item.sha256)
+    assert placed.stat().st_ino != entry.stat().st_ino
+    _flip_byte(entry)  # whoever writes to the cache later...
+    assert placed.read_bytes() == data  # ...does not reach a wheelhouse made from it
+
+
+def test_two_processes_downloading_one_file_take_turns(files, tmp_path):
+    data = os.urandom(3_000_000)
+    srv, (item,) = files({"c-1.0-py3-none-any.whl": data}, rate=4_000_000)  # ~0.75 s per download
+    cache = tmp_path / "cache"
+    procs = [_child([item], tmp_path / f"dest{i}", cache, jobs=1) for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    for i in range(2):
+        assert (tmp_path / f"dest{i}" / item.filename).read_bytes() == data
+    assert srv.served[item.filename] == len(data)  # the second waited, then reused the first's
+
+
+def test_two_processes_with_ranged_downloads_never_corrupt(files, tmp_path):
+    data = os.urandom(4_000_000)
+    srv, (item,) = files({"d-1.0-py3-none-any.whl": data}, rate=4_000_000)
+    cache = tmp_path / "cache"
+    procs = [_child([item], tmp_path / f"dest{i}", cache, jobs=4, segment=256 * 1024) for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    for i in range(2):
+        assert (tmp_path / f"dest{i}" / item.filename).read_bytes() == data
+    assert srv.served[item.filename] == len(data)
+
+
+@pytest.mark.parametrize("jobs, segment", [(1, None), (4, 64 * 1024)], ids=["one-stream", "ranges"])
+def test_a_full_disk_is_one_clear_error_and_leaves_no_partial(files, tmp_path, monkeypatch, jobs, segment):
+    data = os.urandom(1_000_000)
+    _srv, (item,) = files({"e-1.0-py3-none-any.whl": data})
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("WH_FAULT", "fetch.write:enospc")
+    with pytest.raises(NoSpace) as exc:
+        fetch_all([item], tmp_path / "dest", cache, jobs=jobs, segment_size=segment, backoff=0.01)
+    assert exc.value.code == "no-space" and exc.value.exit_code == 1
+    assert str(exc.value).startswith("no space left on /") and "needs 2 MB more" in str(exc.value)
+    assert "--cache-dir" in exc.value.hint
+    leftovers = [p.name for p in (cache / "partial").iterdir()] if (cache / "partial").exists() else []
+    assert leftovers == []  # no partial, no range file, no sidecar
+    assert not (tmp_path / "dest" / item.filename).exists()
+    monkeypatch.delenv("WH_FAULT")
+    (path,) = fetch_all([item], tmp_path / "dest", cache, jobs=jobs, segment_size=segment)  # space again: works
+    assert path.read_bytes() == data
+
+
+def test_a_full_disk_while_copying_into_the_wheelhouse(files, tmp_path, monkeypatch):
+    data = os.urandom(500_000)
+    _srv, (item,) = files({"f-1.0-py3-none-any.whl": data})
+    cache = tmp_path / "cache"
+    fetch_all([item], tmp_path / "first", cache)
+    monkeypatch.setenv("WH_FAULT", "fetch.copy:enospc")
+    with pytest.raises(NoSpace):
+        fetch_all([item], tmp_path / "dest", cache)
+    assert not (tmp_path / "dest").exists() or list((tmp_path / "dest").iterdir()) == []  # no temp copy left
+    assert cached_path(cache, item.sha256).is_file()  # the verified download is kept
+
+
+def test_stale_checkpoint_temp_files_are_removed(files, tmp_path):
+    _srv, (item,) = files({"g-1.0-py3-none-any.whl": os.urandom(10_000)})
+    partial = tmp_path / "cache" / "partial"
+    partial.mkdir(parents=True)
+    stale = partial / f"{'0' * 64}.part.json.139912345"
+    stale.write_text("")  # what an older wh left when the disk filled up
+    fetch_all([item], tmp_path / "dest", tmp_path / "cache")
+    assert not stale.exists()
+
+
+def test_wh_stage_on_a_full_disk_exits_1_with_the_message(pyindex, tmp_path):
+    from wheelmaker import make_wheel
+
+    make_wheel(tmp_path / "pub", "app", "1.0", pad_bytes=300_000)
+    idx = pyindex(tmp_path / "pub")
+    cmd = [sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])",
+           "stage", "app", "-i", idx.url, "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+           "--no-bootstrap"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WH_FAULT": "fetch.write:enospc", "NO_COLOR": "1"})
+    assert proc.returncode == 1, proc.stderr
+    assert "error: no space left on /" in proc.stderr and "MB more" in proc.stderr and "hint:" in proc.stderr
+    assert "internal error" not in proc.stderr and time.monotonic() - t0 < 60
+    assert not (tmp_path / "out").exists()
+    partial = tmp_path / "cache" / "partial"
+    assert not partial.exists() or list(partial.iterdir()) == []

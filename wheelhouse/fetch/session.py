@@ -1,0 +1,93 @@
+"""What every download of one ``fetch_all`` shares: the items, the error, the client it needs,
+serialised progress, and the cancel flag that Ctrl-C sets."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ContextManager, Mapping, Protocol
+
+from wheelhouse.errors import WhError
+from wheelhouse.progress import Reporter
+from wheelhouse.redact import redact
+
+__all__ = ["FetchItem", "FetchError", "Client", "Session", "Cancelled", "DiskFull", "CHUNK"]
+
+CHUNK = 1 << 20  # 1 MiB reads: large buffers keep a fast link saturated with few syscalls
+
+
+@dataclass(frozen=True)
+class FetchItem:
+    """One file to fetch: where from, its final name, and the sha256 it must have."""
+
+    url: str
+    filename: str
+    sha256: str | None  # None: the source publishes no hash; it is computed and recorded, not checked
+    size: int | None = None
+
+
+class FetchError(WhError):
+    """A download failed after its retries (or could not start at all)."""
+
+    code = "fetch-failed"
+
+    def __init__(self, url: str, reason: str, *, hint: str | None = None):
+        super().__init__(
+            f"could not download {redact(url)}: {reason}",
+            hint=hint or "check the index URL and the network, then re-run; finished downloads are kept in the cache",
+        )
+        self.url = url
+        self.reason = reason
+
+
+class Cancelled(Exception):
+    """The run was interrupted (Ctrl-C): stop, keep what is on disk."""
+
+
+class DiskFull(Exception):
+    """A write hit ENOSPC; ``path`` is where, ``removed`` the unfinished files given up."""
+
+    def __init__(self, path: Path, removed: list[str], job=None):
+        super().__init__(str(path))
+        self.path = path
+        self.removed = removed
+        self.job = job  # a ranged download to discard once its writers stopped
+
+
+class Client(Protocol):
+    """What fetch needs from an HTTP client (wheelhouse.index.http.HttpClient): a streamed GET
+    that understands ``Range`` and raises HttpError (with ``status``) on failure."""
+
+    def stream(self, url: str, headers: Mapping[str, str] | None = None) -> ContextManager: ...
+
+
+@dataclass
+class Session:
+    """One fetch_all run: cache, client, retry policy, progress and the cancel flag."""
+
+    cache: Path
+    client: Client
+    reporter: Reporter
+    task: str
+    retries: int = 4
+    backoff: float = 0.5
+    cancel: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.reporter.advance(self.task, n)
+
+    def note(self, message: str) -> None:
+        with self._lock:
+            self.reporter.note(message)
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+    def pause(self, attempt: int) -> None:
+        """Back off before retry ``attempt`` (1-based); returns at once when cancelled."""
+        if self.cancel.wait(self.backoff * (2 ** (attempt - 1))):
+            raise Cancelled()

@@ -1,0 +1,118 @@
+"""One file, one stream: download into ``<cache>/partial/<key>.part``, resuming with ``Range``.
+
+The ``.part`` file's size is the truth about what was received: every block is written with one
+unbuffered ``write`` as it arrives, so a process killed at any point keeps every byte it had, and
+the next run asks for the rest. The hash is computed while the bytes stream to disk; a resumed
+download hashes only the bytes it already had. The cache entry is held with ``entry_lock`` for
+the whole download: a second process wanting the same file waits, then reuses the first's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from wheelhouse.faults import checkpoint
+from wheelhouse.index.http import HttpError
+
+from .cache import HashMismatch, cached_path, commit_part, entry_lock, is_no_space, partial_path, update_hash
+from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
+
+__all__ = ["download", "entry_key"]
+
+
+def entry_key(item: FetchItem) -> str:
+    """The cache-entry name of an item: its sha256, else one derived from its URL."""
+    return item.sha256 or "url-" + hashlib.sha256(item.url.encode()).hexdigest()
+
+
+def download(item: FetchItem, s: Session) -> Path:
+    """Download one item into the cache, resuming a partial file; return the cache path."""
+    with entry_lock(s.cache, entry_key(item), cancelled=s.cancel.is_set,
+                    on_wait=lambda: s.note(f"{item.filename}: another wh is downloading it; waiting")):
+        if item.sha256 and cached_path(s.cache, item.sha256).exists():
+            return cached_path(s.cache, item.sha256)  # (the other one's; verified when copied out)
+        part = partial_path(s.cache, entry_key(item))
+        part.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return _download_locked(item, part, s)
+        except OSError as exc:
+            if is_no_space(exc):
+                part.unlink(missing_ok=True)  # the partial that filled the disk goes
+                raise DiskFull(part, [part.name]) from exc
+            raise FetchError(item.url, f"writing {part}: {exc}", hint="check the cache folder (--cache-dir) and re-run") from exc
+
+
+def _download_locked(item: FetchItem, part: Path, s: Session) -> Path:
+    fresh_restarts = 0
+    attempt = 0
+    while True:
+        s.check()
+        have = part.stat().st_size if part.exists() else 0
+        if item.size is not None and have >= item.size:
+            # Complete or overlong leftovers from a crash between write and rename: verify from zero.
+            part.unlink()
+            have = 0
+        try:
+            resumed, actual, total = _stream(item, part, have, s)
+        except HttpError as exc:
+            s.check()
+            if exc.status == 416 and have:
+                part.unlink(missing_ok=True)  # the partial no longer fits the file: start over
+                continue
+            if exc.status is not None and exc.status not in (200, 206) and not exc.received:
+                part.unlink(missing_ok=True)
+                raise FetchError(item.url, f"HTTP {exc.status} {exc.reason}", hint=exc.hint) from exc
+            attempt += 1
+            if attempt > s.retries:
+                raise FetchError(item.url, f"{exc.reason} (after {s.retries} retries; the partial file is kept for the next run)") from exc
+            kept = part.stat().st_size if part.exists() else 0
+            s.note(f"retrying {item.filename}: {exc.reason}; resuming from byte {kept}")
+            s.pause(attempt)
+            continue
+        if item.size is not None and total < item.size:
+            attempt += 1  # the body ended early without an error: resume
+            if attempt > s.retries:
+                raise FetchError(item.url, f"got {total} of {item.size} bytes after {s.retries} retries")
+            continue
+        if item.sha256 and actual != item.sha256:
+            part.unlink(missing_ok=True)
+            if resumed and fresh_restarts == 0:
+                # The bytes kept from an earlier attempt may be what is wrong: try once from zero.
+                fresh_restarts += 1
+                s.note(f"{item.filename}: resumed file did not verify; downloading it again from the start")
+                continue
+            raise HashMismatch(item.url, item.sha256, actual)
+        return commit_part(s.cache, part, actual)
+
+
+def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, str, int]:
+    """Append the rest of the file to ``part``; return (resumed, sha256 of the whole, size)."""
+    h = hashlib.sha256()
+    headers = {"Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    with s.client.stream(item.url, headers) as resp:
+        resumed = have > 0 and resp.status == 206
+        if resumed:
+            update_hash(h, part)  # hash what is already on disk; the rest is hashed as it streams
+            s.advance(have)
+            mode = "ab"
+        else:
+            mode = "wb"  # a 200 answer to a Range request carries the whole file: start clean
+            have = 0
+        total = have
+        # Unbuffered: each block is one write(2), on disk (in the page cache) the moment it returns.
+        with open(part, mode, buffering=0) as out:
+            for block in resp.iter_chunks(CHUNK):
+                s.check()
+                if item.size is not None and total + len(block) > item.size:
+                    block = block[: item.size - total + 1]  # one byte too many is enough to fail
+                checkpoint("fetch.write")
+                out.write(block)
+                h.update(block)
+                total += len(block)
+                s.advance(len(block))
+                if item.size is not None and total > item.size:
+                    break  # more bytes than promised: it cannot verify
+    return resumed, h.hexdigest(), total
