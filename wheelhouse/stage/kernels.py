@@ -36,6 +36,7 @@ __all__ = ["MissingKernels", "WheelGap", "wheel_device_code", "wheel_kernel_gaps
 
 ALLOW_FLAG = "--allow-missing-kernels"
 _CACHE_VERSION = 1
+_MAX_JOBS = 4
 
 
 class MissingKernels(WhError):
@@ -155,7 +156,8 @@ def wheel_kernel_gaps(wheels: Sequence[tuple[Path, str | None]], target: TargetP
         codes = wheel_device_code(path, scratch, cache, sha, sms, target.cuda_version)
         return [WheelGap(path.name, g) for g in kernel_gaps(codes, sms, target.cuda_version)]
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(wheels) or 1))) as pool:
+    # Each worker inflates one member at a time to scratch (libtorch_cuda.so is ~1.5 GB): a few at once.
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, _MAX_JOBS, len(wheels) or 1))) as pool:
         return [g for gaps in pool.map(one, wheels) for g in gaps]
 
 
