@@ -61,6 +61,8 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         # An architecture variant the package loads only on sm_100 cards (sgl_kernel/sm100/common_ops.so).
         "variant": wheel("variant", {"variant/__init__.py": "X = 1\n"},
                          {f"variant/_ext{SUFFIX}": ok, f"variant/sm100/_ext{SUFFIX}": undef}),
+        "badinit": wheel("badinit", {"badinit/__init__.py": "raise RuntimeError('badinit refuses')\n",
+                                     "badinit/sub/__init__.py": ""}, {f"badinit/sub/_ext{SUFFIX}": ok}),
         "fine": wheel("fine", {"fine/__init__.py": "from ._core import answer\n", "fine/sub/__init__.py": ""},
                       {f"fine/_core{SUFFIX}": ok_core, f"fine/sub/_ext{SUFFIX}": ok}),
     }
@@ -75,7 +77,7 @@ def _venv(tmp_path: Path, wheels: dict[str, Path], names) -> Path:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, wheels):
-    py = _venv(tmp_path_factory.mktemp("native"), wheels, ["lazylib", "lazyempty", "lazyundef", "pmdist", "fine"])
+    py = _venv(tmp_path_factory.mktemp("native"), wheels, ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine"])
     return run_doctor(str(py), checks=["native"], timeout=10)
 
 
@@ -98,6 +100,14 @@ def test_every_top_level_name_of_a_native_distribution_is_imported(report):
     assert r.verdict == "fail"
     assert "import pm_bad: ImportError: pm_bad needs something missing" in r.evidence
     assert "pm_good" in r.data["modules"] and "pm_good._core" in r.data["modules"]
+
+
+def test_extensions_under_a_top_level_name_that_fails_are_named_not_loaded_again(report):
+    r = report.get("native:badinit")
+    assert r.verdict == "fail"
+    assert r.evidence.splitlines()[0].startswith("import badinit: RuntimeError: badinit refuses")
+    assert r.evidence.splitlines()[-1] == "not loaded, as badinit does not import: badinit.sub._ext"
+    assert [f["module"] for f in r.data["failures"]] == ["badinit"]
 
 
 def test_a_healthy_package_with_nested_extensions_loads_them_all(report):

@@ -189,3 +189,14 @@ def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
     assert out["early"].ok and out["late"].ok
     assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
     assert seconds < 8 + 6  # the batch gave up on it after a short grace; only the solo run waits the timeout
+
+
+def test_many_concurrent_probes_never_kill_each_other(tmp_path):
+    # A probe being started holds copies of every pipe of this process between fork and exec; the escapee
+    # sweep must never take it for a holder of another probe's pipe (that was a SIGKILLed probe now and then).
+    from wheelhouse.doctor.probes import ProbeSpec, run_probes
+
+    s = script(tmp_path, "quick", "import sys\nsys.stdout.write('\\n@@WH-PROBE@@ {\"ok\": true}\\n')\n")
+    specs = [ProbeSpec(f"p{i}", s) for i in range(60)]
+    out = run_probes(sys.executable, specs, jobs=12, timeout=60)
+    assert {n: r.failure() for n, r in out.items() if not r.ok} == {}

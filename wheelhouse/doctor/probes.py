@@ -168,6 +168,10 @@ def _kill_pipe_holders(inodes: set[int]) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
+            # Our own children are probes: one another thread is starting holds a copy of every fd of
+            # ours between fork and exec. Never them; the escapee's parent is the probe, or init.
+            if int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                continue
             fds = os.listdir(f"/proc/{entry.name}/fd")
             held = any(os.readlink(f"/proc/{entry.name}/fd/{fd}") in wanted for fd in fds)
         except OSError:
@@ -257,7 +261,7 @@ class _Output:
                 bytes(self._err).decode("utf-8", "replace")[-self.TAIL:])
 
 
-_DRAIN = 0.5  # after the probe exited: read what it left in the pipes, not what an escapee keeps writing
+_DRAIN = 2.0  # after the probe exited, at most this long reading what something it forked keeps writing
 _TICK = 0.25  # how often a waiting runner looks at the interrupt flag
 
 
@@ -281,8 +285,11 @@ def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[st
     return proc
 
 
-def _pump(proc: subprocess.Popen, out: _Output, timeout: float, idle_timeout: bool) -> bool:
-    """Read the probe's pipes until both close, it exited and drained, or the deadline; True when timed out."""
+def _pump(proc: subprocess.Popen, out: _Output, timeout: float, idle_timeout: bool) -> tuple[bool, bool]:
+    """Read the probe's pipes until both close, or it exited and they are empty, or the deadline.
+
+    Returns (timed out, pipes still open: something it forked holds them).
+    """
     sel = selectors.DefaultSelector()
     for pipe, is_out in ((proc.stdout, True), (proc.stderr, False)):
         os.set_blocking(pipe.fileno(), False)
@@ -296,11 +303,14 @@ def _pump(proc: subprocess.Popen, out: _Output, timeout: float, idle_timeout: bo
                 raise ProbeInterrupted("interrupted: the running probes were killed", hint="run `wh doctor` again")
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
-            if exited_at is not None and now - exited_at > _DRAIN:
-                return False  # something it forked still holds the pipe: stop reading, never wait on it
-            if now >= deadline:
-                return True
-            for key, _ in sel.select(min(deadline - now, _TICK)):
+            if now >= deadline or (exited_at is not None and now - exited_at > _DRAIN):
+                return now >= deadline and exited_at is None, True
+            # Once it exited, all it wrote is already in the pipes: an empty select means nothing more will come
+            # from it (whatever holds the pipes now is something it forked), so stop reading -- never block on it.
+            ready = sel.select(0.05 if exited_at is not None else min(deadline - now, _TICK))
+            if not ready and exited_at is not None:
+                return False, True
+            for key, _ in ready:
                 try:
                     chunk = os.read(key.fd, 1 << 16)
                 except BlockingIOError:
@@ -311,14 +321,14 @@ def _pump(proc: subprocess.Popen, out: _Output, timeout: float, idle_timeout: bo
                     out.feed_err(chunk)
                 elif out.feed_out(chunk) and idle_timeout:
                     deadline = time.monotonic() + timeout
-        return False
+        return False, False
     finally:
         sel.close()
 
 
-def _finish(proc: subprocess.Popen, timed_out: bool) -> int | None:
+def _finish(proc: subprocess.Popen, pipes_open: bool) -> int | None:
     """Kill what is left of the probe (its group, a setsid escapee holding its pipes), reap it, close the pipes."""
-    inodes = _pipe_inodes(proc.stdout.fileno(), proc.stderr.fileno())
+    inodes = _pipe_inodes(proc.stdout.fileno(), proc.stderr.fileno()) if pipes_open else set()
     _kill_group(proc)  # a timed-out probe, and a finished probe's stray children
     try:
         proc.wait(timeout=5)
@@ -356,11 +366,11 @@ def run_probe(
     t0 = time.monotonic()
     proc = _spawn(python, script, args, env)
     out = _Output(on_record)
-    timed_out = False
+    timed_out, pipes_open = False, True
     try:
-        timed_out = _pump(proc, out, timeout, idle_timeout)
+        timed_out, pipes_open = _pump(proc, out, timeout, idle_timeout)
     finally:
-        returncode = _finish(proc, timed_out)
+        returncode = _finish(proc, pipes_open)
     stdout, stderr = out.finish()
     return ProbeResult(
         probe=name or Path(script).stem,

@@ -100,15 +100,10 @@ def load_plan(ctx: DoctorContext, d: Distribution) -> tuple[list[str], list[NotL
     return modules, skipped
 
 
-def _failure_lines(bad: list[ImportOutcome]) -> list[str]:
-    """One paragraph per failed module; modules under a failed top-level name share its paragraph."""
-    failed_tops = {o.module for o in bad if "." not in o.module}
-    parts, folded = [], {}
+def _failure_lines(bad: list[ImportOutcome], unloaded: list[str]) -> list[str]:
+    """One paragraph per failed module, then the extension modules whose top-level package did not import."""
+    parts = []
     for o in bad:
-        top = o.module.split(".", 1)[0]
-        if "." in o.module and top in failed_tops:
-            folded.setdefault(top, []).append(o.module)
-            continue
         line = f"import {o.module}: {o.summary}"
         if o.found:
             line += f" -- find_spec({o.module!r}) succeeds ({o.origin}) but the import fails"
@@ -116,8 +111,10 @@ def _failure_lines(bad: list[ImportOutcome]) -> list[str]:
             line += f" -- find_spec({o.module!r}) is None"
         detail = o.traceback or o.output
         parts.append(line + ("\n" + detail.rstrip() if detail else ""))
-    for top, mods in folded.items():
-        parts.append(f"not loadable either, as {top} does not import: {', '.join(mods)}")
+    by_top: dict[str, list[str]] = {}
+    for m in unloaded:
+        by_top.setdefault(m.split(".", 1)[0], []).append(m)
+    parts += [f"not loaded, as {top} does not import: {', '.join(mods)}" for top, mods in by_top.items()]
     return parts
 
 
@@ -126,6 +123,7 @@ def _verdict(d: Distribution, mods: list[str], skipped: list[NotLoaded],
     cid = f"native:{d.key}"
     title = f"{d.name} {d.version} loads ({d.extension_modules} extension module(s))"
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
+    unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
     seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
     tops = [m for m in d.import_names]
     exts = [m for m in mods if m not in tops]
@@ -133,14 +131,14 @@ def _verdict(d: Distribution, mods: list[str], skipped: list[NotLoaded],
     data = {"modules": mods, "not_loaded": [s.to_json() for s in skipped]}
     if not mods:
         return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD", data=data)
-    if not bad:
+    if not bad and not unloaded:
         ev = (f"imported {', '.join(tops) or 'nothing at top level'} and loaded {len(exts)} extension module(s) "
               "in separate processes" + (f"; {not_loaded}" if not_loaded else ""))
         return CheckResult(cid, title, "ok", ev, data=data, seconds=seconds)
     drop = {"distribution": d.name, "version": d.version, "modules": tops,
             "reason": "import failed" if any("." not in o.module for o in bad)
             else f"extension module {bad[0].module} failed to load"}
-    evidence = "\n".join(_failure_lines(bad) + ([not_loaded] if not_loaded else []))
+    evidence = "\n".join(_failure_lines(bad, unloaded) + ([not_loaded] if not_loaded else []))
     return CheckResult(cid, title, "fail", evidence,
                        hint=f"`wh drop` uninstalls {d.name} so code that checks find_spec falls back cleanly "
                             f"(`wh drop --restore {d.key}` brings it back)",
@@ -158,6 +156,16 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
     plan = {d.key: load_plan(ctx, d) for d in dists}
     modules = [m for mods, _ in plan.values() for m in mods]
-    outcomes = import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                              reporter=ctx.reporter)
+    # Top-level names first: an extension module under one that fails (or hangs) fails the same way, so it is
+    # not loaded at all (a hang then costs one timeout, not one per module under it).
+    outcomes = _load([m for m in modules if "." not in m], ctx)
+    failed = {m for m, o in outcomes.items() if not o.ok}
+    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed], ctx))
     return [_verdict(d, *plan[d.key], outcomes) for d in dists]
+
+
+def _load(modules: list[str], ctx: DoctorContext) -> dict[str, ImportOutcome]:
+    if not modules:
+        return {}
+    return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
+                          reporter=ctx.reporter)
