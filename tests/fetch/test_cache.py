@@ -164,3 +164,27 @@ def test_wh_stage_on_a_full_disk_exits_1_with_the_message(pyindex, tmp_path):
     assert not (tmp_path / "out").exists()
     partial = tmp_path / "cache" / "partial"
     assert not partial.exists() or list(partial.iterdir()) == []
+
+
+def test_wh_stage_after_a_cache_byte_flip_writes_the_real_wheel(pyindex, tmp_path):
+    """Issue 11.9: a corrupted cache entry made a re-stage exit 0 with a bad wheel and a lying lock."""
+    from wheelmaker import make_wheel
+
+    from wheelhouse.lock import read_pylock
+
+    wheel = make_wheel(tmp_path / "pub", "app", "1.0", pad_bytes=200_000)
+    idx = pyindex(tmp_path / "pub")
+    cache = tmp_path / "cache"
+
+    def stage(out):
+        cmd = [sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])",
+               "stage", "app", "-i", idx.url, "-o", str(out), "--cache-dir", str(cache), "--no-bootstrap"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    assert stage(tmp_path / "one").returncode == 0
+    _flip_byte(cached_path(cache, idx.sha256(wheel.name)))
+    for out in (tmp_path / "two", tmp_path / "one"):  # a new wheelhouse, and a re-stage in place
+        proc = stage(out)
+        assert proc.returncode == 0, proc.stderr
+        (locked,) = read_pylock(out).files
+        assert hashlib.sha256((out / locked.path).read_bytes()).hexdigest() == locked.sha256 == idx.sha256(wheel.name)

@@ -43,7 +43,10 @@ class SlowFileServer:
                 start, end = 0, len(data)
                 if rng:
                     first, _, last = rng.split("=", 1)[1].partition("-")
-                    start, end = int(first), (int(last) + 1 if last else len(data))
+                    if first == "":  # bytes=-N: the last N bytes
+                        start, end = max(0, len(data) - int(last)), len(data)
+                    else:
+                        start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 else:
