@@ -203,3 +203,13 @@ def test_range_reader_uses_zipfile_and_checks_the_crc(pyindex, tmp_path):
     (d,) = src.files("crc")
     with pytest.raises(MetadataError, match="CRC"):
         MetadataReader(src.client).read(d)
+
+
+def test_a_huge_local_find_links_page_is_refused(tmp_path, monkeypatch):
+    from wheelhouse.index import BadDirectReference
+
+    monkeypatch.setenv("WH_MAX_PAGE_MB", "1")
+    page = tmp_path / "links.html"
+    page.write_text("<a href='x-1.0-py3-none-any.whl'>x</a>" + " " * (2 << 20))
+    with pytest.raises(BadDirectReference, match="larger than 1 MiB"):
+        PackageSource((), [str(page)]).files("x")

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
+from .http.deadline import max_body_bytes
 from .pages import parse_simple_html, parse_simple_json
 from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
 
@@ -193,5 +194,9 @@ class PackageSource:
                         out.append(d)
             return out
         if path.is_file():
+            limit = max_body_bytes()
+            if path.stat().st_size > limit:
+                raise BadDirectReference(f"--find-links {loc}: the page is larger than {limit >> 20} MiB",
+                                         hint="give a folder of wheels, or raise the bound with WH_MAX_PAGE_MB")
             return parse_simple_html(path.read_text(encoding="utf-8", errors="replace"), path.resolve().as_uri(), loc)
         raise BadDirectReference(f"--find-links {loc}: no such folder or page", hint="pass a folder of wheels or an HTML page of links")
