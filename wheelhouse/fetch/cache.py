@@ -30,6 +30,7 @@ from wheelhouse.errors import HashMismatch, WhError
 from wheelhouse.faults import checkpoint
 
 __all__ = [
+    "private",
     "HashMismatch",
     "NoSpace",
     "default_cache_dir",
@@ -93,6 +94,12 @@ def _mount_point(path: Path) -> Path:
     while not os.path.ismount(p):
         p = p.parent
     return p
+
+
+def private(path, flags: int) -> int:
+    """An ``open(..., opener=private)`` that creates files owner-only (0600): partial downloads
+    of a private index are as private as its pages."""
+    return os.open(path, flags, 0o600)
 
 
 def default_cache_dir() -> Path:
@@ -194,7 +201,7 @@ def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
     final = cached_path(cache, actual)
     if not final.exists():
         copy_verified(path, final, actual)
-        os.chmod(final, 0o444)
+        os.chmod(final, 0o400)
     return final
 
 
@@ -202,7 +209,9 @@ def commit_part(cache: Path, part: Path, sha256: str) -> Path:
     """Give a verified partial file its cache name (the caller has checked ``sha256``)."""
     final = cached_path(cache, sha256)
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(part, 0o444)  # nobody edits a cache entry in place (and reuse verifies it anyway)
+    # Owner-only and read-only: a private index's wheels stay private, nobody edits an entry in
+    # place (and reuse verifies it anyway).
+    os.chmod(part, 0o400)
     os.replace(part, final)
     return final
 

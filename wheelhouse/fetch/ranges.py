@@ -23,7 +23,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
-from .cache import HashMismatch, commit_part, is_no_space, partial_path
+from .cache import HashMismatch, private, commit_part, is_no_space, partial_path
 from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
 
 __all__ = ["Segmented", "NoRanges", "plan_segments", "fetch_range", "finish_segmented", "SEGMENT_MIN"]
@@ -127,7 +127,8 @@ def _new_layout(job: Segmented, segment: int) -> list[tuple[int, int]]:
                 if a >= prefix:
                     break
                 src.seek(a)
-                job.range_file(i).write_bytes(src.read(min(b, prefix) - a))
+                with open(job.range_file(i), "wb", opener=private) as out:
+                    out.write(src.read(min(b, prefix) - a))
     job.part.unlink(missing_ok=True)
     write_atomic(job.layout, json.dumps({"size": size, "segments": segments}), mode=0o600)
     return segments
@@ -175,7 +176,7 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
-                with open(job.range_file(idx), "ab", buffering=0) as fh:  # one write(2) per block
+                with open(job.range_file(idx), "ab", buffering=0, opener=private) as fh:  # one write(2) per block
                     for block in resp.iter_chunks(CHUNK):
                         s.check()
                         block = block[: (b - a) - job.have[idx]]
@@ -200,7 +201,7 @@ def finish_segmented(job: Segmented, s: Session) -> Path:
     """Join the ranges into ``<key>.part`` while hashing them, verify, and file it in the cache."""
     h = hashlib.sha256()
     try:
-        with open(job.part, "wb") as out:
+        with open(job.part, "wb", opener=private) as out:
             for i in range(len(job.segments)):
                 with open(job.range_file(i), "rb") as src:
                     while True:

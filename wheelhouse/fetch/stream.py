@@ -15,7 +15,7 @@ from pathlib import Path
 from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
-from .cache import HashMismatch, cached_path, commit_part, entry_lock, is_no_space, partial_path, update_hash
+from .cache import HashMismatch, private, cached_path, commit_part, entry_lock, is_no_space, partial_path, update_hash
 from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
 
 __all__ = ["download", "entry_key"]
@@ -103,7 +103,7 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, s
             have = 0
         total = have
         # Unbuffered: each block is one write(2), on disk (in the page cache) the moment it returns.
-        with open(part, mode, buffering=0) as out:
+        with open(part, mode, buffering=0, opener=private) as out:
             for block in resp.iter_chunks(CHUNK):
                 s.check()
                 if item.size is not None and total + len(block) > item.size:
