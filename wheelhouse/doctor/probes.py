@@ -4,9 +4,10 @@ A probe is a stdlib-only script under ``doctor/probes/`` that prints JSON record
 after a marker line. Whatever the probe does (hang, segfault, abort, print junk)
 is turned into a :class:`ProbeResult`; nothing here lets it take wh down.
 
-Import probes are batched for speed (one interpreter start per batch, not per
-module) but keep isolation semantics: a module whose import fails, crashes or
-hangs inside a batch is re-run alone, and only that solo run is its verdict.
+A probe that forks is contained too: its process group is killed, and a child
+that left the group (``setsid``) but still holds its output is found and killed;
+an interrupt (Ctrl-C) kills every running probe at once. Import probes, batched,
+live in :mod:`wheelhouse.doctor.imports`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import signal
 import subprocess
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -35,11 +36,9 @@ __all__ = [
     "interrupt_probes",
     "allow_probes",
     "ProbeResult",
-    "ImportOutcome",
     "probe_script",
     "run_probe",
     "run_probes",
-    "import_modules",
     "default_jobs",
 ]
 
@@ -418,137 +417,3 @@ def run_probes(
             reporter.advance("probes")
     reporter.finish("probes")
     return out
-
-
-@dataclass(frozen=True)
-class ImportOutcome:
-    """The verdict on importing one module, from a process of its own when it failed."""
-
-    module: str
-    ok: bool
-    found: bool | None = None  # importlib.util.find_spec(module) is not None
-    origin: str | None = None
-    error_type: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    crash: str | None = None  # "killed by SIGSEGV (signal 11)", "timed out after 5s (killed)"
-    output: str = ""  # stderr tail of the process that crashed
-    seconds: float = 0.0
-    isolated: bool = False  # the verdict comes from a process that imported only this module
-
-    @property
-    def summary(self) -> str:
-        if self.ok:
-            return "imported"
-        if self.crash:
-            return f"import {self.crash}"
-        return f"{self.error_type}: {self.error}"
-
-
-BATCH_GRACE = 4.0  # seconds one module may import inside a batch before it is confirmed alone instead
-
-
-def _chunks(items: list[str], n: int) -> list[list[str]]:
-    if not items:
-        return []
-    size = max(1, -(-len(items) // n))
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-@dataclass
-class _ImportRun:
-    """The bookkeeping of one :func:`import_modules` call: what is pending, what has a verdict."""
-
-    timeout: float
-    reporter: Reporter
-    batches: list[list[str]] = field(default_factory=list)
-    solo: list[str] = field(default_factory=list)
-    results: dict[str, ImportOutcome] = field(default_factory=dict)
-
-    def take(self) -> list[tuple[list[str], bool]]:
-        """Runs to start now: every module to confirm alone, then every batch."""
-        out = [([m], True) for m in self.solo] + [(b, False) for b in self.batches]
-        self.solo, self.batches = [], []
-        return out
-
-    def _verdict(self, outcome: ImportOutcome) -> None:
-        self.results[outcome.module] = outcome
-        self.reporter.advance("imports")
-
-    def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
-        """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
-        isolated = solo or len(batch) == 1
-        started = [r["module"] for r in res.records if r.get("event") == "start"]
-        finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
-        if not started and not res.ok:  # the interpreter died before the first import
-            if isolated:
-                self._verdict(ImportOutcome(module=batch[0], ok=False, output=res.tail(), isolated=True,
-                                            crash=res.failure(self.timeout) or "the interpreter printed nothing",
-                                            seconds=res.duration))
-            else:
-                self.solo.extend(batch)
-            return
-        unstarted = []
-        for mod in batch:
-            rec = finished.get(mod)
-            if rec is not None:
-                outcome = ImportOutcome(
-                    module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
-                    error_type=rec.get("error_type"), error=rec.get("error"), traceback=rec.get("traceback"),
-                    seconds=float(rec.get("seconds") or 0), isolated=isolated,
-                )
-                if outcome.ok or isolated:
-                    self._verdict(outcome)
-                else:
-                    self.solo.append(mod)  # confirm alone: another module may have caused it
-            elif mod in started:  # it was importing when the process died, or hung past the batch's grace
-                if isolated:
-                    self._verdict(ImportOutcome(module=mod, ok=False, crash=res.failure(self.timeout),
-                                                output=res.tail(), isolated=True, seconds=res.duration))
-                else:
-                    self.solo.append(mod)
-            else:
-                unstarted.append(mod)
-        if unstarted:
-            self.batches.append(unstarted)
-
-
-def import_modules(
-    python: str,
-    modules: Sequence[str],
-    *,
-    jobs: int | None = None,
-    timeout: float = 60,
-    env: Mapping[str, str] | None = None,
-    batch_size: int = 24,
-    reporter: Reporter = NullReporter(),
-) -> dict[str, ImportOutcome]:
-    """Import each module in the target interpreter; every failure is confirmed in isolation.
-
-    ``timeout`` applies per module, in the run that gives the verdict. Batches run
-    ``jobs`` at a time; a module that fails or crashes in a batch, or is still
-    importing after :data:`BATCH_GRACE` seconds there, is re-run alone at once (so a
-    hang costs one timeout, not two); modules a crash prevented from running go
-    into a new batch.
-    """
-    jobs = jobs or default_jobs()
-    mods = list(dict.fromkeys(modules))
-    script = probe_script("imports")
-    state = _ImportRun(timeout=timeout, reporter=reporter,
-                       batches=_chunks(mods, max(jobs, -(-len(mods) // batch_size))))
-    grace = min(timeout, BATCH_GRACE)
-    reporter.start("imports", total=len(mods))
-
-    def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
-        limit = timeout if solo or len(batch) == 1 else grace
-        return batch, solo, run_probe(python, script, batch, timeout=limit, env=env, idle_timeout=True, name="imports")
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
-        while running:
-            done, running = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                state.judge(*fut.result())
-            running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
-    reporter.finish("imports")
-    return {m: state.results[m] for m in mods if m in state.results}

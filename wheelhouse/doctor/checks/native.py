@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from wheelhouse.doctor.fatbin import device_code, sm_number
-from wheelhouse.doctor.probes import ImportOutcome, import_modules
+from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.gpu import Gpu
 from . import DoctorContext, Distribution

@@ -1,0 +1,63 @@
+"""Batched imports: every failure confirmed alone, a hang costs one timeout (direct tests of doctor/imports.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from wheelhouse.doctor.imports import import_modules
+
+
+def _pkg(root: Path, name: str, body: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(body)
+
+
+def test_batched_imports_isolate_crashes_and_failures(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "good_a", "X = 1\n")
+    _pkg(root, "good_b", "X = 2\n")
+    _pkg(root, "crasher", "import ctypes\nctypes.string_at(0)\n")
+    _pkg(root, "raiser", "raise ImportError('nope: broken on purpose')\n")
+    # Fails only when another module poisoned the process first: the solo re-run must clear it.
+    _pkg(root, "poison", "import builtins\nbuiltins.WH_POISON = True\n")
+    _pkg(root, "victim", "import builtins\nif getattr(builtins, 'WH_POISON', False):\n    raise RuntimeError('poisoned')\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    mods = ["good_a", "poison", "victim", "crasher", "raiser", "good_b", "not_installed_anywhere"]
+    out = import_modules(sys.executable, mods, jobs=1, timeout=10, env=env, batch_size=100)
+    assert list(out) == mods
+    assert out["good_a"].ok and out["good_b"].ok and out["poison"].ok
+    assert out["victim"].ok and out["victim"].isolated  # failed in the batch, passed alone: ok
+    assert not out["crasher"].ok and out["crasher"].isolated and "SIGSEGV" in out["crasher"].crash
+    assert out["crasher"].found is None  # it never got to report; the crash is the evidence
+    assert not out["raiser"].ok and out["raiser"].found and out["raiser"].error_type == "ImportError"
+    assert out["not_installed_anywhere"].found is False and out["not_installed_anywhere"].error_type == "ModuleNotFoundError"
+
+
+def test_hanging_import_times_out_per_module_not_per_batch(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "slowish", "import time\ntime.sleep(0.8)\n")
+    _pkg(root, "slowish2", "import time\ntime.sleep(0.8)\n")
+    _pkg(root, "stuck", "import time\ntime.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    t0 = time.monotonic()
+    out = import_modules(sys.executable, ["slowish", "slowish2", "stuck"], jobs=1, timeout=1.5, env=env, batch_size=10)
+    assert out["slowish"].ok and out["slowish2"].ok  # 1.6 s in one batch, but each under 1.5 s
+    assert not out["stuck"].ok and "timed out" in out["stuck"].crash and out["stuck"].isolated
+    assert time.monotonic() - t0 < 15
+
+
+def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "early", "X = 1\n")
+    _pkg(root, "stuck", "import time\ntime.sleep(600)\n")
+    _pkg(root, "late", "X = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    t0 = time.monotonic()
+    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env, batch_size=10)
+    seconds = time.monotonic() - t0
+    assert out["early"].ok and out["late"].ok
+    assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
+    assert seconds < 8 + 6  # the batch gave up on it after a short grace; only the solo run waits the timeout
