@@ -199,15 +199,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     was installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
     be confirmed; 2 bad input; 3 the probes could not run.
     """
-    from wheelhouse.doctor.drop import (
-        FORCED_NOT_DROPPED,
-        DropFailed,
-        drop_distributions,
-        forced_kept,
-        list_dropped,
-        plan_drops,
-        restore_dropped,
-    )
+    from wheelhouse.doctor.drop import FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept, plan_drops
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
@@ -217,31 +209,9 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         raise click.UsageError(f"--dry-run applies to dropping, not to {'--restore' if restore else '--list'}")
 
     if restore:
-        reporter = ui.reporter()
-        try:
-            out = restore_dropped(python or sys.executable, restore, wheelhouse=wheelhouse, reporter=reporter)
-        finally:
-            reporter.close()
-        if out.already_installed:
-            ui.info(f"{out.name} is installed again (not by wh drop --restore): removed from the drop record")
-        else:
-            ui.info(f"restored {out.name} {out.version or ''} from {out.wheelhouse}")
-        if as_json:
-            emit_json(out.to_json())
-        return
+        return _restore(ui, python, restore, wheelhouse, as_json)
     if list_:
-        listed = list_dropped(python or sys.executable)
-        entries = list(listed.entries)
-        for name in listed.reinstalled:
-            ui.info(f"note: {name} is installed again: removed from the drop record")
-        if as_json:
-            emit_json(entries)
-        for e in entries:
-            ui.info(f"{e['name']} {e.get('version', '')}  {e.get('time', '')}  {e.get('reason', '')}"
-                    f"  (wheelhouse: {e.get('wheelhouse') or 'unknown'})")
-        if not entries:
-            ui.info("nothing was dropped")
-        return
+        return _list_drops(ui, python, as_json)
     from wheelhouse.doctor import run_doctor
 
     manifest = _manifest(manifest_path)
@@ -275,3 +245,37 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     if unconfirmed:
         raise DropFailed(f"{', '.join(unconfirmed)} still found by find_spec after uninstalling",
                          hint="another copy is on sys.path (a second site dir or PYTHONPATH): remove it by hand")
+
+
+def _restore(ui, python, name: str, wheelhouse, as_json: bool) -> None:
+    """`wh drop --restore NAME`: reinstall it offline from its recorded (or the given) wheelhouse."""
+    from wheelhouse.doctor.drop import restore_dropped
+
+    reporter = ui.reporter()
+    try:
+        out = restore_dropped(python or sys.executable, name, wheelhouse=wheelhouse, reporter=reporter)
+    finally:
+        reporter.close()
+    if out.already_installed:
+        ui.info(f"{out.name} is installed again (not by wh drop --restore): removed from the drop record")
+    else:
+        ui.info(f"restored {out.name} {out.version or ''} from {out.wheelhouse}")
+    if as_json:
+        emit_json(out.to_json())
+
+
+def _list_drops(ui, python, as_json: bool) -> None:
+    """`wh drop --list`: what was dropped from this interpreter (entries installed again are noted and removed)."""
+    from wheelhouse.doctor.drop import list_dropped
+
+    listed = list_dropped(python or sys.executable)
+    entries = list(listed.entries)
+    for name in listed.reinstalled:
+        ui.info(f"note: {name} is installed again: removed from the drop record")
+    if as_json:
+        emit_json(entries)
+    for e in entries:
+        ui.info(f"{e['name']} {e.get('version', '')}  {e.get('time', '')}  {e.get('reason', '')}"
+                f"  (wheelhouse: {e.get('wheelhouse') or 'unknown'})")
+    if not entries:
+        ui.info("nothing was dropped")
