@@ -93,3 +93,24 @@ def test_cli_reports_missing_dependency_in_json(tmp_path):
     assert validate(report, json.loads((Path(__file__).parents[1] / "support" / "doctor_schema.json").read_text())) == []
     (r,) = report["results"]
     assert r["id"] == "deps:eng" and "apache-tvm-ffi" in r["evidence"]
+
+
+def test_what_wh_did_not_install_is_a_warning_once_wh_has_installed_here(tmp_path):
+    # A base image (Kaggle's) carries hundreds of packages whose own metadata conflicts; they are not the
+    # stack's. Once wh has installed into this environment, unmet requirements of what wh installed fail,
+    # and those of what was there before are warnings (still listed).
+    from faults import wh_command
+    from nvidia_fixtures import make_wheelhouse
+
+    w = tmp_path / "w"
+    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "eng", "0.1", requires=["pyzmq>=25"])])
+    venv = tmp_path / "venv"
+    done = subprocess.run(wh_command(["install", str(house), "--venv", str(venv), "--python", sys.executable,
+                                      "--allow-missing"]), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    py = venv / "bin" / "python"
+    install_wheel(py, make_wheel(w, "preexisting", "1.0", requires=["gone-from-the-image"]))
+    report = run_doctor(str(py), checks=["deps"])
+    assert report.get("deps:eng").verdict == "fail" and "pyzmq>=25: not installed" in report.get("deps:eng").evidence
+    pre = report.get("deps:preexisting")
+    assert pre.verdict == "warn" and "gone-from-the-image" in pre.evidence and "not installed by wh" in pre.evidence

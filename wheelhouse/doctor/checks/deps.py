@@ -8,12 +8,21 @@ own ``sys.path`` order: :func:`wheelhouse.target.installed.installed_distributio
 is judged: markers for that interpreter (its full marker environment, asked of
 it), extras once something that is installed asks for them, the version against
 the specifier, with ``packaging`` in wh's process (the target may not have it).
+
+A base image (Kaggle's) carries hundreds of packages whose metadata conflicts
+among themselves; they are not the stack. Once wh has installed into one of the
+interpreter's site folders, the requirements of what wh installed fail, those of
+what was there before are warnings (listed all the same). Where wh installed
+nothing, every distribution counts.
 """
 
 from __future__ import annotations
 
+from packaging.utils import canonicalize_name
+
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.closure import Dist, unmet
+from wheelhouse.install.state import read_install_state
 from wheelhouse.target.installed import installed_distributions
 from wheelhouse.target.interpreter import inspect_interpreter
 from . import DoctorContext
@@ -43,13 +52,24 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     for (who, req), why in sorted(problems.items()):
         by_dist.setdefault(who, []).append((req, why))
     key_of = {d.name: k for k, d in view.items()}
+    by_wh = _installed_by_wh(ctx)
     out = []
     for who, reqs in by_dist.items():
-        d = view[key_of[who]]
+        d, key = view[key_of[who]], key_of[who]
+        ours = not by_wh or key in by_wh
+        lines = [f"{d.name} {d.version} requires {req}: {why}" for req, why in reqs]
+        if not ours:
+            lines.append(f"{d.name} was not installed by wh (it was in this environment before): a warning")
         out.append(CheckResult(
-            f"deps:{key_of[who]}", f"{d.name} {d.version}: requirements met", "fail",
-            "\n".join(f"{d.name} {d.version} requires {req}: {why}" for req, why in reqs),
+            f"deps:{key}", f"{d.name} {d.version}: requirements met", "fail" if ours else "warn", "\n".join(lines),
             hint="stage the missing distributions into the wheelhouse (`wh stage` on the networked host), then "
                  f"`wh install` it into {ctx.python}",
-            data={"unmet": [{"requirement": req, "why": why} for req, why in reqs]}))
+            data={"unmet": [{"requirement": req, "why": why} for req, why in reqs], "installed_by_wh": ours}))
     return out
+
+
+def _installed_by_wh(ctx: DoctorContext) -> set[str]:
+    """Canonical names wh's install state records in any site folder the interpreter imports from."""
+    sites = dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
+                           *map(str, ctx.site_dirs)])
+    return {canonicalize_name(k) for site in sites for k in read_install_state(site).get("packages", {})}
