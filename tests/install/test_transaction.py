@@ -263,3 +263,27 @@ def test_a_full_disk_mid_install_is_one_clear_error_and_changes_nothing(tmp_path
     assert r.returncode == 1, r.stderr
     assert "No space left on device" in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
     assert tree_listing(venv) == before
+
+
+def test_when_a_later_patch_fails_the_earlier_ones_are_reverted_with_the_wheels(tmp_path):
+    import hashlib
+
+    sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+    venv = tmp_path / "venv"
+    base = make_wheel(tmp_path / "w0", "baseeng", "1.0", modules={"baseeng/__init__.py": "", "baseeng/k.py": "A = 1\n"})
+    assert wh("install", make_wheelhouse(tmp_path / "first", [base]), "--venv", venv).returncode == 0
+    before = tree_listing(venv)
+    new = make_wheel(tmp_path / "w1", "neweng", "1.0", modules={"neweng/__init__.py": "", "neweng/k.py": "B = 1\n"})
+    house = make_wheelhouse(tmp_path / "house", [base, new], patches=["patches/a/spec.toml", "patches/b/spec.toml"])
+    for name, dist, file, old, payload, before_sha in (
+            ("a", "baseeng", "baseeng/k.py", "A = 1\n", "A = 2\n", sha("A = 1\n")),  # applies
+            ("b", "neweng", "neweng/k.py", "B = 1\n", "B = 2\n", sha("drifted"))):  # refuses
+        d = house / "patches" / name
+        d.mkdir(parents=True)
+        (d / "payload.py").write_text(payload)
+        (d / "spec.toml").write_text(
+            f'[patch]\nname = "{name}"\ndistribution = "{dist}"\nfile = "{file}"\npayload = "payload.py"\n'
+            f'before-sha256 = ["{before_sha}"]\npayload-sha256 = "{sha(payload)}"\n')
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode != 0 and "drifted" in r.stderr, r.stderr
+    assert tree_listing(venv) == before  # baseeng/k.py unpatched again, no .wh/patches/a, no neweng

@@ -46,7 +46,7 @@ from .bytecode import ByteCompiler
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
-from .installed import canonical_name, find_installed
+from .installed import canonical_name, drop_bytecode, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
 from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
@@ -158,13 +158,19 @@ def _apply_patches(houses: Sequence[Wheelhouse], interp: Interpreter, reporter: 
                     continue
                 outcome = patch.apply_patch(h.path / rel, python=interp.executable)
                 if outcome.state == "applied":
-                    done.append(h.path / rel)
+                    done.append((h.path / rel, outcome.file))
                 line = f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
                 reporter.note(line)
                 applied.append(line)
     except BaseException:
-        for spec in reversed(done):
+        for spec, file in reversed(done):
             patch.revert_patch(spec, python=interp.executable)
+            # apply byte-compiled the payload: a .pyc of the same size and second would pass for the original
+            drop_bytecode(file)
+            try:
+                os.rmdir(os.path.join(os.path.dirname(file), "__pycache__"))
+            except OSError:
+                pass
         raise
     return applied
 
