@@ -1,86 +1,19 @@
 """fetch: parallel, resumable, verified downloads into a content-addressed cache.
 
-A small file server on 127.0.0.1 that can honour or ignore Range, drop the
-connection midway, or serve tampered bytes, and counts what it served.
+A small file server on 127.0.0.1 (tests/support/file_server.py) that can honour or ignore
+Range, drop the connection midway, or serve tampered bytes, and counts what it served.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from file_server import FileServer
 
 from wheelhouse.fetch import FetchError, FetchItem, HashMismatch, cached_path, fetch_all
 from wheelhouse.progress import RecordingReporter
-
-
-class FileServer:
-    def __init__(self):
-        self.files: dict[str, bytes] = {}
-        self.tampered: dict[str, bytes] = {}  # served instead of files[name]
-        self.drop_after: dict[str, int] = {}  # name -> bytes sent before the connection dies (once)
-        self.ignore_range = False
-        self.served: dict[str, int] = {}
-        self.ranges: list[str] = []
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                name = self.path.lstrip("/")
-                if name not in server.files:
-                    self.send_error(404)
-                    return
-                data = server.tampered.get(name, server.files[name])
-                start, end = 0, len(data)
-                rng = self.headers.get("Range")
-                if rng and not server.ignore_range:
-                    server.ranges.append(f"{name}:{rng}")
-                    first, _, last = rng.split("=")[1].partition("-")
-                    start, end = int(first), (int(last) + 1 if last else len(data))
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                body = data[start:end]
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                with server.lock:
-                    cut = server.drop_after.pop(name, None)
-                if cut is not None:
-                    body = body[:cut]
-                # Count before writing: the client can finish reading (and the test assert) before
-                # this thread gets to run again after write() returns.
-                with server.lock:
-                    server.served[name] = server.served.get(name, 0) + len(body)
-                self.wfile.write(body)
-                if cut is not None:
-                    self.wfile.flush()
-                    self.connection.shutdown(2)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
-
-    def add(self, name: str, data: bytes) -> FetchItem:
-        self.files[name] = data
-        return FetchItem(self.url(name), name, hashlib.sha256(data).hexdigest(), len(data))
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -1,27 +1,34 @@
-"""A file server on 127.0.0.1 for download tests: Range support, a byte rate (a slow link), and
-counts of what it served. Usable from a test and from a child process (``python -m`` is not
-needed: ``serve_files(folder, rate)`` returns the running server).
+"""A file server on 127.0.0.1 for download tests: Range support (suffix ranges too), a byte rate
+per connection (a slow link), knobs to misbehave, and counts of what it served.
 
-    srv = serve_files({"a.whl": data}, rate=200_000)   # 200 kB/s per connection
-    srv.url("a.whl"); srv.served["a.whl"]; srv.close()
+    srv = FileServer(rate=200_000)          # 200 kB/s per connection; None: as fast as it can
+    item = srv.add("a-1.0-py3-none-any.whl", data)   # a FetchItem with the right sha256 and size
+    srv.tampered[name] = other_bytes        # served instead, under the same published hash
+    srv.drop_after[name] = 1000             # the next answer for it dies after 1000 bytes (once)
+    srv.ignore_range = True                 # answer 200 with the whole file to a Range request
+    srv.served[name]; srv.ranges; srv.close()
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["SlowFileServer", "serve_files"]
+__all__ = ["FileServer", "serve_files"]
 
 
-class SlowFileServer:
-    def __init__(self, files: dict[str, bytes], rate: float | None = None, piece: int = 16 * 1024):
-        self.files = dict(files)
-        self.rate = rate  # bytes per second per connection; None: as fast as possible
+class FileServer:
+    def __init__(self, files: dict[str, bytes] | None = None, rate: float | None = None, piece: int = 16 * 1024):
+        self.files: dict[str, bytes] = dict(files or {})
+        self.tampered: dict[str, bytes] = {}
+        self.drop_after: dict[str, int] = {}
+        self.ignore_range = False
+        self.rate = rate
         self.piece = piece
         self.served: dict[str, int] = {}
-        self.requests: list[tuple[str, str | None]] = []
+        self.ranges: list[str] = []  # "name:bytes=a-b" for every Range request honoured
         self.lock = threading.Lock()
         server = self
 
@@ -33,18 +40,18 @@ class SlowFileServer:
 
             def do_GET(self):  # noqa: N802
                 name = self.path.lstrip("/")
-                rng = self.headers.get("Range")
-                with server.lock:
-                    server.requests.append((name, rng))
-                data = server.files.get(name)
-                if data is None:
+                if name not in server.files:
                     self.send_error(404)
                     return
+                data = server.tampered.get(name, server.files[name])
                 start, end = 0, len(data)
-                if rng:
+                rng = self.headers.get("Range")
+                if rng and not server.ignore_range:
+                    with server.lock:
+                        server.ranges.append(f"{name}:{rng}")
                     first, _, last = rng.split("=", 1)[1].partition("-")
                     if first == "":  # bytes=-N: the last N bytes
-                        start, end = max(0, len(data) - int(last)), len(data)
+                        start = max(0, len(data) - int(last))
                     else:
                         start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
                     self.send_response(206)
@@ -53,31 +60,46 @@ class SlowFileServer:
                     self.send_response(200)
                 self.send_header("Content-Length", str(end - start))
                 self.end_headers()
-                pos = start
-                try:
-                    while pos < end:
-                        chunk = data[pos : min(end, pos + server.piece)]
-                        self.wfile.write(chunk)
-                        self.wfile.flush()
-                        with server.lock:
-                            server.served[name] = server.served.get(name, 0) + len(chunk)
-                        pos += len(chunk)
-                        if server.rate:
-                            time.sleep(len(chunk) / server.rate)
-                except OSError:
-                    pass  # the client went away (killed, interrupted)
+                with server.lock:
+                    cut = server.drop_after.pop(name, None)
+                body = data[start:end] if cut is None else data[start : start + cut]
+                server._send(self, name, body)
+                if cut is not None:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
+    def _send(self, handler, name: str, body: bytes) -> None:
+        """Write ``body`` (at ``rate``), counting each piece BEFORE it is written: the client can
+        finish reading (and the test assert) before this thread runs again."""
+        try:
+            for pos in range(0, len(body), self.piece if self.rate else max(len(body), 1)):
+                chunk = body[pos : pos + (self.piece if self.rate else len(body))]
+                with self.lock:
+                    self.served[name] = self.served.get(name, 0) + len(chunk)
+                handler.wfile.write(chunk)
+                if self.rate:
+                    handler.wfile.flush()
+                    time.sleep(len(chunk) / self.rate)
+        except OSError:
+            pass  # the client went away (killed, interrupted)
+
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
+
+    def add(self, name: str, data: bytes):
+        from wheelhouse.fetch import FetchItem
+
+        self.files[name] = data
+        return FetchItem(self.url(name), name, hashlib.sha256(data).hexdigest(), len(data))
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 
 
-def serve_files(files: dict[str, bytes], rate: float | None = None) -> SlowFileServer:
-    return SlowFileServer(files, rate)
+def serve_files(files: dict[str, bytes], rate: float | None = None) -> FileServer:
+    return FileServer(files, rate)
