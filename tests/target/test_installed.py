@@ -70,3 +70,10 @@ def test_a_broken_interpreter_is_a_clear_error(tmp_path):
     with pytest.raises(WhError) as exc:
         installed_distributions(str(bad))
     assert str(bad) in exc.value.message and exc.value.hint
+
+
+def test_a_relative_interpreter_path_is_the_one_from_the_current_folder(layered, monkeypatch):
+    import os
+
+    monkeypatch.chdir(layered.parent.parent.parent)
+    assert installed_distributions(os.path.relpath(layered))["setuptools"].version == "81.0"

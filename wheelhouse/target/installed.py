@@ -68,9 +68,10 @@ def installed_distributions(python: str, env: Mapping[str, str] | None = None,
                             timeout: float = 120) -> dict[str, InstalledDistribution]:
     """What ``python`` imports, by canonical name, in its own ``sys.path`` order (first of a name wins)."""
     hint = f"check that it runs: {python} -c 'import importlib.metadata'"
+    exe = os.path.abspath(python) if os.sep in python else python  # it runs from another folder
     try:
         with tempfile.TemporaryDirectory(prefix="wh-installed-") as cwd:  # an empty cwd shadows nothing
-            proc = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+            proc = subprocess.run([exe, "-c", _LIST], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                                   env=dict(env) if env is not None else None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstalledListError(f"{python} could not list its installed distributions: {exc}", hint=hint) from exc
