@@ -174,3 +174,17 @@ def test_a_variant_whose_kernels_run_on_no_gpu_here_is_decided_by_its_fatbin(tmp
     assert "kernels for sm_100; PTX compute_100 only; GPU 0 is sm_90" in on_h200.evidence
     on_b200 = run_doctor(str(py), checks=["native"], timeout=30, facts_override=_gpus("10.0")).get("native:kvariant")
     assert on_b200.data["not_loaded"] == [] and "kvariant.sm90._ext" in on_b200.data["modules"]
+
+
+@pytest.mark.registry
+def test_registry_healthy_numpy_and_markupsafe_stay_ok_with_every_extension_module_loaded(tmp_path):
+    py = make_venv(tmp_path / "venv", with_pip=True)
+    got = subprocess.run([str(py), "-m", "pip", "install", "--only-binary=:all:", "numpy", "markupsafe"],
+                         capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    report = run_doctor(str(py), checks=["native", "deps"], timeout=60)
+    numpy, markupsafe = report.get("native:numpy"), report.get("native:markupsafe")
+    assert numpy.verdict == "ok", numpy.evidence
+    assert markupsafe.verdict == "ok", markupsafe.evidence
+    assert "numpy.linalg._umath_linalg" in numpy.data["modules"] and len(numpy.data["modules"]) > 10
+    assert report.exit_code() == 0, [(r.id, r.evidence) for r in report.failed]
