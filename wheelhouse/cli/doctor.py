@@ -133,10 +133,13 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
            include_forced, model, tp) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
-    Every native distribution is imported in a separate process, JIT libraries
-    compile and launch a kernel, the loader's libcuda is dlopened: "available"
-    means it ran. Exit codes: 0 nothing failed; 1 a check failed; 2 warnings
-    only, with --strict; 3 the doctor itself could not run.
+    Every top-level name and every extension module of each native
+    distribution is loaded in a separate process, every installed requirement
+    is checked against what the interpreter imports, JIT libraries compile and
+    launch a kernel, the loader's libcuda is dlopened: "available" means it ran.
+    Off a terminal, one line per check. Exit codes: 0 nothing failed; 1 a check
+    failed; 2 warnings only, with --strict; 3 the doctor itself could not run;
+    130 interrupted (its probes are killed).
     """
     from wheelhouse.doctor import apply_fixes, list_checks as _list, run_doctor
 
