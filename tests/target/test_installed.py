@@ -77,3 +77,12 @@ def test_a_relative_interpreter_path_is_the_one_from_the_current_folder(layered,
 
     monkeypatch.chdir(layered.parent.parent.parent)
     assert installed_distributions(os.path.relpath(layered))["setuptools"].version == "81.0"
+
+
+def test_the_doctors_facts_agree_with_the_one_view(layered):
+    from wheelhouse.doctor import gather_context
+
+    ctx = gather_context(str(layered), checks=["deps"], facts_override={"gpu": {"gpus": []}})
+    view = installed_distributions(str(layered))
+    assert {k: d.version for k, d in ctx.distributions.items()} == {k: d.version for k, d in view.items()}
+    assert ctx.distributions["setuptools"].version == "81.0"
