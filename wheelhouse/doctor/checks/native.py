@@ -125,7 +125,7 @@ def _verdict(d: Distribution, mods: list[str], skipped: list[NotLoaded],
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
     unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
     seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
-    tops = [m for m in d.import_names]
+    tops = list(d.import_names)
     exts = [m for m in mods if m not in tops]
     not_loaded = "; ".join(f"not loaded: {s.module} ({s.reason}; decided by {s.decided_by})" for s in skipped)
     data = {"modules": mods, "not_loaded": [s.to_json() for s in skipped]}
@@ -135,9 +135,11 @@ def _verdict(d: Distribution, mods: list[str], skipped: list[NotLoaded],
         ev = (f"imported {', '.join(tops) or 'nothing at top level'} and loaded {len(exts)} extension module(s) "
               "in separate processes" + (f"; {not_loaded}" if not_loaded else ""))
         return CheckResult(cid, title, "ok", ev, data=data, seconds=seconds)
-    drop = {"distribution": d.name, "version": d.version, "modules": tops,
-            "reason": "import failed" if any("." not in o.module for o in bad)
-            else f"extension module {bad[0].module} failed to load"}
+    if any("." not in o.module for o in bad) or not bad:  # not bad: another distribution's package failed
+        reason = "import failed"
+    else:
+        reason = f"extension module {bad[0].module} failed to load"
+    drop = {"distribution": d.name, "version": d.version, "modules": tops, "reason": reason}
     evidence = "\n".join(_failure_lines(bad, unloaded) + ([not_loaded] if not_loaded else []))
     return CheckResult(cid, title, "fail", evidence,
                        hint=f"`wh drop` uninstalls {d.name} so code that checks find_spec falls back cleanly "
