@@ -99,3 +99,14 @@ def test_what_the_target_imports_counts_in_its_own_sys_path_order(tmp_path):
                            capture_output=True, text=True, cwd=tmp_path).stdout.strip()
     assert view["core"].version == asked == "1.0"
     assert view["web"].version == "1.0"
+
+
+def test_installing_an_old_click_where_wh_itself_is_imported_is_refused(tmp_path):
+    """wh's own requirements count like any other: a venv that sees wh's environment (--system-site-packages
+    from wh's interpreter) may not get a click below what wh requires."""
+    down = make_wheelhouse(tmp_path / "down", [make_wheel(tmp_path / "w", "click", "7.0", modules={"click.py": ""})])
+    child = tmp_path / "child"
+    r = wh("install", down, "--venv", child, "--system-site-packages", "--python", sys.executable)
+    assert r.returncode == 2, r.stderr
+    assert "would break: wh needs click>=" in r.stderr and "(7.0 installed after this install)" in r.stderr
+    assert not child.exists()
