@@ -183,14 +183,10 @@ def _receiving(venv: Path | None, python: str | None) -> tuple[Interpreter, bool
     return inspect_interpreter(python), venv is None
 
 
-def _recover(interp: Interpreter, reporter: Reporter) -> list[str]:
-    """Roll back what a killed run left (the caller holds the target lock)."""
-    notes = []
+def _recover(interp: Interpreter) -> list[str]:
+    """Roll back what a killed run left (the caller holds the target lock); a note says so."""
     found = recover(interp.platlib)
-    if found is not None:
-        notes.append(f"rolled back an unfinished install: {found.describe()}")
-        reporter.note(notes[-1])
-    return notes
+    return [f"rolled back an unfinished install: {found.describe()}"] if found is not None else []
 
 
 def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | None, existing: bool,
@@ -332,7 +328,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     notes: list[str] = []
     if existing:
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
-        notes += _recover(interp, reporter)
+        notes += _recover(interp)
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
     paths = verify_files(todo, jobs, reporter)  # every byte verified before the first one is written

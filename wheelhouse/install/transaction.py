@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -266,6 +266,7 @@ def recover(site: str | os.PathLike) -> UnfinishedInstall | None:
     (``clean_leftovers``). The caller holds the install lock. Returns what was rolled back."""
     found = unfinished_transaction(site)
     if found is not None:
+        found = replace(found, running=False)  # the caller holds the lock: its writer is gone
         data = _read_journal(site) or {}
         _roll_back(Path(site), str(data.get("id") or ""), list(data.get("entries") or []),
                    list(data.get("dirs") or []))
