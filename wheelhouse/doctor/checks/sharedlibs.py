@@ -29,6 +29,7 @@ from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
+from wheelhouse.install.wheel.record import read_record
 from . import DoctorContext, Distribution
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
@@ -49,10 +50,10 @@ _SHOWN = 4  # needers named per missing library before "+N more"
 def _record_objects(dist_info: str, _mtime: int) -> tuple[str, ...]:
     try:
         with open(os.path.join(dist_info, "RECORD"), newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+            rows = read_record(fh.read())  # the one RECORD reader
     except (OSError, UnicodeDecodeError, csv.Error):
         return ()
-    return tuple(dict.fromkeys(r[0] for r in rows if r and is_shared_object(r[0])))
+    return tuple(dict.fromkeys(path for path, _, _ in rows if is_shared_object(path)))
 
 
 def shared_objects(d: Distribution) -> list[tuple[str, Path]]:
