@@ -171,3 +171,43 @@ def test_credentials_from_url_or_netrc_are_sent_and_not_printed(served, tmp_path
     assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"bob:hunter2").decode()
     assert "hunter2" not in str(err.value) and "bob" not in str(err.value)
     assert "hunter2" not in err.value.url  # the URL wh keeps is the one without credentials
+
+
+def test_a_proxy_from_the_environment_is_used_with_the_credentials(served, monkeypatch):
+    """http_proxy names a (loopback) proxy: the request goes through it, the index still gets the
+    Basic credentials, and the URL wh keeps has none."""
+    import base64
+    import urllib.request
+
+    idx, path = served
+    seen = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802 - a forwarding proxy: the request line holds the absolute URL
+            seen.append(self.path)
+            req = urllib.request.Request(self.path, headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req) as up:
+                body = up.read()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    proxy.daemon_threads = True
+    threading.Thread(target=proxy.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.server_address[1]}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        url = idx.file_url(path.name).replace("http://", "http://carol:pr0xy-t0ken@")
+        resp = HttpClient(retries=0).get(url)
+        assert resp.body == path.read_bytes() and "pr0xy-t0ken" not in resp.url
+        assert seen and seen[0].endswith(path.name)
+        assert idx.log[-1][1]["Authorization"] == "Basic " + base64.b64encode(b"carol:pr0xy-t0ken").decode()
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

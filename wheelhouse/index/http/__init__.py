@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import ssl
 import threading
 import time
 import weakref
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Iterator, Mapping
 
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
+from .proxy import proxy_for, via_urllib
+from .tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .cache import get_cached as _get_cached
 
@@ -39,29 +38,6 @@ __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamRes
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """The system's trust store (where a corporate CA is installed), or an explicit bundle
-    (WH_CA_BUNDLE, PIP_CERT, REQUESTS_CA_BUNDLE); certifi's Mozilla bundle only when the system
-    store is empty (slim containers without ca-certificates)."""
-    cafile = os.environ.get("WH_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
-    ctx = ssl.create_default_context(cafile=cafile or None)
-    if not cafile and not ctx.get_ca_certs() and not os.environ.get("SSL_CERT_DIR") and not _has_capath():
-        import certifi  # a declared dependency (pyproject.toml)
-
-        ctx.load_verify_locations(cafile=certifi.where())
-    return ctx
-
-
-def _has_capath() -> bool:
-    """Whether OpenSSL's default CA folder holds certificates (loaded lazily, so get_ca_certs()
-    does not list them)."""
-    capath = ssl.get_default_verify_paths().capath
-    try:
-        return bool(capath) and any(Path(capath).iterdir())
-    except OSError:
-        return False
 
 
 class HttpClient:
@@ -272,9 +248,10 @@ class HttpClient:
             auth = self.credentials.authorization(parts)
             if auth is not None:
                 hdrs["Authorization"] = auth
-        proxy = self._proxy_for(parts)
-        if proxy:
-            return None, self._via_urllib(parts, hdrs), self._watchdog.watch(None, self.timeout, "headers")
+        if proxy_for(parts):
+            self.requests += 1
+            resp = via_urllib(parts, hdrs, self.timeout, self._ssl_or_new())
+            return None, resp, self._watchdog.watch(None, self.timeout, "headers")
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
@@ -310,30 +287,10 @@ class HttpClient:
             return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
         return http.client.HTTPConnection(host, port, timeout=self.timeout)
 
-    @staticmethod
-    def _proxy_for(parts: urllib.parse.SplitResult) -> str | None:
-        proxies = urllib.request.getproxies()
-        proxy = proxies.get(parts.scheme)
-        if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
-            return proxy
-        return None
-
-    def _via_urllib(self, parts: urllib.parse.SplitResult, headers: dict[str, str]):
-        self.requests += 1
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-        req = urllib.request.Request(url, headers=headers)
-        try:
-            return _UrllibResponse(urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_or_new()))
-        except urllib.error.HTTPError as exc:
-            return _UrllibResponse(exc)
-
     def _ssl_or_new(self):
         with self._lock:
             if self._ssl is None:
-                self._ssl = _ssl_context()
+                self._ssl = ssl_context()
             return self._ssl
 
     def _discard(self, conn, resp, watch) -> None:
@@ -361,32 +318,3 @@ def _close_pool(idle: dict) -> None:
     for c in conns:
         with contextlib.suppress(Exception):
             c.close()
-
-
-class _UrllibResponse:
-    """An urllib response (or HTTPError) seen through http.client.HTTPResponse's interface."""
-
-    will_close = True
-
-    def __init__(self, raw):
-        self._raw = raw
-        self.status = raw.status if hasattr(raw, "status") else raw.code
-        self.reason = getattr(raw, "reason", "") or ""
-        self._headers = list(raw.headers.items())
-
-    def getheader(self, name: str, default=None):
-        return Headers(self._headers).get(name, default)
-
-    def getheaders(self):
-        return self._headers
-
-    def read(self, size: int = -1) -> bytes:
-        return self._raw.read(size)
-
-    def read1(self, size: int = -1) -> bytes:
-        reader = getattr(self._raw, "read1", self._raw.read)
-        return reader(size)
-
-    def close(self) -> None:
-        self._raw.close()
-

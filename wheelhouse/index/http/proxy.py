@@ -1,0 +1,62 @@
+"""Requests through an HTTP(S) proxy the environment names (https_proxy, no_proxy): urllib knows
+how to tunnel, so such requests go through it, answered like http.client responses."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from .messages import Headers
+
+__all__ = ["proxy_for", "via_urllib", "UrllibResponse"]
+
+
+def proxy_for(parts: urllib.parse.SplitResult) -> str | None:
+    """The proxy the environment names for this URL's scheme and host (none for no_proxy hosts)."""
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        return proxy
+    return None
+
+
+def via_urllib(parts: urllib.parse.SplitResult, headers: dict[str, str], timeout: float, context):
+    """One GET through urllib (which speaks to proxies), seen as an http.client response."""
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    req = urllib.request.Request(url, headers=headers)
+    try:
+        return UrllibResponse(urllib.request.urlopen(req, timeout=timeout, context=context))
+    except urllib.error.HTTPError as exc:
+        return UrllibResponse(exc)
+
+
+class UrllibResponse:
+    """An urllib response (or HTTPError) seen through http.client.HTTPResponse's interface."""
+
+    will_close = True
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.status = raw.status if hasattr(raw, "status") else raw.code
+        self.reason = getattr(raw, "reason", "") or ""
+        self._headers = list(raw.headers.items())
+
+    def getheader(self, name: str, default=None):
+        return Headers(self._headers).get(name, default)
+
+    def getheaders(self):
+        return self._headers
+
+    def read(self, size: int = -1) -> bytes:
+        return self._raw.read(size)
+
+    def read1(self, size: int = -1) -> bytes:
+        reader = getattr(self._raw, "read1", self._raw.read)
+        return reader(size)
+
+    def close(self) -> None:
+        self._raw.close()
