@@ -10,6 +10,7 @@ import click
 
 from wheelhouse.engine import build_engine
 from wheelhouse.engine.recipe import load_recipe
+from wheelhouse.redact import redact
 from ._ui import emit_json
 
 __all__ = ["build"]
@@ -21,8 +22,8 @@ def _default_cache() -> str:
 
 
 def _stream(line: str) -> None:
-    # The compiler's own words, unfiltered, as they come.
-    sys.stderr.write(line + "\n")
+    # The compiler's own words, as they come; only URL credentials are hidden (wheelhouse.redact).
+    sys.stderr.write(redact(line) + "\n")
     sys.stderr.flush()
 
 
