@@ -17,6 +17,27 @@ __all__ = ["MARKER", "emit", "error_record"]
 
 MARKER = "@@WH-PROBE@@"
 
+def _die_with_the_doctor():
+    """Linux: SIGKILL this probe when the doctor that started it dies (killed outright, it cannot kill us).
+
+    The doctor starts each probe in a session of its own (so a timeout kills the probe's whole group), which
+    also means nothing else stops it when the doctor is gone: a hanging import would run forever.
+    """
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError, ValueError):
+        return
+    if os.getppid() != parent:  # it died before prctl took effect
+        os._exit(70)
+
+
+if sys.platform.startswith("linux"):
+    _die_with_the_doctor()
+
 _HERE = os.path.dirname(os.path.realpath(__file__))
 while sys.path and os.path.realpath(sys.path[0] or os.curdir) == _HERE:
     del sys.path[0]  # never let a probe file shadow an installed module

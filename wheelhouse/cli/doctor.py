@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -34,6 +36,19 @@ def _common(fn):
     for o in reversed(opts):
         fn = o(fn)
     return fn
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """`kill <wh pid>` (a cancelled CI job) stops the doctor the way Ctrl-C does: its probes are killed too."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _manifest(path):
@@ -162,14 +177,15 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
               model=model, tp=tp, reporter=reporter)
     try:
-        report = run_doctor(python, **kw)
-        if fix:
-            fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
-                                reporter=reporter)
-            if any(f.changed for f in fixes):  # something changed: check again
-                report = run_doctor(python, **kw)
-            report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
-                                  tuple(fixes))
+        with _sigterm_as_interrupt():
+            report = run_doctor(python, **kw)
+            if fix:
+                fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
+                                    reporter=reporter)
+                if any(f.changed for f in fixes):  # something changed: check again
+                    report = run_doctor(python, **kw)
+                report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
+                                      tuple(fixes))
     finally:
         reporter.close()
     # The files CI reads first: a table that cannot be drawn must not cost the JUnit or the JSON.
@@ -220,8 +236,9 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     try:
-        report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"], jobs=jobs,
-                            timeout=timeout, reporter=reporter)
+        with _sigterm_as_interrupt():
+            report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"],
+                                jobs=jobs, timeout=timeout, reporter=reporter)
         plans = plan_drops(report, include_forced=include_forced)
         kept = [] if include_forced else forced_kept(report)
         records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
