@@ -213,3 +213,13 @@ def test_a_huge_local_find_links_page_is_refused(tmp_path, monkeypatch):
     page.write_text("<a href='x-1.0-py3-none-any.whl'>x</a>" + " " * (2 << 20))
     with pytest.raises(BadDirectReference, match="larger than 1 MiB"):
         PackageSource((), [str(page)]).files("x")
+
+
+def test_a_cache_that_cannot_be_written_costs_requests_not_the_run(pyindex, tmp_path, monkeypatch):
+    make_wheel(tmp_path / "w", "full", "1.0", requires=["dep"])
+    idx = pyindex(tmp_path / "w")
+    monkeypatch.setenv("WH_FAULT", "index.cache-write:enospc")  # the disk is full for cache files
+    src = PackageSource([idx.url], client=HttpClient(cache_dir=tmp_path / "c"))
+    (d,) = src.files("full")
+    assert MetadataReader(src.client, cache_dir=tmp_path / "c").read(d).requires_dist == ("dep",)
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]

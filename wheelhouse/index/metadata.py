@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.faults import checkpoint
 from .distfile import Distfile
 from wheelhouse.errors import WhError
 from .http import HttpClient, HttpError
@@ -143,7 +144,11 @@ class MetadataReader:
                 hint="the file name and its contents disagree; report it to the index operator",
             )
         if cached is not None and not cached.is_file():
-            write_atomic(cached, raw, mode=0o600)
+            try:
+                checkpoint("index.cache-write")
+                write_atomic(cached, raw, mode=0o600)
+            except OSError:
+                pass  # a cache that cannot be written costs a request next time, never the run
         return meta
 
     def _cache_path(self, key: str) -> Path | None:

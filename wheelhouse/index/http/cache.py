@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, Response
 
@@ -36,9 +37,9 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
     try:
         meta = json.loads(meta_p.read_text())
         body = body_p.read_bytes()
-        if hashlib.sha256(body).hexdigest() == meta["sha256"]:
+        if hashlib.sha256(body).hexdigest() == meta["sha256"] and isinstance(meta["stored"], (int, float)):
             cached = meta, body
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         pass
     if cached is not None:
         meta, body = cached
@@ -52,13 +53,24 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
         resp = get(url, cond)
         if resp.status == 304:
             meta["stored"] = time.time()
-            write_atomic(meta_p, json.dumps(meta), mode=0o600)
+            _store(meta_p, json.dumps(meta))
             return Response(meta["url"], 200, Headers(meta["headers"]), body)
     else:
         resp = get(url, headers)
     if resp.status == 200:
         keep = {k: v for k, v in resp.headers.items() if k in ("etag", "last-modified", "content-type")}
-        write_atomic(body_p, resp.body, mode=0o600)
-        write_atomic(meta_p, json.dumps({"url": redact(resp.url), "headers": keep, "stored": time.time(), "sha256": hashlib.sha256(resp.body).hexdigest()}),
-                     mode=0o600)
+        if _store(body_p, resp.body):
+            _store(meta_p, json.dumps({"url": redact(resp.url), "headers": keep, "stored": time.time(),
+                                       "sha256": hashlib.sha256(resp.body).hexdigest()}))
     return resp
+
+
+def _store(path: Path, data: bytes | str) -> bool:
+    """Write a cache file (0600); a cache that cannot be written (a full disk, a read-only
+    folder) costs a request next time, never the run."""
+    try:
+        checkpoint("index.cache-write")
+        write_atomic(path, data, mode=0o600)
+    except OSError:
+        return False
+    return True
