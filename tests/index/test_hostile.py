@@ -223,3 +223,47 @@ def test_a_cache_that_cannot_be_written_costs_requests_not_the_run(pyindex, tmp_
     (d,) = src.files("full")
     assert MetadataReader(src.client, cache_dir=tmp_path / "c").read(d).requires_dist == ("dep",)
     assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
+
+
+def _wh_stage(index_url: str, tmp_path, env: dict):
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])",
+           "stage", "app", "-i", index_url, "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+           "--no-bootstrap"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1", **env})
+
+
+def test_wh_stage_against_a_one_byte_every_two_seconds_index_ends(hostile, tmp_path):
+    page = b'{"meta": {"api-version": "1.1"}, "name": "app", "files": []}'
+    head = b"HTTP/1.0 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\nContent-Length: %d\r\n\r\n" % len(page)
+
+    def handler(path, send, stop):
+        send(head)
+        _trickle(page, 2.0)(path, send, stop)
+
+    srv = hostile(handler)
+    t0 = time.monotonic()
+    proc = _wh_stage(srv.base + "/simple/", tmp_path, {"WH_HTTP_DEADLINE": "3"})
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1 and "not complete within 3 s" in proc.stderr and "hint:" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_wh_stage_against_a_huge_index_page_is_a_clear_error(hostile, tmp_path):
+    block = b" " * 65536
+
+    def handler(path, send, stop):
+        send(b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n")
+        for _ in range(64):  # 4 MiB, no Content-Length
+            if stop.is_set():
+                return
+            send(block)
+
+    srv = hostile(handler)
+    proc = _wh_stage(srv.base + "/simple/", tmp_path, {"WH_MAX_PAGE_MB": "1"})
+    assert proc.returncode == 1 and "wh reads at most 1 MiB" in proc.stderr and "WH_MAX_PAGE_MB" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr
+    assert not [p for p in (tmp_path / "cache").rglob("*.body")]
