@@ -105,3 +105,30 @@ def test_an_interpreter_whose_site_folder_does_not_exist_yet_is_locked_above_it(
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert lock_problems(venv / "bin" / "python", site(venv), house) == []
+
+
+def test_a_folder_that_is_not_a_venv_is_refused_and_left_alone(tmp_path):
+    """--venv naming a user's folder with files (not a venv): refused, and not one of its files removed."""
+    house = _house(tmp_path)
+    mine = tmp_path / "project"
+    (mine / "src").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep\n")
+    (mine / "src" / "main.py").write_text("print(1)\n")
+    r = subprocess.run(wh_command(["install", house, "--venv", mine]), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "is not a venv" in r.stderr, r.stderr
+    assert (mine / "notes.txt").read_text() == "keep\n" and (mine / "src" / "main.py").read_text() == "print(1)\n"
+    # An empty folder given as --venv is made a venv; refused (here: nothing to install for it), it is left empty.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    other = make_wheelhouse(tmp_path / "bad", [make_wheel(tmp_path / "wb", "needs", "1.0", requires=["absent"])])
+    r = subprocess.run(wh_command(["install", other, "--venv", empty]), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and empty.is_dir() and not list(empty.iterdir())
+
+
+def test_a_file_given_as_venv_is_a_clear_error(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    r = subprocess.run(wh_command(["install", _house(tmp_path), "--venv", f]), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "hint:" in r.stderr, r.stderr
+    assert f.read_text() == "x"

@@ -295,10 +295,13 @@ def install_wheelhouses(
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH`")
     venv = Path(venv).absolute() if venv is not None else None
+    if venv is not None and venv.exists() and not venv.is_dir():
+        raise UsageError(f"--venv {venv} is a file, not a folder", hint="pass a new or empty folder, or a venv")
     with ExitStack() as held:
-        fresh = venv is not None and not venv_python(venv).exists()
         venv_lock = held.enter_context(FolderLock(venv, create=True, on_wait=reporter.note)) if venv else None
-        fresh = fresh and not venv_python(venv).exists()  # another run may have made it while we waited
+        # Only what this run makes is removed on failure: a venv folder missing or empty once the lock is
+        # ours (another run may have made it while we waited). A user's folder with files is never emptied.
+        fresh = venv_lock is not None and (venv_lock.created or not any(venv.iterdir()))
         try:
             report = _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
                                      only=only, installer=installer, compile=compile, jobs=jobs, links=links,
