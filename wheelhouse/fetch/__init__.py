@@ -130,7 +130,7 @@ def _reuse_cached(unique: list[FetchItem], dest: Path, s: Session, pool) -> dict
 def _copy_from_cache(item: FetchItem, dest: Path, s: Session) -> Path | None:
     entry = cached_path(s.cache, item.sha256 or "")
     try:
-        copy_verified(entry, dest / item.filename, item.sha256, item.size)
+        copy_verified(entry, dest / item.filename, item.sha256, item.size, cancelled=s.cancel.is_set)
     except HashMismatch as exc:
         entry.unlink(missing_ok=True)
         s.note(f"{item.filename}: the cache copy is damaged ({exc.actual[:12]}..., expected "
@@ -227,7 +227,7 @@ def _place_checked(src: Path, dst: Path, item: FetchItem, s: Session) -> Path:
     checkpoint("fetch.place")
     try:
         if item.sha256:
-            copy_verified(src, dst, item.sha256, item.size)
+            copy_verified(src, dst, item.sha256, item.size, cancelled=s.cancel.is_set)
             return dst
         return place(src, dst)
     except OSError as exc:

@@ -147,7 +147,7 @@ def entry_lock(cache: Path, key: str, *, on_wait: Callable[[], None] | None = No
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _clone_or_copy(src: Path, dst_fh, h: "hashlib._Hash | None") -> int:
+def _clone_or_copy(src: Path, dst_fh, h: "hashlib._Hash | None", cancelled: Callable[[], bool] | None) -> int:
     """Copy ``src`` into the open file ``dst_fh``; hash the bytes into ``h``. A reflink when the
     filesystem shares blocks copy-on-write (then hashing reads the source once)."""
     with open(src, "rb") as fh:
@@ -164,13 +164,16 @@ def _clone_or_copy(src: Path, dst_fh, h: "hashlib._Hash | None") -> int:
             if not block:
                 return n
             checkpoint("fetch.copy")
+            if cancelled is not None and cancelled():
+                raise InterruptedError("interrupted")
             dst_fh.write(block)
             if h is not None:
                 h.update(block)
             n += len(block)
 
 
-def copy_verified(src: Path, dst: Path, sha256: str | None, size: int | None = None) -> str:
+def copy_verified(src: Path, dst: Path, sha256: str | None, size: int | None = None, *,
+                  cancelled: Callable[[], bool] | None = None) -> str:
     """Give ``dst`` a private copy of ``src`` (temp name, then rename), hashing the bytes copied;
     returns their sha256. With ``sha256`` given, a copy that does not match (or has the wrong
     ``size``) is removed and HashMismatch raised: the caller decides what to do with ``src``."""
@@ -179,7 +182,7 @@ def copy_verified(src: Path, dst: Path, sha256: str | None, size: int | None = N
     h = hashlib.sha256()
     try:
         with open(tmp, "wb") as out:
-            n = _clone_or_copy(src, out, h)
+            n = _clone_or_copy(src, out, h, cancelled)
         actual = h.hexdigest()
         if (sha256 and actual != sha256) or (size is not None and n != size):
             raise HashMismatch(str(src), sha256 or "", actual,
