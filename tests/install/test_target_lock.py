@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from faults import wh_command
 from nvidia_fixtures import make_wheelhouse
 from venv_check import installed_files, lock_problems
@@ -130,5 +132,9 @@ def test_a_file_given_as_venv_is_a_clear_error(tmp_path):
     f.write_text("x")
     r = subprocess.run(wh_command(["install", _house(tmp_path), "--venv", f]), capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "hint:" in r.stderr, r.stderr
+    assert r.returncode == 2 and "is a file" in r.stderr and "hint:" in r.stderr, r.stderr  # click says it
+    from wheelhouse.errors import UsageError
+    from wheelhouse.install import install_wheelhouses
+    with pytest.raises(UsageError, match="is a file, not a folder"):  # and the library, for other callers
+        install_wheelhouses([_house(tmp_path / "2")], venv=f)
     assert f.read_text() == "x"
