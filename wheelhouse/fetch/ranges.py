@@ -96,6 +96,12 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
     try:
         job.segments = _load_layout(job) or _new_layout(job, segment)
         job.have = [_range_have(job, i) for i in range(len(job.segments))]
+    except OSError as exc:
+        job.release()
+        if is_no_space(exc):
+            job.discard()
+            raise DiskFull(part, [part.name + ".*"]) from exc
+        raise
     except BaseException:
         job.release()
         raise

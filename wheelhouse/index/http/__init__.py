@@ -255,7 +255,11 @@ class HttpClient:
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
-        watch = self._watchdog.watch(conn, self.timeout, "headers")
+        try:
+            watch = self._watchdog.watch(conn, self.timeout, "headers")
+        except InterruptedError:  # aborted (Ctrl-C): no new request starts
+            conn.close()
+            raise
         try:
             conn.request("GET", path, headers=hdrs)
             watch.bind()
