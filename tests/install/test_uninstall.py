@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from nvidia_fixtures import tree_listing
 from wheelmaker import make_wheel
@@ -54,3 +55,27 @@ def test_uninstall_stays_inside_the_environment_and_out_of_wh_state(tmp_path):
 def test_uninstall_of_something_not_installed_removes_nothing(tmp_path):
     scheme = _scheme(tmp_path)
     assert remove_distribution("absent", scheme) == []
+
+
+def test_a_record_naming_the_interpreter_or_activate_never_removes_them(tmp_path):
+    """The venv's python, activate and pip are not any distribution's to remove (pip's own pip is pip's)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    scheme = inspect_interpreter(venv / "bin" / "python").scheme()
+    for name in ("victim", "pip"):
+        install_wheels([make_wheel(tmp_path / name, name, "1.0", modules={f"{name}_mod.py": ""})], scheme,
+                       str(venv / "bin" / "python"))
+    (venv / "bin" / "pip").write_text("#!/bin/sh\n")
+    site = Path(scheme["purelib"])
+    for name in ("victim", "pip"):
+        record = site / f"{name}-1.0.dist-info" / "RECORD"
+        record.write_text(record.read_text() + "../../../bin/python,,\n../../../bin/python3,,\n"
+                          "../../../bin/activate,,\n../../../bin/pip,,\n")
+    assert remove_distribution("victim", scheme) == ["1.0"]
+    assert (venv / "bin" / "activate").exists() and (venv / "bin" / "pip").exists()
+    ok = subprocess.run([venv / "bin" / "python", "-c", "print('alive')"], capture_output=True, text=True)
+    assert ok.stdout.strip() == "alive"
+    assert remove_distribution("pip", scheme) == ["1.0"]
+    assert not (venv / "bin" / "pip").exists() and (venv / "bin" / "python3").exists()

@@ -63,17 +63,24 @@ def installed_paths(dist_info: Path) -> list[str]:
     return paths
 
 
-def inside_scheme(paths: list[str], scheme: Mapping[str, str]) -> list[str]:
-    """Only paths inside the environment, never wh's state folder: a RECORD naming ``../../outside.txt``,
-    /etc/passwd or ``.wh/links.json`` must not make wh move or remove it."""
+def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None = None) -> list[str]:
+    """Only paths inside the environment, never wh's state folder, never the venv's interpreter or activation
+    scripts (nor pip's, unless ``dist`` is pip): a RECORD naming ``../../outside.txt``, /etc/passwd,
+    ``.wh/links.json`` or ``../../../bin/python`` must not make wh move or remove it."""
+    from .wheel.launchers import protected_script  # here: the wheel package imports this module
+
     roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
     state = [os.path.join(os.path.normpath(scheme[k]), ".wh") + os.sep for k in ("purelib", "platlib") if k in scheme]
+    scripts = os.path.normpath(scheme["scripts"]) if "scripts" in scheme else None
     out = []
     for p in paths:
         q = os.path.normpath(p) + os.sep
-        if any(q.startswith(r) for r in roots) and not any(q.startswith(s) for s in state) \
-                and q not in roots:
-            out.append(p)
+        if not any(q.startswith(r) for r in roots) or any(q.startswith(s) for s in state) or q in roots:
+            continue
+        if scripts and os.path.dirname(os.path.normpath(p)) == scripts \
+                and protected_script(os.path.basename(os.path.normpath(p)), dist or "") is not None:
+            continue
+        out.append(p)
     return out
 
 

@@ -24,7 +24,7 @@ def remove_distribution(name: str, scheme: Mapping[str, str]) -> list[str]:
     sites = [scheme["purelib"], scheme["platlib"]]
     removed = []
     for dist_info, version in find_installed(sites, name):
-        paths = inside_scheme(installed_paths(dist_info), scheme)
+        paths = inside_scheme(installed_paths(dist_info), scheme, name)
         txn = Transaction(scheme["platlib"], [f"uninstall {dist_info.name}"])
         try:
             txn.begin(paths)

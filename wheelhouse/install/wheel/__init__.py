@@ -150,7 +150,7 @@ def plan_batch(wheels: Sequence[Path], scheme: Mapping[str, str], jobs: int) -> 
         if old:
             plan.replaced = ",".join(v for _, v in old)
             for dist_info, _ in old:
-                plan.removed += inside_scheme(installed_paths(dist_info), scheme)
+                plan.removed += inside_scheme(installed_paths(dist_info), scheme, plan.name)
     return plans
 
 

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from .record import UnsafeWheelPath
 
-__all__ = ["shebang", "console_launchers", "check_script_name"]
+__all__ = ["shebang", "console_launchers", "check_script_name", "protected_script"]
 
 # What a venv's bin/ holds that no wheel may replace: the interpreter under each of its names, the
 # activation scripts, and wh's own snippets. pip's own wheel legitimately ships pip, pip3, pip3.X.
@@ -39,17 +39,28 @@ def shebang(python: str) -> bytes:
     return f"#!/bin/sh\n'''exec' '{python}' \"$0\" \"$@\"\n' '''\n".encode()
 
 
+def protected_script(script: str, dist: str | None = None) -> str | None:
+    """Why ``script`` (a name in the scripts folder) is not ``dist``'s to write or remove, or None.
+
+    The interpreter under each of its names and the activation scripts belong to the venv; the
+    pip scripts to pip.
+    """
+    if _INTERPRETER.match(script):
+        return "would replace the environment's interpreter"
+    if _VENV.match(script):
+        return "would replace the environment's activation script"
+    if _PIP.match(script) and (dist is None or canonicalize_name(dist) != "pip"):
+        return "would replace the environment's pip"
+    return None
+
+
 def check_script_name(wheel: Path, dist: str, script: str) -> None:
     """Raise UnsafeWheelPath for a script that would replace the interpreter, pip or an activation script."""
     if script in ("", ".", "..") or "/" in script or "\\" in script:
         bad = "is not a file name"
-    elif _INTERPRETER.match(script):
-        bad = "would replace the environment's interpreter"
-    elif _VENV.match(script):
-        bad = "would replace the environment's activation script"
-    elif _PIP.match(script) and canonicalize_name(dist) != "pip":
-        bad = "would replace the environment's pip"
     else:
+        bad = protected_script(script, dist)
+    if bad is None:
         return
     raise UnsafeWheelPath(f"{wheel.name}: script {script!r} {bad}",
                           hint="remove this wheel from the wheelhouse and re-run `wh stage`")
