@@ -138,3 +138,10 @@ def test_a_file_given_as_venv_is_a_clear_error(tmp_path):
     with pytest.raises(UsageError, match="is a file, not a folder"):  # and the library, for other callers
         install_wheelhouses([_house(tmp_path / "2")], venv=f)
     assert f.read_text() == "x"
+
+
+def test_a_venv_that_cannot_be_made_is_a_clear_error(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = subprocess.run(wh_command(["install", _house(tmp_path), "--venv", tmp_path / "afile" / "venv"]),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "cannot make or open that folder" in r.stderr and "hint:" in r.stderr, r.stderr

@@ -298,7 +298,11 @@ def install_wheelhouses(
     if venv is not None and venv.exists() and not venv.is_dir():
         raise UsageError(f"--venv {venv} is a file, not a folder", hint="pass a new or empty folder, or a venv")
     with ExitStack() as held:
-        venv_lock = held.enter_context(FolderLock(venv, create=True, on_wait=reporter.note)) if venv else None
+        try:
+            venv_lock = held.enter_context(FolderLock(venv, create=True, on_wait=reporter.note)) if venv else None
+        except OSError as exc:
+            raise UsageError(f"--venv {venv}: cannot make or open that folder ({exc.strerror or exc})",
+                             hint="pass a folder in a writable place: `wh install WHEELHOUSE --venv PATH`") from exc
         # Only what this run makes is removed on failure: a venv folder missing or empty once the lock is
         # ours (another run may have made it while we waited). A user's folder with files is never emptied.
         fresh = venv_lock is not None and (venv_lock.created or not any(venv.iterdir()))
