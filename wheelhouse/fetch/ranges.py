@@ -60,10 +60,9 @@ class Segmented:
 
     def discard(self) -> None:
         """Remove every file of this download (a hash mismatch, or the server ignores ranges)."""
-        for i in range(len(self.segments)):
-            self.range_file(i).unlink(missing_ok=True)
+        for path in self.part.parent.glob(self.part.name + ".*"):  # range files, the layout
+            path.unlink(missing_ok=True)
         self.part.unlink(missing_ok=True)
-        self.layout.unlink(missing_ok=True)
 
     def release(self) -> None:
         if self.lock_fd >= 0:
