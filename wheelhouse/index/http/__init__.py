@@ -6,11 +6,15 @@ Here connections are kept alive and reused per host (``http.client``), requests
 are retried with exponential backoff on connection errors, 5xx and 429, and
 ``file://`` URLs work the same way (including ``Range``), so find-links folders
 and local indexes need no special casing. When the environment names a proxy
-for a host, the request goes through ``urllib.request`` so proxies keep working.
+for a host, the request goes through ``urllib.request`` (``proxy``).
 
-``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for
-index pages (``wheelhouse.page_cache``). The response types live in ``wheelhouse.http_messages``,
-credentials in ``wheelhouse.credentials``, ``file://`` in ``wheelhouse.file_url``.
+A hostile or broken server cannot hold wh: every request has deadlines (``deadline``), and
+what is read whole (pages, metadata) is size-bounded. Credentials in a URL are kept in memory
+for its host (``credentials``) and never appear in a URL this client hands back.
+
+``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for index pages
+(``cache``). The response types live in ``messages``, TLS trust in ``tls``, ``file://`` in
+``file_url``.
 """
 
 from __future__ import annotations
