@@ -9,7 +9,8 @@ Several indexes are searched like uv's default ``first-index`` strategy: a proje
 from the first index that knows it (so an extra index cannot shadow a name on the main one by
 accident, nor the other way round); find-links files are always added.
 
-``Distfile`` lives in ``wheelhouse.distfile``, the page parsers in ``wheelhouse.simple_pages``.
+``Distfile`` lives in ``distfile``, the page parsers in ``pages``, pip's index configuration in
+``pip_config`` (read from its documented files and variables, without importing pip).
 """
 
 from __future__ import annotations
