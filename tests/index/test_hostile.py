@@ -267,3 +267,27 @@ def test_wh_stage_against_a_huge_index_page_is_a_clear_error(hostile, tmp_path):
     assert proc.returncode == 1 and "wh reads at most 1 MiB" in proc.stderr and "WH_MAX_PAGE_MB" in proc.stderr, proc.stderr
     assert "internal error" not in proc.stderr
     assert not [p for p in (tmp_path / "cache").rglob("*.body")]
+
+
+def test_a_wheel_body_longer_than_the_index_says_is_refused_when_read_whole(hostile, tmp_path):
+    """A server that ignores Range makes wh read a whole wheel for its METADATA: never more than
+    the size the index listed (a hostile server could stream forever)."""
+    import json
+
+    wheel = make_wheel(tmp_path / "w", "liar", "1.0", pad_bytes=200_000).read_bytes()
+
+    def handler(path, send, stop):
+        if path.startswith("/simple/"):
+            page = json.dumps({"meta": {"api-version": "1.1"}, "name": "liar", "files": [
+                {"filename": "liar-1.0-py3-none-any.whl", "url": "/files/liar-1.0-py3-none-any.whl",
+                 "hashes": {}, "size": 1000}]}).encode()
+            send(b"HTTP/1.0 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(page) + page)
+        else:  # Range ignored: 200 and the whole (much longer) body
+            send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(wheel) + wheel)
+
+    srv = hostile(handler)
+    src = PackageSource([srv.base + "/simple/"], client=HttpClient(retries=0))
+    (d,) = src.files("liar")
+    with pytest.raises(MetadataError, match="more than the 1000 bytes the index lists"):
+        MetadataReader(src.client).read(d)

@@ -214,8 +214,18 @@ class MetadataReader:
 
     def _from_full_body(self, resp, d: Distfile) -> bytes:
         with tempfile.TemporaryFile() as tmp:
-            for chunk in resp.iter_chunks(1 << 20):
-                tmp.write(chunk)
+            got = 0
+            try:
+                for chunk in resp.iter_chunks(1 << 20):
+                    got += len(chunk)
+                    if d.size is not None and got > d.size:  # the index said how big it is
+                        raise MetadataError(f"{d.url}: more than the {d.size} bytes the index lists",
+                                            hint="the server sends other bytes than the index describes; check the index")
+                    tmp.write(chunk)
+            except OSError as exc:
+                raise MetadataError(f"{d.filename}: the server ignores Range requests and the whole file could not "
+                                    f"be kept to read its METADATA ({exc.strerror or exc}, in {tempfile.gettempdir()})",
+                                    hint="free space there (or set TMPDIR), or use an index that serves PEP 658 metadata") from exc
             tmp.seek(0)
             try:
                 with zipfile.ZipFile(tmp) as zf:
