@@ -113,3 +113,14 @@ def test_no_pip_internals_in_wheelhouse():
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
                  if p.name != "capture.py" and ("pip._internal" in p.read_text() or "pip._vendor" in p.read_text())]
     assert offenders == []
+
+
+def test_a_source_without_indexes_given_uses_pips_index_and_extra_indexes(tmp_path, monkeypatch):
+    from wheelhouse.index import PackageSource
+
+    conf = _write(tmp_path / "pip.conf", "[global]\nindex-url = http://main.test/simple\n"
+                                         "extra-index-url = http://extra.test/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    assert PackageSource().index_urls == ("http://main.test/simple/", "http://extra.test/simple/")

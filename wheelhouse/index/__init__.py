@@ -95,12 +95,12 @@ class PackageSource:
         client: HttpClient | None = None,
         page_ttl: float = 600.0,
     ) -> None:
-        # None -> pip's configured index; () -> no index (find-links / direct files only).
+        # None -> pip's configured index and extra indexes; () -> no index (find-links / direct files only).
         # Credentials in a URL are handed to the client (used for requests, kept in memory) and
         # the URL goes on without them: every Distfile, origin and message made from it is clean.
         self.client = client or HttpClient()
         strip = self.client.strip_credentials
-        urls = index_urls if index_urls is not None else (default_index_url(),)
+        urls = index_urls if index_urls is not None else (default_index_url(), *read_pip_index_config().extra_index_urls)
         self.index_urls = tuple(strip(u if u.endswith("/") else u + "/") for u in urls)
         self.find_links = tuple(strip(str(f)) if "://" in str(f) else str(f) for f in find_links)
         self.page_ttl = page_ttl
