@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(a.seed)
     work = a.keep or Path(tempfile.mkdtemp(prefix="wh-soak-"))
     work.mkdir(parents=True, exist_ok=True)
+    # A stage killed mid-download drops its connections: the index's "Broken pipe" tracebacks are expected.
+    ThreadingHTTPServer.handle_error = lambda self, request, client_address: None
     gen = _pyindex()
     start = next(gen)
     counts = {"rounds": 0, "kills": 0, "stage kills": 0, "install kills": 0, "exact rollbacks": 0, "repairs": 0,
