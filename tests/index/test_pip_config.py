@@ -36,6 +36,7 @@ def test_nothing_configured_is_a_clear_error(tmp_path, monkeypatch):
     for k, v in lay["env"].items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip would use no index: no stated default either
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     # Not an error yet (a bad requirement or a missing file is reported first), but asking it is.
     from wheelhouse.index import PackageSource
@@ -124,3 +125,26 @@ def test_a_source_without_indexes_given_uses_pips_index_and_extra_indexes(tmp_pa
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
     assert PackageSource().index_urls == ("http://main.test/simple/", "http://extra.test/simple/")
+
+
+def test_with_nothing_configured_the_default_is_the_one_pip_states(tmp_path, monkeypatch):
+    """wh carries no registry address: unconfigured, it uses the default pip's own help states."""
+    from wheelhouse.index import pip_config
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n[ \"$3\" = download ] && [ \"$4\" = --help ] || exit 2\n"
+                    "echo '  -i, --index-url <url>       Base URL of the Python Package Index (default'\n"
+                    "echo '                              http://stated.test/simple). This should point'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("PIP_INDEX_URL", "PIP_NO_INDEX", "XDG_CONFIG_DIRS", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    pip_config.pip_stated_default.cache_clear()
+    try:
+        assert default_index_url() == "http://stated.test/simple"
+        monkeypatch.setenv("PIP_NO_INDEX", "yes")  # pip configured with no index: nothing is stated
+        assert default_index_url() == pip_config.UNCONFIGURED
+    finally:
+        pip_config.pip_stated_default.cache_clear()

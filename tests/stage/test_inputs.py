@@ -84,7 +84,9 @@ def test_help_states_the_rule():
 
 def _no_index_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "WH_INDEX_URL")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path), "NO_COLOR": "1", "COLUMNS": "200"}
+    # PIP_NO_INDEX: pip itself would use no index, so wh asks no pip for its stated default either.
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "HOME": str(tmp_path), "NO_COLOR": "1",
+            "COLUMNS": "200"}
 
 
 def test_find_links_alone_stage_when_no_index_is_configured_anywhere(tmp_path, monkeypatch):

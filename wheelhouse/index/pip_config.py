@@ -20,7 +20,11 @@ that is where most people put their index.
 from __future__ import annotations
 
 import configparser
+import functools
 import os
+import re
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,15 +33,16 @@ from typing import Mapping, Sequence
 from wheelhouse.errors import UsageError
 
 __all__ = ["PipIndexConfig", "NoIndexConfigured", "UNCONFIGURED", "pip_config_files", "read_pip_index_config",
-           "default_index_url"]
+           "default_index_url", "pip_stated_default"]
 
-# What default_index_url() answers when nothing names an index. wh carries no built-in registry
-# address; this reserved name (RFC 2606 .invalid) never resolves, and PackageSource raises
+# What default_index_url() answers when nothing names an index and no pip states its default.
+# wh carries no built-in registry address; this reserved name (RFC 2606 .invalid) never resolves, and PackageSource raises
 # NoIndexConfigured the moment it would be asked, so the user's other mistakes (a bad
 # requirement, a missing file) are still reported first.
 UNCONFIGURED = "https://no-index-configured.invalid/simple"
 
 _SECTIONS = ("global", "install", "download")  # later overrides earlier
+_TRUE = ("1", "true", "yes", "on")  # pip's strtobool
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class PipIndexConfig:
     index_url: str | None
     extra_index_urls: tuple[str, ...] = ()
     source: str | None = None  # "PIP_INDEX_URL", a config file path, or None
+    no_index: bool = False  # PIP_NO_INDEX / no-index: pip would use no index, so no default either
 
 
 class NoIndexConfigured(UsageError):
@@ -110,19 +116,50 @@ def read_pip_index_config(env: Mapping[str, str] | None = None, prefix: str | No
     extras = values.get("extra-index-url", ("", ""))[0]
     if env.get("PIP_EXTRA_INDEX_URL"):
         extras = env["PIP_EXTRA_INDEX_URL"]
-    return PipIndexConfig(index, tuple(extras.split()), source)
+    no_index = env.get("PIP_NO_INDEX", values.get("no-index", ("", ""))[0])
+    return PipIndexConfig(index, tuple(extras.split()), source, no_index.strip().lower() in _TRUE)
 
 
 def default_index_url() -> str:
-    """The index pip would use here: PIP_INDEX_URL, else pip's configuration files, else
-    ``UNCONFIGURED`` (asking it raises NoIndexConfigured)."""
-    return read_pip_index_config().index_url or UNCONFIGURED
+    """The index pip would use here: PIP_INDEX_URL, else pip's configuration files, else (unless
+    pip is configured with no-index) the default pip itself states, else ``UNCONFIGURED`` (asking it
+    raises NoIndexConfigured)."""
+    config = read_pip_index_config()
+    if config.index_url or config.no_index:
+        return config.index_url or UNCONFIGURED
+    return pip_stated_default() or UNCONFIGURED
+
+
+@functools.lru_cache(maxsize=None)
+def pip_stated_default() -> str | None:
+    """The default index as pip's own command line states it (``pip download --help``:
+    "Base URL of the Python Package Index (default URL)"), or None without a pip.
+
+    wh carries no registry address and imports nothing of pip; the help text is pip's public
+    statement of its default, asked once, out of process, only when nothing is configured.
+    """
+    for cmd in ([sys.executable, "-m", "pip"], [shutil.which("pip3") or ""], [shutil.which("pip") or ""]):
+        if not cmd[0]:
+            continue
+        try:
+            r = subprocess.run([*cmd, "download", "--help"], capture_output=True, text=True, timeout=30,
+                               env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        except (OSError, subprocess.SubprocessError):
+            continue
+        found = _STATED_DEFAULT.search(" ".join(r.stdout.split()))
+        if r.returncode == 0 and found:
+            return found.group(1).rstrip(").,")
+    return None
+
+
+# pip's help wraps the line; it is matched on the text with whitespace collapsed.
+_STATED_DEFAULT = re.compile(r"--index-url <url> Base URL of the Python Package Index \(default (https?://\S+?)\)")
 
 
 def no_index_configured() -> NoIndexConfigured:
     return NoIndexConfigured(
         "no package index configured: no --index-url, no index-url in the manifest, "
-        "no PIP_INDEX_URL and no index-url in a pip configuration file",
+        "no PIP_INDEX_URL, no index-url in a pip configuration file, and no pip default (no pip, or no-index set)",
         hint="pass --index-url https://HOST/simple (or set PIP_INDEX_URL, or put "
              "index-url under [global] in ~/.config/pip/pip.conf)",
     )

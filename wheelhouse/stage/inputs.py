@@ -95,15 +95,17 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
     ``run``: how to run rather than what to stage (jobs, dry_run, cache_dir, bootstrap,
     lock_timeout, allow_missing_kernels), passed through to StageInputs.
     """
-    from wheelhouse.index import UNCONFIGURED, default_index_url
+    from wheelhouse.index import default_index_url, read_pip_index_config
     from wheelhouse.target import host_target
 
     m = manifest
-    main = flags.index_url or (m.index_url if m else None) or default_index_url()
+    main = flags.index_url or (m.index_url if m else None) or read_pip_index_config().index_url
     extras = _joined(m.extra_index_urls if m else (), flags.extra_index_urls)
     find_links = _joined(m.find_links if m else (), flags.find_links)
-    if main == UNCONFIGURED and (extras or find_links):
-        main = None  # no index anywhere, but other sources: those alone (as pip --no-index -f)
+    if main is None and not (extras or find_links):
+        # Nothing names a source: the default pip states (or UNCONFIGURED, which says so when asked).
+        # With other sources named, those alone are used (as pip --no-index -f).
+        main = default_index_url()
     index_urls = _joined([main] if main else [], extras)
     _check_index_urls(index_urls)
     target = flags.target or _manifest_target(m) or host_target()
