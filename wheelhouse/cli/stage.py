@@ -153,4 +153,4 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         ui.info(f"kept the engine {result.engine} that `wh build` added")
     if result.bootstrap_command:
         ui.info(f"on the box, install wh first (from {result.out}): {result.bootstrap_command}")
-    ui.info(f"then: wh install {result.out} && wh doctor")
+    ui.info(f"then: wh install {result.out} --venv /path/to/venv && wh doctor --python /path/to/venv/bin/python")
