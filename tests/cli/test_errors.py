@@ -667,16 +667,36 @@ def _bad_jit_registry(tmp_path):
     load_jit_probes({JIT_ENV: str(tmp_path / "jit.toml")})
 
 
-@pytest.mark.parametrize("call, command", [
-    (lambda tmp: _bad_recipe(), "wh build"),
-    (lambda tmp: _bad_patch_spec(), "wh patch"),
-    (_bad_jit_registry, "wh doctor"),
+def _github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (lowercase, punctuation dropped, spaces to hyphens)."""
+    import re
+
+    anchors = set()
+    for line in markdown.splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            anchors.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("call, command, page", [
+    (lambda tmp: _bad_recipe(), "wh build", "docs/manifest.md#engine-recipes"),
+    (lambda tmp: _bad_patch_spec(), "wh patch", "docs/manifest.md#patch-specs"),
+    (_bad_jit_registry, "wh doctor", "docs/doctor.md#jit-probe-registry"),
 ])
-def test_format_hints_point_at_help_and_readme_not_docs_folder(tmp_path, call, command):
-    # docs/ is not in the installed wheel: a hint must name something the user has.
+def test_format_hints_point_at_help_and_a_manual_page_that_exists(tmp_path, call, command, page):
+    # docs/ is not in the installed wheel: a hint names the command's --help (which the user has) and the
+    # manual page in wh's source repository; that page and its anchor must exist, so the hint cannot rot.
+    from pathlib import Path
+
     from wheelhouse.errors import WhError
 
     with pytest.raises(WhError) as exc:
         call(tmp_path)
-    assert f"`{command} --help`" in exc.value.hint and f"README's `{command}` section" in exc.value.hint
-    assert "docs/" not in exc.value.hint
+    hint = exc.value.hint
+    assert f"`{command} --help`" in hint and f"{page} in wh's source repository" in hint
+    assert "README" not in hint
+    path, anchor = page.split("#")
+    doc = Path(__file__).resolve().parents[2] / path
+    assert doc.is_file(), f"{path} named by the hint does not exist"
+    assert anchor in _github_anchors(doc.read_text(encoding="utf-8")), f"{path} has no heading for #{anchor}"

@@ -1,7 +1,7 @@
 """The doctor's verdicts: one CheckResult per check, a DoctorReport, JSON and JUnit renderings.
 
-Exit codes (documented in ``wh doctor --help`` and the README's ``wh doctor``
-section): 0 nothing failed; 1 at least one check failed (or errored); 2 only
+Exit codes (documented in ``wh doctor --help`` and docs/doctor.md#exit-codes in
+wh's source repository): 0 nothing failed; 1 at least one check failed (or errored); 2 only
 warnings, with ``--strict``; 3 the doctor itself could not run (raised as a
 WhError with EXIT_INTERNAL, not a report).
 """

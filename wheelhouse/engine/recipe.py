@@ -115,11 +115,11 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
     check_keys(data, {"engine"}, f"{where}recipe", error=RecipeError, noun="section")
     engine = data.get("engine")
     if not isinstance(engine, Mapping):
-        raise RecipeError(f"{where}no [engine] table", hint="see `wh build --help` and the README's `wh build` section for the recipe format")
+        raise RecipeError(f"{where}no [engine] table", hint="see `wh build --help`, and docs/manifest.md#engine-recipes in wh's source repository for the recipe format")
     _unknown(engine, _ENGINE_KEYS, f"{where}[engine]")
     for key in ("name", "repo", "commit"):
         if not isinstance(engine.get(key), str) or not engine[key]:
-            raise RecipeError(f"{where}[engine] needs {key} (a string)", hint="see `wh build --help` and the README's `wh build` section for the recipe format")
+            raise RecipeError(f"{where}[engine] needs {key} (a string)", hint="see `wh build --help`, and docs/manifest.md#engine-recipes in wh's source repository for the recipe format")
     commit = engine["commit"].strip().lower()
     if not _SHA.match(commit):
         raise RecipeError(

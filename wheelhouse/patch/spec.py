@@ -95,11 +95,11 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
     check_keys(data, {"patch"}, f"{where}patch spec", error=PatchSpecError, noun="section")
     p = data.get("patch")
     if not isinstance(p, Mapping):
-        raise PatchSpecError(f"{where}no [patch] table", hint="see `wh patch --help` and the README's `wh patch` section for the spec format")
+        raise PatchSpecError(f"{where}no [patch] table", hint="see `wh patch --help`, and docs/manifest.md#patch-specs in wh's source repository for the spec format")
     check_keys(p, _SPEC_KEYS, f"{where}[patch]", error=PatchSpecError)
     for key in ("name", "distribution", "file", "payload"):
         if not isinstance(p.get(key), str) or not p[key]:
-            raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see `wh patch --help` and the README's `wh patch` section")
+            raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see `wh patch --help`, and docs/manifest.md#patch-specs in wh's source repository for the spec format")
     if Path(p["file"]).is_absolute() or ".." in Path(p["file"]).parts:
         raise PatchSpecError(f"{where}[patch] file {p['file']!r} must be a path inside the distribution",
                              hint='e.g. file = "pkg/module.py"')

@@ -5,8 +5,8 @@ One value type (``Gpu``) for a card seen now and a card a target profile recorde
 
 Used by the doctor and by ``wh serve``'s preflight. No GPU (or no nvidia-smi)
 means an empty list, never an error. ``WH_DOCTOR_FAKE_GPUS=FILE.json`` replaces
-the query with the file's contents -- a test hook, documented in the README's
-`wh doctor` section::
+the query with the file's contents -- a test hook, documented in docs/doctor.md#test-hook-fake-gpus
+(wh's source repository)::
 
     {"driver_version": "580.159.04", "cuda_version": "13.0",
      "gpus": [{"index": 0, "name": "NVIDIA L4", "compute_capability": "8.9",

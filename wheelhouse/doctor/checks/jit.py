@@ -84,7 +84,7 @@ def _jit_probe(j: Mapping, path: Path, where: str) -> JitProbe:
     """One [[jit]] entry, every key and type checked (``script = 7`` is a clear error, not a crash)."""
     check_keys(j, _JIT_KEYS, f"{where} [[jit]]", error=JitRegistryError)
     if not j.get("id") or not j.get("script") or not j.get("distribution"):
-        raise JitRegistryError(f"{where} needs id, distribution and script", hint="see `wh doctor --help` and the README's `wh doctor` section (JIT probe registry)")
+        raise JitRegistryError(f"{where} needs id, distribution and script", hint="see `wh doctor --help`, and docs/doctor.md#jit-probe-registry in wh's source repository for the registry format")
     pid = get_value(j, "id", (str,), f"{where}.id", error=JitRegistryError)
     script = get_value(j, "script", (str,), f"{where}.script", error=JitRegistryError)
     dists = get_value(j, "distribution", (str, list), f"{where}.distribution", error=JitRegistryError)
