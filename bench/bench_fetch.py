@@ -60,7 +60,7 @@ def _run_wh(pins_file: Path, work: Path, jobs: int, index: str) -> tuple[float, 
 
 def _pip_platforms() -> list[str]:
     """Every platform tag a glibc 2.35 x86_64 interpreter accepts. pip's --platform takes the
-    tag literally (the seed's trap: manylinux_2_35 alone rejects a manylinux_2_27 wheel), so
+    tag literally (the reference deployment's trap: manylinux_2_35 alone rejects a manylinux_2_27 wheel), so
     pip is given them all, as wh computes them."""
     from wheelhouse.target import target_from_flags
 

@@ -1,6 +1,6 @@
-"""A small OpenAI-compatible engine for tests: `python tests/fake_engine.py --mode M --port P`.
+"""A small OpenAI-compatible engine for tests: `python tests/support/fake_engine.py --mode M --port P`.
 
-Stdlib only. It behaves like the engines in the seeds, on a known clock:
+Stdlib only. It behaves like the engines of the reference deployments, on a known clock:
 
 - It does not listen for ``--listen-delay`` seconds (connection refused), then answers
   /health with a body that is NOT JSON for a moment (a port that answers is not ready).

@@ -1,6 +1,6 @@
 """The environment the engine needs: pinned nvcc on PATH, CUDA_HOME, library paths.
 
-Rules (from the seed's failures): LD_LIBRARY_PATH is APPENDED to, never
+Rules (from the reference deployment's failures): LD_LIBRARY_PATH is APPENDED to, never
 clobbered -- the existing entries stay first and in order, then the system
 library folder (where the driver's ``libcuda.so.1`` lives), then the wheel lib
 folders; rank workers inherit it. No ``stubs`` folder is ever on LD_LIBRARY_PATH

@@ -1,6 +1,6 @@
 """Serve preflight: refuse a launch that cannot work, before anything starts.
 
-The seed's vLLM launch script refuses any card count but the one its layout needs and any
+The vLLM reference deployment's launch script refuses any card count but the one its layout needs and any
 card that already has more than 4 GB in use (another job holds it); the doctor's failing
 checks block too; and the manifest's pending patches are applied first, because a doctor
 rule may fail exactly on the unpatched file. Facts (the GPUs as ``target.gpu.query_gpus``
@@ -20,7 +20,7 @@ from . import ServeError
 
 __all__ = ["DEFAULT_MAX_USED_MIB", "PreflightFailed", "check_gpus", "engine_python", "run_preflight"]
 
-# seed 003: the vLLM PP5 launch script warns and exits when a card already has > 4 GB in use.
+# The vLLM reference deployment: its PP5 launch script warns and exits when a card already has > 4 GB in use.
 DEFAULT_MAX_USED_MIB = 4096
 
 
@@ -45,7 +45,7 @@ def _visible(gpus: Sequence[Gpu], visible: str | None) -> list[Gpu]:
 
 
 def check_gpus(gpus: Sequence[Gpu], *, expected: int | None, max_used_mib: int | None, visible: str | None = None) -> list[str]:
-    """Problems with the cards: a wrong count (exact, like seed 003's script) or a card already busy."""
+    """Problems with the cards: a wrong count (exact, like the vLLM reference deployment's script) or a card already busy."""
     cards = _visible(gpus, visible)
     problems = []
     if expected is not None and len(cards) != expected:

@@ -7,7 +7,7 @@
   watching only ``content`` sees an empty stream.
 - Time to first token and decode tokens/s = (n - 1) / (t_last - t_first) are measured by
   the client over the streamed tokens. An engine's own throughput log lines are not a
-  measurement (seed 000: 0.13, 5.42 and 1392.89 tok/s for the same request).
+  measurement (the reference deployment: 0.13, 5.42 and 1392.89 tok/s for the same request).
 
 Stdlib only (http.client), one chunk = one token, as engines stream one token per event.
 """

@@ -1,7 +1,7 @@
 """jit: for JIT libraries that are installed, execute something small (compile + launch).
 
-"Imports cleanly" is not "works" for a library that compiles at run time (seed
-000: flashinfer imported fine, then its tvm_ffi headers failed to compile
+"Imports cleanly" is not "works" for a library that compiles at run time (the
+reference deployment: flashinfer imported fine, then its tvm_ffi headers failed to compile
 mid-generation). The registry is data: built-in probes below, plus any listed in
 a TOML file named by ``WH_DOCTOR_JIT_PROBES`` (os.pathsep-separated), e.g.::
 
