@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -130,3 +132,16 @@ class Ui:
     def info(self, message: str) -> None:
         if not self.quiet:
             self.console.print(redact(message), markup=False, soft_wrap=True)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`kill <wh pid>` (a cancelled CI job) stops wh the way Ctrl-C does: probes and engines are stopped too."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -12,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelhouse.doctor.report import DoctorReport, render_junit
-from ._ui import check_writable, emit_json, write_output
+from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
 
 __all__ = ["doctor", "drop"]
 
@@ -38,17 +36,6 @@ def _common(fn):
     return fn
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """`kill <wh pid>` (a cancelled CI job) stops the doctor the way Ctrl-C does: its probes are killed too."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _manifest(path):
@@ -177,7 +164,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
               model=model, tp=tp, reporter=reporter)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             report = run_doctor(python, **kw)
             if fix:
                 fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
@@ -236,7 +223,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"],
                                 jobs=jobs, timeout=timeout, reporter=reporter)
         plans = plan_drops(report, include_forced=include_forced)

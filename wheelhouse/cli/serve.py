@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,7 +18,7 @@ from wheelhouse.serve.readiness import READY_MODES, auth_headers, make_probe
 from wheelhouse.serve.lint import fill_placeholders, lint_command, port_from_command, url_values
 from wheelhouse.serve.log import LogFollower
 from wheelhouse.serve.smoke import DEFAULT_PROMPT, run_smoke
-from ._ui import check_writable, emit_json
+from ._ui import check_writable, emit_json, sigterm_as_interrupt
 
 __all__ = ["serve", "stop", "smoke"]
 
@@ -48,17 +46,6 @@ class _SplitAtDashes(click.Command):
         return super().collect_usage_pieces(ctx) + ["[-- COMMAND ...]"]
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """`kill <wh pid>` stops the engine's group the same way Ctrl-C does."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _with_port(url: str, port: int) -> str:
@@ -194,7 +181,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
 
     ui.info(f"starting: {' '.join(shown)}")
     ui.info(f"log: {log}   ready when: {ready_mode} at {url}")
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             engine, proc, seconds = srv.launch(launch_spec, probe, timeout=timeout, interval=interval, grace=grace,
                                                reporter=reporter, on_tick=tick)
