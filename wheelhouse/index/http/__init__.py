@@ -259,35 +259,25 @@ class HttpClient:
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
-        try:
-            watch = self._watchdog.watch(conn, self.timeout, "headers")
-        except InterruptedError:  # aborted (Ctrl-C): no new request starts
-            conn.close()
-            raise
-        try:
-            conn.request("GET", path, headers=hdrs)
-            watch.bind()
-            return conn, conn.getresponse(), watch
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            self._watchdog.unwatch(watch)
-            if watch.expired:
-                raise _HeadersDeadline() from exc
-            if not was_idle:
+        while True:
+            try:
+                watch = self._watchdog.watch(conn, self.timeout, "headers")
+            except InterruptedError:  # aborted (Ctrl-C): no new request starts
+                conn.close()
                 raise
-        # A kept-alive connection the server had already closed: once more on a fresh one.
-        conn = self._acquire_new(key)
-        watch = self._watchdog.watch(conn, self.timeout, "headers")
-        try:
-            conn.request("GET", path, headers=hdrs)
-            watch.bind()
-            return conn, conn.getresponse(), watch
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            self._watchdog.unwatch(watch)
-            if watch.expired:
-                raise _HeadersDeadline() from exc
-            raise
+            try:
+                conn.request("GET", path, headers=hdrs)
+                watch.bind()
+                return conn, conn.getresponse(), watch
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._watchdog.unwatch(watch)
+                if watch.expired:
+                    raise _HeadersDeadline() from exc
+                if not was_idle:
+                    raise
+            # A kept-alive connection the server had already closed: once more on a fresh one.
+            conn, was_idle = self._acquire_new(key), False
 
     def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
         scheme, host, port = key
