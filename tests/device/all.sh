@@ -6,6 +6,7 @@
 #       --target manifests/targets/h200-offline.json -o .device/box-wh
 # then on the box (repo root as cwd, .device/box-wh carried along):
 #   bash tests/device/all.sh .device/box-wh
+# (carry .device/box-wh and, for the FreeToken part, a bare mirror: git clone --mirror FREETOKEN .device/freetoken.git)
 #
 # Part 0 is the user's card exactly: wh installed from the wheelhouse's bootstrap/ (no repo on
 # PYTHONPATH, no network), `wh install` into a venv that keeps the image's torch, `wh links`,
@@ -77,5 +78,14 @@ for area in install doctor build stage serve resolution; do
   say "rc=$rc in $(( $(date +%s) - start ))s"
   tail -n 25 "$ROOT/$area/run.log" >>"$SUMMARY"
 done
+# FreeToken from source (issue 10's proof): needs the carried bare mirror .device/freetoken.git.
+if [ -d .device/freetoken.git ]; then
+  say "## freetoken"
+  mkdir -p "$ROOT/freetoken"; start=$(date +%s)
+  OUT="$ROOT/freetoken" WH=/tmp/whv/bin/wh PY="$PY" timeout 400 bash tests/device/freetoken.sh .device/freetoken.git "$WH_DIR" \
+    >"$ROOT/freetoken/run.log" 2>&1
+  say "rc=$? in $(( $(date +%s) - start ))s"
+  tail -n 30 "$ROOT/freetoken/run.log" >>"$SUMMARY"
+fi
 tar czf "$FINAL/evidence.tgz" -C "$ROOT" . 2>/dev/null
 echo "done"

@@ -45,7 +45,7 @@ import json, sys
 from pathlib import Path
 from wheelhouse.errors import WhError
 from wheelhouse.doctor import run_doctor
-from wheelhouse.report import DoctorReport, render_junit
+from wheelhouse.doctor.report import DoctorReport, render_junit
 args = sys.argv[1:]
 def opt(name, default=None):
     return args[args.index(name) + 1] if name in args else default

@@ -23,7 +23,7 @@ if [ -n "${1:-}" ] && ls "$1"/bootstrap/*.whl >/dev/null 2>&1; then
   "$PY" - "$1/bootstrap" "$WORK/deps" <<'EOF' >"$OUT/bootstrap.log" 2>&1
 import sys
 from pathlib import Path
-from wheelhouse.unpack import install_wheels
+from wheelhouse.install.wheel import install_wheels
 src, dest = Path(sys.argv[1]), Path(sys.argv[2])
 wheels = [w for w in sorted(src.glob("*.whl")) if not w.name.startswith("wh-")]
 scheme = {"purelib": str(dest), "platlib": str(dest), "scripts": str(dest / "bin"), "data": str(dest / "data"),

@@ -39,7 +39,7 @@ from index_fixtures import IndexServer, _make_handler
 from wheelmaker import make_wheel
 
 from wheelhouse.errors import WhError
-from wheelhouse.http import HttpClient
+from wheelhouse.index.http import HttpClient
 from wheelhouse.index import PackageSource
 from wheelhouse.manifest import ToolchainGroup
 from wheelhouse.resolve import NoCompatibleWheel, ToolchainSkew, resolve

@@ -30,10 +30,11 @@ bad() { FAIL=1; say "FAIL $*"; }
 cat >"$WORK/drive.py" <<'EOF'
 import json, os, socket, subprocess, sys, time
 from pathlib import Path
-from wheelhouse import serve as srv, serve_preflight as pre
-from wheelhouse.gpu import query_gpus
-from wheelhouse.readiness import make_probe
-from wheelhouse.smoke import run_smoke
+from wheelhouse import serve as srv
+from wheelhouse.serve import preflight as pre
+from wheelhouse.target.gpu import query_gpus
+from wheelhouse.serve.readiness import make_probe
+from wheelhouse.serve.smoke import run_smoke
 
 out = Path(os.environ["OUT"]); py = sys.executable; res = {}
 def free_port():
