@@ -1,4 +1,4 @@
-"""`wh serve` / `wh stop` end to end against tests/fake_engine.py, plus lint and preflight.
+"""`wh serve` / `wh stop` end to end against tests/support/fake_engine.py, plus lint and preflight.
 
 Every launch runs the real CLI in a subprocess; the fake engine runs as a real process
 group with a child "rank" that inherits the listening socket, so "no process of the group

@@ -1,4 +1,4 @@
-"""`wh smoke` against tests/fake_engine.py, whose pacing is known: first token after 0.3 s, then one per 20 ms."""
+"""`wh smoke` against tests/support/fake_engine.py, whose pacing is known: first token after 0.3 s, then one per 20 ms."""
 
 from __future__ import annotations
 
