@@ -1,4 +1,4 @@
-"""What can stop `wh install`: each error has its kebab-case code and the exit code the README documents."""
+"""What can stop `wh install`: each error has its kebab-case code and the exit code docs/install.md documents."""
 
 from __future__ import annotations
 
