@@ -63,7 +63,7 @@ def test_bad_recipe_is_exit_2_with_hint(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_seed_recipe_is_pr70_with_pr243_backport():
+def test_bundled_freetoken_recipe_is_pr70_with_pr243_backport():
     r = load_recipe("freetoken-pr70")
     assert r.commit == "c066b38e1c9981c8c8adb0efb328049fe87aa8c0"
     assert {"pull/70/head", "pull/243/head"} <= set(r.refs_to_fetch())

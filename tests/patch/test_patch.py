@@ -221,7 +221,7 @@ def test_no_known_before_hash_refuses_to_guess(tmp_path, venv):
     assert installed.read_text() == ORIGINAL and not patch_dir(installed).exists()
 
 
-def test_seed_spec_documents_sm89_torch_and_skips_elsewhere(tmp_path, venv):
+def test_bundled_fp8_spec_documents_sm89_torch_and_skips_elsewhere(tmp_path, venv):
     py, _ = venv
     spec = load_patch_spec("freetoken-fp8-rowwise.toml")
     assert spec.distribution == "freetoken" and spec.file == "freetoken/kernel/triton/fp8_pertensor_linear.py"

@@ -91,7 +91,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 
     The wheelhouse holds wheels/, pylock.toml (PEP 751), a simple/ index, wh.json
     (provenance) and bootstrap/ (wh itself, for the box). On the box:
-    `wh install DIR && wh doctor`.
+    `wh install DIR --venv VENV && wh doctor --python VENV/bin/python`.
 
     \b
     Manifest and command line: lists ADD to the manifest's (requirements, -r,

@@ -293,7 +293,7 @@ def install_wheelhouses(
     started = time.monotonic()
     houses = [load_wheelhouse(p) for p in wheelhouses]
     if not houses:
-        raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH`")
+        raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH --venv VENV`")
     venv = Path(venv).absolute() if venv is not None else None
     if venv is not None and venv.exists() and not venv.is_dir():
         raise UsageError(f"--venv {venv} is a file, not a folder", hint="pass a new or empty folder, or a venv")

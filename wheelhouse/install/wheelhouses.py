@@ -102,7 +102,7 @@ def find_wheelhouses(paths: Sequence[str | Path], search_roots: Sequence[str | P
     if not found:
         raise WheelhouseNotFound(
             "no wheelhouse found" + (f" under {', '.join(map(str, search_roots))}" if search_roots else ""),
-            hint="pass it: `wh install PATH`, or search a mount: `wh install --search /mnt/data`",
+            hint="pass it: `wh install PATH --venv VENV`, or search a mount: `wh install --search /mnt/data --venv VENV`",
         )
     unique: dict[str, Path] = {}
     for p in found:
@@ -134,5 +134,5 @@ def check_unambiguous(houses: Sequence[Wheelhouse]) -> None:
     if clashes:
         raise AmbiguousWheelhouse(
             f"wheelhouses disagree on {len(clashes)} package(s): " + "; ".join(clashes[:5]),
-            hint="pass exactly the wheelhouses you mean: `wh install PATH [PATH ...]`",
+            hint="pass exactly the wheelhouses you mean: `wh install PATH [PATH ...] --venv VENV`",
         )
