@@ -64,7 +64,8 @@ def _top_of(relpath):
 
 
 def _dist_info(dist):
-    name = dist.metadata["Name"] or ""
+    meta = dist.metadata
+    name = meta["Name"] or ""
     files = []
     try:
         files = [str(f).replace("\\", "/") for f in (dist.files or [])]
@@ -104,6 +105,7 @@ def _dist_info(dist):
         "extension_top_level": ext_tops,
         "extensions": [[f, _module_of(f)] for f in ext],
         "has_record": bool(files),
+        "requires": list(meta.get_all("Requires-Dist") or []),
     }
 
 

@@ -1,10 +1,16 @@
-"""Import modules one after another and report each: ``python imports.py MOD [MOD ...]``.
+"""Import modules one after another and report each: ``python imports.py MOD[=FILE] [MOD[=FILE] ...]``.
 
 Stdlib only; run by the TARGET interpreter. Before each import it prints a
 ``start`` record, after it a ``result`` record (find_spec's answer, the error
 and its traceback), so the runner knows which module a crash or hang belongs
 to. It ends with ``os._exit`` so atexit handlers of imported modules cannot
 hang or crash a finished probe.
+
+``MOD=FILE``: MOD is the dotted name of extension module FILE. It is imported by
+that name only if that is how the package gets it: when find_spec(MOD) does not
+resolve to FILE, or the package's own import already initialised FILE as a
+module under another name (cv2's loader imports cv2/cv2.abi3.so as ``cv2``),
+the record says so (``covered``) and nothing is imported by that name.
 """
 
 import os
@@ -17,6 +23,7 @@ from _probe_channel import emit  # noqa: E402 - first: it takes this folder off 
 
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
+import types  # noqa: E402
 
 _out = os.fdopen(os.dup(1), "w")  # our channel, kept even if a module rebinds sys.stdout
 
@@ -25,9 +32,64 @@ def _emit(obj):
     emit(obj, _out)
 
 
-def _probe(name):
+def _real(path):
+    try:
+        return os.path.realpath(path)
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _file_of(obj):
+    try:
+        f = vars(obj).get("__file__")  # not getattr: a module's __getattr__ may run code
+    except Exception:  # noqa: BLE001 - sys.modules can hold anything
+        return None
+    return f if isinstance(f, str) else None
+
+
+def _initialised_from(real, top):
+    """The name of a module object made from file ``real``: in sys.modules, or an attribute of a module of
+    package ``top`` (cv2 keeps its native module as ``cv2._native``); None when there is none."""
+    base = os.path.basename(real)
+
+    def same(obj):
+        f = _file_of(obj)
+        return f is not None and os.path.basename(f) == base and _real(f) == real
+
+    for key, mod in list(sys.modules.items()):
+        if same(mod):
+            return key
+    for key, mod in list(sys.modules.items()):
+        if key == top or key.startswith(top + "."):
+            try:
+                attrs = list(vars(mod).items())
+            except Exception:  # noqa: BLE001
+                continue
+            for attr, obj in attrs:
+                if isinstance(obj, types.ModuleType) and same(obj):
+                    return "%s.%s" % (key, attr)
+    return None
+
+
+def _covered(name, spec, path):
+    """Why extension module file ``path`` is not to be imported as ``name`` (None: import it)."""
+    if name in sys.modules:
+        return None  # imported by that name already: importing it is the check
+    if spec is None:
+        return "find_spec(%r) is None: the import system never loads this file by that name" % name
+    real = _real(path)
+    if not spec.origin or _real(spec.origin) != real:
+        return "find_spec(%r) resolves to %s, not this file" % (name, spec.origin)
+    other = _initialised_from(real, name.split(".", 1)[0])
+    if other:
+        return "its package already loaded this file itself, as %s" % other
+    return None
+
+
+def _probe(name, path=None):
     rec = {"event": "result", "module": name, "ok": False, "found": None, "origin": None,
-           "error_type": None, "error": None, "traceback": None}
+           "error_type": None, "error": None, "missing": None, "traceback": None}
+    spec = None
     try:
         spec = importlib.util.find_spec(name)
         rec["found"] = spec is not None
@@ -37,6 +99,11 @@ def _probe(name):
     except BaseException as exc:  # noqa: BLE001 - find_spec itself can run package code
         rec["found"] = None
         rec["find_spec_error"] = "%s: %s" % (type(exc).__name__, exc)
+    if path is not None and "find_spec_error" not in rec:
+        covered = _covered(name, spec, path)
+        if covered:
+            rec.update(ok=True, covered=covered, seconds=0.0)
+            return rec
     t0 = time.monotonic()
     try:
         importlib.import_module(name)
@@ -44,15 +111,18 @@ def _probe(name):
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an import is a failure too
         rec["error_type"] = type(exc).__name__
         rec["error"] = str(exc)
+        if isinstance(exc, ModuleNotFoundError):
+            rec["missing"] = exc.name  # the module that is not there (not always the one asked for)
         rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
 
 
-def main(names):
-    for name in names:
+def main(args):
+    for arg in args:
+        name, sep, path = arg.partition("=")  # a dotted name never holds '='; a path may
         _emit({"event": "start", "module": name})
-        _emit(_probe(name))
+        _emit(_probe(name, path if sep else None))
     _emit({"event": "done"})
     try:
         sys.stdout.flush()

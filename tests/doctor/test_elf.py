@@ -193,3 +193,32 @@ def test_a_need_named_by_absolute_path_is_that_file(tmp_path, host_facts):
     assert f"\t{absolute} (0x" in subprocess.run(["ldd", str(lib)], capture_output=True, text=True).stdout
     absolute.unlink()
     assert find_needed(read_elf(lib), host_facts)[0].path is None
+
+
+_INITS = r"""
+int PyInit__m(void) { return 0; }
+int PyInitU_caf_dma(void) { return 0; }  /* PEP 489: a module named 'café' (punycode 'caf-dma') */
+__attribute__((visibility("hidden"))) int PyInit__hidden(void) { return 0; }
+extern int PyInit__elsewhere(void);  /* referenced, not defined here */
+int use(void) { return PyInit__elsewhere(); }
+int tail_PyInit__tail(void) { return 0; }  /* '.dynstr' may hold PyInit__tail only as this name's tail */
+"""
+
+
+@pytest.mark.parametrize("hash_style", ["gnu", "sysv", "both"])
+def test_exports_pyinit_finds_only_a_defined_visible_init_function(tmp_path, hash_style):
+    from wheelhouse.doctor.elf import exports_pyinit
+
+    src = tmp_path / "m.c"
+    src.write_text(_INITS)
+    so = tmp_path / "m.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,--hash-style={hash_style}", str(src), "-o", str(so)],
+                   check=True, capture_output=True)
+    assert exports_pyinit(so, "_m") and exports_pyinit(so, "café")
+    assert not exports_pyinit(so, "_hidden") and not exports_pyinit(so, "_elsewhere")
+    assert not exports_pyinit(so, "_tail") and not exports_pyinit(so, "m")
+    lib = gcc_lib(tmp_path / "libplain.so")  # a plain library: loaded by path, never by a module name
+    assert not exports_pyinit(lib, "libplain")
+    (tmp_path / "empty.so").write_bytes(b"")
+    with pytest.raises(BadElf):
+        exports_pyinit(tmp_path / "empty.so", "empty")

@@ -61,3 +61,18 @@ def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
     assert out["early"].ok and out["late"].ok
     assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
     assert seconds < 8 + 6  # the batch gave up on it after a short grace; only the solo run waits the timeout
+
+
+def test_a_module_file_is_imported_by_its_name_only_where_find_spec_resolves_that_name_to_it(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "pkg", "X = 1\n")
+    (root / "pkg" / "sub.py").write_text("raise ImportError('imported after all')\n")
+    (root / "pkg" / "missing_dep.py").write_text("import wh_no_such_module_xyz\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["pkg.sub", "pkg.missing_dep"], jobs=1, timeout=10, env=env,
+                         files={"pkg.sub": str(root / "pkg" / "_sub.so"),
+                                "pkg.missing_dep": str(root / "pkg" / "missing_dep.py")})
+    sub = out["pkg.sub"]  # the name resolves to another file: not imported, and said why
+    assert sub.ok and sub.covered == f"find_spec('pkg.sub') resolves to {root / 'pkg' / 'sub.py'}, not this file"
+    dep = out["pkg.missing_dep"]  # the name resolves to this file: imported, and what is missing is named
+    assert not dep.ok and dep.covered is None and dep.missing == "wh_no_such_module_xyz"

@@ -44,9 +44,14 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     needlib = _ext(build, "_ext", "WH_NEEDLIB", extra=[f"-L{build}", "-lwhgone"])
     gone.unlink()
     ok_core = _ext(build, "_core")
+    (build / "ctlib.c").write_text("int ctlib_answer(void) { return 42; }\n")  # a plain C library: no PyInit_
+    _gcc(["-shared", "-fPIC", str(build / "ctlib.c"), "-o", str(build / "ctlib.so")])
+    cvlike = _ext(build, "cvlike", "WH_ONCE")  # a second init (by another name) fails
+    tk_optional = _ext(build, "_tkagg", "WH_IMPORT=_tkinter_missing_xyz")
+    tk_required = _ext(build, "_tkagg", "WH_IMPORT=zmq_missing_xyz")
 
-    def wheel(name, modules, files):
-        return make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files)
+    def wheel(name, modules, files, requires=()):
+        return make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, requires=list(requires))
 
     return {
         # __init__ is fine; the extension it loads lazily needs a library that is not there.
@@ -65,7 +70,34 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                      "badinit/sub/__init__.py": ""}, {f"badinit/sub/_ext{SUFFIX}": ok}),
         "fine": wheel("fine", {"fine/__init__.py": "from ._core import answer\n", "fine/sub/__init__.py": ""},
                       {f"fine/_core{SUFFIX}": ok_core, f"fine/sub/_ext{SUFFIX}": ok}),
+        # A library its package loads with ctypes (torchvision._C, torchaudio's _torchaudio): not a module.
+        "ctlib": wheel("ctlib", {"ctlib/__init__.py": _CTYPES_INIT}, {"ctlib/_C.so": (build / "ctlib.so").read_bytes(),
+                                                                     "_ctroot.so": (build / "ctlib.so").read_bytes()}),
+        # cv2's loader: the package imports its extension module by path, under its own name.
+        "cvlike": wheel("cvlike", {"cvlike/__init__.py": _BY_PATH_INIT}, {f"cvlike/cvlike{SUFFIX}": cvlike}),
+        # matplotlib.backends._tkagg on an image without tkinter: a module it does not require is absent.
+        "tkopt": wheel("tkopt", {"tkopt/__init__.py": "X = 1\n", "tkopt/backends/__init__.py": ""},
+                       {f"tkopt/backends/_tkagg{SUFFIX}": tk_optional}),
+        # ... and the same when the distribution requires it: its own stack is incomplete.
+        "tkreq": wheel("tkreq", {"tkreq/__init__.py": "X = 1\n", "tkreq/backends/__init__.py": ""},
+                       {f"tkreq/backends/_tkagg{SUFFIX}": tk_required}, requires=["zmq-missing-xyz>=1"]),
     }
+
+
+_CTYPES_INIT = """import ctypes, os
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "_C.so"))
+_root = ctypes.CDLL(os.path.join(os.path.dirname(os.path.dirname(__file__)), "_ctroot.so"))
+ANSWER = _lib.ctlib_answer() + _root.ctlib_answer()
+"""
+
+_BY_PATH_INIT = """import glob, importlib.util, os, sys
+_path = glob.glob(os.path.join(os.path.dirname(__file__), "cvlike.*so"))[0]
+_spec = importlib.util.spec_from_file_location("cvlike", _path)
+_package = sys.modules["cvlike"]
+_native = importlib.util.module_from_spec(_spec)  # registers itself as sys.modules["cvlike"] ...
+sys.modules["cvlike"] = _package  # ... so, as cv2's loader does, the package is put back
+answer = _native.answer
+"""
 
 
 def _venv(tmp_path: Path, wheels: dict[str, Path], names) -> Path:
@@ -77,7 +109,8 @@ def _venv(tmp_path: Path, wheels: dict[str, Path], names) -> Path:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, wheels):
-    py = _venv(tmp_path_factory.mktemp("native"), wheels, ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine"])
+    py = _venv(tmp_path_factory.mktemp("native"), wheels,
+               ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine", "ctlib", "cvlike", "tkopt", "tkreq"])
     return run_doctor(str(py), checks=["native"], timeout=10)
 
 
@@ -115,6 +148,71 @@ def test_a_healthy_package_with_nested_extensions_loads_them_all(report):
     assert r.verdict == "ok", r.evidence
     assert set(r.data["modules"]) == {"fine", "fine._core", "fine.sub._ext"}
     assert "2 extension module(s)" in r.evidence
+
+
+def test_a_library_its_package_loads_by_path_is_link_checked_not_imported_by_name(report):
+    # torchvision._C, torchaudio.lib._torchaudio: no PyInit_, "does not define module export function" by name.
+    r = report.get("native:ctlib")
+    assert r.verdict == "ok", r.evidence
+    # _ctroot.so at the top of site-packages is no top-level module either: only a library provides that name.
+    assert r.data["modules"] == ["ctlib"] and sorted(r.data["libraries"]) == ["_ctroot.so", "ctlib/_C.so"]
+    assert "library, link-checked by sharedlibs (no PyInit_, not imported by name): " in r.evidence
+    assert "ctlib/_C.so" in r.evidence
+    assert "0 extension module(s), 2 libraries" in r.title and r.evidence.startswith("imported ctlib and loaded 0")
+
+
+def test_an_extension_its_package_loads_by_path_is_not_imported_again_by_a_dotted_name(report):
+    # cv2.cv2: cv2's loader imports cv2/cv2.abi3.so as `cv2`; `import cv2.cv2` is no name the package uses.
+    r = report.get("native:cvlike")
+    assert r.verdict == "ok", r.evidence
+    assert r.data["covered"] == [{"module": "cvlike.cvlike",
+                                  "reason": "its package already loaded this file itself, as cvlike._native"}]
+    assert "loaded by its package, not by name: cvlike.cvlike" in r.evidence
+    assert "loaded 0 extension module(s)" in r.evidence
+
+
+def test_a_module_that_needs_an_optional_module_its_distribution_does_not_require_is_a_warning(report):
+    r = report.get("native:tkopt")
+    assert r.verdict == "warn", r.evidence
+    assert "import tkopt.backends._tkagg: ModuleNotFoundError: No module named '_tkinter_missing_xyz'" in r.evidence
+    assert "does not require" in r.evidence and "drop" not in r.data
+    assert [(f["missing"], f["severity"]) for f in r.data["failures"]] == [("_tkinter_missing_xyz", "warn")]
+    # A module the distribution requires is part of its stack: absent, it is red.
+    req = report.get("native:tkreq")
+    assert req.verdict == "fail" and "No module named 'zmq_missing_xyz'" in req.evidence
+
+
+def _record_wh_install(python: Path, *names: str) -> None:
+    """What `wh install` writes last: <site>/.wh/installed.json naming what it installed there."""
+    state = site_packages(python) / ".wh" / "installed.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"wheelhouses": ["/wh"], "installed_at": "2026-01-01T00:00:00Z", "packages": {
+        n: {"version": "1.0", "filename": f"{n}-1.0.whl", "sha256": "0" * 64, "wheelhouse": "/wh"} for n in names}}))
+
+
+def test_a_lazy_extension_of_what_wh_installed_stays_a_fail_and_an_optional_module_a_warning(tmp_path, wheels):
+    py = _venv(tmp_path, wheels, ["lazylib", "tkopt"])
+    _record_wh_install(py, "lazylib", "tkopt")
+    report = run_doctor(str(py), checks=["native"], timeout=10)
+    lazylib = report.get("native:lazylib")
+    assert lazylib.verdict == "fail" and "libwhgone.so: cannot open shared object file" in lazylib.evidence
+    assert lazylib.data["installed_by_wh"] is True
+    assert report.get("native:tkopt").verdict == "warn"
+
+
+def test_a_lazy_extension_of_the_images_own_distribution_is_a_warning_its_top_level_a_fail(tmp_path, wheels):
+    # An image venv (torch's /opt/venv) seen through a .pth; wh installed other distributions into the child.
+    parent = _venv(tmp_path / "image", wheels, ["lazylib", "badinit"])
+    py = _venv(tmp_path / "child", wheels, ["fine"])
+    (site_packages(py) / "image.pth").write_text(f"{site_packages(parent)}\n")
+    _record_wh_install(py, "fine")
+    report = run_doctor(str(py), checks=["native"], timeout=10)
+    lazylib = report.get("native:lazylib")
+    assert lazylib.verdict == "warn", lazylib.evidence
+    assert "import lazylib.sub._ext: ImportError: libwhgone.so: cannot open shared object file" in lazylib.evidence
+    assert "lazylib was not installed by wh" in lazylib.evidence and lazylib.data["installed_by_wh"] is False
+    assert report.get("native:badinit").verdict == "fail"  # a top-level name that does not import: red always
+    assert report.get("native:fine").verdict == "ok"
 
 
 def test_an_architecture_variant_for_another_gpu_is_not_loaded_and_says_why(tmp_path, wheels):

@@ -57,6 +57,19 @@ PyMODINIT_FUNC CAT(PyInit_, MODNAME)(void) {
 #ifdef WH_SEGV
     *(volatile int *)0 = 1;
 #endif
+#ifdef WH_ONCE
+    static int initialised = 0;  /* as OpenCV's or a pybind11 module's types: registered once per process */
+    if (initialised++) {
+        PyErr_SetString(PyExc_ImportError, "initialised twice (already loaded under another name)");
+        return NULL;
+    }
+#endif
+#ifdef WH_IMPORT
+    PyObject *dep = PyImport_ImportModule(STR(WH_IMPORT));  /* as matplotlib's _tkagg needs tkinter */
+    if (dep == NULL)
+        return NULL;
+    Py_DECREF(dep);
+#endif
     return PyModule_Create(&mod);
 }
 """

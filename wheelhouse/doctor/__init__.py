@@ -88,6 +88,7 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
             extension_top_level=tuple(r.get("extension_top_level") or ()),
             extension_sample=tuple(r.get("extension_sample") or ()),
             extensions=tuple((str(f), str(m)) for f, m in (r.get("extensions") or ()) if f and m),
+            requires=tuple(str(x) for x in (r.get("requires") or ())),
         )
         out.setdefault(d.key, d)
     return out

@@ -3,7 +3,8 @@
 Reading is done with pyelftools and touches only the ELF header, the program
 headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to
 locate CUDA fatbin sections for :mod:`wheelhouse.doctor.fatbin`); a 1 GB
-libtorch_cuda.so costs a few reads. Results are cached by (path, size, mtime, ctime, inode),
+libtorch_cuda.so costs a few reads. :func:`exports_pyinit` reads ``.dynsym``
+(through its hash table) to tell an extension module from a library. Results are cached by (path, size, mtime, ctime, inode),
 so the link check and the kernel check read each file once per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
@@ -25,11 +26,12 @@ ELF class or machine is skipped, as the loader skips it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -47,6 +49,8 @@ __all__ = [
     "rpath_dirs",
     "FATBIN_SECTIONS",
     "is_shared_object",
+    "exports_pyinit",
+    "module_init_names",
 ]
 
 # .nv_fatbin: device code of a linked object; __nv_relfatbin: relocatable device code (nvcc -rdc).
@@ -124,40 +128,97 @@ def _stat_key(path: str) -> tuple[str, int, int, int, int]:
 
 def read_elf(path: str | os.PathLike[str]) -> ElfInfo:
     """The loader-relevant facts of ``path``; raises :class:`BadElf` for what the loader could not map."""
+    return _read_cached(_file_key(path))
+
+
+def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int]:
     p = os.fspath(path)
     try:
-        key = _stat_key(p)
+        return _stat_key(p)
     except OSError as exc:
         raise BadElf(p, exc.strerror or str(exc)) from exc
-    return _read_cached(key)
 
 
-@functools.lru_cache(maxsize=8192)
-def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
+@contextlib.contextmanager
+def _opened(key: tuple[str, int, int, int, int]) -> Iterator[ELFFile]:
+    """The ELF file of ``key``; what the loader could not map (here or while it is read) raises :class:`BadElf`."""
     path, size = key[0], key[1]
     if size == 0:
         raise BadElf(path, "empty file (0 bytes): the loader reports 'file too short'")
     try:
         with open(path, "rb") as fh:
-            elf = ELFFile(fh)
-            tags = _dynamic_tags(elf)
-            fatbins = tuple((s.name, s["sh_offset"], s["sh_size"]) for s in _sections(elf)
-                            if s.name in FATBIN_SECTIONS and s["sh_type"] != "SHT_NOBITS")
-            return ElfInfo(
-                path=path,
-                elf_class=elf.elfclass,
-                machine=str(elf["e_machine"]),
-                soname=next((v for t, v in tags if t == "DT_SONAME"), None),
-                needed=tuple(v for t, v in tags if t == "DT_NEEDED"),
-                rpath=tuple(e for t, v in tags if t == "DT_RPATH" for e in v.split(":") if e),
-                runpath=tuple(e for t, v in tags if t == "DT_RUNPATH" for e in v.split(":") if e),
-                fatbin_sections=fatbins,
-            )
+            yield ELFFile(fh)
     except OSError as exc:
         raise BadElf(path, exc.strerror or str(exc)) from exc
     except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
         # pyelftools raises ELFError for a bad magic and ELFParseError (one) for a truncated file.
         raise BadElf(path, f"not a loadable ELF file ({size} bytes): {exc}") from exc
+
+
+@functools.lru_cache(maxsize=8192)
+def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
+    path = key[0]
+    with _opened(key) as elf:
+        tags = _dynamic_tags(elf)
+        fatbins = tuple((s.name, s["sh_offset"], s["sh_size"]) for s in _sections(elf)
+                        if s.name in FATBIN_SECTIONS and s["sh_type"] != "SHT_NOBITS")
+        return ElfInfo(
+            path=path,
+            elf_class=elf.elfclass,
+            machine=str(elf["e_machine"]),
+            soname=next((v for t, v in tags if t == "DT_SONAME"), None),
+            needed=tuple(v for t, v in tags if t == "DT_NEEDED"),
+            rpath=tuple(e for t, v in tags if t == "DT_RPATH" for e in v.split(":") if e),
+            runpath=tuple(e for t, v in tags if t == "DT_RUNPATH" for e in v.split(":") if e),
+            fatbin_sections=fatbins,
+        )
+
+
+def module_init_names(leaf: str) -> tuple[str, ...]:
+    """The init function an extension module named ``leaf`` exports: ``PyInit_<leaf>``, or for a non-ASCII
+    name ``PyInitU_<punycode, '-' as '_'>`` (PEP 489, "Export Hook Name")."""
+    if leaf.isascii():
+        return (f"PyInit_{leaf}",)
+    return (f"PyInitU_{leaf.encode('punycode').decode('ascii').replace('-', '_')}",)
+
+
+def exports_pyinit(path: str | os.PathLike[str], leaf: str) -> bool:
+    """Is ``path`` a Python extension module named ``leaf``: does its dynamic symbol table export the init function?
+
+    A ``.so`` without it is a library (loaded by path: ``torch.ops.load_library``, ctypes), which
+    the import system refuses ("does not define module export function"). Only ``.dynsym`` is read
+    (the names in ``.dynstr`` first: a library without the name costs one read); cached like
+    :func:`read_elf`. Raises :class:`BadElf` for what the loader could not map.
+    """
+    return _exports_cached(_file_key(path), leaf)
+
+
+@functools.lru_cache(maxsize=8192)
+def _exports_cached(key: tuple[str, int, int, int, int], leaf: str) -> bool:
+    with _opened(key) as elf:
+        return any(_exported(sym) for name in module_init_names(leaf) for sym in _dynamic_symbols(elf, name))
+
+
+def _dynamic_symbols(elf: ELFFile, name: str) -> list:
+    """The ``.dynsym`` entries called ``name`` (through its hash table when there is one: libraries are large)."""
+    dynsym = next(iter(elf.iter_sections("SHT_DYNSYM")), None) if elf.num_sections() else None
+    if dynsym is None:  # no section headers (sstrip): the loader still finds symbols through PT_DYNAMIC
+        seg = next(iter(elf.iter_segments("PT_DYNAMIC")), None)
+        return list(seg.get_symbol_by_name(name) or ()) if seg is not None else []
+    # .dynstr may share a tail between names (ld merges suffixes): look for the name's end, not its start.
+    if (name.encode("ascii") + b"\0") not in dynsym.stringtable.data():
+        return []
+    for kind in ("SHT_GNU_HASH", "SHT_HASH"):  # each indexes .dynsym (its sh_link), as the loader looks up
+        for table in elf.iter_sections(kind):
+            sym = table.get_symbol(name)
+            return [sym] if sym is not None else []
+    return list(dynsym.get_symbol_by_name(name) or ())
+
+
+def _exported(sym) -> bool:
+    """Defined here, global or weak, visible to other objects: what dlsym (and so the import system) finds."""
+    return (sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
+            and sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"))
 
 
 def _dynamic_tags(elf: ELFFile) -> list[tuple[str, str]]:

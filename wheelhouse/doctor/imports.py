@@ -29,6 +29,8 @@ class ImportOutcome:
     origin: str | None = None
     error_type: str | None = None
     error: str | None = None
+    missing: str | None = None  # ModuleNotFoundError's name: the module that is not there
+    covered: str | None = None  # why an extension module file was not imported by its dotted name (still ok)
     traceback: str | None = None
     crash: str | None = None  # "killed by SIGSEGV (signal 11)", "timed out after 5s (killed)"
     output: str = ""  # stderr tail of the process that crashed
@@ -37,6 +39,8 @@ class ImportOutcome:
 
     @property
     def summary(self) -> str:
+        if self.covered:
+            return f"not imported by this name: {self.covered}"
         if self.ok:
             return "imported"
         if self.crash:
@@ -93,7 +97,8 @@ class _ImportRun:
             if rec is not None:
                 outcome = ImportOutcome(
                     module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
-                    error_type=rec.get("error_type"), error=rec.get("error"), traceback=rec.get("traceback"),
+                    error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
+                    covered=rec.get("covered"), traceback=rec.get("traceback"),
                     seconds=float(rec.get("seconds") or 0), isolated=isolated,
                 )
                 if outcome.ok or isolated:
@@ -121,6 +126,7 @@ def import_modules(
     env: Mapping[str, str] | None = None,
     batch_size: int = 24,
     reporter: Reporter = NullReporter(),
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
@@ -129,6 +135,11 @@ def import_modules(
     importing after :data:`BATCH_GRACE` seconds there, is re-run alone at once (so a
     hang costs one timeout, not two); modules a crash prevented from running go
     into a new batch.
+
+    ``files``: extension module -> its file. Such a module is imported by its name only when
+    find_spec resolves that name to that file and its package has not already loaded the file
+    under another name; otherwise its outcome is ok with ``covered`` saying why (its package's
+    import is what loads it).
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -140,7 +151,8 @@ def import_modules(
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
         limit = timeout if solo or len(batch) == 1 else grace
-        return batch, solo, run_probe(python, script, batch, timeout=limit, env=env, idle_timeout=True, name="imports")
+        args = [f"{m}={files[m]}" if files and m in files else m for m in batch]
+        return batch, solo, run_probe(python, script, args, timeout=limit, env=env, idle_timeout=True, name="imports")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}

@@ -14,12 +14,13 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.install.state import read_install_state
 from wheelhouse.target.gpu import GpuFacts
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile
 
-__all__ = ["DoctorContext", "Distribution", "selected"]
+__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Distribution:
     extension_top_level: tuple[str, ...]
     extension_sample: tuple[str, ...] = ()
     extensions: tuple[tuple[str, str], ...] = ()  # (path relative to location, dotted module name)
+    requires: tuple[str, ...] = ()  # Requires-Dist, as written
 
     @property
     def key(self) -> str:
@@ -84,3 +86,14 @@ def selected(check_id: str, patterns: Sequence[str]) -> bool:
     if not patterns:
         return True
     return any(check_id == p or check_id.startswith(p) or p.startswith(check_id + ":") for p in patterns)
+
+
+def installed_by_wh(ctx: DoctorContext) -> frozenset[str]:
+    """Canonical names wh's install state records in any site folder the interpreter imports from.
+
+    The stack wh vouches for. Empty when wh installed nothing here: then every distribution counts
+    as vouched for (a plain environment is judged whole).
+    """
+    sites = dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
+                           *map(str, ctx.site_dirs)])
+    return frozenset(canonicalize_name(k) for site in sites for k in read_install_state(site).get("packages", {}))

@@ -18,14 +18,11 @@ nothing, every distribution counts.
 
 from __future__ import annotations
 
-from packaging.utils import canonicalize_name
-
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.closure import Dist, unmet
-from wheelhouse.install.state import read_install_state
 from wheelhouse.target.installed import installed_distributions
 from wheelhouse.target.interpreter import inspect_interpreter
-from . import DoctorContext
+from . import DoctorContext, installed_by_wh
 
 __all__ = ["GROUP", "CHECKS", "run"]
 
@@ -52,7 +49,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     for (who, req), why in sorted(problems.items()):
         by_dist.setdefault(who, []).append((req, why))
     key_of = {d.name: k for k, d in view.items()}
-    by_wh = _installed_by_wh(ctx)
+    by_wh = installed_by_wh(ctx)
     out = []
     for who, reqs in by_dist.items():
         d, key = view[key_of[who]], key_of[who]
@@ -66,10 +63,3 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                  f"`wh install` it into {ctx.python}",
             data={"unmet": [{"requirement": req, "why": why} for req, why in reqs], "installed_by_wh": ours}))
     return out
-
-
-def _installed_by_wh(ctx: DoctorContext) -> set[str]:
-    """Canonical names wh's install state records in any site folder the interpreter imports from."""
-    sites = dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
-                           *map(str, ctx.site_dirs)])
-    return {canonicalize_name(k) for site in sites for k in read_install_state(site).get("packages", {})}

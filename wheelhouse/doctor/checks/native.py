@@ -1,8 +1,8 @@
 """native: every installed distribution that ships extension modules is loaded, in separate processes.
 
 find_spec only proves a directory exists; a present-but-unimportable native
-package suppresses the fallback written for its absence (seed 000: sgl_kernel's
-sm100 .so with an undefined torch symbol). So the verdict is the import itself:
+package suppresses the fallback written for its absence (the reference deployment:
+sgl_kernel's sm100 .so with an undefined torch symbol). So the verdict is the import itself:
 every top-level name the distribution provides (a pure-Python one that raises
 counts too), then every extension module it ships by its dotted name
 (``pkg.sub._ext``), because engines load theirs lazily on the serving path.
@@ -13,6 +13,22 @@ package never loads it on this card, so its failure would be a false red. Which
 GPU it is for comes from its own kernels (the ``.nv_fatbin`` it embeds) when it
 has any, else from the folder's name; the evidence says which. Without a GPU
 nothing says which variant a package would pick, so everything is loaded.
+
+Only a Python extension module is imported by its dotted name: a ``.so`` whose
+dynamic symbols lack ``PyInit_<name>`` is a library its package loads by path
+(``torch.ops.load_library``, ctypes, dlopen); the sharedlibs check links it, and
+the evidence lists it as such. Nor is a module imported by a name the package
+never uses for it: when find_spec does not resolve that name to that file, or
+the package's import already loaded the file under another name (cv2's loader
+imports ``cv2/cv2.abi3.so`` as ``cv2``), the top-level import is what covers it.
+
+Which failures are red: any top-level name that does not import, and any
+extension module of a distribution wh installed (``<site>/.wh/installed.json``;
+every distribution when wh installed nothing here). An extension module of the
+image's own distributions (the image's matplotlib lacking tkinter), or one that
+fails only because a Python module its distribution does not require is absent
+(``No module named '_tkinter'``), is a warning with the same evidence. A missing
+shared library, an undefined symbol or a truncated file of the stack is red.
 """
 
 from __future__ import annotations
@@ -20,15 +36,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from wheelhouse.doctor.elf import BadElf, exports_pyinit
 from wheelhouse.doctor.fatbin import device_code, sm_number
 from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.gpu import Gpu
-from . import DoctorContext, Distribution
+from . import DoctorContext, Distribution, installed_by_wh
 
-__all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "variant_for_other_gpu", "load_plan"]
+__all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
+           "is_extension_module", "load_plan"]
 
 GROUP = "native"
 CHECKS = {"native:<distribution>": "every top-level name and every extension module of the distribution loads "
@@ -82,25 +103,81 @@ def variant_for_other_gpu(module: str, path: str | Path, relpath: str, gpus: Seq
     return NotLoaded(module, str(path), f"built for sm_{arch}; {_gpus_here(usable)}", "its folder name")
 
 
-def load_plan(ctx: DoctorContext, d: Distribution) -> tuple[list[str], list[NotLoaded]]:
+@dataclass(frozen=True)
+class LoadPlan:
+    """What to load of one distribution, and what is deliberately not loaded by name."""
+
+    modules: tuple[str, ...]  # top-level names (and manifest-named modules), then extension modules
+    files: dict[str, str]  # extension module -> its file: imported by that name only if that is how it is found
+    skipped: tuple[NotLoaded, ...] = ()
+    libraries: tuple[str, ...] = ()  # .so files without PyInit_ (RECORD paths): loaded by path, link-checked
+
+
+def is_extension_module(path: str | Path) -> bool:
+    """Does ``path`` export the init function of the module its file name names (``_C`` for ``_C.abi3.so``)?
+
+    A file the loader cannot map counts as a module: importing it shows the real error.
+    """
+    try:
+        return exports_pyinit(path, Path(path).name.split(".", 1)[0])
+    except BadElf:
+        return True
+
+
+def load_plan(ctx: DoctorContext, d: Distribution) -> LoadPlan:
     """What to load for ``d``: its top-level names (and manifest-named modules), then its extension modules."""
     named = [r.module for r in (ctx.manifest.drops if ctx.manifest else ())
              if r.module and r.distribution.lower().replace("_", "-") == d.key]
-    modules = list(dict.fromkeys([*d.import_names, *named]))
+    location = Path(d.location or "")
+    libraries = [rel for rel, _ in d.extensions if not is_extension_module(location / rel)]
+    # A top-level name that only a library at the top provides (no package folder, no .py) is no module.
+    at_top = {m: rel for rel, m in d.extensions if "/" not in rel}
+    library_names = {m for m, rel in at_top.items() if rel in libraries
+                     and not any(r not in libraries for r, n in d.extensions if n == m)
+                     and not (location / m).is_dir() and not (location / f"{m}.py").is_file()}
+    modules = [n for n in dict.fromkeys([*d.import_names, *named]) if n not in library_names]
     skipped: list[NotLoaded] = []
+    files: dict[str, str] = {}
     for relpath, module in d.extensions:
-        if module in modules or not all(p.isidentifier() for p in module.split(".")):
+        if relpath in libraries or module in modules or not all(p.isidentifier() for p in module.split(".")):
             continue
-        variant = variant_for_other_gpu(module, Path(d.location or "") / relpath, relpath, ctx.gpu.gpus,
-                                        ctx.gpu.cuda_version)
+        variant = variant_for_other_gpu(module, location / relpath, relpath, ctx.gpu.gpus, ctx.gpu.cuda_version)
         if variant is not None:
             skipped.append(variant)
         else:
             modules.append(module)
-    return modules, skipped
+            files[module] = str(location / relpath)
+    return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries))
 
 
-def _failure_lines(bad: list[ImportOutcome], unloaded: list[str]) -> list[str]:
+def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
+    """Is module ``missing`` the distribution's own, or one a requirement of it provides?"""
+    top = missing.split(".", 1)[0]
+    if top in d.import_names:
+        return True
+    wanted = set()
+    for text in d.requires:
+        try:
+            wanted.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    providers = {k for k, other in installed.items() if top in other.import_names}
+    return canonicalize_name(top) in wanted or bool(providers & wanted)
+
+
+def _warning(d: Distribution, o: ImportOutcome, installed: Mapping[str, Distribution], vouched: bool) -> str | None:
+    """Why the failure of extension module ``o`` is only a warning; None: it is a fail."""
+    if "." not in o.module or o.module in d.import_names:
+        return None  # a top-level name that does not import is red whoever installed it
+    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed):
+        return (f"only {o.module} needs {o.missing}, which is not installed and which {d.name} does not require "
+                f"(an optional module)")
+    if not vouched:
+        return f"{d.name} was not installed by wh (it was in this environment before); a lazily loaded module"
+    return None
+
+
+def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], warnings: dict[str, str]) -> list[str]:
     """One paragraph per failed module, then the extension modules whose top-level package did not import."""
     parts = []
     for o in bad:
@@ -110,7 +187,8 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str]) -> list[str]:
         elif o.found is False:
             line += f" -- find_spec({o.module!r}) is None"
         detail = o.traceback or o.output
-        parts.append(line + ("\n" + detail.rstrip() if detail else ""))
+        why = warnings.get(o.module)
+        parts.append(line + ("\n" + detail.rstrip() if detail else "") + (f"\na warning: {why}" if why else ""))
     by_top: dict[str, list[str]] = {}
     for m in unloaded:
         by_top.setdefault(m.split(".", 1)[0], []).append(m)
@@ -118,37 +196,60 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str]) -> list[str]:
     return parts
 
 
-def _verdict(d: Distribution, mods: list[str], skipped: list[NotLoaded],
-             outcomes: dict[str, ImportOutcome]) -> CheckResult:
+def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome]) -> list[str]:
+    """Evidence for what was deliberately not imported by its dotted name."""
+    out = [f"not loaded: {s.module} ({s.reason}; decided by {s.decided_by})" for s in plan.skipped]
+    out += [f"loaded by its package, not by name: {o.module} ({o.covered})" for o in covered]
+    if plan.libraries:
+        out.append("library, link-checked by sharedlibs (no PyInit_, not imported by name): "
+                   + ", ".join(plan.libraries))
+    return out
+
+
+def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], vouched: bool = True,
+             installed: Mapping[str, Distribution] | None = None) -> CheckResult:
+    """``vouched``: wh installed ``d`` (or nothing here); ``installed``: every distribution, by canonical name."""
     cid = f"native:{d.key}"
-    title = f"{d.name} {d.version} loads ({d.extension_modules} extension module(s))"
+    mods = list(plan.modules)
+    nlib = len(plan.libraries)
+    title = f"{d.name} {d.version} loads ({d.extension_modules - nlib} extension module(s)" + (
+        f", {nlib} librar{'y' if nlib == 1 else 'ies'})" if nlib else ")")
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
     unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
+    covered = [outcomes[m] for m in mods if m in outcomes and outcomes[m].covered]
     seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
-    tops = list(d.import_names)
-    exts = [m for m in mods if m not in tops]
-    not_loaded = "; ".join(f"not loaded: {s.module} ({s.reason}; decided by {s.decided_by})" for s in skipped)
-    data = {"modules": mods, "not_loaded": [s.to_json() for s in skipped]}
+    tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
+    exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
+    notes = _not_by_name(plan, covered)
+    data = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
+            "covered": [{"module": o.module, "reason": o.covered} for o in covered], "installed_by_wh": vouched}
     if not mods:
-        return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD", data=data)
+        return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD"
+                           + "".join(f"; {n}" for n in notes), data=data)
     if not bad and not unloaded:
         ev = (f"imported {', '.join(tops) or 'nothing at top level'} and loaded {len(exts)} extension module(s) "
-              "in separate processes" + (f"; {not_loaded}" if not_loaded else ""))
+              "in separate processes" + "".join(f"; {n}" for n in notes))
         return CheckResult(cid, title, "ok", ev, data=data, seconds=seconds)
-    if any("." not in o.module for o in bad) or not bad:  # not bad: another distribution's package failed
+    warnings = {o.module: w for o in bad if (w := _warning(d, o, installed or {}, vouched))}
+    failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
+                 "missing": o.missing, "crash": o.crash, "severity": "warn" if o.module in warnings else "fail",
+                 **({"warning": warnings[o.module]} if o.module in warnings else {})} for o in bad]
+    evidence = "\n".join(_failure_lines(bad, unloaded, warnings) + notes)
+    red = [o for o in bad if o.module not in warnings]
+    if not red and not unloaded:
+        return CheckResult(cid, title, "warn", evidence,
+                           hint=f"only code that uses {', '.join(warnings)} is affected; install what it needs "
+                                f"(or rebuild the image) if the engine takes that path",
+                           data={**data, "failures": failures}, seconds=seconds)
+    if any("." not in o.module for o in red) or not red:  # not red: another distribution's package failed
         reason = "import failed"
     else:
-        reason = f"extension module {bad[0].module} failed to load"
+        reason = f"extension module {red[0].module} failed to load"
     drop = {"distribution": d.name, "version": d.version, "modules": tops, "reason": reason}
-    evidence = "\n".join(_failure_lines(bad, unloaded) + ([not_loaded] if not_loaded else []))
     return CheckResult(cid, title, "fail", evidence,
                        hint=f"`wh drop` uninstalls {d.name} so code that checks find_spec falls back cleanly "
                             f"(`wh drop --restore {d.key}` brings it back)",
-                       fix=f"wh drop {d.key}",
-                       data={**data, "drop": drop,
-                             "failures": [{"module": o.module, "found": o.found, "error_type": o.error_type,
-                                           "error": o.error, "crash": o.crash} for o in bad]},
-                       seconds=seconds)
+                       fix=f"wh drop {d.key}", data={**data, "drop": drop, "failures": failures}, seconds=seconds)
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
@@ -156,18 +257,20 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     if not dists:
         return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
-    plan = {d.key: load_plan(ctx, d) for d in dists}
-    modules = [m for mods, _ in plan.values() for m in mods]
+    plans = {d.key: load_plan(ctx, d) for d in dists}
+    modules = [m for p in plans.values() for m in p.modules]
+    files = {m: f for p in plans.values() for m, f in p.files.items()}
     # Top-level names first: an extension module under one that fails (or hangs) fails the same way, so it is
     # not loaded at all (a hang then costs one timeout, not one per module under it).
-    outcomes = _load([m for m in modules if "." not in m], ctx)
+    outcomes = _load([m for m in modules if "." not in m], ctx, files)
     failed = {m for m, o in outcomes.items() if not o.ok}
-    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed], ctx))
-    return [_verdict(d, *plan[d.key], outcomes) for d in dists]
+    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed], ctx, files))
+    by_wh = installed_by_wh(ctx)
+    return [_verdict(d, plans[d.key], outcomes, not by_wh or d.key in by_wh, ctx.distributions) for d in dists]
 
 
-def _load(modules: list[str], ctx: DoctorContext) -> dict[str, ImportOutcome]:
+def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str]) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                          reporter=ctx.reporter)
+                          reporter=ctx.reporter, files=files)
