@@ -10,7 +10,9 @@ hang or crash a finished probe.
 that name only if that is how the package gets it: when find_spec(MOD) does not
 resolve to FILE, or the package's own import already initialised FILE as a
 module under another name (cv2's loader imports cv2/cv2.abi3.so as ``cv2``),
-the record says so (``covered``) and nothing is imported by that name.
+the record says so (``covered``) and nothing is imported by that name. A module
+that fails only as a circular import back into itself is imported again through
+the sibling module the cycle runs through (``via``), as its package does.
 """
 
 import os
@@ -109,13 +111,44 @@ def _probe(name, path=None):
         importlib.import_module(name)
         rec["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an import is a failure too
-        rec["error_type"] = type(exc).__name__
-        rec["error"] = str(exc)
-        if isinstance(exc, ModuleNotFoundError):
-            rec["missing"] = exc.name  # the module that is not there (not always the one asked for)
-        rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        via = _cycle_entry(name, spec, exc)
+        if via is not None and _import_through(via, name):
+            rec.update(ok=True, via=via)
+        else:
+            rec["error_type"] = type(exc).__name__
+            rec["error"] = str(exc)
+            if isinstance(exc, ModuleNotFoundError):
+                rec["missing"] = exc.name  # the module that is not there (not always the one asked for)
+            rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
+
+
+def _cycle_entry(name, spec, exc):
+    """The sibling module through which ``name`` is meant to be imported, when importing ``name`` first failed
+    only as a circular import back into it (scipy.linalg._matfuncs_sqrtm_triu imports _matfuncs_sqrtm, which
+    imports it: entered from _matfuncs_sqrtm it loads); None otherwise."""
+    if type(exc) is not ImportError or spec is None or not spec.origin:  # not ModuleNotFoundError either
+        return None
+    if "partially initialized module '%s'" % name not in str(exc) or "." not in name:
+        return None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    folder, base = os.path.split(where)
+    stem = base[:-3] if base.endswith(".py") else ""
+    if not stem.isidentifier() or stem == "__init__" or _real(folder) != _real(os.path.dirname(spec.origin)):
+        return None
+    return "%s.%s" % (name.rsplit(".", 1)[0], stem)
+
+
+def _import_through(via, name):
+    try:
+        importlib.import_module(via)
+    except BaseException:  # noqa: BLE001 - the first failure stays the verdict
+        return False
+    return name in sys.modules
 
 
 def main(args):

@@ -76,3 +76,19 @@ def test_a_module_file_is_imported_by_its_name_only_where_find_spec_resolves_tha
     assert sub.ok and sub.covered == f"find_spec('pkg.sub') resolves to {root / 'pkg' / 'sub.py'}, not this file"
     dep = out["pkg.missing_dep"]  # the name resolves to this file: imported, and what is missing is named
     assert not dep.ok and dep.covered is None and dep.missing == "wh_no_such_module_xyz"
+
+
+def test_a_module_entered_first_in_a_circular_import_is_imported_through_its_sibling(tmp_path):
+    # scipy.linalg._matfuncs_sqrtm_triu imports _matfuncs_sqrtm, which imports it back: first, it fails.
+    root = tmp_path / "mods"
+    _pkg(root, "cyc", "")
+    (root / "cyc" / "_m.py").write_text("class SqrtmError(Exception):\n    pass\nfrom ._x import within_block_loop\n")
+    (root / "cyc" / "_x.py").write_text("from ._m import SqrtmError\ndef within_block_loop():\n    return SqrtmError\n")
+    # A cycle that fails from either end stays a failure.
+    (root / "cyc" / "_p.py").write_text("from ._q import B\nA = 1\n")
+    (root / "cyc" / "_q.py").write_text("from ._p import A\nB = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["cyc._x", "cyc._p"], jobs=1, timeout=10, env=env)
+    assert out["cyc._x"].ok and out["cyc._x"].via == "cyc._m"
+    p = out["cyc._p"]
+    assert not p.ok and p.via is None and "partially initialized module 'cyc._p'" in p.error

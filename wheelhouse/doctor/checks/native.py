@@ -21,6 +21,9 @@ the evidence lists it as such. Nor is a module imported by a name the package
 never uses for it: when find_spec does not resolve that name to that file, or
 the package's import already loaded the file under another name (cv2's loader
 imports ``cv2/cv2.abi3.so`` as ``cv2``), the top-level import is what covers it.
+A module that, imported first, is a circular import back into itself is loaded
+through the sibling the cycle runs through (``scipy.linalg._matfuncs_sqrtm_triu``
+through ``_matfuncs_sqrtm``), as its package loads it; the evidence names it.
 
 Which failures are red: any top-level name that does not import, and any
 extension module of a distribution wh installed (``<site>/.wh/installed.json``;
@@ -196,10 +199,12 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], warnings: dict
     return parts
 
 
-def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome]) -> list[str]:
+def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[ImportOutcome]) -> list[str]:
     """Evidence for what was deliberately not imported by its dotted name."""
     out = [f"not loaded: {s.module} ({s.reason}; decided by {s.decided_by})" for s in plan.skipped]
     out += [f"loaded by its package, not by name: {o.module} ({o.covered})" for o in covered]
+    out += [f"loaded through {o.via}: {o.module} (imported first, it is a circular import back into itself)"
+            for o in through]
     if plan.libraries:
         out.append("library, link-checked by sharedlibs (no PyInit_, not imported by name): "
                    + ", ".join(plan.libraries))
@@ -220,9 +225,10 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
     tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
     exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
-    notes = _not_by_name(plan, covered)
+    notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
     data = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
-            "covered": [{"module": o.module, "reason": o.covered} for o in covered], "installed_by_wh": vouched}
+            "covered": [{"module": o.module, "reason": o.covered} for o in covered], "installed_by_wh": vouched,
+            "through": {m: outcomes[m].via for m in mods if m in outcomes and outcomes[m].via}}
     if not mods:
         return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD"
                            + "".join(f"; {n}" for n in notes), data=data)
