@@ -395,6 +395,10 @@ def test_build_lists_missing_requirements_and_changes_nothing_unless_allowed(tmp
     proc = wh("build", recipe, "-o", fresh, "--python", build_py, "--cache-dir", cache, env={"COLUMNS": "300"})
     assert proc.returncode == 1 and "toydep>=1.0" in proc.stderr
     assert not (fresh / "wh.json").exists() and not list(fresh.glob("wheels/*"))
+    # ... and the same command told to accept it builds into that folder (only wh's log was left there).
+    proc = wh("build", recipe, "-o", fresh, "--python", build_py, "--cache-dir", cache, "--allow-incomplete")
+    assert proc.returncode == 0, proc.stderr
+    assert read_wh_json(fresh)["engine"]["incomplete"] == ["toydep>=1.0"]
 
     proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, "--allow-incomplete", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -87,3 +87,16 @@ def test_a_journal_never_reaches_outside_the_wheelhouse(tmp_path):
     recover_journals(root)
     assert outside.read_text() == "precious"
     assert not (root / "pylock.toml").exists()  # an index file it names is put back as it was: absent
+
+
+def test_rollback_removes_the_folders_a_created_file_added(tmp_path):
+    """A failed `wh build` into a new folder leaves no empty wheels/ behind (the next run took it for user data)."""
+    (tmp_path / "logs").mkdir()
+    journal = UndoJournal(tmp_path, ["pylock.toml", "wh.json", "simple"])
+    target = tmp_path / "wheels" / "sub" / "x.whl"
+    journal.created(target)
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"x")
+    journal.created(tmp_path / "logs" / "build.log")  # an existing folder is not the change's to remove
+    journal.rollback()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]

@@ -4,7 +4,7 @@
 place. Before it changes anything, ``UndoJournal`` copies the index files (pylock.toml,
 wh.json, simple/) into ``<wheelhouse>/.wh-undo-<id>/`` and writes ``journal.json``; every file
 the change is about to create is added to the journal first. ``rollback()`` puts the index files
-back and removes exactly the created files; ``commit()`` drops the journal. A journal found by
+back and removes exactly the created files (and the folders their creation added, once empty); ``commit()`` drops the journal. A journal found by
 ``recover_journals`` (run under the wheelhouse's lock, so its writer is gone) is rolled back.
 """
 
@@ -49,8 +49,11 @@ class UndoJournal:
         self._write()  # from here on, a kill is undone by the next run
 
     def created(self, path: Path) -> None:
-        """Record ``path`` (inside the wheelhouse) BEFORE it is created."""
-        self.made.append(Path(path).relative_to(self.root).as_posix())
+        """Record ``path`` (inside the wheelhouse) BEFORE it is created, with the folders that creating
+        it will add (``"wheels/"``): a rollback removes those too when they are empty again."""
+        rel = Path(path).relative_to(self.root)
+        new_dirs = [p for p in reversed(rel.parents) if p.parts and not (self.root / p).is_dir()]
+        self.made.extend([*(f"{d.as_posix()}/" for d in new_dirs), rel.as_posix()])
         self._write()
 
     def replacing(self, path: Path) -> None:
@@ -102,12 +105,18 @@ def _rollback(root: Path, saved: Path, index: Sequence[str], had: Sequence[str],
         if rel in had:
             os.replace(saved / rel, cur)
     for rel in made:
-        if not _inside(root, rel):
+        if rel.endswith("/") or not _inside(root, rel):
             continue
         try:
             (root / rel).unlink()
         except FileNotFoundError:
             pass
+    for rel in reversed(made):  # the folders the change added, deepest first, once empty again
+        if rel.endswith("/") and _inside(root, rel.rstrip("/")):
+            try:
+                (root / rel).rmdir()
+            except OSError:
+                pass
     for rel in kept:
         if _inside(root, rel) and (saved / "files" / rel).is_file():
             os.replace(saved / "files" / rel, root / rel)
