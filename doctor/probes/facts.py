@@ -79,14 +79,18 @@ def _dist_info(dist):
         text = None
     if text:
         tops = [t.strip().replace("/", ".") for t in text.splitlines() if t.strip()]
-    if not tops:
-        seen = []
-        for f in files:
-            if f.startswith("..") or ".dist-info/" in f or ".data/" in f.split("/", 1)[0] + "/":
-                continue
-            top = _top_of(f)
-            if top and top != "__pycache__" and top not in seen:
-                seen.append(top)
+    seen = []  # the names the distribution's files provide
+    for f in files:
+        if f.startswith("..") or ".dist-info/" in f or ".data/" in f.split("/", 1)[0] + "/":
+            continue
+        top = _top_of(f)
+        if top and top != "__pycache__" and top not in seen:
+            seen.append(top)
+    if files:
+        # top_level.txt can be stale (xxhash lists `_xxhash`, which moved into xxhash/): a name with no
+        # file behind it is not a name this distribution provides.
+        tops = [t for t in tops if t.split(".", 1)[0] in seen] or seen
+    elif not tops:
         tops = seen
     ext_tops = []
     for f in ext:

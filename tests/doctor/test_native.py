@@ -78,6 +78,10 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         # matplotlib.backends._tkagg on an image without tkinter: a module it does not require is absent.
         "tkopt": wheel("tkopt", {"tkopt/__init__.py": "X = 1\n", "tkopt/backends/__init__.py": ""},
                        {f"tkopt/backends/_tkagg{SUFFIX}": tk_optional}),
+        # xxhash's top_level.txt names `_xxhash`, a module that no longer exists at the top (it moved into
+        # xxhash/): the names a distribution provides are the ones its files provide.
+        "stale": wheel("stale", {"stale/__init__.py": "from ._core import answer\n"},
+                       {f"stale/_core{SUFFIX}": ok_core, "stale-1.0.dist-info/top_level.txt": "stale\n_stale\n"}),
         # ... and the same when the distribution requires it: its own stack is incomplete.
         "tkreq": wheel("tkreq", {"tkreq/__init__.py": "X = 1\n", "tkreq/backends/__init__.py": ""},
                        {f"tkreq/backends/_tkagg{SUFFIX}": tk_required}, requires=["zmq-missing-xyz>=1"]),
@@ -110,7 +114,8 @@ def _venv(tmp_path: Path, wheels: dict[str, Path], names) -> Path:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, wheels):
     py = _venv(tmp_path_factory.mktemp("native"), wheels,
-               ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine", "ctlib", "cvlike", "tkopt", "tkreq"])
+               ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine", "ctlib", "cvlike", "tkopt", "tkreq",
+                "stale"])
     return run_doctor(str(py), checks=["native"], timeout=10)
 
 
@@ -141,6 +146,12 @@ def test_extensions_under_a_top_level_name_that_fails_are_named_not_loaded_again
     assert r.evidence.splitlines()[0].startswith("import badinit: RuntimeError: badinit refuses")
     assert r.evidence.splitlines()[-1] == "not loaded, as badinit does not import: badinit.sub._ext"
     assert [f["module"] for f in r.data["failures"]] == ["badinit"]
+
+
+def test_a_stale_top_level_txt_name_with_no_file_behind_it_is_not_imported(report):
+    r = {x.id: x for x in report.results}["native:stale"]
+    assert r.verdict == "ok", r.evidence
+    assert "_stale" not in r.evidence
 
 
 def test_a_healthy_package_with_nested_extensions_loads_them_all(report):
