@@ -68,6 +68,9 @@ for r in res:
         print(f"  {r.get('verdict'):5} {r.get('id')}: {str(r.get('evidence'))[:150]}")
 PYEOF
 
+# The area scripts drive wh from this checkout; its dependencies (pyelftools, certifi, ... that the
+# image lacks) come from the bootstrapped wh's environment.
+export WH_BOX_DEPS=$(/tmp/whv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" 2>/dev/null)
 for area in install doctor build stage serve resolution; do
   say "## $area"
   mkdir -p "$ROOT/$area"

@@ -35,7 +35,7 @@ say "box: $("$PY" -c 'import sys; print(sys.version.split()[0])'), image lib $IM
 
 # --- wh's own deps: importable already, or from a wheelhouse's bootstrap/, or pip's vendored copies.
 DEPS="$WORK/deps"; mkdir -p "$DEPS"
-export PYTHONPATH="$REPO:$DEPS"
+export PYTHONPATH="$REPO:$DEPS${WH_BOX_DEPS:+:$WH_BOX_DEPS}"
 if ! "$PY" -c "import packaging.tags, pyproject_hooks" 2>/dev/null; then
   if [ -n "${1:-}" ] && [ -d "$1/bootstrap" ]; then
     "$PY" -m pip install -q --no-index --find-links "$1/bootstrap" --target "$DEPS" packaging pyproject_hooks click rich >"$OUT/deps.log" 2>&1

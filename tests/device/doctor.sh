@@ -30,7 +30,7 @@ IMG_LIB="$IMG_SITE/nvidia/cu13/lib"
 
 # --- wh's own deps: importable already, or pip's vendored copies (packaging, rich). -----------------
 DEPS="$WORK/deps"; mkdir -p "$DEPS"
-export PYTHONPATH="$REPO:$DEPS"
+export PYTHONPATH="$REPO:$DEPS${WH_BOX_DEPS:+:$WH_BOX_DEPS}"
 VENDOR=$("$PY" -c "import os, pip; print(os.path.join(os.path.dirname(pip.__file__), '_vendor'))" 2>/dev/null)
 for m in packaging rich pygments; do
   "$PY" -c "import $m" 2>/dev/null || { [ -n "$VENDOR" ] && [ -d "$VENDOR/$m" ] && ln -s "$VENDOR/$m" "$DEPS/$m"; }

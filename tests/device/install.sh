@@ -18,7 +18,7 @@ say() { SUMMARY+=("$*"); echo "== $*" >&2; }
 
 # --- wh itself on the box: the repo on PYTHONPATH; its dependencies from the wheelhouse's bootstrap/
 # (unpacked with wh's own stdlib-only unpacker, so neither pip nor a network is needed), else the image's.
-export PYTHONPATH="$REPO"
+export PYTHONPATH="$REPO${WH_BOX_DEPS:+:$WH_BOX_DEPS}"
 if [ -n "${1:-}" ] && ls "$1"/bootstrap/*.whl >/dev/null 2>&1; then
   "$PY" - "$1/bootstrap" "$WORK/deps" <<'EOF' >"$OUT/bootstrap.log" 2>&1
 import sys
@@ -31,7 +31,7 @@ scheme = {"purelib": str(dest), "platlib": str(dest), "scripts": str(dest / "bin
 done = install_wheels(wheels, scheme, sys.executable)
 print("bootstrap deps:", ", ".join(f"{d.name} {d.version}" for d in done))
 EOF
-  export PYTHONPATH="$REPO:$WORK/deps"
+  export PYTHONPATH="$REPO:$WORK/deps${WH_BOX_DEPS:+:$WH_BOX_DEPS}"
 fi
 WH=("$PY" -m wheelhouse)
 "${WH[@]}" --version >&2 || { echo "wh does not start with $PY (missing click/rich/packaging?)"; exit 1; }

@@ -23,7 +23,7 @@ REPO=$PWD
 
 # wh's deps for the resolver: packaging + resolvelib, importable already or pip's vendored copies.
 DEPS="$WORK/deps"; mkdir -p "$DEPS"
-export PYTHONPATH="$REPO:$REPO/tests/support:$DEPS"
+export PYTHONPATH="$REPO:$REPO/tests/support:$DEPS${WH_BOX_DEPS:+:$WH_BOX_DEPS}"
 VENDOR=$("$PY" -c "import os, pip; print(os.path.join(os.path.dirname(pip.__file__), '_vendor'))" 2>/dev/null)
 for m in packaging resolvelib; do
   "$PY" -c "import $m" 2>/dev/null || { [ -n "$VENDOR" ] && [ -d "$VENDOR/$m" ] && ln -s "$VENDOR/$m" "$DEPS/$m"; }

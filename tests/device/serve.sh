@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/wh-serve-device-out}
 mkdir -p "$OUT"
 REPO=$PWD
 WORK=$(mktemp -d /tmp/wh-serve-dev.XXXX)
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$REPO${WH_BOX_DEPS:+:$WH_BOX_DEPS}${PYTHONPATH:+:$PYTHONPATH}"
 export WH_STATE_DIR="$WORK/state"
 export RANK_MIB=${RANK_MIB:-6144}   # GPU memory the fake rank holds (0: none, for a dry run without a GPU)
 declare -a SUMMARY=()
