@@ -97,13 +97,13 @@ print("summary:", dict(Counter(r.get("verdict") for r in res)))
 for r in res:
     i = r.get("id", "")
     if i.startswith(("native:freetoken", "deps", "kernels", "sharedlibs")) or r.get("verdict") in ("fail", "error"):
-        print(f"{r.get('verdict'):5} {i}: {str(r.get('evidence'))[:400]}")
+        print(f"{r.get('verdict'):5} {i}: {str(r.get('evidence'))[:1500]}")
 PYEOF
   cat "$OUT/doctor-summary.txt" >&2
   grep -q "_pinned_tensor" "$OUT/doctor-summary.txt" && grep -q "_cpu_moe" "$OUT/doctor-summary.txt" \
     && say "PASS 3a native:freetoken names _pinned_tensor and _cpu_moe: $(grep 'native:freetoken' "$OUT/doctor-summary.txt" | head -1 | cut -c1-200)" \
     || bad "3a native:freetoken does not list both extension modules"
-  grep -E "^fail +deps" "$OUT/doctor-summary.txt" | grep -q "pyzmq" \
+  grep -A20 -E "^fail +deps:freetoken" "$OUT/doctor-summary.txt" | grep -q "pyzmq" \
     && say "PASS 3b deps fails naming the missing requirements: $(grep -E '^fail +deps' "$OUT/doctor-summary.txt" | head -1 | cut -c1-300)" \
     || bad "3b no deps failure naming pyzmq"
   grep -E "^ok +kernels" "$OUT/doctor-summary.txt" | grep -qE "torch|triton" \

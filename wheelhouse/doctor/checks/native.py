@@ -54,6 +54,8 @@ from . import DoctorContext, Distribution, installed_by_wh
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
            "is_extension_module", "load_plan"]
 
+_SHOWN = 6  # extension modules named in an ok verdict; the JSON data lists every one
+
 GROUP = "native"
 CHECKS = {"native:<distribution>": "every top-level name and every extension module of the distribution loads "
                                    "(executed, batched, each failure confirmed in a process of its own)"}
@@ -233,8 +235,9 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
         return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD"
                            + "".join(f"; {n}" for n in notes), data=data)
     if not bad and not unloaded:
+        shown = ", ".join(exts[:_SHOWN]) + (f", and {len(exts) - _SHOWN} more" if len(exts) > _SHOWN else "")
         ev = (f"imported {', '.join(tops) or 'nothing at top level'} and loaded {len(exts)} extension module(s) "
-              "in separate processes" + "".join(f"; {n}" for n in notes))
+              f"in separate processes{': ' + shown if exts else ''}" + "".join(f"; {n}" for n in notes))
         return CheckResult(cid, title, "ok", ev, data=data, seconds=seconds)
     warnings = {o.module: w for o in bad if (w := _warning(d, o, installed or {}, vouched))}
     failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
