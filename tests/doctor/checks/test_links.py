@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ from wheelhouse.doctor.checks import Distribution
 from wheelhouse.doctor.checks.links import run
 from wheelhouse.target.gpu import Gpu, GpuFacts
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the loader probe is Linux-only")
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or shutil.which("gcc") is None,
+                                reason="the loader probe is Linux-only; the libcuda stand-ins are built with gcc")
 
 FAKE_LIBCUDA = r"""
 int cuDriverGetVersion(int *v) { *v = 13000; return RET; }
