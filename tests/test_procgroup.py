@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -110,12 +111,34 @@ def test_start_ticks_tells_a_live_process_from_a_gone_one(tmp_path, log):
     assert start_ticks(p.pid) is None
 
 
-def test_no_interrupts_holds_off_sigint_then_restores_the_handler():
+def test_no_interrupts_holds_off_sigint_and_sigterm_then_restores_the_handlers():
+    got: list[int] = []
+    record = lambda signum, frame: got.append(signum)  # noqa: E731
+    old = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with no_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert got == []  # ignored while the group was being stopped, not queued for later
+        assert signal.getsignal(signal.SIGINT) is record and signal.getsignal(signal.SIGTERM) is record
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert got == [signal.SIGTERM]
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def test_no_interrupts_off_the_main_thread_changes_nothing():
+    seen = []
+
+    def worker():
+        with no_interrupts():
+            seen.append(signal.getsignal(signal.SIGINT))
+
     before = signal.getsignal(signal.SIGINT)
-    with no_interrupts():
-        os.kill(os.getpid(), signal.SIGINT)  # ignored: no KeyboardInterrupt here
-        time.sleep(0.01)
-    assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [before]
