@@ -392,7 +392,7 @@ def test_bootstrap_deps_missing_from_the_index_say_so(pyindex, wheels, tmp_path)
     assert "hint: pass --no-bootstrap, or add --find-links with wh's dependencies for the target" in p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
     ok = _run([*args, "--no-bootstrap"], tmp_path)  # what the hint says works
-    assert ok.returncode == 0 and "app==1.0" in ok.stderr and "lib==2.0" in ok.stderr
+    assert ok.returncode == 0 and "app==1.0" in ok.stdout and "lib==2.0" in ok.stdout
 
 
 # --- requirements files with --hash (pip-compile / uv pip compile --generate-hashes) -----------------

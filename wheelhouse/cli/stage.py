@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
+from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
-from ._ui import emit_json
+from ._ui import check_writable, emit_json, write_output
 from .target import target_from_options, target_options
 
 __all__ = ["stage"]
@@ -25,6 +27,43 @@ def _human(n: int) -> str:
     return f"{size:.1f} GB"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def export_pins(result, fmt: str) -> str:
+    """The dry run's pins as ``requirements`` (as `uv pip compile --generate-hashes` writes them) or ``pylock``."""
+    missing = [f"{f.name}=={f.version}" for f in result.files if not f.sha256]
+    if missing:
+        raise StageError(f"the index published no sha256 for {', '.join(missing)}, so they cannot be exported "
+                         "with hashes", hint="stage the wheelhouse instead (wh stage -o DIR): it hashes what it "
+                         "downloads and writes DIR/pylock.toml")
+    if fmt == "pylock":
+        from wheelhouse import __version__
+        from wheelhouse.lock import Lock, render_pylock
+        from wheelhouse.stage import environment_marker, requires_python_for
+        from wheelhouse.stage.writer import to_locked
+
+        files = tuple(replace(to_locked(f, f.filename), url=f.url) for f in result.files)
+        return render_pylock(Lock(files=files, environments=(environment_marker(result.target),),
+                                  requires_python=requires_python_for(result.target), created_by=f"wh {__version__}"))
+    lines = [f"# This file was written by wh {_version()} (wh stage --dry-run --format requirements)",
+             f"# for {result.target.describe()}"]
+    for f in sorted(result.files, key=lambda f: f.name):
+        lines += [f"{f.name}=={f.version} \\", f"    --hash=sha256:{f.sha256}"]
+        via = sorted({p.split("==")[0] for p in f.parents})
+        if len(via) == 1:
+            lines.append(f"    # via {via[0]}")
+        elif via:
+            lines += ["    # via", *(f"    #   {p}" for p in via)]
+    return "\n".join(lines) + "\n"
+
+
+def _version() -> str:
+    from wheelhouse import __version__
+    return __version__
+
+
 def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
     out: list[RequirementLine] = []
     for p in paths:
@@ -35,12 +74,23 @@ def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
     return out
 
 
+def _refuse_requirements_file(arg: str) -> None:
+    """`wh stage requirements.txt` means `-r requirements.txt` (pip and uv need -r too); never a project lookup."""
+    if any(c in arg for c in "=<>!~[;@ "):
+        return
+    if arg.endswith(".txt") or (arg.endswith(".in") and Path(arg).is_file()):
+        raise UsageError(f"{arg} is a requirements file, not a requirement",
+                         hint=f"give it with -r: wh stage -r {arg} ...")
+
+
 def _split_manifest(args: tuple[str, ...]):
     """The first argument is a manifest when it is a .toml file or a bundled name; the rest are requirements."""
     from wheelhouse.resources import manifests_dir
 
     if not args:
         return None, []
+    for arg in args:
+        _refuse_requirements_file(arg)
     first = args[0]
     if first.endswith(".toml") or (not any(c in first for c in "=<>!~[;@ ") and (manifests_dir() / f"{first}.toml").is_file()
                                    and not Path(first).exists()):
@@ -71,6 +121,9 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--pre", is_flag=True, help="Allow pre-releases.")
 @click.option("--dry-run", is_flag=True, help="Resolve and list the pins; download no wheel and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--format", "fmt", type=click.Choice(["requirements", "pylock"]), metavar="requirements|pylock",
+              help="With --dry-run: export the pins as a hashed requirements file (for pip install "
+                   "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE.")
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
 @click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
@@ -79,7 +132,7 @@ def _split_manifest(args: tuple[str, ...]):
                    "refused (exit 1); with this flag it is staged with a warning.")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
-          index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json,
+          index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
           no_bootstrap, lock_timeout, allow_missing_kernels) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
@@ -111,6 +164,18 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     con_lines = _read_requirement_files(constraint_files, "-c")
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
+    if fmt and not dry_run:
+        raise UsageError(f"--format {fmt} exports the pins of a dry run; a staged wheelhouse has its own pylock.toml",
+                         hint=f"add --dry-run (wh stage --dry-run --format {fmt} ... -o FILE)")
+    if fmt and as_json:
+        raise UsageError("--format and --json both choose what goes to stdout", hint="give one of them")
+    export_to = None
+    if dry_run and out == "-":  # -o - with --dry-run: the pins to stdout, as without -o
+        out = None
+    if fmt:  # -o names the exported file ("-" or none: stdout), not a wheelhouse
+        export_to, out = (None if out in (None, "-") else out), None
+        if export_to:
+            check_writable("-o", export_to)
     if not (manifest or reqs or req_lines):
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
@@ -136,15 +201,26 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         reporter.close()
 
     if as_json:
-        emit_json(result.to_json())
+        data = result.to_json()
+        if dry_run and not out:
+            data["out"] = None  # a dry run without -o names no folder
+        emit_json(data)
     if dry_run:
-        if not as_json:
-            for f in result.files:
+        if fmt:
+            text = export_pins(result, fmt)
+            if export_to:
+                write_output("-o", export_to, text)
+                ui.info(f"wrote {len(result.files)} pins ({fmt}) to {export_to}")
+            else:
+                click.echo(text, nl=False)
+        elif not as_json:
+            for f in result.files:  # the pins are the data asked for: stdout (`> pins.txt`)
                 size = _human(f.size) if f.size is not None else "?"
-                ui.info(f"{f.name}=={f.version}  {f.filename}  {size}")
-            ui.info(f"{len(result.files)} wheels for {target.describe()}, {_human(result.total_size)} (dry run: nothing downloaded)")
+                click.echo(f"{f.name}=={f.version}  {f.filename}  {size}")
+        ui.info(f"{_count(len(result.files), 'wheel')} for {target.describe()}, {_human(result.total_size)} "
+                "(dry run: nothing downloaded)")
         return
-    ui.info(f"staged {len(result.files)} wheels ({_human(result.total_size)}) for {target.describe()} in {result.out}")
+    ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
     if result.reused:
         ui.info(f"{result.reused} taken from the cache or the previous wheelhouse")
     if result.removed:

@@ -74,6 +74,7 @@ class LockedFile:
     requires_python: str | None = None
     index: str | None = None  # where it came from (provenance only)
     tool: Mapping[str, Any] = field(default_factory=dict)  # [packages.tool.wh] extras
+    url: str | None = None  # where the wheel is, instead of ``path`` (an exported lock: nothing downloaded)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def render_pylock(lock: Lock) -> str:
             out.append(f"requires-python = {_toml_str(f.requires_python)}")
         if f.index:
             out.append(f"index = {_toml_str(f.index)}")
-        wheel = {"name": f.filename, "path": f.path}
+        # PEP 751: a wheel names its url or its path (a dry run's export has no local file)
+        wheel = {"name": f.filename, **({"url": f.url} if f.url else {"path": f.path})}
         if f.size is not None:
             wheel["size"] = f.size
         wheel["hashes"] = {"sha256": f.sha256}

@@ -357,6 +357,8 @@ def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
         extras=tuple(sorted(getattr(pin, "extras", ()) or ())),
         origin=art.manifest_url if art else getattr(d, "origin", ""),
         release_key=art.key if art else None,
+        yanked=bool(getattr(d, "yanked", False)),
+        yanked_reason=getattr(d, "yanked_reason", None),
     )
 
 

@@ -71,6 +71,8 @@ class StagedFile:
     origin: str = ""  # index URL, find-links location, or release manifest URL
     release_key: str | None = None
     tool: Mapping[str, Any] = field(default_factory=dict)  # more [packages.tool.wh] data (a built engine's)
+    yanked: bool = False  # PEP 592: only an exact pin stages a yanked release
+    yanked_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,8 @@ class StagedFile:
             "requires_python": self.requires_python,
             "parents": list(self.parents),
             "extras": list(self.extras),
+            "yanked": self.yanked,
+            "yanked_reason": self.yanked_reason if self.yanked else None,
             **({"release": self.release_key} if self.release_key else {}),
         }
 

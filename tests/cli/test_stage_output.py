@@ -1,0 +1,127 @@
+"""`wh stage` output, as a user of uv and pip expects it (issue 12): the pins of a dry run on stdout
+(text, --json, --format requirements/pylock), everything else on stderr; a requirements file given
+without -r refused with the right command; yanked exact pins staged with a warning.
+
+Real `wh stage` processes against a real index on 127.0.0.1; stdout and stderr captured apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.pylock import Pylock
+
+from faults import wh_command
+from index_fixtures import pyindex  # noqa: F401  (fixture)
+from wheelmaker import make_wheel
+
+PLATFORM = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64", "--no-bootstrap"]
+
+
+@pytest.fixture
+def index(pyindex, tmp_path):
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["lib>=1"], modules={"app/__init__.py": "import lib\n"})
+    make_wheel(d, "lib", "1.0", modules={"lib/__init__.py": "V = 1\n"})
+    make_wheel(d, "lib", "1.1", modules={"lib/__init__.py": "V = 11\n"})
+    return pyindex(d, yanked={"lib-1.1-py3-none-any.whl": "broken import"})
+
+
+def wh(args, **kw):
+    kw.setdefault("timeout", 300)
+    return subprocess.run(wh_command(args), capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300", **kw.pop("env", {})}, **kw)
+
+
+def dry(index, tmp_path, *more, reqs=("app==1.0",)):
+    return wh(["stage", *reqs, "--dry-run", "--index-url", index.url, "--cache-dir", str(tmp_path / "cache"),
+               *PLATFORM, *more])
+
+
+def test_dry_run_pins_go_to_stdout_and_the_rest_to_stderr(index, tmp_path):
+    r = dry(index, tmp_path)
+    assert r.returncode == 0, r.stderr
+    pins = [line.split()[0] for line in r.stdout.splitlines()]
+    assert pins == ["app==1.0", "lib==1.0"]
+    assert "2 wheels for" in r.stderr and "dry run" in r.stderr
+    assert "==" not in r.stderr.replace("app==1.0", "")  # no pin lines on stderr
+
+
+def test_dry_run_of_one_wheel_says_wheel(index, tmp_path):
+    r = dry(index, tmp_path, reqs=("lib==1.0",))
+    assert r.returncode == 0, r.stderr
+    assert "1 wheel for" in r.stderr and "1 wheels" not in r.stderr
+
+
+def test_dry_run_json_is_stdout_alone_and_names_no_folder(index, tmp_path):
+    r = dry(index, tmp_path, "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["out"] is None
+    assert [(p["name"], p["version"], p["yanked"]) for p in data["packages"]] == [("app", "1.0", False),
+                                                                                 ("lib", "1.0", False)]
+
+
+def test_exact_pin_on_a_yanked_release_is_staged_with_a_warning(index, tmp_path):
+    r = dry(index, tmp_path, "--json", reqs=("app==1.0", "lib==1.1"))
+    assert r.returncode == 0, r.stderr
+    lib = {p["name"]: p for p in json.loads(r.stdout)["packages"]}["lib"]
+    assert (lib["version"], lib["yanked"], lib["yanked_reason"]) == ("1.1", True, "broken import")
+    assert "lib==1.1 is yanked (broken import)" in r.stderr
+
+
+def test_format_requirements_feeds_pip_require_hashes(index, tmp_path):
+    r = dry(index, tmp_path, "--format", "requirements")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "app==1.0 \\\n    --hash=sha256:" in text
+    assert "lib==1.0 \\\n    --hash=sha256:" in text and "    # via app\n" in text
+    req = tmp_path / "pins.txt"
+    req.write_text(text)
+    target = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    pip = subprocess.run([sys.executable, "-m", "pip", "--isolated", "install", "--no-deps", "--require-hashes",
+                          "--no-cache-dir", "--disable-pip-version-check", "--target", str(target),
+                          "--index-url", index.url, "-r", str(req)], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    assert (target / "lib" / "__init__.py").read_text() == "V = 1\n"
+
+
+def test_format_pylock_to_a_file_validates_as_pep_751(index, tmp_path):
+    lock = tmp_path / "pylock.toml"
+    r = dry(index, tmp_path, "--format", "pylock", "-o", str(lock))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    parsed = Pylock.from_dict(tomllib.loads(lock.read_text()))
+    parsed.validate()
+    assert {(p.name, str(p.version)) for p in parsed.packages} == {("app", "1.0"), ("lib", "1.0")}
+    assert all(w.url and w.url.startswith(index.base) for p in parsed.packages for w in p.wheels)
+    # -o - is stdout
+    r2 = dry(index, tmp_path, "--format", "pylock", "-o", "-")
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout == lock.read_text()
+
+
+def test_format_without_dry_run_is_refused(index, tmp_path):
+    r = wh(["stage", "app==1.0", "--format", "requirements", "-o", str(tmp_path / "w"), "--index-url", index.url,
+            *PLATFORM])
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "--dry-run" in r.stderr and "hint:" in r.stderr
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("arg", ["requirements.txt", "reqs/dev.txt"])
+def test_requirements_file_without_dash_r_is_refused_with_the_command(index, tmp_path, arg):
+    r = wh(["stage", arg, "--dry-run", "--index-url", index.url, *PLATFORM], cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert f"wh stage -r {arg}" in r.stderr
+    assert not any("requirements" in path or "dev-txt" in path for path in index.hits)  # nothing looked up
