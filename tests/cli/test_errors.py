@@ -314,8 +314,8 @@ def test_doctor_manifest_check_typo_is_named(wh, tmp_path):
     assert_usage_error(wh("doctor", "--manifest", m), "doctor.checks natve: no such check")
 
 
-def test_doctor_python_missing_is_exit_3(wh, tmp_path):
-    assert_usage_error(wh("doctor", "--python", tmp_path / "nope"), "does not exist", code=3)
+def test_doctor_python_missing_is_exit_2_as_everywhere(wh, tmp_path):
+    assert_usage_error(wh("doctor", "--python", tmp_path / "nope"), "does not exist", code=2)
 
 
 def test_doctor_tp_without_model_and_missing_model(wh, tmp_path):

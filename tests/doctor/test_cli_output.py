@@ -39,7 +39,7 @@ def _results() -> tuple[CheckResult, ...]:
 
 def test_table_shows_brackets_in_evidence_hints_and_titles_verbatim():
     ui = _Ui(terminal=True)
-    _render(ui, DoctorReport("/py", _results()), 0)
+    _render(ui.console, DoctorReport("/py", _results()), 0)
     out = ui.buf.getvalue()
     assert BRACKETS in out
     assert "[[toolchain]]" in out and "[exact]" in out and "[nvidia-smi]" in out
@@ -47,7 +47,7 @@ def test_table_shows_brackets_in_evidence_hints_and_titles_verbatim():
 
 def test_off_a_terminal_each_check_is_one_line():
     ui = _Ui(terminal=False)
-    _render(ui, DoctorReport("/py", _results()), 0)
+    _render(ui.console, DoctorReport("/py", _results()), 0)
     lines = ui.buf.getvalue().splitlines()
     fail = [ln for ln in lines if "native:bracket" in ln]
     assert len(fail) == 1 and fail[0].startswith("FAIL") and BRACKETS in fail[0]

@@ -259,12 +259,12 @@ def test_exit_codes(tmp_path, broken_wheels):
          "memory_used_mib": 19789}]}))
     fake = {"WH_DOCTOR_FAKE_GPUS": str(busy)}
     warn = wh("doctor", "--python", str(clean), "--check", "gpu:memory", env=fake)
-    assert warn.returncode == 0 and "another job is on it" in warn.stderr
+    assert warn.returncode == 0 and "another job is on it" in warn.stdout  # the report is data: stdout
     assert wh("doctor", "--python", str(clean), "--check", "gpu:memory", "--strict", env=fake).returncode == 2
     broken = _venv(tmp_path / "broken", broken_wheels, ["raiser"])
     assert wh("doctor", "--python", str(broken), "--check", "native").returncode == 1
     gone = wh("doctor", "--python", str(tmp_path / "nope" / "python"))
-    assert gone.returncode == 3 and "does not exist" in gone.stderr and "hint:" in gone.stderr
+    assert gone.returncode == 2 and "does not exist" in gone.stderr and "hint:" in gone.stderr
 
 
 def test_check_filter_is_a_prefix_match_and_list_checks_lists_ids(zoo):
@@ -294,10 +294,12 @@ def test_manifest_gpu_expectations_fail_when_unmet(tmp_path, zoo):
     assert r.verdict == "fail" and "1 GPU(s), manifest expects 4" in r.evidence and "sm 9.0" in r.evidence
 
 
-def test_missing_interpreter_is_doctor_cannot_run(tmp_path):
-    with pytest.raises(DoctorCannotRun) as exc:
+def test_missing_interpreter_is_bad_input_as_in_install_env_and_links(tmp_path):
+    from wheelhouse.target.interpreter import InterpreterError
+
+    with pytest.raises(InterpreterError) as exc:
         run_doctor(str(tmp_path / "python"))
-    assert exc.value.exit_code == 3
+    assert exc.value.exit_code == 2 and not isinstance(exc.value, DoctorCannotRun)
 
 
 def test_platform_check_against_wheelhouse_target(tmp_path, broken_wheels, zoo):

@@ -44,6 +44,35 @@ EPILOG = (
 )
 
 
+def _merge_verbosity(ctx: click.Context, param: click.Parameter, value) -> None:
+    """`wh doctor -v` is `wh -v doctor`: a subcommand's -v/-q add to the group's (a -q anywhere wins)."""
+    ui = ctx.find_root().obj
+    if ui is None or not value:
+        return
+    if param.name == "quiet":
+        ui.verbose = -1
+    elif not ui.quiet:
+        ui.verbose += value
+
+
+def _with_verbosity(cmd: click.Command) -> click.Command:
+    """Add -v/-q to ``cmd`` (and a group's subcommands) once, unless it has its own (``wh serve -v``)."""
+    if getattr(cmd, "_wh_verbosity", False):
+        return cmd
+    taken = {opt for p in cmd.params for opt in getattr(p, "opts", ())}
+    if "-v" not in taken:
+        cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_merge_verbosity,
+                                       help="More output (repeatable); same as `wh -v COMMAND`."))
+    if "-q" not in taken:
+        cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_merge_verbosity,
+                                       help="Only errors and the data asked for; same as `wh -q COMMAND`."))
+    cmd._wh_verbosity = True  # type: ignore[attr-defined]
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _with_verbosity(sub)
+    return cmd
+
+
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(_COMMANDS)
@@ -55,13 +84,13 @@ class _LazyGroup(click.Group):
         module, attr, short = spec
         try:
             mod = importlib.import_module(f"{__name__}.{module}")
-            return getattr(mod, attr)
+            return _with_verbosity(getattr(mod, attr))
         except (ImportError, AttributeError):
             @click.command(name=name, help=short + " (not available in this build)")
             def _missing() -> None:
                 raise WhError(f"`wh {name}` is not available in this build", hint="upgrade wh")
 
-            return _missing
+            return _with_verbosity(_missing)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -71,7 +100,7 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="wh")
 @click.option("-v", "--verbose", count=True, help="More output (repeatable).")
-@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the data asked for.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """wh: stage a Python GPU serving stack where the network is, install it where the GPUs are."""

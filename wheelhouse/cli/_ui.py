@@ -1,4 +1,8 @@
-"""Rendering for people: errors, progress bars, tables. Everything here writes to stderr."""
+"""Rendering for people: errors, progress bars, tables.
+
+The data a command was asked for goes to stdout (``emit_json``, ``Ui.data``, ``stdout_console``); progress,
+notes, hints and errors go to stderr. Off a terminal nothing is hard-wrapped.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,26 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from wheelhouse.errors import WhError
 from wheelhouse.redact import redact
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "stderr_console", "write_output", "check_writable"]
+__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
+
+
+def _console(stderr: bool) -> Console:
+    no_color = bool(os.environ.get("NO_COLOR")) or None
+    con = Console(stderr=stderr, no_color=no_color, highlight=False)
+    if not con.is_terminal:
+        # A CI log or a file: no hard wrapping at 80 columns, a long name or path is never split.
+        con = Console(stderr=stderr, no_color=no_color, highlight=False, soft_wrap=True)
+    return con
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
+    """Progress, notes, hints and errors: stderr."""
+    return _console(stderr=True)
+
+
+def stdout_console() -> Console:
+    """The data asked for, rendered for people (the doctor's report): stdout."""
+    return _console(stderr=False)
 
 
 def print_error(exc: WhError) -> None:
@@ -32,6 +51,11 @@ def print_error(exc: WhError) -> None:
         con.print(redact(exc.detail.rstrip()), markup=False, soft_wrap=True)
     if exc.hint:
         con.print(f"[yellow]hint[/]: {escape(redact(exc.hint))}", soft_wrap=True)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 wheel``, ``2 wheels``: a count and its noun, agreed."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def emit_json(data: Any) -> None:
@@ -120,7 +144,9 @@ class Ui:
 
     def __init__(self, verbose: int = 0):
         self.verbose = verbose
-        self.console = stderr_console()
+        self.console = stderr_console()  # for people: progress, notes
+        self.out = stdout_console()  # the data asked for
+
 
     @property
     def quiet(self) -> bool:
@@ -130,8 +156,14 @@ class Ui:
         return RichReporter(self.console, quiet=self.quiet)
 
     def info(self, message: str) -> None:
+        """A note for people (stderr); -q silences it."""
         if not self.quiet:
             self.console.print(redact(message), markup=False, soft_wrap=True)
+
+    def data(self, line: str) -> None:
+        """A line of the data the user asked for (stdout); printed even with -q, never wrapped."""
+        sys.stdout.write(redact(line) + "\n")
+        sys.stdout.flush()
 
 
 @contextmanager

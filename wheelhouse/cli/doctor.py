@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelhouse.doctor.report import DoctorReport, render_junit
-from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
+from ._ui import check_writable, emit_json, plural, sigterm_as_interrupt, write_output
 
 __all__ = ["doctor", "drop"]
 
@@ -36,6 +36,22 @@ def _common(fn):
     return fn
 
 
+
+
+def _check_python(python: str | None, command: str) -> None:
+    """A --python that does not exist is bad input (exit 2, as in install, env and links); the hint names ``command``."""
+    import os
+    import shutil
+
+    from wheelhouse.target.interpreter import InterpreterError
+
+    if not python:
+        return
+    exe = python if os.sep in python else (shutil.which(python) or python)  # a bare name, as a shell would run it
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        where = "does not exist or is not executable" if os.sep in python else "is not on PATH"
+        raise InterpreterError(f"interpreter {python} {where}",
+                               hint=f"pass the target interpreter: `{command} --python /path/to/venv/bin/python`")
 
 
 def _manifest(path):
@@ -74,15 +90,14 @@ def _check_line(r, verbose: int) -> str:
     return "\n".join([line] + [f"      {x}" for x in shown[1:]]) if verbose > 0 else line
 
 
-def _render(ui, report: DoctorReport, verbose: int) -> None:
-    """The report for people: a table on a terminal, one line per check elsewhere (CI logs).
+def _render(con, report: DoctorReport, verbose: int) -> None:
+    """The report for people on ``con``: a table on a terminal, one line per check elsewhere (CI logs).
 
     Evidence, hints and titles are text, never rich markup: ``[/opt/lib]`` or ``[[toolchain]]`` are shown as written.
     """
-    con = ui.console
     native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
     shown = [r for r in report.results if verbose > 0 or r not in native_ok]
-    native_note = (f"{len(native_ok)} distributions with extension modules: every top-level name and extension "
+    native_note = (f"{plural(len(native_ok), 'distribution')} with extension modules: every top-level name and extension "
                    "module loaded in separate processes (-v lists them)")
     if not con.is_terminal:
         for r in shown:
@@ -153,6 +168,7 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
             for i, t in rows:
                 click.echo(f"{i:40} {t}")
         return
+    _check_python(python, "wh doctor")
     if include_forced and not fix:
         raise click.UsageError("--include-forced needs --fix (doctor drops nothing without it)")
     if tp is not None and model is None:
@@ -180,8 +196,10 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
         write_output("--junit", junit, render_junit(report))
     if as_json:
         emit_json(report.to_json(strict))
-    if not ui.quiet:
-        _render(ui, report, ui.verbose)
+        if not ui.quiet:  # stdout has the JSON: the report for people goes to the log (stderr)
+            _render(ui.console, report, ui.verbose)
+    else:  # the report is the data asked for: stdout, even with -q
+        _render(ui.out, report, ui.verbose)
     code = report.exit_code(strict)
     if code:
         sys.exit(code)
@@ -214,6 +232,8 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     if dry_run and (restore or list_):
         raise click.UsageError(f"--dry-run applies to dropping, not to {'--restore' if restore else '--list'}")
 
+    _check_python(python, f"wh drop --restore {restore}" if restore else "wh drop --list" if list_
+                  else "wh drop --dry-run" if dry_run else "wh drop")
     if restore:
         return _restore(ui, python, restore, wheelhouse, as_json)
     if list_:
@@ -281,8 +301,9 @@ def _list_drops(ui, python, as_json: bool) -> None:
         ui.info(f"note: {name} is installed again: removed from the drop record")
     if as_json:
         emit_json(entries)
+    show = ui.info if as_json else ui.data  # the list is the data asked for: stdout, unless --json has it
     for e in entries:
-        ui.info(f"{e['name']} {e.get('version', '')}  {e.get('time', '')}  {e.get('reason', '')}"
-                f"  (wheelhouse: {e.get('wheelhouse') or 'unknown'})")
+        show(f"{e['name']} {e.get('version', '')}  {e.get('time', '')}  {e.get('reason', '')}"
+             f"  (wheelhouse: {e.get('wheelhouse') or 'unknown'})")
     if not entries:
         ui.info("nothing was dropped")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wheelhouse.errors import WhError
-from ._ui import emit_json
+from ._ui import emit_json, plural
 
 __all__ = ["links"]
 
@@ -57,8 +57,10 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     for loop in result.skipped:
         ui.info(f"note: skipped {loop}: a symlink loop (it resolves to nothing); no link made to it")
     verb = {"check": "would", "fix": "did", "undo": "undid"}[mode]
+    # --check's plan is the data asked for (stdout, unless --json has it); what --fix/--undo did is progress.
+    show = ui.data if mode == "check" and not as_json else ui.info
     for c in result.changes:
-        ui.info(f"{verb} {c.action}: {c.path}" + (f" -> {c.target}" if c.target else "") + f"  ({c.reason})")
+        show(f"{verb} {c.action}: {c.path}" + (f" -> {c.target}" if c.target else "") + f"  ({c.reason})")
     for c in result.gone:
         ui.info(f"note: {c.path} was already reverted; dropped from the record")
     if result.refused:
@@ -72,9 +74,9 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
                              "`wh links --undo` again (undo never touches what wh did not make)")
     if mode == "check":
         if result.changes:
-            raise LinksNeeded(f"{len(result.changes)} link change(s) needed under {', '.join(map(str, roots))}",
+            raise LinksNeeded(f"{plural(len(result.changes), 'link change')} needed under {', '.join(map(str, roots))}",
                               hint="apply them with `wh links --fix" + (f" --python {python}" if python else "")
                               + "".join(f" --path {p}" for p in roots if paths) + "`")
         ui.info("links: nothing to change")
     else:
-        ui.info(f"{len(result.changes)} change(s) {'made' if mode == 'fix' else 'reverted'}")
+        ui.info(f"{plural(len(result.changes), 'change')} {'made' if mode == 'fix' else 'reverted'}")

@@ -39,8 +39,11 @@ def target_from_options(target_file, python_version, platforms, implementation, 
         # As pip does: another Python on this machine's platform.
         host = host_target().platforms
         platforms = [next((p for p in host if not p.startswith("linux_")), host[0])]
-        click.echo(f"note: --python-version {python_version} without --platform: this host's platform "
-                   f"({platforms[0]}); pass --platform for another machine", err=True)
+        ctx = click.get_current_context(silent=True)
+        ui = ctx.find_root().obj if ctx is not None else None
+        if ui is None or not ui.quiet:
+            click.echo(f"note: --python-version {python_version} without --platform: this host's platform "
+                       f"({platforms[0]}); pass --platform for another machine", err=True)
     if python_version or platforms:
         if not python_version:
             raise click.UsageError("--python-version and --platform go together")
@@ -78,7 +81,8 @@ def show_cmd(target_file, python_version, platforms, implementation, abi, as_jso
     if as_json:
         emit_json(t.to_json())
         return
-    click.echo(f"{t.describe()}  [{t.source}]", err=True)
-    click.echo(f"tags: {len(t.tags)} (best: {', '.join(t.tags[:3])})", err=True)
+    # The profile is the data asked for: stdout, as --json's is.
+    click.echo(f"{t.describe()}  [{t.source}]")
+    click.echo(f"tags: {len(t.tags)} (best: {', '.join(t.tags[:3])})")
     for g in t.gpus:
-        click.echo(f"gpu: {g.name} sm {g.compute_capability} {g.memory_total_mib} MiB", err=True)
+        click.echo(f"gpu: {g.name} sm {g.compute_capability} {g.memory_total_mib} MiB")

@@ -4,7 +4,8 @@ Facts come from probes run by the target interpreter (never from wh's own
 process), GPU facts from nvidia-smi. Checks live in ``wheelhouse.checks.*``;
 known-bug rules are data (``doctor/rules/*.toml``). A check that crashes is an
 ``error`` verdict, never a crashed doctor; only an interpreter that cannot run
-at all stops the doctor (``DoctorCannotRun``, exit 3).
+at all stops the doctor (``DoctorCannotRun``, exit 3; one that does not exist is
+bad input, ``InterpreterError``, exit 2).
 """
 
 from __future__ import annotations
@@ -188,8 +189,11 @@ def gather_context(
     if os.sep not in exe:  # a bare name, as a shell would run it
         exe = shutil.which(exe) or exe
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-        raise DoctorCannotRun(f"interpreter {exe} does not exist or is not executable",
-                              hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
+        # Bad input, as for install, env and links (exit 2); DoctorCannotRun (3) is an interpreter that cannot run.
+        from wheelhouse.target.interpreter import InterpreterError
+
+        raise InterpreterError(f"interpreter {exe} does not exist or is not executable",
+                               hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
     res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
     if not res.ok:

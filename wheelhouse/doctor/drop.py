@@ -325,7 +325,7 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
     if not match:
         known = ", ".join(sorted({e["name"] for e in entries})) or "nothing"
         raise NotDropped(f"{name} was not dropped from {interp.executable} (dropped: {known})",
-                         hint="list drops with `wh drop --list`")
+                         hint=f"list drops with `wh drop --list --python {python}`")
     entry = match[-1]
     if _dist_info(list(interp.site_dirs), entry["name"]) is not None:
         _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
