@@ -125,3 +125,22 @@ def test_requirements_file_without_dash_r_is_refused_with_the_command(index, tmp
     assert r.stdout == ""
     assert f"wh stage -r {arg}" in r.stderr
     assert not any("requirements" in path or "dev-txt" in path for path in index.hits)  # nothing looked up
+
+
+# --- wh build's default output folder ----------------------------------------------------------------
+
+def test_build_refuses_a_source_package_named_like_its_default_output(tmp_path):
+    pkg = tmp_path / "wheelhouse"  # a repository's own package, as in wh's checkout
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    # the installed `wh` script: `python -c` would import this folder as wh's own package
+    script = Path(sys.executable).parent / "wh"
+    if not script.exists():
+        pytest.skip("no wh console script next to this interpreter")
+    r = subprocess.run([str(script), "build", "freetoken-pr70", "--cache-dir", str(tmp_path / "cache")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert "holds Python sources" in r.stderr and "hint:" in r.stderr and "-o" in r.stderr.split("hint:")[1]
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py"]
+    assert not (tmp_path / "cache").exists()  # refused before any work

@@ -21,6 +21,20 @@ def _default_cache() -> str:
     return os.path.join(base, "wh")
 
 
+DEFAULT_OUT = "wheelhouse"
+
+
+def _refuse_source_folder(folder: Path) -> None:
+    """Before any work: the default ./wheelhouse may be a repository's own package (wh's is), never a wheelhouse."""
+    from wheelhouse.errors import UsageError
+
+    if not folder.is_dir() or (folder / "wh.json").exists():
+        return
+    if (folder / "__init__.py").exists() or any(folder.glob("*.py")):
+        raise UsageError(f"{folder}/ holds Python sources (a package), not a wheelhouse; wh build writes nothing there",
+                         hint="name the wheelhouse with -o, for example: wh build RECIPE -o engine-wheelhouse")
+
+
 def _stream(line: str) -> None:
     # The compiler's own words, as they come; only URL credentials are hidden (wheelhouse.redact).
     sys.stderr.write(redact(line) + "\n")
@@ -29,8 +43,9 @@ def _stream(line: str) -> None:
 
 @click.command("build")
 @click.argument("recipe")
-@click.option("-o", "--output", "wheelhouse", default="wheelhouse", show_default=True, envvar="WH_WHEELHOUSE",
-              type=click.Path(file_okay=False), help="Wheelhouse to add the wheel to (a new/empty folder gets a minimal one).")
+@click.option("-o", "--output", "wheelhouse", default=DEFAULT_OUT, show_default=True, envvar="WH_WHEELHOUSE",
+              type=click.Path(file_okay=False), help="Wheelhouse to add the wheel to (a new/empty folder gets a "
+              "minimal one; a folder holding Python sources, such as a repository's own wheelhouse/ package, is refused).")
 @click.option("--python", "python", envvar="WH_PYTHON", help="Interpreter that builds (and will run) the engine; default: this one.")
 @click.option("--cache-dir", default=_default_cache, envvar="WH_CACHE_DIR", type=click.Path(file_okay=False),
               help="Git mirrors, work trees and built wheels.  [default: ~/.cache/wh]")
@@ -69,6 +84,7 @@ def build(ui, recipe, wheelhouse, python, cache_dir, index_url, extra_index_url,
     recipe or arguments.
     """
     rec = load_recipe(recipe)
+    _refuse_source_folder(Path(wheelhouse))
     reporter = ui.reporter()
     try:
         indexes = [index_url, *extra_index_url] if index_url else (list(extra_index_url) or None)
