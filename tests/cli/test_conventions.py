@@ -91,6 +91,12 @@ def test_links_check_prints_its_plan_on_stdout(nvidia_site):
     assert fixed.returncode == 0 and fixed.stdout == "" and "did symlink: " in fixed.stderr  # what it did: progress
 
 
+def test_one_link_change_is_singular(nvidia_site):
+    (nvidia_site / "nvidia" / "cu13" / "lib64").symlink_to("lib")
+    r = wh("links", "--check", "--path", nvidia_site)
+    assert r.returncode == 1 and "error: 1 link change needed under " in r.stderr, r.stderr
+
+
 # ---- -v/-q before or after the command -------------------------------------------------------------------
 
 

@@ -293,6 +293,14 @@ def test_progress_goes_through_the_reporter(house, tmp_path):
     assert sum(e[2] for e in rep.events if e[0] == "advance" and e[1].startswith("installing")) > 0
 
 
+def test_one_wheel_is_one_wheel_not_one_wheels(tmp_path):
+    w = make_wheel(tmp_path / "w", "solo", "1.0", modules={"solo/__init__.py": ""})
+    rep = RecordingReporter()
+    install_wheelhouses([make_wheelhouse(tmp_path / "house", [w])], venv=tmp_path / "venv", reporter=rep)
+    starts = [e[1] for e in rep.events if e[0] == "start"]
+    assert "verifying 1 wheel" in starts and "installing 1 wheel" in starts, starts
+
+
 def _netns_available() -> list[str] | None:
     for cmd in (["unshare", "-n"], ["unshare", "-rn"]):
         if shutil.which("unshare") and subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
@@ -372,6 +380,13 @@ def test_wheelhouse_patches_are_applied_after_install(tmp_path):
     assert r.returncode == 0, r.stderr
     assert any("applied" in p or "patched" in p for p in json.loads(r.stdout)["patches"]), r.stdout
     assert (site(venv) / "tinyengine" / "kernel.py").read_text() == payload
+    # The patch's line comes after the list of what was installed (it used to come first, mid-install).
+    v3 = wh("install", house, "--venv", tmp_path / "v3")
+    lines = v3.stderr.splitlines()
+    assert v3.returncode == 0 and v3.stdout == "", v3.stderr
+    (installed,) = [i for i, ln in enumerate(lines) if ln.strip() == "+ tinyengine 1.0"]
+    (patched,) = [i for i, ln in enumerate(lines) if ln.strip().startswith("patch patches/fix/spec.toml: applied")]
+    assert installed < patched, v3.stderr
     v2 = tmp_path / "v2"
     assert wh("install", house, "--venv", v2, "--no-patches").returncode == 0
     assert (site(v2) / "tinyengine" / "kernel.py").read_text() == original

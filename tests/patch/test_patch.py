@@ -200,6 +200,25 @@ def test_verify_reports_unpatched_patched_drifted(tmp_path, venv):
     assert proc.returncode == 1 and json.loads(proc.stdout)["state"] == "drifted"
 
 
+def test_verify_that_is_not_ok_says_error_and_hint(tmp_path, venv):
+    """A missing distribution used to print only `tiny-rowwise: not-installed`, with neither error: nor hint:."""
+    py, installed = venv
+    spec = write_spec(tmp_path / "spec")
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    r = wh("patch", "verify", spec, "--python", bare / "bin" / "python")
+    assert r.returncode == 1 and r.stdout == ""
+    assert "error: patch tiny-rowwise: tinyengine or tinyengine/kernel.py is not installed" in r.stderr, r.stderr
+    assert r.stderr.rstrip().splitlines()[-1].startswith("hint: install it first (`wh install WHEELHOUSE --python ")
+    assert f"`wh patch apply {spec} --python {bare / 'bin' / 'python'}`" in r.stderr
+    r = wh("patch", "verify", spec, "--python", py)  # unpatched where the conditions hold
+    assert r.returncode == 1 and "error: patch tiny-rowwise is not applied" in r.stderr
+    assert f"hint: apply it: `wh patch apply {spec} --python {py}`" in r.stderr
+    installed.write_text(DRIFTED)
+    r = wh("patch", "verify", spec, "--python", py)
+    assert r.returncode == 1 and "is neither the expected original nor the payload" in r.stderr and "hint: " in r.stderr
+
+
 def test_hashes_come_from_the_wheelhouse_that_wh_build_wrote(tmp_path, venv):
     """A spec without hashes, staged next to a payload `wh build` exported, uses wh.json's hashes."""
     py, installed = venv

@@ -75,6 +75,8 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         ui.info(f"  + {d.name.replace('_', '-').lower()} {d.version}" + (f" (was {d.replaced})" if d.replaced else ""))
     for c in report.links:
         ui.info(f"  link: {c.action} {c.path}" + (f" -> {c.target}" if c.target else ""))
+    for line in report.patches:  # after what was installed: a patch applies to it
+        ui.info(f"  {line}")
     for note in report.notes:
         ui.info(f"note: {note}")
     ui.info(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from wheelhouse.errors import EXIT_FAIL
+from wheelhouse.errors import EXIT_FAIL, WhError
 from wheelhouse.patch import PatchOutcome, apply_patch, revert_patch, verify_patch
 from ._ui import emit_json
 
@@ -16,7 +14,7 @@ _python = click.option("--python", "python", envvar="WH_PYTHON", help="Interpret
 _json = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
 
 
-def _report(ui, outcome: PatchOutcome, as_json: bool) -> None:
+def _report(ui, outcome: PatchOutcome, as_json: bool, spec: str, python: str | None) -> None:
     if as_json:
         emit_json(outcome.to_json())
     line = f"{outcome.name}: {outcome.state}"
@@ -36,7 +34,39 @@ def _report(ui, outcome: PatchOutcome, as_json: bool) -> None:
         else:
             ui.info(f"  verification {v.call}() = {v.value!r} (not compared: the conditions do not hold)")
     if not outcome.ok:
-        sys.exit(EXIT_FAIL)
+        raise _not_ok(outcome, spec, python)
+
+
+class PatchNotOk(WhError):
+    """The patch is not in the state asked for (exit 1): said as an error with the next command."""
+
+    code = "patch-not-ok"
+    exit_code = EXIT_FAIL
+
+
+def _not_ok(outcome: PatchOutcome, spec: str, python: str | None) -> PatchNotOk:
+    """The `error:` and `hint:` for an outcome that is not what the user wants."""
+    py = f" --python {python}" if python else ""
+    v = outcome.verification
+    if outcome.state == "not-installed":
+        return PatchNotOk(f"patch {outcome.name}: {outcome.reason}",
+                          hint=f"install it first (`wh install WHEELHOUSE{py or ' --venv VENV'}`), "
+                               f"then `wh patch apply {spec}{py}`")
+    if outcome.state == "drifted":
+        return PatchNotOk(f"patch {outcome.name}: {outcome.file} is neither the expected original nor the payload "
+                          f"(sha256 {outcome.sha256})",
+                          hint="it was changed by other means: reinstall the distribution (`wh install ... --only "
+                               f"NAME`), then `wh patch apply {spec}{py}`")
+    if outcome.state == "unpatched":
+        return PatchNotOk(f"patch {outcome.name} is not applied to {outcome.file}",
+                          hint=f"apply it: `wh patch apply {spec}{py}`")
+    if v is not None and not v.ok:
+        what = "did not run" if not v.ran else f"returned {v.value!r}, expected {v.expected!r}"
+        return PatchNotOk(f"patch {outcome.name}: verification {v.call} {what}",
+                          hint=f"the patched file does not behave as the spec says: `wh patch revert {spec}{py}` "
+                               "restores the original")
+    return PatchNotOk(f"patch {outcome.name}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else ""),
+                      hint=f"check it with `wh patch verify {spec}{py}`")
 
 
 @click.group("patch")
@@ -64,7 +94,7 @@ def patch() -> None:
 @click.pass_obj
 def apply_cmd(ui, spec, python, force, as_json) -> None:
     """Replace the file with the payload: only over an expected 'before' file, with backup and rollback."""
-    _report(ui, apply_patch(spec, python, force=force), as_json)
+    _report(ui, apply_patch(spec, python, force=force), as_json, spec, python)
 
 
 @patch.command("verify")
@@ -74,7 +104,7 @@ def apply_cmd(ui, spec, python, force, as_json) -> None:
 @click.pass_obj
 def verify_cmd(ui, spec, python, as_json) -> None:
     """Say patched / unpatched / drifted, and run the verification call."""
-    _report(ui, verify_patch(spec, python), as_json)
+    _report(ui, verify_patch(spec, python), as_json, spec, python)
 
 
 @patch.command("revert")
@@ -84,4 +114,4 @@ def verify_cmd(ui, spec, python, as_json) -> None:
 @click.pass_obj
 def revert_cmd(ui, spec, python, as_json) -> None:
     """Restore the bytes backed up by `wh patch apply`."""
-    _report(ui, revert_patch(spec, python), as_json)
+    _report(ui, revert_patch(spec, python), as_json, spec, python)

@@ -159,9 +159,8 @@ def _apply_patches(houses: Sequence[Wheelhouse], interp: Interpreter, reporter: 
                 outcome = patch.apply_patch(h.path / rel, python=interp.executable)
                 if outcome.state == "applied":
                     done.append((h.path / rel, outcome.file))
-                line = f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
-                reporter.note(line)
-                applied.append(line)
+                # Reported by the caller, after the list of what was installed (not in the middle of the install).
+                applied.append(f"patch {rel}: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else ""))
     except BaseException:
         for spec, file in reversed(done):
             patch.revert_patch(spec, python=interp.executable)

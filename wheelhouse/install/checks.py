@@ -111,7 +111,7 @@ def check_target(houses: Sequence[Wheelhouse], chosen: Sequence[tuple[Wheelhouse
 def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter) -> list[Path]:
     """Hash every file against pylock.toml; raise HashMismatch listing every bad one. Returns the paths."""
     paths = [h.path / f.path for h, f in chosen]
-    task = f"verifying {len(paths)} wheels"
+    task = f"verifying {len(paths)} wheel{'' if len(paths) == 1 else 's'}"
     reporter.start(task, total=len(paths))
 
     def one(item):

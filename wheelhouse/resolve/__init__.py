@@ -213,7 +213,7 @@ def resolve(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     pins = _pins(result, provider)
-    reporter.finish("resolve", f"{len(pins)} packages")
+    reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
     for p in pins:
         if p.distfile.yanked:  # PEP 592: only an exact pin gets here; uv warns too
             reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "

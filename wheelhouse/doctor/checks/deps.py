@@ -42,7 +42,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     if not problems:
         nreq = sum(len(d.requires) for d in dists.values())
         return [CheckResult("deps:requirements", CHECKS["deps:requirements"], "ok",
-                            f"{len(dists)} distributions, {nreq} declared requirement(s): every one that applies "
+                            f"{len(dists)} distribution{'' if len(dists) == 1 else 's'}, {nreq} declared requirement(s): every one that applies "
                             f"here is met by what {ctx.python} imports",
                             data={"distributions": len(dists)})]
     by_dist: dict[str, list[tuple[str, str]]] = {}

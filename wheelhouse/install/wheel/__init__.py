@@ -182,7 +182,7 @@ def install_wheels(
     txn = transaction or Transaction(scheme["platlib"], [w.name for w in wheels])
     txn.after_commit.append(lambda: prune_removed(plans, scheme))
     total = sum(m.size for p in plans for m in p.members if m.write) or 1
-    task = f"installing {len(plans)} wheels"
+    task = f"installing {len(plans)} wheel{'' if len(plans) == 1 else 's'}"
     dirs = {os.path.dirname(m.dest) for p in plans for m in p.members}
     dirs |= {os.path.join(p.base, p.dist_info) for p in plans} | {scheme["scripts"]}
     reporter.start(task, total=total, unit="B")
