@@ -144,3 +144,25 @@ def test_build_refuses_a_source_package_named_like_its_default_output(tmp_path):
     assert "holds Python sources" in r.stderr and "hint:" in r.stderr and "-o" in r.stderr.split("hint:")[1]
     assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py"]
     assert not (tmp_path / "cache").exists()  # refused before any work
+
+
+# --- small things in stage's stderr -------------------------------------------------------------------
+
+def test_a_stage_error_comes_alone_no_failed_line_nor_blank_lines(index, tmp_path):
+    r = dry(index, tmp_path, reqs=("nosuchpkg",))
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert "failed" not in lines and "" not in lines
+    assert lines[-2].startswith("error: no project named nosuchpkg") and lines[-1].startswith("hint:")
+
+
+def test_stage_stderr_has_no_blank_lines_no_byte_bar_for_the_resolve_and_one_cache_count(index, tmp_path):
+    args = ["stage", "app==1.0", "--index-url", index.url, "--cache-dir", str(tmp_path / "cache"), *PLATFORM]
+    assert wh([*args, "-o", str(tmp_path / "a")]).returncode == 0
+    r = wh([*args, "-o", str(tmp_path / "b")])  # everything in the cache now
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert "" not in lines and "bytes" not in r.stderr and "1 packages" not in r.stderr
+    assert "2 of 2 files taken from the cache" in r.stderr
+    assert "2 of 2 files (wheels/ and bootstrap/) were not downloaded again" in r.stderr
+    assert "staged 2 wheels" in r.stderr

@@ -64,6 +64,44 @@ def _version() -> str:
     return __version__
 
 
+class _StageReporter:
+    """wh stage's progress on stderr: a bar only for bytes on a terminal, and no `failed` line.
+
+    Off a terminal each rich bar leaves a blank line behind when it stops (CI logs got one before every
+    message and error); the resolve counts packages, not bytes (its bar read `0/? bytes ?`); and the
+    error printed right after a failed resolve says what failed.
+    """
+
+    def __init__(self, ui):
+        self._rich = ui.reporter()
+        self._bars = ui.console.is_terminal
+        self._drawn: set[str] = set()
+
+    def start(self, task: str, total: float | None = None, unit: str = "") -> None:
+        if self._bars and unit == "B":
+            self._drawn.add(task)
+            self._rich.start(task, total, unit)
+
+    def advance(self, task: str, amount: float = 1) -> None:
+        if task in self._drawn:
+            self._rich.advance(task, amount)
+
+    def finish(self, task: str, message: str = "") -> None:
+        if task in self._drawn:
+            self._drawn.discard(task)
+            self._rich.finish(task)
+        if message == "1 packages":  # the resolver's count
+            message = "1 package"
+        if message and message != "failed":
+            self._rich.note(message)
+
+    def note(self, message: str) -> None:
+        self._rich.note(message)
+
+    def close(self) -> None:
+        self._rich.close()
+
+
 def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
     out: list[RequirementLine] = []
     for p in paths:
@@ -194,7 +232,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels)
     target = run.target
-    reporter = ui.reporter()
+    reporter = _StageReporter(ui)
     try:
         result = run_stage(run, reporter=reporter)
     finally:
@@ -221,8 +259,10 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                 "(dry run: nothing downloaded)")
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
-    if result.reused:
-        ui.info(f"{result.reused} taken from the cache or the previous wheelhouse")
+    if result.reused:  # wheels/ and bootstrap/ together; the notes above counted each download on its own
+        total = len(result.files) + len(result.bootstrap)
+        ui.info(f"{result.reused} of {total} files (wheels/ and bootstrap/) were not downloaded again: "
+                "taken from the cache or the previous wheelhouse, each verified")
     if result.removed:
         ui.info(f"removed {len(result.removed)} wheel(s) no longer pinned: {', '.join(result.removed)}")
     if result.engine:
