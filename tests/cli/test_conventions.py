@@ -178,3 +178,43 @@ def test_drop_restore_of_a_name_never_dropped_hints_with_the_python(dropped):
     r = wh("drop", "--restore", "nosuch", "--python", dropped)
     assert r.returncode == 2
     assert f"hint: list drops with `wh drop --list --python {dropped}`" in r.stderr
+
+
+# ---- NO_COLOR, and the README saying all this ---------------------------------------------------------------
+
+
+def _stderr_on_a_terminal(argv, env) -> bytes:
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        subprocess.run([*WH, *argv], stdout=subprocess.PIPE, stderr=slave, env={**os.environ, **env}, timeout=60)
+    finally:
+        os.close(slave)
+    out = b""
+    try:
+        while chunk := os.read(master, 4096):
+            out += chunk
+    except OSError:  # EIO once the slave is closed and drained
+        pass
+    os.close(master)
+    return out
+
+
+def test_no_color_turns_colour_off_and_the_words_stay(tmp_path, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    argv = ["links", "--python", str(tmp_path / "nope" / "python")]
+    coloured = _stderr_on_a_terminal(argv, {})
+    plain = _stderr_on_a_terminal(argv, {"NO_COLOR": "1"})
+    assert b"\x1b[1;31m" in coloured  # the terminal gets red...
+    assert b"31m" not in plain and b"33m" not in plain  # ...unless NO_COLOR
+    assert b"error" in plain and b"hint" in plain
+
+
+def test_readme_states_the_conventions_in_little_space():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert len(readme.encode()) < 10_000
+    conventions = readme.split("## Conventions", 1)[1].split("\n## ", 1)[0]
+    assert readme.index("## Exit codes") < readme.index("## Conventions")
+    for needle in ("stdout", "stderr", "`-v` / `-q`", "NO_COLOR", "exit code", "wh doctor -v", "hint:"):
+        assert needle in conventions, needle

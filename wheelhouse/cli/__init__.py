@@ -40,7 +40,8 @@ _COMMANDS = {
 
 EPILOG = (
     "Exit codes: 0 ok; 1 failed (doctor: a check failed); 2 bad input, nothing changed "
-    "(doctor --strict: warnings only); 3 wh itself could not run."
+    "(doctor --strict: warnings only); 3 wh itself could not run. The data asked for goes to stdout, progress, "
+    "notes and errors to stderr; -v/-q go before or after the command; NO_COLOR turns colour off."
 )
 
 
