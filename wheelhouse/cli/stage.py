@@ -90,9 +90,7 @@ class _StageReporter:
         if task in self._drawn:
             self._drawn.discard(task)
             self._rich.finish(task)
-        if message == "1 packages":  # the resolver's count
-            message = "1 package"
-        if message and message != "failed":
+        if message:
             self._rich.note(message)
 
     def note(self, message: str) -> None:

@@ -201,10 +201,10 @@ def resolve(
         provider.prefetch(roots)
         result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
-        reporter.finish("resolve", "failed")
+        reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
     except ResolutionTooDeep as exc:
-        reporter.finish("resolve", "failed")
+        reporter.finish("resolve")  # the error that follows says what failed
         raise ResolutionConflict(
             f"gave up after {exc.round_count} resolution rounds",
             hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
