@@ -253,10 +253,11 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     finally:
         reporter.close()
     verb = "would drop" if dry_run else "dropped"
+    show = ui.data if dry_run and not as_json else ui.info  # --dry-run's plan is the data asked for: stdout
     for r in records:
         tag = " (--include-forced)" if r.forced else ""
         first = (r.evidence.splitlines() or [""])[0]
-        ui.info(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
+        show(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
         if not dry_run:
             ui.info(f"  find_spec is None for {', '.join(r.modules)}: {'confirmed' if r.confirmed else 'NO: ' + ', '.join(r.still_found)}")
     for p in kept:
