@@ -15,7 +15,9 @@ from typing import Any, Iterator
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.text import Text
+from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn,
+                           TransferSpeedColumn)
 
 from wheelhouse.errors import WhError
 from wheelhouse.redact import redact
@@ -89,6 +91,22 @@ def check_writable(flag: str, path, hint: str = "choose a path in a folder you c
         raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})", hint=hint) from exc
 
 
+class _AmountColumn(ProgressColumn):
+    """Bytes and speed for a download (unit "B"); a plain count for anything else (a resolve counts
+    packages: its bar read `0/? bytes ?`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
+
+    def render(self, task) -> Text:
+        if task.fields.get("unit") == "B":
+            return Text.assemble(self._bytes.render(task), " ", self._speed.render(task))
+        done = int(task.completed)
+        return Text(f"{done}/{int(task.total)} {task.fields.get('unit') or ''}".rstrip() if task.total
+                    else f"{done} {task.fields.get('unit') or ''}".rstrip())
+
+
 class RichReporter:
     """A progress.Reporter drawing rich progress bars on stderr."""
 
@@ -103,18 +121,18 @@ class RichReporter:
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                DownloadColumn(),
-                TransferSpeedColumn(),
+                _AmountColumn(),
                 TimeRemainingColumn(),
                 console=self.console,
                 transient=True,
-                disable=self.quiet,
+                # Off a terminal (CI logs) a bar is no use, and each one left a blank line behind.
+                disable=self.quiet or not self.console.is_terminal,
             )
             self._progress.start()
         return self._progress
 
     def start(self, task: str, total: float | None = None, unit: str = "") -> None:
-        self._tasks[task] = self._ensure().add_task(task, total=total)
+        self._tasks[task] = self._ensure().add_task(task, total=total, unit=unit)
 
     def advance(self, task: str, amount: float = 1) -> None:
         if task in self._tasks and self._progress:

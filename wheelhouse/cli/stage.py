@@ -64,42 +64,6 @@ def _version() -> str:
     return __version__
 
 
-class _StageReporter:
-    """wh stage's progress on stderr: a bar only for bytes on a terminal, and no `failed` line.
-
-    Off a terminal each rich bar leaves a blank line behind when it stops (CI logs got one before every
-    message and error); the resolve counts packages, not bytes (its bar read `0/? bytes ?`); and the
-    error printed right after a failed resolve says what failed.
-    """
-
-    def __init__(self, ui):
-        self._rich = ui.reporter()
-        self._bars = ui.console.is_terminal
-        self._drawn: set[str] = set()
-
-    def start(self, task: str, total: float | None = None, unit: str = "") -> None:
-        if self._bars and unit == "B":
-            self._drawn.add(task)
-            self._rich.start(task, total, unit)
-
-    def advance(self, task: str, amount: float = 1) -> None:
-        if task in self._drawn:
-            self._rich.advance(task, amount)
-
-    def finish(self, task: str, message: str = "") -> None:
-        if task in self._drawn:
-            self._drawn.discard(task)
-            self._rich.finish(task)
-        if message:
-            self._rich.note(message)
-
-    def note(self, message: str) -> None:
-        self._rich.note(message)
-
-    def close(self) -> None:
-        self._rich.close()
-
-
 def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
     out: list[RequirementLine] = []
     for p in paths:
@@ -230,7 +194,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels)
     target = run.target
-    reporter = _StageReporter(ui)
+    reporter = ui.reporter()
     try:
         result = run_stage(run, reporter=reporter)
     finally:
