@@ -14,17 +14,7 @@ from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.install.wheel import install_wheels
 
 
-def _scheme(tmp_path):
-    root = tmp_path / "env"
-    s = {"purelib": root / "site", "platlib": root / "site", "scripts": root / "bin", "data": root,
-         "headers": root / "include"}
-    for p in s.values():
-        p.mkdir(parents=True, exist_ok=True)
-    return {k: str(v) for k, v in s.items()}
-
-
-def test_uninstall_removes_files_scripts_and_bytecode(tmp_path):
-    scheme = _scheme(tmp_path)
+def test_uninstall_removes_files_scripts_and_bytecode(tmp_path, scheme):
     w = make_wheel(tmp_path / "w", "gone", "1.0", modules={"gone/__init__.py": "X = 1\n", "gone/sub/m.py": ""},
                    entry_points={"console_scripts": {"gone-run": "gone:main"}})
     before = tree_listing(tmp_path / "env")
@@ -36,8 +26,7 @@ def test_uninstall_removes_files_scripts_and_bytecode(tmp_path):
     assert tree_listing(tmp_path / "env") == before
 
 
-def test_uninstall_stays_inside_the_environment_and_out_of_wh_state(tmp_path):
-    scheme = _scheme(tmp_path)
+def test_uninstall_stays_inside_the_environment_and_out_of_wh_state(tmp_path, scheme):
     install_wheels([make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim.py": ""})], scheme, sys.executable)
     outside = tmp_path / "outside.txt"
     outside.write_text("keep\n")
@@ -52,8 +41,7 @@ def test_uninstall_stays_inside_the_environment_and_out_of_wh_state(tmp_path):
     assert (tmp_path / "env" / "site").is_dir()
 
 
-def test_uninstall_of_something_not_installed_removes_nothing(tmp_path):
-    scheme = _scheme(tmp_path)
+def test_uninstall_of_something_not_installed_removes_nothing(tmp_path, scheme):
     assert remove_distribution("absent", scheme) == []
 
 

@@ -20,16 +20,6 @@ from wheelmaker import make_wheel
 from wheelhouse.install.wheel import RecordMismatch, UnsafeWheelPath, install_wheels, remove_distribution
 
 
-@pytest.fixture
-def scheme(tmp_path):
-    root = tmp_path / "env"
-    s = {"purelib": root / "site", "platlib": root / "site", "scripts": root / "bin", "data": root,
-         "headers": root / "include"}
-    for p in s.values():
-        p.mkdir(parents=True, exist_ok=True)
-    return {k: str(v) for k, v in s.items()}
-
-
 def _rewrite(wheel: Path, change) -> Path:
     """Rewrite a wheel's members through ``change(name, data) -> data | None`` (None drops it)."""
     buf = io.BytesIO()

@@ -19,16 +19,6 @@ from wheelhouse.install.wheel import NoSpace, RecordMismatch, install_wheels
 INFO = "bomb-1.0.dist-info"
 
 
-@pytest.fixture
-def scheme(tmp_path):
-    root = tmp_path / "env"
-    s = {"purelib": root / "site", "platlib": root / "site", "scripts": root / "bin", "data": root,
-         "headers": root / "include"}
-    for p in s.values():
-        p.mkdir(parents=True, exist_ok=True)
-    return {k: str(v) for k, v in s.items()}
-
-
 def _bomb(path: Path, real: bytes, declared: int) -> Path:
     """A wheel whose bomb/data.bin inflates to ``real`` while its central directory and RECORD declare
     ``declared`` bytes (what a zip bomb does)."""
