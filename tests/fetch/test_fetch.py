@@ -10,17 +10,9 @@ import hashlib
 import os
 
 import pytest
-from file_server import FileServer
 
 from wheelhouse.fetch import FetchError, FetchItem, HashMismatch, cached_path, fetch_all
 from wheelhouse.progress import RecordingReporter
-
-
-@pytest.fixture
-def server():
-    s = FileServer()
-    yield s
-    s.close()
 
 
 def _fetch(items, tmp_path, **kw):

@@ -9,33 +9,18 @@ import os
 import threading
 
 import pytest
-from file_server import FileServer
 
 from wheelhouse.errors import HashMismatch
 from wheelhouse.fetch.cache import cached_path, partial_path
 from wheelhouse.fetch.ranges import NoRanges, fetch_range, plan_segments
-from wheelhouse.fetch.session import FetchItem, Session
-from wheelhouse.index.http import HttpClient
-from wheelhouse.progress import RecordingReporter
+from wheelhouse.fetch.session import FetchItem
 
 NAME = "big-1.0-py3-none-any.whl"
 DATA = os.urandom(1_000_000)
 SEG = 300_000  # 4 ranges: 3 x 300000 + 100000
 
 
-@pytest.fixture
-def server():
-    s = FileServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def session(tmp_path, monkeypatch):
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    with HttpClient(retries=0) as client:
-        yield Session(tmp_path / "cache", client, RecordingReporter(), "dl", retries=1, backoff=0.01)
+SESSION_RETRIES = 1  # the range tests run their session with a single retry (conftest.py: 2 by default)
 
 
 def _item(data=DATA):

@@ -9,32 +9,14 @@ import threading
 import time
 
 import pytest
-from file_server import FileServer
 
 from wheelhouse.errors import HashMismatch
 from wheelhouse.fetch.cache import cached_path, entry_lock, partial_path
 from wheelhouse.fetch.session import FetchError, FetchItem, Session
 from wheelhouse.fetch.stream import download, entry_key
-from wheelhouse.index.http import HttpClient
-from wheelhouse.progress import RecordingReporter
 
 DATA = os.urandom(600_000)
 NAME = "demo-1.0-py3-none-any.whl"
-
-
-@pytest.fixture
-def server():
-    s = FileServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def session(tmp_path, monkeypatch):
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    with HttpClient(retries=0) as client:
-        yield Session(tmp_path / "cache", client, RecordingReporter(), "dl", retries=2, backoff=0.01)
 
 
 def _advanced(s: Session) -> int:
