@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from broken_packages import install_wheel, make_venv, site_packages
 from schema_check import validate

@@ -8,7 +8,6 @@ distribution's pure-Python top-level name that raises was never imported.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import sysconfig

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from faults import wh_command
 from nvidia_fixtures import make_wheelhouse, tree_listing

@@ -41,7 +41,7 @@ def test_install_without_a_target_refuses_and_names_the_flags(tmp_path):
     r = subprocess.run(wh_command(["install", house]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "error: no target" in r.stderr and "--venv" in r.stderr
-    assert f"hint: " in r.stderr and f"--python {sys.executable}" in r.stderr
+    assert "hint: " in r.stderr and f"--python {sys.executable}" in r.stderr
     assert not _own_env_has_probe()
 
 

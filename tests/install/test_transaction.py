@@ -3,7 +3,6 @@ lock says, never in between, and the next run repairs what a killed one left (is
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from wheelmaker import make_wheel
 
 from wheelhouse.install import install_wheelhouses, read_install_state, unfinished_transaction
 from wheelhouse.install.transaction import Transaction, clean_leftovers, journal_path, recover
-from wheelhouse.install.wheel import RecordMismatch
 
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 

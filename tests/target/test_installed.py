@@ -8,7 +8,6 @@ base system's: ``import setuptools`` gives 81.0 there, and every part of wh must
 from __future__ import annotations
 
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 

@@ -39,7 +39,7 @@ def links(ui, check, fix, undo, python, paths, as_json) -> None:
     since, is refused and named (exit 1) and stays recorded. Exit codes: 0 done (or nothing to
     change); 1 --check found changes, or --undo refused entries; 2 bad input.
     """
-    from wheelhouse.env.links import LinkError, link_loops, run_links
+    from wheelhouse.env.links import LinkError, run_links
     from wheelhouse.target.interpreter import inspect_interpreter
 
     if check + fix + undo > 1:  # one flag value each used to let the last one win silently
