@@ -26,6 +26,10 @@ __all__ = ["main", "cli"]
 _COMMANDS = {
     "target": ("target", "target", "Capture or show a target profile."),
     "stage": ("stage", "stage", "Resolve for the target and download a verified wheelhouse."),
+    "pack": ("carry", "pack", "Write a wheelhouse as one deterministic archive (optionally in parts)."),
+    "push": ("registry", "push", "Publish a wheelhouse to an OCI registry (wheels as shared blobs)."),
+    "pull": ("registry", "pull", "Fetch a wheelhouse from an OCI registry, every blob verified."),
+    "verify": ("carry", "verify", "Check a wheelhouse or its archive offline, before anything is installed."),
     "install": ("install", "install", "Install a wheelhouse offline into a venv or interpreter."),
     "links": ("links", "links", "Check, add or undo unversioned NVIDIA soname links."),
     "env": ("env", "env", "Print the environment the engine needs (PATH, CUDA_HOME, LD_LIBRARY_PATH)."),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ __all__ = ["install"]
 
 
 @click.command()
-@click.argument("wheelhouses", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("wheelhouses", nargs=-1)
 @click.option("--search", "search_roots", multiple=True, type=click.Path(path_type=Path), envvar="WH_SEARCH",
               help="Look for wheelhouses (wh.json) under this folder, e.g. a read-only mount. Repeatable.")
 @click.option("--venv", type=click.Path(file_okay=False, path_type=Path),
@@ -47,6 +48,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install ./wheelhouse --venv /opt/venv --system-site-packages
       wh install --search /kaggle/input --python /usr/bin/python3
     """
+    from wheelhouse.carry import materialize
     from wheelhouse.errors import UsageError
     from wheelhouse.install import find_wheelhouses, install_wheelhouses, require_target
 
@@ -57,7 +59,10 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         search_roots = (Path.cwd(),)
     if system_site_packages and venv is None:
         raise UsageError("--system-site-packages needs --venv", hint="add --venv PATH, or drop the flag")
-    found = find_wheelhouses(list(wheelhouses), list(search_roots))
+    held = ExitStack()
+    ctx_close = click.get_current_context().call_on_close
+    ctx_close(held.close)
+    found = find_wheelhouses(materialize(list(wheelhouses), held), list(search_roots))
     for h in found:
         ui.info(f"wheelhouse: {h}")
     reporter = ui.reporter()

@@ -130,10 +130,15 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--allow-missing-kernels", is_flag=True, envvar="WH_ALLOW_MISSING_KERNELS",
               help="When the target profile lists GPUs, a wheel whose CUDA device code none of them can run is "
                    "refused (exit 1); with this flag it is staged with a warning.")
+@click.option("--full", is_flag=True,
+              help="Stage the whole closure, even what the target profile says its image already provides.")
+@click.option("--offline", is_flag=True, envvar="WH_OFFLINE",
+              help="Resolve from the cache alone (index pages and metadata); anything not cached is an error.")
+@click.option("--refresh", is_flag=True, help="Revalidate every cached index page, however recently fetched.")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
           index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
-          no_bootstrap, lock_timeout, allow_missing_kernels) -> None:
+          no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
@@ -192,7 +197,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     )
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
-                       lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels)
+                       lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
+                       offline=offline, refresh=refresh)
     target = run.target
     reporter = ui.reporter()
     try:

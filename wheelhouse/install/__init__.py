@@ -43,6 +43,7 @@ from wheelhouse.lock import LockedFile, WheelhouseNotFound
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
 from .bytecode import ByteCompiler
+from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
@@ -337,6 +338,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         notes += _recover(interp)
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
+    notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages)
     paths = verify_files(todo, jobs, reporter)  # every byte verified before the first one is written
     try:
         _check_requirements(todo, interp, existing, system_site_packages)

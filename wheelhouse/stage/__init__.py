@@ -155,7 +155,7 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     """
     reporter = reporter or NullReporter()
     cache = Path(inputs.cache_dir) if inputs.cache_dir else default_cache_dir()
-    client = client or HttpClient(cache_dir=cache)
+    client = client or HttpClient(cache_dir=cache, offline=inputs.offline, refresh=inputs.refresh)
     _check_inputs(inputs)
     if inputs.dry_run:
         return _run(inputs, None, cache, client, reporter, ())

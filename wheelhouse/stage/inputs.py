@@ -61,6 +61,9 @@ class StageInputs:
     bootstrap: bool = True
     lock_timeout: float = 600.0
     allow_missing_kernels: bool = False  # device code no target GPU runs: warn instead of refusing
+    full: bool = False  # stage the whole closure, ignoring what the target profile says its image provides
+    offline: bool = False  # index pages and metadata from the cache alone; a miss is an error
+    refresh: bool = False  # revalidate every cached index page, however fresh
 
 
 def _joined(*lists: Iterable) -> tuple:

@@ -21,7 +21,7 @@ from wheelhouse.errors import TargetError
 from . import capture as capture_target
 from .gpu import Gpu, gpu_from_json
 
-__all__ = ["TargetProfile", "target_from_json", "load_target", "host_target", "MARKER_KEYS", "glibc_version", "libc_of"]
+__all__ = ["TargetProfile", "ProvidedDist", "target_from_json", "load_target", "host_target", "MARKER_KEYS", "glibc_version", "libc_of"]
 
 # PEP 508: every key a marker may name. Marker.evaluate() fills missing keys
 # from the HOST's default_environment(), so a target must always supply all.
@@ -41,6 +41,21 @@ MARKER_KEYS = (
 
 
 @dataclass(frozen=True)
+class ProvidedDist:
+    """A distribution the target interpreter already imports (captured on the box): what a delta stage
+    treats as installed. ``where``: "venv" (the interpreter's own site dir), "parent" (a base venv it
+    sees), "system" (the base interpreter's); ``path``: the site dir it was found in, informative only."""
+
+    name: str  # canonical (PEP 503) name
+    version: str
+    where: str = "system"
+    path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "where": self.where, "path": self.path}
+
+
+@dataclass(frozen=True)
 class TargetProfile:
     """An interpreter and machine as data: its ordered tags, full marker environment, libc, GPUs."""
 
@@ -56,6 +71,7 @@ class TargetProfile:
     driver_version: str | None = None
     cuda_version: str | None = None
     source: str = "flags"  # captured | flags | host | pex | file
+    provided: tuple[ProvidedDist, ...] = ()  # what the image's interpreter imports, in its sys.path order
     _rank: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +158,7 @@ class TargetProfile:
             "gpus": [{k: v for k, v in g.to_json().items() if v is not None} for g in self.gpus],
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
+            "distributions": [d.to_json() for d in self.provided],
         }
 
 
@@ -227,6 +244,8 @@ def target_from_json(data: Mapping[str, Any], source: str = "file", where: str =
         driver_version=data.get("driver_version"),
         cuda_version=data.get("cuda_version"),
         source=kind,
+        provided=tuple(ProvidedDist(name=d["name"], version=d["version"], where=d.get("where", "system"),
+                                    path=d.get("path")) for d in data.get("distributions") or ()),
     )
 
 

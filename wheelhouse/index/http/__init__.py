@@ -51,8 +51,11 @@ class HttpClient:
     per-host pool and gives it back when the body has been read.
     """
 
-    def __init__(self, cache_dir: Path | None = None, retries: int = 4, backoff: float = 0.5, timeout: float = 60.0):
+    def __init__(self, cache_dir: Path | None = None, retries: int = 4, backoff: float = 0.5, timeout: float = 60.0,
+                 *, offline: bool = False, refresh: bool = False):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.offline = offline  # cached pages only, whatever their age; a miss is an error
+        self.refresh = refresh  # revalidate every cached page, however fresh
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
