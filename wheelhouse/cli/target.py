@@ -59,15 +59,23 @@ def target() -> None:
 @target.command("capture")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the profile here instead of stdout.")
 @click.option("--no-gpus", is_flag=True, help="Skip the nvidia-smi query.")
-def capture_cmd(output, no_gpus) -> None:
-    """Print this interpreter's profile as JSON: tags, markers, libc, GPUs, driver.
+@click.option("--no-distributions", is_flag=True,
+              help="Leave out the distributions this interpreter imports (then a stage against it is a full one).")
+def capture_cmd(output, no_gpus, no_distributions) -> None:
+    """Print this interpreter's profile as JSON: tags, markers, libc, GPUs, driver, and the
+    distributions it imports (what `wh stage --target` then treats as already on the box).
 
     On a box without wh, run the same thing with `python capture_target.py` from any wheelhouse.
+
+    \b
+    Example (on the box, with the interpreter that will receive the wheelhouse):
+      /opt/venv/bin/python capture_target.py -o h200.json
+      wh target capture -o h200.json --no-gpus
     """
-    data = capture(include_gpus=not no_gpus)
+    data = capture(include_gpus=not no_gpus, include_distributions=not no_distributions)
     if output:
         write_output("-o", output, json.dumps(data, indent=2) + "\n")
-        click.echo(f"wrote {output}", err=True)
+        click.echo(f"wrote {output} ({len(data.get('distributions') or [])} distributions)", err=True)
     else:
         emit_json(data)
 
@@ -76,7 +84,14 @@ def capture_cmd(output, no_gpus) -> None:
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole profile as JSON.")
 def show_cmd(target_file, python_version, platforms, implementation, abi, as_json) -> None:
-    """Show the profile the target flags describe (the first tags, libc, GPUs)."""
+    """Show the profile the target flags describe (the first tags, libc, GPUs, how many distributions
+    the image provides).
+
+    \b
+    Example:
+      wh target show --target manifests/targets/h200-offline.json
+      wh target show --target h200.json --json | jq '.distributions | length'
+    """
     t = target_from_options(target_file, python_version, platforms, implementation, abi)
     if as_json:
         emit_json(t.to_json())
@@ -86,3 +101,9 @@ def show_cmd(target_file, python_version, platforms, implementation, abi, as_jso
     click.echo(f"tags: {len(t.tags)} (best: {', '.join(t.tags[:3])})")
     for g in t.gpus:
         click.echo(f"gpu: {g.name} sm {g.compute_capability} {g.memory_total_mib} MiB")
+    if t.provided:
+        kinds = ", ".join(f"{n} {w}" for w in ("venv", "parent", "system")
+                          if (n := sum(d.where == w for d in t.provided)))
+        click.echo(f"{len(t.provided)} distributions provided by the image ({kinds}); `wh stage --target` treats them as installed unless --full")
+    else:
+        click.echo("no distributions recorded: a stage against it is a full one")

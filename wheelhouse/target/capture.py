@@ -8,6 +8,11 @@ list itself, by packaging.tags' rules (the tests compare the two on this host an
 a grid of targets); elsewhere (macOS, Windows) it asks the target's own packaging when
 there is one. Its Linux platform expansion is also what ``wh stage --platform``
 uses, and ``wheelhouse.target.gpu`` reads GPUs through its ``query_nvidia_smi``.
+
+It also lists the distributions the interpreter imports (``distributions``): what a
+delta stage treats as already on the box. Any CPython 3.7+ runs it, so where
+``importlib.metadata`` is missing (3.7) it reads the ``.dist-info``/``.egg-info``
+folders itself.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import platform
 import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +31,7 @@ __all__ = [
     "SCHEMA",
     "capture",
     "compatible_tags",
+    "provided_distributions",
     "expand_platform",
     "marker_environment",
     "query_nvidia_smi",
@@ -293,7 +300,124 @@ def query_nvidia_smi(smi: str | None = None, timeout: float = 30) -> dict:
     return facts
 
 
-def capture(include_gpus: bool = True) -> dict:
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _venv_root(path: str) -> str | None:
+    """The venv a site folder belongs to (an ancestor holding ``pyvenv.cfg``, PEP 405), or None."""
+    here = path
+    for _ in range(4):  # lib/pythonX.Y/site-packages; Lib/site-packages on Windows
+        here = os.path.dirname(here)
+        if os.path.isfile(os.path.join(here, "pyvenv.cfg")):
+            return here
+    return None
+
+
+def _where(entry: str) -> str:
+    """"venv": the running venv's own folder; "parent": another venv's site folder this interpreter sees (a
+    ``.pth`` from ``wh install`` for a venv of a venv); "system": the base interpreter's (and anything else)."""
+    real = os.path.realpath(entry)
+    prefix = os.path.realpath(sys.prefix)
+    in_venv = prefix != os.path.realpath(getattr(sys, "base_prefix", sys.prefix))
+    if in_venv and _under(real, prefix):
+        return "venv"
+    root = _venv_root(real)
+    return "parent" if root is not None and not _under(prefix, root) else "system"
+
+
+def _search_path() -> list[str]:
+    """``sys.path`` in order, without the script's folder or the cwd that Python puts first (a wheelhouse
+    holding capture_target.py is no part of the image) and without duplicates."""
+    entries = [p for p in sys.path if p]
+    isolated = sys.flags.isolated or getattr(sys.flags, "safe_path", False)
+    sites = set(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    if sys.path and not isolated and sys.path[0] not in sites:
+        entries = [p for p in sys.path[1:] if p]
+    out = []
+    for p in entries:
+        p = os.path.abspath(p)
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _read_headers(path: str) -> tuple[str | None, str | None]:
+    from email.parser import HeaderParser
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            msg = HeaderParser().parse(fh)
+    except OSError:
+        return None, None
+    return msg.get("Name"), msg.get("Version")
+
+
+def _scan_folder(entry: str) -> list[tuple[str | None, str | None]]:
+    """(Name, Version) of each ``*.dist-info``/``*.egg-info`` in one sys.path folder (Python 3.7: no
+    importlib.metadata), by folder name so the order does not depend on the file system."""
+    try:
+        names = sorted(os.listdir(entry))
+    except OSError:
+        return []
+    found = []
+    for n in names:
+        full = os.path.join(entry, n)
+        if n.startswith("~"):
+            continue
+        if n.endswith(".dist-info") and os.path.isdir(full):
+            found.append(_read_headers(os.path.join(full, "METADATA")))
+        elif n.endswith(".egg-info"):
+            found.append(_read_headers(os.path.join(full, "PKG-INFO") if os.path.isdir(full) else full))
+    return found
+
+
+def _metadata_folder(entry: str, importlib_metadata) -> list[tuple[str | None, str | None]]:
+    """(Name, Version) of each distribution importlib.metadata finds in one sys.path entry, in its order
+    (what ``importlib.metadata.version(name)`` answers in this interpreter)."""
+    found = []
+    for dist in importlib_metadata.distributions(path=[entry]):
+        folder = getattr(dist, "_path", None)
+        if folder is not None and os.path.basename(str(folder)).startswith("~"):
+            continue  # pip's stash of a copy it is replacing, not an installed one
+        try:
+            meta = dist.metadata
+            found.append((meta.get("Name"), meta.get("Version")))
+        except Exception:  # noqa: BLE001 - unreadable metadata: not a distribution anyone imports
+            continue
+    return found
+
+
+def provided_distributions(use_importlib: bool = True) -> list[dict]:
+    """Every distribution this interpreter imports: ``{"name", "version", "where", "path"}`` in its
+    ``sys.path`` order; the first copy of a name wins (a shadowed copy is provided by nobody). Copies
+    without a Name or a Version are skipped."""
+    importlib_metadata = None
+    if use_importlib:
+        try:
+            import importlib.metadata as importlib_metadata
+        except ImportError:  # Python 3.7
+            importlib_metadata = None
+    out, seen = [], set()
+    for entry in _search_path():
+        rows = _metadata_folder(entry, importlib_metadata) if importlib_metadata else _scan_folder(entry)
+        where = None
+        for name, version in rows:
+            if not name or not version or not str(name).strip() or not str(version).strip():
+                continue
+            key = _canonical(str(name).strip())
+            if key in seen:
+                continue
+            seen.add(key)
+            where = where or _where(entry)
+            out.append({"name": key, "version": str(version).strip(), "where": where, "path": entry})
+    return out
+
+
+def capture(include_gpus: bool = True, include_distributions: bool = True) -> dict:
     """The target profile of the running interpreter."""
     libc = _libc()
     abis = _abis()
@@ -316,17 +440,26 @@ def capture(include_gpus: bool = True) -> dict:
     }
     gpus = query_nvidia_smi() if include_gpus else {}
     profile.update({key: gpus.get(key) for key in ("driver_version", "cuda_version")}, gpus=gpus.get("gpus", []))
+    if include_distributions:
+        profile["distributions"] = provided_distributions()
     return profile
 
 
 def _main(argv: list[str]) -> int:
-    out = None
-    if len(argv) == 2 and argv[0] in ("-o", "--output"):
-        out = argv[1]
-    elif argv:
-        sys.stderr.write("usage: python capture_target.py [-o FILE]\n")
-        return 2
-    text = json.dumps(capture(), indent=2) + "\n"
+    out, gpus, dists = None, True, True
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-o", "--output") and args:
+            out = args.pop(0)
+        elif arg == "--no-gpus":
+            gpus = False
+        elif arg == "--no-distributions":
+            dists = False
+        else:
+            sys.stderr.write("usage: python capture_target.py [-o FILE] [--no-gpus] [--no-distributions]\n")
+            return 2
+    text = json.dumps(capture(include_gpus=gpus, include_distributions=dists), indent=2) + "\n"
     if out is None:
         sys.stdout.write(text)
         return 0

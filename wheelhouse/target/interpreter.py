@@ -31,7 +31,7 @@ import json, sys, sysconfig, importlib.util
 spec = importlib.util.spec_from_file_location("_wh_capture", sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
-data = mod.capture(include_gpus=False)
+data = mod.capture(include_gpus=False, include_distributions=False)  # install asks target.installed
 paths = sysconfig.get_paths()
 data["paths"] = {k: paths.get(k) for k in ("purelib", "platlib", "scripts", "data", "include")}
 data["executable"] = sys.executable

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.markers import Marker
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelhouse.datafile import load_json
@@ -212,6 +213,41 @@ def _check_profile(data: Mapping[str, Any], where: str) -> None:
     gpus = data.get("gpus")
     if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, Mapping) for g in gpus)):
         raise bad("gpus", "a list of objects")
+    _check_distributions(data.get("distributions"), where)
+
+
+_WHERE = ("venv", "parent", "system")
+_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508 names
+
+
+def _check_distributions(dists: Any, where: str) -> None:
+    """``distributions``: a list of {name, version, where, path}, each name once (the first on sys.path wins)."""
+    if dists is None:
+        return
+    hint = "capture it again on the box with `wh target capture -o FILE` (or `python capture_target.py -o FILE`)"
+    if not isinstance(dists, list):
+        raise TargetError(f'{where}: distributions must be a list of {{"name", "version", "where", "path"}} objects',
+                          hint=hint)
+    seen: dict[str, int] = {}
+    for i, d in enumerate(dists):
+        label = f"{where}: distributions[{i}]"
+        if not isinstance(d, Mapping):
+            raise TargetError(f"{label} must be an object with name and version", hint=hint)
+        name, version = d.get("name"), d.get("version")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise TargetError(f"{label}: name must be a distribution name, not {name!r}", hint=hint)
+        label = f"{where}: distribution {name}"
+        if not isinstance(version, str) or not version.strip():
+            raise TargetError(f"{label}: version must be a non-empty string, not {version!r}", hint=hint)
+        if d.get("where", "system") not in _WHERE:
+            raise TargetError(f"{label}: where must be one of {', '.join(_WHERE)}, not {d.get('where')!r}", hint=hint)
+        if d.get("path") is not None and not isinstance(d["path"], str):
+            raise TargetError(f"{label}: path must be a string or null", hint=hint)
+        key = canonicalize_name(name)
+        if key in seen:
+            raise TargetError(f"{label} is listed twice (distributions[{seen[key]}] and [{i}]); the interpreter "
+                              "imports only the first copy", hint=hint)
+        seen[key] = i
 
 
 def target_from_json(data: Mapping[str, Any], source: str = "file", where: str = "target file") -> TargetProfile:
@@ -244,8 +280,9 @@ def target_from_json(data: Mapping[str, Any], source: str = "file", where: str =
         driver_version=data.get("driver_version"),
         cuda_version=data.get("cuda_version"),
         source=kind,
-        provided=tuple(ProvidedDist(name=d["name"], version=d["version"], where=d.get("where", "system"),
-                                    path=d.get("path")) for d in data.get("distributions") or ()),
+        provided=tuple(ProvidedDist(name=canonicalize_name(d["name"]), version=d["version"].strip(),
+                                    where=d.get("where", "system"), path=d.get("path"))
+                       for d in data.get("distributions") or ()),
     )
 
 
@@ -258,7 +295,8 @@ def load_target(path: str | Path) -> TargetProfile:
 
 
 def host_target(include_gpus: bool = False) -> TargetProfile:
-    """The running interpreter's own profile."""
-    data = capture_target.capture(include_gpus=include_gpus)
+    """The running interpreter's own profile, without its distributions: wh's own environment is no image a
+    stage should assume present (a delta needs a profile captured on the box)."""
+    data = capture_target.capture(include_gpus=include_gpus, include_distributions=False)
     data["source"] = "host"
     return target_from_json(data)
