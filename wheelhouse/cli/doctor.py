@@ -12,7 +12,7 @@ from rich.text import Text
 from wheelhouse.doctor.report import DoctorReport, render_junit
 from ._ui import check_writable, emit_json, plural, sigterm_as_interrupt, write_output
 
-__all__ = ["doctor", "drop"]
+__all__ = ["doctor", "drop", "compare"]
 
 _LABEL = {"ok": ("OK", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red"),
           "skip": ("skip", "dim"), "error": ("ERROR", "bold magenta"), "info": ("info", "cyan")}
@@ -130,7 +130,15 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
             con.print(f"fixed: {f.action} {f.what}", markup=False, highlight=False)
 
 
-@click.command()
+class _DoctorGroup(click.Group):
+    """``wh doctor [OPTIONS]`` runs the doctor; ``wh doctor compare REPORT.json...`` compares nodes' reports."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "[OPTIONS]")
+        formatter.write_usage(ctx.command_path, "compare [OPTIONS] REPORT.json...", prefix="       ")
+
+
+@click.group(cls=_DoctorGroup, invoke_without_command=True, subcommand_metavar="compare REPORT.json...")
 @_common
 @click.option("--check", "checks", multiple=True, metavar="ID",
               help="Run only checks whose id starts with ID (repeatable): native, native:numpy, rule:, gpu.")
@@ -145,8 +153,8 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
-@click.pass_obj
-def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
+@click.pass_context
+def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
            include_forced, model, tp) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
@@ -157,7 +165,18 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     Off a terminal, one line per check. Exit codes: 0 nothing failed; 1 a check
     failed; 2 warnings only, with --strict; 3 the doctor itself could not run;
     130 interrupted (its probes are killed).
+
+    `wh doctor compare reports/*.json` compares the --json reports of many
+    nodes (see `wh doctor compare --help`).
+
+    \b
+    Example:
+      wh doctor --python /opt/venv/bin/python --json --junit doctor.xml > report.json
     """
+    if ctx.invoked_subcommand:
+        _no_doctor_options_before(ctx)
+        return
+    ui = ctx.obj
     from wheelhouse.doctor import apply_fixes, list_checks as _list, run_doctor
 
     if list_checks:
@@ -201,6 +220,65 @@ def doctor(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks
     else:  # the report is the data asked for: stdout, even with -q
         _render(ui.out, report, ui.verbose)
     code = report.exit_code(strict)
+    if code:
+        sys.exit(code)
+
+
+def _no_doctor_options_before(ctx: click.Context) -> None:
+    """`wh doctor --json compare ...` would silently drop --json: the doctor's own options do not apply there."""
+    given = [p.opts[0] for p in ctx.command.params
+             if isinstance(p, click.Option) and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` is an option of `wh doctor` itself: "
+                               f"put the compare options after it (`wh doctor {ctx.invoked_subcommand} --json ...`)")
+
+
+@doctor.command("compare")
+@click.argument("reports", nargs=-1, required=True, metavar="REPORT.json...")
+@click.option("--json", "as_json", is_flag=True, help="Write the comparison as JSON to stdout.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write a JUnit XML file (one testcase per compared aspect; a difference is a failure).")
+@click.option("--expect", type=click.IntRange(1), metavar="N",
+              help="How many nodes there are: fewer (or more) reports than N is a failure, not a smaller fleet.")
+@click.pass_obj
+def compare(ui, reports, as_json, junit, expect) -> None:
+    """Compare `wh doctor --json` reports from many nodes; print what differs between them.
+
+    Compared: wh and Python versions, driver, CUDA, GPU model / sm / count /
+    interconnect, installed distributions (versions, then file and wheel
+    hashes), link checks and every check's verdict. One line per difference,
+    the majority first, then the outliers (`numpy: 2.1.3 on node-a, node-b;
+    2.2.0 on node-c`). Nodes are named by the report (WH_NODE_NAME,
+    SLURMD_NODENAME, else the host name). Exit codes: 0 identical; 1 the
+    nodes differ, or --expect N does not match the reports; 2 bad input (a
+    file that is not a readable report is named; the others are still
+    compared and the JSON and JUnit still written).
+
+    \b
+    Example (docs/fleet.md has the Slurm and Kubernetes recipes):
+      srun --nodes=4 --ntasks-per-node=1 --output='reports/%N.json' --error='reports/%N.log' wh doctor --json
+      wh doctor compare --expect 4 --junit compare.xml reports/*.json
+    """
+    from wheelhouse.doctor.compare import compare_reports, load_reports, render_junit as compare_junit, render_lines
+
+    if junit:
+        check_writable("--junit", junit)
+    nodes, bad = load_reports(reports)
+    result = compare_reports(nodes, bad, expected=expect)
+    # The files CI reads first: written before anything is printed, whatever the inputs were.
+    if junit:
+        write_output("--junit", junit, compare_junit(result))
+    if as_json:
+        emit_json(result.to_json())
+    from wheelhouse.errors import UsageError
+    from ._ui import print_error
+
+    for b in result.bad:
+        print_error(UsageError(f"{b.file}: {b.reason}", hint=b.hint))
+    show = ui.info if as_json else ui.data  # the lines are the data asked for, unless --json has them
+    for line in render_lines(result):
+        show(line)
+    code = result.exit_code()
     if code:
         sys.exit(code)
 

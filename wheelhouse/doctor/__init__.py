@@ -26,7 +26,9 @@ from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
 from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, run_probe
 from wheelhouse.progress import NullReporter, Reporter
+from .inventory import installed_inventory, node_identity
 from .report import CheckResult, DoctorReport, Fix
+from wheelhouse import __version__
 from wheelhouse.resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
@@ -318,6 +320,10 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         "target": ctx.target.describe() if ctx.target else None,
         "target_source": ctx.target_source,
         "memory": f.get("memory"),
+        # For `wh doctor compare` (reports from many nodes): who this is, and what is installed, with hashes.
+        "node": node_identity(ctx.environ),
+        "wh_version": __version__,
+        "installed": installed_inventory(ctx.distributions, ctx.site_dirs),
         # Manifest [[drop]] force = true entries that are installed. Issue 4: a passing probe keeps them;
         # only `wh drop --include-forced` / `--fix --include-forced` drop them without a failed probe.
         "forced_drops": [

@@ -1,0 +1,98 @@
+"""What a node has, for ``wh doctor compare``: its name, and every installed distribution with its hashes.
+
+Written into the doctor's JSON report (``facts.node``, ``facts.installed``, ``facts.wh_version``) so that
+reports gathered from many nodes can be compared without going back to the nodes.
+
+A distribution's ``files_sha256`` is one sha256 over its RECORD entries inside the site folder (path and
+hash, sorted), leaving out what the installer writes for itself (INSTALLER, REQUESTED, direct_url.json,
+RECORD), byte code and anything outside the site folder (launchers carry the venv's path in their
+shebang). Two venvs installed from the same wheel give the same value on any node; one changed file
+changes it. ``wheel_sha256`` is the sha256 of the wheel file wh installed it from (the install state),
+when wh installed it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import platform
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["NODE_ENV", "node_identity", "installed_inventory", "files_sha256"]
+
+# The node's name, first found wins: wh's own variable (set from the Kubernetes downward API, where the
+# pod's host name is the pod's), then Slurm's, then the host name.
+NODE_ENV = ("WH_NODE_NAME", "SLURMD_NODENAME")
+
+_INSTALLER_FILES = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "RECORD.jws", "RECORD.p7s"}
+
+
+def node_identity(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``{name, source, host}``: what ``wh doctor compare`` calls this node, and where the name came from."""
+    env = os.environ if environ is None else environ
+    host = platform.node()
+    for var in NODE_ENV:
+        if env.get(var, "").strip():
+            return {"name": env[var].strip(), "source": var, "host": host}
+    return {"name": host, "source": "hostname", "host": host}
+
+
+def _recorded(path: str, digest: str) -> bool:
+    if not digest or path.startswith(("../", "/")) or path.endswith((".pyc", ".pyo")) or "__pycache__/" in path:
+        return False
+    head, _, base = path.rpartition("/")
+    return not (head.endswith(".dist-info") and "/" not in head and base in _INSTALLER_FILES)
+
+
+def files_sha256(record_text: str) -> tuple[str, int]:
+    """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers."""
+    rows = []
+    for row in csv.reader(io.StringIO(record_text)):
+        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
+            rows.append(f"{row[0]} {row[1]}\n")
+    rows.sort()
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(r.encode("utf-8", "surrogateescape"))
+    return h.hexdigest(), len(rows)
+
+
+def _record_hash(dist_info: str | None) -> tuple[str | None, int | None]:
+    if not dist_info:
+        return None, None
+    try:
+        text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None, None  # no RECORD (an egg-info, a develop install): nothing to vouch for
+    return files_sha256(text)
+
+
+def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
+    """name -> (version, wheel sha256) from wh's install state of each site folder (the first wins)."""
+    from wheelhouse.install import read_install_state
+
+    out: dict[str, tuple[str, str]] = {}
+    for site in site_dirs:
+        for name, p in read_install_state(site).get("packages", {}).items():
+            if isinstance(p.get("sha256"), str) and name not in out:
+                out[name] = (str(p.get("version") or ""), p["sha256"])
+    return out
+
+
+def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Path]) -> list[dict[str, Any]]:
+    """One entry per distribution the interpreter imports: name, version, files_sha256, files, wheel_sha256.
+
+    ``distributions`` maps canonical names to the doctor's ``Distribution`` (name, version, dist_info).
+    """
+    wheels = _wheel_hashes(site_dirs)
+    out = []
+    for key in sorted(distributions):
+        d = distributions[key]
+        digest, count = _record_hash(getattr(d, "dist_info", None))
+        wheel = wheels.get(key)
+        out.append({"name": d.name, "version": d.version, "files_sha256": digest, "files": count,
+                    "wheel_sha256": wheel[1] if wheel and wheel[0] == d.version else None})
+    return out
