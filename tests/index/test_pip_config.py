@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -148,3 +149,121 @@ def test_with_nothing_configured_the_default_is_the_one_pip_states(tmp_path, mon
         assert default_index_url() == pip_config.UNCONFIGURED
     finally:
         pip_config.pip_stated_default.cache_clear()
+
+
+# ---- the stated default is asked once, then read from wh's cache ---------------------------------------------
+
+
+def _fake_pip(tmp_path: Path, url: str) -> Path:
+    """An interpreter whose ``-m pip download --help`` states ``url`` and counts how often it was asked."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n[ \"$3\" = download ] && [ \"$4\" = --help ] || exit 2\n"
+                    f"echo asked >> '{tmp_path / 'asked'}'\n"
+                    "echo '  -i, --index-url <url>       Base URL of the Python Package Index (default'\n"
+                    f"echo '                              {url}). This should point'\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def _asked(tmp_path: Path) -> int:
+    f = tmp_path / "asked"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+@pytest.fixture
+def fresh_default(monkeypatch, tmp_path):
+    from wheelhouse.index import pip_config
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no pip3/pip on PATH: only the fake is asked
+    pip_config.pip_stated_default.cache_clear()
+    yield pip_config
+    pip_config.pip_stated_default.cache_clear()
+
+
+def test_the_stated_default_costs_one_pip_run_then_comes_from_the_cache(tmp_path, monkeypatch, fresh_default):
+    pip_config = fresh_default
+    fake = _fake_pip(tmp_path, "http://stated.test/simple")
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    cache = tmp_path / "cache"
+    assert pip_config.pip_stated_default(cache) == "http://stated.test/simple"
+    assert _asked(tmp_path) == 1
+    for _ in range(3):  # a new wh process each time: only the file remembers
+        pip_config.pip_stated_default.cache_clear()
+        assert pip_config.pip_stated_default(cache) == "http://stated.test/simple"
+    assert _asked(tmp_path) == 1
+    assert (cache / "pip-stated-default.json").is_file()
+
+
+def test_a_changed_pip_is_asked_again(tmp_path, monkeypatch, fresh_default):
+    pip_config = fresh_default
+    fake = _fake_pip(tmp_path, "http://old.test/simple")
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    cache = tmp_path / "cache"
+    assert pip_config.pip_stated_default(cache) == "http://old.test/simple"
+    _fake_pip(tmp_path, "http://new.test/simple")  # pip upgraded in place: a new file, a new mtime
+    st = fake.stat()
+    os.utime(fake, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    pip_config.pip_stated_default.cache_clear()
+    assert pip_config.pip_stated_default(cache) == "http://new.test/simple"
+    assert _asked(tmp_path) == 2
+    # another pip on PATH changes what would be asked, so it is asked again too
+    (tmp_path / "empty-bin").mkdir()
+    other = tmp_path / "empty-bin" / "pip3"
+    other.write_text("#!/bin/sh\nexit 1\n")
+    other.chmod(0o755)
+    pip_config.pip_stated_default.cache_clear()
+    assert pip_config.pip_stated_default(cache) == "http://new.test/simple"
+    assert _asked(tmp_path) == 3
+
+
+@pytest.mark.parametrize("content", ["not json", '{"key": [], "url": "http://x.test/simple"}', None])
+def test_a_damaged_or_foreign_cache_entry_is_not_trusted(tmp_path, monkeypatch, fresh_default, content):
+    pip_config = fresh_default
+    fake = _fake_pip(tmp_path, "http://stated.test/simple")
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    cache = tmp_path / "cache"
+    assert pip_config.pip_stated_default(cache) == "http://stated.test/simple"
+    entry = cache / "pip-stated-default.json"
+    if content is None:  # the right key, but a value that is no URL (a hand-edited or hostile file)
+        data = json.loads(entry.read_text())
+        data["url"] = "file:///etc/passwd"
+        content = json.dumps(data)
+    entry.write_text(content)
+    pip_config.pip_stated_default.cache_clear()
+    assert pip_config.pip_stated_default(cache) == "http://stated.test/simple"
+    assert _asked(tmp_path) == 2
+
+
+def test_a_pip_that_states_nothing_is_not_cached(tmp_path, monkeypatch, fresh_default):
+    pip_config = fresh_default
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho asked >> '{tmp_path / 'asked'}'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    for _ in range(2):
+        pip_config.pip_stated_default.cache_clear()
+        assert pip_config.pip_stated_default(tmp_path / "cache") is None
+    assert _asked(tmp_path) == 2  # a failure (timeout, broken pip) is never remembered
+    assert not (tmp_path / "cache" / "pip-stated-default.json").exists()
+
+
+def test_the_real_pip_is_asked_once_across_runs(tmp_path, monkeypatch, fresh_default):
+    """This interpreter's own pip, run (never imported): the second wh run starts no subprocess."""
+    pip_config = fresh_default
+    calls = []
+    real_run = subprocess.run
+    monkeypatch.setattr(pip_config.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    first = pip_config.pip_stated_default(tmp_path / "cache")
+    assert first and first.startswith(("https://", "http://")) and len(calls) == 1
+    pip_config.pip_stated_default.cache_clear()
+    assert pip_config.pip_stated_default(tmp_path / "cache") == first
+    assert len(calls) == 1
+
+
+def test_reading_the_default_imports_no_pip(tmp_path):
+    code = ("import sys; from wheelhouse.index.pip_config import default_index_url; default_index_url(); "
+            "print(sorted(m for m in sys.modules if m == 'pip' or m.startswith('pip.')))")
+    env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "PIP_CONFIG_FILE": os.devnull}
+    env.pop("PIP_INDEX_URL", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert r.stdout.strip() == "[]"

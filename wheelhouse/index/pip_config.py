@@ -131,16 +131,99 @@ def default_index_url() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def pip_stated_default() -> str | None:
+def pip_stated_default(cache_dir: Path | None = None) -> str | None:
     """The default index as pip's own command line states it (``pip download --help``:
     "Base URL of the Python Package Index (default URL)"), or None without a pip.
 
     wh carries no registry address and imports nothing of pip; the help text is pip's public
-    statement of its default, asked once, out of process, only when nothing is configured.
+    statement of its default, asked out of process, only when nothing is configured. Asking costs
+    a pip start-up (~0.3-0.5 s), so the answer is kept in wh's cache (``cache_dir``, default
+    ``$WH_CACHE_DIR`` or ``~/.cache/wh``) under the identity of every pip that would be asked
+    (path, version, mtime): a pip upgraded, replaced or added is asked again.
     """
-    for cmd in ([sys.executable, "-m", "pip"], [shutil.which("pip3") or ""], [shutil.which("pip") or ""]):
-        if not cmd[0]:
-            continue
+    commands = _pip_commands()
+    if not commands:
+        return None
+    key = [_identity(cmd) for cmd in commands]
+    path = _cache_file(cache_dir)
+    cached = _read_cached(path, key)
+    if cached is not None:
+        return cached
+    answer = _ask_pip(commands)
+    if answer is not None:  # a pip that failed this time (timeout, broken) is asked again next time
+        _write_cached(path, key, answer)
+    return answer
+
+
+def _pip_commands() -> list[list[str]]:
+    """The pips wh would ask, in order: this interpreter's (``-m pip``), then pip3 and pip on PATH."""
+    import importlib.util
+
+    cmds = []
+    if importlib.util.find_spec("pip") is not None:  # finds pip without importing it
+        cmds.append([sys.executable, "-m", "pip"])
+    for name in ("pip3", "pip"):
+        found = shutil.which(name)
+        if found and [found] not in cmds:
+            cmds.append([found])
+    return cmds
+
+
+def _identity(cmd: Sequence[str]) -> list:
+    """What changes when the answer could: the executable's path and mtime, and for ``-m pip`` the
+    version and mtime of the pip package that runs (a dist-info folder's name carries the version)."""
+    exe = Path(cmd[0])
+    out: list = [list(cmd), _mtime(exe)]
+    if cmd[1:] == ["-m", "pip"]:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pip")
+        origin = Path(spec.origin) if spec and spec.origin else None
+        if origin is not None:
+            site = origin.parent.parent
+            out += [str(origin), _mtime(origin), sorted(p.name for p in site.glob("pip-*.dist-info"))]
+    return out
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns  # follows links: a venv's python is a link to the real one
+    except OSError:
+        return None
+
+
+def _cache_file(cache_dir: Path | None) -> Path:
+    # The one rule for where wh's cache is lives with the content-addressed cache.
+    from wheelhouse.fetch.cache import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "pip-stated-default.json"
+
+
+def _read_cached(path: Path, key: list) -> str | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = data.get("url") if isinstance(data, dict) and data.get("key") == key else None
+    return url if isinstance(url, str) and re.fullmatch(r"https?://\S+", url) else None
+
+
+def _write_cached(path: Path, key: list, url: str) -> None:
+    import json
+
+    from wheelhouse.atomic import write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"key": key, "url": url}, indent=1) + "\n")
+    except OSError:
+        pass  # a read-only cache costs one pip start-up per run, nothing else
+
+
+def _ask_pip(commands: Sequence[Sequence[str]]) -> str | None:
+    for cmd in commands:
         try:
             r = subprocess.run([*cmd, "download", "--help"], capture_output=True, text=True, timeout=30,
                                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})

@@ -1,0 +1,72 @@
+"""wh's start-up: ``--version`` and the top-level help answered without click or rich, byte-identical to click."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+WH = [sys.executable, "-m", "wheelhouse.cli"]
+
+
+def _click_render(args: list[str], columns: int) -> tuple[str, str, int]:
+    """What click itself prints for ``wh ARGS`` at this terminal width: (stdout, stderr, exit code)."""
+    code = (
+        "import sys\n"
+        "from wheelhouse.cli import cli, _NO_ARGS_IS_HELP\n"
+        "try:\n"
+        "    rc = cli.main(args=sys.argv[1:], prog_name='wh', standalone_mode=False)\n"
+        "except _NO_ARGS_IS_HELP as exc:\n"
+        "    exc.show(); rc = 2\n"
+        "sys.exit(rc or 0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                       env={**os.environ, "COLUMNS": str(columns)})
+    return r.stdout.decode(), r.stderr.decode(), r.returncode
+
+
+def _wh(args: list[str], columns: int) -> tuple[str, str, int]:
+    r = subprocess.run([*WH, *args], capture_output=True, env={**os.environ, "COLUMNS": str(columns)})
+    return r.stdout.decode(), r.stderr.decode(), r.returncode
+
+
+def test_the_fast_help_is_clicks_at_every_width(monkeypatch):
+    """click clamps the width to 50..78 columns: every one of them (and beyond both ends) renders alike."""
+    import click
+
+    from wheelhouse.cli import _fast, cli
+
+    for columns in range(30, 130):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        assert _fast.help_text() == cli.get_help(click.Context(cli, info_name="wh", **cli.context_settings)), columns
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["-h"], []], ids=["version", "help", "h", "bare"])
+@pytest.mark.parametrize("columns", [52, 80])
+def test_wh_prints_exactly_what_click_prints(args, columns):
+    """Same bytes on the same streams and the same exit code (a bare ``wh``: the help on stderr, exit 2)."""
+    fast = _wh(args, columns)
+    assert fast == _click_render(args, columns)
+    assert fast[0] or fast[1]
+
+
+def test_a_command_line_with_more_goes_to_click():
+    out, err, rc = _wh(["--version", "--nonsense"], 80)
+    assert rc == 2 and "error:" in err and "--nonsense" in err
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], []], ids=["version", "help", "bare"])
+def test_start_up_imports_no_click_rich_or_pip(args):
+    r = subprocess.run([sys.executable, "-X", "importtime", *WH[1:], *args], capture_output=True, text=True)
+    assert r.returncode in (0, 2)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "wheelhouse.cli._fast" in imported  # the measurement saw wh's own modules
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("click", "rich", "pip"))
+    assert heavy == []
+
+
+def test_a_command_still_imports_click_and_runs():
+    r = subprocess.run([*WH, "target", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "Usage: wh target" in r.stdout

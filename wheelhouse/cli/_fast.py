@@ -1,0 +1,95 @@
+"""``wh --version`` and ``wh --help`` without importing click or rich (start-up in a few milliseconds).
+
+The text is click's, rendered the way click's ``HelpFormatter`` renders the group in ``_group.py``: the same
+width rule (the terminal's columns, clamped to 80, minus 2, at least 50), the same indents and definition-list
+columns. tests/cli/test_startup.py compares this rendering with click's at every width, so the two cannot drift.
+Anything else on the command line goes to click.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["answer"]
+
+# The group's own options, in click's order (declared, then the help option last).
+OPTIONS = (
+    ("--version", "Show the version and exit."),
+    ("-v, --verbose", "More output (repeatable)."),
+    ("-q, --quiet", "Only errors and the data asked for."),
+    ("-h, --help", "Show this message and exit."),
+)
+USAGE_ARGS = "[OPTIONS] COMMAND [ARGS]..."
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (it loads zlib, bz2 and lzma)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
+def _wrap(text: str, width: int, indent: str = "", rest: str | None = None) -> list[str]:
+    import textwrap
+
+    wrapper = textwrap.TextWrapper(width, initial_indent=indent,
+                                   subsequent_indent=indent if rest is None else rest, replace_whitespace=False)
+    return wrapper.wrap(text)
+
+
+def _dl(rows, width: int, indent: int) -> list[str]:
+    """click's HelpFormatter.write_dl for one-line terms (col_max 30, col_spacing 2)."""
+    first_col = min(max(len(term) for term, _ in rows), 30) + 2
+    out = []
+    for term, text in rows:
+        lines = _wrap(text, max(width - first_col - 2, 10)) or [""]
+        if len(term) <= first_col - 2:
+            head = " " * indent + term + " " * (first_col - len(term))
+        else:
+            out.append(" " * indent + term)
+            head = " " * (first_col + indent)
+        out.append(head + lines[0])
+        out.extend(" " * (first_col + indent) + line for line in lines[1:])
+    return out
+
+
+def help_text(width: int | None = None) -> str:
+    """The top-level help, as ``click.Context.get_help()`` returns it (no final newline)."""
+    from . import _COMMANDS, DESCRIPTION, EPILOG
+
+    width = max(min(_columns(), 80) - 2, 50) if width is None else width
+    usage = "Usage: wh "  # width >= 50 always leaves room for the arguments beside it
+    lines = _wrap(USAGE_ARGS, width, usage, " " * len(usage))
+    lines += ["", *_wrap(DESCRIPTION, width, "  ")]
+    lines += ["", "Options:", *_dl(OPTIONS, width, 2)]
+    lines += ["", "Commands:", *_dl([(name, spec[2]) for name, spec in _COMMANDS.items()], width, 2)]
+    lines += ["", *_wrap(EPILOG, width, "  ")]
+    return "\n".join(lines)
+
+
+def answer(argv: list[str]) -> int | None:
+    """Answer ``--version``, ``--help``/``-h`` and a bare ``wh`` here; None: hand the command line to click."""
+    if argv == ["--version"]:
+        from wheelhouse import __version__
+
+        sys.stdout.write(f"wh, version {__version__}\n")
+        sys.stdout.flush()
+        return 0
+    if argv in (["--help"], ["-h"]):
+        sys.stdout.write(help_text() + "\n")
+        sys.stdout.flush()
+        return 0
+    if not argv:  # click: a group called alone prints its help to stderr and exits 2
+        sys.stderr.write(help_text() + "\n")
+        sys.stderr.flush()
+        return 2
+    return None
