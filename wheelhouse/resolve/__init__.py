@@ -16,14 +16,19 @@ Rules, all judged for the target and never for the host:
 - constraints narrow versions and never add a package;
 - toolchain groups: each member in the resolution depends on a virtual ``<toolchain:NAME>`` at its
   own major.minor (or exact version), so two members at different releases conflict DURING the
-  search and resolvelib backtracks to a consistent set; when none exists, ``ToolchainSkew``.
+  search and resolvelib backtracks to a consistent set; when none exists, ``ToolchainSkew``;
+- ``provided`` (what the target's image already has, ``TargetProfile.provided``): treated as
+  installed, as pip treats installed packages: the image's version is tried first whenever the
+  requirements admit it, and its pin is marked ``provided`` (nothing to download). Empty: the
+  pins are exactly those without it.
 
 While the resolver works, a thread pool walks ahead: index pages and metadata of each dependency's
 likely pick are fetched in parallel, so the search itself mostly hits memory.
 
 The parts: ``wheelhouse.provider`` (the resolvelib adapter and the walk ahead),
-``wheelhouse.candidates`` (which wheels a target can install), ``wheelhouse.toolchain`` (groups)
-and ``wheelhouse.explain`` (the errors, and why a resolution failed).
+``wheelhouse.candidates`` (which wheels a target can install), ``wheelhouse.toolchain`` (groups),
+``wheelhouse.image`` (what the image keeps and what the stack changes of it) and
+``wheelhouse.explain`` (the errors, and why a resolution failed).
 """
 
 from __future__ import annotations
@@ -56,11 +61,13 @@ from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
+from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
 
 __all__ = [
     "Pin",
     "Resolution",
+    "ImageChange",
     "resolve",
     "ResolveError",
     "InvalidRequirementError",
@@ -83,9 +90,13 @@ class Pin:
     parents: tuple[str, ...] = ()  # "name==version" of each dependent, or "(requested)"
     extras: tuple[str, ...] = ()
     requested_by: tuple[str, ...] = ()  # the requirement strings that pulled it in
+    provided: bool = False  # the image's own copy is kept: ``version`` is the image's, nothing to fetch
 
     def to_json(self) -> dict[str, Any]:
         d = self.distfile
+        if self.provided:
+            return {"name": self.name, "version": self.version, "provided": True, "extras": list(self.extras),
+                    "parents": list(self.parents), "requested_by": list(self.requested_by)}
         return {
             "name": self.name,
             "version": self.version,
@@ -110,6 +121,8 @@ class Resolution:
     constraints: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()  # requested requirements whose markers exclude the target
     stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    changes: tuple[ImageChange, ...] = ()  # image distributions the stack moves to another version
+    unknown_deps: tuple[str, ...] = ()  # kept image versions no index has metadata of: no dependencies read
 
     def pin(self, name: str) -> Pin | None:
         key = canonicalize_name(name)
@@ -124,7 +137,14 @@ class Resolution:
             "constraints": list(self.constraints),
             "skipped": list(self.skipped),
             "pins": [p.to_json() for p in self.pins],
+            "changes": [c.to_json() for c in self.changes],
+            "unknown_deps": list(self.unknown_deps),
         }
+
+    @property
+    def kept(self) -> tuple[Pin, ...]:
+        """Pins the image already provides at the pinned version (nothing to stage)."""
+        return tuple(p for p in self.pins if p.provided)
 
 
 
@@ -157,12 +177,15 @@ def resolve(
     metadata: MetadataReader | None = None,
     jobs: int = 16,
     max_rounds: int = 20000,
+    provided: Sequence[Any] = (),
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
     ``toolchains`` are ``manifest.ToolchainGroup`` values (name, packages, exact, exceptions);
-    package names may use shell wildcards (``nvidia-cuda-*``). Raises a ResolveError subclass
-    that says what to change when no consistent set exists.
+    package names may use shell wildcards (``nvidia-cuda-*``). ``provided``: ``ProvidedDist``
+    values (or ``(name, version)`` pairs) the target already has installed; usually
+    ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
+    Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
     reader = metadata or MetadataReader(source.client)
@@ -193,7 +216,9 @@ def resolve(
         cons.setdefault(canonicalize_name(r.name), []).append(Req("pkg", canonicalize_name(r.name), f"{text} (constraint)", r.specifier))
     groups = toolchain_rules(toolchains)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
-    provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases, reporter=reporter, pool=pool)
+    image = provided_versions(provided)
+    provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
+                        reporter=reporter, pool=pool, provided=image)
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")
@@ -215,7 +240,7 @@ def resolve(
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
     for p in pins:
-        if p.distfile.yanked:  # PEP 592: only an exact pin gets here; uv warns too
+        if p.distfile.yanked and not p.provided:  # PEP 592: only an exact pin gets here; uv warns too
             reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "
                           "it is used because it is pinned exactly")
     return Resolution(
@@ -224,6 +249,8 @@ def resolve(
         constraints=tuple(constraints),
         skipped=tuple(skipped),
         stats={"requests": source.client.requests, **reader.stats},
+        changes=image_changes(pins, image),
+        unknown_deps=tuple(sorted(u for u in provider.unknown_deps if u.split("==")[0] in {p.name for p in pins if p.provided})),
     )
 
 
@@ -249,5 +276,6 @@ def _pins(result, provider: Provider) -> tuple[Pin, ...]:
         c = e["cand"]
         parents = e["parents"]
         requested = sorted({text for text, p in provider.parents.get(name, ()) if p in parents} | provider.root_texts.get(name, set()))
-        pins.append(Pin(name, str(c.version), c.distfile, tuple(sorted(parents)), tuple(sorted(e["extras"])), tuple(requested)))
+        pins.append(Pin(name, c.provided or str(c.version), c.distfile, tuple(sorted(parents)), tuple(sorted(e["extras"])),
+                        tuple(requested), provided=c.provided is not None))
     return tuple(pins)

@@ -9,10 +9,18 @@ wheels only, ranked by ``target.wheel_rank``; ``Requires-Python`` from the index
 only when asked, when a specifier names one, when a project has nothing else, or when no final
 release satisfies the specifiers (PEP 440, as pip and uv do); constraints
 narrow versions and never add a package.
+
+Installed-preference (what pip does for installed packages): a distribution the target's image
+provides (``TargetProfile.provided``) is offered FIRST, at the image's version, whenever every
+specifier and constraint admits that version; the index's versions follow, highest first. The
+image's version needs no wheel for the target (the image has it installed): its candidate carries
+the target's wheel of that version when the index has one, else any wheel of it (for its metadata
+only), else a stand-in with no file (``origin == IMAGE``: no dependencies known).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -24,9 +32,10 @@ from wheelhouse.index import PackageSource
 from wheelhouse.target import TargetProfile
 from .toolchain import toolchain_ident
 
-__all__ = ["PYTHON", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
+__all__ = ["PYTHON", "IMAGE", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
 
 PYTHON = "<python>"
+IMAGE = "image"  # Distfile.origin of a provided version the index does not publish at all
 
 
 def _ident(kind: str, name: str, extras: Iterable[str]) -> str:
@@ -67,6 +76,7 @@ class Cand:
     version: Version
     distfile: Distfile | None = None
     extras: frozenset[str] = frozenset()
+    provided: str | None = None  # the image's version string, as captured: nothing to fetch
 
     @property
     def ident(self) -> str:
@@ -108,9 +118,28 @@ def spec_of(text: str | None) -> SpecifierSet | None:
         return None  # pip and uv ignore a malformed requires-python
 
 
+def _same_version(text: str, v: Version) -> bool:
+    try:
+        return Version(text) == v
+    except InvalidVersion:
+        return False
+
+
 def _neg_build(f: Distfile) -> tuple:
     b = f.build_tag
     return (-b[0], b[1]) if b else (0, "")
+
+
+class _TagFilter:
+    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept. Its
+    ``cache_key`` names the tag set, so a page filtered for this target is stored pre-parsed."""
+
+    def __init__(self, target: TargetProfile):
+        self._rank = target.wheel_rank
+        self.cache_key = "tags:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+
+    def __call__(self, filename: str) -> bool:
+        return self._rank(filename) is not None
 
 
 class CandidateFinder:
@@ -119,14 +148,17 @@ class CandidateFinder:
     Thread-safe enough for the resolver's prefetch threads: a memo miss computes the same value twice.
     """
 
-    def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]], prereleases: bool):
+    def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]], prereleases: bool,
+                 provided: Mapping[str, str] | None = None):
         self.target = target
         self.source = source
         self.constraints = constraints
         self.prereleases = prereleases
+        self.provided = dict(provided or {})  # canonical name -> the image's version string
         self._installable_memo: dict[str, dict[Version, list[Distfile]]] = {}
         # One callable for the run, so the source memoizes pages filtered for this target.
-        self._keep = self.installable_name
+        self._keep = _TagFilter(target)
+        self._file_keys: dict[str, tuple] = {}  # filename -> (rank, build): the ranking key, once
 
     def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
         """Best wheel of each allowed version, highest version first."""
@@ -148,7 +180,39 @@ class CandidateFinder:
         if not out and not allow_pre:
             # PEP 440: pre-releases are accepted when no final release satisfies the specifier (pip, uv).
             out = self._best_per_version(name, by_version, specs, extras, True)
+        image = self._provided(name, by_version, specs, extras)
+        if image is not None:  # installed-preference: first, and the index's copy of that version dropped
+            out = [image, *(c for c in out if c.version != image.version)]
         return out
+
+    def _provided(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
+                  extras: frozenset[str]) -> Cand | None:
+        """The image's version of ``name`` as a candidate, when every specifier admits it."""
+        raw = self.provided.get(name)
+        if raw is None:
+            return None
+        try:
+            v = Version(raw)
+        except InvalidVersion:
+            return None
+        # As pip treats an installed distribution: pre-release or not, yanked or not, it is there.
+        if not all(s.contains(v, prereleases=True) for s in specs):
+            return None
+        files = by_version.get(v)
+        if files:
+            best = min(files, key=lambda f: (self.target.wheel_rank(f.filename), _neg_build(f)))
+        else:
+            best = self._any_wheel(name, v) or Distfile(
+                name=name, version=raw, filename=f"{name}-{raw} (provided by the image)", url=f"{IMAGE}:{name}=={raw}",
+                origin=IMAGE)
+        return Cand("pkg", name, v, best, extras, provided=raw)
+
+    def _any_wheel(self, name: str, v: Version) -> Distfile | None:
+        """A wheel of ``name`` at ``v`` for any platform: its METADATA stands for the image's copy."""
+        for f in self.source.files(name):
+            if f.is_wheel and f.version and _same_version(f.version, v):
+                return f
+        return None
 
     def _best_per_version(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
                           extras: frozenset[str], allow_pre: bool) -> list[Cand]:
@@ -162,7 +226,7 @@ class CandidateFinder:
             files = [f for f in by_version[v] if not f.yanked or v in pinned]
             if not files:
                 continue
-            best = min(files, key=lambda f: (self.target.wheel_rank(f.filename), _neg_build(f)))
+            best = files[0] if len(files) == 1 else min(files, key=self._file_key)
             out.append(Cand("pkg", name, v, best, extras))
         return out
 
@@ -195,6 +259,12 @@ class CandidateFinder:
             out.setdefault(v, []).append(f)
         self._installable_memo[name] = out
         return out
+
+    def _file_key(self, f: Distfile) -> tuple:
+        key = self._file_keys.get(f.filename)
+        if key is None:
+            key = self._file_keys[f.filename] = (self.target.wheel_rank(f.filename), _neg_build(f))
+        return key
 
     def installable_name(self, filename: str) -> bool:
         return self.target.wheel_rank(filename) is not None

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 from resolvelib import AbstractProvider, BaseReporter
 
-from .candidates import PYTHON, Cand, CandidateFinder, Req, exact_pins, spec_of
+from .candidates import IMAGE, PYTHON, Cand, CandidateFinder, Req, exact_pins, spec_of
 from wheelhouse.errors import WhError
 from wheelhouse.index import PackageSource
 from wheelhouse.index.metadata import MetadataReader
@@ -40,7 +40,7 @@ class Provider(AbstractProvider):
 
     def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
                  constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
-                 reporter: Reporter, pool: ThreadPoolExecutor | None):
+                 reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None):
         self.target = target
         self.source = source
         self.reader = reader
@@ -49,7 +49,8 @@ class Provider(AbstractProvider):
         self.prereleases = prereleases
         self.reporter = reporter
         self.pool = pool
-        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases)
+        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided)
+        self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
         self.python = Version(target.python_full_version)
         self.order: dict[str, int] = {}
         self.parents: dict[str, list[tuple[str, str]]] = {}  # name -> [(requirement text, parent "name==ver")]
@@ -148,8 +149,12 @@ class Provider(AbstractProvider):
         return deps
 
     def _deps(self, candidate: Cand) -> list[Req]:
-        """Requirements of a candidate from its METADATA, markers judged for the target."""
-        key = (candidate.distfile.url, candidate.extras)
+        """Requirements of a candidate from its METADATA, markers judged for the target.
+
+        The image's version (``candidate.provided``) is installed there: its Requires-Python is not
+        asked again, and when no index has its metadata it is taken to need nothing more (recorded
+        in ``unknown_deps`` so the stage says so)."""
+        key = (candidate.distfile.url, candidate.extras, candidate.provided)
         hit = self._deps_memo.get(key)
         if hit is not None:
             return hit
@@ -157,8 +162,13 @@ class Provider(AbstractProvider):
         if candidate.extras:
             base = candidate.distfile if candidate.distfile.origin == "direct" else None
             deps.append(Req("pkg", candidate.name, f"{candidate.name}=={candidate.version}", SpecifierSet(f"=={candidate.version}"), direct=base))
+        if candidate.distfile.origin == IMAGE:
+            with self._lock:
+                self.unknown_deps.add(str(candidate))
+            self._deps_memo[key] = deps
+            return deps
         meta = self.reader.read(candidate.distfile)
-        if meta.requires_python and not candidate.extras:
+        if meta.requires_python and not candidate.extras and candidate.provided is None:
             spec = spec_of(meta.requires_python)
             if spec is not None:
                 deps.append(Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
@@ -213,6 +223,8 @@ class Provider(AbstractProvider):
             if not cands:
                 return
             best = cands[0]
+            if best.distfile.origin == IMAGE:
+                return
             meta = self.reader.read(best.distfile)
             nxt = []
             for line in meta.requires_dist:
