@@ -35,7 +35,8 @@ __all__ = ["install"]
 @click.pass_obj
 def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, jobs,
             no_links, no_patches, allow_missing, as_json) -> None:
-    """Install WHEELHOUSE... (folders holding wh.json, or folders to search) with no index and no network.
+    """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
+    of its parts; an oci:// reference) with no index and no network.
 
     Before anything changes, the wheelhouse's target is checked against the receiving interpreter, every
     requirement of the result against what that interpreter imports, and every file's sha256 against
@@ -47,6 +48,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     Examples:
       wh install ./wheelhouse --venv /opt/venv --system-site-packages
       wh install --search /kaggle/input --python /usr/bin/python3
+      wh install /media/stick/wh.tar.part-0001 --venv /opt/venv
     """
     from wheelhouse.carry import materialize
     from wheelhouse.errors import UsageError
@@ -62,11 +64,12 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     held = ExitStack()
     ctx_close = click.get_current_context().call_on_close
     ctx_close(held.close)
-    found = find_wheelhouses(materialize(list(wheelhouses), held), list(search_roots))
-    for h in found:
-        ui.info(f"wheelhouse: {h}")
     reporter = ui.reporter()
     try:
+        # An archive (or a part of one) is checked against its sidecar and unpacked first; an oci:// ref pulled.
+        found = find_wheelhouses(materialize(list(wheelhouses), held, reporter), list(search_roots))
+        for h in found:
+            ui.info(f"wheelhouse: {h}")
         report = install_wheelhouses(
             found, python=python, venv=venv, system_site_packages=system_site_packages,
             only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,

@@ -292,6 +292,8 @@ def install_wheelhouses(
     reporter = reporter or NullReporter()
     started = time.monotonic()
     houses = [load_wheelhouse(p) for p in wheelhouses]
+    from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
+    require_intact([h.path for h in houses], patches=patches)
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH --venv VENV`")
     venv = Path(venv).absolute() if venv is not None else None

@@ -1,0 +1,375 @@
+"""`wh verify`: is this wheelhouse whole, and is it what its records say? Offline, before anything is installed.
+
+Every check collects every problem, one line each:
+
+- each wheel of ``pylock.toml``: inside the wheelhouse, its file name naming the entry's name and
+  version, there, of the size (and, with ``hashes``, the sha256) the lock says;
+- ``simple/`` lists exactly the lock's wheels with the lock's sha256 (pip reads those pages);
+- the lock against ``wh.json``: the target's environment, the requirements and constraints it was
+  staged from (each satisfied by a pin, or provided by the target's image), the count and size,
+  the engine's wheel and exported files, every path wh.json says wh wrote;
+- ``bootstrap/``: wh's own wheel there, every file of its lock, and every requirement of those
+  wheels that applies on the target's interpreter met inside it;
+- every patch spec: readable, its payload there, with the payload sha256 the spec names.
+
+``verify_wheelhouse(path, hashes=False)`` is the structural part: ``wh install`` hashes every wheel
+itself before it writes (``install.checks.verify_files``) and calls ``require_intact`` first.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from wheelhouse.digest import sha256_of
+from wheelhouse.errors import WhError
+from wheelhouse.lock import Lock, LockedFile, read_pylock, read_wh_json
+from wheelhouse.lock.writer import SIMPLE, WHEELS, environment_marker
+from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.target import TargetProfile, target_from_json
+
+__all__ = ["Verdict", "WheelhouseDamaged", "verify_wheelhouse", "require_intact", "target_summary"]
+
+_HREF = re.compile(r'href="([^"]+)"')
+
+
+class WheelhouseDamaged(WhError):
+    """A wheelhouse that is not whole or does not match its own records."""
+
+    code = "damaged-wheelhouse"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    wheelhouse: Path
+    problems: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    hashed: bool = True
+    archive: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "wheelhouse": str(self.wheelhouse), "archive": self.archive, "hashed": self.hashed,
+                "problems": list(self.problems), "notes": list(self.notes), **dict(self.summary)}
+
+
+# --- wheels against the lock ------------------------------------------------------------------
+
+def _entry_problems(root: Path, f: LockedFile, where: str) -> list[str]:
+    """What is wrong with one lock entry that needs no hashing (empty: its file is there, of its size)."""
+    if "://" in f.path:
+        return [f"{where}: {f.filename} is listed by URL, not carried in the wheelhouse"]
+    rel = PurePosixPath(f.path)
+    if not f.path or rel.is_absolute() or ".." in rel.parts:
+        return [f"{where}: {f.filename} has the path {f.path!r}, outside the wheelhouse"]
+    problems = []
+    try:
+        name, version, _, _ = parse_wheel_filename(f.filename)
+        if canonicalize_name(name) != canonicalize_name(f.name) or Version(str(version)) != Version(f.version):
+            problems.append(f"{where}: the entry {f.name} {f.version} names the wheel {f.filename}")
+    except (InvalidWheelFilename, InvalidVersion):
+        problems.append(f"{where}: {f.filename} is not a wheel file name")
+    if rel.name != f.filename:
+        problems.append(f"{where}: {f.filename} has the path {f.path}, another file name")
+    path = root / f.path
+    if not path.is_file():
+        problems.append(f"{_shown(root, path)} is missing ({where} lists it)")
+    elif f.size is not None and path.stat().st_size != f.size:
+        problems.append(f"{_shown(root, path)}: {path.stat().st_size} bytes, {where} says {f.size}")
+    return problems
+
+
+def _shown(root: Path, path: Path) -> str:
+    """A path as the user knows it: relative to the wheelhouse (bootstrap/x.whl, wheels/y.whl)."""
+    base = root.parent if root.name == "bootstrap" else root
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _hash_problems(entries: Sequence[tuple[Path, LockedFile, str]], jobs: int, reporter: Reporter) -> list[str]:
+    """sha256 of every present file of the right size, against its lock entry."""
+    todo = [(root, f, where) for root, f, where in entries
+            if (root / f.path).is_file() and (f.size is None or (root / f.path).stat().st_size == f.size)]
+    total = sum((root / f.path).stat().st_size for root, f, _ in todo)
+    task = f"hashing {len(todo)} wheel{'' if len(todo) == 1 else 's'}"
+    reporter.start(task, total=total, unit="B")
+
+    def one(item):
+        root, f, where = item
+        got = sha256_of(root / f.path)
+        reporter.advance(task, (root / f.path).stat().st_size)
+        return None if got == f.sha256 else f"{_shown(root, root / f.path)}: sha256 {got[:16]}... is not {where}'s {f.sha256[:16]}..."
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        out = [p for p in pool.map(one, todo) if p]
+    reporter.finish(task)
+    return out
+
+
+def _stray_notes(root: Path, lock: Lock) -> list[str]:
+    listed = {f.path for f in lock.files}
+    folder = root / WHEELS
+    strays = sorted(p.name for p in folder.glob("*.whl") if f"{WHEELS}/{p.name}" not in listed) if folder.is_dir() else []
+    return [f"{WHEELS}/{n} is not in pylock.toml (it will not be installed)" for n in strays]
+
+
+def _simple_problems(root: Path, lock: Lock) -> list[str]:
+    """simple/ against the lock: pip installing from the pages must get exactly the lock's wheels."""
+    folder = root / SIMPLE
+    if not folder.is_dir():
+        return []
+    listed: dict[str, str] = {}
+    for page in sorted(folder.glob("*/index.html")):
+        for href in _HREF.findall(page.read_text(encoding="utf-8", errors="replace")):
+            url, _, frag = html.unescape(href).partition("#sha256=")
+            if frag:
+                listed[url.rsplit("/", 1)[-1]] = frag
+    want = {f.filename: f.sha256 for f in lock.files if f.path == f"{WHEELS}/{f.filename}"}
+    problems = [f"simple/ lists {n} with sha256 {listed[n][:16]}..., pylock.toml says {sha[:16]}..."
+                for n, sha in sorted(want.items()) if n in listed and listed[n] != sha]
+    problems += [f"simple/ does not list {n} (pylock.toml does)" for n in sorted(set(want) - set(listed))]
+    problems += [f"simple/ lists {n}, which pylock.toml does not" for n in sorted(set(listed) - set(want))]
+    return problems
+
+
+# --- the lock against wh.json ---------------------------------------------------------------
+
+def _assumed(meta: Mapping[str, Any], target: TargetProfile | None) -> set[str]:
+    """Names the stage took as provided by the box's image (a delta): not in the lock, rightly."""
+    names = {canonicalize_name(d.name) for d in (target.provided if target else ())}
+    for item in meta.get("assumed") or ():
+        name = item.get("name") if isinstance(item, Mapping) else item
+        if isinstance(name, str):
+            names.add(canonicalize_name(name.split("==")[0]))
+    return names
+
+
+def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | None) -> list[str]:
+    """Each requirement and constraint wh.json was staged from, against the lock's pins."""
+    inputs = meta.get("inputs") if isinstance(meta.get("inputs"), Mapping) else {}
+    pins: dict[str, list[str]] = {}
+    for f in lock.files:
+        pins.setdefault(canonicalize_name(f.name), []).append(f.version)
+    assumed = _assumed(meta, target)
+    problems = []
+    for kind in ("requirements", "constraints"):
+        for text in inputs.get(kind) or ():
+            try:
+                req = Requirement(str(text))
+                if req.marker is not None and target is not None and not target.evaluate(req.marker):
+                    continue
+            except (InvalidRequirement, ValueError):
+                continue  # a wheel path or URL: nothing to compare
+            name = canonicalize_name(req.name)
+            versions = pins.get(name)
+            if not versions:
+                if kind == "requirements" and name not in assumed and not req.url:
+                    problems.append(f"wh.json requires {text}, pylock.toml has no {name}")
+            elif not any(_contains(req, v) for v in versions):
+                problems.append(f"wh.json {kind[:-1]} {text} is not met: pylock.toml pins {name} {', '.join(versions)}")
+    return problems
+
+
+def _contains(req: Requirement, version: str) -> bool:
+    try:
+        return req.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return True
+
+
+def _record_problems(root: Path, lock: Lock, meta: Mapping[str, Any], target: TargetProfile | None) -> list[str]:
+    problems = []
+    if target is not None and lock.environments and environment_marker(target) not in lock.environments:
+        problems.append(f"pylock.toml is for {' or '.join(lock.environments)}, wh.json's target is {target.describe()}")
+    problems += _pin_problems(lock, meta, target)
+    engine = meta.get("engine") if isinstance(meta.get("engine"), Mapping) else None
+    count, size = meta.get("count"), meta.get("total_size")
+    if engine is None and isinstance(count, int) and count != len(lock.files):  # `wh build` adds to the lock later
+        problems.append(f"wh.json counts {count} wheels, pylock.toml lists {len(lock.files)}")
+    elif engine is None and isinstance(size, int) and size != sum(f.size or 0 for f in lock.files):
+        problems.append(f"wh.json says the wheels weigh {size} bytes, pylock.toml's sizes add up to "
+                        f"{sum(f.size or 0 for f in lock.files)}")
+    if engine is not None and isinstance(engine.get("wheel"), str):
+        entry = next((f for f in lock.files if f.path == engine["wheel"]), None)
+        if entry is None:
+            problems.append(f"wh.json's engine wheel {engine['wheel']} is not in pylock.toml")
+        elif engine.get("sha256") and entry.sha256 != engine["sha256"]:
+            problems.append(f"wh.json's engine wheel {engine['wheel']} has sha256 {str(engine['sha256'])[:16]}..., "
+                            f"pylock.toml says {entry.sha256[:16]}...")
+    for art in (engine or {}).get("artifacts") or ():
+        if isinstance(art, Mapping) and isinstance(art.get("path"), str):
+            problems += _payload_problem(root, art["path"], art.get("sha256"), "wh.json's engine artifact")
+    owned = meta.get("owned")
+    for rel in owned if isinstance(owned, list) else ():
+        if isinstance(rel, str) and not os.path.lexists(root / rel):
+            problems.append(f"{rel} is missing (wh.json says wh wrote it)")
+    return problems
+
+
+def _payload_problem(root: Path, rel: str, sha: Any, what: str) -> list[str]:
+    path = root / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        return [f"{what} {rel!r} lies outside the wheelhouse"]
+    if not path.is_file():
+        return [f"{rel} is missing ({what})"]
+    if isinstance(sha, str) and sha and sha256_of(path) != sha:
+        return [f"{rel}: sha256 {sha256_of(path)[:16]}... is not the {sha[:16]}... of {what}"]
+    return []
+
+
+# --- bootstrap/ and patches -------------------------------------------------------------------
+
+def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
+               ) -> tuple[list[str], list[tuple[Path, LockedFile, str]], Lock | None]:
+    """bootstrap/ against wh.json's record and the target: wh's wheel, its lock, its requirements met."""
+    from wheelhouse.install.closure import unmet, wheel_dist
+
+    record = meta.get("bootstrap")
+    if not isinstance(record, Mapping):
+        return [], [], None
+    folder, where = root / "bootstrap", "bootstrap/pylock.toml"
+    try:
+        lock = read_pylock(folder)
+    except WhError as exc:
+        return [f"bootstrap/: {exc.message}"], [], None
+    problems = [p for f in lock.files for p in _entry_problems(folder, f, where)]
+    names = {f.filename for f in lock.files}
+    if isinstance(record.get("wh_wheel"), str) and record["wh_wheel"] not in names:
+        problems.append(f"bootstrap/ lacks wh's own wheel {record['wh_wheel']}")
+    if isinstance(record.get("count"), int) and record["count"] != len(lock.files):
+        problems.append(f"wh.json counts {record['count']} bootstrap wheels, bootstrap/pylock.toml lists {len(lock.files)}")
+    present = [f for f in lock.files if (folder / f.path).is_file() and "://" not in f.path]
+    if target is not None:
+        for f in present:
+            if target.wheel_rank(f.filename) is None:
+                problems.append(f"bootstrap/{f.filename} does not install on the target ({target.describe()})")
+        try:
+            view = {canonicalize_name(d.name): d for d in (wheel_dist(folder / f.path) for f in present)}
+            for (who, req), why in sorted(unmet(view, target).items()):
+                problems.append(f"bootstrap/ is incomplete for the target: {who} needs {req} ({why})")
+        except WhError as exc:
+            problems.append(f"bootstrap/: {exc.message}")
+    return problems, [(folder, f, where) for f in lock.files], lock
+
+
+def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Every patch wh.json lists: there; each spec readable, its payload there with the spec's sha256."""
+    from wheelhouse.patch.spec import load_patch_spec
+
+    problems, notes = [], []
+    for rel in meta.get("patches") or ():
+        if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            problems.append(f"wh.json lists the patch {rel!r}, outside the wheelhouse")
+            continue
+        if not (root / rel).is_file():
+            problems.append(f"{rel} is missing (wh.json lists it as a patch)")
+            continue
+        if not rel.endswith(".toml"):
+            continue
+        try:
+            spec = load_patch_spec(root / rel)
+        except WhError as exc:
+            problems.append(f"{rel}: {exc.message}")
+            continue
+        payload = spec.payload.resolve()
+        shown = payload.relative_to(root.resolve()).as_posix() if root.resolve() in payload.parents else str(payload)
+        if not payload.is_file():
+            problems.append(f"{rel}: its payload {shown} is missing")
+        elif root.resolve() not in payload.parents:
+            notes.append(f"{rel}: its payload comes from wh's own engine_src ({payload.name}), not the wheelhouse")
+        elif not spec.payload_sha256:
+            notes.append(f"{rel}: names no payload-sha256, so {shown} cannot be checked")
+        elif sha256_of(payload) != spec.payload_sha256:
+            problems.append(f"{rel}: payload {shown} has sha256 {sha256_of(payload)[:16]}..., "
+                            f"the spec says {spec.payload_sha256[:16]}...")
+    return problems, notes
+
+
+# --- the whole -----------------------------------------------------------------------------------
+
+def target_summary(meta: Mapping[str, Any], target: TargetProfile | None, lock: Lock | None,
+                   boot: Lock | None) -> dict[str, Any]:
+    """What the wheelhouse is for and holds, for the verify report (``--json``: these keys)."""
+    tool = meta.get("tool") if isinstance(meta.get("tool"), Mapping) else {}
+    engine = meta.get("engine") if isinstance(meta.get("engine"), Mapping) else {}
+    t = None
+    if target is not None:
+        t = {"describe": target.describe(), "implementation": target.implementation,
+             "python_version": target.python_version, "abi": target.abi, "machine": target.machine,
+             "platform": target.platforms[0] if target.platforms else None,
+             "libc": " ".join(target.libc) if target.libc else None,
+             "gpus": [g.to_json() for g in target.gpus], "driver_version": target.driver_version,
+             "cuda_version": target.cuda_version, "provided": len(target.provided)}
+    return {
+        "name": meta.get("name"), "created": meta.get("created"), "tool_version": tool.get("version"),
+        "target": t,
+        "wheels": len(lock.files) if lock else 0,
+        "size": sum(f.size or 0 for f in lock.files) if lock else 0,
+        "bootstrap": len(boot.files) if boot else 0,
+        "patches": len(meta.get("patches") or ()),
+        "engine": {k: engine.get(k) for k in ("name", "commit", "wheel")} if engine.get("wheel") else None,
+    }
+
+
+def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = True, jobs: int | None = None,
+                      reporter: Reporter | None = None) -> Verdict:
+    """Check the wheelhouse at ``path`` (see the module's docstring); never raises for what it finds.
+
+    ``hashes=False`` skips the sha256 of the wheels (sizes are still compared); patch payloads,
+    being small, are always hashed. Raises WheelhouseNotFound when ``path`` holds no wh.json.
+    """
+    root = Path(path)
+    reporter = reporter or NullReporter()
+    meta = read_wh_json(root)  # no wh.json: not a wheelhouse (bad input, exit 2)
+    problems: list[str] = []
+    target = None
+    try:
+        target = target_from_json(meta["target"], where=f"{root / 'wh.json'} target") if meta.get("target") else None
+    except WhError as exc:
+        problems.append(exc.message)
+    try:
+        lock = read_pylock(root)
+    except WhError as exc:
+        return Verdict(root, (*problems, exc.message), summary=target_summary(meta, target, None, None), hashed=hashes)
+    entries = [(root, f, "pylock.toml") for f in lock.files]
+    problems += [p for f in lock.files for p in _entry_problems(root, f, "pylock.toml")]
+    problems += _simple_problems(root, lock)
+    problems += _record_problems(root, lock, meta, target)
+    boot_problems, boot_entries, boot = _bootstrap(root, meta, target)
+    problems += boot_problems
+    patch_problems, notes = _patches(root, meta) if patches else ([], [])
+    problems += patch_problems
+    if hashes:
+        problems += _hash_problems(entries + boot_entries, jobs or min(8, (os.cpu_count() or 2) * 2), reporter)
+    notes = _stray_notes(root, lock) + notes
+    return Verdict(root, tuple(dict.fromkeys(problems)), tuple(notes), target_summary(meta, target, lock, boot),
+                   hashed=hashes)
+
+
+def require_intact(wheelhouses: Sequence[str | Path], *, patches: bool = True) -> None:
+    """Raise WheelhouseDamaged naming every structural problem (no hashing: the caller hashes what it installs)."""
+    for path in wheelhouses:
+        verdict = verify_wheelhouse(path, hashes=False, patches=patches)
+        if verdict.problems:
+            n = len(verdict.problems)
+            raise WheelhouseDamaged(
+                f"{path} is not whole, nothing was installed: {verdict.problems[0]}"
+                + (f" (and {n - 1} more)" if n > 1 else ""),
+                hint=f"`wh verify {path}` names every problem; copy the wheelhouse again, or re-run `wh stage`",
+                detail="\n".join(verdict.problems),
+            )
