@@ -3,7 +3,9 @@ folders or pages, and wheel files named directly.
 
 ``PackageSource.files(name)`` lists every file of a project as ``Distfile`` values (wheels and
 sdists alike: the resolver decides, and says "only sdists" when that is all there is). Pages are
-cached on disk and revalidated with ETag / Last-Modified. Nothing here downloads a wheel body.
+cached on disk and revalidated with ETag / Last-Modified, and kept pre-parsed beside their entry
+(``parsed``); offline, they come from the cache alone (``NotCached`` on a miss). Nothing here
+downloads a wheel body.
 
 Several indexes are searched like uv's default ``first-index`` strategy: a project's files come
 from the first index that knows it (so an extra index cannot shadow a name on the main one by
@@ -27,8 +29,10 @@ from packaging.utils import canonicalize_name
 from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
+from .http.cache import NotCached
 from .http.deadline import max_body_bytes
 from .pages import parse_simple_html, parse_simple_json
+from .parsed import load_parsed, parsed_path, store_parsed
 from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "default_index_url",
     "read_pip_index_config",
     "NoIndexConfigured",
+    "NotCached",
     "parse_simple_json",
     "parse_simple_html",
     "distfile_from_filename",
@@ -113,7 +118,9 @@ class PackageSource:
 
         ``keep(filename)`` drops files before they are parsed: big projects publish tens of
         thousands of files, and a resolver for one target needs a few of them. Results are
-        memoized per (name, keep).
+        memoized per (name, keep). A ``keep`` with a ``cache_key`` attribute (a string that
+        changes whenever what it keeps would) has its filtered list stored pre-parsed beside
+        the cached page (``parsed``); any other ``keep`` is applied to the stored whole page.
         """
         key = canonicalize_name(name)
         return list(self._memo.get((key, keep), lambda: self._files(key, keep)))
@@ -171,6 +178,24 @@ class PackageSource:
             if exc.status == 404:
                 return None
             raise
+        except NotCached as exc:
+            raise NotCached(f"the index page of {name} ({url})") from exc
+        # A page parsed before (same body, URL, index and filter) is loaded, not parsed again (parsed).
+        entry, digest = getattr(resp, "entry", None), getattr(resp, "sha256", "")
+        keep_key = "all" if keep is None else getattr(keep, "cache_key", None)
+        if entry is None or not digest:
+            return self._parse_page(resp, url, index, keep)
+        stored = parsed_path(entry, resp.url, index, keep_key or "all")
+        files = load_parsed(stored, digest, resp.url, index, keep_key or "all")
+        if files is None:
+            files = self._parse_page(resp, url, index, keep if keep_key else None)
+            store_parsed(stored, digest, resp.url, index, keep_key or "all", files)
+        if keep is not None and keep_key is None:  # a filter without a key: the whole page is kept, filtered here
+            files = [d for d in files if keep(d.filename)]
+        return files
+
+    @staticmethod
+    def _parse_page(resp, url: str, index: str, keep: Callable[[str], bool] | None) -> list[Distfile]:
         ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype.endswith("json") or (ctype == "" and resp.body[:1] == b"{"):
             try:

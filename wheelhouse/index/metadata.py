@@ -10,7 +10,9 @@ In order of preference:
 4. a full download, only when the server ignores ``Range``.
 
 Results are cached on disk keyed by the wheel's URL (without credentials) and claimed sha256, so
-a warm run makes no request at all; each is at most WH_MAX_PAGE_MB (HttpClient.get's bound).
+a warm run makes no request at all; each is at most WH_MAX_PAGE_MB (HttpClient.get's bound). A
+file's metadata never changes under one URL and sha256, so entries are never revalidated (not even
+with --refresh); with the client ``offline`` a miss raises ``NotCached`` instead of a request.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from wheelhouse.faults import checkpoint
 from .distfile import Distfile
 from wheelhouse.errors import WhError
 from .http import HttpClient, HttpError
+from .http.cache import NotCached
 
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 
@@ -132,6 +135,8 @@ class MetadataReader:
         elif d.local_path is not None:
             raw = self._from_zipfile(d.local_path, d)
             self.stats["local"] += 1
+        elif getattr(self.client, "offline", False):  # --offline: from the cache alone, never a request
+            raise NotCached(f"the metadata of {d.filename}")
         elif d.metadata_url:
             raw = self._from_pep658(d)
             self.stats["pep658"] += 1

@@ -4,6 +4,16 @@ Entries live under ``<cache_dir>/http/`` keyed by the URL and request headers; t
 is stored with them, so a torn or edited entry is a miss, never a wrong page. URLs reach here
 without credentials (the client strips them) and the Authorization header is never part of the
 key or the entry; entries are mode 0600 all the same (a private index's page is private).
+
+Three ways to use an entry (docs/cache.md):
+
+- normal: younger than ``max_age`` it is used as is; older, it is revalidated with a conditional
+  request (If-None-Match / If-Modified-Since when the index sent validators; a plain GET when it
+  did not) and a 304 renews it;
+- ``refresh``: every entry is revalidated, however young;
+- ``offline``: every entry is used, however old, and no request is ever made; a page that is not
+  cached raises ``NotCached``. A 404 is remembered too (a project an index does not have), so an
+  offline run searches several indexes the way the online run did.
 """
 
 from __future__ import annotations
@@ -12,57 +22,112 @@ import hashlib
 import json
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
-from .messages import Headers, Response
+from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached"]
+__all__ = ["get_cached", "CachedResponse", "NotCached", "OFFLINE_HINT"]
+
+OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
+_KEPT_HEADERS = ("etag", "last-modified", "content-type")
+
+
+class NotCached(WhError):
+    """--offline, and what is asked for was never cached."""
+
+    code = "not-cached"
+
+    def __init__(self, what: str, *, hint: str = OFFLINE_HINT):
+        super().__init__(f"offline: {what} is not in the cache", hint=hint)
+        self.what = what
+
+
+@dataclass(frozen=True)
+class CachedResponse(Response):
+    """A page answered through the cache: ``sha256`` is its body's (verified), ``entry`` the
+    cache entry's path without suffix (None when it could not be stored), ``revalidated`` whether
+    a request confirmed it in this call (a 304 or a 200)."""
+
+    sha256: str = ""
+    entry: Path | None = None
+    revalidated: bool = False
 
 
 def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, headers: Mapping[str, str] | None = None,
-               *, max_age: float = 600.0) -> Response:
-    """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
-    older ones revalidated with If-None-Match / If-Modified-Since. Without a cache_dir
-    this is ``get``."""
-    if cache_dir is None or urllib.parse.urlsplit(url).scheme == "file":
+               *, max_age: float = 600.0, offline: bool = False, refresh: bool = False) -> Response:
+    """GET with an on-disk cache (see the module docstring for the rules). Without a cache_dir
+    this is ``get`` (offline: ``NotCached``); ``file://`` URLs are read as they are, never cached."""
+    if urllib.parse.urlsplit(url).scheme == "file":
+        return get(url, headers)
+    if cache_dir is None:
+        if offline:
+            raise NotCached(url, hint="give --cache-dir (the folder an online run filled), or drop --offline")
         return get(url, headers)
     key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
-    folder = cache_dir / "http" / key[:2]
-    meta_p, body_p = folder / f"{key}.json", folder / f"{key}.body"
-    cached = None
-    try:
-        meta = json.loads(meta_p.read_text())
-        body = body_p.read_bytes()
-        if hashlib.sha256(body).hexdigest() == meta["sha256"] and isinstance(meta["stored"], (int, float)):
-            cached = meta, body
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    if cached is not None:
-        meta, body = cached
-        if time.time() - meta["stored"] < max_age:
-            return Response(meta["url"], 200, Headers(meta["headers"]), body)
-        cond = dict(headers or {})
+    entry = cache_dir / "http" / key[:2] / key
+    meta_p, body_p = entry.with_suffix(".json"), entry.with_suffix(".body")
+    meta, body = _load(meta_p, body_p)
+    if meta is not None and meta.get("status") == 404:
+        if offline:
+            raise HttpError(url, 404, "not found (remembered from an online run)")
+        meta = None  # a remembered 404 is only for offline runs: online it is asked again
+    if offline:
+        if meta is None:
+            raise NotCached(url)
+        return _answer(meta, body, entry, revalidated=False)
+    if meta is not None and not refresh and time.time() - meta["stored"] < max_age:
+        return _answer(meta, body, entry, revalidated=False)
+    cond = dict(headers or {})
+    if meta is not None:
         if meta["headers"].get("etag"):
             cond["If-None-Match"] = meta["headers"]["etag"]
         if meta["headers"].get("last-modified"):
             cond["If-Modified-Since"] = meta["headers"]["last-modified"]
+    try:
         resp = get(url, cond)
-        if resp.status == 304:
-            meta["stored"] = time.time()
-            _store(meta_p, json.dumps(meta))
-            return Response(meta["url"], 200, Headers(meta["headers"]), body)
-    else:
-        resp = get(url, headers)
-    if resp.status == 200:
-        keep = {k: v for k, v in resp.headers.items() if k in ("etag", "last-modified", "content-type")}
-        if _store(body_p, resp.body):
-            _store(meta_p, json.dumps({"url": redact(resp.url), "headers": keep, "stored": time.time(),
-                                       "sha256": hashlib.sha256(resp.body).hexdigest()}))
-    return resp
+    except HttpError as exc:
+        if exc.status == 404:  # remembered for offline runs (no body, no validators)
+            _store(meta_p, json.dumps({"url": redact(url), "status": 404, "headers": {}, "stored": time.time(), "sha256": ""}))
+        raise
+    if resp.status == 304 and meta is not None:
+        meta["stored"] = time.time()
+        _store(meta_p, json.dumps(meta))
+        return _answer(meta, body, entry, revalidated=True)
+    if resp.status != 200:
+        return resp
+    digest = hashlib.sha256(resp.body).hexdigest()
+    keep = {k: v for k, v in resp.headers.items() if k in _KEPT_HEADERS}
+    stored = _store(body_p, resp.body) and _store(meta_p, json.dumps(
+        {"url": redact(resp.url), "status": 200, "headers": keep, "stored": time.time(), "sha256": digest}))
+    return CachedResponse(resp.url, 200, resp.headers, resp.body, sha256=digest, entry=entry if stored else None,
+                          revalidated=True)
+
+
+def _load(meta_p: Path, body_p: Path) -> tuple[dict | None, bytes]:
+    """The entry's metadata and body, or (None, b"") when absent, torn or edited."""
+    try:
+        meta = json.loads(meta_p.read_text())
+        if not isinstance(meta, dict) or not isinstance(meta["stored"], (int, float)) or not isinstance(meta["headers"], dict):
+            return None, b""
+        if meta.get("status") == 404:
+            return meta, b""
+        body = body_p.read_bytes()
+        if hashlib.sha256(body).hexdigest() == meta["sha256"]:
+            return meta, body
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None, b""
+
+
+def _answer(meta: dict, body: bytes, entry: Path, *, revalidated: bool) -> CachedResponse:
+    return CachedResponse(meta["url"], 200, Headers(meta["headers"]), body, sha256=meta["sha256"], entry=entry,
+                          revalidated=revalidated)
 
 
 def _store(path: Path, data: bytes | str) -> bool:
