@@ -2,7 +2,9 @@
 
 Why not plain ``urllib.request.urlopen``: it opens a new TCP (and TLS) connection
 for every request, and resolution makes hundreds of small requests to one host.
-Here connections are kept alive and reused per host (``http.client``), requests
+Here connections are kept alive and reused per host (``http.client``), each host
+name is resolved once per client (``resolver``: a burst of parallel connections makes
+one DNS query), requests
 are retried with exponential backoff on connection errors, 5xx and 429, and
 ``file://`` URLs work the same way (including ``Range``), so find-links folders
 and local indexes need no special casing. When the environment names a proxy
@@ -62,6 +64,7 @@ class HttpClient:
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
         self._ssl: ssl.SSLContext | None = None
+        self.resolver = HostResolver()  # one getaddrinfo per (host, port) for this client's life
         self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
         self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)
@@ -257,7 +260,7 @@ class HttpClient:
                 hdrs["Authorization"] = auth
         if proxy_for(parts):
             self.requests += 1
-            resp = via_urllib(parts, hdrs, self.timeout, self._ssl_or_new())
+            resp = via_urllib(parts, hdrs, self.timeout, self._ssl_or_new(), self.resolver)
             return None, resp, self._watchdog.watch(None, self.timeout, "headers")
         self.requests += 1
         key = self._conn_key(parts)
@@ -285,8 +288,10 @@ class HttpClient:
     def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
         scheme, host, port = key
         if scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
-        return http.client.HTTPConnection(host, port, timeout=self.timeout)
+            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+        return self.resolver.attach(conn)  # the name is resolved once; TLS still checks the name
 
     def _ssl_or_new(self):
         with self._lock:

@@ -1,8 +1,11 @@
 """Requests through an HTTP(S) proxy the environment names (https_proxy, no_proxy): urllib knows
-how to tunnel, so such requests go through it, answered like http.client responses."""
+how to tunnel, so such requests go through it, answered like http.client responses. The proxy's
+host name is resolved through the client's resolver (once per client), like any other host."""
 
 from __future__ import annotations
 
+import functools
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,15 +24,19 @@ def proxy_for(parts: urllib.parse.SplitResult) -> str | None:
     return None
 
 
-def via_urllib(parts: urllib.parse.SplitResult, headers: dict[str, str], timeout: float, context):
-    """One GET through urllib (which speaks to proxies), seen as an http.client response."""
+def via_urllib(parts: urllib.parse.SplitResult, headers: dict[str, str], timeout: float, context, resolver=None):
+    """One GET through urllib (which speaks to proxies), seen as an http.client response; with a
+    ``resolver`` (HostResolver) the proxy's name is resolved through it."""
     netloc = parts.hostname or ""
     if parts.port:
         netloc += f":{parts.port}"
     url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
     req = urllib.request.Request(url, headers=headers)
     try:
-        return UrllibResponse(urllib.request.urlopen(req, timeout=timeout, context=context))
+        if resolver is None:
+            return UrllibResponse(urllib.request.urlopen(req, timeout=timeout, context=context))
+        opener = urllib.request.build_opener(_ResolvingHTTP(resolver), _ResolvingHTTPS(resolver, context))
+        return UrllibResponse(opener.open(req, timeout=timeout))
     except urllib.error.HTTPError as exc:
         return UrllibResponse(exc)
 
@@ -60,3 +67,30 @@ class UrllibResponse:
 
     def close(self) -> None:
         self._raw.close()
+
+
+def _connection(cls, resolver, *args, **kwargs):
+    return resolver.attach(cls(*args, **kwargs))
+
+
+class _ResolvingHTTP(urllib.request.HTTPHandler):
+    """urllib's http handler whose connections (to the proxy) resolve through ``resolver``."""
+
+    def __init__(self, resolver) -> None:
+        super().__init__()
+        self._resolver = resolver
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_connection, http.client.HTTPConnection, self._resolver), req)
+
+
+class _ResolvingHTTPS(urllib.request.HTTPSHandler):
+    """urllib's https handler (CONNECT through the proxy, TLS to the index host by name) resolving the proxy."""
+
+    def __init__(self, resolver, context) -> None:
+        super().__init__(context=context)
+        self._resolver = resolver
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_connection, http.client.HTTPSConnection, self._resolver), req,
+                            context=self._context)
