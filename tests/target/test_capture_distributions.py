@@ -263,3 +263,14 @@ def test_names_are_canonical_and_where_defaults_to_system(tmp_path):
     data["distributions"] = [{"name": "Flash_Attn", "version": " 2.8.3 "}]
     provided = target_from_json(data).provided
     assert [(d.name, d.version, d.where, d.path) for d in provided] == [("flash-attn", "2.8.3", "system", None)]
+
+
+@pytest.mark.parametrize("profile", sorted((Path(__file__).resolve().parents[2] / "manifests" / "targets").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_every_bundled_profile_loads_and_round_trips(profile, tmp_path):
+    loaded = load_target(profile)
+    again = tmp_path / profile.name
+    again.write_text(json.dumps(loaded.to_json()))
+    assert load_target(again) == loaded
+    names = [d.name for d in loaded.provided]
+    assert len(names) == len(set(names))
