@@ -11,6 +11,12 @@ Usage::
         idx.tamper("a-1.0-py3-none-any.whl")         # serve other bytes under the published hash
         idx.drop_after("a-1.0-py3-none-any.whl", 1000)  # next full GET dies after 1000 bytes
         pyindex(folder, auth=("alice", "TOKEN"))     # every request needs Basic alice:TOKEN (else 401)
+        pyindex(folder, validators="last-modified")  # pages carry ETag ("etag"), Last-Modified, "both" or "none"
+        idx.page_requests(), idx.not_modified        # page GETs so far; 304s answered, per path
+        idx.stop()                                   # nothing answers at idx.url any more
+
+Project pages carry validators (an ETag by default) and answer a matching If-None-Match or
+If-Modified-Since with 304 Not Modified; ``last_modified`` is the page's date.
 
 Files are served at ``/files/<filename>`` (metadata at ``<filename>.metadata``); project pages
 at ``/simple/<normalized-name>/`` with relative links, the way real indexes do it.
@@ -78,7 +84,11 @@ class IndexServer:
     log: list[tuple[str, dict]] = field(default_factory=list)  # (path, request headers)
     drops: dict[str, int] = field(default_factory=dict)
     auth: tuple[str, str] | None = None  # (user, password): every request needs Basic auth, else 401
+    validators: str = "etag"  # what project pages carry: "etag", "last-modified", "both" or "none"
+    last_modified: str = "Wed, 21 Oct 2026 07:28:00 GMT"  # the pages' Last-Modified (change it with the files)
+    not_modified: Counter = field(default_factory=Counter)  # url path -> 304s answered
     base: str = ""
+    _server: object = field(default=None, repr=False)
 
     # --- setup ------------------------------------------------------------------------
     def add(self, *paths: str | Path) -> None:
@@ -117,6 +127,17 @@ class IndexServer:
 
     def sha256(self, filename: str) -> str:
         return self.published[filename]
+
+    def page_requests(self) -> int:
+        """GETs of project and root pages so far (answered 200, 304 or 404)."""
+        return sum(n for path, n in self.hits.items() if path.startswith("/simple"))
+
+    def stop(self) -> None:
+        """Stop serving: the port no longer answers (an offline run must not need it)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     # --- rendering ----------------------------------------------------------------------
     def projects(self) -> list[str]:
@@ -227,13 +248,24 @@ def _make_handler(state: IndexServer):
                 return self._send(404, b"no such project")
             body, ctype = page
             etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
-            if self.headers.get("If-None-Match") == etag:
+            validators = {}
+            if state.validators in ("etag", "both"):
+                validators["ETag"] = etag
+            if state.validators in ("last-modified", "both"):
+                validators["Last-Modified"] = state.last_modified
+            inm, ims = self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")
+            # RFC 9110 13.2.2: If-None-Match wins when both are sent.
+            fresh = (inm == etag) if (inm is not None and "ETag" in validators) else (
+                ims is not None and "Last-Modified" in validators and ims == state.last_modified)
+            if fresh:
+                state.not_modified[path] += 1
                 self.send_response(304)
-                self.send_header("ETag", etag)
+                for k, v in validators.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            self._send(200, body, ctype, {"ETag": etag, "Vary": "Accept"})
+            self._send(200, body, ctype, {**validators, "Vary": "Accept"})
 
         def _file(self, path: str):
             name = path[len("/files/"):]
@@ -295,13 +327,13 @@ def _pyindex():
         srv.daemon_threads = True
         state.base = f"http://127.0.0.1:{srv.server_address[1]}"
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(srv)
+        servers.append(state)
+        state._server = srv
         return state
 
     yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    for state in servers:
+        state.stop()
 
 
 try:  # the device scripts import this module where pytest may be absent
