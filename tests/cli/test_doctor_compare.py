@@ -212,3 +212,67 @@ def test_kubernetes_compare_catches_a_node_that_wrote_no_report(tmp_path, fleet)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "2 report(s) for 3 expected node(s)" in proc.stdout
     assert _junit(volume / "compare.xml")["nodes"][0] == "failure"
+
+
+# ---- the command's edges: bad input still writes JSON and JUnit; options in their place ----------------------
+
+
+def wh(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def _small_report(node: str, driver: str) -> dict:
+    return {"schema_version": 1, "tool": "wh doctor", "python": "/v/bin/python", "host": node, "exit_code": 0,
+            "facts": {"gpu": {"gpus": [], "driver_version": driver, "cuda_version": "13.0"},
+                      "node": {"name": node, "source": "hostname", "host": node}, "installed": []},
+            "results": [{"id": "gpu:devices", "verdict": "ok"}], "fixes": []}
+
+
+def test_a_bad_input_is_named_and_the_json_and_junit_are_still_written(tmp_path):
+    for n, d in (("a", "580"), ("b", "575")):
+        (tmp_path / f"{n}.json").write_text(json.dumps(_small_report(n, d)))
+    (tmp_path / "c.json").write_text("")  # that node's doctor could not run
+    r = wh("doctor", "compare", "--json", "--junit", tmp_path / "out.xml", tmp_path / "a.json", tmp_path / "b.json",
+           tmp_path / "c.json")
+    assert r.returncode == 2, r.stderr
+    data = json.loads(r.stdout)  # stdout is the JSON alone
+    assert data["bad_inputs"] == [{"file": str(tmp_path / "c.json"), "error": "is empty: the doctor wrote no report there",
+                                   "hint": "re-run `wh doctor --json > FILE` on that node (its stderr says why it wrote nothing)"}]
+    assert [d["line"] for d in data["differences"]] == ["driver: 580 on a; 575 on b"]
+    assert f"error: {tmp_path / 'c.json'}: is empty" in r.stderr and "hint: re-run" in r.stderr
+    assert "driver: 580 on a; 575 on b" in r.stderr  # the lines for people go to the log with --json
+    cases = _junit(tmp_path / "out.xml")
+    assert cases["inputs"][0] == "error" and str(tmp_path / "c.json") in cases["inputs"][1]
+    assert cases["driver"][0] == "failure"
+
+
+def test_identical_reports_exit_0_and_print_on_stdout_even_with_q(tmp_path):
+    for n in ("a", "b"):
+        (tmp_path / f"{n}.json").write_text(json.dumps(_small_report(n, "580")))
+    r = wh("doctor", "compare", "-q", tmp_path / "a.json", tmp_path / "b.json")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].startswith("identical; same on every node:") and r.stderr == ""
+
+
+def test_doctor_options_before_compare_are_refused_not_dropped(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps(_small_report("a", "580")))
+    r = wh("doctor", "--json", "compare", tmp_path / "a.json", tmp_path / "a.json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--json before `compare` is an option of `wh doctor` itself" in r.stderr
+
+
+def test_compare_needs_reports_and_a_writable_junit(tmp_path):
+    r = wh("doctor", "compare")
+    assert r.returncode == 2 and "Missing argument 'REPORT.json...'" in r.stderr
+    (tmp_path / "a.json").write_text(json.dumps(_small_report("a", "580")))
+    r = wh("doctor", "compare", "--junit", "/proc/no/such/x.xml", tmp_path / "a.json", tmp_path / "a.json")
+    assert r.returncode == 2 and "--junit /proc/no/such/x.xml: cannot write there" in r.stderr
+
+
+def test_help_shows_compare_beside_the_doctor(tmp_path):
+    top = wh("doctor", "--help")
+    assert top.returncode == 0 and "compare [OPTIONS] REPORT.json..." in top.stdout and "--list-checks" in top.stdout
+    sub = wh("doctor", "compare", "--help")
+    assert sub.returncode == 0 and "wh doctor compare --expect 4" in sub.stdout and "--junit FILE" in sub.stdout
