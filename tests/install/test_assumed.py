@@ -171,3 +171,13 @@ def test_a_new_venv_of_a_venv_sees_the_parent_and_the_base_system(image, tmp_pat
     delta = _delta(tmp_path, assumed=[{"name": "torchy", "version": TORCH}, from_base])
     report = install_wheelhouses([delta], python=str(image), venv=tmp_path / "venv", system_site_packages=True)
     assert [d.name for d in report.installed] == ["app"]
+
+
+def test_with_two_deltas_each_difference_names_its_wheelhouse(image, tmp_path):
+    good = _delta(tmp_path, name="good")
+    stale = _delta(tmp_path, assumed=[{"name": "torchy", "version": "2.12.0"}], name="stale")
+    with pytest.raises(AssumedNotProvided) as err:
+        install_wheelhouses([good, stale], python=str(image))
+    assert err.value.message.count("torchy: wheelhouse assumed") == 1
+    assert f"torchy: wheelhouse assumed 2.12.0, the box has {TORCH} [{stale}]" in err.value.detail
+    assert "2 wheelhouses" in err.value.message

@@ -265,8 +265,10 @@ def test_names_are_canonical_and_where_defaults_to_system(tmp_path):
     assert [(d.name, d.version, d.where, d.path) for d in provided] == [("flash-attn", "2.8.3", "system", None)]
 
 
-@pytest.mark.parametrize("profile", sorted((Path(__file__).resolve().parents[2] / "manifests" / "targets").glob("*.json")),
-                         ids=lambda p: p.name)
+BUNDLED = Path(__file__).resolve().parents[2] / "manifests" / "targets"
+
+
+@pytest.mark.parametrize("profile", sorted(BUNDLED.glob("*.json")), ids=lambda p: p.name)
 def test_every_bundled_profile_loads_and_round_trips(profile, tmp_path):
     loaded = load_target(profile)
     again = tmp_path / profile.name
@@ -274,3 +276,8 @@ def test_every_bundled_profile_loads_and_round_trips(profile, tmp_path):
     assert load_target(again) == loaded
     names = [d.name for d in loaded.provided]
     assert len(names) == len(set(names))
+
+
+def test_the_script_refuses_an_unknown_flag(tmp_path):
+    r = subprocess.run([sys.executable, str(capture_script()), "--distributions-only"], capture_output=True, text=True)
+    assert r.returncode == 2 and "usage: python capture_target.py" in r.stderr and r.stdout == ""

@@ -104,6 +104,7 @@ def show_cmd(target_file, python_version, platforms, implementation, abi, as_jso
     if t.provided:
         kinds = ", ".join(f"{n} {w}" for w in ("venv", "parent", "system")
                           if (n := sum(d.where == w for d in t.provided)))
-        click.echo(f"{len(t.provided)} distributions provided by the image ({kinds}); `wh stage --target` treats them as installed unless --full")
+        click.echo(f"{len(t.provided)} distributions provided by the image ({kinds}); "
+                   "`wh stage --target` treats them as installed unless --full")
     else:
         click.echo("no distributions recorded: a stage against it is a full one")

@@ -102,7 +102,8 @@ def check_assumed(houses, interp: Interpreter, *, existing: bool, system_site_pa
             hint="install with `wh install WHEELHOUSE --venv VENV --system-site-packages` (or `--python` the image's "
                  "interpreter), or stage everything with `wh stage --full`")
     view = _view(interp, existing)
-    problems = [f"{line}" + (f" [{h.path}]" if len(wanted) > 1 else "") for h, a in wanted for line in _differences(a, view)]
+    problems = [line + (f" [{h.path}]" if len(wanted) > 1 else "")
+                for h, a in wanted for line in _differences(a, view)]
     if problems:
         raise AssumedNotProvided(
             f"the box no longer provides {len(problems)} of the {count} distribution(s) {_label(wanted)} assumed "
