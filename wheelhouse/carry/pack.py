@@ -261,6 +261,7 @@ def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int |
     wheel_sha = {f.path: f.sha256 for f in lock.files}
     task = f"packing {len([m for m in members if m[1]])} files"
     reporter.start(task, total=total, unit="B")
+    out.parent.mkdir(parents=True, exist_ok=True)
     sink = _PartWriter(out, part_size)
     renamed: list[Path] = []
     try:
