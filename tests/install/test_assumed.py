@@ -83,7 +83,8 @@ def test_the_image_changed_refused_naming_each_difference_and_no_venv_made(image
     assert f"torchy: wheelhouse assumed {TORCH}, the box has 2.10.0" in r.stderr
     assert "numpyish: wheelhouse assumed 2.0, missing on the box" in r.stderr
     assert "nothing was installed" in r.stderr
-    assert "hint:" in r.stderr and "wh target capture" in r.stderr and "wh stage --full" in r.stderr
+    assert f"a new venv of {image} with --system-site-packages" in r.stderr  # which view was asked
+    assert "hint:" in r.stderr and "capture_target.py" in r.stderr and "wh stage --full" in r.stderr
     assert not venv.exists()
 
 
@@ -101,6 +102,7 @@ def test_a_plain_new_venv_sees_nothing_of_the_image_and_is_refused(image, tmp_pa
     r = wh("install", _delta(tmp_path), "--python", image, "--venv", venv)
     assert r.returncode == 2, r.stderr
     assert "without --system-site-packages sees nothing of the image" in r.stderr
+    assert "assumes 2 distribution(s) from the box's image (numpyish, torchy)" in r.stderr
     assert "--system-site-packages" in r.stderr.split("hint:")[1]
     assert not venv.exists()
 

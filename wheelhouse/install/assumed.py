@@ -26,8 +26,9 @@ from .closure import installed_view
 
 __all__ = ["AssumedNotProvided", "BadAssumedList", "assumed_present", "check_assumed"]
 
-_HINT = ("capture the profile again on the box (`wh target capture -o FILE` with the interpreter that receives "
-         "the wheelhouse), re-stage against it with `wh stage --target FILE`, or stage everything with "
+_HINT = ("install with the image's own interpreter (`--python PATH`, plus `--system-site-packages` for a new "
+         "venv); if the image changed, capture its profile again on the box (`python capture_target.py -o FILE` "
+         "with that interpreter) and re-stage with `wh stage --target FILE`, or stage everything with "
          "`wh stage --full`")
 
 
@@ -95,19 +96,22 @@ def check_assumed(houses, interp: Interpreter, *, existing: bool, system_site_pa
         return []
     count = sum(len(a) for _, a in wanted)
     if not existing and not system_site_packages:
-        names = ", ".join(sorted({n for _, a in wanted for n in a})[:6])
+        names = sorted({n for _, a in wanted for n in a})
+        listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        verb = "is a delta that assumes" if len(wanted) == 1 else "are deltas that assume"
         raise AssumedNotProvided(
-            f"{_label(wanted)} is a delta that assumes {count} distribution(s) from the box's image ({names}, ...), "
+            f"{_label(wanted)} {verb} {count} distribution(s) from the box's image ({listed}), "
             "but a new venv without --system-site-packages sees nothing of the image; nothing was installed",
             hint="install with `wh install WHEELHOUSE --venv VENV --system-site-packages` (or `--python` the image's "
                  "interpreter), or stage everything with `wh stage --full`")
     view = _view(interp, existing)
+    seen_by = interp.executable if existing else f"a new venv of {interp.executable} with --system-site-packages"
     problems = [line + (f" [{h.path}]" if len(wanted) > 1 else "")
                 for h, a in wanted for line in _differences(a, view)]
     if problems:
         raise AssumedNotProvided(
-            f"the box no longer provides {len(problems)} of the {count} distribution(s) {_label(wanted)} assumed "
-            "present, nothing was installed: " + "; ".join(problems[:4])
+            f"the box ({seen_by}) does not provide {len(problems)} of the {count} distribution(s) {_label(wanted)} "
+            "assumed present, nothing was installed: " + "; ".join(problems[:4])
             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),
             hint=_HINT, detail="\n".join(problems))
     return [f"the image provides all {count} distribution(s) {_label(wanted)} assumed present"]
