@@ -16,7 +16,6 @@ import os
 import shutil
 import tarfile
 from pathlib import Path
-from typing import BinaryIO
 
 from wheelhouse.datafile import read_text
 from wheelhouse.errors import WhError
@@ -75,7 +74,7 @@ class _Parts:
         self.files, self.reporter, self.task = files, reporter, task
         self.whole = hashlib.sha256()
         self.each = [hashlib.sha256() for _ in files]
-        self.index, self.fh = 0, None  # type: int, BinaryIO | None
+        self.index, self.fh = 0, None
 
     def read(self, n: int = -1) -> bytes:
         out = bytearray()
