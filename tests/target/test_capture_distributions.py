@@ -144,8 +144,11 @@ def test_broken_and_stashed_metadata_is_skipped(tmp_path):
     (site / "~ood-0.1.dist-info").mkdir()  # pip's stash of the copy it is replacing
     (site / "~ood-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: good\nVersion: 0.1\n")
     (site / "legacy.egg-info").write_text("Metadata-Version: 1.0\nName: Legacy\nVersion: 0.5\n")
-    dists = _capture(py, tmp_path)["distributions"]
-    assert sorted((d["name"], d["version"]) for d in dists) == [("good", "1.0"), ("legacy", "0.5")]
+    (site / "spaced-1.0.dist-info").mkdir()  # not a distribution name: a profile holding it would not load
+    (site / "spaced-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: two words\nVersion: 1\n")
+    data = _capture(py, tmp_path)
+    assert sorted((d["name"], d["version"]) for d in data["distributions"]) == [("good", "1.0"), ("legacy", "0.5")]
+    assert target_from_json(data).provided  # what capture writes, a profile loads
 
 
 def test_the_stdlib_only_scan_agrees_with_importlib_metadata(layered):

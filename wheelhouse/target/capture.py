@@ -300,6 +300,9 @@ def query_nvidia_smi(smi: str | None = None, timeout: float = 30) -> dict:
     return facts
 
 
+_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508 names
+
+
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
 
@@ -394,7 +397,8 @@ def _metadata_folder(entry: str, importlib_metadata) -> list[tuple[str | None, s
 def provided_distributions(use_importlib: bool = True) -> list[dict]:
     """Every distribution this interpreter imports: ``{"name", "version", "where", "path"}`` in its
     ``sys.path`` order; the first copy of a name wins (a shadowed copy is provided by nobody). Copies
-    without a Name or a Version are skipped."""
+    without a valid Name or a Version are skipped, and so are folders that cannot be read (what is not
+    listed is staged: the safe side)."""
     importlib_metadata = None
     if use_importlib:
         try:
@@ -403,17 +407,21 @@ def provided_distributions(use_importlib: bool = True) -> list[dict]:
             importlib_metadata = None
     out, seen = [], set()
     for entry in _search_path():
-        rows = _metadata_folder(entry, importlib_metadata) if importlib_metadata else _scan_folder(entry)
+        try:
+            rows = _metadata_folder(entry, importlib_metadata) if importlib_metadata else _scan_folder(entry)
+        except Exception:  # noqa: BLE001 - an unreadable folder: its copies are not listed, so they get staged
+            continue
         where = None
         for name, version in rows:
-            if not name or not version or not str(name).strip() or not str(version).strip():
-                continue
-            key = _canonical(str(name).strip())
+            name, version = str(name or "").strip(), str(version or "").strip()
+            if not _NAME.match(name) or not version or "\n" in version:
+                continue  # a copy an installer was killed writing, or no distribution name at all
+            key = _canonical(name)
             if key in seen:
                 continue
             seen.add(key)
             where = where or _where(entry)
-            out.append({"name": key, "version": str(version).strip(), "where": where, "path": entry})
+            out.append({"name": key, "version": version, "where": where, "path": entry})
     return out
 
 
