@@ -233,6 +233,33 @@ def test_install_from_the_registry_end_to_end(oci_registry, pub, tmp_path):
     assert got.stdout.strip() == "2"
 
 
+def test_big_blobs_go_up_in_chunks_and_requests_are_counted(oci_registry, pub, tmp_path, monkeypatch):
+    """Blobs over the one-PUT size are uploaded in chunks (never whole in memory); the client's own
+    request counts match what the registry logged."""
+    from wheelhouse.carry import oci_client
+    from wheelhouse.carry.oci import pull_wheelhouse, push_wheelhouse
+
+    monkeypatch.setattr(oci_client, "_SMALL_BLOB", 64 << 10)
+    monkeypatch.setattr(oci_client, "_CHUNK", 100 << 10)
+    house = stage(tmp_path, pub, "house", "web")
+    ref = oci_registry.ref("ml/stack:chunks")
+    pushed = push_wheelhouse(house, ref)
+    distinct = {b.digest for b in pushed.blobs}
+    core = next(b for b in pushed.blobs if b.path.startswith("wheels/core-"))
+    assert core.size > 2 * (100 << 10) and core.moved
+    logged = oci_registry.requests()
+    patches = [p for m, p, s in logged if m == "PATCH"]
+    assert len(patches) == -(-core.size // (100 << 10))  # the one big blob, in 100 KiB chunks
+    assert pushed.requests["HEAD"] == len(distinct) + 1  # one existence check per blob, and the config
+    assert pushed.requests["PATCH"] == len(patches)
+    assert pushed.requests["PUT"] == sum(1 for m, p, s in logged if m == "PUT")
+
+    pulled = pull_wheelhouse(ref, tmp_path / "pulled")
+    assert files_of(tmp_path / "pulled") == files_of(house)
+    assert pulled.requests["GET"] == len(pulled.blobs) + 1  # the manifest, then one per blob
+    assert len(pulled.fetched) == len(pulled.blobs)
+
+
 # --- credentials -----------------------------------------------------------------------------------
 
 def test_docker_config_credentials_reach_the_registry_and_never_show(pub, tmp_path):

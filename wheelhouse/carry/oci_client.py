@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import importlib
 from pathlib import Path
 from typing import Iterator
 
@@ -62,7 +63,7 @@ class OciExtraMissing(UsageError):
 def need_oras(command: str) -> None:
     """Refuse, naming the extra to install, where oras-py is missing."""
     try:
-        import oras.provider  # noqa: F401
+        importlib.import_module("oras.provider")
     except ImportError:
         raise OciExtraMissing(f"`{command}` needs the oci extra (oras-py), which is not installed",
                               hint="pip install 'wh[oci]'") from None
