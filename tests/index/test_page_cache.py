@@ -223,3 +223,18 @@ def test_a_pre_parsed_entry_never_outlives_its_page(pyindex, wheels, tmp_path):
     idx.add(wheels)
     files = _source([idx.url], cache, ttl=0).files("alpha", KEEP)  # a new body: a new parse
     assert _names(files) == ["alpha-1.0-py3-none-any.whl", "alpha-3.0-py3-none-any.whl"]
+
+
+def test_a_torn_body_behind_a_missing_pre_parsed_entry_is_a_miss(pyindex, wheels, tmp_path):
+    idx = pyindex(wheels)
+    cache = tmp_path / "cache"
+    cold = _source([idx.url], cache).files("alpha", KEEP)
+    (entry,) = _parsed(cache)
+    entry.unlink()
+    body = entry.parent / (entry.name.split(".")[0] + ".body")
+    body.write_bytes(body.read_bytes()[:20])  # the page body is torn: its sha256 no longer matches
+    with pytest.raises(NotCached, match="index page of alpha"):
+        _source([idx.url], cache, offline=True).files("alpha", KEEP)
+    assert _source([idx.url], cache).files("alpha", KEEP) == cold  # online: fetched again whole
+    assert idx.page_requests() == 2
+    assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold

@@ -17,6 +17,7 @@ accident, nor the other way round); find-links files are always added.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.parse
 import urllib.request
@@ -29,7 +30,7 @@ from packaging.utils import canonicalize_name
 from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
-from .http.cache import NotCached
+from .http.cache import NotCached, read_deferred_body
 from .http.deadline import max_body_bytes
 from .pages import parse_simple_html, parse_simple_json
 from .parsed import load_parsed, parsed_path, store_parsed
@@ -173,23 +174,32 @@ class PackageSource:
             raise no_index_configured()
         url = urllib.parse.urljoin(index, name + "/")
         try:
-            resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl)
+            # The body of a cached page is read only if its pre-parsed form cannot be used.
+            resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl, defer_body=True)
+            entry, digest = getattr(resp, "entry", None), getattr(resp, "sha256", "")
+            keep_key = "all" if keep is None else getattr(keep, "cache_key", None)
+            if entry is None or not digest:
+                return self._parse_page(resp, url, index, keep)
+            # A page parsed before (same body, URL, index and filter) is loaded, not parsed again (parsed).
+            stored = parsed_path(entry, resp.url, index, keep_key or "all")
+            files = load_parsed(stored, digest, resp.url, index, keep_key or "all")
+            if files is None:
+                if getattr(resp, "deferred", False):
+                    body = read_deferred_body(resp)
+                    # gone or torn since the entry was read: a miss, asked again (offline: NotCached)
+                    resp = (dataclasses.replace(resp, body=body, deferred=False) if body is not None
+                            else self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl))
+                    digest = getattr(resp, "sha256", "")
+                    stored = parsed_path(entry, resp.url, index, keep_key or "all")
+                files = self._parse_page(resp, url, index, keep if keep_key else None)
+                if digest:
+                    store_parsed(stored, digest, resp.url, index, keep_key or "all", files)
         except HttpError as exc:
             if exc.status == 404:
                 return None
             raise
         except NotCached as exc:
             raise NotCached(f"the index page of {name} ({url})") from exc
-        # A page parsed before (same body, URL, index and filter) is loaded, not parsed again (parsed).
-        entry, digest = getattr(resp, "entry", None), getattr(resp, "sha256", "")
-        keep_key = "all" if keep is None else getattr(keep, "cache_key", None)
-        if entry is None or not digest:
-            return self._parse_page(resp, url, index, keep)
-        stored = parsed_path(entry, resp.url, index, keep_key or "all")
-        files = load_parsed(stored, digest, resp.url, index, keep_key or "all")
-        if files is None:
-            files = self._parse_page(resp, url, index, keep if keep_key else None)
-            store_parsed(stored, digest, resp.url, index, keep_key or "all", files)
         if keep is not None and keep_key is None:  # a filter without a key: the whole page is kept, filtered here
             files = [d for d in files if keep(d.filename)]
         return files

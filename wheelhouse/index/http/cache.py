@@ -32,7 +32,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "CachedResponse", "NotCached", "OFFLINE_HINT"]
+__all__ = ["get_cached", "read_deferred_body", "CachedResponse", "NotCached", "OFFLINE_HINT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
 _KEPT_HEADERS = ("etag", "last-modified", "content-type")
@@ -50,19 +50,25 @@ class NotCached(WhError):
 
 @dataclass(frozen=True)
 class CachedResponse(Response):
-    """A page answered through the cache: ``sha256`` is its body's (verified), ``entry`` the
-    cache entry's path without suffix (None when it could not be stored), ``revalidated`` whether
-    a request confirmed it in this call (a 304 or a 200)."""
+    """A page answered through the cache: ``sha256`` is its body's, ``entry`` the cache entry's
+    path without suffix (None when it could not be stored), ``revalidated`` whether a request
+    confirmed it in this call (a 304 or a 200). ``deferred``: the body was not read (asked with
+    ``defer_body``; ``body`` is empty): ``read_deferred_body`` reads and verifies it."""
 
     sha256: str = ""
     entry: Path | None = None
     revalidated: bool = False
+    deferred: bool = False
 
 
 def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, headers: Mapping[str, str] | None = None,
-               *, max_age: float = 600.0, offline: bool = False, refresh: bool = False) -> Response:
+               *, max_age: float = 600.0, offline: bool = False, refresh: bool = False,
+               defer_body: bool = False) -> Response:
     """GET with an on-disk cache (see the module docstring for the rules). Without a cache_dir
-    this is ``get`` (offline: ``NotCached``); ``file://`` URLs are read as they are, never cached."""
+    this is ``get`` (offline: ``NotCached``); ``file://`` URLs are read as they are, never cached.
+
+    ``defer_body``: an answer from the cache does not read its body (a caller that keeps what it
+    makes of a page by the body's sha256 may never need it; ``parsed``)."""
     if urllib.parse.urlsplit(url).scheme == "file":
         return get(url, headers)
     if cache_dir is None:
@@ -72,7 +78,7 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
     key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
     entry = cache_dir / "http" / key[:2] / key
     meta_p, body_p = entry.with_suffix(".json"), entry.with_suffix(".body")
-    meta, body = _load(meta_p, body_p)
+    meta, body = _load(meta_p, body_p, read_body=not defer_body)
     if meta is not None and meta.get("status") == 404:
         if offline:
             raise HttpError(url, 404, "not found (remembered from an online run)")
@@ -80,9 +86,9 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
     if offline:
         if meta is None:
             raise NotCached(url)
-        return _answer(meta, body, entry, revalidated=False)
+        return _answer(meta, body, entry, revalidated=False, deferred=defer_body)
     if meta is not None and not refresh and time.time() - meta["stored"] < max_age:
-        return _answer(meta, body, entry, revalidated=False)
+        return _answer(meta, body, entry, revalidated=False, deferred=defer_body)
     cond = dict(headers or {})
     if meta is not None:
         if meta["headers"].get("etag"):
@@ -98,7 +104,7 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
     if resp.status == 304 and meta is not None:
         meta["stored"] = time.time()
         _store(meta_p, json.dumps(meta))
-        return _answer(meta, body, entry, revalidated=True)
+        return _answer(meta, body, entry, revalidated=True, deferred=defer_body)
     if resp.status != 200:
         return resp
     digest = hashlib.sha256(resp.body).hexdigest()
@@ -109,14 +115,29 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
                           revalidated=True)
 
 
-def _load(meta_p: Path, body_p: Path) -> tuple[dict | None, bytes]:
-    """The entry's metadata and body, or (None, b"") when absent, torn or edited."""
+def read_deferred_body(resp: CachedResponse) -> bytes | None:
+    """The body of a ``deferred`` answer, checked against its sha256; None when it is gone, torn
+    or edited since (then ask ``get_cached`` again: it is a miss)."""
+    if resp.entry is None:
+        return None
+    try:
+        body = resp.entry.with_suffix(".body").read_bytes()
+    except OSError:
+        return None
+    return body if hashlib.sha256(body).hexdigest() == resp.sha256 else None
+
+
+def _load(meta_p: Path, body_p: Path, *, read_body: bool = True) -> tuple[dict | None, bytes]:
+    """The entry's metadata and body, or (None, b"") when absent, torn or edited. Without
+    ``read_body`` the body is not read (nor checked): only that its sha256 is recorded."""
     try:
         meta = json.loads(meta_p.read_text())
         if not isinstance(meta, dict) or not isinstance(meta["stored"], (int, float)) or not isinstance(meta["headers"], dict):
             return None, b""
         if meta.get("status") == 404:
             return meta, b""
+        if not read_body:
+            return (meta, b"") if isinstance(meta["sha256"], str) and len(meta["sha256"]) == 64 else (None, b"")
         body = body_p.read_bytes()
         if hashlib.sha256(body).hexdigest() == meta["sha256"]:
             return meta, body
@@ -125,9 +146,9 @@ def _load(meta_p: Path, body_p: Path) -> tuple[dict | None, bytes]:
     return None, b""
 
 
-def _answer(meta: dict, body: bytes, entry: Path, *, revalidated: bool) -> CachedResponse:
+def _answer(meta: dict, body: bytes, entry: Path, *, revalidated: bool, deferred: bool = False) -> CachedResponse:
     return CachedResponse(meta["url"], 200, Headers(meta["headers"]), body, sha256=meta["sha256"], entry=entry,
-                          revalidated=revalidated)
+                          revalidated=revalidated, deferred=deferred)
 
 
 def _store(path: Path, data: bytes | str) -> bool:
