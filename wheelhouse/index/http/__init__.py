@@ -169,13 +169,15 @@ class HttpClient:
                     conn.close()
 
 
-    def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0) -> Response:
+    def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
+                   defer_body: bool = False) -> Response:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. With ``refresh`` every
         entry is revalidated; ``offline``, every entry is used whatever its age and a miss raises
-        ``NotCached`` without a request (``cache``, docs/cache.md). Without a cache_dir this is ``get``."""
+        ``NotCached`` without a request (``cache``, docs/cache.md). Without a cache_dir this is ``get``.
+        ``defer_body``: an answer from the cache leaves its body unread (``cache.read_deferred_body``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
-                           offline=self.offline, refresh=self.refresh)
+                           offline=self.offline, refresh=self.refresh, defer_body=defer_body)
 
 
     def close(self) -> None:
