@@ -165,7 +165,9 @@ def test_a_new_venv_of_a_venv_sees_the_parent_and_the_base_system(image, tmp_pat
     from wheelhouse.target.installed import installed_distributions
 
     base = getattr(sys, "_base_executable", None) or sys.executable
-    system = list(installed_distributions(base).values())
+    sites = json.loads(subprocess.run([base, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                                      capture_output=True, text=True, check=True).stdout)
+    system = [d for d in installed_distributions(base).values() if d.location in sites]  # not the user site
     if not system:
         pytest.skip("the base interpreter has no distributions of its own")
     from_base = {"name": system[0].key, "version": system[0].version}

@@ -61,6 +61,10 @@ def _asked(python: Path | str, code: str) -> str:
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, cwd="/").stdout.strip()
 
 
+def _base_sites() -> list[str]:
+    return json.loads(_asked(_base_python(), "import json, site; print(json.dumps(site.getsitepackages()))"))
+
+
 @pytest.fixture(scope="module")
 def base_dists(tmp_path_factory) -> list[dict]:
     """What the base interpreter (the venvs' system) provides, captured by itself."""
@@ -81,7 +85,7 @@ def layered(tmp_path, base_dists):
     image_py = image / "bin" / "python"
     for name, version in (("alpha", "1.0"), ("beta", "1.0")):
         install_wheel(image_py, _wheel(tmp_path, name, version))
-    shadowed = base_dists[0] if base_dists else None
+    shadowed = next((d for d in base_dists if d["path"] in _base_sites()), None)
     if shadowed:
         install_wheel(image_py, _wheel(tmp_path, shadowed["name"], "0.0.1"))
     app = create_venv(tmp_path / "app", python=image_py, system_site_packages=True)  # writes the parent .pth
@@ -106,14 +110,17 @@ def test_a_venv_of_the_image_venv_lists_venv_then_parent_then_system_first_copy_
     # In sys.path order: every venv entry, then every parent entry, then the system's.
     wheres = [d["where"] for d in dists]
     assert wheres == sorted(wheres, key=["venv", "parent", "system"].index)
-    if not base_dists:
-        pytest.skip("the base interpreter has no distributions of its own to show as 'system'")
     shadowed = layered["shadowed"]
+    if shadowed is None:
+        pytest.skip("the base interpreter has no distributions of its own to show as 'system'")
     assert by_name[shadowed["name"]]["version"] == "0.0.1"  # the image venv's copy hides the base's
     assert by_name[shadowed["name"]]["where"] == "parent"
     system = [d for d in dists if d["where"] == "system"]
     assert system, "the base's site-packages is visible through --system-site-packages"
-    expected = [d for d in base_dists if d["name"] not in ("alpha", "beta", "gamma", shadowed["name"])]
+    # A venv sees the base's site folders, not its user site: compare on the folders both have.
+    seen = set(json.loads(_asked(layered["app"], "import json, sys; print(json.dumps(sys.path))")))
+    expected = [d for d in base_dists
+                if d["name"] not in ("alpha", "beta", "gamma", shadowed["name"]) and d["path"] in seen]
     assert [(d["name"], d["version"], d["path"]) for d in system] == \
         [(d["name"], d["version"], d["path"]) for d in expected]
 
