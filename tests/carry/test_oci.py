@@ -190,6 +190,27 @@ def test_a_blob_corrupted_in_the_registry_is_refused_by_name(oci_registry, pub, 
     assert not (venv / "bin" / "python").exists() or not list(venv.rglob("core/__init__.py"))
 
 
+def test_a_manifest_disagreeing_with_its_lock_is_refused_before_any_wheel_is_fetched(oci_registry, pub, tmp_path):
+    """A tag re-pointed at a manifest whose wheel layer is some other blob (present in the registry,
+    so every digest check alone would pass): the lock's sha256 refuses it before a wheel is fetched."""
+    house = stage(tmp_path, pub, "house", "web")
+    assert wh("push", house, oci_registry.ref("ml/stack:v1")).returncode == 0
+    manifest = raw_manifest(oci_registry, "ml/stack", "v1")
+    layers = {la["annotations"]["org.opencontainers.image.title"]: la for la in manifest["layers"]}
+    wheel = next(p for p in layers if p.startswith("wheels/web-"))
+    decoy = layers["capture_target.py"]
+    layers[wheel]["digest"], layers[wheel]["size"] = decoy["digest"], decoy["size"]
+    req = urllib.request.Request(f"http://{oci_registry.host}/v2/ml/stack/manifests/evil", method="PUT",
+                                 data=json.dumps(manifest).encode(),
+                                 headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    urllib.request.urlopen(req, timeout=10).close()
+    before = oci_registry.blob_fetches()
+    r = wh("pull", oci_registry.ref("ml/stack:evil"), "-o", tmp_path / "pulled")
+    assert r.returncode == 1 and wheel in r.stderr and "pylock.toml" in r.stderr
+    assert oci_registry.blob_fetches() - before == 3  # wh.json and the two locks only: no wheel
+    assert not (tmp_path / "pulled").exists()
+
+
 def test_an_interrupted_pull_resumes_fetching_only_the_rest(oci_registry, pub, tmp_path):
     house = stage(tmp_path, pub, "house", "web")
     ref = oci_registry.ref("ml/stack:v1")
