@@ -63,7 +63,8 @@ $WH build "$WORK/freetoken.toml" -o "$HOUSE" --python "$BPY" --cache-dir "$WORK/
 say "build (offline, engine requirements not in the wheelhouse): rc=$rc in $(( $(date +%s) - t0 ))s"
 grep -iE "missing|requirement|error|hint" "$OUT/build.stderr" | head -12 | sed 's/^/    /' >&2
 if [ $rc -ne 0 ]; then
-  if grep -qi "pyzmq" "$OUT/build.stderr"; then say "PASS 2a offline build names the missing runtime requirements (pyzmq among them)"
+  MISSING_NAME=pyzmq; [ "${DELTA:-}" = 1 ] && MISSING_NAME=flashlib
+  if grep -qi "$MISSING_NAME" "$OUT/build.stderr"; then say "PASS 2a offline build names the missing runtime requirements ($MISSING_NAME among them)"
   else bad "2a build rc=$rc: $(tail -4 "$OUT/build.stderr")"; fi
   $WH build "$WORK/freetoken.toml" -o "$HOUSE" --python "$BPY" --cache-dir "$WORK/cache" --json --allow-incomplete \
     >"$OUT/build.json" 2>"$OUT/build2.stderr"; rc=$?
@@ -83,7 +84,10 @@ $WH links --undo --python "$BPY" >"$OUT/links-undo-bv.txt" 2>&1
 # 3. install the engine and ask the doctor
 if [ -n "$WHEEL" ]; then
   SV="$WORK/serve"
-  $WH install "$HOUSE" --venv "$SV" --system-site-packages --python "$PY" --allow-missing --json >"$OUT/install.json" 2>"$OUT/install.stderr"; rc=$?
+  # DELTA=1: BOX_WH is a delta of FreeToken's runtime requirements (tests/device/delta.sh): installed together
+  # with the engine, only what the delta left out (flashlib) may be missing.
+  EXTRA=(); [ "${DELTA:-}" = 1 ] && EXTRA=("$BOX_WH")
+  $WH install "$HOUSE" "${EXTRA[@]}" --venv "$SV" --system-site-packages --python "$PY" --allow-missing --json >"$OUT/install.json" 2>"$OUT/install.stderr"; rc=$?
   say "install --allow-missing: rc=$rc $(grep -iE 'missing' "$OUT/install.stderr" | head -1)"
   t0=$(date +%s)
   $WH doctor --python "$SV/bin/python" --json --junit "$OUT/doctor.junit.xml" >"$OUT/doctor.json" 2>"$OUT/doctor.stderr"; rc=$?
@@ -103,9 +107,16 @@ PYEOF
   grep -q "_pinned_tensor" "$OUT/doctor-summary.txt" && grep -q "_cpu_moe" "$OUT/doctor-summary.txt" \
     && say "PASS 3a native:freetoken names _pinned_tensor and _cpu_moe: $(grep 'native:freetoken' "$OUT/doctor-summary.txt" | head -1 | cut -c1-200)" \
     || bad "3a native:freetoken does not list both extension modules"
+  if [ "${DELTA:-}" = 1 ]; then
+    DEPS=$(grep -A20 -E "^fail +deps:freetoken" "$OUT/doctor-summary.txt" | head -20)
+    echo "$DEPS" | grep -q "flashlib" && ! echo "$DEPS" | grep -qE "pyzmq|fastapi|numpy" \
+      && say "PASS 3b deps names only what the delta left out: $(echo "$DEPS" | head -1 | cut -c1-300)" \
+      || bad "3b deps with the delta: $(echo "$DEPS" | head -3 | cut -c1-400)"
+  else
   grep -A20 -E "^fail +deps:freetoken" "$OUT/doctor-summary.txt" | grep -q "pyzmq" \
     && say "PASS 3b deps fails naming the missing requirements: $(grep -E '^fail +deps' "$OUT/doctor-summary.txt" | head -1 | cut -c1-300)" \
     || bad "3b no deps failure naming pyzmq"
+  fi
   grep -E "^ok +kernels" "$OUT/doctor-summary.txt" | grep -qE "torch|triton" \
     && say "PASS 3c kernels ok on sm_90: $(grep -E '^ok +kernels' "$OUT/doctor-summary.txt" | head -2 | cut -c1-300 | tr '\n' ' ')" \
     || bad "3c no ok kernels check naming torch/triton"
