@@ -31,6 +31,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _image_lines(ui, result) -> None:
+    """What the stage assumed of the target's image, and what of it the stack changes (stderr)."""
+    if result.image is None:
+        return
+    ui.info(result.image.summary(len(result.files), "would stage" if result.dry_run else "staged"))
+    for line in result.image.lines():
+        ui.info(line)
+
+
 def export_pins(result, fmt: str) -> str:
     """The dry run's pins as ``requirements`` (as `uv pip compile --generate-hashes` writes them) or ``pylock``."""
     missing = [f"{f.name}=={f.version}" for f in result.files if not f.sha256]
@@ -49,6 +58,7 @@ def export_pins(result, fmt: str) -> str:
                                   requires_python=requires_python_for(result.target), created_by=f"wh {__version__}"))
     lines = [f"# This file was written by wh {_version()} (wh stage --dry-run --format requirements)",
              f"# for {result.target.describe()}"]
+    lines += [f"# provided by the image (not listed): {n}=={v}" for n, v in (result.image.assumed if result.image else ())]
     for f in sorted(result.files, key=lambda f: f.name):
         lines += [f"{f.name}=={f.version} \\", f"    --hash=sha256:{f.sha256}"]
         via = sorted({p.split("==")[0] for p in f.parents})
@@ -146,6 +156,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     wh stage freetoken-dsv4-kaggle-4xl4 -o wh-kaggle
     wh stage 'rich==14.*' markupsafe --python-version 3.12 --platform manylinux_2_35_x86_64 -o wh
     wh stage -r requirements.txt --target box.json --dry-run --json
+    wh stage freetoken-dsv4-kaggle-4xl4 --target box.json -o wh-delta   # only what the image lacks
 
     The wheelhouse holds wheels/, pylock.toml (PEP 751), a simple/ index, wh.json
     (provenance) and bootstrap/ (wh itself, for the box). On the box:
@@ -155,6 +166,12 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     Manifest and command line: lists ADD to the manifest's (requirements, -r,
     -c, --extra-index-url, -f); single values REPLACE it (--index-url or
     WH_INDEX_URL replaces its index-url, target flags its [target]).
+
+    \b
+    A target profile captured on the box lists what its image provides: those
+    distributions count as installed (their version is kept when the stack
+    allows it) and are not staged; wh.json's assumed_present lists them, and
+    `wh install` checks the box still has them. --full stages everything.
 
     Re-staging into -o updates what wh wrote there (listed in wh.json) and keeps
     everything else (NOTES.md, logs/, an engine `wh build` added, unless the
@@ -220,19 +237,23 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
             else:
                 click.echo(text, nl=False)
         elif not as_json:
-            for f in result.files:  # the pins are the data asked for: stdout (`> pins.txt`)
-                size = _human(f.size) if f.size is not None else "?"
-                click.echo(f"{f.name}=={f.version}  {f.filename}  {size}")
+            pins = [(f.name, f"{f.name}=={f.version}  {f.filename}  {_human(f.size) if f.size is not None else '?'}")
+                    for f in result.files]
+            pins += [(n, f"{n}=={v}  (provided by the image)") for n, v in (result.image.assumed if result.image else ())]
+            for _, line in sorted(pins):  # the pins are the data asked for: stdout (`> pins.txt`)
+                click.echo(line)
         ui.info(f"{_count(len(result.files), 'wheel')} for {target.describe()}, {_human(result.total_size)} "
                 "(dry run: nothing downloaded)")
+        _image_lines(ui, result)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
+    _image_lines(ui, result)
     if result.reused:  # wheels/ and bootstrap/ together; the notes above counted each download on its own
         total = len(result.files) + len(result.bootstrap)
         ui.info(f"{result.reused} of {total} files (wheels/ and bootstrap/) were not downloaded again: "
                 "taken from the cache or the previous wheelhouse, each verified")
     if result.removed:
-        ui.info(f"removed {len(result.removed)} wheel(s) no longer pinned: {', '.join(result.removed)}")
+        ui.info(f"removed {len(result.removed)} wheel(s) no longer staged: {', '.join(result.removed)}")
     if result.engine:
         ui.info(f"kept the engine {result.engine} that `wh build` added")
     if result.bootstrap_command:

@@ -13,6 +13,12 @@ at the end, so a failure leaves the previous one exactly as it was; what wh did 
 already in the old wheelhouse are verified and reused; an engine ``wh build`` added is kept
 (its wheel, wh.json["engine"], its log and exported files, and its requirements resolved
 with the stack), unless the manifest's engine recipe now names another commit (said so).
+
+A delta (``wheelhouse.stage.delta``): when the target profile lists what its image provides, the
+resolver treats those distributions as installed; the kept ones are not fetched nor locked, and
+wh.json records them in ``assumed_present``. ``inputs.full`` stages the whole closure as before.
+bootstrap/ is always complete: wh installs into a venv of its own on the box, which sees none
+of the image's packages.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
 from .previous import Previous, read_previous
+from .delta import ImageDelta, delta_of, offered
 from .kernels import check_kernels
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
@@ -59,6 +66,7 @@ __all__ = [
     "BadOutput",
     "StagedFile",
     "StageResult",
+    "ImageDelta",
     "StageFlags",
     "StageInputs",
     "merge_inputs",
@@ -81,10 +89,16 @@ class StageResult:
     indexes: tuple[str, ...] = ()
     engine: str | None = None  # the built engine wheel kept from the previous wheelhouse
     notes: tuple[str, ...] = ()  # what the run recovered, kept or left out, in a sentence each
+    image: ImageDelta | None = None  # what the target's image provides and this stage assumed of it
 
     @property
     def total_size(self) -> int:
         return sum(f.size or 0 for f in self.files)
+
+    @property
+    def closure_count(self) -> int:
+        """Staged wheels plus the image's distributions kept in their place."""
+        return len(self.files) + (len(self.image.assumed) if self.image else 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +117,11 @@ class StageResult:
             "reused": self.reused,
             "engine": self.engine,
             "notes": list(self.notes),
+            "closure_count": self.closure_count,
+            # The image's kept distributions, marked as such (nothing downloaded, not in pylock.toml).
+            "provided": [{"name": n, "version": v, "provided": True} for n, v in (self.image.assumed if self.image else ())],
+            "changes": [c.to_json() for c in (self.image.changes if self.image else ())],
+            "image": self.image.to_json() if self.image else None,
         }
 
 
@@ -119,6 +138,7 @@ class _Plan:
     boot_files: tuple[StagedFile, ...]
     wh_wheel: Any
     hash_rules: tuple[RequirementLine, ...]
+    image: ImageDelta | None = None
 
 
 # --- requirements --------------------------------------------------------------------------------
@@ -210,7 +230,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
         if out is None:
             return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=plan.boot_files,
                                bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
-                               indexes=plan.indexes)
+                               indexes=plan.indexes, image=plan.image)
         return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
 
 
@@ -230,19 +250,27 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     engine = previous.engine
     source = PackageSource(list(inputs.index_urls), links, client=client)
     reader = MetadataReader(client, cache_dir=cache)
+    # A file the stack names (a release wheel, the built engine, a --hash line) is staged, image or not.
+    named = [*(a.project for a in artifacts), *([engine.file.name] if engine else ()),
+             *(line.name for line in inputs.hashed_requirements if line.hashes)]
+    image, never = offered(target, inputs.full, named)
+    if image:
+        reporter.note(f"the target's image provides {len(target.provided)} distributions: kept where the stack "
+                      "allows (--full stages them all)")
     reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader)
+                         reporter=reporter, metadata=reader, provided=image)
     by_url = {a.url: a for a in artifacts}
-    files = [_staged(p, by_url) for p in resolution.pins]
+    files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
     boot_files, wh_wheel = _resolve_bootstrap(inputs, source, reader, cache, reporter, len(files))
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
-                 tuple(sorted(files, key=lambda f: f.name)), boot_files, wh_wheel, hash_rules)
+                 tuple(sorted(files, key=lambda f: f.name)), boot_files, wh_wheel, hash_rules,
+                 delta_of(target, inputs.full, resolution, never))
 
 
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
@@ -317,7 +345,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, plan.wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
-        }, kept)
+        }, kept, plan.image)
         removed = tuple(sorted(set(previous.wheels) - {f.filename for f in written}))
         swap_in(new, out)
     finally:
@@ -328,7 +356,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
-        notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)),
+        notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
     )
 
 

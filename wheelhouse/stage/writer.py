@@ -102,6 +102,7 @@ def write_stage_tree(
     wh_wheel,
     inputs: dict[str, Any],
     kept: Mapping[str, Any] | None = None,
+    image=None,
 ) -> None:
     """Write everything but the wheels into ``new``: bootstrap lock, patches, then (last, through the
     one wheelhouse writer) pylock.toml, simple/ and wh.json with the list of paths wh wrote.
@@ -110,6 +111,9 @@ def write_stage_tree(
     release provenance), recorded in wh.json. ``wh_wheel`` None: no bootstrap/.
     ``kept``: a built engine carried over from the previous wheelhouse: ``record`` (its
     wh.json["engine"]) and ``paths`` (its wheel, log and exported files, already in ``new``).
+    ``image``: the stage's ``ImageDelta`` (None: the profile lists no distributions): wh.json's
+    ``assumed_present`` (what the box must still provide, exactly) and ``image`` (the profile's
+    identity, --full or not, what the stack changes of the image).
     """
     owned = [WH_JSON, "pylock.toml", SIMPLE, WHEELS, "capture_target.py"]
     if wh_wheel is not None:
@@ -136,6 +140,9 @@ def write_stage_tree(
         manifest, target, inputs["requirements"], inputs["constraints"], inputs["indexes"], inputs["find_links"],
         inputs["release_manifests"], patch_paths, files, wh_wheel, boot_files,
     )
+    # The contract with `wh install`: every one of these, at this version, or it refuses.
+    meta["assumed_present"] = image.assumed_json() if image else []
+    meta["image"] = image.to_json() if image else None
     if kept:
         meta["engine"] = dict(kept["record"])
         owned += list(kept["paths"])
