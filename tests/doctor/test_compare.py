@@ -136,6 +136,8 @@ def test_two_reports_naming_one_node_are_both_kept(tmp_path):
     names = [n.node for n in c.nodes]
     assert names == [f"gpu-01 ({tmp_path / 'one.json'})", f"gpu-01 ({tmp_path / 'two.json'})"]
     assert c.exit_code() == 1 and "another report also names node gpu-01" in c.nodes[0].notes
+    same = compare(tmp_path, {"one": report("gpu-01"), "two": report("gpu-01"), "three": report("gpu-02")}, expected=3)
+    assert same.differences == () and same.exit_code() == 1  # three reports, two nodes: one node wrote none
 
 
 # ---- reports of other wh versions, missing fields, garbage: never a crash -------------------------------

@@ -226,8 +226,10 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
 
 def _no_doctor_options_before(ctx: click.Context) -> None:
     """`wh doctor --json compare ...` would silently drop --json: the doctor's own options do not apply there."""
+    # -v/-q (not passed to the command: they set the session's verbosity) are fine anywhere.
     given = [p.opts[0] for p in ctx.command.params
-             if isinstance(p, click.Option) and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+             if isinstance(p, click.Option) and p.expose_value
+             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if given:
         raise click.UsageError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` is an option of `wh doctor` itself: "
                                f"put the compare options after it (`wh doctor {ctx.invoked_subcommand} --json ...`)")

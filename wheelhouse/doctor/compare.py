@@ -4,23 +4,24 @@ Each node runs ``wh doctor --json`` (one ``srun`` per node, a Kubernetes Job or 
 reads those reports and says, aspect by aspect (driver, CUDA, GPUs, installed distributions and their
 hashes, link state, check verdicts), which nodes hold which value: the majority first, then the outliers.
 
-Reading is forgiving by design: a report from an older or newer wh, or one missing an optional field,
-is compared on what it has and says what it lacks; a file that is not a doctor report at all is named
-as bad input (:class:`BadReport`), and the other reports are still compared. Nothing here raises on the
-contents of a report: losing the JSON or the JUnit to a crash would be worse than any difference.
+Reading is forgiving by design (``nodereport``): a report from an older or newer wh, or one missing an
+optional field, is compared on what it has and says what it lacks; a file that is not a doctor report at
+all is named as bad input (:class:`BadReport`), and the other reports are still compared. Nothing here
+raises on the contents of a report: losing the JSON or the JUnit to a crash would be worse than any
+difference.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
+
+from .nodereport import BadReport, NodeReport, load_report, load_reports
 
 __all__ = ["ASPECTS", "NodeReport", "BadReport", "Difference", "Comparison", "load_report", "load_reports",
            "compare_reports", "render_lines", "render_junit", "NOT_RECORDED"]
@@ -28,42 +29,7 @@ __all__ = ["ASPECTS", "NodeReport", "BadReport", "Difference", "Comparison", "lo
 # Every aspect compared, in the order it is printed; each is one JUnit testcase.
 ASPECTS: tuple[str, ...] = ("wh", "python", "driver", "cuda", "gpus", "distributions", "hashes", "links", "checks")
 NOT_RECORDED = "not recorded"
-_MAX_REPORT = 256 * 2**20  # a doctor report of a 200-package stack is well under 1 MiB
 _NAMED = 8  # node names shown per group before "and N more"
-
-
-class BadReport(Exception):
-    """A file that could not be read as a ``wh doctor --json`` report (bad input: exit 2)."""
-
-    def __init__(self, file: str, reason: str, hint: str):
-        super().__init__(f"{file}: {reason}")
-        self.file, self.reason, self.hint = file, reason, hint
-
-    def to_json(self) -> dict[str, str]:
-        return {"file": self.file, "error": self.reason, "hint": self.hint}
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    """The comparable facts of one node's report; ``None`` where the report does not record a fact."""
-
-    file: str
-    node: str
-    host: str | None
-    wh_version: str | None
-    exit_code: int | None
-    facts: Mapping[str, str | None]  # "python", "machine", "glibc", "driver", "cuda", "GPU count", ...
-    distributions: Mapping[str, tuple[str, str]] | None  # canonical name -> (name, version); None: not recorded
-    files_sha256: Mapping[str, str | None] = field(default_factory=dict)
-    wheel_sha256: Mapping[str, str | None] = field(default_factory=dict)
-    checks: Mapping[str, str] = field(default_factory=dict)  # check id -> verdict
-    notes: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "file": self.file, "host": self.host, "wh_version": self.wh_version,
-                "exit_code": self.exit_code, "distributions": None if self.distributions is None else len(self.distributions),
-                "notes": list(self.notes)}
-
 
 @dataclass(frozen=True)
 class Difference:
@@ -95,12 +61,14 @@ class Comparison:
     not_compared: Mapping[str, str] = field(default_factory=dict)  # aspect -> why
     failing_everywhere: tuple[str, ...] = ()  # check ids failing on every node (the same everywhere)
     expected: int | None = None  # --expect N
+    distinct: int | None = None  # how many nodes the reports name (two reports may name one node)
     started: float = field(default_factory=time.time)
 
     @property
     def count_mismatch(self) -> bool:
         """``--expect N`` was given and there are not N readable reports (a node wrote none, or a stale one is there)."""
-        return self.expected is not None and len(self.nodes) + len(self.bad) != self.expected
+        named = len(self.nodes) if self.distinct is None else self.distinct
+        return self.expected is not None and named + len(self.bad) != self.expected
 
     @property
     def identical(self) -> bool:
@@ -151,148 +119,9 @@ def _names(nodes: Sequence[str], majority: bool) -> str:
     return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
-# ---- reading a report ---------------------------------------------------------------------------------
-
-
-def _str(v: Any) -> str | None:
-    return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) != "" else None
-
-
-def _obj(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _gpu_facts(gpu: Mapping[str, Any]) -> dict[str, str | None]:
-    if not gpu:
-        keys = ("GPU query", "GPU count", "GPU model", "GPU sm", "interconnect")
-        return dict.fromkeys(keys, None)
-    cards = [_obj(g) for g in gpu.get("gpus") or [] if isinstance(g, Mapping)] if isinstance(gpu.get("gpus"), list) else []
-    models = Counter(_str(g.get("name")) or "GPU" for g in cards)
-    sms = Counter("sm_" + cc.replace(".", "") for g in cards for cc in [_str(g.get("compute_capability"))] if cc)
-    return {
-        "GPU query": f"failed: {gpu['error']}" if _str(gpu.get("error")) else "ok",
-        "GPU count": str(len(cards)),
-        "GPU model": " + ".join(f"{m} x{n}" for m, n in sorted(models.items())) or "none",
-        "GPU sm": " + ".join(f"{s} x{n}" for s, n in sorted(sms.items())) or "none",
-        "interconnect": _str(gpu.get("topology")) or ("none" if len(cards) < 2 else "unknown"),
-    }
-
-
-def _node_facts(data: Mapping[str, Any]) -> dict[str, str | None]:
-    facts = _obj(data.get("facts"))
-    interp = _obj(facts.get("interpreter"))
-    gpu = _obj(facts.get("gpu"))
-    impl, ver = _str(interp.get("implementation")), _str(interp.get("python_full_version"))
-    return {
-        "wh": _str(facts.get("wh_version")),
-        "python": f"{impl or 'python'} {ver}" if ver else None,
-        "machine": _str(interp.get("machine")),
-        "glibc": _str(interp.get("glibc")),
-        "driver": _str(gpu.get("driver_version")) if gpu else None,
-        "cuda": _str(gpu.get("cuda_version")) if gpu else None,
-        **_gpu_facts(gpu),
-    }
-
-
 _FACT_ASPECT = {"wh": "wh", "python": "python", "machine": "python", "glibc": "python", "driver": "driver",
                 "cuda": "cuda", "GPU query": "gpus", "GPU count": "gpus", "GPU model": "gpus", "GPU sm": "gpus",
                 "interconnect": "gpus"}
-
-
-def _inventory(facts: Mapping[str, Any]):
-    installed = facts.get("installed")
-    if not isinstance(installed, list):
-        return None, {}, {}
-    dists, files, wheels = {}, {}, {}
-    for entry in installed:
-        d = _obj(entry)
-        name = _str(d.get("name"))
-        if not name:
-            continue
-        key = canonicalize_name(name)
-        if key in dists:
-            continue
-        dists[key] = (name, _str(d.get("version")) or "?")
-        files[key] = _str(d.get("files_sha256"))
-        wheels[key] = _str(d.get("wheel_sha256"))
-    return dists, files, wheels
-
-
-def _checks(data: Mapping[str, Any]) -> dict[str, str]:
-    out = {}
-    for r in data.get("results") or []:
-        rid, verdict = _str(_obj(r).get("id")), _str(_obj(r).get("verdict"))
-        if rid and verdict and rid not in out:
-            out[rid] = verdict
-    return out
-
-
-def _parse(file: str, data: Any) -> NodeReport:
-    if not isinstance(data, Mapping) or data.get("tool") != "wh doctor" or not isinstance(data.get("results"), list):
-        what = "a JSON object" if isinstance(data, Mapping) else f"JSON {type(data).__name__}"
-        if isinstance(data, Mapping) and data.get("tool") == "wh doctor compare":
-            what = "a `wh doctor compare --json` output"
-        raise BadReport(file, f"not a `wh doctor --json` report ({what} without tool = \"wh doctor\" and results)",
-                        "give the files `wh doctor --json > FILE` wrote on each node")
-    facts = _obj(data.get("facts"))
-    node = _obj(facts.get("node"))
-    host = _str(data.get("host"))
-    notes = []
-    schema = data.get("schema_version")
-    if isinstance(schema, int) and schema > 1:
-        notes.append(f"schema_version {schema} is newer than this wh reads (1): compared on the fields it knows")
-    dists, files, wheels = _inventory(facts)
-    if dists is None:
-        notes.append("no list of installed distributions (a report from a wh older than `wh doctor compare`)")
-    code = data.get("exit_code")
-    return NodeReport(
-        file=file, node=_str(node.get("name")) or host or Path(file).stem, host=_str(node.get("host")) or host,
-        wh_version=_str(facts.get("wh_version")), exit_code=code if isinstance(code, int) else None,
-        facts=_node_facts(data), distributions=dists, files_sha256=files, wheel_sha256=wheels, checks=_checks(data),
-        notes=tuple(notes))
-
-
-def load_report(path: str | Path) -> NodeReport:
-    """One node's report; :class:`BadReport` names the file and says what to do when it is not one."""
-    file = str(path)
-    rerun = "re-run `wh doctor --json > FILE` on that node (its stderr says why it wrote nothing)"
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_REPORT + 1)
-    except IsADirectoryError:
-        raise BadReport(file, "is a folder", "give the report files: `wh doctor compare reports/*.json`") from None
-    except OSError as exc:
-        raise BadReport(file, f"cannot read it ({exc.strerror or exc})",
-                        "check the path; under Slurm or Kubernetes, that the node wrote its report there") from None
-    if len(raw) > _MAX_REPORT:
-        raise BadReport(file, f"larger than {_MAX_REPORT // 2**20} MiB: not a doctor report", "give the .json reports only")
-    if not raw.strip():
-        raise BadReport(file, "is empty: the doctor wrote no report there", rerun)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        first = raw.lstrip()[:1]
-        why = ("JSON followed by other output (stderr in the same file?)" if first == b"{"
-               else "not JSON (an error message or a log?)")
-        raise BadReport(file, f"{why}: {str(exc)[:120]}",
-                        "write stdout alone to the report: `wh doctor --json > FILE 2> FILE.log`") from None
-    try:
-        return _parse(file, data)
-    except BadReport:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a malformed report is bad input, never a crash of compare
-        raise BadReport(file, f"malformed doctor report: {type(exc).__name__}: {exc}", rerun) from None
-
-
-def load_reports(paths: Sequence[str | Path]) -> tuple[list[NodeReport], list[BadReport]]:
-    """Every readable report, and every file that was not one (each named), in the order given."""
-    good, bad = [], []
-    for p in paths:
-        try:
-            good.append(load_report(p))
-        except BadReport as exc:
-            bad.append(exc)
-    return good, bad
 
 
 # ---- comparing ------------------------------------------------------------------------------------------
@@ -379,11 +208,12 @@ def _check_differences(nodes: Sequence[NodeReport]) -> tuple[list[Difference], l
 
 def compare_reports(nodes: Sequence[NodeReport], bad: Sequence[BadReport] = (), expected: int | None = None) -> Comparison:
     """What differs between ``nodes``: every aspect of :data:`ASPECTS`, majority first."""
+    distinct = len({n.node for n in nodes})
     nodes = _labelled(nodes)
     not_compared: dict[str, str] = {}
     if len(nodes) < 2:
         why = f"{len(nodes)} readable report(s): nothing to compare with"
-        return Comparison(tuple(nodes), (), tuple(bad), dict.fromkeys(ASPECTS, why), (), expected)
+        return Comparison(tuple(nodes), (), tuple(bad), dict.fromkeys(ASPECTS, why), (), expected, distinct)
     diffs = _facts_differences(nodes) + _dist_differences(nodes)
     checks, everywhere = _check_differences(nodes)
     diffs += checks
@@ -394,10 +224,16 @@ def compare_reports(nodes: Sequence[NodeReport], bad: Sequence[BadReport] = (), 
         not_compared["links"] = "no report ran the links checks"
     order = {a: i for i, a in enumerate(ASPECTS)}
     diffs.sort(key=lambda d: order[d.aspect])  # stable: keys keep their order inside an aspect
-    return Comparison(tuple(nodes), tuple(diffs), tuple(bad), not_compared, tuple(everywhere), expected)
+    return Comparison(tuple(nodes), tuple(diffs), tuple(bad), not_compared, tuple(everywhere), expected, distinct)
 
 
 # ---- renderings -------------------------------------------------------------------------------------------
+
+
+def _count(c: Comparison) -> str:
+    """``3 report(s) naming 2 node(s) for 3 expected node(s)``."""
+    naming = f" naming {c.distinct} node(s)" if c.distinct is not None and c.distinct != len(c.nodes) else ""
+    return f"{len(c.nodes) + len(c.bad)} report(s){naming} for {c.expected} expected node(s)"
 
 
 def render_lines(c: Comparison) -> list[str]:
@@ -408,7 +244,7 @@ def render_lines(c: Comparison) -> list[str]:
     for n in c.nodes:
         lines += [f"note: {n.node} ({n.file}): {note}" for note in n.notes]
     if c.count_mismatch:
-        lines.append(f"nodes: {len(c.nodes) + len(c.bad)} report(s) for {c.expected} expected node(s) (--expect)")
+        lines.append(f"nodes: {_count(c)} (--expect)")
     elif c.expected is None and len(c.nodes) + len(c.bad) < 2:
         lines.append("nodes: one report alone compares with nothing: give every node's report "
                      "(or --expect 1 for a one-node fleet)")
@@ -435,7 +271,7 @@ def render_junit(c: Comparison) -> str:
     else:
         cases.append(("inputs", "ok", "", "\n".join(f"{n.node}: {n.file}" for n in c.nodes)))
     if c.expected is not None:
-        msg = f"{len(c.nodes) + len(c.bad)} report(s) for {c.expected} expected node(s)"
+        msg = _count(c)
         cases.append(("nodes", "failure" if c.count_mismatch else "ok", msg, msg))
     for a in ASPECTS:
         diffs = c.by_aspect(a)
