@@ -266,6 +266,9 @@ def test_files_sha256_covers_the_site_folder_files_only():
     reordered = "\n".join(reversed(record.splitlines())) + "\n"
     assert files_sha256(noise + reordered) == base  # what the installer wrote, and the order, do not count
     assert files_sha256(record.replace("BBB", "BBC"))[0] != base[0]  # one changed file does
+    quoted = files_sha256('"pkg/a,b.py",sha256=QQQ,1\n' + record)  # PEP 376: a comma in a path is CSV-quoted
+    assert quoted[1] == 4 and quoted[0] != base[0]
+    assert files_sha256('"pkg/a,b.py",sha256=QQQ,1\n' + record.replace("BBB", "BBC"))[0] != quoted[0]
 
 
 def test_node_identity_prefers_wh_then_slurm_then_the_host_name():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import os
 import platform
 from pathlib import Path
@@ -50,14 +49,13 @@ def _recorded(path: str, digest: str) -> bool:
 def files_sha256(record_text: str) -> tuple[str, int]:
     """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers."""
     rows = []
-    for row in csv.reader(io.StringIO(record_text)):
+    for line in record_text.splitlines():
+        # A path with a comma or a quote is CSV-quoted (PEP 376); every other line splits at its last two commas.
+        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
         if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
             rows.append(f"{row[0]} {row[1]}\n")
     rows.sort()
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(r.encode("utf-8", "surrogateescape"))
-    return h.hexdigest(), len(rows)
+    return hashlib.sha256("".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
 
 
 def _record_hash(dist_info: str | None) -> tuple[str | None, int | None]:
