@@ -185,3 +185,39 @@ def test_with_two_deltas_each_difference_names_its_wheelhouse(image, tmp_path):
     assert err.value.message.count("torchy: wheelhouse assumed") == 1
     assert f"torchy: wheelhouse assumed 2.12.0, the box has {TORCH} [{stale}]" in err.value.detail
     assert "2 wheelhouses" in err.value.message
+
+
+def test_staged_as_a_delta_against_a_captured_image_then_installed_over_it(pyindex, image, tmp_path):
+    """Both sides of the contract: the profile captured by the image's python, `wh stage --target` on a
+    loopback index, `wh install` into a venv of the image; then the image moves on and the same wheelhouse
+    is refused."""
+    from wheelhouse.resources import capture_script
+
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0", requires=["torchy>=2", "numpyish"],
+               modules={"app/__init__.py": "import torchy\nTORCH = torchy.VERSION\n"})
+    for name, version in (("torchy", TORCH), ("torchy", "2.12.0"), ("numpyish", "2.0"), ("numpyish", "2.1")):
+        shutil.copy(_dist(tmp_path / "pubsrc", name, version), pub)  # newer ones too: the image's are kept
+    idx = pyindex(pub, serve_metadata=True)
+    profile = tmp_path / "image.json"
+    subprocess.run([image, capture_script(), "-o", profile, "--no-gpus"], check=True, capture_output=True)
+    house = tmp_path / "house"
+    r = wh("stage", "app", "--target", profile, "-i", idx.url, "-o", house, "--no-bootstrap",
+           "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((house / "wh.json").read_text())
+    assert sorted((a["name"], a["version"]) for a in meta["assumed_present"]) == [("numpyish", "2.0"),
+                                                                                  ("torchy", TORCH)]
+    assert [p.name.split("-")[0] for p in (house / "wheels").iterdir()] == ["app"]
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--python", image, "--venv", venv, "--system-site-packages")
+    assert r.returncode == 0, r.stderr
+    got = subprocess.run([venv / "bin" / "python", "-c", "import app; print(app.TORCH)"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert got == TORCH
+    _remove(image, "torchy")  # the image moves on
+    install_wheel(image, _dist(tmp_path / "w9", "torchy", "2.12.0"))
+    r = wh("install", house, "--python", image, "--venv", tmp_path / "venv2", "--system-site-packages")
+    assert r.returncode == 2
+    assert f"torchy: wheelhouse assumed {TORCH}, the box has 2.12.0" in r.stderr
+    assert not (tmp_path / "venv2").exists()
