@@ -238,3 +238,13 @@ def test_a_torn_body_behind_a_missing_pre_parsed_entry_is_a_miss(pyindex, wheels
     assert _source([idx.url], cache).files("alpha", KEEP) == cold  # online: fetched again whole
     assert idx.page_requests() == 2
     assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold
+
+
+def test_stored_rows_carry_every_distfile_field():
+    import dataclasses
+
+    from wheelhouse.index.distfile import Distfile
+    from wheelhouse.index.parsed import _FIELDS
+
+    # A field added to Distfile must be added to the rows (and FORMAT bumped), or loads would lack it.
+    assert {f.name for f in dataclasses.fields(Distfile)} == {*_FIELDS, "origin"}

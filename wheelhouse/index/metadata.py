@@ -61,7 +61,10 @@ class CoreMetadata:
 
 def parse_metadata(raw: bytes) -> CoreMetadata:
     """Parse METADATA (RFC 822 headers, body ignored)."""
-    msg = BytesParser().parsebytes(raw, headersonly=True)
+    # The headers end at the first empty line; the parser would still read the body (a long
+    # README) line by line, so it is given the header block alone.
+    end = min((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := raw.find(sep)) >= 0), default=len(raw))
+    msg = BytesParser().parsebytes(raw[:end], headersonly=True)
     name = msg.get("Name")
     version = msg.get("Version")
     if not name or not version:

@@ -57,15 +57,23 @@ def load_parsed(path: Path, body_sha256: str, page_url: str, origin: str, keep_k
         data = json.loads(payload)
         if data["body"] != body_sha256 or data["context"] != [page_url, origin, keep_key]:
             return None
-        out = []
-        for row in data["files"]:
-            d = Distfile(**dict(zip(_FIELDS, row, strict=True)), origin=origin)
-            if not (isinstance(d.filename, str) and isinstance(d.url, str) and isinstance(d.hashes, dict)):
-                return None
-            out.append(d)
-        return out
+        return [_distfile(row, origin) for row in data["files"]]
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _distfile(row: list, origin: str) -> Distfile:
+    """A Distfile from a stored row. Tens of thousands are loaded per run, so the frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) is bypassed: every field is set here, and
+    the types that matter are checked (a wrong one raises TypeError: the entry is a miss)."""
+    if len(row) != len(_FIELDS):
+        raise TypeError("row length")
+    values = dict(zip(_FIELDS, row))
+    if not all(isinstance(values[k], str) for k in ("name", "version", "filename", "url")) or not isinstance(values["hashes"], dict):
+        raise TypeError("row types")
+    d = object.__new__(Distfile)
+    d.__dict__.update(values, origin=origin)
+    return d
 
 
 def store_parsed(path: Path, body_sha256: str, page_url: str, origin: str, keep_key: str, files: Sequence[Distfile]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -159,6 +159,7 @@ class CandidateFinder:
         # One callable for the run, so the source memoizes pages filtered for this target.
         self._keep = _TagFilter(target)
         self._file_keys: dict[str, tuple] = {}  # filename -> (rank, build): the ranking key, once
+        self._admits_memo: dict[int, tuple[SpecifierSet, Callable[[Version], bool]]] = {}
 
     def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
         """Best wheel of each allowed version, highest version first."""
@@ -218,10 +219,11 @@ class CandidateFinder:
                           extras: frozenset[str], allow_pre: bool) -> list[Cand]:
         pinned = set().union(*(exact_pins(s) for s in specs)) if specs else set()
         out = []
-        for v in sorted(by_version, reverse=True):
+        admits = [self._admits(s) for s in specs]
+        for v in by_version:  # highest first (_installable sorts it)
             if v.is_prerelease and not allow_pre:
                 continue
-            if not all(s.contains(v, prereleases=True) for s in specs):
+            if not all(admit(v) for admit in admits):
                 continue
             files = [f for f in by_version[v] if not f.yanked or v in pinned]
             if not files:
@@ -257,8 +259,25 @@ class CandidateFinder:
             if v is None:
                 continue
             out.setdefault(v, []).append(f)
+        out = dict(sorted(out.items(), key=lambda item: item[0], reverse=True))
         self._installable_memo[name] = out
         return out
+
+    def _admits(self, spec: SpecifierSet) -> Callable[[Version], bool]:
+        """``spec.contains(v, prereleases=True)``, remembered per version: the resolver asks again
+        about the same requirement each time a project's candidates are listed."""
+        hit = self._admits_memo.get(id(spec))
+        if hit is None or hit[0] is not spec:
+            seen: dict[Version, bool] = {}
+
+            def admit(v: Version) -> bool:
+                ok = seen.get(v)
+                if ok is None:
+                    ok = seen[v] = spec.contains(v, prereleases=True)
+                return ok
+
+            hit = self._admits_memo[id(spec)] = (spec, admit)  # holding spec keeps its id unique
+        return hit[1]
 
     def _file_key(self, f: Distfile) -> tuple:
         key = self._file_keys.get(f.filename)
