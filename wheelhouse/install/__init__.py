@@ -5,9 +5,13 @@ changes until (1) the wheelhouse's target matches the receiving interpreter
 (asked of that interpreter: its implementation, version, abi, its own tag list,
 its glibc), (2) the wheelhouse together with what that interpreter already
 imports satisfies every requirement (``closure``), and (3) every file to install
-has the sha256 (and size) the ``pylock.toml`` says. Installation itself has no
-index and no network: wh's own parallel unpacker (``wheel``), or pip with
-``--no-index --no-deps`` on the verified files.
+is there with the size the ``pylock.toml`` says, and, for an existing
+environment or pip, its sha256. Into a venv this run creates, wh's unpacker
+checks each wheel's sha256 while it extracts it (no separate pass, spread over
+all cores); nothing is committed before every hash matched, and one that does
+not rolls the whole transaction back. Installation itself has no index and no
+network: wh's own parallel unpacker (``wheel``), or pip with ``--no-index
+--no-deps`` on the verified files.
 
 One run at a time per target (``target_lock``), and each run is a transaction
 (``transaction``): an unfinished one left by a crash is rolled back first; the
@@ -51,7 +55,7 @@ from .installed import canonical_name, drop_bytecode, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
 from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
-from .wheel import InstalledDist, install_wheels, plan_batch
+from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
 __all__ = [
@@ -227,7 +231,7 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
 
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
-            reporter: Reporter) -> tuple[list[InstalledDist], int]:
+            reporter: Reporter, expected: dict[Path, str] | None = None) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled."""
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
@@ -238,7 +242,7 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
     try:
         dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
                                transaction=txn, on_written=compiler.submit if compiler else None,
-                               on_abort=compiler.abort if compiler else None)
+                               on_abort=compiler.abort if compiler else None, expected=expected)
     except BaseException:
         if compiler is not None:
             compiler.abort()
@@ -247,11 +251,15 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
     return dists, compiler.finish() if compiler is not None else 0
 
 
-def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter):
-    """Files, patches, then installed.json, as one transaction: all of it lands, or none of it."""
+def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None):
+    """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
+
+    ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
+    """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
     try:
-        dists, compiled = _unpack(paths, interp, txn, installer, compile, jobs, reporter) if paths else ([], 0)
+        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected)
+                           if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
         state_file = write_install_state(interp.platlib, chosen, houses)
@@ -332,7 +340,7 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
 
 def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
                     jobs, links, patches, allow_missing, reporter) -> InstallReport:
-    jobs = jobs or min(32, (os.cpu_count() or 2) * 2)
+    jobs = jobs or default_jobs()
     interp, existing = _receiving(venv, python)
     notes: list[str] = []
     if existing:
@@ -341,11 +349,18 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
     notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages)
-    paths = verify_files(todo, jobs, reporter)  # every byte verified before the first one is written
+    # Into a venv this run creates (nobody else can import from it yet), wh's unpacker hashes each wheel
+    # while it extracts it (spread over all cores) and a wrong one rolls the whole transaction back.
+    # pip cannot check the lock's sha256, and an existing environment may be in use while files land:
+    # there every byte is hashed before the first write.
+    folded = installer == "wh" and not existing
+    paths = verify_files(todo, jobs, reporter, hashes=not folded)
     try:
         _check_requirements(todo, interp, existing, system_site_packages)
-    except MissingRequirements as exc:
-        if not allow_missing:
+    except BaseException as exc:
+        if folded and isinstance(exc, Exception):  # a damaged wheel is named by its hash, not its METADATA
+            verify_files(todo, jobs, reporter)
+        if not isinstance(exc, MissingRequirements) or not allow_missing:
             raise
         notes += [f"unmet, installed anyway (--allow-missing): {line}" for line in (exc.detail or "").splitlines()]
     if patches and any(h.patches for h in houses) and importlib.util.find_spec("wheelhouse.patch") is None:
@@ -354,8 +369,10 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     if not existing:
         interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=interp)
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
+    expected = {h.path / f.path: f.sha256 for h, f in todo} if folded else {}
     dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
-                                                     compile=compile, jobs=jobs, patches=patches, reporter=reporter)
+                                                     compile=compile, jobs=jobs, patches=patches, reporter=reporter,
+                                                     expected=expected)
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))

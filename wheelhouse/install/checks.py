@@ -3,8 +3,11 @@
 One file per package is chosen for the receiving interpreter (markers judged for
 it, the best tag by its own order); the wheelhouses' target must match that
 interpreter (implementation, version, ABI, glibc, and every chosen file's tags);
-and every chosen file must have the sha256 and size ``pylock.toml`` says. Each
-check collects every failure and reports them together.
+and every chosen file must be there with the size ``pylock.toml`` says, and its
+sha256: hashed here for an installer that cannot check it (pip), or by wh's own
+unpacker while it extracts (``wheel.extract``: one read of each wheel, spread over
+all cores, and a wrong one rolls the whole transaction back). Each check collects
+every failure and reports them together.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from wheelhouse.lock import LockedFile
 from wheelhouse.progress import Reporter
 from .wheelhouses import Wheelhouse
 
-__all__ = ["select_files", "check_target", "verify_files", "target_problems", "fitting_wheelhouses"]
+__all__ = ["select_files", "check_target", "verify_files", "hash_mismatch", "target_problems", "fitting_wheelhouses"]
 
 
 def _applies(f: LockedFile, interp: Interpreter) -> bool:
@@ -108,8 +111,25 @@ def check_target(houses: Sequence[Wheelhouse], chosen: Sequence[tuple[Wheelhouse
         )
 
 
-def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter) -> list[Path]:
-    """Hash every file against pylock.toml; raise HashMismatch listing every bad one. Returns the paths."""
+def hash_mismatch(bad: Sequence[tuple[str, str, str]]) -> HashMismatch:
+    """The one error for files that are not what pylock.toml says: ``(path, expected, actual)`` each."""
+    first = bad[0]
+    return HashMismatch(
+        *first, more=list(bad[1:]),
+        message=f"{len(bad)} file(s) do not match pylock.toml, nothing was installed: {Path(first[0]).name} "
+        f"(expected sha256 {first[1][:16]}..., got {first[2][:16]}{'...' if len(first[2]) > 16 else ''})",
+        hint="the wheelhouse was altered or damaged in transit; copy it again or re-run `wh stage`",
+        detail="\n".join(f"{p}: expected {e}, got {a}" for p, e, a in bad),
+    )
+
+
+def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter, *,
+                 hashes: bool = True) -> list[Path]:
+    """Check every file against pylock.toml; raise HashMismatch listing every bad one. Returns the paths.
+
+    ``hashes=False`` checks presence and size only: the caller has the sha256 checked while unpacking
+    (``install_wheels(expected=...)``).
+    """
     paths = [h.path / f.path for h, f in chosen]
     task = f"verifying {len(paths)} wheel{'' if len(paths) == 1 else 's'}"
     reporter.start(task, total=len(paths))
@@ -120,7 +140,7 @@ def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, rep
             return (str(path), f.sha256, "missing")
         if f.size is not None and path.stat().st_size != f.size:
             return (str(path), f.sha256, f"size {path.stat().st_size} != {f.size}")
-        actual = sha256_of(path)
+        actual = sha256_of(path) if hashes else f.sha256
         reporter.advance(task)
         return None if actual == f.sha256 else (str(path), f.sha256, actual)
 
@@ -128,12 +148,5 @@ def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, rep
         bad = [b for b in pool.map(one, zip(chosen, paths)) if b]
     reporter.finish(task)
     if bad:
-        first = bad[0]
-        raise HashMismatch(
-            *first, more=bad[1:],
-            message=f"{len(bad)} file(s) do not match pylock.toml, nothing was installed: {Path(first[0]).name} "
-            f"(expected sha256 {first[1][:16]}..., got {first[2][:16]}{'...' if len(first[2]) > 16 else ''})",
-            hint="the wheelhouse was altered or damaged in transit; copy it again or re-run `wh stage`",
-            detail="\n".join(f"{p}: expected {e}, got {a}" for p, e, a in bad),
-        )
+        raise hash_mismatch(bad)
     return paths

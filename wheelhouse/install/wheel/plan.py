@@ -40,6 +40,7 @@ class PlannedFile:
     offset: int = 0  # local header offset in the archive
     compress_size: int = 0
     compress_type: int = zipfile.ZIP_STORED
+    crc: int = 0  # CRC-32 from the central directory (checked when the wheel's sha256 is the lock's)
     write: bool = True  # False when another wheel of the batch writes the same path
 
 
@@ -55,6 +56,7 @@ class WheelPlan:
     launchers: list[tuple[str, str]] = field(default_factory=list)  # (absolute path, body without shebang)
     removed: list[str] = field(default_factory=list)  # the previous version's paths, moved aside by the batch
     replaced: str | None = None
+    dirs_made: bool = False  # set by the first extraction worker to reach this wheel
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def written_paths(self) -> list[str]:
@@ -165,7 +167,7 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
         _check_not_state(wheel, n, dest, scheme)
         mode = (info.external_attr >> 16) & 0o777
         members.append(PlannedFile(n, dest, info.file_size, digest, mode, script, info.header_offset,
-                                   info.compress_size, info.compress_type))
+                                   info.compress_size, info.compress_type, info.CRC))
     launchers = []
     for script, body in console_launchers(entry_points):
         check_script_name(wheel, name, script)
