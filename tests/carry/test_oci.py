@@ -326,6 +326,23 @@ def test_docker_config_credentials_reach_the_registry_and_never_show(pub, tmp_pa
         reg.stop()
 
 
+def test_a_tls_registry_is_trusted_through_wh_ca_bundle_and_refused_without_it(pub, tmp_path):
+    reg = start_registry(tmp_path / "tls-registry", tls=True)
+    try:
+        house = stage(tmp_path, pub, "house", "web")
+        ref = reg.ref("ml/stack:v1")
+        r = wh("push", house, ref, env={"WH_CA_BUNDLE": "", "REQUESTS_CA_BUNDLE": "", "SSL_CERT_FILE": ""})
+        assert r.returncode == 1 and f"TLS with registry {reg.host} failed" in r.stderr and "WH_CA_BUNDLE" in r.stderr
+        env = {"WH_CA_BUNDLE": str(reg.ca)}
+        r = wh("push", house, ref, env=env)
+        assert r.returncode == 0, r.stderr
+        r = wh("pull", ref, "-o", tmp_path / "pulled", env=env)
+        assert r.returncode == 0, r.stderr
+        assert files_of(tmp_path / "pulled") == files_of(house)
+    finally:
+        reg.stop()
+
+
 # --- refusals --------------------------------------------------------------------------------------
 
 def test_without_the_oci_extra_push_and_pull_name_it(tmp_path):

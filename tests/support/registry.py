@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -72,6 +73,7 @@ class Registry:
     storage: Path
     log: Path
     proc: subprocess.Popen
+    ca: Path | None = None  # the self-signed certificate of a TLS registry
 
     def ref(self, name: str) -> str:
         return f"oci://{self.host}/{name}"
@@ -116,8 +118,23 @@ class Registry:
                 self.proc.wait()
 
 
-def start_registry(folder: Path, *, user: str | None = None, password: str | None = None) -> Registry:
-    """Start a registry on a free loopback port with its storage under ``folder``; skip where it cannot."""
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (and its key), made with the openssl command; skip without it."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate for the TLS registry")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                        str(cert), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"openssl could not make a certificate: {r.stderr[-300:]}")
+    return cert, key
+
+
+def start_registry(folder: Path, *, user: str | None = None, password: str | None = None,
+                   tls: bool = False) -> Registry:
+    """Start a registry on a free loopback port with its storage under ``folder``; skip where it cannot.
+    ``user``/``password``: htpasswd (basic) auth; ``tls``: https with a self-signed certificate (``.ca``)."""
     binary = registry_binary()
     if binary is None:
         pytest.skip("no OCI registry binary (apt-get install docker-registry, or set WH_TEST_REGISTRY_BIN)")
@@ -131,26 +148,31 @@ def start_registry(folder: Path, *, user: str | None = None, password: str | Non
             pytest.skip("the C library's crypt has no bcrypt: cannot write an htpasswd file for the registry")
         (folder / "htpasswd").write_text(f"{user}:{hashed}\n")
         auth = f"auth:\n  htpasswd:\n    realm: wh-test\n    path: {folder / 'htpasswd'}\n"
+    cert = key = None
+    if tls:
+        cert, key = _self_signed(folder)
     config = folder / "config.yml"
     config.write_text(
         "version: 0.1\n"
         "log:\n  level: info\n  formatter: text\n"
         f"storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
         f"http:\n  addr: 127.0.0.1:{port}\n  secret: wh-test-only\n"
+        + (f"  tls:\n    certificate: {cert}\n    key: {key}\n" if tls else "")
         + auth
     )
     log = folder / "registry.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen([binary, "serve", str(config)], stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v2/"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/v2/"
+    context = ssl.create_default_context(cafile=str(cert)) if tls else None
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log.read_text(errors="replace")[-800:]
             pytest.skip(f"the OCI registry ({binary}) exited at start: {tail}")
         try:
-            urllib.request.urlopen(url, timeout=1).close()
+            urllib.request.urlopen(url, timeout=1, context=context).close()
             break
         except urllib.error.HTTPError:  # 401 with auth on: it is up
             break
@@ -160,4 +182,4 @@ def start_registry(folder: Path, *, user: str | None = None, password: str | Non
         proc.kill()
         proc.wait()
         pytest.skip(f"the OCI registry ({binary}) did not answer on 127.0.0.1:{port} within 15 s")
-    return Registry(f"127.0.0.1:{port}", storage, log, proc)
+    return Registry(f"127.0.0.1:{port}", storage, log, proc, ca=cert)

@@ -6,8 +6,10 @@ its final name and never checks a digest; ``push`` reads a whole blob into memor
 say which blobs it skipped), so wh calls the blob and manifest operations one by one and does
 the verifying, counting and naming itself (wheelhouse.carry.oci).
 
-Before anything else, ``connect`` asks ``/v2/`` once (the distribution spec's version check):
-an unreachable registry fails in seconds, not after oras' retries, and a ``Basic`` challenge
+Before anything else, ``connect`` asks ``/v2/`` once (the distribution spec's version check),
+over https first (verified: never an unchecked certificate), then plain http for a loopback
+registry or with ``--insecure``: an unreachable registry fails in seconds, not after oras'
+retries, and a ``Basic`` challenge
 (an htpasswd registry) gets the docker config's credentials on the session itself, so every
 request carries them once instead of being answered 401 first.
 """
@@ -230,54 +232,85 @@ def _challenge(response) -> str:
     return (response.headers.get("Www-Authenticate") or "").split(" ", 1)[0].lower()
 
 
+def _new_registry(ref: OciRef, scheme: str):
+    registry = _registry_class()(hostname=ref.host, insecure=scheme == "http", auth_backend="token")
+    adapter = _adapter()
+    registry.session.mount("https://", adapter)
+    registry.session.mount("http://", adapter)
+    return registry
+
+
+def _reach(ref: OciRef, insecure: bool):
+    """(registry, scheme, first /v2/ answer). https first, always verified; plain http after it only for a
+    loopback registry or with ``insecure`` (as docker treats its insecure registries)."""
+    import requests
+
+    schemes = ("https", "http") if insecure or ref.is_loopback else ("https",)
+    failures: list[tuple[str, Exception]] = []
+    for scheme in schemes:
+        registry = _new_registry(ref, scheme)
+        try:
+            r = registry.session.get(f"{scheme}://{ref.host}/v2/")
+        except requests.RequestException as exc:
+            failures.append((scheme, exc))
+            continue
+        if r.status_code in (200, 401):
+            return registry, scheme, r
+        if not failures:  # https answered, but not as a registry
+            failures.append((scheme, RegistryError(f"HTTP {r.status_code}")))
+        elif scheme == "http":  # plain http reached a TLS port (Go answers 400): the TLS failure is the news
+            break
+    scheme, exc = next(((s, e) for s, e in failures if isinstance(e, requests.exceptions.SSLError)), failures[0])
+    if isinstance(exc, requests.exceptions.SSLError):
+        raise RegistryError(f"TLS with registry {ref.host} failed ({redact(str(exc))})",
+                            hint="set WH_CA_BUNDLE=/path/to/ca.pem for a private CA"
+                                 + ("" if len(schemes) > 1 else ", or --insecure for a registry on plain http")) from exc
+    if isinstance(exc, RegistryError):
+        raise RegistryError(f"https://{ref.host}/v2/ answered {exc}: not an OCI registry API",
+                            hint="check the host and port of the registry")
+    raise RegistryError(f"cannot reach registry {ref.host} over {' or '.join(schemes)} ({redact(str(exc))})",
+                        hint="check the host and port" + ("" if len(schemes) > 1 else
+                                                          "; a registry on plain http needs --insecure")) from exc
+
+
+def _authenticate(registry, ref: OciRef, scheme: str, answer, credentials: Credentials | None) -> None:
+    """Docker-config credentials on the session for a ``Basic`` registry (checked at once), or handed to
+    oras' token flow for a ``Bearer`` one."""
+    if answer.status_code != 401:
+        return
+    creds = credentials or find_credentials(ref.host)
+    kind = _challenge(answer)
+    if kind == "basic":
+        if creds is None:
+            raise RegistryAuthError(
+                f"registry {ref.host} asks for credentials and {docker_config_path()} has none for it",
+                hint=f"docker login {ref.host}  (or add {ref.host} to the auths of $DOCKER_CONFIG/config.json)")
+        registry.session.auth = (creds.username, creds.secret)
+        if registry.session.get(f"{scheme}://{ref.host}/v2/").status_code == 401:
+            raise RegistryAuthError(f"registry {ref.host} refused the credentials for {creds.username} from {creds.source}",
+                                    hint=f"docker login {ref.host}  (then run the same command again)")
+    elif creds is not None:  # Bearer: oras asks the token service with these credentials
+        registry.auth.set_basic_auth(creds.username, creds.secret)
+
+
 def connect(ref: OciRef, *, insecure: bool = False, command: str = "wh pull",
             credentials: Credentials | None = None) -> RegistryClient:
     """A client for ``ref``'s repository: registry reachable, credentials (docker config) accepted.
 
-    Plain http only for a loopback registry or when ``insecure`` is asked; https otherwise,
-    with wh's TLS trust (WH_CA_BUNDLE for a private CA).
+    HTTPS with wh's TLS trust (WH_CA_BUNDLE for a private CA); plain http only for a loopback
+    registry or with ``insecure``, and only where https is not spoken.
     """
     need_oras(command)
     import oras.container
     import requests
 
-    scheme = "http" if insecure or ref.is_loopback else "https"
-    registry = _registry_class()(hostname=ref.host, insecure=scheme == "http", auth_backend="token")
-    adapter = _adapter()
-    registry.session.mount("https://", adapter)
-    registry.session.mount("http://", adapter)
+    registry, scheme, answer = _reach(ref, insecure)
+    try:
+        _authenticate(registry, ref, scheme, answer, credentials)
+    except requests.RequestException as exc:
+        raise RegistryError(f"cannot reach registry {ref.host} ({redact(str(exc))})",
+                            hint="check the registry is up, then run the same command again") from exc
     name = f"{ref.repository}@{ref.digest}" if ref.digest else f"{ref.repository}:{ref.tag}"
     container = oras.container.Container(name, registry=ref.host)
     container.registry = ref.host  # "team.ml/stack" must not be read as a registry host
-
-    ping = f"{scheme}://{ref.host}/v2/"
-    try:
-        r = registry.session.get(ping)
-        if r.status_code == 401:
-            creds = credentials or find_credentials(ref.host)
-            kind = _challenge(r)
-            if creds is None and kind == "basic":
-                raise RegistryAuthError(
-                    f"registry {ref.host} asks for credentials and {docker_config_path()} has none for it",
-                    hint=f"docker login {ref.host}  (or add {ref.host} to the auths of $DOCKER_CONFIG/config.json)")
-            if creds is not None and kind == "basic":
-                registry.session.auth = (creds.username, creds.secret)
-                r = registry.session.get(ping)
-                if r.status_code == 401:
-                    raise RegistryAuthError(f"registry {ref.host} refused the credentials for {creds.username} "
-                                            f"from {creds.source}",
-                                            hint=f"docker login {ref.host}  (then run the same command again)")
-            elif creds is not None:  # Bearer: oras asks the token service with these credentials
-                registry.auth.set_basic_auth(creds.username, creds.secret)
-    except requests.exceptions.SSLError as exc:
-        raise RegistryError(f"TLS with registry {ref.host} failed ({redact(str(exc))})",
-                            hint="set WH_CA_BUNDLE=/path/to/ca.pem for a private CA, or --insecure for a "
-                                 "registry that speaks plain http") from exc
-    except requests.RequestException as exc:
-        raise RegistryError(f"cannot reach registry {ref.host} over {scheme} ({redact(str(exc))})",
-                            hint="check the host and port" + ("" if scheme == "http" else
-                                                              "; a registry on plain http needs --insecure")) from exc
-    if r.status_code not in (200, 401):
-        raise RegistryError(f"{ping} answered HTTP {r.status_code}: not an OCI registry API",
-                            hint="check the host and port of the registry")
     return RegistryClient(ref, registry, container, scheme)
