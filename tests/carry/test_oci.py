@@ -242,6 +242,47 @@ def test_an_interrupted_pull_resumes_fetching_only_the_rest(oci_registry, pub, t
     assert files_of(out) == files_of(house)
 
 
+def test_an_interrupted_push_publishes_nothing_and_resumes(oci_registry, pub, tmp_path):
+    house = stage(tmp_path, pub, "house", "web")
+    ref = oci_registry.ref("ml/stack:v1")
+    killed = run_with_fault(["push", house, ref], "oci.push.uploaded")  # right after the first blob went up
+    assert killed.returncode == -9, killed.stderr
+    r = wh("pull", ref, "-o", tmp_path / "early")
+    assert r.returncode == 1 and "manifest not found" in r.stderr  # nothing under the tag yet
+    r = wh("push", house, ref, "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["skipped"] == 1 and report["uploaded"] == len(files_of(house)) - 1
+
+
+def test_pulling_a_new_tag_over_an_earlier_wheelhouse_fetches_only_what_changed(oci_registry, pub, tmp_path):
+    first = stage(tmp_path, pub, "first", "web")
+    second = stage(tmp_path, pub, "second", "web", "api")
+    assert wh("push", first, oci_registry.ref("ml/stack:one")).returncode == 0
+    assert wh("push", second, oci_registry.ref("ml/stack:two")).returncode == 0
+    out = tmp_path / "box"
+    assert wh("pull", oci_registry.ref("ml/stack:one"), "-o", out).returncode == 0
+    (out / "notes.txt").write_text("mine\n")  # the user's own file in the folder survives the update
+    before = oci_registry.blob_fetches()
+    r = wh("pull", oci_registry.ref("ml/stack:two"), "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    have = {hashlib.sha256(b).hexdigest() for b in files_of(first).values()}
+    changed = {p for p, b in files_of(second).items() if hashlib.sha256(b).hexdigest() not in have}
+    assert {b["path"] for b in report["blobs"] if b["fetched"]} == changed
+    assert oci_registry.blob_fetches() - before == len(changed)
+    assert files_of(out) == {**files_of(second), "notes.txt": b"mine\n"}
+
+
+def test_pull_refuses_a_folder_that_is_not_a_wheelhouse(oci_registry, tmp_path):
+    out = tmp_path / "photos"
+    out.mkdir()
+    (out / "cat.jpg").write_bytes(b"meow")
+    r = wh("pull", oci_registry.ref("ml/stack:v1"), "-o", out)
+    assert r.returncode == 2 and "not a wheelhouse" in r.stderr
+    assert files_of(out) == {"cat.jpg": b"meow"}
+
+
 def test_install_from_the_registry_end_to_end(oci_registry, pub, tmp_path):
     house = stage(tmp_path, pub, "house", "web")
     ref = oci_registry.ref("ml/stack:v1")
