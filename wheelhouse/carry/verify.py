@@ -42,6 +42,11 @@ __all__ = ["Verdict", "WheelhouseDamaged", "verify_wheelhouse", "require_intact"
 _HREF = re.compile(r'href="([^"]+)"')
 
 
+def _list(value: Any) -> list:
+    """A wh.json field that should be a list (a hand edit may have made it something else: then none)."""
+    return value if isinstance(value, list) else []
+
+
 class WheelhouseDamaged(WhError):
     """A wheelhouse that is not whole or does not match its own records."""
 
@@ -152,10 +157,12 @@ def _simple_problems(root: Path, lock: Lock) -> list[str]:
 def _assumed(meta: Mapping[str, Any], target: TargetProfile | None) -> set[str]:
     """Names the stage took as provided by the box's image (a delta): not in the lock, rightly."""
     names = {canonicalize_name(d.name) for d in (target.provided if target else ())}
-    for item in meta.get("assumed") or ():
-        name = item.get("name") if isinstance(item, Mapping) else item
-        if isinstance(name, str):
-            names.add(canonicalize_name(name.split("==")[0]))
+    for key in ("assumed_present", "assumed"):  # wh.json's record of a delta (install.assumed checks it)
+        listed = meta.get(key)
+        for item in listed if isinstance(listed, list) else ():
+            name = item.get("name") if isinstance(item, Mapping) else item
+            if isinstance(name, str):
+                names.add(canonicalize_name(name.split("==")[0]))
     return names
 
 
@@ -168,7 +175,7 @@ def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | N
     assumed = _assumed(meta, target)
     problems = []
     for kind in ("requirements", "constraints"):
-        for text in inputs.get(kind) or ():
+        for text in _list(inputs.get(kind)):
             try:
                 req = Requirement(str(text))
                 if req.marker is not None and target is not None and not target.evaluate(req.marker):
@@ -211,7 +218,7 @@ def _record_problems(root: Path, lock: Lock, meta: Mapping[str, Any], target: Ta
         elif engine.get("sha256") and entry.sha256 != engine["sha256"]:
             problems.append(f"wh.json's engine wheel {engine['wheel']} has sha256 {str(engine['sha256'])[:16]}..., "
                             f"pylock.toml says {entry.sha256[:16]}...")
-    for art in (engine or {}).get("artifacts") or ():
+    for art in _list((engine or {}).get("artifacts")):
         if isinstance(art, Mapping) and isinstance(art.get("path"), str):
             problems += _payload_problem(root, art["path"], art.get("sha256"), "wh.json's engine artifact")
     owned = meta.get("owned")
@@ -272,6 +279,8 @@ def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]
     from wheelhouse.patch.spec import load_patch_spec
 
     problems, notes = [], []
+    if not isinstance(meta.get("patches") or [], list):
+        return [f"wh.json's patches must be a list of paths, not {type(meta['patches']).__name__}"], []
     for rel in meta.get("patches") or ():
         if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
             problems.append(f"wh.json lists the patch {rel!r}, outside the wheelhouse")
@@ -321,7 +330,7 @@ def target_summary(meta: Mapping[str, Any], target: TargetProfile | None, lock: 
         "wheels": len(lock.files) if lock else 0,
         "size": sum(f.size or 0 for f in lock.files) if lock else 0,
         "bootstrap": len(boot.files) if boot else 0,
-        "patches": len(meta.get("patches") or ()),
+        "patches": len(_list(meta.get("patches"))),
         "engine": {k: engine.get(k) for k in ("name", "commit", "wheel")} if engine.get("wheel") else None,
     }
 
