@@ -219,3 +219,30 @@ def _profile_file(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
     path = tmp_path / f"box-{len(list(tmp_path.glob('box-*.json')))}.json"
     path.write_text(json.dumps(data))
     return path
+
+
+# --- measured on the real stack (opt-in: the package registry) --------------------------------------------
+
+# The FreeToken stack of manifests/freetoken-dsv4-kaggle-4xl4.toml with the released runtime from the index in
+# place of the engine's nightly release manifest (its host is not reachable from every stager).
+FREETOKEN = ["freetoken==0.1.2", "nvidia-cuda-nvcc==13.4.59", "nvidia-cuda-crt==13.4.59", "nvidia-nvvm==13.4.59",
+             "nvidia-cuda-cccl==13.0.85"]
+
+
+@pytest.mark.registry
+def test_freetoken_against_the_h200_image_stages_a_fraction(tmp_path):
+    from wheelhouse.resources import manifests_dir
+
+    profile = manifests_dir() / "targets" / "h200-offline.json"
+    args = ["stage", *FREETOKEN, "--target", str(profile), "--dry-run", "--json", "--cache-dir", str(tmp_path / "c")]
+    delta = CliRunner().invoke(cli, args)
+    full = CliRunner().invoke(cli, [*args, "--full"])
+    assert delta.exit_code == 0 and full.exit_code == 0, delta.output + full.output
+    d, f = json.loads(delta.stdout), json.loads(full.stdout)
+    assert d["closure_count"] == f["count"] and f["provided"] == []
+    kept = {p["name"]: p["version"] for p in d["provided"]}
+    assert kept["torch"] == "2.11.0" and kept["triton"] == "3.6.0"  # the image's own, not downloaded
+    assert {p["name"] for p in d["packages"]}.isdisjoint(kept)
+    # freetoken needs numpy<2.5; the image has 2.5.2: said, and staged
+    assert {"name": "numpy", "image": "2.5.2", "staged": d["changes"][0]["staged"], "direction": "downgrade"} in d["changes"]
+    assert d["total_size"] < f["total_size"] / 5
