@@ -4,15 +4,20 @@
     python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0'
     python bench/bench_resolve.py --json bench-resolve.json
 
-For each tool: ``--runs`` cold runs (each with a fresh, empty cache) and ``--runs`` warm runs
-(reusing the cache of a previous run); prints the medians, wh's ratio to uv and to pip, and
-whether wh's pins equal uv's (and pip's). wh runs through its CLI (``wh stage --dry-run --json
+For each tool, in alternating runs (wh, uv, pip, wh, uv, ...; the machine's load hits them alike):
+``--runs`` cold runs (each with a fresh, empty cache), then ``--runs`` runs of each warm mode on
+the cache of the last cold run: ``warm`` (nothing changed: pages younger than their freshness
+lifetime are used as they are), ``refresh`` (``--refresh``: every page revalidated, with
+conditional requests where the index sends validators) and ``offline`` (``--offline``: the cache
+alone, like ``uv pip compile --offline``; pip has neither mode). Prints per mode the medians, the
+ranges (min-max), wh's ratio to uv and to pip, and whether wh's pins equal uv's (and pip's) in
+every mode. wh runs through its CLI (``wh stage --dry-run --json
 --no-bootstrap``). uv is installed with pip into a temporary venv unless ``--uv`` or ``$WH_UV``
 names one; pip is the newest, upgraded in that venv. pip runs ``--isolated`` so local pip
 configuration cannot skew it, with every manylinux tag up to ``--platform`` (pip takes
 ``--platform`` literally).
 
-Goals (issue 2): pins identical to uv's; cold <= 1.5x uv; warm <= 1.0x uv.
+Goals: pins identical to uv's in every mode; cold <= 0.8x uv; offline warm <= 2x uv (issue 14).
 """
 
 from __future__ import annotations
@@ -75,13 +80,13 @@ def _newest_if_missing(requirement: str, index_url: str | None) -> str:
 
 
 # --- the three tools -----------------------------------------------------------------------------
-def wh_cmd(req: str, a, cache: Path) -> list[str]:
+def wh_cmd(req: str, a, cache: Path, mode: str = "cold") -> list[str]:
     wh = shutil.which("wh", path=str(Path(sys.executable).parent)) or "wh"
     cmd = [wh, "stage", req, "--python-version", a.python_version, "--platform", a.platform,
            "--dry-run", "--json", "--no-bootstrap", "--cache-dir", str(cache)]
     if a.index_url:
         cmd += ["--index-url", a.index_url]
-    return cmd
+    return cmd + {"refresh": ["--refresh"], "offline": ["--offline"]}.get(mode, [])
 
 
 def wh_pins(proc) -> dict[str, str]:
@@ -89,14 +94,14 @@ def wh_pins(proc) -> dict[str, str]:
     return {canonicalize_name(p["name"]): p["version"] for p in data["packages"]}
 
 
-def uv_cmd(uv: str, req_file: Path, a, cache: Path) -> list[str]:
+def uv_cmd(uv: str, req_file: Path, a, cache: Path, mode: str = "cold") -> list[str]:
     m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", a.platform)
     plat = f"{m.group(3)}-manylinux_{m.group(1)}_{m.group(2)}" if m else a.platform
     cmd = [uv, "pip", "compile", str(req_file), "--python-platform", plat, "--python-version", a.python_version,
            "--cache-dir", str(cache), "--no-header", "--no-annotate", "--quiet", "--no-python-downloads"]
     if a.index_url:
         cmd += ["--index-url", a.index_url]
-    return cmd
+    return cmd + {"refresh": ["--refresh"], "offline": ["--offline"]}.get(mode, [])
 
 
 def uv_pins(proc) -> dict[str, str]:
@@ -111,7 +116,7 @@ def _platforms(platform: str) -> list[str]:
     return [p for p in expand_platform(platform) if p.startswith(("manylinux", "musllinux"))] or [platform]
 
 
-def pip_cmd(pip_python: str, req: str, a, cache: Path) -> list[str]:
+def pip_cmd(pip_python: str, req: str, a, cache: Path, mode: str = "cold") -> list[str]:
     # --target: older pips refuse --platform without it; with --dry-run nothing is written there.
     plats = [x for p in _platforms(a.platform) for x in ("--platform", p)]
     cmd = [pip_python, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-", "--ignore-installed",
@@ -128,26 +133,74 @@ def pip_pins(proc) -> dict[str, str]:
 
 
 # --- measuring -----------------------------------------------------------------------------------
-def measure(name: str, make_cmd, parse, runs: int, work: Path) -> dict:
-    cold, warm = [], []
-    pins = None
-    warm_cache = None
-    for i in range(runs):
-        cache = work / f"{name}-cold-{i}"
-        t, proc = _run(make_cmd(cache))
-        cold.append(t)
-        pins = parse(proc)
-        warm_cache = cache
-        print(f"  {name:4} cold #{i + 1}: {t:6.2f}s  ({len(pins)} pins)", file=sys.stderr)
-    for i in range(runs):
-        t, proc = _run(make_cmd(warm_cache))
-        warm.append(t)
-        print(f"  {name:4} warm #{i + 1}: {t:6.2f}s", file=sys.stderr)
-    return {"cold": cold, "warm": warm, "cold_median": statistics.median(cold), "warm_median": statistics.median(warm), "pins": pins}
+MODES = ("cold", "warm", "refresh", "offline")
+GOALS = {"cold": 0.8, "offline": 2.0}  # wh/uv (issue 14)
+
+
+def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Path) -> dict:
+    """tools: name -> (make_cmd(cache, mode), parse); modes: tool -> the modes it has. Runs alternate
+    between the tools; each warm mode reuses the tool's last cold cache."""
+    results = {name: {m: [] for m in modes[name]} | {"pins": {}} for name in tools}
+    caches: dict[str, Path] = {}
+    for mode in MODES:
+        for i in range(runs):
+            for name, (make_cmd, parse) in tools.items():
+                if mode not in modes[name]:
+                    continue
+                cache = work / f"{name}-cold-{i}" if mode == "cold" else caches[name]
+                t, proc = _run(make_cmd(cache, mode))
+                if mode == "cold":
+                    caches[name] = cache
+                results[name][mode].append(t)
+                pins = parse(proc)
+                results[name]["pins"].setdefault(mode, pins)
+                print(f"  {name:4} {mode:8} #{i + 1}: {t:6.2f}s  ({len(pins)} pins)", file=sys.stderr)
+    return results
 
 
 def diff(a: dict[str, str], b: dict[str, str]) -> list[str]:
     return [f"{k}: {a.get(k)} vs {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _load() -> str:
+    try:
+        return "load average %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        return "load average unknown"
+
+
+def report(results: dict, runs: int) -> tuple[dict, list[str]]:
+    """Print the table; returns the ratios and the pin differences from uv (all modes)."""
+    print(f"\n{'mode':9}{'tool':6}{'median':>9}{'range':>17}{'wh/tool':>9}")
+    ratios: dict[str, float] = {}
+    for mode in MODES:
+        wh = results["wh"].get(mode)
+        for name, r in results.items():
+            times = r.get(mode)
+            if not times:
+                continue
+            med = statistics.median(times)
+            ratio = statistics.median(wh) / med if wh else float("nan")
+            if name == "uv":
+                ratios[mode] = ratio
+            shown = "" if name == "wh" else f"{ratio:8.2f}x"
+            print(f"{mode:9}{name:6}{med:8.2f}s{min(times):8.2f}-{max(times):6.2f}s {shown}")
+    goals = ", ".join(f"{m} {ratios[m]:.2f}x (goal <= {g}x)" for m, g in GOALS.items() if m in ratios)
+    print(f"\nwh/uv: {goals}; warm {ratios.get('warm', float('nan')):.2f}x, refresh {ratios.get('refresh', float('nan')):.2f}x"
+          f"  ({runs} runs each, {_load()})")
+    differences = []
+    for mode, pins in results["wh"]["pins"].items():
+        d = diff(pins, results["uv"]["pins"].get(mode, results["uv"]["pins"]["cold"]))
+        differences += [f"{mode}: {line}" for line in d]
+    print(f"pins equal to uv's in every mode: {'yes' if not differences else 'NO'} ({len(results['wh']['pins']['cold'])} packages)")
+    for line in differences[:20]:
+        print(f"  wh vs uv  {line}")
+    if "pip" in results:
+        pip_diff = diff(results["wh"]["pins"]["cold"], results["pip"]["pins"]["cold"])
+        print(f"pins equal to pip's: {'yes' if not pip_diff else 'no'}")
+        for line in pip_diff[:20]:
+            print(f"  wh vs pip {line}")
+    return ratios, differences
 
 
 def main(argv=None) -> int:
@@ -171,43 +224,27 @@ def main(argv=None) -> int:
         print(f"{uv_version}; {pip_version}", file=sys.stderr)
         req_file = work / "requirements.in"
         req_file.write_text(req + "\n")
-        print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} cold + {a.runs} warm runs each", file=sys.stderr)
-        results = {
-            "wh": measure("wh", lambda c: wh_cmd(req, a, c), wh_pins, a.runs, work),
-            "uv": measure("uv", lambda c: uv_cmd(uv, req_file, a, c), uv_pins, a.runs, work),
-        }
+        print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} runs of each mode "
+              f"({', '.join(MODES)})", file=sys.stderr)
+        tools = {"wh": (lambda c, m: wh_cmd(req, a, c, m), wh_pins), "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
+        modes = {"wh": MODES, "uv": MODES}
         if not a.skip_pip:
-            results["pip"] = measure("pip", lambda c: pip_cmd(pip_python, req, a, c), pip_pins, a.runs, work)
+            tools["pip"] = (lambda c, m: pip_cmd(pip_python, req, a, c, m), pip_pins)
+            modes["pip"] = ("cold", "warm")
+        results = measure(tools, modes, a.runs, work)
 
-    wh, uvr = results["wh"], results["uv"]
-    print()
-    print(f"{'tool':6}{'cold median':>14}{'warm median':>14}{'pins':>7}")
-    for name, r in results.items():
-        print(f"{name:6}{r['cold_median']:13.2f}s{r['warm_median']:13.2f}s{len(r['pins']):7d}")
-    cold_ratio = wh["cold_median"] / uvr["cold_median"]
-    warm_ratio = wh["warm_median"] / uvr["warm_median"]
-    print(f"\nwh/uv: cold {cold_ratio:.2f}x (goal <= 1.5x), warm {warm_ratio:.2f}x (goal <= 1.0x)")
-    if "pip" in results:
-        print(f"wh/pip: cold {wh['cold_median'] / results['pip']['cold_median']:.2f}x, warm {wh['warm_median'] / results['pip']['warm_median']:.2f}x")
-    uv_diff = diff(wh["pins"], uvr["pins"])
-    print(f"pins equal to uv's: {'yes' if not uv_diff else 'NO'} ({len(wh['pins'])} packages)")
-    for line in uv_diff[:20]:
-        print(f"  wh vs uv  {line}")
-    if "pip" in results:
-        pip_diff = diff(wh["pins"], results["pip"]["pins"])
-        print(f"pins equal to pip's: {'yes' if not pip_diff else 'no'}")
-        for line in pip_diff[:20]:
-            print(f"  wh vs pip {line}")
+    ratios, differences = report(results, a.runs)
     if a.json:
         summary = {
             "requirement": req, "python_version": a.python_version, "platform": a.platform, "runs": a.runs,
-            "uv_version": uv_version, "pip_version": pip_version,
-            "tools": {k: {kk: vv for kk, vv in v.items() if kk != "pins"} | {"count": len(v["pins"])} for k, v in results.items()},
-            "wh_uv_cold_ratio": cold_ratio, "wh_uv_warm_ratio": warm_ratio,
-            "pins_equal_uv": not uv_diff, "pin_differences_uv": uv_diff,
+            "uv_version": uv_version, "pip_version": pip_version, "load": _load(),
+            "tools": {name: {mode: {"times": times, "median": statistics.median(times), "min": min(times), "max": max(times)}
+                             for mode, times in r.items() if mode != "pins" and times} | {"count": len(r["pins"]["cold"])}
+                      for name, r in results.items()},
+            "wh_uv_ratios": ratios, "pins_equal_uv": not differences, "pin_differences_uv": differences,
         }
         a.json.write_text(json.dumps(summary, indent=2))
-    return 0 if not uv_diff else 1
+    return 0 if not differences else 1
 
 
 if __name__ == "__main__":
