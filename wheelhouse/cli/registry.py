@@ -10,8 +10,9 @@ from ._ui import emit_json, plural
 
 __all__ = ["push", "pull"]
 
-_INSECURE_HELP = ("Talk plain http to a registry that is not on loopback (localhost and 127.0.0.1 use http "
-                  "already); credentials then cross the network unencrypted.")
+_INSECURE_HELP = ("Allow plain http, where https is not spoken, for a registry that is not on loopback "
+                  "(localhost and 127.0.0.1 fall back to it already); credentials then cross the network "
+                  "unencrypted. TLS is always verified: a private CA goes in WH_CA_BUNDLE.")
 
 
 @click.command()
