@@ -1,16 +1,28 @@
-"""Fetch benchmark (opt-in: downloads >= 1 GB from the package index): `wh stage` vs `pip download`.
+"""Fetch benchmark (opt-in: downloads ~2.4 GB from the package index): wh's downloads vs the plain-HTTP floor.
 
-Both tools get the SAME fully pinned set (the closure of --roots, resolved once
-by wh for the target), start from empty caches, and download for a cp312
-manylinux_2_35 x86_64 target. Prints each run, the medians and the ratio
-pip/wh (the goal is >= 2x), and whether both fetched the same files.
+Two pinned sets, each resolved once by wh for a cp312 manylinux_2_35 x86_64 target:
 
-    python bench/bench_fetch.py                      # default roots: four big NVIDIA CUDA 13 wheels
-    python bench/bench_fetch.py --repeat 3 --roots "torch==2.11.*"
-    python bench/bench_fetch.py --json > fetch.json
+- ``nvidia``: four big NVIDIA CUDA 13 wheels and their closure (7 wheels, ~1.5 GB);
+- ``serving``: the closure of bench/requirements.txt (~70 wheels, ~0.9 GB), the install benchmark's set.
 
-One index for both: $BENCH_INDEX_URL, else pip's configured index, else pip's default;
-pip runs --isolated so its config (extra indexes, global constraints) does not change its work.
+Each round, in alternating order, from empty caches and after ``sync``:
+
+- ``wh fetch``: the stage's download step alone (``wheelhouse.fetch.fetch_all``, the code ``wh stage`` runs,
+  8 jobs, big wheels as parallel ranges, every file verified and copied out of the cache into the wheelhouse);
+- ``wh stage``: the whole ``wh stage -r PINS`` (index pages and metadata, then the same downloads);
+- ``curl whole``: one curl, 8 whole files at a time (``--parallel --parallel-max 8``, HTTP/1.1);
+- ``curl ranged``: one curl, every file cut into 8 ranges, 8 ranges at a time (parts left unjoined);
+- ``pip download`` with ``--pip`` (slow; off by default).
+
+The floor is the faster curl. Prints each run, medians, ranges (min-max), MB/s and the ratios
+wh fetch / floor and wh stage / floor (goal: <= 1.0), and ``wh stage - wh fetch``: the time the stage spends
+before and around its downloads (index pages, metadata, writing the lock).
+
+    python bench/bench_fetch.py                         # both sets, 3 rounds
+    python bench/bench_fetch.py --sets nvidia --rounds 5 --json > fetch.json
+
+One index for all: $BENCH_INDEX_URL, else pip's configured index, else pip's default. Scratch space (about
+3x the set) goes under --workdir (default /work/bench-data/fetch when it exists, else the temp folder).
 """
 
 from __future__ import annotations
@@ -26,101 +38,182 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_ROOTS = ["nvidia-cublas==13.1.*", "nvidia-cudnn-cu13==9.19.*", "nvidia-cufft==12.0.*", "nvidia-cusolver==12.0.*"]
+REPO = Path(__file__).resolve().parent.parent
+SETS = {
+    "nvidia": ["nvidia-cublas==13.1.*", "nvidia-cudnn-cu13==9.19.*", "nvidia-cufft==12.0.*", "nvidia-cusolver==12.0.*"],
+    "serving": ["-r", str(REPO / "bench" / "requirements.txt")],
+}
 TARGET = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
 WH = [sys.executable, "-m", "wheelhouse"]
+JOBS = 8
+
+# The stage's own download step, timed inside the process (interpreter start-up excluded).
+_FETCH = """
+import json, sys, time
+from pathlib import Path
+from wheelhouse.fetch import FetchItem, fetch_all
+pins = json.load(open(sys.argv[1]))
+items = [FetchItem(p["url"], p["filename"], p["sha256"], p["size"]) for p in pins]
+t = time.perf_counter()
+fetch_all(items, Path(sys.argv[2]), cache=Path(sys.argv[3]), jobs=int(sys.argv[4]))
+print(time.perf_counter() - t)
+"""
 
 
 def _index() -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(REPO))
     from wheelhouse.index import default_index_url
 
     return os.environ.get("BENCH_INDEX_URL") or default_index_url()
 
 
-def _pins(roots: list[str], scratch: Path, index: str) -> list[dict]:
-    out = subprocess.run(
-        [*WH, "stage", *roots, *TARGET, "--index-url", index, "--dry-run", "--json", "--no-bootstrap", "--cache-dir", str(scratch / "resolve-cache")],
-        capture_output=True, text=True, check=True,
-    )
+def _pins(name: str, scratch: Path, index: str) -> list[dict]:
+    out = subprocess.run([*WH, "stage", *SETS[name], *TARGET, "--index-url", index, "--dry-run", "--json",
+                          "--no-bootstrap", "--cache-dir", str(scratch / "resolve-cache")],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["packages"]
 
 
-def _run_wh(pins_file: Path, work: Path, jobs: int, index: str) -> tuple[float, set[str]]:
-    out, cache = work / "wh-out", work / "wh-cache"
+def _fresh(*paths: Path) -> None:
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
+    subprocess.run(["sync"], check=False)
+
+
+def _timed(cmd: list[str], **kw) -> float:
     t0 = time.perf_counter()
-    subprocess.run([*WH, "-q", "stage", "-r", str(pins_file), *TARGET, "--index-url", index, "-o", str(out), "--cache-dir", str(cache),
-                    "--no-bootstrap", "--jobs", str(jobs)], check=True)
-    dt = time.perf_counter() - t0
-    files = {p.name for p in (out / "wheels").iterdir()}
-    shutil.rmtree(out)
-    shutil.rmtree(cache)
-    return dt, files
+    subprocess.run(cmd, check=True, **kw)
+    return time.perf_counter() - t0
 
 
-def _pip_platforms() -> list[str]:
-    """Every platform tag a glibc 2.35 x86_64 interpreter accepts. pip's --platform takes the
-    tag literally (the reference deployment's trap: manylinux_2_35 alone rejects a manylinux_2_27 wheel), so
-    pip is given them all, as wh computes them."""
+def run_wh_fetch(pins_json: Path, work: Path, index: str) -> float:
+    out, cache = work / "fetch-out", work / "fetch-cache"
+    _fresh(out, cache)
+    r = subprocess.run([sys.executable, "-c", _FETCH, str(pins_json), str(out), str(cache), str(JOBS)],
+                       capture_output=True, text=True, check=True, cwd=REPO)
+    _fresh(out, cache)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def run_wh_stage(pins_txt: Path, work: Path, index: str) -> float:
+    out, cache = work / "stage-out", work / "stage-cache"
+    _fresh(out, cache)
+    dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *TARGET, "--index-url", index, "-o", str(out),
+                 "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], cwd=work)
+    _fresh(out, cache)
+    return dt
+
+
+def _curl(config: str, work: Path) -> float:
+    out = work / "curl-out"
+    _fresh(out)
+    out.mkdir()
+    cfg = work / "curl.cfg"
+    cfg.write_text(config.removeprefix("next\n"))
+    dt = _timed(["curl", "--silent", "--parallel", "--parallel-max", str(JOBS), "-K", str(cfg)], cwd=out)
+    _fresh(out)
+    return dt
+
+
+# Each transfer its own group (curl's `next`): range and output then belong to that URL alone.
+_EACH = "next\nhttp1.1\nsilent\nshow-error\nfail\n"
+
+
+def run_curl_whole(pins: list[dict], work: Path) -> float:
+    return _curl("".join(f'{_EACH}url = "{p["url"]}"\noutput = "{p["filename"]}"\n' for p in pins), work)
+
+
+def run_curl_ranged(pins: list[dict], work: Path) -> float:
+    lines = []
+    for p in pins:
+        size, step = p["size"], -(-p["size"] // JOBS)
+        for i, start in enumerate(range(0, size, step)):
+            lines.append(f'{_EACH}url = "{p["url"]}"\nrange = "{start}-{min(start + step, size) - 1}"\n'
+                         f'output = "{p["filename"]}.part{i}"\n')
+    return _curl("".join(lines), work)
+
+
+def run_pip(pins_txt: Path, work: Path, index: str) -> float:
+    sys.path.insert(0, str(REPO))
     from wheelhouse.target import target_from_flags
 
-    out = []
-    for p in target_from_flags("3.12", ["manylinux_2_35_x86_64"]).platforms:
-        out += ["--platform", p]
+    out = work / "pip-out"
+    _fresh(out)
+    platforms = [a for p in target_from_flags("3.12", ["manylinux_2_35_x86_64"]).platforms for a in ("--platform", p)]
+    dt = _timed([sys.executable, "-m", "pip", "--isolated", "download", "-q", "--no-cache-dir",
+                 "--disable-pip-version-check", "--index-url", index, "--progress-bar", "off", "--only-binary=:all:",
+                 *platforms, "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--no-deps",
+                 "-r", str(pins_txt), "-d", str(out)])
+    _fresh(out)
+    return dt
+
+
+def _summary(runs: dict[str, list[float]], total: int) -> dict:
+    out = {}
+    for tool, ts in runs.items():
+        med = statistics.median(ts)
+        out[tool] = {"median_s": med, "min_s": min(ts), "max_s": max(ts), "mb_per_s": total / med / 1e6, "runs": ts}
     return out
 
 
-def _run_pip(pins_file: Path, work: Path, index: str) -> tuple[float, set[str]]:
-    out = work / "pip-out"
-    t0 = time.perf_counter()
-    # --isolated: no pip config/env (extra indexes, global constraints), the same single index as wh.
-    subprocess.run([sys.executable, "-m", "pip", "--isolated", "download", "-q", "--no-cache-dir",
-                    "--disable-pip-version-check", "--index-url", index,
-                    "--progress-bar", "off", "--only-binary=:all:", *_pip_platforms(),
-                    "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--no-deps",
-                    "-r", str(pins_file), "-d", str(out)], check=True)
-    dt = time.perf_counter() - t0
-    files = {p.name for p in out.iterdir()}
-    shutil.rmtree(out)
-    return dt, files
+def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool) -> dict:
+    pins = _pins(name, work, index)
+    total = sum(p["size"] or 0 for p in pins)
+    pins_json, pins_txt = work / f"{name}.json", work / f"{name}.txt"
+    pins_json.write_text(json.dumps(pins))
+    pins_txt.write_text("".join(f"{p['name']}=={p['version']}\n" for p in pins))
+    print(f"[{name}] {len(pins)} wheels, {total / 1e6:.0f} MB", file=sys.stderr)
+    tools = {
+        "wh fetch": lambda: run_wh_fetch(pins_json, work, index),
+        "wh stage": lambda: run_wh_stage(pins_txt, work, index),
+        "curl whole": lambda: run_curl_whole(pins, work),
+        "curl ranged": lambda: run_curl_ranged(pins, work),
+    }
+    if with_pip:
+        tools["pip download"] = lambda: run_pip(pins_txt, work, index)
+    runs: dict[str, list[float]] = {t: [] for t in tools}
+    order = list(tools)
+    for i in range(rounds):
+        for tool in order if i % 2 == 0 else order[::-1]:  # alternate: no tool always gets the warmer path
+            dt = tools[tool]()
+            runs[tool].append(dt)
+            print(f"[{name}] round {i + 1} {tool:12s} {dt:6.2f} s {total / dt / 1e6:7.1f} MB/s", file=sys.stderr)
+    summary = _summary(runs, total)
+    floor_tool = min(("curl whole", "curl ranged"), key=lambda t: summary[t]["median_s"])
+    floor = summary[floor_tool]["median_s"]
+    result = {"set": name, "wheels": len(pins), "bytes": total, "tools": summary, "floor": floor_tool,
+              "ratio_fetch_over_floor": summary["wh fetch"]["median_s"] / floor,
+              "ratio_stage_over_floor": summary["wh stage"]["median_s"] / floor,
+              "stage_minus_fetch_s": summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]}
+    print(f"[{name}] {len(pins)} wheels / {total / 1e6:.0f} MB, medians (min-max):", file=sys.stderr)
+    for tool, s in summary.items():
+        print(f"  {tool:12s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s",
+              file=sys.stderr)
+    print(f"  floor = {floor_tool}; wh fetch / floor = {result['ratio_fetch_over_floor']:.2f}x, "
+          f"wh stage / floor = {result['ratio_stage_over_floor']:.2f}x (goal <= 1.0); "
+          f"stage - fetch = {result['stage_minus_fetch_s']:.2f} s", file=sys.stderr)
+    return result
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--roots", nargs="+", default=DEFAULT_ROOTS, help="requirements whose closure is fetched")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=8)
-    ap.add_argument("--workdir", default=None, help="scratch folder (needs ~2x the closure size free)")
+    ap.add_argument("--sets", nargs="+", choices=sorted(SETS), default=["nvidia", "serving"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pip", action="store_true", help="time pip download too (slow)")
+    ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
     ap.add_argument("--json", action="store_true", help="results as JSON on stdout")
     args = ap.parse_args()
-
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wh-bench-fetch-", dir=args.workdir))
     try:
         index = _index()
-        pins = _pins(args.roots, work, index)
-        total = sum(p["size"] or 0 for p in pins)
-        pins_file = work / "pins.txt"
-        pins_file.write_text("".join(f"{p['name']}=={p['version']}\n" for p in pins))
-        print(f"closure: {len(pins)} wheels, {total / 1e9:.2f} GB (roots: {' '.join(args.roots)})", file=sys.stderr)
-        runs = {"wh": [], "pip": []}
-        same = True
-        for i in range(args.repeat):
-            # Alternate the order so neither tool always gets the warmer network path.
-            order = ("wh", "pip") if i % 2 == 0 else ("pip", "wh")
-            got = {}
-            for tool in order:
-                dt, files = _run_wh(pins_file, work, args.jobs, index) if tool == "wh" else _run_pip(pins_file, work, index)
-                runs[tool].append(dt)
-                got[tool] = files
-                print(f"run {i + 1} {tool:3s} {dt:7.1f} s  {total / dt / 1e6:7.1f} MB/s  ({len(files)} files)", file=sys.stderr)
-            same = same and got["wh"] == got["pip"]
-        med = {k: statistics.median(v) for k, v in runs.items()}
-        ratio = med["pip"] / med["wh"]
-        print(f"median: wh {med['wh']:.1f} s, pip download {med['pip']:.1f} s; pip/wh = {ratio:.2f}x "
-              f"(goal >= 2x); same files: {same}", file=sys.stderr)
+        load = os.getloadavg()
+        print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
+              file=sys.stderr)
+        results = [bench_set(name, args.rounds, work, index, args.pip) for name in args.sets]
         if args.json:
-            json.dump({"closure_bytes": total, "wheels": len(pins), "roots": args.roots, "runs": runs, "median": med,
-                       "ratio_pip_over_wh": ratio, "same_files": same, "jobs": args.jobs}, sys.stdout, indent=2)
+            json.dump({"jobs": JOBS, "load_at_start": load, "sets": results}, sys.stdout, indent=2)
             print()
         return 0
     finally:

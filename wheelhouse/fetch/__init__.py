@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
@@ -26,6 +26,7 @@ from .cache import (
     NoSpace,
     add_to_cache,
     cached_path,
+    copy_private,
     copy_verified,
     default_cache_dir,
     is_no_space,
@@ -85,11 +86,20 @@ def fetch_all(
     # Not a `with` block: on Ctrl-C the pool must not be waited for (its threads end on their own
     # once the client's sockets are shut and the cancel flag is seen).
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="wh-fetch")
+    # Each download is copied into ``dest`` as soon as it is filed, while the others still arrive
+    # (a pool of its own: queued behind the downloads, the copies would all wait for the last one).
+    placer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wh-place")
+    copies: dict[str, Future] = {}
+    by_key = {_key(it): it for it in unique}
+
+    def downloaded(key: str, path: Path) -> None:
+        it = by_key[key]
+        copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
+
     try:
         placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
-        got = _download_all(todo, s, pool, jobs, max(SEGMENT_MIN if segment_size is None else segment_size, 1))
-        copies = {_key(it): pool.submit(_place_checked, got[_key(it)], dest / it.filename, it, s) for it in todo}
+        _download_all(todo, s, pool, jobs, max(SEGMENT_MIN if segment_size is None else segment_size, 1), downloaded)
         placed.update({key: _result(fut) for key, fut in copies.items()})
     except BaseException as exc:
         s.cancel.set()
@@ -97,10 +107,12 @@ def fetch_all(
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
         pool.shutdown(wait=False, cancel_futures=True)
+        placer.shutdown(wait=False, cancel_futures=True)
         if isinstance(exc, DiskFull):
             raise _no_space(exc, unique, dest, cache) from exc
         raise
     pool.shutdown(wait=True)
+    placer.shutdown(wait=True)
     return [placed[_key(it)] for it in items]
 
 
@@ -143,8 +155,10 @@ def _copy_from_cache(item: FetchItem, dest: Path, s: Session) -> Path | None:
     return dest / item.filename
 
 
-def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: int) -> dict[str, Path]:
-    """Download ``todo`` into the cache; key -> cache path. Big files as ranges when jobs > 1."""
+def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: int,
+                  downloaded: Callable[[str, Path], None]) -> dict[str, Path]:
+    """Download ``todo`` into the cache; key -> cache path, each also handed to ``downloaded`` the
+    moment it is filed. Big files as ranges when jobs > 1."""
     big = [it for it in todo if jobs > 1 and it.sha256 and it.size and it.size >= 2 * segment]
     s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
     split: list[Segmented] = []
@@ -165,14 +179,14 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
                     work.append((b - a - have, fetch_range, (job, i, s)))
         work += [(it.size or 0, download, (it, s)) for it in todo if id(it) not in in_split]
         work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
-        return _collect([(n, pool.submit(fn, *args), args[0]) for n, fn, args in work], s, pool)
+        return _collect([(n, pool.submit(fn, *args), args[0]) for n, fn, args in work], s, pool, downloaded)
     finally:
         for job in split:
             job.release()
         s.reporter.finish(s.task, "")
 
 
-def _collect(tasks, s: Session, pool) -> dict[str, Path]:
+def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -> dict[str, Path]:
     """Wait for every task; ranges refused by the server fall back to one stream. The first
     failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
@@ -199,6 +213,8 @@ def _collect(tasks, s: Session, pool) -> dict[str, Path]:
                 failures.append(exc)
             elif fut.result() is not None:
                 got[_key(item)] = fut.result()
+                if not failures:  # after a failure nothing more goes to dest: the run is failing
+                    downloaded(_key(item), fut.result())
         if not pending and fallback:
             for job in fallback:
                 job.discard()
@@ -223,9 +239,13 @@ def _stop(s: Session, pending) -> None:
     wait(list(pending))
 
 
-def _place_checked(src: Path, dst: Path, item: FetchItem, s: Session) -> Path:
+def _place_checked(src: Path, dst: Path, item: FetchItem, s: Session, fresh: bool = False) -> Path:
+    """Copy a cache entry into ``dest``: hashed again when it came from an earlier run; a download
+    this run just verified and filed is copied by the kernel (``copy_private``), not hashed twice."""
     checkpoint("fetch.place")
     try:
+        if item.sha256 and fresh:
+            return copy_private(src, dst, item.size, cancelled=s.cancel.is_set)
         if item.sha256:
             copy_verified(src, dst, item.sha256, item.size, cancelled=s.cancel.is_set)
             return dst

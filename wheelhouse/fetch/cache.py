@@ -34,6 +34,7 @@ __all__ = [
     "HashMismatch",
     "NoSpace",
     "default_cache_dir",
+    "copy_private",
     "cached_path",
     "partial_path",
     "sha256_of",
@@ -192,6 +193,54 @@ def copy_verified(src: Path, dst: Path, sha256: str | None, size: int | None = N
         return actual
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def copy_private(src: Path, dst: Path, size: int | None = None, *,
+                 cancelled: Callable[[], bool] | None = None) -> Path:
+    """Give ``dst`` a private copy of ``src`` (temp name, then rename) without hashing it again.
+
+    Only for a file this process verified a moment ago (a download it just hashed and filed):
+    the copy is the kernel's (a reflink, else ``copy_file_range``: no pass through Python, no
+    second sha256), and its size is checked. A cache entry reused from an earlier run goes
+    through ``copy_verified`` instead: the disk may have changed it since.
+    """
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(src, "rb") as fh, open(tmp, "wb") as out:
+            n = _kernel_copy(fh, out, cancelled)
+        if size is not None and n != size:
+            raise HashMismatch(str(src), "", "", message=f"{src}: {n} bytes copied, expected {size}")
+        os.replace(tmp, dst)
+        return dst
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _kernel_copy(src_fh, dst_fh, cancelled: Callable[[], bool] | None) -> int:
+    try:
+        fcntl.ioctl(dst_fh.fileno(), _FICLONE, src_fh.fileno())
+        return os.fstat(src_fh.fileno()).st_size
+    except OSError:
+        pass
+    n = 0
+    while True:
+        checkpoint("fetch.copy")
+        if cancelled is not None and cancelled():
+            raise InterruptedError("interrupted")
+        try:
+            step = os.copy_file_range(src_fh.fileno(), dst_fh.fileno(), 64 << 20)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP) or is_no_space(exc):
+                raise
+            # no in-kernel copy here: the rest through user space
+            while block := src_fh.read(_CHUNK):
+                dst_fh.write(block)
+                n += len(block)
+            return n
+        if step == 0:
+            return n
+        n += step
 
 
 def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
