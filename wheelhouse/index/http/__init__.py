@@ -37,7 +37,7 @@ from .file_url import open_file_url
 from .proxy import proxy_for, via_urllib
 from .tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .cache import get_cached as _get_cached
+from .cache import NotCached, get_cached as _get_cached
 
 __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
@@ -119,6 +119,8 @@ class HttpClient:
             return
         if scheme not in ("http", "https"):
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
+        if self.offline:  # --offline: nothing leaves this machine; what is not cached is named
+            raise NotCached(url)
         conn, resp, final, watch = self._open(url, hdrs)
         window = stall_seconds()
         if whole:
