@@ -139,3 +139,18 @@ def test_a_full_offline_stage_from_a_warm_cache(pyindex, wheels, tmp_path, monke
     r = _wh(*args, "-o", str(tmp_path / "two"), "--offline")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "one" / "pylock.toml").read_text() == (tmp_path / "two" / "pylock.toml").read_text()
+
+
+def test_offline_with_pages_cached_but_a_wheel_not_names_the_wheel_and_writes_nothing(pyindex, wheels, tmp_path,
+                                                                                     monkeypatch):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    _pins(_dry(idx.url, cache))  # pages and metadata cached, no wheel downloaded
+    idx.stop()
+    monkeypatch.setattr(socket.socket, "connect", lambda self, a: pytest.fail(f"offline run connected to {a}"))
+    out = tmp_path / "wh"
+    r = _wh("app", "--no-bootstrap", "--index-url", idx.url, "--cache-dir", str(cache), *TARGET, "-o", str(out),
+            "--offline")
+    assert isinstance(r.exception, NotCached), r.output
+    assert r.exception.message.startswith("offline: ") and ".whl is not in the cache" in r.exception.message
+    assert not out.exists()
