@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 from resolvelib import Resolver
 from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
 
@@ -250,8 +251,14 @@ def resolve(
         skipped=tuple(skipped),
         stats={"requests": source.client.requests, **reader.stats},
         changes=image_changes(pins, image),
-        unknown_deps=tuple(sorted(u for u in provider.unknown_deps if u.split("==")[0] in {p.name for p in pins if p.provided})),
+        unknown_deps=_kept_blind(pins, provider.unknown_deps),
     )
+
+
+def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:
+    """The kept image versions whose dependencies no index could tell ("name==version")."""
+    kept = {f"{p.name}=={Version(p.version)}" for p in pins if p.provided}
+    return tuple(sorted(unknown & kept))
 
 
 def _pins(result, provider: Provider) -> tuple[Pin, ...]:
