@@ -46,7 +46,6 @@ from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
 from .previous import Previous, read_previous
 from .delta import ImageDelta, delta_of, offered
-from .kernels import check_kernels
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -328,6 +327,8 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
                                           new / ".fetch", cache, inputs.jobs, client, reporter)
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
+        from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
+
         kernel_gaps = check_kernels([(new / WHEELS / f.filename, f.sha256) for f in files], inputs.target, new,
                                     allow=inputs.allow_missing_kernels, cache=cache / "kernels", jobs=inputs.jobs,
                                     reporter=reporter)
