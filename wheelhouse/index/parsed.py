@@ -23,9 +23,9 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
 from .distfile import Distfile
+from .http.cache import store_entry
 
 __all__ = ["FORMAT", "parsed_path", "load_parsed", "store_parsed"]
 
@@ -85,6 +85,6 @@ def store_parsed(path: Path, body_sha256: str, page_url: str, origin: str, keep_
     head = b" ".join([_MAGIC, str(FORMAT).encode(), hashlib.sha256(payload).hexdigest().encode()])
     try:
         checkpoint("index.cache-write")
-        write_atomic(path, head + b"\n" + payload, mode=0o600)
+        store_entry(path, head + b"\n" + payload)
     except OSError:
         pass

@@ -18,21 +18,23 @@ Three ways to use an entry (docs/cache.md):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from wheelhouse.atomic import write_atomic
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "read_deferred_body", "CachedResponse", "NotCached", "OFFLINE_HINT"]
+__all__ = ["get_cached", "read_deferred_body", "store_entry", "CachedResponse", "NotCached", "OFFLINE_HINT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
 _KEPT_HEADERS = ("etag", "last-modified", "content-type")
@@ -156,7 +158,27 @@ def _store(path: Path, data: bytes | str) -> bool:
     folder) costs a request next time, never the run."""
     try:
         checkpoint("index.cache-write")
-        write_atomic(path, data, mode=0o600)
+        store_entry(path, data)
     except OSError:
         return False
     return True
+
+
+def store_entry(path: Path, data: bytes | str) -> None:
+    """Write a cache file (0600) under a temp name in its folder, then rename it into place.
+
+    Not fsynced (a cold resolve writes ~600 of them: fsyncs cost seconds): every entry here is
+    checked when read (a body against the sha256 its .json records, a .json by parsing it, a
+    .parsed file against its checksum), so what a power cut leaves half-written is a miss."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
