@@ -10,16 +10,18 @@ gcc, each with a top-level extension and a lazily loaded ``pkg.sub._lazy`` one
 - a naive loop: one ``python -c "import X"`` per extension module, sequentially;
 - the doctor again with one package whose import hangs, with ``--hang-timeout``.
 
-Goals on a 2-core machine: the doctor under 10 s; with one hanging import, under
-the timeout + 10 s (a hang costs one timeout). Usage::
+Goals on a 2-core machine (issue 14): the doctor within 5 s; with one hanging import,
+within the timeout + 10 s (a hang costs one timeout). The full doctor runs ``--rounds``
+times (median and range printed). Usage::
 
-    python bench/bench_doctor.py [--pure 120] [--native 36] [--hang-timeout 20] [--keep DIR]
+    python bench/bench_doctor.py [--pure 120] [--native 36] [--rounds 3] [--hang-timeout 20] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,9 @@ def build(folder: Path, pure: int, native: int) -> tuple[list[Path], list[str]]:
     return wheels, natives
 
 
+GOAL_S = 5.0  # the full doctor on ~150+ distributions, on this 2-core machine
+
+
 def hanging_wheel(folder: Path) -> Path:
     """A native package whose import never returns."""
     core = _ext(folder / "build", "_core")
@@ -84,6 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pure", type=int, default=120)
     ap.add_argument("--native", type=int, default=36)
+    ap.add_argument("--rounds", type=int, default=3, help="full doctor runs (median and range printed)")
     ap.add_argument("--hang-timeout", type=float, default=20, help="--timeout for the run with a hanging import")
     ap.add_argument("--keep", type=Path, help="build here and keep it (default: a temp dir)")
     args = ap.parse_args()
@@ -97,7 +103,10 @@ def main() -> int:
         t_build, (wheels, natives) = timed(lambda: build(base / "src", args.pure, args.native))
         py = make_venv(base / "venv", with_pip=False)
         install(py, wheels)
-        t_doc, report = timed(lambda: run_doctor(str(py)))
+        load = os.getloadavg()
+        docs = [timed(lambda: run_doctor(str(py))) for _ in range(max(1, args.rounds))]
+        times = [t for t, _ in docs]
+        t_doc, report = statistics.median(times), docs[-1][1]
         t_native, _ = timed(lambda: run_doctor(str(py), checks=["native"]))
         ndist = report.facts["distributions"]
         nnative = sum(1 for r in report.results if r.group == "native")
@@ -117,8 +126,10 @@ def main() -> int:
         hung = hang_report.get("native:hangpkg")
         print(f"environment: {ndist} distributions, {len(natives) // 2} gcc-built native packages "
               f"(built in {t_build:.1f}s); {os.cpu_count()} cores")
+        print(f"load average before the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         print(f"wh doctor (all checks; {nnative} native distributions, {nloaded} top-level names and extension "
-              f"modules loaded): {t_doc:.2f}s {'OK' if t_doc < 10 else 'OVER the 10 s goal'}")
+              f"modules loaded): median {t_doc:.2f}s of {len(times)} ({min(times):.2f}-{max(times):.2f}) "
+              f"{'OK' if t_doc <= GOAL_S else f'OVER the {GOAL_S:g} s goal'}")
         print(f"pip check (imports nothing): {t_pip:.2f}s{pip_note} -> doctor/pip-check = {t_doc / t_pip:.1f}x")
         print(f"wh doctor --check native alone: {t_native:.2f}s; naive sequential `python -c 'import X'` per "
               f"extension module: {t_naive:.2f}s -> naive/doctor = {t_naive / max(t_native, 1e-9):.1f}x")
@@ -129,7 +140,7 @@ def main() -> int:
             print("unexpected failures: " + ", ".join(bad))
         slow = sorted(report.results, key=lambda r: -r.seconds)[:3]
         print("slowest checks: " + ", ".join(f"{r.id} {r.seconds:.2f}s" for r in slow))
-        return 0 if t_doc < 10 and not bad and hang_ok else 1
+        return 0 if t_doc <= GOAL_S and not bad and hang_ok else 1
 
 
 if __name__ == "__main__":

@@ -110,7 +110,12 @@ def _curl(config: str, work: Path) -> float:
     out.mkdir()
     cfg = work / "curl.cfg"
     cfg.write_text(config.removeprefix("next\n"))
-    dt = _timed(["curl", "--silent", "--parallel", "--parallel-max", str(JOBS), "-K", str(cfg)], cwd=out)
+    with open(work / "curl.err", "wb") as err:  # curl's parallel progress meter ignores --silent
+        try:
+            dt = _timed(["curl", "--parallel", "--parallel-max", str(JOBS), "-K", str(cfg)], cwd=out, stderr=err)
+        except subprocess.CalledProcessError:
+            sys.stderr.write((work / "curl.err").read_text(errors="replace")[-2000:])
+            raise
     _fresh(out)
     return dt
 
