@@ -125,6 +125,12 @@ def test_check_verdicts_and_link_state_differ_and_failures_everywhere_are_listed
     assert "failing on every node: links:libcuda" in render_lines(c)
 
 
+def test_an_even_split_has_no_outlier(tmp_path):
+    c = compare(tmp_path, {"a": report("a"), "b": report("b", driver="1")})
+    assert lines(c) == ["driver: 580.95.05 on a; 1 on b"] and c.outlier_nodes() == {}
+    assert not any(ln.startswith("outlier:") for ln in render_lines(c)) and c.exit_code() == 1
+
+
 def test_a_large_majority_is_counted_and_outliers_are_named(tmp_path):
     nodes = {f"gpu-{i:02}": report(f"gpu-{i:02}") for i in range(12)}
     nodes["gpu-07"] = report("gpu-07", driver="575.57.08")
@@ -209,6 +215,16 @@ def test_what_is_not_a_report_is_named_with_a_hint(tmp_path, content, reason):
     with pytest.raises(BadReport) as exc:
         load_report(p)
     assert exc.value.file == str(p) and reason in exc.value.reason and exc.value.hint
+
+
+def test_reading_many_reports_reports_progress(tmp_path):
+    from wheelhouse.progress import RecordingReporter
+
+    rec = RecordingReporter()
+    good, bad = load_reports([write(tmp_path, n, report(n)) for n in "abc"] + [tmp_path / "nope.json"], reporter=rec)
+    assert (len(good), len(bad)) == (3, 1)
+    assert rec.events[0][:3] == ("start", "reading doctor reports", 4) and rec.events[-1][0] == "finish"
+    assert sum(1 for e in rec.events if e[0] == "advance") == 4
 
 
 def test_missing_files_and_folders_are_bad_input(tmp_path):

@@ -265,7 +265,11 @@ def compare(ui, reports, as_json, junit, expect) -> None:
 
     if junit:
         check_writable("--junit", junit)
-    nodes, bad = load_reports(reports)
+    reporter = ui.reporter()
+    try:
+        nodes, bad = load_reports(reports, reporter=reporter)
+    finally:
+        reporter.close()
     result = compare_reports(nodes, bad, expected=expect)
     # The files CI reads first: written before anything is printed, whatever the inputs were.
     if junit:

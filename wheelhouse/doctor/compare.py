@@ -41,6 +41,9 @@ class Difference:
 
     @property
     def outliers(self) -> tuple[str, ...]:
+        """The nodes not holding the majority's value; none when no value has a majority (a 1:1 split)."""
+        if len(self.groups) > 1 and len(self.groups[0][1]) == len(self.groups[1][1]):
+            return ()
         return tuple(n for _, nodes in self.groups[1:] for n in nodes)
 
     @property

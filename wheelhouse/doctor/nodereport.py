@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.progress import NullReporter, Reporter
+
 __all__ = ["NodeReport", "BadReport", "load_report", "load_reports"]
 
 _MAX_REPORT = 256 * 2**20  # a doctor report of a 200-package stack is well under 1 MiB
@@ -177,12 +179,16 @@ def load_report(path: str | Path) -> NodeReport:
         raise BadReport(file, f"malformed doctor report: {type(exc).__name__}: {exc}", rerun) from None
 
 
-def load_reports(paths: Sequence[str | Path]) -> tuple[list[NodeReport], list[BadReport]]:
+def load_reports(paths: Sequence[str | Path], reporter: Reporter = NullReporter()) -> tuple[list[NodeReport], list[BadReport]]:
     """Every readable report, and every file that was not one (each named), in the order given."""
     good, bad = [], []
+    task = "reading doctor reports"
+    reporter.start(task, total=len(paths), unit="reports")
     for p in paths:
         try:
             good.append(load_report(p))
         except BadReport as exc:
             bad.append(exc)
+        reporter.advance(task)
+    reporter.finish(task)
     return good, bad
