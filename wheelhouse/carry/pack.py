@@ -147,7 +147,8 @@ class _PartWriter:
             room = (self.part_size - size) if self.part_size else len(view)
             block = view[:room]
             self.fh.write(block)
-            h.update(block)
+            if self.part_size:  # unsplit, the one part's hash is the whole's
+                h.update(block)
             self.whole.update(block)
             self.parts[-1] = (path, h, size + len(block))
             self.offset += len(block)
@@ -273,9 +274,8 @@ def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int |
                                hint=f"the wheelhouse was altered or damaged; `wh verify {root}` names every problem",
                                detail="\n".join(f"{p}: expected {e}, got {a}" for p, e, a in bad))
         finals = _finals(out, sink)
-        parts = tuple((final, h.hexdigest(), size) for final, (_, h, size) in zip(finals, sink.parts))
-        sidecar = Sidecar(whole=out.name, sha256=sink.whole.hexdigest(),
-                          parts=tuple((p.name, sha) for p, sha, _ in parts) if part_size else ())
+        parts = tuple((final, h.hexdigest(), size) for final, (_, h, size) in zip(finals, sink.parts)) if part_size else ()
+        sidecar = Sidecar(whole=out.name, sha256=sink.whole.hexdigest(), parts=tuple((p.name, sha) for p, sha, _ in parts))
         checkpoint("carry.pack.before-rename")
         side = out.with_name(out.name + SIDECAR_SUFFIX)
         side.unlink(missing_ok=True)  # never a sidecar beside bytes it does not name
@@ -296,4 +296,4 @@ def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int |
     reporter.finish(task)
     _remove_stale(out, finals)
     return PackResult(archive=out, sidecar=side, sha256=sidecar.sha256, size=sink.offset,
-                      files=len([m for m in members if m[1]]), parts=parts if part_size else ())
+                      files=len([m for m in members if m[1]]), parts=parts)

@@ -73,7 +73,8 @@ class _Parts:
     def __init__(self, files: list[Path], reporter: Reporter, task: str):
         self.files, self.reporter, self.task = files, reporter, task
         self.whole = hashlib.sha256()
-        self.each = [hashlib.sha256() for _ in files]
+        # one file: its hash is the whole's (hashing it twice cost a second pass of the CPU)
+        self.each = [hashlib.sha256() for _ in files] if len(files) > 1 else []
         self.index, self.fh = 0, None
 
     def read(self, n: int = -1) -> bytes:
@@ -87,8 +88,11 @@ class _Parts:
                 self.fh, self.index = None, self.index + 1
                 continue
             self.whole.update(block)
-            self.each[self.index].update(block)
+            if self.each:
+                self.each[self.index].update(block)
             self.reporter.advance(self.task, len(block))
+            if not out and (n < 0 or len(block) == n):
+                return block  # the usual case: one read, no copy
             out += block
         return bytes(out)
 
@@ -189,7 +193,7 @@ def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -
     stream = _Parts(files, reporter, task)
     failure: WhError | None = None
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[arg-type]
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[arg-type]
             seen: dict[str, bool] = {}
             for count, member in enumerate(tar, 1):
                 if count > _MAX_MEMBERS:
