@@ -204,6 +204,7 @@ def test_fields_of_the_wrong_shape_never_crash(tmp_path, path, value):
     ("", "is empty: the doctor wrote no report there"),
     ("error: interpreter /x does not exist\n", "not JSON"),
     (json.dumps(report("a")) + "\nnote: 12 ok in 2.0s\n", "JSON followed by other output"),
+    (json.dumps(report("a")) + "\n" + json.dumps(report("b")), "another node's report"),  # srun ... > one file
     ("[1, 2]", "not a `wh doctor --json` report (JSON list"),
     (json.dumps({"tool": "wh doctor compare", "nodes": []}), "a `wh doctor compare --json` output"),
     (json.dumps({"tool": "wh doctor", "results": "none"}), "not a `wh doctor --json` report"),

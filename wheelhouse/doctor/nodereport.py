@@ -167,10 +167,11 @@ def load_report(path: str | Path) -> NodeReport:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         first = raw.lstrip()[:1]
-        why = ("JSON followed by other output (stderr in the same file?)" if first == b"{"
+        why = ("JSON followed by other output (stderr, or another node's report, in the same file?)" if first == b"{"
                else "not JSON (an error message or a log?)")
         raise BadReport(file, f"{why}: {str(exc)[:120]}",
-                        "write stdout alone to the report: `wh doctor --json > FILE 2> FILE.log`") from None
+                        "one node's stdout alone per file: `wh doctor --json > FILE 2> FILE.log` "
+                        "(under srun: --output='reports/%N.json' --error='reports/%N.log')") from None
     try:
         return _parse(file, data)
     except BadReport:
