@@ -157,3 +157,21 @@ def test_a_symlink_out_of_the_wheelhouse_is_refused(house, tmp_path):
     with pytest.raises(PackError, match="outside the wheelhouse"):
         pack_wheelhouse(house, tmp_path / "wh.tar")
     assert not (tmp_path / "wh.tar").exists()
+
+
+def test_long_names_take_pax_headers_and_still_pack_the_same_bytes(tmp_path):
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    name = "a_distribution_with_a_rather_long_name_" + "x" * 60
+    wheel = make_wheel(tmp_path / "w", name, "1.0.0.post12345", tags="cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64")
+    assert len(f"wheelhouse/wheels/{wheel.name}") > 100  # past ustar's name field
+    one = make_wheelhouse(tmp_path / "one", [wheel])
+    two = tmp_path / "two"
+    shutil.copytree(one, two)
+    os.utime(two / "wheels" / wheel.name, (5, 5))
+    pack_wheelhouse(one, tmp_path / "1.tar")
+    pack_wheelhouse(two, tmp_path / "2.tar")
+    assert (tmp_path / "1.tar").read_bytes() == (tmp_path / "2.tar").read_bytes()
+    with tarfile.open(tmp_path / "1.tar") as tar:
+        assert f"wheelhouse/wheels/{wheel.name}" in tar.getnames()

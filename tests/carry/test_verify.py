@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from carry_fixtures import PAYLOAD, staged_wheelhouse
+from carry_fixtures import PAYLOAD, sha256_file, staged_wheelhouse
 from faults import wh_command
 
 from wheelhouse.lock import read_pylock, write_pylock
@@ -202,3 +202,20 @@ def test_a_copy_elsewhere_verifies_the_same(house, tmp_path):
     copy = tmp_path / "moved" / "elsewhere"
     shutil.copytree(house, copy)
     assert wh("verify", copy).returncode == 0
+
+
+def test_the_engine_record_and_its_exported_files_are_checked_against_the_lock(tmp_path):
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    wheel = make_wheel(tmp_path / "w", "engine", "0.1.dev1", modules={"engine/__init__.py": ""})
+    house = make_wheelhouse(tmp_path / "h", [wheel], extra_meta={"engine": {
+        "name": "engine", "commit": "abc", "wheel": f"wheels/{wheel.name}", "sha256": "1" * 64,
+        "artifacts": [{"path": "patches/engine/k.py", "sha256": "2" * 64}]}})
+    (house / "patches" / "engine").mkdir(parents=True)
+    (house / "patches" / "engine" / "k.py").write_text("X = 1\n")
+    problems = verify_wheelhouse(house).problems
+    assert problems[0] == (f"wh.json's engine wheel wheels/{wheel.name} has sha256 1111111111111111..., "
+                           f"pylock.toml says {sha256_file(wheel)[:16]}...")
+    assert problems[1].startswith("patches/engine/k.py: sha256 ") and "wh.json's engine artifact" in problems[1]
+    assert verify_wheelhouse(house).summary["engine"] == {"name": "engine", "commit": "abc", "wheel": f"wheels/{wheel.name}"}

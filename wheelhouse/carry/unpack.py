@@ -48,8 +48,9 @@ _HINT = "copy the archive and its .sha256 (and every .part-N) again from where `
 
 def _read_sidecar(loc: Located) -> Sidecar:
     if not loc.sidecar.is_file():
-        raise ArchiveError(f"{loc.sidecar} is missing: an archive is only trusted with the sidecar `wh pack` wrote",
-                           hint=_HINT)
+        raise ArchiveError(f"{loc.sidecar} is missing: {loc.base} is trusted only with the sidecar `wh pack` "
+                           "wrote beside it (and is no wheelhouse folder)",
+                           hint=f"copy {loc.sidecar.name} beside it, or pass the wheelhouse folder (the one holding wh.json)")
     text = read_text(loc.sidecar, what="sidecar", error=ArchiveError, max_bytes=1 << 20, hint=_HINT)
     sidecar, problems = parse_sidecar(text, str(loc.sidecar))
     if sidecar is None:
