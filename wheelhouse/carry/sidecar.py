@@ -106,6 +106,17 @@ def locate(path: str | Path) -> Located | None:
         return None
     base = base_of(p)
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
-    if p.is_file() or sidecar.is_file() or base.with_name(part_name(base.name, 1)).is_file():
+    named = p != base  # a part's or the sidecar's name says "archive" even when files are missing
+    if named or sidecar.is_file() or base.with_name(part_name(base.name, 1)).is_file() or _is_tar(p):
         return Located(folder=base.parent, base=base.name, sidecar=sidecar)
     return None
+
+
+def _is_tar(path: Path) -> bool:
+    """A lone file is taken for an archive only when it is a tar (any other file: not a wheelhouse, said so)."""
+    import tarfile
+
+    try:
+        return path.is_file() and tarfile.is_tarfile(path)
+    except OSError:
+        return False
