@@ -219,20 +219,21 @@ def test_an_interrupted_pull_resumes_fetching_only_the_rest(oci_registry, pub, t
     out = tmp_path / "pulled"
     start = oci_registry.blob_fetches()
 
-    killed = run_with_fault(["pull", ref, "-o", out], "oci.pull.named.4")
+    # One blob at a time, so the count is exact: SIGKILL as the 4th blob gets its name.
+    killed = run_with_fault(["pull", ref, "-o", out, "-j", "1"], "oci.pull.named.4")
     assert killed.returncode == -9, killed.stderr
     assert not out.exists()
     first_run = oci_registry.blob_fetches() - start
     assert first_run == 4
 
-    r = wh("pull", ref, "-o", out, "--json")
+    r = wh("pull", ref, "-o", out, "--json")  # 4 at once
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     second_run = oci_registry.blob_fetches() - start - first_run
     assert report["reused"] == 4 and report["fetched"] == total - 4 == second_run
     assert files_of(out) == files_of(house)
     assert not (tmp_path / ".pulled.wh-pull").exists()
-    print(f"resume: {total} blobs; killed after {first_run}; the re-run fetched {second_run}")
+    print(f"resume: {total} blobs; the killed run fetched {first_run}, the re-run {second_run}")
 
     # Pulling the same artifact over the finished wheelhouse fetches nothing (every file re-hashed).
     before = oci_registry.blob_fetches()
@@ -252,7 +253,8 @@ def test_an_interrupted_push_publishes_nothing_and_resumes(oci_registry, pub, tm
     r = wh("push", house, ref, "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    assert report["skipped"] == 1 and report["uploaded"] == len(files_of(house)) - 1
+    # What went up before the kill (the first blob, and any other in flight) is not sent again.
+    assert report["skipped"] >= 1 and report["uploaded"] == len(files_of(house)) - report["skipped"]
 
 
 def test_pulling_a_new_tag_over_an_earlier_wheelhouse_fetches_only_what_changed(oci_registry, pub, tmp_path):

@@ -16,19 +16,22 @@ replaces ``-o`` whole (lock.output.swap_in): never a half-pulled wheelhouse unde
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from wheelhouse.errors import HashMismatch, UsageError, WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
-from .oci_client import RegistryClient, connect, need_oras
+from .oci_client import RegistryClient, connect_pool, need_oras
 from .oci_layout import (
     EMPTY_BYTES,
     EMPTY_CONFIG,
@@ -46,6 +49,7 @@ __all__ = ["push", "pull", "push_wheelhouse", "pull_wheelhouse", "PushResult", "
            "BlobMismatch"]
 
 _LOCKS = ("pylock.toml", "bootstrap/pylock.toml")
+JOBS = 4  # blobs in flight at once: a registry answers each request in tens of ms; a few overlap that
 _FIRST = ("wh.json", *_LOCKS)  # small, and what every other blob is checked against
 
 
@@ -118,6 +122,60 @@ def _as_ref(ref: OciRef | str) -> OciRef:
     return ref if isinstance(ref, OciRef) else parse_ref(ref)
 
 
+T = TypeVar("T")
+
+
+class _Stopped(Exception):
+    """Another worker failed, or the user interrupted: a transfer in flight gives up."""
+
+
+def _in_parallel(clients: list[RegistryClient], items: Iterable[T],
+                 work: Callable[[RegistryClient, T, threading.Event], None]) -> None:
+    """``work(client, item, stop)`` for every item, each worker thread with a client of its own. On the
+    first failure (or Ctrl-C) ``stop`` is set: work not started is dropped, downloads in flight give up
+    at their next chunk; the failure is raised once every worker has ended."""
+    items = list(items)
+    stop = threading.Event()
+    if len(clients) == 1 or len(items) <= 1:
+        for item in items:
+            work(clients[0], item, stop)
+        return
+    free = list(clients)
+    lock = threading.Lock()
+
+    def run(item: T) -> None:
+        if stop.is_set():
+            raise _Stopped()
+        with lock:
+            client = free.pop()
+        try:
+            work(client, item, stop)
+        finally:
+            with lock:
+                free.append(client)
+
+    with ThreadPoolExecutor(max_workers=len(clients), thread_name_prefix="wh-oci") as pool:
+        futures = [pool.submit(run, item) for item in items]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:
+            stop.set()  # no-op when all went well; otherwise the workers wind down
+            for f in futures:
+                f.cancel()
+            wait(futures)
+    errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+    real = [e for e in errors if not isinstance(e, _Stopped)]
+    if real or errors:
+        raise (real or errors)[0]
+
+
+def _requests(clients: list[RegistryClient]) -> dict[str, int]:
+    total: collections.Counter[str] = collections.Counter()
+    for c in clients:
+        total.update(c.requests)
+    return dict(total)
+
+
 def _check_locks(root: Path, blobs: dict[str, Blob]) -> None:
     """Every wheel each lock lists is a file of the wheelhouse with the lock's sha256 and size."""
     from wheelhouse.lock import read_pylock
@@ -158,7 +216,7 @@ def _hash_all(root: Path, files: Sequence[str], reporter: Reporter) -> list[Blob
 
 
 def push_wheelhouse(wheelhouse: str | Path, ref: OciRef | str, *, insecure: bool = False,
-                    reporter: Reporter | None = None) -> PushResult:
+                    reporter: Reporter | None = None, jobs: int = JOBS) -> PushResult:
     """Publish the wheelhouse at ``wheelhouse`` as one artifact tagged ``ref``; blobs the registry has
     are not uploaded again."""
     reporter = reporter or NullReporter()
@@ -186,29 +244,36 @@ def push_wheelhouse(wheelhouse: str | Path, ref: OciRef | str, *, insecure: bool
     wheels = len([f for f in read_pylock(root).files if f.path])
     body = build_manifest(blobs, target_annotations(meta, wheels, sum(b.size for b in blobs)))
 
-    client = connect(ref, insecure=insecure, command="wh push")
-    reports = _upload_all(client, root, blobs, reporter)
-    digest = client.put_manifest(body, ref.tag or "latest")
-    return PushResult(ref, digest, tuple(reports), dict(client.requests))
+    clients = connect_pool(ref, min(jobs, len(blobs)) or 1, insecure=insecure, command="wh push")
+    reports = _upload_all(clients, root, blobs, reporter)
+    digest = clients[0].put_manifest(body, ref.tag or "latest")
+    return PushResult(ref, digest, tuple(reports), _requests(clients))
 
 
-def _upload_all(client: RegistryClient, root: Path, blobs: list[Blob], reporter: Reporter) -> list[BlobReport]:
+def _upload_all(clients: list[RegistryClient], root: Path, blobs: list[Blob], reporter: Reporter) -> list[BlobReport]:
+    """HEAD each distinct blob, upload those the repository lacks; the empty config last."""
     reporter.start("upload", total=sum(b.size for b in blobs), unit="B")
-    reports = []
-    done: set[str] = set()
-    for b in blobs:
-        moved = False
-        if b.digest not in done and not client.exists(b.digest):  # one blob, many paths: upload once
+    first: dict[str, Blob] = {}
+    for b in blobs:  # one blob, many paths: asked for and uploaded once
+        first.setdefault(b.digest, b)
+    uploaded: set[str] = set()
+    lock = threading.Lock()
+
+    def one(client: RegistryClient, b: Blob, stop: threading.Event) -> None:
+        if not client.exists(b.digest):
             client.upload(root / b.path, b.digest, b.size)
-            moved = True
+            with lock:
+                uploaded.add(b.digest)
             checkpoint("oci.push.uploaded")
-        done.add(b.digest)
-        reports.append(BlobReport(b.path, b.digest, b.size, moved))
         reporter.advance("upload", b.size)
+
+    _in_parallel(clients, first.values(), one)
+    client = clients[0]
     if not client.exists(EMPTY_CONFIG["digest"]):
         with tempfile.TemporaryDirectory(prefix="wh-push-") as tmp:
             Path(tmp, "config").write_bytes(EMPTY_BYTES)
             client.upload(Path(tmp, "config"), EMPTY_CONFIG["digest"], EMPTY_CONFIG["size"])
+    reports = [BlobReport(b.path, b.digest, b.size, b.digest in uploaded and first[b.digest] is b) for b in blobs]
     n = sum(r.moved for r in reports)
     reporter.finish("upload", f"uploaded {n} of {len(reports)} blobs "
                               f"({sum(r.size for r in reports if r.moved) / 1e6:.1f} MB); "
@@ -250,7 +315,8 @@ def _prune(partial: Path, keep: set[str]) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _fetch(client: RegistryClient, layer: Layer, dest: Path, reporter: Reporter) -> None:
+def _fetch(client: RegistryClient, layer: Layer, dest: Path, reporter: Reporter,
+           stop: threading.Event | None = None) -> None:
     """Stream one blob to a temp name beside ``dest``; rename only once it hashes to its digest."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
@@ -259,6 +325,8 @@ def _fetch(client: RegistryClient, layer: Layer, dest: Path, reporter: Reporter)
         size = 0
         with os.fdopen(fd, "wb") as fh, client.open_blob(layer.digest, layer.path) as chunks:
             for chunk in chunks:
+                if stop is not None and stop.is_set():
+                    raise _Stopped()
                 size += len(chunk)
                 if size > layer.size:
                     break  # a registry sending more than the manifest says: stop reading
@@ -332,23 +400,29 @@ def _check_against_locks(partial: Path, by_path: dict[str, Layer], where: str) -
                                    hint="the artifact does not match its own lock: push the wheelhouse again")
 
 
-def _place_all(client: RegistryClient, layers: Sequence[Layer], partial: Path, old: Path | None,
+def _place_all(clients: list[RegistryClient], layers: Sequence[Layer], partial: Path, old: Path | None,
                reports: dict[str, BlobReport], counter: list[int], reporter: Reporter) -> None:
     """Each layer under ``partial``: kept or copied when it already hashes right, else fetched."""
-    for layer in layers:
+    lock = threading.Lock()
+
+    def one(client: RegistryClient, layer: Layer, stop: threading.Event) -> None:
         dest = partial / layer.path
         if _reuse(layer, dest, old):
             reports[layer.path] = BlobReport(layer.path, layer.digest, layer.size, False)
             reporter.advance("pull", layer.size)
-            continue
-        _fetch(client, layer, dest, reporter)
-        counter[0] += 1
+            return
+        _fetch(client, layer, dest, reporter, stop)
         reports[layer.path] = BlobReport(layer.path, layer.digest, layer.size, True)
-        checkpoint(f"oci.pull.named.{counter[0]}")
+        with lock:
+            counter[0] += 1
+            named = counter[0]
+        checkpoint(f"oci.pull.named.{named}")
+
+    _in_parallel(clients, layers, one)
 
 
 def pull_wheelhouse(ref: OciRef | str, out: str | Path, *, insecure: bool = False,
-                    reporter: Reporter | None = None) -> PullResult:
+                    reporter: Reporter | None = None, jobs: int = JOBS) -> PullResult:
     """Fetch the wheelhouse ``ref`` into ``out``, every blob verified before it is named."""
     from wheelhouse.lock.output import check_output, hold_output, read_meta, real_output, swap_in
 
@@ -360,8 +434,8 @@ def pull_wheelhouse(ref: OciRef | str, out: str | Path, *, insecure: bool = Fals
     with hold_output(out, what="wh pull", on_wait=reporter.note) as notes:
         for note in notes:
             reporter.note(note)
-        client = connect(ref, insecure=insecure, command="wh pull")
-        body, digest = client.get_manifest()
+        clients = connect_pool(ref, max(1, jobs), insecure=insecure, command="wh pull")
+        body, digest = clients[0].get_manifest()
         layers, annotations = parse_manifest(body, str(ref))
         by_path = {layer.path: layer for layer in layers}
         partial = _partial_dir(out)
@@ -373,14 +447,14 @@ def pull_wheelhouse(ref: OciRef | str, out: str | Path, *, insecure: bool = Fals
         reporter.start("pull", total=sum(x.size for x in layers), unit="B")
         reports: dict[str, BlobReport] = {}
         counter = [0]
-        _place_all(client, first, partial, old, reports, counter, reporter)
+        _place_all(clients[:1], first, partial, old, reports, counter, reporter)
         _check_against_locks(partial, by_path, str(ref))
-        _place_all(client, rest, partial, old, reports, counter, reporter)
+        _place_all(clients, rest, partial, old, reports, counter, reporter)
         reporter.finish("pull", f"fetched {counter[0]} of {len(layers)} blobs; "
                                 f"{len(layers) - counter[0]} already here, verified")
         swap_in(partial, out)
     blobs = tuple(reports[x.path] for x in layers)
-    return PullResult(ref, digest, out, blobs, annotations, dict(client.requests))
+    return PullResult(ref, digest, out, blobs, annotations, _requests(clients))
 
 
 def pull(ref: str, out: Path, reporter: Reporter | None = None) -> Path:

@@ -35,6 +35,7 @@ __all__ = [
     "OciExtraMissing",
     "RegistryClient",
     "connect",
+    "connect_pool",
     "need_oras",
     "OCI_MANIFEST",
     "MAX_MANIFEST_BYTES",
@@ -114,11 +115,12 @@ def _error_text(response) -> str:
 class RegistryClient:
     """One repository of one registry. ``requests`` counts every HTTP request by method."""
 
-    def __init__(self, ref: OciRef, registry, container, scheme: str):
+    def __init__(self, ref: OciRef, registry, container, scheme: str, credentials: Credentials | None = None):
         self.ref = ref
         self._registry = registry
         self._container = container
         self._scheme = scheme
+        self.credentials = credentials  # kept for twins (connect_pool); its repr hides the secret
         self.requests: collections.Counter[str] = collections.Counter()
         registry.session.hooks["response"].append(self._count)
 
@@ -273,11 +275,11 @@ def _reach(ref: OciRef, insecure: bool):
                                                           "; a registry on plain http needs --insecure")) from exc
 
 
-def _authenticate(registry, ref: OciRef, scheme: str, answer, credentials: Credentials | None) -> None:
+def _authenticate(registry, ref: OciRef, scheme: str, answer, credentials: Credentials | None) -> Credentials | None:
     """Docker-config credentials on the session for a ``Basic`` registry (checked at once), or handed to
-    oras' token flow for a ``Bearer`` one."""
+    oras' token flow for a ``Bearer`` one; returns those used."""
     if answer.status_code != 401:
-        return
+        return None
     creds = credentials or find_credentials(ref.host)
     kind = _challenge(answer)
     if kind == "basic":
@@ -291,6 +293,7 @@ def _authenticate(registry, ref: OciRef, scheme: str, answer, credentials: Crede
                                     hint=f"docker login {ref.host}  (then run the same command again)")
     elif creds is not None:  # Bearer: oras asks the token service with these credentials
         registry.auth.set_basic_auth(creds.username, creds.secret)
+    return creds
 
 
 def connect(ref: OciRef, *, insecure: bool = False, command: str = "wh pull",
@@ -306,11 +309,19 @@ def connect(ref: OciRef, *, insecure: bool = False, command: str = "wh pull",
 
     registry, scheme, answer = _reach(ref, insecure)
     try:
-        _authenticate(registry, ref, scheme, answer, credentials)
+        creds = _authenticate(registry, ref, scheme, answer, credentials)
     except requests.RequestException as exc:
         raise RegistryError(f"cannot reach registry {ref.host} ({redact(str(exc))})",
                             hint="check the registry is up, then run the same command again") from exc
     name = f"{ref.repository}@{ref.digest}" if ref.digest else f"{ref.repository}:{ref.tag}"
     container = oras.container.Container(name, registry=ref.host)
     container.registry = ref.host  # "team.ml/stack" must not be read as a registry host
-    return RegistryClient(ref, registry, container, scheme)
+    return RegistryClient(ref, registry, container, scheme, creds)
+
+
+def connect_pool(ref: OciRef, jobs: int, *, insecure: bool = False, command: str = "wh pull") -> list[RegistryClient]:
+    """``jobs`` clients of one repository, each with a session of its own (requests' sessions are not
+    meant to be shared by threads); the docker config is read once."""
+    first = connect(ref, insecure=insecure, command=command)
+    return [first] + [connect(ref, insecure=insecure, command=command, credentials=first.credentials)
+                      for _ in range(max(0, jobs - 1))]

@@ -19,9 +19,10 @@ _INSECURE_HELP = ("Allow plain http, where https is not spoken, for a registry t
 @click.argument("wheelhouse", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("ref")
 @click.option("--insecure", is_flag=True, help=_INSECURE_HELP)
+@click.option("-j", "--jobs", type=click.IntRange(1, 32), default=4, show_default=True, help="Blobs uploaded at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the blobs uploaded and skipped, and the digest, as JSON.")
 @click.pass_obj
-def push(ui, wheelhouse: Path, ref: str, insecure: bool, as_json: bool) -> None:
+def push(ui, wheelhouse: Path, ref: str, insecure: bool, jobs: int, as_json: bool) -> None:
     """Publish WHEELHOUSE to REF (oci://HOST[:PORT]/REPO:TAG) as one OCI artifact.
 
     Every file is checked against the locks first, then becomes a content-addressed blob: a wheel
@@ -38,7 +39,7 @@ def push(ui, wheelhouse: Path, ref: str, insecure: bool, as_json: bool) -> None:
 
     reporter = ui.reporter()
     try:
-        result = push_wheelhouse(wheelhouse, ref, insecure=insecure, reporter=reporter)
+        result = push_wheelhouse(wheelhouse, ref, insecure=insecure, reporter=reporter, jobs=jobs)
     finally:
         reporter.close()
     if as_json:
@@ -55,9 +56,10 @@ def push(ui, wheelhouse: Path, ref: str, insecure: bool, as_json: bool) -> None:
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="The wheelhouse folder to write (new, empty, or an earlier wheelhouse: replaced whole).")
 @click.option("--insecure", is_flag=True, help=_INSECURE_HELP)
+@click.option("-j", "--jobs", type=click.IntRange(1, 32), default=4, show_default=True, help="Blobs fetched at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the blobs fetched and reused, and the digest, as JSON.")
 @click.pass_obj
-def pull(ui, ref: str, out: Path, insecure: bool, as_json: bool) -> None:
+def pull(ui, ref: str, out: Path, insecure: bool, jobs: int, as_json: bool) -> None:
     """Fetch the wheelhouse REF (oci://HOST[:PORT]/REPO:TAG or ...@sha256:DIGEST) into OUT.
 
     Every blob is verified by its digest, and every wheel by the lock's sha256, before it gets its
@@ -75,7 +77,7 @@ def pull(ui, ref: str, out: Path, insecure: bool, as_json: bool) -> None:
 
     reporter = ui.reporter()
     try:
-        result = pull_wheelhouse(ref, out, insecure=insecure, reporter=reporter)
+        result = pull_wheelhouse(ref, out, insecure=insecure, reporter=reporter, jobs=jobs)
     finally:
         reporter.close()
     if as_json:
