@@ -174,6 +174,23 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, rel
                            hint=_HINT)
 
 
+def _unpack_stream(stream: _Parts, loc: Located, dest: Path) -> WhError | None:
+    """Write the members; an unsafe one raises, damaged bytes are returned (the sidecar may say which part)."""
+    try:
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[arg-type]
+            seen: dict[str, bool] = {}
+            for count, member in enumerate(tar, 1):
+                if count > _MAX_MEMBERS:
+                    raise UnsafeArchive(f"{loc.whole.name} holds more than {_MAX_MEMBERS} members", hint=_HINT)
+                _write_member(tar, member, dest / ROOT, _member_path(member, seen))
+    except UnsafeArchive:
+        raise
+    except (tarfile.TarError, EOFError, ArchiveError) as exc:
+        return exc if isinstance(exc, ArchiveError) else ArchiveError(
+            f"{loc.whole.name} is not a readable tar archive: {exc}", hint=_HINT)
+    return None
+
+
 def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -> Path:
     """Unpack the archive at ``loc`` into the empty folder ``dest``; returns the wheelhouse folder in it.
 
@@ -192,24 +209,10 @@ def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -
     task = f"unpacking {loc.whole.name}"
     reporter.start(task, total=total, unit="B")
     stream = _Parts(files, reporter, task)
-    failure: WhError | None = None
     try:
-        with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[arg-type]
-            seen: dict[str, bool] = {}
-            for count, member in enumerate(tar, 1):
-                if count > _MAX_MEMBERS:
-                    raise UnsafeArchive(f"{loc.whole.name} holds more than {_MAX_MEMBERS} members", hint=_HINT)
-                _write_member(tar, member, dest / ROOT, _member_path(member, seen))
-    except UnsafeArchive:
-        stream.close()
-        reporter.finish(task)
-        raise
-    except (tarfile.TarError, EOFError, ArchiveError) as exc:  # damaged bytes: the sidecar says which
-        failure = exc if isinstance(exc, ArchiveError) else ArchiveError(
-            f"{loc.whole.name} is not a readable tar archive: {exc}", hint=_HINT)
-    try:
+        failure = _unpack_stream(stream, loc, dest)
         stream.drain()  # the tar end marker may come before the last padding: hash every byte
-    finally:
+    finally:  # refused or failed, no file stays open
         stream.close()
         reporter.finish(task)
     problems = _hash_problems(loc, sidecar, stream)
