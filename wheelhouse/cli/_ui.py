@@ -11,15 +11,16 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
-from rich.progress import (BarColumn, DownloadColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
 
 from wheelhouse.errors import WhError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 from wheelhouse.redact import redact
 
 __all__ = ["Ui", "RichReporter", "print_error", "emit_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
@@ -91,20 +92,24 @@ def check_writable(flag: str, path, hint: str = "choose a path in a folder you c
         raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})", hint=hint) from exc
 
 
-class _AmountColumn(ProgressColumn):
+def _amount_column():
     """Bytes and speed for a download (unit "B"); a plain count for anything else (a resolve counts
-    packages: its bar read `0/? bytes ?`)."""
+    packages: its bar read `0/? bytes ?`). rich.progress is imported with the first bar, not at start-up."""
+    from rich.progress import DownloadColumn, ProgressColumn, TransferSpeedColumn
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
+    class _AmountColumn(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__()
+            self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
 
-    def render(self, task) -> Text:
-        if task.fields.get("unit") == "B":
-            return Text.assemble(self._bytes.render(task), " ", self._speed.render(task))
-        done = int(task.completed)
-        return Text(f"{done}/{int(task.total)} {task.fields.get('unit') or ''}".rstrip() if task.total
-                    else f"{done} {task.fields.get('unit') or ''}".rstrip())
+        def render(self, task) -> Text:
+            if task.fields.get("unit") == "B":
+                return Text.assemble(self._bytes.render(task), " ", self._speed.render(task))
+            done = int(task.completed)
+            return Text(f"{done}/{int(task.total)} {task.fields.get('unit') or ''}".rstrip() if task.total
+                        else f"{done} {task.fields.get('unit') or ''}".rstrip())
+
+    return _AmountColumn()
 
 
 class RichReporter:
@@ -118,10 +123,12 @@ class RichReporter:
 
     def _ensure(self) -> Progress:
         if self._progress is None:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                _AmountColumn(),
+                _amount_column(),
                 TimeRemainingColumn(),
                 console=self.console,
                 transient=True,
