@@ -195,6 +195,22 @@ def test_a_hashed_requirement_is_staged_even_when_the_image_has_it(pyindex, pub,
     assert meta["image"]["never_offered"] == ["numpy"]
 
 
+def test_a_release_manifest_wheel_is_staged_even_when_the_image_has_its_version(pyindex, pub, tmp_path):
+    from wheelhouse.manifest import load_manifest
+
+    idx = pyindex(pub)
+    rt = make_wheel(tmp_path / "release", "engine-rt", "0.3", requires=["numpy"])
+    release = tmp_path / "engine-linux_x86_64.json"
+    release.write_text(json.dumps({"runtime": {"name": rt.name, "url": rt.as_uri(), "sha256": sha256_file(rt)}}))
+    stack = tmp_path / "stack.toml"
+    stack.write_text(f'[stack]\nrequirements = []\n\n[[manifest]]\nurl = "{release.as_uri()}"\nkeys = ["runtime"]\n')
+    flags = StageFlags(index_url=idx.url, target=_box(("engine-rt", "0.3"), ("numpy", "1.0")))
+    res = stage(merge_inputs(load_manifest(stack), flags, tmp_path / "wh", cache_dir=tmp_path / "cache", bootstrap=False))
+    # the release's own build is what the manifest names (its sha256 checked); its numpy may be the image's
+    assert _consistent(tmp_path / "wh") == {"engine-rt": "0.3"}
+    assert res.image.assumed == (("numpy", "1.0"),) and res.image.never_offered == ("engine-rt",)
+
+
 def test_bootstrap_stays_complete_when_the_image_has_whs_dependencies(pyindex, repacked_deps, tmp_path):
     """bootstrap/ installs wh into a venv of its own on the box, which sees none of the image: complete."""
     import importlib.metadata as md
