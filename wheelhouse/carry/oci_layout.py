@@ -8,7 +8,7 @@ tar for the same reason (wh's own wheel and its dependencies are the same bytes 
 wheelhouse made by one wh for one target), and so that no archive is ever unpacked on pull.
 The config is the OCI empty descriptor; the target summary is in the manifest's annotations.
 
-Building and checking manifests is pure; ``wheelhouse_files`` reads the folder.
+Building and checking manifests is pure; ``wheelhouse_files`` and ``hash_file`` read the folder.
 """
 
 from __future__ import annotations
