@@ -5,8 +5,8 @@ changes until (1) the wheelhouse's target matches the receiving interpreter
 (asked of that interpreter: its implementation, version, abi, its own tag list,
 its glibc), (2) the wheelhouse together with what that interpreter already
 imports satisfies every requirement (``closure``), and (3) every file to install
-is there with the size the ``pylock.toml`` says, and, for an existing
-environment or pip, its sha256. Into a venv this run creates, wh's unpacker
+is there with the size the ``pylock.toml`` says, and, for an environment
+that holds distributions or for pip, its sha256. Into a new venv, wh's unpacker
 checks each wheel's sha256 while it extracts it (no separate pass, spread over
 all cores); nothing is committed before every hash matched, and one that does
 not rolls the whole transaction back. Installation itself has no index and no
@@ -187,6 +187,18 @@ def _receiving(venv: Path | None, python: str | None) -> tuple[Interpreter, bool
     return inspect_interpreter(python), venv is None
 
 
+def _holds_no_distribution(interp: Interpreter) -> bool:
+    """Whether the environment's own site folders hold no installed distribution (a venv just made)."""
+    for d in interp.site_dirs:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        if any(n.endswith((".dist-info", ".egg-info", ".egg-link")) for n in names):
+            return False
+    return True
+
+
 def _recover(interp: Interpreter) -> list[str]:
     """Roll back what a killed run left (the caller holds the target lock); a note says so."""
     found = recover(interp.platlib)
@@ -242,7 +254,8 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
     try:
         dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
                                transaction=txn, on_written=compiler.submit if compiler else None,
-                               on_abort=compiler.abort if compiler else None, expected=expected)
+                               on_abort=compiler.abort if compiler else None, expected=expected,
+                               verified=() if expected else paths)  # not expected: verify_files hashed them
     except BaseException:
         if compiler is not None:
             compiler.abort()
@@ -349,11 +362,11 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
     notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages)
-    # Into a venv this run creates (nobody else can import from it yet), wh's unpacker hashes each wheel
-    # while it extracts it (spread over all cores) and a wrong one rolls the whole transaction back.
-    # pip cannot check the lock's sha256, and an existing environment may be in use while files land:
-    # there every byte is hashed before the first write.
-    folded = installer == "wh" and not existing
+    # Into a venv this run creates, or one with no distribution installed yet (nothing there for a running
+    # process to import), wh's unpacker hashes each wheel while it extracts it (spread over all cores) and
+    # a wrong one rolls the whole transaction back. pip cannot check the lock's sha256, and an environment
+    # with distributions may be in use while files land: there every byte is hashed before the first write.
+    folded = installer == "wh" and (not existing or _holds_no_distribution(interp))
     paths = verify_files(todo, jobs, reporter, hashes=not folded)
     try:
         _check_requirements(todo, interp, existing, system_site_packages)

@@ -30,7 +30,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from wheelhouse.faults import checkpoint
 from wheelhouse.install.installed import (
@@ -187,6 +187,7 @@ def install_wheels(
     on_written: Callable[[str], None] | None = None,
     on_abort: Callable[[], None] | None = None,
     expected: Mapping[Path, str] | None = None,
+    verified: Collection[Path] = (),
 ) -> list[InstalledDist]:
     """Install ``wheels`` into ``scheme`` (purelib, platlib, scripts, data, headers) for ``python``.
 
@@ -196,6 +197,8 @@ def install_wheels(
     as soon as it is written (to byte-compile while extraction goes on); ``on_abort()`` is
     called before a rollback. ``expected`` maps wheels to the sha256 (hex) the lock gives them: they
     are hashed while they are extracted, and one that differs rolls the batch back (HashMismatch).
+    ``verified``: wheels the caller already checked against the lock. The members of both are checked
+    by CRC-32; a wheel in neither has every member checked against its RECORD sha256.
     """
     from wheelhouse.install.checks import hash_mismatch
 
@@ -222,7 +225,8 @@ def install_wheels(
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())], _missing_dirs(dirs))
         os.makedirs(scheme["scripts"], exist_ok=True)  # the others: by the workers, wheel by wheel
         bad = extract_plans(plans, python, jobs=jobs, total=total, reporter=reporter, task=task,
-                            on_written=on_written, expected=expected, inflater=inflater)
+                            on_written=on_written, expected=expected,
+                            verified={Path(w) for w in verified}, inflater=inflater)
         if bad:
             raise hash_mismatch(bad)
         with ThreadPoolExecutor(max_workers=jobs) as pool:

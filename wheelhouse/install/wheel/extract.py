@@ -27,7 +27,7 @@ import threading
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import Reporter
@@ -280,17 +280,18 @@ def _chunks(plans: list[WheelPlan], target_bytes: int) -> list[tuple[WheelPlan, 
 
 def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int, reporter: Reporter, task: str,
                   on_written: Callable[[str], None] | None = None, expected: Mapping[Path, str] | None = None,
-                  inflater: Inflater | None = None) -> list[tuple[str, str, str]]:
+                  verified: Collection[Path] = (), inflater: Inflater | None = None) -> list[tuple[str, str, str]]:
     """Write every planned file of ``plans`` (``write`` set) with ``jobs`` threads.
 
     ``expected`` maps wheels to the sha256 (hex) they must have; each is hashed by a task of the
-    same pool. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
+    same pool. ``verified``: wheels whose sha256 the caller already checked. The members of both
+    are checked by CRC-32, the others' by their RECORD sha256. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
     caller raises that first: it names the cause), else raises the first extraction error. The
     caller's transaction journaled every destination before this runs (a partial file is rolled
     back like a whole one).
     """
     expected = dict(expected or {})
-    run = Extraction(python, reporter, task, inflater or choose(), on_written, set(expected))
+    run = Extraction(python, reporter, task, inflater or choose(), on_written, set(expected) | set(verified))
     work: list[tuple[int, str, object]] = []
     for plan, members in _chunks(plans, target_bytes=max(8 << 20, total // (jobs * 4))):
         work.append((sum(m.size + _FILE_COST for m in members), "extract", (plan, members)))

@@ -25,29 +25,45 @@ __all__ = ["Inflater", "BACKENDS", "available", "choose"]
 BACKENDS = {"zlib-ng": "zlib_ng.zlib_ng", "isal": "isal.isal_zlib", "zlib": "zlib"}
 
 
+# CRC-32 runs at ~5 GB/s in ISA-L, ~3 GB/s in zlib-ng, ~1 GB/s in the standard zlib (same host).
+_CRC_ORDER = ("isal", "zlib-ng", "zlib")
+
+
 @dataclass(frozen=True)
 class Inflater:
-    """One zlib-compatible module: ``decompressobj(-15)`` for raw deflate, ``crc32``, and its error class."""
+    """One zlib-compatible module for raw deflate (``decompressobj(-15)``) and its error class, and the
+    fastest importable ``crc32`` (they all compute the same CRC-32)."""
 
     name: str
     module: ModuleType
+    crc_module: ModuleType = zlib
 
     def decompressobj(self):
         return self.module.decompressobj(-15)
 
     def crc32(self, data, value: int = 0) -> int:
-        return self.module.crc32(data, value)
+        return self.crc_module.crc32(data, value)
 
     @property
     def errors(self) -> tuple[type[BaseException], ...]:
         return (self.module.error, zlib.error)
 
 
-def _load(name: str) -> Inflater | None:
+def _module(name: str) -> ModuleType | None:
     try:
-        return Inflater(name, importlib.import_module(BACKENDS[name]))
+        return importlib.import_module(BACKENDS[name])
     except ImportError:
         return None
+
+
+def _load(name: str) -> Inflater | None:
+    module = _module(name)
+    if module is None:
+        return None
+    if name == "zlib":  # the plain path stays plain: nothing optional is used on it
+        return Inflater(name, module, module)
+    crc = next(m for m in (_module(n) for n in _CRC_ORDER) if m is not None)
+    return Inflater(name, module, crc)
 
 
 def available() -> list[str]:
