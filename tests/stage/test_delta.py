@@ -115,6 +115,7 @@ def test_full_stages_the_whole_closure_and_assumes_nothing(pyindex, pub, tmp_pat
     # what the full closure puts over the image is still said
     assert meta["image"]["changes"] == [{"name": "torch", "image": "2.0", "staged": "3.0", "direction": "upgrade"}]
     assert res.image.summary(len(res.files)) == "staged 4 of 4 (--full: nothing assumed of the image)"
+    assert res.image.lines() == ["--full: 1 staged at another version than the image's: torch 2.0 (image) -> 3.0 (upgrade)"]
 
 
 def test_without_an_image_wh_json_assumes_nothing(pyindex, pub, tmp_path):

@@ -64,7 +64,13 @@ class ImageDelta:
 
     def lines(self) -> list[str]:
         """One line per image distribution the stack changes, and per assumption made blind."""
-        out = [f"changes the image's {c.describe()}" for c in self.changes]
+        if self.full and self.changes:  # a whole closure: one line, they are all in the JSON
+            ordered = sorted(self.changes, key=lambda c: (c.direction != "downgrade", c.name))  # downgrades first
+            shown = ", ".join(c.describe() for c in ordered[:_LISTED])
+            more = f", and {len(self.changes) - _LISTED} more" if len(self.changes) > _LISTED else ""
+            out = [f"--full: {len(self.changes)} staged at another version than the image's: {shown}{more}"]
+        else:
+            out = [f"changes the image's {c.describe()}" for c in self.changes]
         out += [f"{u} (image): no index has its metadata; assumed to need nothing more" for u in self.unknown_deps]
         return out
 
