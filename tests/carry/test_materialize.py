@@ -93,6 +93,21 @@ def test_a_member_with_fewer_bytes_than_it_declares_is_refused(tmp_path, private
     assert list(private_tmp.iterdir()) == []
 
 
+def test_a_member_with_more_bytes_than_it_declares_is_refused(tmp_path, private_tmp):
+    """Bytes slipped in after a member's declared size: tarfile takes the next block for the archive's end
+    and would stop there quietly (the members after it lost); wh refuses instead."""
+    archive = write_tar(tmp_path / "long.tar", [TarMember("wheelhouse/wh.json", b"{}"),
+                                                TarMember("wheelhouse/wheels/a.whl", b"z" * 512),
+                                                TarMember("wheelhouse/pylock.toml", b"x")])
+    data = archive.read_bytes()
+    cut = data.index(b"z" * 512) + 512
+    archive.write_bytes(data[:cut] + b"extra bytes the header did not declare".ljust(512, b"!") + data[cut:])
+    Path(f"{archive}.sha256").write_text(f"{sha256_file(archive)}  {archive.name}\n")
+    with ExitStack() as held, pytest.raises(UnsafeArchive, match="more bytes than its header declares"):
+        materialize([str(archive)], held)
+    assert list(private_tmp.iterdir()) == []
+
+
 def test_an_archive_without_its_sidecar_is_not_trusted(tmp_path, private_tmp):
     archive = write_tar(tmp_path / "a.tar", [TarMember("wheelhouse/wh.json", b"{}")])
     Path(f"{archive}.sha256").unlink()

@@ -77,8 +77,24 @@ class _Parts:
         # one file: its hash is the whole's (hashing it twice cost a second pass of the CPU)
         self.each = [hashlib.sha256() for _ in files] if len(files) > 1 else []
         self.index, self.fh = 0, None
+        self.pos = 0  # bytes read so far
+        self.recent: list[tuple[int, bytes]] = []  # the last blocks read, with their offsets (tarfile reads ahead)
 
     def read(self, n: int = -1) -> bytes:
+        data = self._read(n)
+        if data:
+            self.recent = [*self.recent[-3:], (self.pos, data)]
+            self.pos += len(data)
+        return data
+
+    def since(self, offset: int) -> bytes | None:
+        """The bytes read from ``offset`` on, when they are still held (None: read too long ago)."""
+        held = [(o, b) for o, b in self.recent if o + len(b) > offset]
+        if not held or held[0][0] > offset:
+            return b"" if offset >= self.pos else None
+        return b"".join(b for _, b in held)[offset - held[0][0]:]
+
+    def _read(self, n: int) -> bytes:
         out = bytearray()
         while self.index < len(self.files) and (n < 0 or len(out) < n):
             if self.fh is None:
@@ -97,9 +113,12 @@ class _Parts:
             out += block
         return bytes(out)
 
-    def drain(self) -> None:
-        while self.read(_CHUNK):
-            pass
+    def drain(self) -> bool:
+        """Read (and hash) the rest; whether all of it was zeros (a tar's end blocks and padding)."""
+        zeros = True
+        while block := self.read(_CHUNK):
+            zeros = zeros and not block.strip(b"\0")
+        return zeros
 
     def close(self) -> None:
         if self.fh is not None:
@@ -183,11 +202,18 @@ def _unpack_stream(stream: _Parts, loc: Located, dest: Path) -> WhError | None:
                 if count > _MAX_MEMBERS:
                     raise UnsafeArchive(f"{loc.whole.name} holds more than {_MAX_MEMBERS} members", hint=_HINT)
                 _write_member(tar, member, dest / ROOT, _member_path(member, seen))
+            end = tar.offset  # where the end-of-archive blocks start (or a header tarfile could not read)
     except UnsafeArchive:
         raise
     except (tarfile.TarError, EOFError, ArchiveError) as exc:
         return exc if isinstance(exc, ArchiveError) else ArchiveError(
             f"{loc.whole.name} is not a readable tar archive: {exc}", hint=_HINT)
+    # tarfile takes a header it cannot read for the end of the archive: past the end, only zeros may follow,
+    # else a member held more bytes than its header declared (or bytes were inserted)
+    rest = stream.since(end)
+    if not stream.drain() or rest is None or rest.strip(b"\0"):
+        return UnsafeArchive(f"{loc.whole.name} has bytes past its last readable member: a member holds more "
+                             "bytes than its header declares, or the archive was altered", hint=_HINT)
     return None
 
 
@@ -211,7 +237,7 @@ def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -
     stream = _Parts(files, reporter, task)
     try:
         failure = _unpack_stream(stream, loc, dest)
-        stream.drain()  # the tar end marker may come before the last padding: hash every byte
+        stream.drain()  # after a damaged member: hash every byte, so the sidecar can say which part
     finally:  # refused or failed, no file stays open
         stream.close()
         reporter.finish(task)
