@@ -264,3 +264,54 @@ def test_freetoken_against_the_h200_image_stages_a_fraction(tmp_path):
     # freetoken needs numpy<2.5; the image has 2.5.2: said, and staged
     assert {"name": "numpy", "image": "2.5.2", "staged": d["changes"][0]["staged"], "direction": "downgrade"} in d["changes"]
     assert d["total_size"] < f["total_size"] / 5
+
+
+def test_a_delta_installs_on_its_image_and_is_refused_once_the_image_changed(pyindex, tmp_path):
+    """Stage against a profile captured from a real "image" interpreter, install with wh on it: the image's
+    copy is the one imported; after the image moves on, the same wheelhouse is refused before any write."""
+    import os
+    import subprocess
+    import sys
+    import venv
+
+    from wheelhouse.resources import capture_script
+
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0", requires=["lib>=1", "small"], modules={"app/__init__.py": "import lib, small\nV = lib.V\n"})
+    make_wheel(pub, "lib", "1.0", modules={"lib/__init__.py": "V = 1\n"})
+    make_wheel(pub, "lib", "2.0", modules={"lib/__init__.py": "V = 2\n"})
+    make_wheel(pub, "small", "1.0", modules={"small/__init__.py": ""})
+    idx = pyindex(pub)
+    image = tmp_path / "image"
+    venv.create(image, with_pip=False)
+    py = image / "bin" / "python"
+    pip_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    def pip_install(spec: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-index", "-f", str(pub), spec],
+                       check=True, capture_output=True, env=pip_env)
+
+    def wh(*args: str):
+        return subprocess.run([sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    pip_install("lib==1.0")
+    profile = tmp_path / "image.json"
+    subprocess.run([str(py), str(capture_script()), "-o", str(profile), "--no-gpus"], check=True, capture_output=True)
+    out = tmp_path / "wh"
+    staged = wh("stage", "app", "--target", str(profile), "-o", str(out), "--index-url", idx.url,
+                "--cache-dir", str(tmp_path / "c"), "--no-bootstrap")
+    assert staged.returncode == 0, staged.stderr
+    assert _consistent(out) == {"app": "1.0", "small": "1.0"}
+    assert read_wh_json(out)["assumed_present"] == [{"name": "lib", "version": "1.0"}]
+
+    done = wh("install", str(out), "--venv", str(tmp_path / "serve"), "--system-site-packages", "--python", str(py))
+    assert done.returncode == 0, done.stderr
+    got = subprocess.run([str(tmp_path / "serve" / "bin" / "python"), "-c", "import app; print(app.V)"],
+                         capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "1"  # the image's lib, not a staged one
+
+    pip_install("lib==2.0")  # the image moved on
+    refused = wh("install", str(out), "--venv", str(tmp_path / "serve2"), "--system-site-packages", "--python", str(py))
+    assert refused.returncode != 0 and "lib" in refused.stderr
+    assert not list((tmp_path / "serve2").rglob("app/__init__.py"))  # nothing of the stack was written
