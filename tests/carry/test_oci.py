@@ -362,6 +362,21 @@ def test_docker_config_credentials_reach_the_registry_and_never_show(pub, tmp_pa
             assert secret not in text and encoded not in text
         for blob in files_of(out).values():
             assert secret.encode() not in blob and encoded.encode() not in blob
+        # A credential helper (docker-credential-NAME get, host on stdin) is asked the same way docker asks it.
+        helper_bin = tmp_path / "helper-bin"
+        helper_bin.mkdir()
+        helper = helper_bin / "docker-credential-whtest"
+        helper.write_text("#!/bin/sh\nread host\n"
+                          f"[ \"$host\" = \"{reg.host}\" ] || exit 1\n"
+                          f"printf '{{\"Username\":\"alice\",\"Secret\":\"{secret}\"}}'\n")
+        helper.chmod(0o755)
+        helped = tmp_path / "helped-docker"
+        helped.mkdir()
+        (helped / "config.json").write_text(json.dumps({"credHelpers": {reg.host: "whtest"}}))
+        r = wh("pull", ref, "-o", tmp_path / "helped", "--json",
+               env={"DOCKER_CONFIG": str(helped), "PATH": f"{helper_bin}:{os.environ['PATH']}"})
+        assert r.returncode == 0, r.stderr
+        assert secret not in r.stdout + r.stderr and files_of(tmp_path / "helped") == files_of(house)
         # The registry saw authorized requests (and only those, past the first ping).
         statuses = [s for m, p, s in reg.requests() if p != "/v2/"]
         assert statuses and all(s != 401 for s in statuses[-10:])
