@@ -26,7 +26,7 @@ __all__ = ["install"]
               help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
               help="Byte-compile the installed files (in parallel).")
-@click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: 2x cores, at most 32).")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: usable cores + 1, at most 32).")
 @click.option("--no-links", is_flag=True, help="Do not create soname links / remove libcuda stubs afterwards.")
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
 @click.option("--allow-missing", is_flag=True,
