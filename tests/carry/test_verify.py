@@ -196,6 +196,11 @@ def test_not_a_wheelhouse_is_bad_input(tmp_path):
     (tmp_path / "empty").mkdir()
     r = wh("verify", tmp_path / "empty")
     assert r.returncode == 2 and "wh.json" in r.stderr, r.stderr
+    (tmp_path / "notes.txt").write_text("not a tar")
+    for source, says in ((tmp_path / "notes.txt", "neither a wheelhouse folder nor an archive"),
+                         (tmp_path / "gone.tar.part-0001", "does not exist")):
+        r = wh("verify", source)
+        assert r.returncode == 2 and says in r.stderr and r.stdout == "", r.stderr
 
 
 def test_a_copy_elsewhere_verifies_the_same(house, tmp_path):

@@ -106,7 +106,7 @@ def locate(path: str | Path) -> Located | None:
         return None
     base = base_of(p)
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
-    named = p != base  # a part's or the sidecar's name says "archive" even when files are missing
+    named = p != base and p.is_file()  # a part's or the sidecar's name says "archive" even when others are missing
     if named or sidecar.is_file() or base.with_name(part_name(base.name, 1)).is_file() or _is_tar(p):
         return Located(folder=base.parent, base=base.name, sidecar=sidecar)
     return None

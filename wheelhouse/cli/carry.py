@@ -20,7 +20,7 @@ def _mib(n: int) -> str:
 @click.argument("wheelhouse", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The archive to write (its sidecar is OUTPUT.sha256).")
-@click.option("--part-size", help="Split into OUTPUT.part-0001, ... of at most this size (2G, 700M, 64K).")
+@click.option("--part-size", metavar="SIZE", help="Split into OUTPUT.part-0001, ... of at most this size (2G, 700M, 64K).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON on stdout.")
 @click.pass_obj
 def pack(ui, wheelhouse, out, part_size, as_json) -> None:
@@ -55,10 +55,9 @@ def pack(ui, wheelhouse, out, part_size, as_json) -> None:
             f"sha256 {result.sha256[:16]}... in {result.sidecar}")
 
 
-def _print(ui, verdict) -> None:
-    s = verdict.summary
-    t = s.get("target") or {}
-    ui.data(f"wheelhouse: {verdict.archive or verdict.wheelhouse}" + (f" ({s['name']})" if s.get("name") else ""))
+def _print_summary(ui, s: dict) -> None:
+    """What the wheelhouse is for (its target) and what it holds."""
+    t = s.get("target")
     if t:
         gpus = ", ".join(f"{g.get('name', '?')} sm {g.get('sm', '?')}" for g in t.get("gpus") or []) or "none recorded"
         extra = "".join(f", {k.split('_')[0]} {t[k]}" for k in ("driver_version", "cuda_version") if t.get(k))
@@ -70,6 +69,13 @@ def _print(ui, verdict) -> None:
     ui.data(f"holds: {plural(s.get('wheels', 0), 'wheel')} ({_mib(s.get('size', 0))}), "
             f"bootstrap {plural(s.get('bootstrap', 0), 'wheel')}, {plural(s.get('patches', 0), 'patch file')}"
             + (f", engine {engine.get('name')} at {str(engine.get('commit'))[:12]}" if engine else ""))
+
+
+def _print(ui, verdict) -> None:
+    s = verdict.summary
+    ui.data(f"wheelhouse: {verdict.archive or verdict.wheelhouse}" + (f" ({s['name']})" if s.get("name") else ""))
+    if s:  # empty: the archive was refused before there was a wheelhouse to describe
+        _print_summary(ui, s)
     for note in verdict.notes:
         ui.info(f"note: {note}")
     for problem in verdict.problems:
@@ -102,9 +108,14 @@ def verify(ui, source, no_hashes, jobs, as_json) -> None:
 
     from wheelhouse.carry import ArchiveError, UnsafeArchive, is_archive, unpack_into
     from wheelhouse.carry.verify import Verdict, verify_wheelhouse
+    from wheelhouse.errors import UsageError
 
-    reporter = ui.reporter()
     archive = is_archive(source)
+    if archive is None and not Path(source).is_dir():
+        what = "is a file, neither a wheelhouse folder nor an archive `wh pack` wrote" if Path(source).exists() \
+            else "does not exist"
+        raise UsageError(f"{source} {what}", hint="pass a wheelhouse folder (holding wh.json) or a `wh pack` archive")
+    reporter = ui.reporter()
     with ExitStack() as held:
         try:
             folder = unpack_into(archive, held, reporter) if archive else Path(source)
