@@ -373,6 +373,9 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
 def require_intact(wheelhouses: Sequence[str | Path], *, patches: bool = True) -> None:
     """Raise WheelhouseDamaged naming every structural problem (no hashing: the caller hashes what it installs)."""
     for path in wheelhouses:
+        meta = read_wh_json(path)
+        if meta.get("target"):  # a target of the wrong shape is bad input, with its own error (exit 2)
+            target_from_json(meta["target"], where=f"{Path(path) / 'wh.json'} target")
         verdict = verify_wheelhouse(path, hashes=False, patches=patches)
         if verdict.problems:
             n = len(verdict.problems)
