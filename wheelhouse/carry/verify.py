@@ -173,6 +173,8 @@ def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | N
     for f in lock.files:
         pins.setdefault(canonicalize_name(f.name), []).append(f.version)
     assumed = _assumed(meta, target)
+    # an engine `wh build` made from source replaces the staged release on purpose (a dev version)
+    built = {canonicalize_name(f.name) for f in lock.files if f.tool.get("source") == "build"}
     problems = []
     for kind in ("requirements", "constraints"):
         for text in _list(inputs.get(kind)):
@@ -183,6 +185,8 @@ def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | N
             except (InvalidRequirement, ValueError):
                 continue  # a wheel path or URL: nothing to compare
             name = canonicalize_name(req.name)
+            if name in built:
+                continue
             versions = pins.get(name)
             if not versions:
                 if kind == "requirements" and name not in assumed and not req.url:
