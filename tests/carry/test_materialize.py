@@ -3,6 +3,7 @@ hostile members refused with nothing written outside it; `wh install ARCHIVE` en
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -104,6 +105,18 @@ def test_a_member_with_more_bytes_than_it_declares_is_refused(tmp_path, private_
     archive.write_bytes(data[:cut] + b"extra bytes the header did not declare".ljust(512, b"!") + data[cut:])
     Path(f"{archive}.sha256").write_text(f"{sha256_file(archive)}  {archive.name}\n")
     with ExitStack() as held, pytest.raises(UnsafeArchive, match="more bytes than its header declares"):
+        materialize([str(archive)], held)
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_an_oversized_extended_header_is_refused_before_it_is_read(tmp_path, private_tmp):
+    archive = tmp_path / "pax.tar"
+    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+        ti = tarfile.TarInfo("wheelhouse/wh.json")
+        ti.pax_headers = {"comment": "x" * (2 << 20)}  # tarfile would hold all of it in memory
+        tar.addfile(ti, io.BytesIO(b""))
+    Path(f"{archive}.sha256").write_text(f"{sha256_file(archive)}  {archive.name}\n")
+    with ExitStack() as held, pytest.raises(UnsafeArchive, match="extended header of"):
         materialize([str(archive)], held)
     assert list(private_tmp.iterdir()) == []
 

@@ -142,6 +142,21 @@ def _hash_problems(loc: Located, sidecar: Sidecar, stream: _Parts) -> list[str]:
     return problems
 
 
+_MAX_HEADER = 1 << 20  # a pax or GNU long-name header wh writes is a few hundred bytes
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+             tarfile.GNUTYPE_LONGLINK)
+
+
+class _GuardedInfo(tarfile.TarInfo):
+    """tarfile reads an extended header's whole body into memory: refuse one bigger than any real one first."""
+
+    def _proc_member(self, tarfile_):  # tarfile's hook for each header it reads (3.8 to 3.13)
+        if self.type in _EXTENDED and self.size > _MAX_HEADER:
+            raise UnsafeArchive(f"archive member {self.name!r} is an extended header of {self.size} bytes "
+                                f"(at most {_MAX_HEADER})", hint=_HINT)
+        return super()._proc_member(tarfile_)
+
+
 def _member_path(member: tarfile.TarInfo, seen: dict[str, bool]) -> str:
     """The member's name relative to the archive's root folder, or UnsafeArchive naming why not."""
     name = member.name
@@ -196,7 +211,8 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, rel
 def _unpack_stream(stream: _Parts, loc: Located, dest: Path) -> WhError | None:
     """Write the members; an unsafe one raises, damaged bytes are returned (the sidecar may say which part)."""
     try:
-        with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[arg-type]
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK,  # type: ignore[arg-type]
+                          tarinfo=_GuardedInfo) as tar:
             seen: dict[str, bool] = {}
             for count, member in enumerate(tar, 1):
                 if count > _MAX_MEMBERS:
