@@ -116,3 +116,13 @@ def test_missing_requirements_are_staged_from_the_given_find_links(tmp_path, int
     assert done.added == ("zmqlike==25.1",)
     assert (wh / "wheels" / dep.name).read_bytes() == dep.read_bytes()
     assert set(read_pylock(wh).by_name()) == {"lib", "toyengine", "zmqlike"}
+
+
+def test_the_engine_s_image_requirements_join_the_delta_s_assumptions():
+    from wheelhouse.engine.record import _with_assumed
+
+    data = {"assumed_present": [{"name": "torch", "version": "2.11.0"}], "image": {"full": False}}
+    out = _with_assumed(data, (("numpy", "2.4.6"), ("torch", "2.11.0")))
+    assert out["assumed_present"] == [{"name": "numpy", "version": "2.4.6"}, {"name": "torch", "version": "2.11.0"}]
+    assert data["assumed_present"] == [{"name": "torch", "version": "2.11.0"}]  # the caller's dict is not changed
+    assert _with_assumed(data, ()) is data

@@ -61,3 +61,43 @@ def test_offline_lists_every_missing_requirement_or_records_them(engine, tmp_pat
     done = complete(engine, tmp_path, [], T312, index_urls=[], find_links=[], cache_dir=tmp_path / "c",
                     allow_incomplete=True)
     assert done.missing == ("dep>=2", "pinned==1.0", "eng-core") and done.added == ()
+
+
+def _image(*dists):
+    from dataclasses import replace
+
+    from wheelhouse.target.profile import ProvidedDist
+
+    return replace(T312, provided=tuple(ProvidedDist(n, v, "venv") for n, v in dists))
+
+
+def test_a_delta_counts_what_the_image_provides_and_records_what_the_engine_relies_on(engine, tmp_path, pyindex):
+    from wheelhouse.engine.requirements import image_versions
+
+    target = _image(("dep", "2.1"), ("pinned", "0.9"), ("subdep", "1.0"))
+    delta = {"image": {"full": False}}
+    image = image_versions(target, delta)
+    # dep 2.1 from the image does; pinned 0.9 from the image does not (==1.0); eng-core is nowhere.
+    assert missing_requirements(engine, [], target, image) == ["pinned==1.0", "eng-core"]
+    assert image_versions(target, {"image": {"full": True}}) == {} and image_versions(target, {}) == {}
+    pub = tmp_path / "pub"
+    make_wheel(pub, "pinned", "1.0")
+    make_wheel(pub, "eng-core", "3", requires=["subdep"])
+    make_wheel(pub, "subdep", "1.1")
+    index = pyindex(pub)
+    (tmp_path / "wh" / "wheels").mkdir(parents=True)
+    done = complete(engine, tmp_path / "wh", [], target, index_urls=[index.url], find_links=[],
+                    cache_dir=tmp_path / "c", allow_incomplete=False, image=image)
+    # the image's dep and subdep are kept (nothing fetched for them) and become assumptions the box must keep
+    assert sorted(f"{f.name}=={f.version}" for f in done.added) == ["eng-core==3", "pinned==1.0"]
+    assert dict(done.assumed) == {"dep": "2.1", "subdep": "1.0"}
+
+
+def test_a_full_wheelhouse_stages_the_engine_requirements_the_image_has(engine, tmp_path):
+    from wheelhouse.engine.requirements import image_versions
+
+    target = _image(("dep", "2.1"), ("pinned", "1.0"), ("eng-core", "3"))
+    with pytest.raises(EngineIncomplete) as info:  # --full: the box's image is not relied on
+        complete(engine, tmp_path, [], target, index_urls=[], find_links=[], cache_dir=tmp_path / "c",
+                 allow_incomplete=False, image=image_versions(target, {"image": {"full": True}}))
+    assert "dep>=2, pinned==1.0, eng-core" in info.value.message

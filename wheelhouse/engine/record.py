@@ -21,7 +21,7 @@ from wheelhouse.lock.journal import UndoJournal
 from wheelhouse.progress import Reporter
 
 from .recipe import EngineRecipe
-from .requirements import Completion, complete
+from .requirements import Completion, complete, image_versions
 from .source import AppliedBackport
 
 __all__ = ["EngineBuild", "Built", "add_to_wheelhouse"]
@@ -108,12 +108,14 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
             undo.replacing(dest)
             _copy_in(built.wheel, dest)
         artifacts = _export_backports(built.backports, wheelhouse, undo)
+        image = image_versions(target, data)
         done: Completion = complete(
             dest, wheelhouse, lock.files if lock else (), target,
             index_urls=list(index_urls if index_urls is not None else inputs.get("indexes") or ()),
             find_links=list(find_links if find_links is not None else inputs.get("find_links") or ()),
             cache_dir=cache_dir, allow_incomplete=allow_incomplete, client=client, reporter=reporter,
-            on_create=undo.created)
+            on_create=undo.created, image=image)
+        data = _with_assumed(data, done.assumed)
         record = _engine_record(recipe, built, interp, sha, artifacts, (wheelhouse / built.log_rel).exists())
         if done.missing:
             record["incomplete"] = list(done.missing)
@@ -143,6 +145,16 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
                        log_path=wheelhouse / built.log_rel if (wheelhouse / built.log_rel).exists() else None,
                        record=record, links=built.links,
                        added=tuple(f"{f.name}=={f.version}" for f in done.added), missing=done.missing)
+
+
+def _with_assumed(data: dict[str, Any], assumed) -> dict[str, Any]:
+    """wh.json with the image distributions the engine relies on added to ``assumed_present``
+    (``wh install`` refuses a box that no longer provides them)."""
+    if not assumed:
+        return data
+    rows = {r["name"]: r["version"] for r in data.get("assumed_present") or () if isinstance(r, dict) and "name" in r}
+    rows.update(dict(assumed))
+    return {**data, "assumed_present": [{"name": n, "version": v} for n, v in sorted(rows.items())]}
 
 
 def _copy_in(src: Path, dest: Path) -> None:
