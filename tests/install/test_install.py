@@ -426,17 +426,18 @@ def test_compile_and_a_bad_wheel_leave_no_bytecode_behind(tmp_path):
     import zipfile
     import io as _io
     buf = _io.BytesIO()
-    with zipfile.ZipFile(bad) as src, zipfile.ZipFile(buf, "w") as dst:
+    with zipfile.ZipFile(bad) as src, zipfile.ZipFile(buf, "w") as dst:  # stored, so the bytes can be changed
         for info in src.infolist():
-            data = src.read(info)
-            dst.writestr(info.filename, b"B = 2\n" if info.filename == "bad/__init__.py" else data)
-    bad.write_bytes(buf.getvalue())
-    house = make_wheelhouse(tmp_path / "house", [good, bad])
+            dst.writestr(info.filename, src.read(info))
+    raw = bytearray(buf.getvalue())
+    raw[raw.index(b"B = 1\n") + 4] = ord("2")  # B = 2, under the CRC-32 and RECORD of B = 1
+    bad.write_bytes(bytes(raw))
+    house = make_wheelhouse(tmp_path / "house", [good, bad])  # the lock's hash is of these bytes
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     before = tree_listing(venv)
     r = wh("install", house, "--venv", venv, "--compile")
-    assert r.returncode == 1 and "RECORD" in r.stderr
+    assert r.returncode == 1 and "bad/__init__.py does not match its CRC-32" in r.stderr, r.stderr
     assert tree_listing(venv) == before
 
 

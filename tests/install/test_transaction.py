@@ -42,17 +42,22 @@ def _stack(folder: Path, version: str = "1.0") -> list[Path]:
 
 
 def _corrupt_member(wheel: Path, member: str) -> Path:
-    """Change one member's bytes but keep RECORD: the wheel passes the lock's hash (made after) and fails
-    extraction, in the middle of a batch."""
+    """Change one member's stored bytes but keep its CRC-32 and RECORD: the wheel passes the lock's hash
+    (made after) and fails extraction, in the middle of a batch (the bytes are not the ones the archive
+    describes: what a bad re-read of the medium gives)."""
     data = {}
     with zipfile.ZipFile(wheel) as zf:
         for n in zf.namelist():
             data[n] = zf.read(n)
-    old = data[member]
-    data[member] = old[:-2] + (b"#" if old[-2:-1] != b"#" else b"!") + old[-1:]  # same size, other bytes
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         for n, d in data.items():
-            zf.writestr(n, d)
+            zf.writestr(n, d, compress_type=zipfile.ZIP_STORED if n == member else zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo(member)
+    raw = bytearray(wheel.read_bytes())
+    at = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + info.file_size - 2
+    raw[at] = ord("#") if raw[at] != ord("#") else ord("!")  # same size, other bytes
+    wheel.write_bytes(bytes(raw))
     return wheel
 
 
@@ -122,7 +127,7 @@ def test_failed_install_leaves_every_byte_as_it_was_even_files_another_dist_owns
     second = make_wheelhouse(tmp_path / "second", [clash, bad])
     before = tree_listing(venv)
     r = wh("install", second, "--venv", venv)
-    assert r.returncode == 1 and "RECORD" in r.stderr, r.stderr
+    assert r.returncode == 1 and "zbad.py does not match its CRC-32" in r.stderr, r.stderr
     assert tree_listing(venv) == before
     assert (site(venv) / "upa" / "__init__.py").read_text() == "OWNER = 'upa'\n"
 
