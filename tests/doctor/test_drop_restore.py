@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from broken_packages import install_wheel, make_venv, site_packages
+from index_fixtures import pyindex  # noqa: F401  (fixture)
 from nvidia_fixtures import make_wheelhouse
 from wheelhouse.doctor.drop import DropPlan, RestoreResult, drop_distributions, read_dropped, restore_dropped
 from wheelmaker import make_wheel
@@ -79,3 +80,25 @@ def test_restore_of_a_manually_reinstalled_distribution_says_so(dropped):
     assert read_dropped(site_packages(py)) == []
     with pytest.raises(Exception, match="victim was not dropped"):
         restore_dropped(str(py), "victim")
+
+
+def test_an_install_from_an_archive_records_the_archive_and_restore_takes_it_from_there(tmp_path, pyindex):
+    """Before: installed.json named the deleted temporary folder, so `wh drop --restore` could not find it."""
+    from carry_fixtures import staged_wheelhouse
+    from wheelhouse.install import read_install_state
+
+    house = staged_wheelhouse(tmp_path, pyindex)
+    archive = tmp_path / "carried" / "wh.tar"
+    assert wh("pack", house, "-o", archive).returncode == 0
+    venv = tmp_path / "v"
+    r = wh("install", archive, "--venv", venv, "--no-patches", "--json")
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    state = read_install_state(site_packages(py))
+    assert state["wheelhouses"] == [str(archive)] and state["packages"]["app"]["wheelhouse"] == str(archive)
+    [rec] = drop_distributions(str(py), [DropPlan("app", "1.0", ("app",), "import failed", "ImportError", None)])
+    assert rec.confirmed and not _find(py, "app")
+    out = restore_dropped(str(py), "app")
+    assert out.wheelhouse == str(archive) and _find(py, "app")
+    leftovers = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("wh-unpacked-*") if p.stat().st_mtime > archive.stat().st_mtime]
+    assert leftovers == []  # the archive was unpacked for the restore, then removed

@@ -24,9 +24,25 @@ from wheelhouse.progress import Reporter
 from .sidecar import Located, locate
 from .unpack import ArchiveError, UnsafeArchive, unpack_archive
 
-__all__ = ["ArchiveError", "UnsafeArchive", "OCI_SCHEME", "is_archive", "materialize", "unpack_into"]
+__all__ = ["ArchiveError", "UnsafeArchive", "OCI_SCHEME", "is_archive", "materialize", "origin_of", "unpack_into"]
 
 OCI_SCHEME = "oci://"
+
+# A materialized folder -> what the user named (the archive's absolute path, or the oci:// reference), for as long
+# as the folder lives: wh install records the source, never a temporary folder the next `wh drop --restore` cannot find.
+_ORIGINS: dict[str, str] = {}
+
+
+def origin_of(path: str | os.PathLike) -> str:
+    """What ``path`` was materialized from (an archive or an oci:// reference); ``path`` itself otherwise."""
+    return _ORIGINS.get(os.path.normpath(os.fspath(path)), os.fspath(path))
+
+
+def _remember(folder: Path, source: str, held: ExitStack) -> Path:
+    key = os.path.normpath(os.fspath(folder))
+    _ORIGINS[key] = source
+    held.callback(_ORIGINS.pop, key, None)
+    return folder
 
 
 def is_archive(source: str) -> Located | None:
@@ -69,9 +85,9 @@ def materialize(sources: Sequence[str], held: ExitStack, reporter: Reporter | No
     out = []
     for s in map(os.fspath, sources):
         if s.startswith(OCI_SCHEME):
-            out.append(_pull(s, held, reporter))
+            out.append(_remember(_pull(s, held, reporter), s, held))
         elif (loc := is_archive(s)) is not None:
-            out.append(unpack_into(loc, held, reporter))
+            out.append(_remember(unpack_into(loc, held, reporter), os.path.abspath(s), held))
         else:
             out.append(Path(s))
     return out

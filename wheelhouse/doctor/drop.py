@@ -21,6 +21,7 @@ import os
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -292,7 +293,16 @@ def list_dropped(python: str) -> DroppedList:
     return _reconcile(inspect_interpreter(python))
 
 
-def _source_wheelhouse(entry: Mapping[str, Any], wheelhouse: Path | None, python: str) -> Path:
+def _recorded_source(recorded: str, held) -> Path | None:
+    """A recorded archive or oci:// source, materialized (verified); None when it is a folder or gone."""
+    from wheelhouse.carry import OCI_SCHEME, is_archive, materialize
+
+    if recorded.startswith(OCI_SCHEME) or (Path(recorded).is_file() and is_archive(recorded) is not None):
+        return materialize([recorded], held)[0]
+    return None
+
+
+def _source_wheelhouse(entry: Mapping[str, Any], wheelhouse: Path | None, python: str, held) -> Path:
     if wheelhouse is not None:
         if not (Path(wheelhouse) / "wh.json").is_file():
             raise NotDropped(f"--wheelhouse {wheelhouse} is not a wheelhouse (no wh.json)",
@@ -301,6 +311,9 @@ def _source_wheelhouse(entry: Mapping[str, Any], wheelhouse: Path | None, python
     if not entry.get("wheelhouse"):
         raise NotDropped(f"no wheelhouse was recorded when {entry['name']} was dropped",
                          hint=f"name one: `wh drop --restore {entry['name']} --wheelhouse WHEELHOUSE --python {python}`")
+    from_archive = _recorded_source(entry["wheelhouse"], held)
+    if from_archive is not None:
+        return from_archive
     if not (Path(entry["wheelhouse"]) / "wh.json").is_file():
         raise NotDropped(f"{entry['name']} was installed from {entry['wheelhouse']}, which is no longer there",
                          hint=f"restore it from a copy: `wh drop --restore {entry['name']} --wheelhouse WHEELHOUSE "
@@ -315,6 +328,7 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
     The entry leaves the record only once the distribution is installed again; one that was
     reinstalled by other means is only removed from the record (``already_installed``).
     """
+    from wheelhouse.carry import origin_of
     from wheelhouse.install import install_wheelhouses
     from wheelhouse.target.interpreter import inspect_interpreter
 
@@ -330,12 +344,14 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
     if _dist_info(list(interp.site_dirs), entry["name"]) is not None:
         _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
         return RestoreResult(entry["name"], entry.get("version"), None, already_installed=True)
-    source = _source_wheelhouse(entry, wheelhouse, interp.executable)
-    result = install_wheelhouses([source], python=interp.executable, only={entry["name"]},
-                                 links=False, patches=False, reporter=reporter)
+    with ExitStack() as held:  # an archive or registry source lives in a temporary folder until installed
+        source = _source_wheelhouse(entry, wheelhouse, interp.executable, held)
+        result = install_wheelhouses([source], python=interp.executable, only={entry["name"]},
+                                     links=False, patches=False, reporter=reporter)
+        recorded = origin_of(source)
     if _dist_info(list(interp.site_dirs), entry["name"]) is None:
         raise NotDropped(f"{entry['name']} is not in {source}: nothing was restored",
                          hint=f"give the wheelhouse it came from: `wh drop --restore {entry['name']} --wheelhouse "
                               f"WHEELHOUSE --python {interp.executable}`")
     _write_dropped(interp.platlib, [e for e in read_dropped(interp.platlib) if canonicalize_name(e["name"]) != key])
-    return RestoreResult(entry["name"], entry.get("version"), str(source), install=result)
+    return RestoreResult(entry["name"], entry.get("version"), recorded, install=result)

@@ -61,13 +61,15 @@ def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, Locked
 
     Called inside the install's transaction (its journal is there), as its last write.
     """
+    from wheelhouse.carry import origin_of  # an archive or oci:// source is recorded, not its temporary folder
+
     state = _read(site_dir)
     for h in houses:
-        if str(h.path) not in state["wheelhouses"]:
-            state["wheelhouses"].append(str(h.path))
+        if origin_of(h.path) not in state["wheelhouses"]:
+            state["wheelhouses"].append(origin_of(h.path))
     for h, f in chosen:
         state["packages"][canonical_name(f.name)] = {
-            "version": f.version, "filename": f.filename, "sha256": f.sha256, "wheelhouse": str(h.path),
+            "version": f.version, "filename": f.filename, "sha256": f.sha256, "wheelhouse": origin_of(h.path),
             "path": f.path,
         }
     state["installed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
