@@ -52,6 +52,13 @@ def test_wh_prints_exactly_what_click_prints(args, columns):
     assert fast[0] or fast[1]
 
 
+@pytest.mark.parametrize("args", [["--version"], ["--help"]], ids=["version", "help"])
+def test_a_closed_stdout_is_no_traceback(args):
+    cmd = " ".join([*WH, *args])
+    r = subprocess.run(["sh", "-c", f"{cmd} >&-"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == ""  # as click's echo: nothing written, no error
+
+
 def test_a_command_line_with_more_goes_to_click():
     out, err, rc = _wh(["--version", "--nonsense"], 80)
     assert rc == 2 and "error:" in err and "--nonsense" in err

@@ -76,20 +76,24 @@ def help_text(width: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def _emit(stream, text: str) -> None:
+    if stream is None:  # stdout or stderr closed (`wh --version >&-`): click's echo writes nothing either
+        return
+    stream.write(text)
+    stream.flush()
+
+
 def answer(argv: list[str]) -> int | None:
     """Answer ``--version``, ``--help``/``-h`` and a bare ``wh`` here; None: hand the command line to click."""
     if argv == ["--version"]:
         from wheelhouse import __version__
 
-        sys.stdout.write(f"wh, version {__version__}\n")
-        sys.stdout.flush()
+        _emit(sys.stdout, f"wh, version {__version__}\n")
         return 0
     if argv in (["--help"], ["-h"]):
-        sys.stdout.write(help_text() + "\n")
-        sys.stdout.flush()
+        _emit(sys.stdout, help_text() + "\n")
         return 0
     if not argv:  # click: a group called alone prints its help to stderr and exits 2
-        sys.stderr.write(help_text() + "\n")
-        sys.stderr.flush()
+        _emit(sys.stderr, help_text() + "\n")
         return 2
     return None
