@@ -35,6 +35,7 @@ from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .proxy import proxy_for, via_urllib
+from .resolver import HostResolver
 from .tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .cache import NotCached, get_cached as _get_cached
