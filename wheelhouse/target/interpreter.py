@@ -39,11 +39,7 @@ data["prefix"] = sys.prefix
 data["base_prefix"] = getattr(sys, "base_prefix", sys.prefix)
 data["full_version"] = ".".join(map(str, sys.version_info[:3]))
 data["sys_path"] = [p for p in sys.path if p]
-try:
-    import pip  # noqa: F401
-    data["has_pip"] = True
-except Exception:
-    data["has_pip"] = False
+data["has_pip"] = importlib.util.find_spec("pip") is not None  # found, not imported (~0.1 s on every probe)
 sys.stdout.write(json.dumps(data))
 """
 
