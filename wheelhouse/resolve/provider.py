@@ -55,6 +55,7 @@ class Provider(AbstractProvider):
         self.order: dict[str, int] = {}
         self.parents: dict[str, list[tuple[str, str]]] = {}  # name -> [(requirement text, parent "name==ver")]
         self._lock = threading.Lock()
+        self._satisfies: dict[tuple, bool] = {}  # (specifier, version) -> contains
         self._prefetched: set[str] = set()
         self.root_texts: dict[str, set[str]] = {}
         self._pins: Mapping[str, Cand] | None = None
@@ -127,7 +128,11 @@ class Provider(AbstractProvider):
             return False
         if requirement.direct is not None:
             return candidate.distfile is not None and candidate.distfile.url == requirement.direct.url
-        return requirement.specifier.contains(candidate.version, prereleases=True)
+        key = (requirement.specifier, candidate.version)  # resolvelib asks the same pair ~100k times on a big closure
+        found = self._satisfies.get(key)
+        if found is None:
+            found = self._satisfies[key] = requirement.specifier.contains(candidate.version, prereleases=True)
+        return found
 
     def get_dependencies(self, candidate):
         if candidate.kind != "pkg":

@@ -400,11 +400,8 @@ def provided_distributions(use_importlib: bool = True) -> list[dict]:
     without a valid Name or a Version are skipped, and so are folders that cannot be read (what is not
     listed is staged: the safe side)."""
     importlib_metadata = None
-    if use_importlib:
-        try:
-            import importlib.metadata as importlib_metadata
-        except ImportError:  # Python 3.7
-            importlib_metadata = None
+    if use_importlib and sys.version_info >= (3, 8):  # Python 3.7 has no importlib.metadata: the scan instead
+        import importlib.metadata as importlib_metadata
     out, seen = [], set()
     for entry in _search_path():
         try:
