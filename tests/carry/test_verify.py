@@ -224,3 +224,18 @@ def test_the_engine_record_and_its_exported_files_are_checked_against_the_lock(t
                            f"pylock.toml says {sha256_file(wheel)[:16]}...")
     assert problems[1].startswith("patches/engine/k.py: sha256 ") and "wh.json's engine artifact" in problems[1]
     assert verify_wheelhouse(house).summary["engine"] == {"name": "engine", "commit": "abc", "wheel": f"wheels/{wheel.name}"}
+
+
+def test_the_summary_names_each_gpu_s_compute_capability():
+    """Before: `GPUs: NVIDIA H200 sm ?` (the summary asked for a key the profile does not have)."""
+    from wheelhouse.cli.carry import _print_summary
+
+    lines = []
+
+    class Ui:
+        def data(self, text):
+            lines.append(text)
+
+    _print_summary(Ui(), {"target": {"describe": "cp312", "platform": "linux_x86_64", "driver_version": "580",
+                                     "gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]}})
+    assert "GPUs: NVIDIA H200 sm 9.0, driver 580" in lines[0]

@@ -49,10 +49,10 @@ $WH install "$ARCHIVE" --venv "$WORK/plain" --python "$PY" >"$OUT/install-plain.
 
 # 4. the real install: a venv that keeps the image's packages
 SV="$WORK/serve"
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 $WH install "$ARCHIVE" --venv "$SV" --system-site-packages --python "$PY" --json >"$OUT/install.json" 2>"$OUT/install.err"; rc=$?
-t1=$(date +%s.%N)
-[ $rc -eq 0 ] && pass "4a install from the archive: rc=0 in $(printf '%.1f' "$(echo "$t1 - $t0" | bc)")s: $(tail -1 "$OUT/install.err")" \
+t1=$(date +%s%N)
+[ $rc -eq 0 ] && pass "4a install from the archive: rc=0 in $(( (t1 - t0) / 1000000 )) ms: $(grep -m1 '^installed' "$OUT/install.err")" \
   || bad "4a install rc=$rc: $(tail -4 "$OUT/install.err")"
 "$SV/bin/python" - >"$OUT/which.txt" 2>&1 <<'PYEOF'
 import importlib.metadata as md, torch, numpy, fastapi, zmq, transformers

@@ -35,7 +35,7 @@ say "FreeToken mirror at $COMMIT; wh: $($WH --version 2>&1)"
 
 # 1. the build venv: made by wh itself, keeping the image's torch/setuptools/nvidia libs
 BV="$WORK/bv"
-if [ -n "$BOX_WH" ] && [ -d "$BOX_WH" ]; then
+if [ -n "$BOX_WH" ] && [ -e "$BOX_WH" ]; then  # a wheelhouse folder, or its archive
   $WH install "$BOX_WH" --venv "$BV" --system-site-packages --python "$PY" >"$OUT/bv-install.log" 2>&1 \
     || bad "build venv: wh install rc=$? $(tail -2 "$OUT/bv-install.log")"
 else

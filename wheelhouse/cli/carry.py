@@ -59,7 +59,8 @@ def _print_summary(ui, s: dict) -> None:
     """What the wheelhouse is for (its target) and what it holds."""
     t = s.get("target")
     if t:
-        gpus = ", ".join(f"{g.get('name', '?')} sm {g.get('sm', '?')}" for g in t.get("gpus") or []) or "none recorded"
+        gpus = ", ".join(f"{g.get('name', '?')} sm {g.get('compute_capability') or '?'}"
+                         for g in t.get("gpus") or []) or "none recorded"
         extra = "".join(f", {k.split('_')[0]} {t[k]}" for k in ("driver_version", "cuda_version") if t.get(k))
         ui.data(f"target: {t['describe']}, {t.get('platform') or 'any platform'}; GPUs: {gpus}{extra}"
                 + (f"; image provides {t['provided']} distributions" if t.get("provided") else ""))
