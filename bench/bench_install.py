@@ -132,7 +132,8 @@ def _report(house: Path, times: dict[str, list[float]], cpu: dict[str, list[floa
     mcpu = {k: statistics.median(v) for k, v in cpu.items() if v}
     print(f"\n{house}: median wall seconds (range), ratio to uv; median CPU seconds, ratio to uv's:")
     for k, v in sorted(med.items(), key=lambda kv: kv[1]):
-        ref = "uv --compile-bytecode" if "compile" in k or k.startswith("pip (default") else "uv"
+        compiles = ("--compile" in k and "--no-compile" not in k) or k.startswith("pip (default")
+        ref = "uv --compile-bytecode" if compiles else "uv"
         rel = f"{v / med[ref]:.2f}x" if ref in med else "  -  "
         crel = f"{mcpu[k] / mcpu[ref]:.2f}x" if ref in mcpu else "  -  "
         print(f"  {k:<26} {v:7.2f}  ({min(times[k]):.2f}-{max(times[k]):.2f})  {rel}   cpu {mcpu[k]:6.2f}  {crel}"

@@ -148,13 +148,18 @@ class Transaction:
         seen: set[str] = set()
         moved_dirs: set[str] = set()  # an old dist-info folder moves whole: what is inside goes with it
         listing: dict[str, list[str]] = {}
+        folders: dict[str, bool] = {}  # a path in a folder that is not there is not there (a new venv: most)
         for p in sorted(set(paths) | set(self.extra), key=lambda x: (x.count(os.sep), x)):
-            for q in (p, *_bytecode_files(p, listing)):
+            parent = os.path.dirname(os.path.normpath(p))
+            there = folders.get(parent)
+            if there is None:
+                there = folders[parent] = os.path.isdir(parent)
+            for q in (p, *(_bytecode_files(p, listing) if there else ())):
                 q = os.path.normpath(q)
                 if q in seen or _below_any(q, moved_dirs):
                     continue
                 seen.add(q)
-                existed = os.path.lexists(q)
+                existed = there and os.path.lexists(q)
                 if existed and os.path.isdir(q) and not os.path.islink(q):
                     moved_dirs.add(q)
                 self.entries.append([q, existed, str(len(self.entries)) if existed else None])

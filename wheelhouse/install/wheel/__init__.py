@@ -82,9 +82,8 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str) -> Installe
     """Launchers, INSTALLER, REQUESTED, and a RECORD of what was really installed."""
     info_dir = os.path.join(plan.base, plan.dist_info)
     rows: list[tuple[str, str, str]] = []
-    for m in plan.members:
-        if os.path.exists(m.dest):
-            rows.append((m.dest, f"sha256={m.digest}", str(m.size)))
+    for m in plan.members:  # every one exists now: written by this wheel, or (write False) by a later one
+        rows.append((m.dest, f"sha256={m.digest}", str(m.size)))
     extra: list[tuple[str, bytes, int]] = []
     for dest, body in plan.launchers:
         extra.append((dest, shebang(python) + body.encode(), 0o755))
@@ -107,7 +106,8 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str) -> Installe
 
 def default_jobs() -> int:
     """Extraction threads for this machine: one per core it may use, plus one to keep the cores busy
-    while a thread waits in a file creation (2 cores: 3 threads beat 2, 4 and 8 in bench_install)."""
+    while a thread waits in a file creation (2 cores, bench_install -j 2/3/4: within the noise of a shared
+    machine of each other; the 2x cores of before, 8 threads on 4 cores' worth of GIL hand-offs, was slower)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

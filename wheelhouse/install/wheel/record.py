@@ -71,9 +71,14 @@ def render_record(rows: Iterable[tuple[str, str, str]], base: str, record: str) 
     relative to ``base``, and the RECORD itself last without a hash."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
+    prefix = os.path.join(os.path.normpath(base), "")
+
+    def rel(path: str) -> str:  # os.path.relpath for each of ~10k rows is slow; most are below base
+        return path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, base)
+
     for dest, digest, size in rows:
-        writer.writerow((os.path.relpath(dest, base), digest, size))
-    writer.writerow((os.path.relpath(record, base), "", ""))
+        writer.writerow((rel(dest), digest, size))
+    writer.writerow((rel(record), "", ""))
     return buf.getvalue().encode()
 
 
