@@ -40,6 +40,7 @@ from wheelhouse.target import TargetProfile, target_from_json
 __all__ = ["Verdict", "WheelhouseDamaged", "verify_wheelhouse", "require_intact", "target_summary"]
 
 _HREF = re.compile(r'href="([^"]+)"')
+_DIST_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
 
 
 def _list(value: Any) -> list:
@@ -260,6 +261,11 @@ def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
         return [f"bootstrap/: {exc.message}"], [], None
     problems = [p for f in lock.files for p in _entry_problems(folder, f, where)]
     names = {f.filename for f in lock.files}
+    # the bootstrap command is `pip install --find-links bootstrap/ wh`: pip takes any distribution file there
+    listed = {PurePosixPath(f.path).as_posix() for f in lock.files}
+    problems += [f"bootstrap/{p.name} is not in bootstrap/pylock.toml, yet the bootstrap command (pip --find-links "
+                 "bootstrap/) may install it" for p in sorted(folder.iterdir())
+                 if p.name.lower().endswith(_DIST_SUFFIXES) and p.name not in listed]
     if isinstance(record.get("wh_wheel"), str) and record["wh_wheel"] not in names:
         problems.append(f"bootstrap/ lacks wh's own wheel {record['wh_wheel']}")
     if isinstance(record.get("count"), int) and record["count"] != len(lock.files):
