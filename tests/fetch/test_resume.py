@@ -20,6 +20,7 @@ import pytest
 from file_server import serve_files
 
 from wheelhouse.fetch import FetchItem, cached_path
+from wheelhouse.fetch.ranges import bytes_kept
 
 CHILD = """
 import json, sys
@@ -32,8 +33,10 @@ fetch_all([FetchItem(**spec["item"])], Path(spec["dest"]), Path(spec["cache"]), 
 
 
 def _on_disk(cache: Path) -> int:
+    """Bytes kept for the next run: a one-stream partial's size, or a ranged download's record."""
     folder = cache / "partial"
-    return sum(p.stat().st_size for p in folder.iterdir() if not p.name.endswith(".json")) if folder.exists() else 0
+    keys = {p.name.split(".part")[0] for p in folder.iterdir() if ".part" in p.name} if folder.exists() else set()
+    return sum(bytes_kept(cache, key) for key in keys)
 
 
 def _wait_for(cond, timeout: float) -> bool:

@@ -1,12 +1,20 @@
-"""Large files as several ``Range`` requests in parallel, each range in its own partial file.
+"""Large files as several ``Range`` requests in parallel, written in place into one file.
 
 One TCP stream rarely fills a fast link, and a closure's time is set by its biggest wheel
-(torch, cublas: 400-900 MB). A file of at least two segments is split into byte ranges; range
-``i`` is appended to ``<key>.part.<i>``, unbuffered, as its bytes arrive, so the size of that file
-IS how far the range got: a process killed at any moment keeps every byte received, and the next
-run asks each range for the rest (nothing is checkpointed, so nothing lags). ``<key>.part.json``
-records only the split, written once. When every range is complete they are joined into one file
-while it is hashed (one pass), verified, and filed in the cache; then the range files go.
+(torch, cublas: 400-900 MB). A file of at least two segments is split into byte ranges, all
+written with ``pwrite`` at their own offsets into ONE preallocated file, ``<key>.part.body``: there
+is no join pass (on a 1.2 GB set the join was one more read and write of every byte).
+
+How far each range got is recorded in ``<key>.part.have``: one little-endian u64 per range,
+rewritten (8 bytes, one ``pwrite``) after each block's own ``pwrite`` returned, so the record never
+claims a byte the process had not written: a process killed at any moment keeps every byte it
+recorded, and the next run asks each range for the rest. ``<key>.part.json`` records the split,
+written last when a download starts, so a layout on disk means body and record are there.
+
+The sha256 is computed while the bytes arrive, in file order: a block that extends the hashed
+prefix is hashed from memory; once a range completes, the bytes its successor already wrote are
+read back (page cache) and hashed by the thread that is free. When the last range lands the digest
+is ready, checked, and the body renamed into the cache; nothing is named before it verified.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +32,15 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
-from .cache import HashMismatch, private, commit_part, is_no_space, partial_path
+from .cache import HashMismatch, commit_part, is_no_space, partial_path
 from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
 
-__all__ = ["Segmented", "NoRanges", "plan_segments", "fetch_range", "finish_segmented", "SEGMENT_MIN"]
+__all__ = ["Segmented", "NoRanges", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
 
 SEGMENT_MIN = 32 << 20
+_LAYOUT_VERSION = 2  # 1: one file per range, joined at the end (those leftovers are thrown away)
+_U64 = struct.Struct("<Q")
+_READ_BACK = 8 << 20  # catching up the hash: reads of the page cache, few and large
 
 
 class NoRanges(Exception):
@@ -37,37 +49,57 @@ class NoRanges(Exception):
 
 @dataclass
 class Segmented:
-    """A segmented download in progress; ``have[i]``: bytes of range ``i`` on disk."""
+    """A segmented download in progress; ``have[i]``: bytes of range ``i`` written and recorded."""
 
     item: FetchItem
-    part: Path  # <key>.part: the joined file, before it gets its cache name
+    part: Path  # <key>.part: the names of this download's files derive from it
     segments: list[tuple[int, int]]
     have: list[int]
     lock_fd: int
     no_ranges: bool = False
     remaining: int = 0
-    guard: threading.Lock = field(default_factory=threading.Lock)
+    body_fd: int = -1
+    record_fd: int = -1
+    # The running hash of bytes [0, hashed); ``hashing``: one thread is reading back the file.
+    sha: "hashlib._Hash" = field(default_factory=hashlib.sha256)
+    hashed: int = 0
+    hashing: bool = False
+    guard: threading.Condition = field(default_factory=threading.Condition)
 
     @property
     def layout(self) -> Path:
         return self.part.with_name(self.part.name + ".json")
 
-    def range_file(self, i: int) -> Path:
-        return self.part.with_name(f"{self.part.name}.{i}")
+    @property
+    def body(self) -> Path:
+        return self.part.with_name(self.part.name + ".body")
+
+    @property
+    def record(self) -> Path:
+        return self.part.with_name(self.part.name + ".have")
 
     def on_disk(self) -> int:
         return sum(self.have)
 
     def discard(self) -> None:
         """Remove every file of this download (a hash mismatch, or the server ignores ranges)."""
-        for path in self.part.parent.glob(self.part.name + ".*"):  # range files, the layout
+        self._close_files()
+        for path in self.part.parent.glob(self.part.name + ".*"):  # body, record, layout
             path.unlink(missing_ok=True)
         self.part.unlink(missing_ok=True)
 
     def release(self) -> None:
+        self._close_files()
         if self.lock_fd >= 0:
             os.close(self.lock_fd)
             self.lock_fd = -1
+
+    def _close_files(self) -> None:
+        for name in ("body_fd", "record_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
 
 
 def _try_lock(cache: Path, key: str) -> int:
@@ -83,7 +115,7 @@ def _try_lock(cache: Path, key: str) -> int:
 
 
 def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | None:
-    """The ranges of ``item`` and how far each got (from the range files' sizes); None when
+    """The ranges of ``item`` and how far each got (from the progress record); None when
     another process holds the entry (the caller then waits for it through the one-stream path)."""
     assert item.sha256 and item.size
     fd = _try_lock(cache, item.sha256)
@@ -93,8 +125,11 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
     part.parent.mkdir(parents=True, exist_ok=True)
     job = Segmented(item, part, [], [], fd)
     try:
-        job.segments = _load_layout(job) or _new_layout(job, segment)
-        job.have = [_range_have(job, i) for i in range(len(job.segments))]
+        loaded = _load_layout(job)
+        if loaded is None:
+            _new_layout(job, segment)
+        job.body_fd = os.open(job.body, os.O_RDWR)
+        job.record_fd = os.open(job.record, os.O_RDWR)
     except OSError as exc:
         job.release()
         if is_no_space(exc):
@@ -108,59 +143,73 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
     return job
 
 
-def _load_layout(job: Segmented) -> list[tuple[int, int]] | None:
+def _load_layout(job: Segmented) -> bool | None:
+    """Take the split and progress of an earlier run; None when there is none that fits."""
     try:
         data = json.loads(job.layout.read_text())
-        if data["size"] == job.item.size:
-            return [(int(a), int(b)) for a, b in data["segments"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+        if data.get("v") != _LAYOUT_VERSION or data["size"] != job.item.size:
+            return None
+        segments = [(int(a), int(b)) for a, b in data["segments"]]
+        raw = job.record.read_bytes()
+        if len(raw) != _U64.size * len(segments) or job.body.stat().st_size != job.item.size:
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    have = [_U64.unpack_from(raw, _U64.size * i)[0] for i in range(len(segments))]
+    # A record past its range cannot be right: that range starts again.
+    job.segments, job.have = segments, [h if h <= b - a else 0 for h, (a, b) in zip(have, segments)]
+    return True
 
 
-def _new_layout(job: Segmented, segment: int) -> list[tuple[int, int]]:
+def _new_layout(job: Segmented, segment: int) -> None:
     size = job.item.size or 0
-    segments = [(a, min(size, a + segment)) for a in range(0, size, segment)]
-    for stale in job.part.parent.glob(job.part.name + ".*"):  # range files of another split
-        if stale != job.layout:
-            stale.unlink(missing_ok=True)
-    # A single-stream partial from an earlier run is a valid prefix: it becomes the ranges' start.
+    job.segments = [(a, min(size, a + segment)) for a in range(0, size, segment)]
+    for stale in job.part.parent.glob(job.part.name + ".*"):  # files of another split or version
+        stale.unlink(missing_ok=True)
+    # A single-stream partial from an earlier run is a valid prefix: it becomes the body, in place.
     prefix = job.part.stat().st_size if job.part.exists() else 0
     if 0 < prefix < size:
-        with open(job.part, "rb") as src:
-            for i, (a, b) in enumerate(segments):
-                if a >= prefix:
-                    break
-                src.seek(a)
-                with open(job.range_file(i), "wb", opener=private) as out:
-                    out.write(src.read(min(b, prefix) - a))
-    job.part.unlink(missing_ok=True)
-    write_atomic(job.layout, json.dumps({"size": size, "segments": segments}), mode=0o600)
-    return segments
-
-
-def _range_have(job: Segmented, i: int) -> int:
-    a, b = job.segments[i]
-    path = job.range_file(i)
+        os.replace(job.part, job.body)
+    else:
+        prefix = 0
+        job.part.unlink(missing_ok=True)
+    fd = os.open(job.body, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        have = path.stat().st_size
+        os.ftruncate(fd, size)  # (a prefix keeps its bytes; the rest reads as zeros until written)
+        # Reserve the blocks now: a disk too small fails here, before a byte is downloaded.
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+    job.have = [max(0, min(b, prefix) - a) for a, b in job.segments]
+    write_atomic(job.record, b"".join(_U64.pack(h) for h in job.have), mode=0o600)
+    write_atomic(job.layout, json.dumps({"v": _LAYOUT_VERSION, "size": size, "segments": job.segments}), mode=0o600)
+
+
+def bytes_kept(cache: Path, key: str) -> int:
+    """How many bytes of the download ``key`` an earlier run left on disk (recorded ranges, or
+    the one-stream partial's size): what the next run does not ask for again."""
+    part = partial_path(cache, key)
+    record = part.with_name(part.name + ".have")
+    try:
+        raw = record.read_bytes()
+        return sum(_U64.unpack_from(raw, i)[0] for i in range(0, len(raw) - len(raw) % 8, 8))
+    except FileNotFoundError:
+        pass
+    try:
+        return part.stat().st_size
     except FileNotFoundError:
         return 0
-    if have > b - a:  # more than the range: the excess cannot be right
-        os.truncate(path, b - a)
-        have = b - a
-    return have
 
 
 def fetch_range(job: Segmented, idx: int, s: Session) -> Path | None:
-    """Fetch one byte range; the worker that completes the last range joins and verifies."""
+    """Fetch one byte range; the worker that completes the last range verifies and files it."""
     try:
         _fetch_range(job, idx, s)
     except OSError as exc:
         if is_no_space(exc):
             s.cancel.set()  # the other ranges stop at their next block; then the files go (fetch_all)
-            raise DiskFull(job.range_file(idx), [job.part.name + ".*"], job) from exc
-        raise FetchError(job.item.url, f"writing {job.range_file(idx)}: {exc}",
+            raise DiskFull(job.body, [job.part.name + ".*"], job) from exc
+        raise FetchError(job.item.url, f"writing {job.body}: {exc}",
                          hint="check the cache folder (--cache-dir) and re-run") from exc
     with job.guard:
         job.remaining -= 1
@@ -181,16 +230,13 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
-                with open(job.range_file(idx), "ab", buffering=0, opener=private) as fh:  # one write(2) per block
-                    for block in resp.iter_chunks(CHUNK):
-                        s.check()
-                        block = block[: (b - a) - job.have[idx]]
-                        checkpoint("fetch.write")
-                        fh.write(block)
-                        job.have[idx] += len(block)
-                        s.advance(len(block))
-                        if job.have[idx] >= b - a:
-                            break
+                for block in resp.iter_chunks(CHUNK):
+                    s.check()
+                    block = block[: (b - a) - job.have[idx]]
+                    _write_block(job, idx, block)
+                    s.advance(len(block))
+                    if job.have[idx] >= b - a:
+                        break
         except HttpError as exc:
             s.check()
             if exc.status not in (None, 200, 206) and not exc.received:
@@ -202,33 +248,82 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
             s.pause(attempt)
 
 
-def finish_segmented(job: Segmented, s: Session) -> Path:
-    """Join the ranges into ``<key>.part`` while hashing them, verify, and file it in the cache."""
-    h = hashlib.sha256()
+def _write_block(job: Segmented, idx: int, block: bytes) -> None:
+    """Write ``block`` at its offset, then record it, then hash it if it extends the prefix."""
+    offset = job.segments[idx][0] + job.have[idx]
+    checkpoint("fetch.write")
+    view, pos = memoryview(block), offset
+    while view:
+        n = os.pwrite(job.body_fd, view, pos)
+        view, pos = view[n:], pos + n
+    with job.guard:
+        job.have[idx] += len(block)
+        done = job.have[idx]
+    # Only after the data's pwrite returned: the record never runs ahead of the bytes.
+    os.pwrite(job.record_fd, _U64.pack(done), _U64.size * idx)
+    checkpoint("fetch.range.recorded")
+    _hash_prefix(job, offset, block)
+
+
+def _prefix_end(job: Segmented) -> int:
+    """Where the file's complete prefix ends: the first range not yet complete, how far it got."""
+    for (a, b), h in zip(job.segments, job.have):
+        if h < b - a:
+            return a + h
+    return job.item.size or 0
+
+
+def _hash_prefix(job: Segmented, offset: int = -1, block: bytes = b"") -> None:
+    """Extend the running hash: ``block`` (just written at ``offset``) from memory when it is next
+    in file order, then whatever complete prefix is already on disk, read back from the file.
+    One thread at a time reads back; a writer that finds one at work leaves its bytes to it."""
+    with job.guard:
+        if not job.hashing and offset == job.hashed and block:
+            job.sha.update(block)
+            job.hashed += len(block)
+        if job.hashing or _prefix_end(job) <= job.hashed:
+            return
+        job.hashing = True
     try:
-        with open(job.part, "wb", opener=private) as out:
-            for i in range(len(job.segments)):
-                with open(job.range_file(i), "rb") as src:
-                    while True:
-                        s.check()
-                        block = src.read(CHUNK)
-                        if not block:
-                            break
-                        checkpoint("fetch.join")
-                        out.write(block)
-                        h.update(block)
+        while True:
+            with job.guard:
+                end, pos = _prefix_end(job), job.hashed
+                if end <= pos:
+                    return
+            while pos < end:
+                data = os.pread(job.body_fd, min(_READ_BACK, end - pos), pos)
+                if not data:
+                    raise OSError(f"{job.body}: ends at byte {pos}, expected {job.item.size}")
+                job.sha.update(data)
+                pos += len(data)
+                with job.guard:
+                    job.hashed = pos
+    finally:
+        with job.guard:
+            job.hashing = False
+            job.guard.notify_all()
+
+
+def finish_segmented(job: Segmented, s: Session) -> Path:
+    """Complete the hash (it ran along with the download), verify, and file the body in the cache."""
+    size = job.item.size or 0
+    try:
+        while True:
+            s.check()
+            _hash_prefix(job)
+            with job.guard:
+                if job.hashed >= size:
+                    break
+                if job.hashing:  # another thread is reading back the last stretch
+                    job.guard.wait(0.2)
     except OSError as exc:
-        job.part.unlink(missing_ok=True)  # the ranges stay: the join is redone next time
-        if is_no_space(exc):
-            raise DiskFull(job.part, [job.part.name]) from exc
-        raise
-    except BaseException:
-        job.part.unlink(missing_ok=True)
-        raise
-    actual = h.hexdigest()
+        raise FetchError(job.item.url, f"reading back {job.body}: {exc}",
+                         hint="check the cache folder (--cache-dir) and re-run") from exc
+    actual = job.sha.hexdigest()
     if actual != job.item.sha256:
         job.discard()
         raise HashMismatch(job.item.url, job.item.sha256 or "", actual)
-    final = commit_part(s.cache, job.part, actual)
+    job._close_files()  # the entry's lock stays held until the body has its cache name
+    final = commit_part(s.cache, job.body, actual)
     job.discard()
     return final
