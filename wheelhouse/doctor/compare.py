@@ -101,7 +101,7 @@ class Comparison:
         return {
             "schema_version": 1, "tool": "wh doctor compare",
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
-            "identical": self.identical, "exit_code": self.exit_code(),
+            "identical": self.exit_code() == 0, "exit_code": self.exit_code(),  # never true beside exit 2
             "nodes": [n.to_json() for n in self.nodes],
             "expected_nodes": self.expected, "node_count_mismatch": self.count_mismatch,
             "bad_inputs": [b.to_json() for b in self.bad],

@@ -8,6 +8,7 @@ not a doctor report at all is :class:`BadReport` (bad input, named with a hint).
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,8 +186,19 @@ def load_reports(paths: Sequence[str | Path], reporter: Reporter = NullReporter(
     good, bad = [], []
     task = "reading doctor reports"
     reporter.start(task, total=len(paths), unit="reports")
+    seen: set[tuple[int, int]] = set()  # (device, inode) of each report read: a file given twice is one node
     for p in paths:
         try:
+            st = os.stat(p)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = None  # load_report names why it cannot be read
+        try:
+            if key in seen:
+                raise BadReport(str(p), "is a report given twice (one node compared with itself is no comparison)",
+                                "give each node's report once: `wh doctor compare reports/*.json`")
+            if key is not None:
+                seen.add(key)
             good.append(load_report(p))
         except BadReport as exc:
             bad.append(exc)

@@ -1,0 +1,46 @@
+"""Hostile review of `wh doctor compare`: inputs that made it call a fleet identical when it had not compared one.
+
+Real CLI runs on reports shaped as `wh doctor --json` writes them (tests/doctor/test_compare.py's `report`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import importlib.util
+
+from faults import wh_command
+
+_spec = importlib.util.spec_from_file_location("_compare_reports", Path(__file__).with_name("test_compare.py"))
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+report, write = _mod.report, _mod.write  # the report shape the doctor writes, kept in one place
+
+
+def wh(*args):
+    return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=120)
+
+
+def test_one_report_given_twice_is_not_a_two_node_fleet(tmp_path):
+    a = write(tmp_path, "node-a", report("node-a"))
+    for args in ((a, a), (a, tmp_path / "." / "node-a.json")):
+        r = wh("doctor", "compare", "--json", *args)
+        data = json.loads(r.stdout)
+        assert r.returncode == 2, r.stdout + r.stderr  # one node compared with itself is no comparison
+        assert data["identical"] is False and data["exit_code"] == 2
+        assert "given twice" in data["bad_inputs"][0]["error"], data["bad_inputs"]
+
+
+def test_json_never_says_identical_when_the_exit_code_is_not_0(tmp_path):
+    a = write(tmp_path, "node-a", report("node-a"))
+    b = write(tmp_path, "node-b", report("node-b"))
+    bad = write(tmp_path, "node-c", "Traceback (most recent call last):\n")
+    for args, code in (((a, b, bad), 2), ((a,), 2), ((tmp_path / "missing.json",), 2)):
+        r = wh("doctor", "compare", "--json", *args)
+        data = json.loads(r.stdout)
+        assert r.returncode == code == data["exit_code"], r.stdout + r.stderr
+        assert data["identical"] is False, (args, data["identical"])
+    r = wh("doctor", "compare", "--json", a, b)
+    assert r.returncode == 0 and json.loads(r.stdout)["identical"] is True
