@@ -14,12 +14,15 @@ Each round, in alternating order, from empty caches and after ``sync``:
 - ``curl ranged``: one curl, every file cut into 8 ranges, 8 ranges at a time (parts left unjoined);
 - ``pip download`` with ``--pip`` (slow; off by default).
 
-The floor is the faster curl. Prints each run, medians, ranges (min-max), MB/s and the ratios
+The floor is the faster curl. Prints each run (with the CPU seconds its processes used and the load
+average), medians, ranges (min-max), MB/s and the ratios
 wh fetch / floor and wh stage / floor (goal: <= 1.0), and ``wh stage - wh fetch``: the time the stage spends
 before and around its downloads (index pages, metadata, writing the lock).
 
     python bench/bench_fetch.py                         # both sets, 3 rounds
     python bench/bench_fetch.py --sets nvidia --rounds 5 --json > fetch.json
+    git archive HEAD~3 wheelhouse | tar -x -C /tmp/before
+    python bench/bench_fetch.py --only "wh fetch" --baseline /tmp/before --rounds 3   # before/after, same rounds
 
 One index for all: $BENCH_INDEX_URL, else pip's configured index, else pip's default. Scratch space (about
 3x the set) goes under --workdir (default /work/bench-data/fetch when it exists, else the temp folder).
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -80,17 +84,31 @@ def _fresh(*paths: Path) -> None:
     subprocess.run(["sync"], check=False)
 
 
+CPU: dict[str, list[float]] = {}  # tool -> user+system CPU seconds of each run (the child processes')
+_last_cpu = [0.0]
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _timed(cmd: list[str], **kw) -> float:
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     subprocess.run(cmd, check=True, **kw)
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    _last_cpu[0] = _children_cpu() - c0
+    return dt
 
 
-def run_wh_fetch(pins_json: Path, work: Path, index: str) -> float:
+def run_wh_fetch(pins_json: Path, work: Path, index: str, tree: Path = REPO) -> float:
+    """``tree``: the source tree whose ``wheelhouse`` runs (``--baseline``: an older commit's)."""
     out, cache = work / "fetch-out", work / "fetch-cache"
     _fresh(out, cache)
+    c0 = _children_cpu()
     r = subprocess.run([sys.executable, "-c", _FETCH, str(pins_json), str(out), str(cache), str(JOBS)],
-                       capture_output=True, text=True, check=True, cwd=REPO)
+                       capture_output=True, text=True, check=True, cwd=tree)
+    _last_cpu[0] = _children_cpu() - c0
     _fresh(out, cache)
     return float(r.stdout.strip().splitlines()[-1])
 
@@ -161,7 +179,8 @@ def _summary(runs: dict[str, list[float]], total: int) -> dict:
     return out
 
 
-def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool) -> dict:
+def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
+              only: list[str] | None = None, baseline: Path | None = None) -> dict:
     pins = _pins(name, work, index)
     total = sum(p["size"] or 0 for p in pins)
     pins_json, pins_txt = work / f"{name}.json", work / f"{name}.txt"
@@ -174,29 +193,42 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool) ->
         "curl whole": lambda: run_curl_whole(pins, work),
         "curl ranged": lambda: run_curl_ranged(pins, work),
     }
+    if baseline is not None:
+        tools["wh fetch before"] = lambda: run_wh_fetch(pins_json, work, index, baseline)
     if with_pip:
         tools["pip download"] = lambda: run_pip(pins_txt, work, index)
+    if only:
+        tools = {t: f for t, f in tools.items() if t in only or t.startswith("curl")}  # the floor always runs
     runs: dict[str, list[float]] = {t: [] for t in tools}
+    cpu: dict[str, list[float]] = {t: [] for t in tools}
     order = list(tools)
     for i in range(rounds):
         for tool in order if i % 2 == 0 else order[::-1]:  # alternate: no tool always gets the warmer path
             dt = tools[tool]()
             runs[tool].append(dt)
-            print(f"[{name}] round {i + 1} {tool:12s} {dt:6.2f} s {total / dt / 1e6:7.1f} MB/s", file=sys.stderr)
+            cpu[tool].append(_last_cpu[0])
+            print(f"[{name}] round {i + 1} {tool:15s} {dt:6.2f} s {total / dt / 1e6:7.1f} MB/s  "
+                  f"cpu {_last_cpu[0]:5.2f} s  load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     summary = _summary(runs, total)
+    for tool, ts in cpu.items():
+        summary[tool]["cpu_median_s"] = statistics.median(ts)
     floor_tool = min(("curl whole", "curl ranged"), key=lambda t: summary[t]["median_s"])
     floor = summary[floor_tool]["median_s"]
-    result = {"set": name, "wheels": len(pins), "bytes": total, "tools": summary, "floor": floor_tool,
-              "ratio_fetch_over_floor": summary["wh fetch"]["median_s"] / floor,
-              "ratio_stage_over_floor": summary["wh stage"]["median_s"] / floor,
-              "stage_minus_fetch_s": summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]}
+    result = {"set": name, "wheels": len(pins), "bytes": total, "tools": summary, "floor": floor_tool}
+    for tool in ("wh fetch", "wh stage", "wh fetch before"):
+        if tool in summary:
+            result[f"ratio_{tool.replace(' ', '_')}_over_floor"] = summary[tool]["median_s"] / floor
+    if "wh stage" in summary and "wh fetch" in summary:
+        result["stage_minus_fetch_s"] = summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]
     print(f"[{name}] {len(pins)} wheels / {total / 1e6:.0f} MB, medians (min-max):", file=sys.stderr)
     for tool, s in summary.items():
-        print(f"  {tool:12s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s",
-              file=sys.stderr)
-    print(f"  floor = {floor_tool}; wh fetch / floor = {result['ratio_fetch_over_floor']:.2f}x, "
-          f"wh stage / floor = {result['ratio_stage_over_floor']:.2f}x (goal <= 1.0); "
-          f"stage - fetch = {result['stage_minus_fetch_s']:.2f} s", file=sys.stderr)
+        print(f"  {tool:15s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s"
+              f"  cpu {s['cpu_median_s']:5.2f} s", file=sys.stderr)
+    ratios = ", ".join(f"{k.removeprefix('ratio_').removesuffix('_over_floor').replace('_', ' ')} / floor = {v:.2f}x"
+                       for k, v in result.items() if k.startswith("ratio_"))
+    print(f"  floor = {floor_tool}; {ratios} (goal <= 1.0)"
+          + (f"; stage - fetch = {result['stage_minus_fetch_s']:.2f} s" if "stage_minus_fetch_s" in result else ""),
+          file=sys.stderr)
     return result
 
 
@@ -207,6 +239,11 @@ def main() -> int:
     ap.add_argument("--pip", action="store_true", help="time pip download too (slow)")
     ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
     ap.add_argument("--json", action="store_true", help="results as JSON on stdout")
+    ap.add_argument("--only", nargs="+", metavar="TOOL",
+                    help="time only these wh tools ('wh fetch', 'wh stage', 'wh fetch before'); the curl floor always runs")
+    ap.add_argument("--baseline", type=Path, metavar="TREE",
+                    help="also time 'wh fetch before': the download step of the wheelhouse package under TREE "
+                         "(e.g. `git archive OLD wheelhouse | tar -x -C TREE`), in the same alternating rounds")
     args = ap.parse_args()
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
@@ -216,7 +253,7 @@ def main() -> int:
         load = os.getloadavg()
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
               file=sys.stderr)
-        results = [bench_set(name, args.rounds, work, index, args.pip) for name in args.sets]
+        results = [bench_set(name, args.rounds, work, index, args.pip, args.only, args.baseline) for name in args.sets]
         if args.json:
             json.dump({"jobs": JOBS, "load_at_start": load, "sets": results}, sys.stdout, indent=2)
             print()
