@@ -261,7 +261,7 @@ def test_doctor_options_before_compare_are_refused_not_dropped(tmp_path):
     r = wh("doctor", "--json", "compare", tmp_path / "a.json", tmp_path / "a.json")
     assert r.returncode == 2 and r.stdout == ""
     assert "--json before `compare` is an option of `wh doctor` itself" in r.stderr
-    quiet = wh("doctor", "-q", "compare", tmp_path / "a.json", tmp_path / "a.json", "--expect", "1")
+    quiet = wh("doctor", "-q", "compare", tmp_path / "a.json", "--expect", "1")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr  # -v/-q go anywhere, as for every command
 
 
