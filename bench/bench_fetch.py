@@ -198,7 +198,8 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     if with_pip:
         tools["pip download"] = lambda: run_pip(pins_txt, work, index)
     if only:
-        tools = {t: f for t, f in tools.items() if t in only or t.startswith("curl")}  # the floor always runs
+        keep = {*only, "curl whole", "curl ranged"} | ({"wh fetch before"} if baseline is not None else set())
+        tools = {t: f for t, f in tools.items() if t in keep}  # the floor (and a baseline) always run
     runs: dict[str, list[float]] = {t: [] for t in tools}
     cpu: dict[str, list[float]] = {t: [] for t in tools}
     order = list(tools)

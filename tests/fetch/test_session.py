@@ -112,3 +112,40 @@ def test_fetch_items_are_frozen_values():
     assert item.size is None
     with pytest.raises(AttributeError):
         item.sha256 = "x"  # type: ignore[misc]
+
+
+def test_batches_gather_blocks_cut_at_the_limit_and_keep_what_arrived_before_a_break():
+    from wheelhouse.fetch.session import BATCH, batches
+
+    blocks = [bytes([i]) * 16384 for i in range(200)]  # ~3.1 MiB in TLS-record-sized reads
+    got = list(batches(iter(blocks)))
+    assert b"".join(b for bs, _ in got for b in bs) == b"".join(blocks)
+    assert len(got) <= 4 and all(n == sum(map(len, bs)) for bs, n in got)
+    assert sum(n for _, n in batches(iter(blocks), 100_000)) == 100_000
+    assert max(n for _, n in got) <= BATCH + 16384
+
+    def breaks_off():
+        yield b"a" * 1000
+        yield b"b" * 1000
+        raise OSError("connection reset")
+
+    seen = []
+    with pytest.raises(OSError):
+        for bs, n in batches(breaks_off()):
+            seen.append(n)
+    assert seen == [2000]  # handed out before the error: written and kept for the resume
+
+
+def test_write_blocks_writes_every_byte_at_the_offset(tmp_path):
+    import os
+
+    from wheelhouse.fetch.session import write_blocks
+
+    path = tmp_path / "f"
+    path.write_bytes(bytes(10))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        write_blocks(fd, [b"ab", b"", b"cde"], 3)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(3) + b"abcde" + bytes(2)

@@ -33,7 +33,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
 from .cache import HashMismatch, commit_part, is_no_space, partial_path
-from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
+from .session import CHUNK, DiskFull, FetchError, FetchItem, Session, batches, write_blocks
 
 __all__ = ["Segmented", "NoRanges", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
 
@@ -230,13 +230,10 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
-                for block in resp.iter_chunks(CHUNK):
+                for blocks, n in batches(resp.iter_chunks(CHUNK), (b - a) - job.have[idx]):
+                    _write_blocks(job, idx, blocks, n)
+                    s.advance(n)
                     s.check()
-                    block = block[: (b - a) - job.have[idx]]
-                    _write_block(job, idx, block)
-                    s.advance(len(block))
-                    if job.have[idx] >= b - a:
-                        break
         except HttpError as exc:
             s.check()
             if exc.status not in (None, 200, 206) and not exc.received:
@@ -248,21 +245,18 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
             s.pause(attempt)
 
 
-def _write_block(job: Segmented, idx: int, block: bytes) -> None:
-    """Write ``block`` at its offset, then record it, then hash it if it extends the prefix."""
+def _write_blocks(job: Segmented, idx: int, blocks: list[bytes], n: int) -> None:
+    """Write ``blocks`` at their offset, then record them, then hash them if they extend the prefix."""
     offset = job.segments[idx][0] + job.have[idx]
     checkpoint("fetch.write")
-    view, pos = memoryview(block), offset
-    while view:
-        n = os.pwrite(job.body_fd, view, pos)
-        view, pos = view[n:], pos + n
+    write_blocks(job.body_fd, blocks, offset)
     with job.guard:
-        job.have[idx] += len(block)
+        job.have[idx] += n
         done = job.have[idx]
     # Only after the data's pwrite returned: the record never runs ahead of the bytes.
     os.pwrite(job.record_fd, _U64.pack(done), _U64.size * idx)
     checkpoint("fetch.range.recorded")
-    _hash_prefix(job, offset, block)
+    _hash_prefix(job, offset, blocks)
 
 
 def _prefix_end(job: Segmented) -> int:
@@ -273,14 +267,15 @@ def _prefix_end(job: Segmented) -> int:
     return job.item.size or 0
 
 
-def _hash_prefix(job: Segmented, offset: int = -1, block: bytes = b"") -> None:
-    """Extend the running hash: ``block`` (just written at ``offset``) from memory when it is next
+def _hash_prefix(job: Segmented, offset: int = -1, blocks: list[bytes] = ()) -> None:
+    """Extend the running hash: ``blocks`` (just written at ``offset``) from memory when they are next
     in file order, then whatever complete prefix is already on disk, read back from the file.
     One thread at a time reads back; a writer that finds one at work leaves its bytes to it."""
     with job.guard:
-        if not job.hashing and offset == job.hashed and block:
-            job.sha.update(block)
-            job.hashed += len(block)
+        if not job.hashing and offset == job.hashed:
+            for block in blocks:
+                job.sha.update(block)
+                job.hashed += len(block)
         if job.hashing or _prefix_end(job) <= job.hashed:
             return
         job.hashing = True

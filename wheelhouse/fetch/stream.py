@@ -16,7 +16,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
 from .cache import HashMismatch, private, cached_path, commit_part, entry_lock, is_no_space, partial_path, update_hash
-from .session import CHUNK, DiskFull, FetchError, FetchItem, Session
+from .session import CHUNK, DiskFull, FetchError, FetchItem, Session, batches, write_blocks
 
 __all__ = ["download", "entry_key"]
 
@@ -102,17 +102,16 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, s
             mode = "wb"  # a 200 answer to a Range request carries the whole file: start clean
             have = 0
         total = have
-        # Unbuffered: each block is one write(2), on disk (in the page cache) the moment it returns.
+        # Unbuffered: each batch of blocks is one writev(2), on disk (in the page cache) when it returns.
+        # With a known size, one byte more than promised is read: enough to fail, never more.
+        limit = None if item.size is None else item.size - total + 1
         with open(part, mode, buffering=0, opener=private) as out:
-            for block in resp.iter_chunks(CHUNK):
-                s.check()
-                if item.size is not None and total + len(block) > item.size:
-                    block = block[: item.size - total + 1]  # one byte too many is enough to fail
+            for blocks, n in batches(resp.iter_chunks(CHUNK), limit):
                 checkpoint("fetch.write")
-                out.write(block)
-                h.update(block)
-                total += len(block)
-                s.advance(len(block))
-                if item.size is not None and total > item.size:
-                    break  # more bytes than promised: it cannot verify
+                write_blocks(out.fileno(), blocks)
+                for block in blocks:
+                    h.update(block)
+                total += n
+                s.advance(n)
+                s.check()
     return resumed, h.hexdigest(), total
