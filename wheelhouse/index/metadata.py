@@ -20,9 +20,11 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import struct
 import tempfile
 import threading
 import zipfile
+import zlib
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
@@ -225,7 +227,10 @@ class MetadataReader:
         if total is None:
             total = len(tail)
         remote = _RangeFile(lambda a, b: self._range(d, a, b), total, total - len(tail), tail)
-        try:
+        raw = _metadata_by_directory(remote, total, d)
+        if raw is not None:
+            return raw
+        try:  # anything unusual (zip64, encryption, a damaged member): zipfile decides, from the bytes held
             with zipfile.ZipFile(remote) as zf:  # reads the central directory (one more range at most)
                 member = zf.getinfo(_metadata_member(zf.namelist(), d))
                 # The local header (30 bytes + name + extra, whose length only it knows) and the data
@@ -305,6 +310,18 @@ class _RangeFile(io.RawIOBase):
         """Make sure bytes [a, b) are held (clamped to the file), in as few requests as possible."""
         self._bytes(max(0, a), min(b, self._size))
 
+    def prefetch_bytes(self, a: int, b: int) -> bytes:
+        """Bytes [a, b) (clamped to the file), fetched where not held."""
+        a, b = max(0, a), min(b, self._size)
+        return self._bytes(a, b) if a < b else b""
+
+    def held_from(self, end: int) -> int:
+        """Where the held bytes that reach ``end`` begin (``end`` when none do)."""
+        for start, data in self._windows:
+            if start <= end <= start + len(data):
+                return start
+        return end
+
     def _bytes(self, a: int, b: int) -> bytes:
         for gap_a, gap_b in self._gaps(a, b):
             self._windows.append((gap_a, self._fetch(gap_a, gap_b)))
@@ -336,6 +353,73 @@ class _RangeFile(io.RawIOBase):
             else:
                 merged.append((start, data))
         self._windows = merged
+
+
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record (APPNOTE 4.3.16)
+_CDH = struct.Struct("<4s4B4HL2L5H2L")  # central directory file header (4.3.12)
+_LFH = struct.Struct("<4s2B4HL2L2H")  # local file header (4.3.7)
+
+
+def _metadata_by_directory(remote: "_RangeFile", size: int, d: Distfile) -> bytes | None:
+    """METADATA read straight from the central directory, or None when the zip is anything but plain.
+
+    zipfile builds a ZipInfo for every member (torch lists ~13k): most of the CPU of a cold
+    resolve's metadata reads. This walks the directory's fixed-size headers looking for
+    ``*.dist-info/METADATA`` alone, and reads the member with one more range at most, its
+    CRC-32 and size checked. The directory is fetched together with the bytes just before it,
+    where a wheel keeps its dist-info (written last), so METADATA is usually in hand with it.
+    Zip64, encrypted or damaged archives return None: the zipfile path reads (or refuses) them.
+    """
+    tail_start = remote.held_from(size)
+    tail = remote.prefetch_bytes(tail_start, size)
+    i = tail.rfind(b"PK\x05\x06")
+    if i < 0 or len(tail) - i < _EOCD.size:
+        return None
+    _sig, disk, cd_disk, _n_here, n_total, cd_size, cd_offset, _comment = _EOCD.unpack_from(tail, i)
+    if disk or cd_disk or 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
+        return None  # multi-disk or zip64
+    if cd_offset + cd_size != tail_start + i:
+        return None  # data before the archive (zipfile corrects for it; wheels have none)
+    if cd_offset < tail_start:
+        # One range: the directory and as much again before it (RECORD, METADATA, WHEEL).
+        remote.prefetch(cd_offset - cd_size - 16384, tail_start)
+    cd = remote.prefetch_bytes(cd_offset, cd_offset + cd_size)
+    found: dict[str, tuple[tuple, bytes]] = {}
+    pos = 0
+    for _ in range(n_total):
+        if len(cd) - pos < _CDH.size or cd[pos:pos + 4] != b"PK\x01\x02":
+            return None
+        h = _CDH.unpack_from(cd, pos)
+        n, m, k = h[12], h[13], h[14]
+        raw_name = cd[pos + 46:pos + 46 + n]
+        if raw_name.endswith(b".dist-info/METADATA") and raw_name.count(b"/") == 1:
+            name = raw_name.decode("utf-8" if h[5] & 0x800 else "cp437")
+            found[name] = (h, raw_name)
+        pos += 46 + n + m + k
+    if not found:
+        return None
+    name = _metadata_member(list(found), d)
+    h, raw_name = found[name]
+    flags, method, crc, csize, usize, name_len, offset = h[5], h[6], h[9], h[10], h[11], h[12], h[18]
+    if flags & 0x1 or method not in (0, 8) or 0xFFFFFFFF in (csize, usize, offset) or usize > 1 << 24:
+        return None  # encrypted, an unusual method, zip64, or no METADATA of that size
+    # The local header (whose extra field only it sizes) and the data in one range.
+    remote.prefetch(offset, offset + _LFH.size + name_len + 512 + csize)
+    lfh = remote.prefetch_bytes(offset, offset + _LFH.size)
+    if len(lfh) != _LFH.size or lfh[:4] != b"PK\x03\x04":
+        return None
+    *_, lfh_name_len, lfh_extra_len = _LFH.unpack(lfh)
+    start = offset + _LFH.size + lfh_name_len + lfh_extra_len
+    if remote.prefetch_bytes(offset + _LFH.size, start - lfh_extra_len) != raw_name:
+        return None  # the name in the directory and in the header differ
+    data = remote.prefetch_bytes(start, start + csize)
+    try:
+        out = zlib.decompressobj(-15).decompress(data, usize + 1) if method == 8 else data
+    except zlib.error:
+        return None
+    if len(out) != usize or zlib.crc32(out) != crc:
+        return None  # zipfile reads it again and says what is wrong
+    return out
 
 
 def _total_from_content_range(value: str | None) -> int | None:

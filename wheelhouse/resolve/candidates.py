@@ -137,9 +137,19 @@ class _TagFilter:
     def __init__(self, target: TargetProfile):
         self._rank = target.wheel_rank
         self.cache_key = "tags:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+        # A page of a big project lists ~100k files sharing a few hundred tag triples: each triple
+        # is judged once (a cold vllm resolve asks ~160k times). Keyed by the text after the
+        # version, so the answer is wheel_rank's for any name.
+        self._seen: dict[str, bool] = {}
 
     def __call__(self, filename: str) -> bool:
-        return self._rank(filename) is not None
+        if not filename.endswith(".whl") or filename.count("-") not in (4, 5):  # PEP 427: 5 or 6 fields
+            return False
+        tags = filename[filename.rfind("-", 0, filename.rfind("-", 0, filename.rfind("-"))) + 1:]  # py-abi-plat.whl
+        ok = self._seen.get(tags)
+        if ok is None:
+            ok = self._seen[tags] = self._rank(f"x-0-{tags}") is not None
+        return ok
 
 
 class CandidateFinder:

@@ -55,7 +55,7 @@ class Provider(AbstractProvider):
         self.order: dict[str, int] = {}
         self.parents: dict[str, list[tuple[str, str]]] = {}  # name -> [(requirement text, parent "name==ver")]
         self._lock = threading.Lock()
-        self._satisfies: dict[tuple, bool] = {}  # (specifier, version) -> contains
+        self._satisfies: dict[int, tuple[SpecifierSet, dict[Version, bool]]] = {}  # id(specifier) -> (it, version -> contains)
         self._prefetched: set[str] = set()
         self.root_texts: dict[str, set[str]] = {}
         self._pins: Mapping[str, Cand] | None = None
@@ -128,10 +128,17 @@ class Provider(AbstractProvider):
             return False
         if requirement.direct is not None:
             return candidate.distfile is not None and candidate.distfile.url == requirement.direct.url
-        key = (requirement.specifier, candidate.version)  # resolvelib asks the same pair ~100k times on a big closure
-        found = self._satisfies.get(key)
+        # resolvelib asks the same pair ~100k times on a big closure. Keyed by the specifier's
+        # identity (hashing a SpecifierSet re-canonicalizes each of its clauses); the entry holds
+        # the specifier, so its id is not reused while the entry lives.
+        spec = requirement.specifier
+        entry = self._satisfies.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            entry = self._satisfies[id(spec)] = (spec, {})
+        seen = entry[1]
+        found = seen.get(candidate.version)
         if found is None:
-            found = self._satisfies[key] = requirement.specifier.contains(candidate.version, prereleases=True)
+            found = seen[candidate.version] = spec.contains(candidate.version, prereleases=True)
         return found
 
     def get_dependencies(self, candidate):
