@@ -11,6 +11,7 @@ import pytest
 from wheelhouse.index.http import HttpClient
 from wheelhouse.index import BadDirectReference, PackageSource, parse_simple_html
 from wheelhouse.index.metadata import MetadataError, MetadataReader
+from wheelhouse.index.distfile import distfile_from_filename
 from wheelmaker import make_wheel
 
 
@@ -179,3 +180,61 @@ def test_metadata_that_names_another_project_is_refused(pyindex, tmp_path):
     (d,) = src.files("fake")
     with pytest.raises(MetadataError, match="METADATA says real 1.0"):
         MetadataReader(src.client).read(d)
+
+
+def _zip_like_a_real_wheel(path, n_files=3000, *, comment=b"", method=zipfile.ZIP_DEFLATED):
+    """dist-info written last (METADATA, WHEEL, a RECORD listing every file), and a central
+    directory that outgrows one tail read, as torch-sized wheels have."""
+    names = [f"late/some/rather/long/package/path/module_{i:05d}.py" for i in range(n_files)]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as zf:
+        zf.writestr("late/blob.bin", os.urandom(1_500_000))
+        for n in names:
+            zf.writestr(n, "")
+        zf.writestr("late-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: late\nVersion: 1.0\nRequires-Dist: dep<3\n")
+        zf.writestr("late-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+        zf.writestr("late-1.0.dist-info/RECORD", "".join(f"{n},sha256={'A' * 43},0\n" for n in names))
+        zf.comment = comment
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def test_metadata_of_a_wheel_with_a_large_directory_takes_two_ranges(pyindex, tmp_path):
+    """The directory is fetched with the bytes just before it (where dist-info lives): tail +
+    one range, not tail + directory + member (one round trip less on torch-like wheels)."""
+    path = _zip_like_a_real_wheel(tmp_path / "w" / "late-1.0-py3-none-any.whl")
+    idx, src = _dist(pyindex, tmp_path / "w", serve_metadata=False)
+    (d,) = src.files("late")
+    reader = MetadataReader(src.client, tail_bytes=16 * 1024)
+    assert reader.read(d).requires_dist == ("dep<3",)
+    assert idx.requests_for(path.name) == 2
+    assert idx.bytes_served(path.name) < path.stat().st_size - 1_000_000  # never the blob
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+@pytest.mark.parametrize("comment", [b"", b"a zip comment"])
+def test_directory_walk_reads_what_zipfile_reads(tmp_path, method, comment):
+    """The central-directory walk gives zipfile's bytes for METADATA, or steps aside (None)."""
+    from wheelhouse.index.metadata import _metadata_by_directory, _RangeFile
+
+    path = _zip_like_a_real_wheel(tmp_path / "late-1.0-py3-none-any.whl", 200, comment=comment, method=method)
+    data = path.read_bytes()
+    d = distfile_from_filename(path.name, path.as_uri())
+    remote = _RangeFile(lambda a, b: data[a:b], len(data), len(data) - 4096, data[-4096:])
+    with zipfile.ZipFile(path) as zf:
+        assert _metadata_by_directory(remote, len(data), d) == zf.read("late-1.0.dist-info/METADATA")
+
+
+def test_directory_walk_steps_aside_for_a_damaged_member(tmp_path):
+    """Altered METADATA bytes fail the CRC-32: the walk returns None (zipfile then refuses it)."""
+    from wheelhouse.index.metadata import _metadata_by_directory, _RangeFile
+
+    path = _zip_like_a_real_wheel(tmp_path / "late-1.0-py3-none-any.whl", 10, method=zipfile.ZIP_STORED)
+    data = bytearray(path.read_bytes())
+    pos = data.find(b"Requires-Dist: dep<3")
+    data[pos + len("Requires-Dist: ")] = ord("X")
+    data = bytes(data)
+    d = distfile_from_filename(path.name, path.as_uri())
+    remote = _RangeFile(lambda a, b: data[a:b], len(data), 0, data)
+    assert _metadata_by_directory(remote, len(data), d) is None
