@@ -40,3 +40,53 @@ def test_a_file_in_bootstrap_that_its_lock_does_not_list_fails_verify(house, kin
     data = json.loads(r.stdout)
     assert data["ok"] is False
     assert any(f"bootstrap/{stray}" in p for p in data["problems"]), data["problems"]
+
+
+def _leftovers(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("wh-unpacked-", "wh-pulled-")))
+
+
+def test_an_unpacked_copy_left_by_a_killed_run_is_removed_by_the_next(house, tmp_path):
+    # kill -9 skips every cleanup: each killed `wh install ARCHIVE` left a whole copy of the wheelhouse
+    # (gigabytes on a real box) in TMPDIR, forever. The next run removes those whose owner is gone, and
+    # never one a live run is using.
+    import os
+    import signal
+
+    archive = tmp_path / "out" / "wh.tar"
+    assert wh("pack", house, "-o", archive).returncode == 0
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    killed = subprocess.run(wh_command(["install", archive, "--venv", tmp_path / "v"]), capture_output=True,
+                            text=True, timeout=300, env={**env, "WH_FAULT": "carry.unpacked"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(_leftovers(tmp)) == 1
+    r = subprocess.run(wh_command(["verify", archive]), capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _leftovers(tmp) == [], _leftovers(tmp)
+
+
+def test_a_folder_a_live_run_holds_is_not_swept(house, tmp_path):
+    import os
+
+    archive = tmp_path / "out" / "wh.tar"
+    assert wh("pack", house, "-o", archive).returncode == 0
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    holder = subprocess.Popen(
+        [wh_command([])[0], "-c", "import sys, contextlib; from wheelhouse.carry import materialize\n"
+         "with contextlib.ExitStack() as held:\n"
+         f"    materialize([{str(archive)!r}], held); print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        held = _leftovers(tmp)
+        assert len(held) == 1
+        r = subprocess.run(wh_command(["verify", archive]), capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert _leftovers(tmp) == held  # still the live run's
+    finally:
+        holder.communicate("", timeout=60)
+    assert _leftovers(tmp) == []

@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Sequence
 
+from wheelhouse.faults import checkpoint
 from wheelhouse.lock import WH_JSON
 from wheelhouse.progress import Reporter
 
@@ -52,10 +53,42 @@ def is_archive(source: str) -> Located | None:
     return locate(source)
 
 
+_OWNER = ".wh-owner.lock"  # flocked by the run using the folder: kill -9 releases it, so the next run can tell
+
+
+def _sweep(prefix: str) -> None:
+    """Remove the private folders of runs that are gone (killed: no cleanup ran); never a live run's."""
+    import fcntl
+
+    for old in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        try:
+            if old.is_symlink() or not old.is_dir() or old.stat().st_uid != os.getuid():
+                continue
+            fd = os.open(old / _OWNER, os.O_RDWR | os.O_NOFOLLOW)  # none yet: a run still making it
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: a live run's
+        finally:
+            os.close(fd)
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _private_folder(held: ExitStack, prefix: str) -> Path:
-    """A folder only this process writes to (mode 0700, TMPDIR), removed when ``held`` closes."""
+    """A folder only this process writes to (mode 0700, TMPDIR), removed when ``held`` closes (or, after a
+    kill -9, by the next run: see ``_sweep``)."""
+    import fcntl
+
+    _sweep(prefix)
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     held.callback(shutil.rmtree, folder, ignore_errors=True)
+    # locked before it has its final name: a sweep never sees it unlocked while this run lives
+    fd = os.open(folder / f"{_OWNER}.tmp", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    held.callback(os.close, fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(folder / f"{_OWNER}.tmp", folder / _OWNER)
     return folder
 
 
@@ -63,7 +96,9 @@ def unpack_into(loc: Located, held: ExitStack, reporter: Reporter | None = None)
     """The archive at ``loc`` unpacked, checked against its sidecar, into a private folder; its wheelhouse folder."""
     folder = _private_folder(held, "wh-unpacked-")
     try:
-        return unpack_archive(loc, folder, reporter)
+        unpacked = unpack_archive(loc, folder, reporter)
+        checkpoint("carry.unpacked")
+        return unpacked
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # refused: not a byte of it stays
         raise
