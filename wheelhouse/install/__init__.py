@@ -361,7 +361,8 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         notes += _recover(interp)
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
     notes += target_notes
-    notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages)
+    notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages,
+                           incoming=[(f.name, f.version) for _, f in todo])
     # Into a venv this run creates, or one with no distribution installed yet (nothing there for a running
     # process to import), wh's unpacker hashes each wheel while it extracts it (spread over all cores) and
     # a wrong one rolls the whole transaction back. pip cannot check the lock's sha256, and an environment

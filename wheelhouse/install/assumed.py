@@ -65,11 +65,13 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def _differences(assumed: Mapping[str, str], view: Mapping[str, Any]) -> list[str]:
+def _differences(assumed: Mapping[str, str], view: Mapping[str, Any], incoming: Mapping[str, str]) -> list[str]:
     out = []
     for name, version in sorted(assumed.items()):
         have = view.get(name)
-        if have is None:
+        if name in incoming and not _same_version(incoming[name], version):  # the box has it until this install
+            out.append(f"{name}: wheelhouse assumed {version}, this install would replace it with {incoming[name]}")
+        elif have is None:
             out.append(f"{name}: wheelhouse assumed {version}, missing on the box")
         elif not _same_version(have.version, version):
             out.append(f"{name}: wheelhouse assumed {version}, the box has {have.version}")
@@ -85,10 +87,13 @@ def _view(interp: Interpreter, existing: bool) -> Mapping[str, Any]:
         return installed_view(probe.executable)
 
 
-def check_assumed(houses, interp: Interpreter, *, existing: bool, system_site_packages: bool) -> list[str]:
+def check_assumed(houses, interp: Interpreter, *, existing: bool, system_site_packages: bool,
+                  incoming: Sequence[tuple[str, str]] = ()) -> list[str]:
     """Refuse (``AssumedNotProvided``) when the receiving interpreter no longer provides, at the same version,
-    every distribution a delta wheelhouse in ``houses`` assumed present; a note saying what was found otherwise.
+    every distribution a delta wheelhouse in ``houses`` assumed present, or when ``incoming`` (the (name,
+    version) this install writes, from any wheelhouse) replaces one; a note saying what was found otherwise.
     Nothing in the target environment is written."""
+    writes = {canonicalize_name(n): v for n, v in incoming}
     wanted: list[tuple[Any, dict[str, str]]] = [(h, assumed_present(h.meta, f"{h.path / 'wh.json'}"))
                                                 for h in houses]
     wanted = [(h, a) for h, a in wanted if a]
@@ -107,7 +112,7 @@ def check_assumed(houses, interp: Interpreter, *, existing: bool, system_site_pa
     view = _view(interp, existing)
     seen_by = interp.executable if existing else f"a new venv of {interp.executable} with --system-site-packages"
     problems = [line + (f" [{h.path}]" if len(wanted) > 1 else "")
-                for h, a in wanted for line in _differences(a, view)]
+                for h, a in wanted for line in _differences(a, view, writes)]
     if problems:
         raise AssumedNotProvided(
             f"the box ({seen_by}) does not provide {len(problems)} of the {count} distribution(s) {_label(wanted)} "
