@@ -238,3 +238,22 @@ def test_directory_walk_steps_aside_for_a_damaged_member(tmp_path):
     d = distfile_from_filename(path.name, path.as_uri())
     remote = _RangeFile(lambda a, b: data[a:b], len(data), 0, data)
     assert _metadata_by_directory(remote, len(data), d) is None
+
+
+def test_a_torn_metadata_cache_entry_is_a_miss_not_fewer_dependencies(pyindex, tmp_path):
+    """Cache entries are written without fsync: one cut short by a power cut (here: truncated
+    after its first dependency) must be read again from the index, never trusted."""
+    path = make_wheel(tmp_path / "w", "torn", "1.0", requires=["a>=1", "b>=2", "c>=3"], pad_bytes=10_000)
+    idx, src = _dist(pyindex, tmp_path / "w", serve_metadata=False)
+    (d,) = src.files("torn")
+    MetadataReader(src.client, cache_dir=tmp_path / "c").read(d)
+    (entry,) = (tmp_path / "c" / "metadata").rglob("*.meta")
+    blob = entry.read_bytes()
+    entry.write_bytes(blob[: blob.index(b"Requires-Dist: b")])
+    before = idx.requests_for(path.name)
+    reader = MetadataReader(src.client, cache_dir=tmp_path / "c")
+    assert reader.read(d).requires_dist == ("a>=1", "b>=2", "c>=3")
+    assert idx.requests_for(path.name) > before and reader.stats["cache"] == 0
+    # and the entry is whole again: the next reader needs no request
+    again = MetadataReader(src.client, cache_dir=tmp_path / "c")
+    assert again.read(d).requires_dist == ("a>=1", "b>=2", "c>=3") and again.stats["cache"] == 1
