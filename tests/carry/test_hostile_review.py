@@ -90,3 +90,34 @@ def test_a_folder_a_live_run_holds_is_not_swept(house, tmp_path):
     finally:
         holder.communicate("", timeout=60)
     assert _leftovers(tmp) == []
+
+
+def test_a_locked_wheel_that_does_not_install_on_the_wheelhouses_target_fails_verify(house):
+    # e.g. an engine wheel built by the staging host's own Python (cp3X+1) for a cp3X target: lock, sizes
+    # and hashes all agree, and verify said ok; the box's `wh install` then refused it.
+    import dataclasses
+    import hashlib
+    import sys
+
+    from wheelhouse.lock import LockedFile, read_pylock, write_pylock
+
+    other = f"cp{sys.version_info[0]}{sys.version_info[1] + 1}"
+    wheel = make_wheel(house / "wheels", "engine", "1.0", tags=f"{other}-{other}-linux_x86_64",
+                       modules={"engine/__init__.py": ""})
+    lock = read_pylock(house)
+    entry = LockedFile(name="engine", version="1.0", filename=wheel.name, path=f"wheels/{wheel.name}",
+                       sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), size=wheel.stat().st_size)
+    write_pylock(house, dataclasses.replace(lock, files=(*lock.files, entry)))
+    meta = json.loads((house / "wh.json").read_text())
+    meta["count"] += 1
+    meta["total_size"] += wheel.stat().st_size
+    (house / "wh.json").write_text(json.dumps(meta))
+    simple = house / "simple" / "engine"  # pip's pages list it too, as a stage writes them
+    simple.mkdir()
+    (simple / "index.html").write_text(f'<a href="../../wheels/{wheel.name}#sha256={entry.sha256}">{wheel.name}</a>\n')
+    r = wh("verify", house, "--json")
+    data = json.loads(r.stdout)
+    assert r.returncode == 1, data
+    assert any(wheel.name in p and "target" in p for p in data["problems"]), data["problems"]
+    # what the box would have said only after the copy: the install refuses it too
+    assert wh("install", house, "--venv", house.parent / "venv").returncode != 0

@@ -166,7 +166,8 @@ def test_long_names_take_pax_headers_and_still_pack_the_same_bytes(tmp_path):
     name = "a_distribution_with_a_rather_long_name_" + "x" * 60
     wheel = make_wheel(tmp_path / "w", name, "1.0.0.post12345", tags="cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64")
     assert len(f"wheelhouse/wheels/{wheel.name}") > 100  # past ustar's name field
-    one = make_wheelhouse(tmp_path / "one", [wheel])
+    from wheelhouse.target import target_from_flags  # the wheel's own target: verify checks each wheel fits
+    one = make_wheelhouse(tmp_path / "one", [wheel], target=target_from_flags("3.12", ["manylinux_2_17_x86_64"]).to_json())
     two = tmp_path / "two"
     shutil.copytree(one, two)
     os.utime(two / "wheels" / wheel.name, (5, 5))

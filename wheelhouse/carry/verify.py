@@ -367,6 +367,9 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
         return Verdict(root, (*problems, exc.message), summary=target_summary(meta, target, None, None), hashed=hashes)
     entries = [(root, f, "pylock.toml") for f in lock.files]
     problems += [p for f in lock.files for p in _entry_problems(root, f, "pylock.toml")]
+    if target is not None:  # what `wh install` checks on the box first: every wheel fits wh.json's target
+        problems += [f"{f.path} does not install on the target ({target.describe()})" for f in lock.files
+                     if f.filename.endswith(".whl") and target.wheel_rank(f.filename) is None]
     problems += _simple_problems(root, lock)
     problems += _record_problems(root, lock, meta, target)
     boot_problems, boot_entries, boot = _bootstrap(root, meta, target)
