@@ -44,3 +44,17 @@ def test_json_never_says_identical_when_the_exit_code_is_not_0(tmp_path):
         assert data["identical"] is False, (args, data["identical"])
     r = wh("doctor", "compare", "--json", a, b)
     assert r.returncode == 0 and json.loads(r.stdout)["identical"] is True
+
+
+def test_hashes_that_share_the_shown_prefix_still_differ(tmp_path):
+    # The values were grouped as shown, cut to 12 hex digits: two different files_sha256 with the same first
+    # 12 digits were one value, and the nodes "identical".
+    a = report("node-a")
+    b = report("node-b")
+    b["facts"]["installed"][0]["files_sha256"] = "a" * 12 + "b" * 52  # node-a's is "a" * 64
+    r = wh("doctor", "compare", "--json", write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    data = json.loads(r.stdout)
+    assert r.returncode == 1 and data["identical"] is False, r.stdout
+    assert [d["key"] for d in data["differences"]] == ["numpy 2.1.3 files"], data["differences"]
+    values = [g["value"] for g in data["differences"][0]["groups"]]
+    assert len(set(values)) == 2, values

@@ -182,7 +182,10 @@ def _dist_differences(nodes: Sequence[NodeReport]) -> list[Difference]:
             hashes = {n.node: getattr(n, table).get(k) for n in with_inv}
             if label == "wheel" and not all(hashes.values()):
                 continue  # a wheel hash is known only where wh installed it: files_sha256 speaks for the rest
-            shown = {node: f"sha256 {h[:12]}" if h else "no RECORD" for node, h in hashes.items()}
+            full, cut = {h for h in hashes.values() if h}, 12  # shown short, never so short two hashes look one
+            while len({h[:cut] for h in full}) < len(full):
+                cut += 4
+            shown = {node: f"sha256 {h[:cut]}" if h else "no RECORD" for node, h in hashes.items()}
             d = _difference("hashes", f"{name} {with_inv[0].distributions[k][1]} {label}", shown)
             if d:
                 out.append(d)
