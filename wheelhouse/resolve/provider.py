@@ -35,6 +35,9 @@ from .toolchain import TOOLCHAIN_PREFIX, ToolchainRule, toolchain_ident, toolcha
 __all__ = ["Provider", "ProgressReporter"]
 
 
+_READ_AHEAD = 4  # candidates whose metadata is read ahead per disagreeing one (see _decided_first)
+
+
 class Provider(AbstractProvider):
     """resolvelib's provider for one resolution for ``target``."""
 
@@ -57,6 +60,7 @@ class Provider(AbstractProvider):
         self._lock = threading.Lock()
         self._satisfies: dict[int, tuple[SpecifierSet, dict[Version, bool]]] = {}  # id(specifier) -> (it, version -> contains)
         self._prefetched: set[str] = set()
+        self._read_ahead_urls: set[str] = set()
         self.root_texts: dict[str, set[str]] = {}
         self._pins: Mapping[str, Cand] | None = None
         self._deps_memo: dict[tuple, list[Req]] = {}
@@ -100,12 +104,38 @@ class Provider(AbstractProvider):
         metadata is read only as far as it asks.
         """
         deferred = []
-        for c in cands:
+        for i, c in enumerate(cands):
             if self._pins and not self._agrees_with_pins(c):
                 deferred.append(c)
+                # Walking past a disagreeing version reads the next one's metadata: read a few
+                # ahead in the pool, so a long walk (cuda-python: ~20 releases) is not ~20 serial
+                # round trips on the resolver's thread. Only once one disagreed: most agree at once.
+                self._read_ahead(cands[i + 1:i + 1 + _READ_AHEAD * len(deferred)])
                 continue
             yield c
         yield from deferred
+
+    def _read_ahead(self, cands: Sequence[Cand]) -> None:
+        if self.pool is None:
+            return
+        for c in cands:
+            d = c.distfile
+            if d is None or d.origin == IMAGE:
+                continue
+            with self._lock:
+                if d.url in self._read_ahead_urls:
+                    continue
+                self._read_ahead_urls.add(d.url)
+            try:
+                self.pool.submit(self._quiet_read, d)
+            except RuntimeError:  # pool shut down: the search is over
+                return
+
+    def _quiet_read(self, d) -> None:
+        try:
+            self.reader.read(d)
+        except Exception:  # the resolver reads it again and reports it
+            return
 
     def _agrees_with_pins(self, cand: Cand) -> bool:
         try:
