@@ -101,3 +101,41 @@ def test_a_toolchain_member_depends_on_its_groups_virtual_release(tmp_path):
     tool = [d for d in provider.get_dependencies(nvcc) if d.kind == "toolchain"]
     assert [(d.ident, str(d.specifier)) for d in tool] == [(toolchain_ident("cuda"), "==13.4.*")]
     assert provider.parents[toolchain_ident("cuda")] == [("cuda==13.4.*", "nvidia-cuda-nvcc==13.4.59")]
+
+
+def test_walking_past_versions_that_disagree_with_the_pins_reads_ahead_in_parallel(pyindex, tmp_path):
+    """cuda-python-like: each release needs another line of a pinned project. The agreeing release
+    is still found (first), and the releases walked past had their metadata read in the pool, not
+    one round trip after another on the resolver's thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from packaging.version import Version
+
+    from wheelhouse.resolve.candidates import Cand
+
+    folder = tmp_path / "idx"
+    for minor in range(12):
+        make_wheel(folder, "walk", f"1.{minor}", requires=[f"base=={minor}.0"])
+    for minor in range(12):
+        make_wheel(folder, "base", f"{minor}.0")
+    idx = pyindex(folder, serve_metadata=True)
+    source = PackageSource([idx.url])
+    reader = MetadataReader(source.client)
+    threads = []
+    real_read = reader._read
+
+    def read(d, key):
+        threads.append(threading.current_thread().name)
+        return real_read(d, key)
+
+    reader._read = read
+    with ThreadPoolExecutor(8, thread_name_prefix="wh-prefetch") as pool:
+        provider = Provider(CP312, source, reader, constraints={}, groups=(), prereleases=False,
+                            reporter=RecordingReporter(), pool=pool)
+        base = provider.candidates("base", [_req("base", "==2.0")])[0]
+        provider._pins = {"base": base}
+        order = [str(c.version) for c in provider.find_matches("walk", {"walk": iter([_req("walk")])}, {"walk": iter([])})]
+    assert order[0] == "1.2" and sorted(order[1:]) == sorted(f"1.{m}" for m in range(12) if m != 2)
+    assert len(threads) == 12
+    assert sum(t.startswith("wh-prefetch") for t in threads) >= 6, threads  # read ahead, not one by one
