@@ -184,3 +184,23 @@ def test_tampered_big_file_is_refused_and_nothing_kept(server, tmp_path):
     assert not cached_path(tmp_path / "cache", item.sha256).exists()
     assert not list((tmp_path / "cache" / "partial").iterdir())
     assert not (tmp_path / "dest" / item.filename).exists()
+
+
+def test_a_record_ahead_of_its_bytes_is_downloaded_again_not_refused(server, tmp_path):
+    """A power cut can leave the progress record ahead of the bytes it counts (zeros in the body):
+    the file does not verify, and since those bytes were kept from an earlier run, it is fetched
+    again from the start instead of failing as tampered."""
+    import struct
+
+    from wheelhouse.fetch.ranges import plan_segments
+
+    data = os.urandom(6 * SEG)
+    item = server.add("torn-1.0-py3-none-any.whl", data)
+    rec = RecordingReporter()
+    job = plan_segments(item, tmp_path / "cache", 2 * SEG)
+    job.record.write_bytes(struct.pack("<3Q", 2 * SEG, SEG, 0))  # claims bytes the body never got
+    job.release()
+    paths = _fetch([item], tmp_path, jobs=3, segment_size=SEG, reporter=rec)
+    assert paths[0].read_bytes() == data
+    assert any("did not verify; downloading it again" in e[1] for e in rec.events if e[0] == "note")
+    assert not list((tmp_path / "cache" / "partial").iterdir())

@@ -33,7 +33,7 @@ from .cache import (
     place,
     sha256_of,
 )
-from .ranges import SEGMENT_MIN, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments
+from .ranges import SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments
 from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
 from .stream import download
 
@@ -191,7 +191,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -
     failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
     failures: list[BaseException] = []
-    fallback: list[Segmented] = []
+    fallback: dict[Segmented, NoRanges] = {}
     pending = {fut: what for _, fut, what in tasks}
     while pending:
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -200,8 +200,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -
             item = what.item if isinstance(what, Segmented) else what
             exc = fut.exception()
             if isinstance(exc, NoRanges):
-                if what not in fallback:
-                    fallback.append(what)
+                fallback.setdefault(what, exc)
             elif isinstance(exc, DiskFull):
                 _stop(s, pending)  # every writer stopped before the files that filled the disk go
                 if exc.job is not None:
@@ -216,12 +215,14 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -
                 if not failures:  # after a failure nothing more goes to dest: the run is failing
                     downloaded(_key(item), fut.result())
         if not pending and fallback:
-            for job in fallback:
+            for job, why in fallback.items():
                 job.discard()
                 job.release()  # the one-stream download takes the entry's lock itself
-                s.note(f"{job.item.filename}: the server ignores Range requests; one stream instead")
+                s.note(f"{job.item.filename}: " + (
+                    "the bytes kept from an earlier run did not verify; downloading it again from the start"
+                    if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
                 pending[pool.submit(download, job.item, s)] = job.item
-            fallback = []
+            fallback = {}
     if failures:
         # Hash mismatches matter more than a flaky link; a cancelled task explains nothing.
         failures.sort(key=lambda e: (isinstance(e, Cancelled), not isinstance(e, HashMismatch)))

@@ -35,7 +35,7 @@ from wheelhouse.index.http import HttpError
 from .cache import HashMismatch, commit_part, is_no_space, partial_path
 from .session import CHUNK, DiskFull, FetchError, FetchItem, Session, batches, write_blocks
 
-__all__ = ["Segmented", "NoRanges", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
+__all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
 
 SEGMENT_MIN = 32 << 20
 _LAYOUT_VERSION = 2  # 1: one file per range, joined at the end (those leftovers are thrown away)
@@ -47,7 +47,12 @@ class NoRanges(Exception):
     """The server answered a Range request with the whole file: fall back to one stream."""
 
 
-@dataclass
+class KeptBytesUnverified(NoRanges):
+    """The file did not verify and part of it was kept from an earlier run (a power cut can leave
+    a record ahead of its bytes): it is downloaded again from the start, once, as one stream."""
+
+
+@dataclass(eq=False)  # identity: a download in progress is one thing
 class Segmented:
     """A segmented download in progress; ``have[i]``: bytes of range ``i`` written and recorded."""
 
@@ -58,6 +63,7 @@ class Segmented:
     lock_fd: int
     no_ranges: bool = False
     remaining: int = 0
+    resumed: bool = False  # some bytes came from an earlier run
     body_fd: int = -1
     record_fd: int = -1
     # The running hash of bytes [0, hashed); ``hashing``: one thread is reading back the file.
@@ -140,6 +146,7 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
         job.release()
         raise
     job.remaining = sum(1 for (a, b), h in zip(job.segments, job.have) if h < b - a)
+    job.resumed = job.on_disk() > 0
     return job
 
 
@@ -317,6 +324,8 @@ def finish_segmented(job: Segmented, s: Session) -> Path:
     actual = job.sha.hexdigest()
     if actual != job.item.sha256:
         job.discard()
+        if job.resumed:
+            raise KeptBytesUnverified()
         raise HashMismatch(job.item.url, job.item.sha256 or "", actual)
     job._close_files()  # the entry's lock stays held until the body has its cache name
     final = commit_part(s.cache, job.body, actual)
