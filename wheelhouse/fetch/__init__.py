@@ -6,8 +6,9 @@ downloaded again, never placed. The wheelhouse gets private copies (reflinks whe
 filesystem shares blocks), never an inode shared with the cache.
 
 Downloads resume: one stream per file (wheelhouse.fetch.stream), or parallel byte ranges for
-big files (wheelhouse.fetch.ranges), each writing every block as it arrives so a killed run
-keeps every byte. Two processes wanting one file take turns on an fcntl lock per cache entry.
+big files written in place into one file with a per-range progress record
+(wheelhouse.fetch.ranges); received bytes are written within ~50 ms (wheelhouse.fetch.session's
+batches), so a killed run keeps all but the last moment's. Two processes wanting one file take turns on an fcntl lock per cache entry.
 A full disk is one clear error (no-space) with the unfinished files removed; Ctrl-C stops the
 transfers at once (the client's sockets are shut) and keeps what is on disk.
 """

@@ -1,8 +1,8 @@
 """One file, one stream: download into ``<cache>/partial/<key>.part``, resuming with ``Range``.
 
-The ``.part`` file's size is the truth about what was received: every block is written with one
-unbuffered ``write`` as it arrives, so a process killed at any point keeps every byte it had, and
-the next run asks for the rest. The hash is computed while the bytes stream to disk; a resumed
+The ``.part`` file's size is the truth about what was received: received blocks are written with
+one unbuffered ``writev`` per ~1 MiB or 50 ms (``batches``), so a process killed at any point keeps
+all it had but those last milliseconds, and the next run asks for the rest. The hash is computed while the bytes stream to disk; a resumed
 download hashes only the bytes it already had. The cache entry is held with ``entry_lock`` for
 the whole download: a second process wanting the same file waits, then reuses the first's.
 """
