@@ -121,3 +121,17 @@ def test_a_locked_wheel_that_does_not_install_on_the_wheelhouses_target_fails_ve
     assert any(wheel.name in p and "target" in p for p in data["problems"]), data["problems"]
     # what the box would have said only after the copy: the install refuses it too
     assert wh("install", house, "--venv", house.parent / "venv").returncode != 0
+
+
+def test_a_folder_where_a_simple_page_should_be_is_a_problem_not_a_crash(house, tmp_path):
+    # A tar may hold a folder `simple/app/index.html/` (folders are allowed members): verify read it as a page
+    # and died with an internal error (exit 3), losing the --json verdict; pack and install died the same way.
+    page = house / "simple" / "app" / "index.html"
+    page.unlink()
+    page.mkdir()
+    r = wh("verify", house, "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert any("simple/app/index.html" in p for p in data["problems"]), data["problems"]
+    r = wh("install", house, "--venv", tmp_path / "v")
+    assert r.returncode == 1 and "internal error" not in r.stderr, r.stderr

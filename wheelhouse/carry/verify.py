@@ -140,14 +140,20 @@ def _simple_problems(root: Path, lock: Lock) -> list[str]:
     if not folder.is_dir():
         return []
     listed: dict[str, str] = {}
+    problems = []
     for page in sorted(folder.glob("*/index.html")):
-        for href in _HREF.findall(page.read_text(encoding="utf-8", errors="replace")):
+        try:
+            text = page.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:  # a folder of that name (a tar may hold one), unreadable: named, never a crash
+            problems.append(f"{page.relative_to(root).as_posix()} is not a readable page ({exc.strerror or exc})")
+            continue
+        for href in _HREF.findall(text):
             url, _, frag = html.unescape(href).partition("#sha256=")
             if frag:
                 listed[url.rsplit("/", 1)[-1]] = frag
     want = {f.filename: f.sha256 for f in lock.files if f.path == f"{WHEELS}/{f.filename}"}
-    problems = [f"simple/ lists {n} with sha256 {listed[n][:16]}..., pylock.toml says {sha[:16]}..."
-                for n, sha in sorted(want.items()) if n in listed and listed[n] != sha]
+    problems += [f"simple/ lists {n} with sha256 {listed[n][:16]}..., pylock.toml says {sha[:16]}..."
+                 for n, sha in sorted(want.items()) if n in listed and listed[n] != sha]
     problems += [f"simple/ does not list {n} (pylock.toml does)" for n in sorted(set(want) - set(listed))]
     problems += [f"simple/ lists {n}, which pylock.toml does not" for n in sorted(set(listed) - set(want))]
     return problems
