@@ -135,3 +135,14 @@ def test_a_folder_where_a_simple_page_should_be_is_a_problem_not_a_crash(house, 
     assert any("simple/app/index.html" in p for p in data["problems"]), data["problems"]
     r = wh("install", house, "--venv", tmp_path / "v")
     assert r.returncode == 1 and "internal error" not in r.stderr, r.stderr
+
+
+def test_simple_as_a_file_is_a_problem(house):
+    # wh.json owns simple/ (pip's --index-url fallback reads its pages): a file of that name passed as "there".
+    import shutil
+
+    shutil.rmtree(house / "simple")
+    (house / "simple").write_text("not the pages\n")
+    r = wh("verify", house, "--json")
+    assert r.returncode == 1, r.stdout
+    assert any(p.startswith("simple") and "folder" in p for p in json.loads(r.stdout)["problems"]), r.stdout

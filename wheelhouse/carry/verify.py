@@ -138,7 +138,7 @@ def _simple_problems(root: Path, lock: Lock) -> list[str]:
     """simple/ against the lock: pip installing from the pages must get exactly the lock's wheels."""
     folder = root / SIMPLE
     if not folder.is_dir():
-        return []
+        return [f"{SIMPLE} is not a folder (pip's pages of the lock)"] if os.path.lexists(folder) else []
     listed: dict[str, str] = {}
     problems = []
     for page in sorted(folder.glob("*/index.html")):
