@@ -132,3 +132,62 @@ def test_json_and_html_pages_of_a_real_index_agree(pyindex, wheel_factory):
     assert all(d.sha256 == idx.sha256(d.filename) for d in from_html)
     with _OPENER.open(by["demo-1.0-py3-none-any.whl"].metadata_url, timeout=10) as r:
         assert hashlib.sha256(r.read()).hexdigest() == by["demo-1.0-py3-none-any.whl"].metadata_sha256
+
+
+def _big_page(files, pad=300_000):
+    import json as _json
+
+    return _json.dumps({"meta": {"api-version": "1.1"}, "name": "big", "files": files,
+                        "versions": ["1.0"], "pad": "x" * pad}).encode()
+
+
+def _file(name, **extra):
+    return {"filename": name, "url": f"https://files.example/{name}", "hashes": {"sha256": "0" * 64}, **extra}
+
+
+def _keep_cp312(filename):
+    return filename.endswith(".whl") and ("-cp312-" in filename or "-py3-none-any" in filename)
+
+
+def test_a_big_page_decoded_in_part_gives_the_whole_decode_answer(tmp_path):
+    """parse_simple_json_body skips the file objects the target cannot use; the answer equals
+    decoding the page whole, including a kept object whose strings hold braces, quotes and the
+    very text that starts a file object."""
+    import json as _json
+
+    from wheelhouse.index.pages import _kept_file_objects, parse_simple_json_body
+
+    tricky = 'a {"filename": "evil-1.0-cp312-cp312-linux_x86_64.whl"} reason, with "quotes" and ] ['
+    files = [_file(f"big-1.{i}-cp311-cp311-manylinux_2_17_x86_64.whl") for i in range(300)]
+    files += [_file("big-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", yanked=tricky),
+              _file("big-1.0-py3-none-any.whl", **{"requires-python": ">=3.9", "core-metadata": {"sha256": "1" * 64}}),
+              _file("big-1.0.tar.gz")]
+    body = _big_page(files)
+    assert _kept_file_objects(body, _keep_cp312) is not None  # the partial decode was used
+    got = parse_simple_json_body(body, "https://idx.example/simple/big/", "o", _keep_cp312)
+    want = parse_simple_json(_json.loads(body), "https://idx.example/simple/big/", "o", _keep_cp312)
+    assert got == want and [d.filename for d in got] == ["big-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "big-1.0-py3-none-any.whl"]
+    assert got[0].yanked_reason == tricky
+
+
+def test_a_big_page_shaped_otherwise_is_decoded_whole():
+    """Keys in another order, an escaped file name, or a broken page: the whole decode decides."""
+    import json as _json
+
+    import pytest
+
+    from wheelhouse.index.pages import _kept_file_objects, parse_simple_json_body
+
+    url_first = [{"url": f"https://files.example/big-1.{i}-py3-none-any.whl", "filename": f"big-1.{i}-py3-none-any.whl",
+                  "hashes": {}} for i in range(50)]
+    mixed = [_file(f"big-1.{i}-py3-none-any.whl") for i in range(50)] + url_first
+    body = _big_page(mixed)
+    assert _kept_file_objects(body, _keep_cp312) is None  # one object does not start with its name
+    got = parse_simple_json_body(body, "https://idx.example/simple/big/", "o", _keep_cp312)
+    assert len(got) == 100 and got == parse_simple_json(_json.loads(body), "https://idx.example/simple/big/", "o", _keep_cp312)
+    escaped = _big_page([_file("big-1.0-py3-none-any.whl"), _file("big-\u00e9-1.0-py3-none-any.whl")])  # "\\u00e9" in the page
+    assert _kept_file_objects(escaped, _keep_cp312) is None
+    assert len(parse_simple_json_body(escaped, "https://idx.example/simple/big/", "o", _keep_cp312)) == 2
+    cut = _big_page([_file(f"big-1.{i}-cp311-cp311-linux_x86_64.whl") for i in range(50)])[:-40] + b"}"
+    with pytest.raises(ValueError):  # cut short (and closed by chance): refused, not read for fewer files
+        parse_simple_json_body(cut, "https://i/", "o", _keep_cp312)

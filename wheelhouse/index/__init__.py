@@ -32,7 +32,7 @@ from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, read_deferred_body
 from .http.deadline import max_body_bytes
-from .pages import parse_simple_html, parse_simple_json
+from .pages import parse_simple_html, parse_simple_json, parse_simple_json_body
 from .parsed import load_parsed, parsed_path, store_parsed
 from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
 
@@ -209,10 +209,9 @@ class PackageSource:
         ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype.endswith("json") or (ctype == "" and resp.body[:1] == b"{"):
             try:
-                data = resp.json()
+                return parse_simple_json_body(resp.body, resp.url, index, keep)
             except ValueError as exc:
                 raise IndexPageError(f"{url}: not valid JSON ({exc})", hint="check --index-url; it must be a PEP 503/691 simple index") from exc
-            return parse_simple_json(data, resp.url, index, keep)
         return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, index, keep)
 
     def _find_links(self, loc: str) -> list[Distfile]:

@@ -5,6 +5,8 @@ Pure: the caller fetches the page.
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.parse
 from html.parser import HTMLParser
 from typing import Callable, Mapping
@@ -13,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 
-__all__ = ["parse_simple_json", "parse_simple_html"]
+__all__ = ["parse_simple_json", "parse_simple_json_body", "parse_simple_html"]
 
 
 def _metadata_info(value) -> tuple[bool, str | None]:
@@ -75,6 +77,81 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[
         if d is not None:
             out.append(d)
     return out
+
+
+# Byte patterns of a PEP 691 page. In valid JSON an unescaped quote only ever delimits a string, so
+# `"url":` is always a key and `{"filename": "` always an object whose first key is "filename".
+_FILE_START = re.compile(rb'\{\s*"filename"\s*:\s*"([^"\\]*)"')
+_FILENAME_KEY = re.compile(rb'"filename"\s*:')
+_URL_KEY = re.compile(rb'"url"\s*:')
+_FILES_OPEN = re.compile(rb'"files"\s*:\s*\[\s*$')
+_BETWEEN = re.compile(r"\s*,\s*")  # matched on the decoded text of an object and what follows it
+_LAST = re.compile(r"\s*\]")
+_FAST_MIN_BYTES = 256 * 1024  # smaller pages are parsed whole: cheap, and the fast path buys nothing
+
+
+def parse_simple_json_body(body: bytes, page_url: str, origin: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
+    """A PEP 691 page's raw bytes -> Distfiles (``json.loads`` raises ValueError for a bad page).
+
+    With ``keep``, a big page is not decoded whole: its file objects are found by their first key
+    and only the kept ones (a few percent: one target's wheels) are decoded, each checked to end
+    where the next begins; what precedes the list, the last object and what follows it are decoded
+    too, so a page cut short is refused as before. A page shaped any other way (keys in another
+    order, escapes in a file name, a count that does not add up) is decoded whole. The one
+    difference: a skipped object that is itself malformed JSON is not noticed. On a cold vllm
+    resolve this is ~60 MB of JSON not turned into Python objects (~0.3 s of CPU).
+    """
+    if keep is not None and len(body) >= _FAST_MIN_BYTES:
+        kept = _kept_file_objects(body, keep)
+        if kept is not None:
+            return parse_simple_json({"files": kept}, page_url, origin)
+    return parse_simple_json(json.loads(body), page_url, origin, keep)
+
+
+def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] | None:
+    starts = list(_FILE_START.finditer(body))
+    if not starts or not body.lstrip()[:1] == b"{" or not body.rstrip()[-1:] == b"}":
+        return None
+    n = len(starts)
+    # every file object starts with its name, and there is no other: PEP 691 gives each a url
+    if sum(1 for _ in _FILENAME_KEY.finditer(body)) != n or sum(1 for _ in _URL_KEY.finditer(body)) != n:
+        return None
+    head = body[:starts[0].start()]
+    if _FILES_OPEN.search(head) is None:
+        return None
+    try:  # what comes before the list is whole JSON (closed here as the list and page would be)
+        json.loads(head + b"]}")
+    except ValueError:
+        return None
+    decoder = json.JSONDecoder()
+    kept = []
+    for i, m in enumerate(starts):
+        try:
+            filename = m.group(1).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        last = i + 1 == n
+        if not last and not keep(filename):
+            continue
+        end = starts[i + 1].start() if i + 1 < n else len(body)
+        try:
+            text = body[m.start():end].decode("utf-8")
+            obj, stop = decoder.raw_decode(text)
+        except ValueError:  # UnicodeDecodeError included
+            return None
+        # the object ends where the next begins (a comma between), the last one where the list does
+        after = _BETWEEN.fullmatch(text, stop) if i + 1 < n else _LAST.match(text, stop)
+        if not isinstance(obj, dict) or obj.get("filename") != filename or after is None:
+            return None
+        if last:
+            try:  # the page ends whole after the list: a page cut short is decoded whole (and refused)
+                json.loads('{"_": 0' + text[after.end():])
+            except ValueError:
+                return None
+            if not keep(filename):
+                continue
+        kept.append(obj)
+    return kept
 
 
 class _Anchors(HTMLParser):
