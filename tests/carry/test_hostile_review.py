@@ -146,3 +146,39 @@ def test_simple_as_a_file_is_a_problem(house):
     r = wh("verify", house, "--json")
     assert r.returncode == 1, r.stdout
     assert any(p.startswith("simple") and "folder" in p for p in json.loads(r.stdout)["problems"]), r.stdout
+
+
+def test_a_root_member_that_is_a_file_is_refused_not_a_crash(tmp_path):
+    # `wheelhouse` itself as a file, then `wheelhouse/wh.json`: the unpacker made the file, then could not
+    # make the folder, and died with an internal error (exit 3, no --json verdict).
+    from carry_fixtures import TarMember, write_tar
+
+    archive = write_tar(tmp_path / "bad.tar", [TarMember("wheelhouse", b"x"), TarMember("wheelhouse/wh.json", b"{}")])
+    r = wh("verify", archive, "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert any("'wheelhouse'" in p for p in json.loads(r.stdout)["problems"]), r.stdout
+
+
+def test_a_write_that_fails_while_unpacking_is_named_not_an_internal_error(house, tmp_path):
+    # A full TMPDIR (here: a file-size limit, EFBIG, which the kernel raises as a full disk's ENOSPC would)
+    # while an archive is unpacked: verify and install died with "internal error" (exit 3); now the
+    # failure is named with where it was writing, verify still prints its --json verdict, and nothing stays.
+    import os
+    import resource
+
+    archive = tmp_path / "out" / "wh.tar"
+    assert wh("pack", house, "-o", archive).returncode == 0
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+
+    def small():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))  # below the 60 KB wheel of lib
+
+    for args in (["verify", archive, "--json"], ["install", archive, "--venv", tmp_path / "v"]):
+        r = subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300, env=env, preexec_fn=small)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "internal error" not in r.stderr and "could not unpack" in r.stdout + r.stderr, r.stderr
+        if "--json" in args:
+            assert json.loads(r.stdout)["ok"] is False
+        assert _leftovers(tmp) == []

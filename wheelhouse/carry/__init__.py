@@ -23,7 +23,7 @@ from wheelhouse.lock import WH_JSON
 from wheelhouse.progress import Reporter
 
 from .sidecar import Located, locate
-from .unpack import ArchiveError, UnsafeArchive, unpack_archive
+from .unpack import ArchiveError, UnpackFailed, UnsafeArchive, unpack_archive
 
 __all__ = ["ArchiveError", "UnsafeArchive", "OCI_SCHEME", "is_archive", "materialize", "origin_of", "unpack_into"]
 
@@ -99,8 +99,12 @@ def unpack_into(loc: Located, held: ExitStack, reporter: Reporter | None = None)
         unpacked = unpack_archive(loc, folder, reporter)
         checkpoint("carry.unpacked")
         return unpacked
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(folder, ignore_errors=True)  # refused: not a byte of it stays
+        if isinstance(exc, OSError):  # a full disk or a quota while writing: named, never an internal error
+            raise UnpackFailed(f"could not unpack {loc.whole.name} into {folder}: {exc.strerror or exc}; "
+                               "nothing of it was kept", hint="free space there, or point TMPDIR at a folder with "
+                               "room (TMPDIR=/big/tmp wh ...)") from exc
         raise
 
 

@@ -23,7 +23,7 @@ from wheelhouse.progress import NullReporter, Reporter
 
 from .sidecar import Located, Sidecar, parse_sidecar
 
-__all__ = ["ArchiveError", "UnsafeArchive", "ROOT", "archive_files", "unpack_archive"]
+__all__ = ["ArchiveError", "UnpackFailed", "UnsafeArchive", "ROOT", "archive_files", "unpack_archive"]
 
 ROOT = "wheelhouse"  # every member lies under this one folder: `tar -xf` makes ./wheelhouse/
 _MAX_MEMBERS = 500_000
@@ -35,6 +35,12 @@ class ArchiveError(WhError):
     """A packed wheelhouse is incomplete or is not the bytes its sidecar names."""
 
     code = "bad-archive"
+
+
+class UnpackFailed(ArchiveError):
+    """Writing the unpacked files failed (a full disk, a quota): the archive may be fine."""
+
+    code = "unpack-failed"
 
 
 class UnsafeArchive(ArchiveError):
@@ -178,6 +184,8 @@ def _member_path(member: tarfile.TarInfo, seen: dict[str, bool]) -> str:
         raise UnsafeArchive(f"archive member {name!r} is not under {ROOT}/; this is not an archive `wh pack` wrote",
                             hint=_HINT)
     rel = "/".join(parts[1:])
+    if not rel and not member.isdir():
+        raise UnsafeArchive(f"archive member {name!r} is a file where the archive's root folder must be", hint=_HINT)
     if rel in seen:
         raise UnsafeArchive(f"archive member {name!r} comes twice", hint=_HINT)
     for i in range(1, len(parts) - 1):  # a file may not stand where a folder is needed
