@@ -3,6 +3,7 @@
     python bench/bench_resolve.py                      # vllm==0.33.0, cp312 manylinux_2_35 x86_64
     python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0'
     python bench/bench_resolve.py --json bench-resolve.json
+    python bench/bench_resolve.py --runs 3 --skip-pip --modes cold   # cold only: wall and CPU vs uv
 
 For each tool, in alternating runs (wh, uv, pip, wh, uv, ...; the machine's load hits them alike):
 ``--runs`` cold runs (each with a fresh, empty cache), then ``--runs`` runs of each warm mode on
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,10 +41,17 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _run(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
+    """Wall seconds and the finished process; its CPU seconds (user + sys) in ``_run.cpu``."""
+    t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
     elapsed = time.perf_counter() - t0
+    _run.cpu = _children_cpu() - c0
     if proc.returncode != 0:
         sys.stderr.write(f"$ {' '.join(cmd)}\n{proc.stderr[-4000:]}\n")
         raise SystemExit(f"benchmark command failed (exit {proc.returncode}): {cmd[0]}")
@@ -137,12 +146,13 @@ MODES = ("cold", "warm", "refresh", "offline")
 GOALS = {"cold": 0.8, "offline": 2.0}  # wh/uv (issue 14)
 
 
-def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Path) -> dict:
+def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Path, only: tuple[str, ...] = MODES) -> dict:
     """tools: name -> (make_cmd(cache, mode), parse); modes: tool -> the modes it has. Runs alternate
-    between the tools; each warm mode reuses the tool's last cold cache."""
-    results = {name: {m: [] for m in modes[name]} | {"pins": {}} for name in tools}
+    between the tools; each warm mode reuses the tool's last cold cache. CPU seconds (user + sys)
+    of each run are kept under "cpu" (mode -> list)."""
+    results = {name: {m: [] for m in modes[name] if m in only} | {"pins": {}, "cpu": {}} for name in tools}
     caches: dict[str, Path] = {}
-    for mode in MODES:
+    for mode in (m for m in MODES if m in only):
         for i in range(runs):
             for name, (make_cmd, parse) in tools.items():
                 if mode not in modes[name]:
@@ -152,9 +162,10 @@ def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Pat
                 if mode == "cold":
                     caches[name] = cache
                 results[name][mode].append(t)
+                results[name]["cpu"].setdefault(mode, []).append(_run.cpu)
                 pins = parse(proc)
                 results[name]["pins"].setdefault(mode, pins)
-                print(f"  {name:4} {mode:8} #{i + 1}: {t:6.2f}s  ({len(pins)} pins)", file=sys.stderr)
+                print(f"  {name:4} {mode:8} #{i + 1}: {t:6.2f}s  cpu {_run.cpu:5.2f}s  ({len(pins)} pins)", file=sys.stderr)
     return results
 
 
@@ -171,20 +182,22 @@ def _load() -> str:
 
 def report(results: dict, runs: int) -> tuple[dict, list[str]]:
     """Print the table; returns the ratios and the pin differences from uv (all modes)."""
-    print(f"\n{'mode':9}{'tool':6}{'median':>9}{'range':>17}{'wh/tool':>9}")
+    print(f"\n{'mode':9}{'tool':6}{'median':>9}{'range':>17}{'wh/tool':>9}{'cpu':>8}{'wh/tool':>9}")
     ratios: dict[str, float] = {}
     for mode in MODES:
         wh = results["wh"].get(mode)
         for name, r in results.items():
             times = r.get(mode)
-            if not times:
+            if not times or mode not in r["cpu"]:
                 continue
             med = statistics.median(times)
             ratio = statistics.median(wh) / med if wh else float("nan")
             if name == "uv":
                 ratios[mode] = ratio
             shown = "" if name == "wh" else f"{ratio:8.2f}x"
-            print(f"{mode:9}{name:6}{med:8.2f}s{min(times):8.2f}-{max(times):6.2f}s {shown}")
+            cpu = statistics.median(r["cpu"][mode])
+            cpu_ratio = "" if name == "wh" else f"{statistics.median(results['wh']['cpu'][mode]) / cpu:8.2f}x"
+            print(f"{mode:9}{name:6}{med:8.2f}s{min(times):8.2f}-{max(times):6.2f}s {shown:9}{cpu:7.2f}s {cpu_ratio}")
     goals = ", ".join(f"{m} {ratios[m]:.2f}x (goal <= {g}x)" for m, g in GOALS.items() if m in ratios)
     print(f"\nwh/uv: {goals}; warm {ratios.get('warm', float('nan')):.2f}x, refresh {ratios.get('refresh', float('nan')):.2f}x"
           f"  ({runs} runs each, {_load()})")
@@ -212,6 +225,10 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--uv", default=os.environ.get("WH_UV"))
     p.add_argument("--skip-pip", action="store_true")
+    p.add_argument("--wh-baseline", type=Path, metavar="DIR",
+                   help="also time another wh: DIR holds its wheelhouse/ package (e.g. `git archive REV wheelhouse | tar -x -C DIR`); "
+                        "shown as 'base', in the same alternating runs")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)} (cold always runs)")
     p.add_argument("--json", type=Path, help="also write the numbers here")
     a = p.parse_args(argv)
 
@@ -228,10 +245,19 @@ def main(argv=None) -> int:
               f"({', '.join(MODES)})", file=sys.stderr)
         tools = {"wh": (lambda c, m: wh_cmd(req, a, c, m), wh_pins), "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
         modes = {"wh": MODES, "uv": MODES}
+        if a.wh_baseline:
+            # -S: no .pth files, so this interpreter's editable wh cannot shadow the baseline's package
+            import sysconfig
+
+            base = ["env", f"PYTHONPATH={a.wh_baseline.resolve()}{os.pathsep}{sysconfig.get_paths()['purelib']}",
+                    sys.executable, "-S", "-m", "wheelhouse"]
+            tools["base"] = (lambda c, m: [*base, *wh_cmd(req, a, c, m)[1:]], wh_pins)
+            modes["base"] = MODES
         if not a.skip_pip:
             tools["pip"] = (lambda c, m: pip_cmd(pip_python, req, a, c, m), pip_pins)
             modes["pip"] = ("cold", "warm")
-        results = measure(tools, modes, a.runs, work)
+        only = tuple(dict.fromkeys(["cold", *(m.strip() for m in a.modes.split(",") if m.strip() in MODES)]))
+        results = measure(tools, modes, a.runs, work, only)
 
     ratios, differences = report(results, a.runs)
     if a.json:
@@ -239,7 +265,9 @@ def main(argv=None) -> int:
             "requirement": req, "python_version": a.python_version, "platform": a.platform, "runs": a.runs,
             "uv_version": uv_version, "pip_version": pip_version, "load": _load(),
             "tools": {name: {mode: {"times": times, "median": statistics.median(times), "min": min(times), "max": max(times)}
-                             for mode, times in r.items() if mode != "pins" and times} | {"count": len(r["pins"]["cold"])}
+                             for mode, times in r.items() if mode not in ("pins", "cpu") and times}
+                      | {"cpu": {mode: {"times": c, "median": statistics.median(c)} for mode, c in r["cpu"].items()},
+                         "count": len(r["pins"]["cold"])}
                       for name, r in results.items()},
             "wh_uv_ratios": ratios, "pins_equal_uv": not differences, "pin_differences_uv": differences,
         }
