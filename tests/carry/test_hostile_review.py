@@ -182,3 +182,13 @@ def test_a_write_that_fails_while_unpacking_is_named_not_an_internal_error(house
         if "--json" in args:
             assert json.loads(r.stdout)["ok"] is False
         assert _leftovers(tmp) == []
+
+
+@pytest.mark.parametrize("name", ["x.tar.part-0001", "x.tar.sha256"])
+def test_pack_refuses_an_output_name_that_verify_would_read_as_a_part_or_a_sidecar(house, tmp_path, name):
+    # `wh pack -o x.tar.part-0001` wrote an archive that `wh verify`/`wh install` then took for part 1 of x.tar
+    # (sidecar missing); `-o x.sha256` one they read as a sidecar. Refused before anything is written.
+    r = wh("pack", house, "-o", tmp_path / name)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "-o" in r.stderr and "hint:" in r.stderr
+    assert list(tmp_path.glob("x.*")) == []

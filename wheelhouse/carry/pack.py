@@ -30,7 +30,7 @@ from wheelhouse.lock import read_pylock, read_wh_json
 from wheelhouse.lock.writer import is_owned, owned_paths
 from wheelhouse.progress import NullReporter, Reporter
 
-from .sidecar import SIDECAR_SUFFIX, Sidecar, part_name, render_sidecar
+from .sidecar import SIDECAR_SUFFIX, Sidecar, base_of, part_name, render_sidecar
 from .unpack import ROOT
 
 __all__ = ["PackError", "PackResult", "MTIME", "parse_size", "archive_members", "pack_wheelhouse"]
@@ -251,6 +251,9 @@ def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int |
                         hint=f"see every problem with `wh verify {root}`", detail="\n".join(verdict.problems))
     if out.is_dir():
         raise UsageError(f"-o {out} is a folder", hint="name the archive file: -o wheelhouse.tar")
+    if base_of(out) != out:  # verify and install would take it for a part or a sidecar of another archive
+        raise UsageError(f"-o {out.name} is named like a part or a sidecar (.part-N, {SIDECAR_SUFFIX})",
+                         hint="name the archive file: -o wheelhouse.tar")
     if root.resolve() in out.resolve().parents and is_owned(out.resolve().relative_to(root.resolve()).as_posix(),
                                                             owned_paths(meta)):
         raise UsageError(f"-o {out} lies inside what the wheelhouse owns", hint="write the archive beside it")
