@@ -52,6 +52,14 @@ def batches(chunks: Iterator[bytes], limit: int | None = None) -> Iterator[tuple
             pending, n, since = [], 0, now
     if pending:
         yield pending, n
+    if limit is not None and total >= limit:
+        # Read the body's end: a response read to its end leaves its connection in the keep-alive
+        # pool for the next request (a range ends exactly at its limit). Anything more is excess,
+        # and an error now costs only the connection: every byte wanted has arrived.
+        try:
+            next(it, None)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def write_blocks(fd: int, blocks: list[bytes], offset: int | None = None) -> None:
