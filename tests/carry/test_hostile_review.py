@@ -192,3 +192,27 @@ def test_pack_refuses_an_output_name_that_verify_would_read_as_a_part_or_a_sidec
     assert r.returncode == 2, r.stdout + r.stderr
     assert "-o" in r.stderr and "hint:" in r.stderr
     assert list(tmp_path.glob("x.*")) == []
+
+
+def test_pulling_again_into_the_same_wheelhouse_with_patches_updates_it(house, tmp_path):
+    # A second `wh pull REF -o DIR` (the update path: only what changed is fetched) was refused whenever the
+    # wheelhouse had patches: wh.json owns patches/fix/fix.toml, not the folder, and -o's pre-check looked at
+    # top-level names only ("holds patches, which wh did not write"). The user's own file still stays.
+    pytest.importorskip("oras", reason="the oci extra (oras-py) is not installed")
+    from registry import start_registry
+
+    reg = start_registry(tmp_path / "registry")
+    try:
+        ref = reg.ref("wh/hostile:v1")
+        assert wh("push", house, ref).returncode == 0
+        out = tmp_path / "pulled"
+        first = wh("pull", ref, "-o", out)
+        assert first.returncode == 0, first.stderr
+        (out / "patches" / "MINE.txt").write_text("the user's\n")
+        again = wh("pull", ref, "-o", out, "--json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)  # the pull's report
+        assert (out / "patches" / "MINE.txt").read_text() == "the user's\n"
+        assert wh("verify", out).returncode == 0
+    finally:
+        reg.stop()

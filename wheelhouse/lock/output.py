@@ -101,8 +101,10 @@ def check_output(out: Path, writes: Iterable[str] | None = None) -> None:
                 hint="give a new or empty folder, or the folder of an earlier `wh stage`",
             )
         owned = owned_paths(meta)
+        # a folder wh owns paths under (patches/ for patches/fix/fix.toml) is wh's: swap_in keeps the user's files
+        # in it and refuses the ones a run would replace
         clash = [n for n in (STANDARD_LAYOUT if writes is None else writes)
-                 if (out / n).exists() and not is_owned(n, owned)]
+                 if (out / n).exists() and not is_owned(n, owned) and not any(o.startswith(f"{n}/") for o in owned)]
         if clash:
             raise BadOutput(f"-o {out} holds {', '.join(clash)}, which wh did not write and would now replace",
                             hint="move those out of the wheelhouse folder, then run the command again")
