@@ -2,7 +2,7 @@
 # Everything wh proves on the offline GPU box, in one call (device time is scarce).
 #
 # On the networked host, stage for the box's captured profile (CPython 3.12.3, glibc 2.39):
-#   .venv/bin/wh stage manifests/demo.toml nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
+#   .venv/bin/wh stage manifests/demo.toml nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 --full \
 #       --target manifests/targets/h200-offline.json -o .device/box-wh
 # then on the box (repo root as cwd, .device/box-wh carried along):
 #   bash tests/device/all.sh .device/box-wh
