@@ -216,3 +216,22 @@ def test_pulling_again_into_the_same_wheelhouse_with_patches_updates_it(house, t
         assert wh("verify", out).returncode == 0
     finally:
         reg.stop()
+
+
+def test_push_refuses_a_link_out_of_the_wheelhouse_as_pack_does(house, tmp_path):
+    # `wh pack` refuses a symbolic link to a file outside the wheelhouse; `wh push` followed it and uploaded
+    # the file it points at (a credentials file, say) as a blob of the artifact.
+    pytest.importorskip("oras", reason="the oci extra (oras-py) is not installed")
+    from registry import start_registry
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token=hunter2\n")
+    (house / "wheels" / "leak.whl").symlink_to(secret)
+    reg = start_registry(tmp_path / "registry")
+    try:
+        r = wh("push", house, reg.ref("wh/leak:v1"))
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "leak.whl" in r.stderr and "link" in r.stderr
+        assert reg.blob_uploads() == 0
+    finally:
+        reg.stop()

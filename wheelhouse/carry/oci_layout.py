@@ -119,14 +119,24 @@ def wheelhouse_files(root: Path, owned: Sequence[str]) -> list[str]:
     """The files wh wrote (``owned`` paths, files or folders), relative and sorted; dot-files (temp
     names of an interrupted write) are left out."""
     found: set[str] = set()
+    real_root = root.resolve()
+
+    def inside(p: Path) -> bool:  # as `wh pack`: a link may point only at a file of the wheelhouse itself
+        if p.is_symlink() and real_root not in p.resolve().parents:
+            raise UsageError(f"{p} is a symbolic link to {os.readlink(p)}, outside the wheelhouse; nothing was pushed",
+                             hint="replace it with the file itself, then push again")
+        return True
+
     for entry in owned:
+        if PurePosixPath(entry).is_absolute() or ".." in PurePosixPath(entry).parts:
+            continue  # wh.json owns only paths inside the wheelhouse: a hand edit's other path is not read
         top = root / entry
-        if top.is_file():
+        if top.is_file() and inside(top):
             found.add(entry)
         elif top.is_dir() and not top.is_symlink():
             for p in top.rglob("*"):
                 rel = p.relative_to(root).as_posix()
-                if p.is_file() and not any(part.startswith(".") for part in PurePosixPath(rel).parts):
+                if p.is_file() and not any(part.startswith(".") for part in PurePosixPath(rel).parts) and inside(p):
                     found.add(rel)
     return sorted(found)
 
