@@ -235,3 +235,23 @@ def test_push_refuses_a_link_out_of_the_wheelhouse_as_pack_does(house, tmp_path)
         assert reg.blob_uploads() == 0
     finally:
         reg.stop()
+
+
+def test_pull_refuses_a_bootstrap_wheel_its_lock_does_not_list(house, tmp_path):
+    # The artifact's bootstrap/ had a wh 99 beside the locked wh: pull verified each blob's digest, named it,
+    # and said ok; `pip install --find-links bootstrap/ wh` on the box then installed wh 99.
+    pytest.importorskip("oras", reason="the oci extra (oras-py) is not installed")
+    from registry import start_registry
+
+    make_wheel(house / "bootstrap", "wh", "99.0", modules={"evil/__init__.py": ""})
+    reg = start_registry(tmp_path / "registry")
+    try:
+        ref = reg.ref("wh/stray:v1")
+        assert wh("push", house, ref).returncode == 0
+        out = tmp_path / "pulled"
+        r = wh("pull", ref, "-o", out)
+        assert r.returncode != 0 and "wh-99.0-py3-none-any.whl" in r.stderr, r.stdout + r.stderr
+        assert "internal error" not in r.stderr
+        assert not out.exists()
+    finally:
+        reg.stop()

@@ -50,6 +50,7 @@ __all__ = ["push", "pull", "push_wheelhouse", "pull_wheelhouse", "PushResult", "
 
 _LOCKS = ("pylock.toml", "bootstrap/pylock.toml")
 JOBS = 4  # blobs in flight at once: a registry answers each request in tens of ms; a few overlap that
+_DIST_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
 _FIRST = ("wh.json", *_LOCKS)  # small, and what every other blob is checked against
 
 
@@ -385,7 +386,16 @@ def _check_against_locks(partial: Path, by_path: dict[str, Layer], where: str) -
         if lock_path not in by_path:
             continue
         folder = Path(lock_path).parent.as_posix()
-        for f in read_pylock(partial / folder).files:
+        files = read_pylock(partial / folder).files
+        if folder == "bootstrap":  # `pip install --find-links bootstrap/ wh` would take any distribution there
+            listed = {f"bootstrap/{f.path}" for f in files}
+            stray = sorted(p for p in by_path if p.startswith("bootstrap/") and p.count("/") == 1
+                           and p.lower().endswith(_DIST_SUFFIXES) and p not in listed)
+            if stray:
+                raise WhError(f"{where}: {stray[0]} is not in bootstrap/pylock.toml, yet the bootstrap command "
+                              "(pip --find-links bootstrap/) may install it; refused before fetching it",
+                              hint="push a wheelhouse that `wh verify` passes, then pull")
+        for f in files:
             if not f.path:
                 continue
             rel = f.path if folder == "." else f"{folder}/{f.path}"
