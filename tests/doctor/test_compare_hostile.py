@@ -58,3 +58,23 @@ def test_hashes_that_share_the_shown_prefix_still_differ(tmp_path):
     assert [d["key"] for d in data["differences"]] == ["numpy 2.1.3 files"], data["differences"]
     values = [g["value"] for g in data["differences"][0]["groups"]]
     assert len(set(values)) == 2, values
+
+
+def test_control_characters_and_lone_surrogates_in_a_report_keep_the_json_and_junit_readable(tmp_path):
+    # A damaged report (a version with an escape sequence, NUL, a lone UTF-16 surrogate, which JSON can spell)
+    # made compare die with an internal error (UnicodeEncodeError, exit 3: no JSON, no JUnit) or write a
+    # JUnit file no XML parser reads.
+    import xml.etree.ElementTree as ET
+
+    a = report("node-a")
+    b = report("node-b\x07")
+    b["facts"]["installed"][0]["version"] = "2.1.3\x1b[0m\x00\ud800"
+    b["results"][0]["id"] = "gpu:devices\udcff"
+    junit = tmp_path / "compare.xml"
+    r = wh("doctor", "compare", "--json", "--junit", junit,
+           write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    assert any(d["key"] == "numpy" for d in data["differences"]), data["differences"]
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") != "0"

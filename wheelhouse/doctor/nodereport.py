@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +56,17 @@ class NodeReport:
                 "notes": list(self.notes)}
 
 
+# Not allowed in XML 1.0 (JUnit), or not encodable as UTF-8 (a lone surrogate JSON can spell): shown escaped.
+_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _clean(text: str) -> str:
+    """``text`` safe to print, to write as UTF-8 and to put in XML: other characters as ``\\xNN``/``\\uNNNN``."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text)
+
+
 def _str(v: Any) -> str | None:
-    return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) != "" else None
+    return _clean(str(v)) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) != "" else None
 
 
 def _obj(v: Any) -> Mapping[str, Any]:
@@ -150,7 +160,7 @@ def _parse(file: str, data: Any) -> NodeReport:
 
 def load_report(path: str | Path) -> NodeReport:
     """One node's report; :class:`BadReport` names the file and says what to do when it is not one."""
-    file = str(path)
+    file = _clean(str(path))  # a name with undecodable bytes (surrogate-escaped) is shown, never a crash
     rerun = "re-run `wh doctor --json > FILE` on that node (its stderr says why it wrote nothing)"
     try:
         with open(path, "rb") as fh:
