@@ -255,3 +255,14 @@ def test_pull_refuses_a_bootstrap_wheel_its_lock_does_not_list(house, tmp_path):
         assert not out.exists()
     finally:
         reg.stop()
+
+
+def test_a_damaged_wh_json_is_a_problem_in_the_json_verdict_not_bad_input(house):
+    # A truncated copy of wh.json (the wheelhouse is there, its record damaged) made `wh verify --json` print
+    # nothing on stdout and exit 2 as if no wheelhouse had been named; `... --json | jq .ok` had nothing to read.
+    (house / "wh.json").write_text('{"schema": "wh-wheelhouse/1", "name": "carry-de')
+    r = wh("verify", house, "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert data["ok"] is False and any("wh.json" in p for p in data["problems"]), data
+    assert wh("verify", house.parent / "no-such-folder", "--json").returncode == 2  # still bad input

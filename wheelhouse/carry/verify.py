@@ -360,7 +360,12 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
     """
     root = Path(path)
     reporter = reporter or NullReporter()
-    meta = read_wh_json(root)  # no wh.json: not a wheelhouse (bad input, exit 2)
+    try:
+        meta = read_wh_json(root)  # no wh.json: not a wheelhouse (bad input, exit 2)
+    except WhError as exc:
+        if not os.path.lexists(root / "wh.json"):
+            raise
+        return Verdict(root, (exc.message,), hashed=hashes)  # there but damaged: a problem of this wheelhouse
     problems: list[str] = []
     target = None
     try:
