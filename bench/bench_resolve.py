@@ -243,7 +243,16 @@ def main(argv=None) -> int:
         req_file.write_text(req + "\n")
         print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} runs of each mode "
               f"({', '.join(MODES)})", file=sys.stderr)
-        tools = {"wh": (lambda c, m: wh_cmd(req, a, c, m), wh_pins), "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
+        # With no index configured, wh asks pip once for its stated default and keeps the answer in
+        # its home cache ($WH_CACHE_DIR), not in --cache-dir. Other wh processes on a shared machine
+        # rewrite that answer for their own pips, so a cold run would pay a pip start-up or not by
+        # chance: the timed runs share a private home cache, asked once here, untimed (uv's
+        # default is built in). Every --cache-dir is still empty.
+        home = ["env", f"WH_CACHE_DIR={work / 'wh-home'}"]
+        subprocess.run([*home, sys.executable, "-c", "from wheelhouse.index.pip_config import default_index_url as d; d()"],
+                       check=True)
+        tools = {"wh": (lambda c, m: [*home, *wh_cmd(req, a, c, m)], wh_pins),
+                 "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
         modes = {"wh": MODES, "uv": MODES}
         if a.wh_baseline:
             # -S: no .pth files, so this interpreter's editable wh cannot shadow the baseline's package
@@ -251,7 +260,7 @@ def main(argv=None) -> int:
 
             base = ["env", f"PYTHONPATH={a.wh_baseline.resolve()}{os.pathsep}{sysconfig.get_paths()['purelib']}",
                     sys.executable, "-S", "-m", "wheelhouse"]
-            tools["base"] = (lambda c, m: [*base, *wh_cmd(req, a, c, m)[1:]], wh_pins)
+            tools["base"] = (lambda c, m: [*home, *base, *wh_cmd(req, a, c, m)[1:]], wh_pins)
             modes["base"] = MODES
         if not a.skip_pip:
             tools["pip"] = (lambda c, m: pip_cmd(pip_python, req, a, c, m), pip_pins)
