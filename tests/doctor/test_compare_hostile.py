@@ -78,3 +78,21 @@ def test_control_characters_and_lone_surrogates_in_a_report_keep_the_json_and_ju
     assert any(d["key"] == "numpy" for d in data["differences"]), data["differences"]
     suite = ET.parse(junit).getroot()
     assert suite.get("failures") != "0"
+
+
+def test_an_aspect_no_report_records_is_not_compared_rather_than_same(tmp_path):
+    # nvidia-smi missing on every node: no report records a driver or CUDA version; JUnit said `driver` ok and
+    # the JSON "same", as if the nodes had been seen to agree.
+    import xml.etree.ElementTree as ET
+
+    a, b = report("node-a"), report("node-b")
+    for r in (a, b):
+        r["facts"]["gpu"] = {}
+    junit = tmp_path / "c.xml"
+    r = wh("doctor", "compare", "--json", "--junit", junit, write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    data = json.loads(r.stdout)
+    assert data["aspects"]["driver"] == "not compared" and data["aspects"]["cuda"] == "not compared", data["aspects"]
+    assert data["aspects"]["gpus"] == "not compared"
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert cases["driver"].find("skipped") is not None
+    assert data["aspects"]["python"] == "same"  # what they do record still compares

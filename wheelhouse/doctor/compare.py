@@ -228,6 +228,10 @@ def compare_reports(nodes: Sequence[NodeReport], bad: Sequence[BadReport] = (), 
             "no report lists installed distributions (written by a wh older than `wh doctor compare`)"
     if not any(n.checks.get(c) for n in nodes for c in n.checks if c.startswith("links:")):
         not_compared["links"] = "no report ran the links checks"
+    for aspect in ("wh", "python", "driver", "cuda", "gpus"):  # recorded nowhere: not seen to agree
+        keys = [k for k, a in _FACT_ASPECT.items() if a == aspect]
+        if not any(n.facts.get(k) for n in nodes for k in keys):
+            not_compared[aspect] = "no report records it"
     order = {a: i for i, a in enumerate(ASPECTS)}
     diffs.sort(key=lambda d: order[d.aspect])  # stable: keys keep their order inside an aspect
     return Comparison(tuple(nodes), tuple(diffs), tuple(bad), not_compared, tuple(everywhere), expected, distinct)
