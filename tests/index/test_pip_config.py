@@ -216,7 +216,7 @@ def test_a_changed_pip_is_asked_again(tmp_path, monkeypatch, fresh_default):
     assert _asked(tmp_path) == 3
 
 
-@pytest.mark.parametrize("content", ["not json", '{"key": [], "url": "http://x.test/simple"}', None])
+@pytest.mark.parametrize("content", ["not json", '{"answers": [{"key": [], "url": "http://x.test/simple"}]}', None])
 def test_a_damaged_or_foreign_cache_entry_is_not_trusted(tmp_path, monkeypatch, fresh_default, content):
     pip_config = fresh_default
     fake = _fake_pip(tmp_path, "http://stated.test/simple")
@@ -226,12 +226,27 @@ def test_a_damaged_or_foreign_cache_entry_is_not_trusted(tmp_path, monkeypatch, 
     entry = cache / "pip-stated-default.json"
     if content is None:  # the right key, but a value that is no URL (a hand-edited or hostile file)
         data = json.loads(entry.read_text())
-        data["url"] = "file:///etc/passwd"
+        data["answers"][0]["url"] = "file:///etc/passwd"
         content = json.dumps(data)
     entry.write_text(content)
     pip_config.pip_stated_default.cache_clear()
     assert pip_config.pip_stated_default(cache) == "http://stated.test/simple"
     assert _asked(tmp_path) == 2
+
+
+def test_runs_from_two_interpreters_do_not_evict_each_other_s_answer(tmp_path, monkeypatch, fresh_default):
+    """Before: one answer was kept, so alternating interpreters paid a pip start-up on every run."""
+    pip_config = fresh_default
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    fakes = {d: _fake_pip(d, f"http://{d.name}.test/simple") for d in (a, b)}
+    cache = tmp_path / "cache"
+    for _ in range(3):
+        for d, fake in fakes.items():
+            monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+            pip_config.pip_stated_default.cache_clear()
+            assert pip_config.pip_stated_default(cache) == f"http://{d.name}.test/simple"
+    assert _asked(a) == 1 and _asked(b) == 1
 
 
 def test_a_pip_that_states_nothing_is_not_cached(tmp_path, monkeypatch, fresh_default):

@@ -199,15 +199,26 @@ def _cache_file(cache_dir: Path | None) -> Path:
     return Path(cache_dir or default_cache_dir()) / "pip-stated-default.json"
 
 
-def _read_cached(path: Path, key: list) -> str | None:
+_KEEP_ANSWERS = 16  # one per set of pips (interpreters, venvs): runs from different ones do not evict each other
+
+
+def _answers(path: Path) -> list[dict]:
     import json
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    url = data.get("url") if isinstance(data, dict) and data.get("key") == key else None
-    return url if isinstance(url, str) and re.fullmatch(r"https?://\S+", url) else None
+        return []
+    rows = data.get("answers") if isinstance(data, dict) else None
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _read_cached(path: Path, key: list) -> str | None:
+    for row in _answers(path):
+        url = row.get("url")
+        if row.get("key") == key and isinstance(url, str) and re.fullmatch(r"https?://\S+", url):
+            return url
+    return None
 
 
 def _write_cached(path: Path, key: list, url: str) -> None:
@@ -215,9 +226,10 @@ def _write_cached(path: Path, key: list, url: str) -> None:
 
     from wheelhouse.atomic import write_atomic
 
+    rows = [r for r in _answers(path) if r.get("key") != key][-(_KEEP_ANSWERS - 1):] + [{"key": key, "url": url}]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"key": key, "url": url}, indent=1) + "\n")
+        write_atomic(path, json.dumps({"answers": rows}, indent=1) + "\n")
     except OSError:
         pass  # a read-only cache costs one pip start-up per run, nothing else
 
