@@ -266,3 +266,23 @@ def test_a_damaged_wh_json_is_a_problem_in_the_json_verdict_not_bad_input(house)
     data = json.loads(r.stdout)
     assert data["ok"] is False and any("wh.json" in p for p in data["problems"]), data
     assert wh("verify", house.parent / "no-such-folder", "--json").returncode == 2  # still bad input
+
+
+def test_text_output_shows_a_lone_surrogate_escaped_instead_of_crashing(tmp_path, pyindex):
+    """Before: `wh verify` (text) on a wh.json holding a lone surrogate exited 3 mid-report (UnicodeEncodeError)."""
+    import json as _json
+    import os as _os
+    import subprocess as _sp
+    import sys as _sys
+
+    from carry_fixtures import staged_wheelhouse
+
+    house = staged_wheelhouse(tmp_path, pyindex)
+    meta = _json.loads((house / "wh.json").read_text())
+    meta["name"] = "stack-\udc80"
+    (house / "wh.json").write_text(_json.dumps(meta))  # json writes it as the escape \udc80
+    env = {k: v for k, v in _os.environ.items() if not k.startswith("WH_")} | {"NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
+    r = _sp.run([_sys.executable, "-m", "wheelhouse", "verify", str(house)], capture_output=True, env=env)
+    out = (r.stdout + r.stderr).decode("utf-8", "replace")
+    assert r.returncode in (0, 1), out
+    assert "internal error" not in out

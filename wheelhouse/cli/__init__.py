@@ -59,6 +59,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from wheelhouse.errors import EXIT_INTERNAL, WhError
 
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a hostile file's name or text is shown escaped,
+        try:                                 # never a UnicodeEncodeError that loses the rest of the output
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+
     from . import _ui
     from ._group import NO_ARGS_IS_HELP, cli, usage_error
 
