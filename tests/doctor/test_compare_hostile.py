@@ -96,3 +96,13 @@ def test_an_aspect_no_report_records_is_not_compared_rather_than_same(tmp_path):
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert cases["driver"].find("skipped") is not None
     assert data["aspects"]["python"] == "same"  # what they do record still compares
+
+
+def test_junit_pointed_at_an_input_report_is_refused_and_the_report_kept(tmp_path):
+    """Before: `--junit a.json ... a.json` overwrote the node's report with the JUnit XML."""
+    a = write(tmp_path, "node-a", report("node-a"))
+    b = write(tmp_path, "node-b", report("node-b"))
+    before = a.read_bytes()
+    r = wh("doctor", "compare", "--junit", a, a.parent / "." / a.name, b)
+    assert r.returncode == 2 and "would be overwritten" in r.stderr, r.stderr
+    assert a.read_bytes() == before

@@ -265,6 +265,11 @@ def compare(ui, reports, as_json, junit, expect) -> None:
 
     if junit:
         check_writable("--junit", junit)
+        if any(Path(r).resolve() == Path(junit).resolve() for r in reports):
+            from wheelhouse.errors import UsageError
+
+            raise UsageError(f"--junit {junit} is one of the reports to compare: it would be overwritten",
+                             hint="write the JUnit file elsewhere, e.g. --junit compare.xml")
     reporter = ui.reporter()
     try:
         nodes, bad = load_reports(reports, reporter=reporter)
