@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -120,6 +121,9 @@ class RichReporter:
         self.quiet = quiet
         self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
+        # Checks run in threads and share one reporter: one finishing (and stopping the bars) while another
+        # starts must not leave a task id that belongs to a Progress already stopped (KeyError in rich).
+        self._lock = threading.RLock()
 
     def _ensure(self) -> Progress:
         if self._progress is None:
@@ -139,29 +143,34 @@ class RichReporter:
         return self._progress
 
     def start(self, task: str, total: float | None = None, unit: str = "") -> None:
-        self._tasks[task] = self._ensure().add_task(task, total=total, unit=unit)
+        with self._lock:
+            self._tasks[task] = self._ensure().add_task(task, total=total, unit=unit)
 
     def advance(self, task: str, amount: float = 1) -> None:
-        if task in self._tasks and self._progress:
-            self._progress.advance(self._tasks[task], amount)
+        with self._lock:
+            if task in self._tasks and self._progress:
+                self._progress.advance(self._tasks[task], amount)
 
     def finish(self, task: str, message: str = "") -> None:
-        if task in self._tasks and self._progress:
-            self._progress.remove_task(self._tasks.pop(task))
-        if message and not self.quiet:
-            self.console.print(redact(message), markup=False)
-        if not self._tasks and self._progress:
-            self._progress.stop()
-            self._progress = None
+        with self._lock:
+            if task in self._tasks and self._progress:
+                self._progress.remove_task(self._tasks.pop(task))
+            if message and not self.quiet:
+                self.console.print(redact(message), markup=False)
+            if not self._tasks and self._progress:
+                self._progress.stop()
+                self._progress = None
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(redact(message), markup=False)
+            with self._lock:
+                self.console.print(redact(message), markup=False)
 
     def close(self) -> None:
-        if self._progress:
-            self._progress.stop()
-            self._progress = None
+        with self._lock:
+            if self._progress:
+                self._progress.stop()
+                self._progress = None
 
 
 class Ui:
