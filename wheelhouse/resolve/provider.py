@@ -122,14 +122,21 @@ class Provider(AbstractProvider):
             d = c.distfile
             if d is None or d.origin == IMAGE:
                 continue
-            with self._lock:
-                if d.url in self._read_ahead_urls:
-                    continue
-                self._read_ahead_urls.add(d.url)
-            try:
-                self.pool.submit(self._quiet_read, d)
-            except RuntimeError:  # pool shut down: the search is over
+            if not self._submit_once(self._read_ahead_urls, d.url, self._quiet_read, d):
                 return
+
+    def _submit_once(self, seen: set, key, fn, arg) -> bool:
+        """Run ``fn(arg)`` in the pool unless ``key`` was submitted before; False once the pool is shut down
+        (the search is over)."""
+        with self._lock:
+            if key in seen:
+                return True
+            seen.add(key)
+        try:
+            self.pool.submit(fn, arg)
+        except RuntimeError:
+            return False
+        return True
 
     def _quiet_read(self, d) -> None:
         try:
@@ -250,13 +257,7 @@ class Provider(AbstractProvider):
         for r in reqs:
             if r.direct is not None:
                 continue
-            with self._lock:
-                if r.name in self._prefetched:
-                    continue
-                self._prefetched.add(r.name)
-            try:
-                self.pool.submit(self._warm, r)
-            except RuntimeError:  # pool shut down: the search is over
+            if not self._submit_once(self._prefetched, r.name, self._warm, r):
                 return
 
     def _warm(self, req: Req) -> None:
