@@ -7,10 +7,8 @@ socket.getaddrinfo that maps them to loopback: nothing leaves 127.0.0.1, and eve
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 import urllib.request
@@ -19,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from pki import make_test_pki
 from wheelhouse.index.http import HttpClient, HttpError
 
 BURST = 16
@@ -171,20 +170,7 @@ def test_through_a_proxy_only_the_proxys_name_is_resolved(server, monkeypatch):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=wh test CA")
-    run("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=index.test")
-    (d / "san.ext").write_text("subjectAltName=DNS:index.test\n")  # the name only: not valid for 127.0.0.1
-    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "srv.pem", "-days", "2", "-extfile", "san.ext")
-    return d
+    return make_test_pki(tmp_path_factory.mktemp("pki"), cn="index.test", san="DNS:index.test")  # the name only: not valid for 127.0.0.1
 
 
 @pytest.fixture

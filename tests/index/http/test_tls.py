@@ -7,11 +7,11 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
 
+from pki import make_test_pki
 from wheelhouse.index.http.tls import ssl_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
@@ -21,18 +21,7 @@ _BUNDLE_VARS = ("WH_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=wh test CA")
-    run("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "srv.pem", "-days", "2", "-extfile", "san.ext")
-    return d
+    return make_test_pki(tmp_path_factory.mktemp("pki"), cn="127.0.0.1", san="IP:127.0.0.1")
 
 
 @pytest.fixture(scope="module")
