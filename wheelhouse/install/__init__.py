@@ -243,7 +243,8 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
 
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
-            reporter: Reporter, expected: dict[Path, str] | None = None) -> tuple[list[InstalledDist], int]:
+            reporter: Reporter, expected: dict[Path, str] | None = None,
+            link_cache: Path | None = None) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled."""
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
@@ -255,7 +256,8 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
         dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
                                transaction=txn, on_written=compiler.submit if compiler else None,
                                on_abort=compiler.abort if compiler else None, expected=expected,
-                               verified=() if expected else paths)  # not expected: verify_files hashed them
+                               verified=() if expected else paths,  # not expected: verify_files hashed them
+                               link_cache=link_cache)
     except BaseException:
         if compiler is not None:
             compiler.abort()
@@ -264,14 +266,15 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
     return dists, compiler.finish() if compiler is not None else 0
 
 
-def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None):
+def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,
+              link_cache=None):
     """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
 
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
     """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
     try:
-        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected)
+        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache)
                            if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
@@ -304,6 +307,7 @@ def install_wheelhouses(
     patches: bool = True,
     allow_missing: bool = False,
     reporter: Reporter | None = None,
+    link_cache: Path | None = None,
 ) -> InstallReport:
     """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment.
 
@@ -332,7 +336,8 @@ def install_wheelhouses(
         try:
             report = _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
                                      only=only, installer=installer, compile=compile, jobs=jobs, links=links,
-                                     patches=patches, allow_missing=allow_missing, reporter=reporter)
+                                     patches=patches, allow_missing=allow_missing, reporter=reporter,
+                                     link_cache=link_cache)
         except BaseException:
             if fresh:  # no half-made venv: the next run would take it for a finished one
                 _remove_venv(venv, made_folder=venv_lock.created)
@@ -352,7 +357,7 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
 
 
 def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
-                    jobs, links, patches, allow_missing, reporter) -> InstallReport:
+                    jobs, links, patches, allow_missing, reporter, link_cache=None) -> InstallReport:
     jobs = jobs or default_jobs()
     interp, existing = _receiving(venv, python)
     notes: list[str] = []
@@ -386,7 +391,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     expected = {h.path / f.path: f.sha256 for h, f in todo} if folded else {}
     dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
                                                      compile=compile, jobs=jobs, patches=patches, reporter=reporter,
-                                                     expected=expected)
+                                                     expected=expected, link_cache=link_cache)
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))

@@ -188,6 +188,7 @@ def install_wheels(
     on_abort: Callable[[], None] | None = None,
     expected: Mapping[Path, str] | None = None,
     verified: Collection[Path] = (),
+    link_cache: Path | None = None,
 ) -> list[InstalledDist]:
     """Install ``wheels`` into ``scheme`` (purelib, platlib, scripts, data, headers) for ``python``.
 
@@ -199,6 +200,7 @@ def install_wheels(
     are hashed while they are extracted, and one that differs rolls the batch back (HashMismatch).
     ``verified``: wheels the caller already checked against the lock. The members of both are checked
     by CRC-32; a wheel in neither has every member checked against its RECORD sha256.
+    ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none.
     """
     from wheelhouse.install.checks import hash_mismatch
 
