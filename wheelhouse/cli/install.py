@@ -26,6 +26,10 @@ __all__ = ["install"]
               help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
               help="Byte-compile the installed files (in parallel).")
+@click.option("--link-cache/--no-link-cache", "link_cache", default=None, envvar="WH_LINK_CACHE",
+              help="Hardlink the files of a wheel installed before (same sha256) from the verified extraction "
+                   "cache in wh's cache folder ($WH_CACHE_DIR/unpacked), and add the wheels installed now to it. "
+                   "Same filesystem only; default: on ($WH_LINK_CACHE=0 turns it off). See docs/install-cache.md.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: usable cores + 1, at most 32).")
 @click.option("--no-links", is_flag=True, help="Do not create soname links / remove libcuda stubs afterwards.")
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
@@ -33,8 +37,8 @@ __all__ = ["install"]
               help="Install even when a requirement of the result would be unmet (listed as a note).")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
-def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, jobs,
-            no_links, no_patches, allow_missing, as_json) -> None:
+def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, link_cache,
+            jobs, no_links, no_patches, allow_missing, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
     of its parts; an oci:// reference) with no index and no network.
 
@@ -44,15 +48,22 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     failed, the environment is left as it was (the next run rolls back what a killed one left). One run at
     a time per target. A target is required: --venv, or --python (also to install into wh's own environment).
 
+    A wheel installed before into another venv on the same filesystem is hardlinked from the verified
+    extraction cache (each file checked against the cache's manifest; launchers, scripts, bytecode and the
+    files an install writes are always written per venv). --no-link-cache writes every file.
+
     \b
     Examples:
       wh install ./wheelhouse --venv /opt/venv --system-site-packages
       wh install --search /kaggle/input --python /usr/bin/python3
       wh install /media/stick/wh.tar.part-0001 --venv /opt/venv
+      wh install ./wheelhouse --venv /opt/venv-b       # links what /opt/venv-a got
+      WH_LINK_CACHE=0 wh install ./wheelhouse --venv /opt/venv
     """
     from wheelhouse.carry import materialize
     from wheelhouse.errors import UsageError
     from wheelhouse.install import find_wheelhouses, install_wheelhouses, require_target
+    from wheelhouse.install.wheel import linkcache
 
     require_target(venv, python)
     if venv is not None and python and Path(venv, "bin", "python").exists():
@@ -74,6 +85,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
             found, python=python, venv=venv, system_site_packages=system_site_packages,
             only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
             links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
+            link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
         )
     finally:
         reporter.close()
@@ -87,6 +99,10 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         ui.info(f"  {line}")
     for note in report.notes:
         ui.info(f"note: {note}")
+    linked = [d.linked for d in report.installed if d.linked]
+    if linked:
+        ui.info(f"linked {sum(linked)} files of {len(linked)} wheel{'' if len(linked) == 1 else 's'} "
+                "from the extraction cache")
     ui.info(
         f"installed {len(report.installed)}, already there {len(report.skipped)}, "
         f"into {report.interpreter} in {report.seconds:.1f}s"

@@ -104,8 +104,10 @@ class InstallReport:
             "venv": self.venv,
             "wheelhouses": list(self.wheelhouses),
             "installer": self.installer,
-            "installed": [{"name": canonical_name(d.name), "version": d.version, "wheel": d.wheel, "replaced": d.replaced}
-                          for d in self.installed],
+            "installed": [{"name": canonical_name(d.name), "version": d.version, "wheel": d.wheel, "replaced": d.replaced,
+                           "linked_files": d.linked} for d in self.installed],
+            "linked": {"wheels": sum(1 for d in self.installed if d.linked),
+                       "files": sum(d.linked for d in self.installed)},
             "skipped": list(self.skipped),
             "links": [c.to_json() for c in self.links],
             "patches": list(self.patches),

@@ -14,6 +14,11 @@ really installed). The batch is one transaction (``install.transaction``): every
 writes or replaces is journaled and the previous content moved aside before the first
 byte; on any failure, or on the next run after a crash, everything is put back exactly.
 
+With an extraction cache (``linkcache``), a wheel installed before (the same sha256, the
+lock's) has its files hardlinked from the cache, each link checked, instead of inflated and
+written again; after a batch, the wheels that had no valid entry get one (hardlinks of the
+files just written and checked: no byte written twice). Links are journaled like written files.
+
 The steps live in their own modules: ``record`` (RECORD, safe paths), ``plan``
 (planning), ``extract`` (the thread pool, sizes enforced while streaming),
 ``launchers`` (console scripts), and ``install.installed`` / ``install.uninstall``
@@ -46,6 +51,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from .extract import create_new, extract_plans
 from .inflate import choose as choose_inflater
 from .launchers import shebang
+from .linkcache import LinkCache, Linking
 from .plan import PlannedFile, WheelPlan, plan_wheel
 from .record import RecordMismatch, UnpackError, UnsafeWheelPath, record_digest, render_record
 
@@ -72,13 +78,14 @@ class InstalledDist:
     dist_info: str
     files: int
     replaced: str | None = None  # version that was there before
+    linked: int = 0  # files hardlinked from the extraction cache
 
 
 class NoSpace(UnpackError):
     code = "no-space"
 
 
-def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str) -> InstalledDist:
+def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int = 0) -> InstalledDist:
     """Launchers, INSTALLER, REQUESTED, and a RECORD of what was really installed."""
     info_dir = os.path.join(plan.base, plan.dist_info)
     rows: list[tuple[str, str, str]] = []
@@ -98,7 +105,7 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str) -> Installe
     record = os.path.join(info_dir, "RECORD")
     with os.fdopen(create_new(record, 0o644), "wb") as out:
         out.write(render_record(rows, plan.base, record))
-    return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced)
+    return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced, linked)
 
 
 # ---- the whole batch ----------------------------------------------------------------------------
@@ -200,7 +207,8 @@ def install_wheels(
     are hashed while they are extracted, and one that differs rolls the batch back (HashMismatch).
     ``verified``: wheels the caller already checked against the lock. The members of both are checked
     by CRC-32; a wheel in neither has every member checked against its RECORD sha256.
-    ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none.
+    ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none;
+    used for the wheels of ``expected`` (the lock's sha256 names their entry), on the same filesystem.
     """
     from wheelhouse.install.checks import hash_mismatch
 
@@ -226,13 +234,17 @@ def install_wheels(
     try:
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())], _missing_dirs(dirs))
         os.makedirs(scheme["scripts"], exist_ok=True)  # the others: by the workers, wheel by wheel
+        linking = _linking(link_cache, plans, expected, scheme)
         bad = extract_plans(plans, python, jobs=jobs, total=total, reporter=reporter, task=task,
                             on_written=on_written, expected=expected,
-                            verified={Path(w) for w in verified}, inflater=inflater)
+                            verified={Path(w) for w in verified}, inflater=inflater, linking=linking)
         if bad:
             raise hash_mismatch(bad)
+        if linking is not None:
+            linking.populate(plans, jobs)  # every wheel's sha256 is the lock's now
+        counts = linking.linked if linking is not None else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(lambda p: _finish(p, scheme, python), plans))
+            done = list(pool.map(lambda p: _finish(p, scheme, python, counts.get(p.wheel, 0)), plans))
         checkpoint("install.files-done")
         if transaction is None:
             txn.commit()
@@ -248,6 +260,20 @@ def install_wheels(
         raise
     reporter.finish(task)
     return done
+
+
+def _linking(root: Path | None, plans: Sequence[WheelPlan], expected: Mapping[Path, str],
+             scheme: Mapping[str, str]) -> Linking | None:
+    """The batch's use of the extraction cache at ``root``: None when there is none, or it is on another
+    filesystem than the environment (a hardlink cannot cross one), or no wheel has a known sha256."""
+    if root is None or not expected:
+        return None
+    cache = LinkCache(root)
+    if not cache.usable_for(scheme["platlib"]):
+        return None
+    keys = {p.wheel: expected[p.wheel] for p in plans if p.wheel in expected}
+    found = {w: m for w, m in ((w, cache.lookup(sha)) for w, sha in keys.items()) if m is not None}
+    return Linking(cache, found, keys)
 
 
 def prune_removed(plans: Sequence[WheelPlan], scheme: Mapping[str, str]) -> None:

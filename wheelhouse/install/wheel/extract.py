@@ -14,6 +14,10 @@ writes release the GIL), biggest work first. Each member is checked while it is 
 - a wheel with no expected sha256 has every member hashed and compared with its RECORD
   sha256 (the only check of its bytes there is).
 
+With the extraction cache (``linkcache``), a member of a wheel that has a cache entry is
+hardlinked from it and the link checked against the entry's manifest instead; one that fails
+the check is extracted as above, and so is the rest of its wheel.
+
 Sizes are enforced while streaming (a bomb never fills the disk). The first extraction
 failure stops the other extraction tasks at their next file; the wheel-hash tasks always
 finish, so that every wheel whose sha256 is wrong can be named. The caller rolls back.
@@ -33,6 +37,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.progress import Reporter
 from .inflate import Inflater, choose
 from .launchers import shebang
+from .linkcache import Linking, linkable
 from .plan import PlannedFile, WheelPlan
 from .record import RecordMismatch, UnpackError, record_digest
 
@@ -43,6 +48,7 @@ _IN = 1 << 20  # compressed bytes handed to one inflate call
 _OUT = 16 << 20  # the most one inflate call may produce: 1 MiB of a bomb cannot become gigabytes in memory
 _SLACK = 512  # local-header extra field bytes read along with a small member (more: a second read)
 _FILE_COST = 32 << 10  # a file's creation costs about as much as inflating and writing 32 KiB
+_LINK_COST = 8 << 10  # a checked hardlink: a link and an lstat
 
 
 def create_new(dest: str, mode: int) -> int:
@@ -184,9 +190,10 @@ class Extraction:
     """One batch's shared state: descriptors, the stop signal, the inflater, folders made so far."""
 
     def __init__(self, python: str, reporter: Reporter, task: str, inflater: Inflater,
-                 on_written: Callable[[str], None] | None, hashed: set[Path]):
+                 on_written: Callable[[str], None] | None, hashed: set[Path], linking: Linking | None = None):
         self.python, self.reporter, self.task, self.inflater = python, reporter, task, inflater
         self.on_written = on_written
+        self.linking = linking
         self.hashed = hashed  # wheels whose whole sha256 is checked: members by CRC
         self.archives = _Archives()
         self.failed = threading.Event()
@@ -212,10 +219,27 @@ class Extraction:
         for m in members:
             if self.failed.is_set():
                 return
+            if self.linking is not None and self._link(plan, m):
+                continue
             self._one(plan, m, src, _Check(by_crc, self.inflater))
 
+    def _link(self, plan: WheelPlan, m: PlannedFile) -> bool:
+        """Hardlink ``m`` from the wheel's cache entry, checked; False: extract it."""
+        entry = self.linking.entry_for(plan.wheel)
+        if entry is None or not linkable(m.name, plan.dist_info, m.script):
+            return False
+        st = self.linking.try_link(plan.wheel, entry, m.name, m.dest, _mode(m), m.size)
+        if st is None:
+            return False
+        self.linking.stats[m.dest] = st
+        self.reporter.advance(self.task, max(m.size, 1))
+        checkpoint(f"install.link.{self.counter.bump()}")
+        if self.on_written is not None and m.dest.endswith(".py"):
+            self.on_written(m.dest)
+        return True
+
     def _one(self, plan: WheelPlan, m: PlannedFile, src: int, check: _Check) -> None:
-        mode = 0o755 if (m.mode & 0o111 or m.script) else 0o644
+        mode = _mode(m)
         size = 0
         if m.script:
             data = bytearray()
@@ -240,12 +264,15 @@ class Extraction:
                     if size > m.size:  # enforced while streaming: a bomb never fills the disk
                         raise _too_big(plan, m)
                 _write_all(out, chunk)
+            st = os.fstat(out) if self.linking is not None else None  # after the last write: its final mtime
         finally:
             os.close(out)
         if size != m.size or not check.matches(m):
             what = "its CRC-32" if check.h is None else "its RECORD hash"
             raise RecordMismatch(f"{plan.wheel.name}: {m.name} does not match {what}",
                                  hint="the wheel was altered after it was built; re-stage it with `wh stage`")
+        if st is not None:
+            self.linking.stats[m.dest] = st
         self.reporter.advance(self.task, max(size, 1))
         checkpoint(f"install.file.{self.counter.bump()}")
         if self.on_written is not None and m.dest.endswith(".py"):
@@ -260,41 +287,57 @@ class Extraction:
         return h.hexdigest()
 
 
-def _chunks(plans: list[WheelPlan], target_bytes: int) -> list[tuple[WheelPlan, list[PlannedFile]]]:
+def _mode(m: PlannedFile) -> int:
+    return 0o755 if (m.mode & 0o111 or m.script) else 0o644
+
+
+def _cost(m: PlannedFile, linked: bool) -> int:
+    return _LINK_COST if linked else m.size + _FILE_COST
+
+
+def _chunks(plans: list[WheelPlan], target_bytes: int,
+            linked: Collection[Path] = ()) -> list[tuple[int, WheelPlan, list[PlannedFile]]]:
+    """Each wheel's members to write, in tasks of about ``target_bytes`` of work, with each task's cost."""
     out = []
     for plan in plans:
         todo = [m for m in plan.members if m.write]
         todo.sort(key=lambda m: -m.size)
+        to_link = plan.wheel in linked
         batch: list[PlannedFile] = []
         acc = 0
         for m in todo:
             batch.append(m)
-            acc += m.size
+            acc += _cost(m, to_link)
             if acc >= target_bytes or len(batch) >= 400:
-                out.append((plan, batch))
+                out.append((acc, plan, batch))
                 batch, acc = [], 0
         if batch:
-            out.append((plan, batch))
+            out.append((acc, plan, batch))
     return out
 
 
 def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int, reporter: Reporter, task: str,
                   on_written: Callable[[str], None] | None = None, expected: Mapping[Path, str] | None = None,
-                  verified: Collection[Path] = (), inflater: Inflater | None = None) -> list[tuple[str, str, str]]:
+                  verified: Collection[Path] = (), inflater: Inflater | None = None,
+                  linking: Linking | None = None) -> list[tuple[str, str, str]]:
     """Write every planned file of ``plans`` (``write`` set) with ``jobs`` threads.
 
     ``expected`` maps wheels to the sha256 (hex) they must have; each is hashed by a task of the
     same pool. ``verified``: wheels whose sha256 the caller already checked. The members of both
-    are checked by CRC-32, the others' by their RECORD sha256. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
+    are checked by CRC-32, the others' by their RECORD sha256. ``linking``: the extraction cache's
+    entries for some wheels (their files are linked from there, checked) and where the stat of every
+    file written is kept for adding entries afterwards. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
     caller raises that first: it names the cause), else raises the first extraction error. The
     caller's transaction journaled every destination before this runs (a partial file is rolled
     back like a whole one).
     """
     expected = dict(expected or {})
-    run = Extraction(python, reporter, task, inflater or choose(), on_written, set(expected) | set(verified))
+    run = Extraction(python, reporter, task, inflater or choose(), on_written, set(expected) | set(verified),
+                     linking)
     work: list[tuple[int, str, object]] = []
-    for plan, members in _chunks(plans, target_bytes=max(8 << 20, total // (jobs * 4))):
-        work.append((sum(m.size + _FILE_COST for m in members), "extract", (plan, members)))
+    linked = set(linking.manifests) if linking is not None else set()
+    for cost, plan, members in _chunks(plans, max(8 << 20, total // (jobs * 4)), linked):
+        work.append((cost, "extract", (plan, members)))
     for wheel in expected:
         # sha256 with SHA-NI runs ~4x faster than inflate+write of the same bytes: weigh it so.
         work.append((os.path.getsize(wheel) // 4, "sha256", wheel))

@@ -1,15 +1,347 @@
 """The verified extraction cache: hardlinks when one wheelhouse is installed into several venvs.
 
-Skeleton: filled in by the extraction-cache work (issue 14). ``default_dir()`` returns None
-(no cache) until then.
+After a wheel's files were extracted into a venv and checked (and the wheel's sha256 was the
+lock's), each of them is hardlinked into ``<cache>/unpacked/<sha256[:2]>/<sha256>/files/``
+and a manifest records every file's (archive name, size, mtime_ns, inode, device, mode): no
+byte is written twice. The entry appears whole or not at all: it is built in a private folder
+and renamed into place; a concurrent install that built the same entry loses the rename and
+discards its own.
+
+The next install of the same wheel (same sha256) into another venv on the same filesystem
+links each of those files into the venv instead of inflating and writing it again, and then
+checks the venv's new name with ``lstat``: a regular file, owned by this user, with the
+manifest's inode, device, size, mtime and mode. The check is made on the link just created,
+so the inode checked is the inode installed (no window between a check and a link). A file
+that differs (written in place by anyone: its mtime moved; replaced: another inode; chmod-ed)
+is unlinked again and the rest of that wheel is extracted from the wheel as usual; the entry
+is replaced afterwards. A cache on another filesystem (EXDEV) is not used, silently.
+
+Never linked, always written per venv: ``.data/scripts`` (their shebang names this venv's
+interpreter), ``.pyc`` files, and the dist-info files an install writes itself (INSTALLER,
+REQUESTED, RECORD, direct_url.json). wh never writes into an existing inode (``create_new``
+unlinks first; patches replace the file), so linked inodes are only ever read by wh.
+
+What the check does not catch: a file changed in place whose mtime was then set back (a
+deliberate ``touch -d``/``os.utime``), or changed within the filesystem's timestamp tick of
+its extraction; a manifest edited to match a replaced file. Whoever can write the cache can
+choose what gets installed, as with any installer's cache; it lives in the user's own cache
+folder, created private (0700). Removing it (or any entry) only unlinks names: venvs keep
+their files.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import stat
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Mapping
 
-__all__ = ["default_dir"]
+from wheelhouse.faults import checkpoint
+
+__all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat"]
+
+ENV = "WH_LINK_CACHE"
+# Decided by measurement (docs/install-cache.md): populating costs a first install about 1% of its
+# wall time, within the noise, so repeated installs link by default.
+ENABLED_BY_DEFAULT = True
+_SCHEMA = "wh-unpacked/1"
+_MAX_NLINK = 60000  # ext4 refuses past 65000 (EMLINK); an entry near that is not used
 
 
-def default_dir() -> Path | None:
-    return None
+def _cache_home() -> Path:
+    """wh's cache folder: the rule of ``fetch.cache.default_cache_dir`` (that package is not imported on
+    the install side: it opens sockets)."""
+    env = os.environ.get("WH_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "wh"
+
+
+def default_dir() -> Path:
+    """The extraction cache's folder: ``unpacked/`` in wh's cache (``$WH_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/wh``, else ``~/.cache/wh``)."""
+    return _cache_home() / "unpacked"
+
+
+def enabled(flag: bool | None) -> bool:
+    """Whether to use the cache: the flag, else ``$WH_LINK_CACHE`` (1/0, true/false), else the default."""
+    if flag is not None:
+        return flag
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    return ENABLED_BY_DEFAULT
+
+
+_PER_VENV = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
+
+
+def linkable(name: str, dist_info: str, script: bool) -> bool:
+    """Whether an archive member may be shared by hardlink: not a script (shebang rewritten per venv),
+    not bytecode, not a dist-info file an install writes itself."""
+    if script or name.endswith(".pyc"):
+        return False
+    head, _, tail = name.rpartition("/")
+    return not (head == dist_info and tail in _PER_VENV)
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What a cached file must still be: ``os.stat_result`` fields the manifest keeps."""
+
+    size: int
+    mtime_ns: int
+    ino: int
+    dev: int
+    mode: int  # permission bits
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> "FileStat":
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, stat.S_IMODE(st.st_mode))
+
+    def matches(self, st: os.stat_result) -> bool:
+        return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and 1 <= st.st_nlink <= _MAX_NLINK
+                and FileStat.of(st) == self)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One entry: where its files are and what each must still be."""
+
+    folder: Path  # the entry's files/ folder
+    sha256: str
+    files: Mapping[str, FileStat]
+
+
+def _parse(data: object, sha256: str) -> dict[str, FileStat] | None:
+    """The files of a manifest, or None when it is not one wh wrote for this sha256 (torn, edited, other)."""
+    if not isinstance(data, dict) or data.get("schema") != _SCHEMA or data.get("sha256") != sha256:
+        return None
+    rows = data.get("files")
+    if not isinstance(rows, dict):
+        return None
+    out: dict[str, FileStat] = {}
+    for name, row in rows.items():
+        if (not isinstance(name, str) or not isinstance(row, list) or len(row) != 5
+                or not all(type(v) is int and v >= 0 for v in row)):
+            return None
+        out[name] = FileStat(*row)
+    return out
+
+
+class LinkCache:
+    """The cache at ``root`` (``default_dir()``): entries by sha256, built privately and renamed into place."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._tmp = self.root / ".tmp"
+        self._swept = False
+        self._lock = threading.Lock()
+
+    def entry(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / sha256
+
+    def usable_for(self, folder: str) -> bool:
+        """Whether links from the cache into ``folder`` can work: the same filesystem (else EXDEV), and a
+        cache folder that is a real, private folder of this user. Creates the cache folder."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = os.lstat(self.root)
+            return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                    and st.st_dev == os.stat(folder).st_dev)
+        except OSError:
+            return False
+
+    def lookup(self, sha256: str) -> Manifest | None:
+        """The entry for ``sha256`` with its manifest, or None (none, unreadable, or not wh's)."""
+        folder = self.entry(sha256)
+        try:
+            data = json.loads((folder / "manifest.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        files = _parse(data, sha256)
+        return None if files is None else Manifest(folder / "files", sha256, files)
+
+    def link(self, manifest: Manifest, name: str, dest: str, mode: int, size: int) -> os.stat_result | None:
+        """Hardlink the entry's ``name`` at ``dest`` and check the link made (see the module docstring).
+
+        Returns the new name's stat, or None when the file is not the manifest's (nothing left at ``dest``).
+        Raises OSError when linking itself fails (EXDEV, EMLINK, a missing file): the caller extracts.
+        """
+        want = manifest.files.get(name)
+        if want is None or want.mode != mode or want.size != size:  # the wheel's RECORD size, and the mode wh gives
+            return None
+        src = os.path.join(manifest.folder, name)
+        try:
+            os.link(src, dest, follow_symlinks=False)
+        except FileExistsError:
+            os.unlink(dest)  # never write into an existing inode; journaled by the caller
+            os.link(src, dest, follow_symlinks=False)
+        st = os.lstat(dest)
+        if want.matches(st):
+            return st
+        os.unlink(dest)
+        return None
+
+    # ---- populating ------------------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Private folders of runs that died while building an entry (their pid is gone)."""
+        with self._lock:
+            if self._swept:
+                return
+            self._swept = True
+        try:
+            children = list(self._tmp.iterdir())
+        except OSError:
+            return
+        for child in children:
+            pid = child.name.split(".")[1] if child.name.count(".") >= 2 else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(child, ignore_errors=True)  # unlinks names only
+
+    def add(self, sha256: str, wheel: str, files: Iterable[tuple[str, str, os.stat_result]],
+            replace: bool = False) -> bool:
+        """Make the entry for ``sha256`` from installed files ``(archive name, installed path, its stat when
+        it was checked)`` by hardlinking them. ``replace``: an existing entry failed its check; it is
+        moved aside first. Returns whether this call's entry is now in place (False: another run's is,
+        or a file changed meanwhile, or linking failed: nothing half-made is left)."""
+        self._sweep()
+        final = self.entry(sha256)
+        if final.exists() and not replace:
+            return False
+        work = self._tmp / f"{sha256}.{os.getpid()}.{time.time_ns()}.{threading.get_ident()}"
+        try:
+            os.makedirs(work / "files", mode=0o700)
+            rows: dict[str, list[int]] = {}
+            made: set[str] = {str(work / "files")}
+            for name, path, st in files:
+                dest = os.path.join(work, "files", name)
+                parent = os.path.dirname(dest)
+                if parent not in made:
+                    os.makedirs(parent, mode=0o700, exist_ok=True)
+                    made.add(parent)
+                os.link(path, dest, follow_symlinks=False)
+                # the name made must be the inode that was checked (a file replaced meanwhile: no entry)
+                if os.lstat(dest).st_ino != st.st_ino:
+                    raise OSError("changed while it was added")
+                f = FileStat.of(st)
+                rows[name] = [f.size, f.mtime_ns, f.ino, f.dev, f.mode]
+            checkpoint("install.linkcache.before-manifest")
+            body = json.dumps({"schema": _SCHEMA, "sha256": sha256, "wheel": wheel, "files": rows}).encode()
+            with open(work / "manifest.json", "xb") as fh:
+                fh.write(body)
+            final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if replace:
+                self._discard(final)
+            checkpoint("install.linkcache.before-rename")
+            os.rename(work, final)  # atomic; fails when another run's entry is already there
+            return True
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            return False
+
+    def _discard(self, entry: Path) -> None:
+        """Move a stale entry out of the way (an atomic rename), then unlink its names."""
+        gone = self._tmp / f"stale.{os.getpid()}.{time.time_ns()}"
+        try:
+            self._tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.rename(entry, gone)
+        except OSError:
+            return
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _umask() -> int:
+    """This process's umask (what a created file's mode loses), read without changing it (Linux), else
+    by setting and restoring it before any worker thread runs."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+class Linking:
+    """One batch's use of the cache: the entries found for its wheels, which of them failed a check,
+    the stat of every file installed (to add entries afterwards), and how many files were linked."""
+
+    def __init__(self, cache: LinkCache, manifests: Mapping[Path, Manifest], keys: Mapping[Path, str]):
+        self.cache = cache
+        self.manifests = dict(manifests)  # wheel -> the entry to link its files from
+        self.keys = dict(keys)  # wheel -> the lock's sha256 (the entry's name)
+        self.stale: set[Path] = set()  # wheels whose entry failed a check: extracted, the entry replaced
+        self.stats: dict[str, os.stat_result] = {}  # installed path -> its stat once checked
+        self.linked: dict[Path, int] = {}
+        self.off = False  # EXDEV met: no more links this batch
+        self.umask = _umask()
+        self._lock = threading.Lock()
+
+    def entry_for(self, wheel: Path) -> Manifest | None:
+        if self.off or wheel in self.stale:
+            return None
+        return self.manifests.get(wheel)
+
+    def try_link(self, wheel: Path, manifest: Manifest, name: str, dest: str, mode: int,
+                 size: int) -> os.stat_result | None:
+        """Link ``name`` of ``wheel``'s entry at ``dest`` (checked), or None: then the caller extracts it,
+        and the rest of that wheel (the entry is replaced afterwards)."""
+        try:
+            st = self.cache.link(manifest, name, dest, mode & ~self.umask, size)
+        except OSError as exc:
+            if exc.errno == 18:  # EXDEV: a mount boundary inside the venv; the entry is fine
+                self.off = True
+                return None
+            st = None
+        if st is None:
+            with self._lock:
+                self.stale.add(wheel)
+            return None
+        with self._lock:
+            self.linked[wheel] = self.linked.get(wheel, 0) + 1
+        return st
+
+    def populate(self, plans, jobs: int) -> int:
+        """Add an entry for each wheel of ``plans`` (their sha256 confirmed) that had none or a stale one;
+        returns how many were added. Never fails the install: a cache that cannot be written is skipped."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo = []
+        for plan in plans:
+            sha = self.keys.get(plan.wheel)
+            if sha is None or (plan.wheel in self.manifests and plan.wheel not in self.stale):
+                continue
+            rows = [(m.name, m.dest, self.stats.get(m.dest)) for m in plan.members
+                    if m.write and linkable(m.name, plan.dist_info, m.script)]
+            # a member another wheel of the batch wrote holds that wheel's bytes: no entry for this one
+            if any(st is None for _, _, st in rows) or any(not m.write for m in plan.members):
+                continue
+            todo.append((sha, plan.wheel.name, rows, plan.wheel in self.stale))
+        if not todo:
+            return 0
+        todo.sort(key=lambda t: -len(t[2]))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return sum(pool.map(lambda t: self.cache.add(t[0], t[1], t[2], replace=t[3]), todo))
