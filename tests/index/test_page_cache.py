@@ -4,6 +4,7 @@ pre-parsed beside their entry (used when sound, a miss when torn, edited or of a
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -43,10 +44,6 @@ def _source(idx_urls, cache, *, ttl=600.0, **client):
 
 def _names(files):
     return sorted(f.filename for f in files)
-
-
-def _parsed(cache):
-    return sorted((cache / "http").rglob("*.parsed"))
 
 
 @pytest.fixture
@@ -163,59 +160,90 @@ def test_pages_are_loaded_pre_parsed_on_a_warm_run(pyindex, wheels, tmp_path, mo
     idx = pyindex(wheels)
     cache = tmp_path / "cache"
     cold = _source([idx.url], cache).files("alpha", KEEP)
-    assert _names(cold) == ["alpha-1.0-py3-none-any.whl"] and len(_parsed(cache)) == 1
+    assert _names(cold) == ["alpha-1.0-py3-none-any.whl"]
+    (entry,) = _pages(cache)
+    assert len(_header(entry)["extras"]) == 1  # one file per page: its body and its pre-parsed form
 
     def no_parsing(*a, **k):
         raise AssertionError("the page was parsed again")
 
     with monkeypatch.context() as m:
-        m.setattr(index_mod, "parse_simple_json", no_parsing)
+        m.setattr(index_mod, "parse_simple_json_body", no_parsing)
         m.setattr(index_mod, "parse_simple_html", no_parsing)
         assert _source([idx.url], cache).files("alpha", KEEP) == cold
-    # another filter (or none) is its own entry: never the list filtered for someone else
+    # another filter (or none) is its own pre-parsed form: never the list filtered for someone else
     assert len(_source([idx.url], cache).files("alpha")) == 2
-    assert len(_parsed(cache)) == 2
+    assert _pages(cache) == [entry] and len(_header(entry)["extras"]) == 2
+    assert _source([idx.url], cache).files("alpha", KEEP) == cold  # the first form is kept beside it
+    assert idx.page_requests() == 1
 
 
-def _corrupt(path, how):
-    raw = path.read_bytes()
-    head, _, payload = raw.partition(b"\n")
-    if how == "garbage":
-        path.write_bytes(b"\x00\xff not an entry")
-    elif how == "torn":
-        path.write_bytes(raw[: len(raw) // 2])
-    elif how == "edited":  # the payload changed, the checksum did not
-        path.write_bytes(head + b"\n" + payload.replace(b"alpha-1.0", b"alpha-9.0"))
+def _pages(cache):
+    return sorted((cache / "http").rglob("*.page"))
 
 
-@pytest.mark.parametrize("how", ["garbage", "torn", "edited"])
-def test_a_corrupted_pre_parsed_entry_falls_back_to_the_body(pyindex, wheels, tmp_path, how):
+def _header(entry):
+    line, _, rest = entry.read_bytes().partition(b"\n")
+    return json.loads(rest[: int(line.split()[3])])
+
+
+def _spans(entry):
+    """(start, end) of each extra and of the body inside a packed entry."""
+    line, _, rest = entry.read_bytes().partition(b"\n")
+    pos = len(line) + 1 + int(line.split()[3])
+    spans = []
+    for _, size, _ in _header(entry)["extras"]:
+        spans.append((pos, pos + size))
+        pos += size
+    return spans, (pos, entry.stat().st_size)
+
+
+def _splice(entry, start, end, new):
+    raw = entry.read_bytes()
+    entry.write_bytes(raw[:start] + new + raw[end:])
+
+
+@pytest.mark.parametrize("how", ["garbage", "edited", "older-format"])
+def test_a_bad_pre_parsed_form_falls_back_to_the_body(pyindex, wheels, tmp_path, how):
     idx = pyindex(wheels)
     cache = tmp_path / "cache"
     cold = _source([idx.url], cache).files("alpha", KEEP)
-    (entry,) = _parsed(cache)
-    _corrupt(entry, how)
+    (entry,) = _pages(cache)
+    ((start, end),), _ = _spans(entry)
+    extra = entry.read_bytes()[start:end]
+    if how == "garbage":  # same length, other bytes: its checksum in the header disagrees
+        bad = bytes(b ^ 0xFF for b in extra)
+    elif how == "edited":
+        bad = extra.replace(b"alpha-1.0", b"alpha-9.0")
+    else:  # a sound form (checksum right) written by an older wh, whose rows meant something else
+        head, _, rows = extra.partition(b"\n")
+        bad = b"wh-parsed-page %d\n" % (FORMAT - 1) + rows.replace(b"alpha-1.0", b"alpha-9.0")
+    _splice(entry, start, end, bad)
+    if how == "older-format":  # re-sign the header, as the older wh would have written it
+        _resign(entry, bad)
     assert _source([idx.url], cache).files("alpha", KEEP) == cold
     assert idx.page_requests() == 1  # the page itself was fine: no request
-    assert entry.read_bytes().startswith(f"wh-parsed-page {FORMAT} ".encode())  # rewritten whole
+    ((start, end),), _ = _spans(entry)
+    assert entry.read_bytes()[start:end].startswith(b"wh-parsed-page %d\n" % FORMAT)  # rewritten
+    assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold
 
 
-def test_a_pre_parsed_entry_of_an_older_format_is_ignored(pyindex, wheels, tmp_path):
+def _resign(entry, extra):
+    """Rewrite a packed entry's header so its (single) extra's checksum matches ``extra``."""
     import hashlib
 
-    idx = pyindex(wheels)
-    cache = tmp_path / "cache"
-    cold = _source([idx.url], cache).files("alpha", KEEP)
-    (entry,) = _parsed(cache)
-    _, _, payload = entry.read_bytes().partition(b"\n")
-    # A sound entry (checksum right) written by an older wh, whose rows meant something else.
-    payload = payload.replace(b"alpha-1.0", b"alpha-9.0")
-    old = b"wh-parsed-page %d %s\n" % (FORMAT - 1, hashlib.sha256(payload).hexdigest().encode())
-    entry.write_bytes(old + payload)
-    assert _source([idx.url], cache).files("alpha", KEEP) == cold
+    raw = entry.read_bytes()
+    line, _, rest = raw.partition(b"\n")
+    size = int(line.split()[3])
+    head = json.loads(rest[:size])
+    head["extras"][0][1:] = [len(extra), hashlib.sha256(extra).hexdigest()]
+    new = json.dumps(head, separators=(",", ":")).encode()
+    parts = line.split()
+    parts[2:] = [hashlib.sha256(new).hexdigest().encode(), str(len(new)).encode()]
+    entry.write_bytes(b" ".join(parts) + b"\n" + new + rest[size:])
 
 
-def test_a_pre_parsed_entry_never_outlives_its_page(pyindex, wheels, tmp_path):
+def test_a_pre_parsed_form_never_outlives_its_page(pyindex, wheels, tmp_path):
     idx = pyindex(wheels)
     cache = tmp_path / "cache"
     _source([idx.url], cache).files("alpha", KEEP)
@@ -223,21 +251,82 @@ def test_a_pre_parsed_entry_never_outlives_its_page(pyindex, wheels, tmp_path):
     idx.add(wheels)
     files = _source([idx.url], cache, ttl=0).files("alpha", KEEP)  # a new body: a new parse
     assert _names(files) == ["alpha-1.0-py3-none-any.whl", "alpha-3.0-py3-none-any.whl"]
+    assert _names(_source([idx.url], cache, offline=True).files("alpha", KEEP)) == _names(files)
 
 
-def test_a_torn_body_behind_a_missing_pre_parsed_entry_is_a_miss(pyindex, wheels, tmp_path):
+def test_a_changed_body_behind_a_good_pre_parsed_form_is_a_miss(pyindex, wheels, tmp_path):
+    idx = pyindex(wheels)
+    cache = tmp_path / "cache"
+    _source([idx.url], cache).files("alpha", KEEP)
+    (entry,) = _pages(cache)
+    _, (start, end) = _spans(entry)
+    body = entry.read_bytes()[start:end]
+    _splice(entry, start, end, body.replace(b"alpha-1.0", b"alpha-0.1"))  # same length, other bytes
+    # the pre-parsed form alone is still sound, and is what this run uses without reading the body
+    _source([idx.url], cache, offline=True).files("alpha", KEEP)
+    # a filter with no stored form needs the body: it is refused, never parsed into other files
+    with pytest.raises(NotCached, match="index page of alpha"):
+        _source([idx.url], cache, offline=True).files("alpha")
+    assert _names(_source([idx.url], cache).files("alpha")) == [
+        "alpha-1.0-py3-none-any.whl", "alpha-2.0-cp312-cp312-manylinux_2_17_x86_64.whl"]
+    assert idx.page_requests() == 2  # online: fetched again whole
+
+
+@pytest.mark.parametrize("cut", [0.1, 0.5, 0.9, -1])
+def test_a_torn_entry_is_a_miss_never_fewer_files(pyindex, wheels, tmp_path, cut):
+    """A power cut mid-write (the entry is not fsynced) leaves a prefix of it: wherever the cut
+    falls, offline refuses and online fetches the page again; no run answers with a partial list."""
     idx = pyindex(wheels)
     cache = tmp_path / "cache"
     cold = _source([idx.url], cache).files("alpha", KEEP)
-    (entry,) = _parsed(cache)
-    entry.unlink()
-    body = entry.parent / (entry.name.split(".")[0] + ".body")
-    body.write_bytes(body.read_bytes()[:20])  # the page body is torn: its sha256 no longer matches
+    (entry,) = _pages(cache)
+    raw = entry.read_bytes()
+    entry.write_bytes(raw[: int(len(raw) * cut)] if cut > 0 else raw[:-1])
     with pytest.raises(NotCached, match="index page of alpha"):
         _source([idx.url], cache, offline=True).files("alpha", KEEP)
-    assert _source([idx.url], cache).files("alpha", KEEP) == cold  # online: fetched again whole
+    assert _source([idx.url], cache).files("alpha", KEEP) == cold
     assert idx.page_requests() == 2
     assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold
+
+
+def _legacy_cache(cache, url, body, *, status=200):
+    """Write a page the way wh wrote it before pages were packed: ``http/ab/<key>.json`` + ``.body``
+    and a pre-parsed side file of the old format (which must not be trusted any more)."""
+    import hashlib
+    import time
+
+    key = hashlib.sha256(json.dumps([url, sorted({"Accept": index_mod.SIMPLE_ACCEPT}.items())]).encode()).hexdigest()
+    entry = cache / "http" / key[:2] / key
+    entry.parent.mkdir(parents=True)
+    entry.with_suffix(".body").write_bytes(body)
+    entry.with_suffix(".json").write_text(json.dumps({
+        "url": url, "status": status, "headers": {"content-type": "application/vnd.pypi.simple.v1+json"},
+        "stored": time.time() - 86400, "sha256": hashlib.sha256(body).hexdigest() if status == 200 else ""}))
+    payload = b'{"body":"x","files":[]}'
+    (entry.parent / f"{key}.0123456789abcdef.parsed").write_bytes(
+        b"wh-parsed-page 1 " + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    return entry
+
+
+def test_a_cache_from_before_packing_is_read_offline_and_replaced_online(pyindex, wheels, tmp_path):
+    idx = pyindex(wheels)
+    fresh = _source([idx.url], tmp_path / "ref")
+    cold = fresh.files("alpha", KEEP)
+    body = fresh.client.get(idx.url + "alpha/", {"Accept": index_mod.SIMPLE_ACCEPT}).body
+    torn = _legacy_cache(tmp_path / "torn", idx.url + "alpha/", body)
+    torn.with_suffix(".body").write_bytes(body[: len(body) // 2])  # a torn old body: a miss, not fewer files
+    with pytest.raises(NotCached):
+        _source([idx.url], tmp_path / "torn", offline=True).files("alpha", KEEP)
+    cache = tmp_path / "old"
+    _legacy_cache(cache, idx.url + "alpha/", body)
+    _legacy_cache(cache, idx.url + "missing/", b"", status=404)
+    before = idx.page_requests()
+    assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold  # old entries still read
+    assert _source([idx.url], cache, offline=True).files("missing") == []  # and the remembered 404
+    assert len(_pages(cache)) == 1  # what was parsed is kept packed (the old side file is not trusted)
+    assert _source([idx.url], cache, offline=True).files("alpha", KEEP) == cold
+    assert _source([idx.url], cache, ttl=0).files("alpha", KEEP) == cold  # online: revalidated as usual
+    assert idx.page_requests() == before + 1
 
 
 def test_stored_rows_carry_every_distfile_field():

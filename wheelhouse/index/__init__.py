@@ -3,7 +3,7 @@ folders or pages, and wheel files named directly.
 
 ``PackageSource.files(name)`` lists every file of a project as ``Distfile`` values (wheels and
 sdists alike: the resolver decides, and says "only sdists" when that is all there is). Pages are
-cached on disk and revalidated with ETag / Last-Modified, and kept pre-parsed beside their entry
+cached on disk and revalidated with ETag / Last-Modified, and kept pre-parsed in their entry
 (``parsed``); offline, they come from the cache alone (``NotCached`` on a miss). Nothing here
 downloads a wheel body.
 
@@ -30,10 +30,10 @@ from packaging.utils import canonicalize_name
 from .distfile import Distfile, distfile_from_filename, split_hash_fragment
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
-from .http.cache import NotCached, read_deferred_body
+from .http.cache import NotCached, add_extra, read_deferred_body
 from .http.deadline import max_body_bytes
 from .pages import parse_simple_html, parse_simple_json, parse_simple_json_body
-from .parsed import load_parsed, parsed_path, store_parsed
+from .parsed import decode_parsed, encode_parsed, extra_name
 from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
 
 __all__ = [
@@ -120,7 +120,7 @@ class PackageSource:
         ``keep(filename)`` drops files before they are parsed: big projects publish tens of
         thousands of files, and a resolver for one target needs a few of them. Results are
         memoized per (name, keep). A ``keep`` with a ``cache_key`` attribute (a string that
-        changes whenever what it keeps would) has its filtered list stored pre-parsed beside
+        changes whenever what it keeps would) has its filtered list stored pre-parsed with
         the cached page (``parsed``); any other ``keep`` is applied to the stored whole page.
         """
         key = canonicalize_name(name)
@@ -173,27 +173,34 @@ class PackageSource:
         if index.rstrip("/") == UNCONFIGURED:
             raise no_index_configured()
         url = urllib.parse.urljoin(index, name + "/")
+        keep_key = "all" if keep is None else getattr(keep, "cache_key", None)
+        kk, parse_keep = keep_key or "all", keep if keep_key else None
+        made: dict[str, list[Distfile]] = {}
+
+        def make(resp, digest: str) -> bytes:  # a page fetched now: parsed once, kept with it pre-parsed
+            made["files"] = self._parse_page(resp, url, index, parse_keep)
+            return encode_parsed(digest, resp.url, index, kk, made["files"])
+
         try:
-            # The body of a cached page is read only if its pre-parsed form cannot be used.
-            resp = self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl, defer_body=True)
-            entry, digest = getattr(resp, "entry", None), getattr(resp, "sha256", "")
-            keep_key = "all" if keep is None else getattr(keep, "cache_key", None)
-            if entry is None or not digest:
-                return self._parse_page(resp, url, index, keep)
-            # A page parsed before (same body, URL, index and filter) is loaded, not parsed again (parsed).
-            stored = parsed_path(entry, resp.url, index, keep_key or "all")
-            files = load_parsed(stored, digest, resp.url, index, keep_key or "all")
+            # The body of a cached page is read only if its pre-parsed form cannot be used (parsed).
+            accept = {"Accept": SIMPLE_ACCEPT}
+            resp = self.client.get_cached(url, accept, max_age=self.page_ttl, defer_body=True,
+                                          extra=(extra_name(index, kk), make))
+            files = made.get("files")
+            digest = getattr(resp, "sha256", "")
+            if files is None and digest:
+                files = decode_parsed(getattr(resp, "extra", None), digest, resp.url, index, kk)
             if files is None:
                 if getattr(resp, "deferred", False):
                     body = read_deferred_body(resp)
                     # gone or torn since the entry was read: a miss, asked again (offline: NotCached)
                     resp = (dataclasses.replace(resp, body=body, deferred=False) if body is not None
-                            else self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl))
-                    digest = getattr(resp, "sha256", "")
-                    stored = parsed_path(entry, resp.url, index, keep_key or "all")
-                files = self._parse_page(resp, url, index, keep if keep_key else None)
-                if digest:
-                    store_parsed(stored, digest, resp.url, index, keep_key or "all", files)
+                            else self.client.get_cached(url, accept, max_age=self.page_ttl, extra=(extra_name(index, kk), make)))
+                files = made.get("files")
+                if files is None:
+                    files = self._parse_page(resp, url, index, parse_keep)
+                    if getattr(resp, "sha256", ""):
+                        add_extra(resp, extra_name(index, kk), encode_parsed(resp.sha256, resp.url, index, kk, files))
         except HttpError as exc:
             if exc.status == 404:
                 return None

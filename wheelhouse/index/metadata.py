@@ -159,7 +159,9 @@ class MetadataReader:
             raise MetadataError(f"{d.filename} is not a wheel", hint="wh reads metadata of wheels only")
         # A local file may change under the same path: read it, never cache it (it is cheap).
         cached = self._cache_path(key) if d.local_path is None else None
-        raw = _load_entry(cached) if cached is not None else None
+        # One folder, not 256 shards (creating them was a cold run's cost); the sharded layout of
+        # earlier wh versions is still read.
+        raw = (_load_entry(cached) or _load_entry(cached.parent / cached.name[:2] / cached.name)) if cached is not None else None
         hit = raw is not None
         if hit:
             self.stats["cache"] += 1
@@ -190,7 +192,7 @@ class MetadataReader:
     def _cache_path(self, key: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        return self.cache_dir / "metadata" / key[:2] / f"{key}.meta"
+        return self.cache_dir / "metadata" / f"{key}.meta"
 
     @staticmethod
     def _from_zipfile(path: Path, d: Distfile) -> bytes:

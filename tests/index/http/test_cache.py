@@ -111,12 +111,12 @@ def test_request_headers_are_part_of_the_key(pages, client, tmp_path):
     get_cached(client.get, tmp_path, pages.url, {"Accept": "text/html"})
     get_cached(client.get, tmp_path, pages.url, {"Accept": "application/vnd.pypi.simple.v1+json"})
     assert len(pages.requests) == 2
-    assert len([p for p in _entries(tmp_path) if p.suffix == ".body"]) == 2
+    assert len([p for p in _entries(tmp_path) if p.suffix == ".page"]) == 2
 
 
 def test_an_edited_entry_is_a_miss_never_a_wrong_page(pages, client, tmp_path):
     get_cached(client.get, tmp_path, pages.url)
-    [body] = [p for p in _entries(tmp_path) if p.suffix == ".body"]
+    [body] = [p for p in _entries(tmp_path) if p.suffix == ".page"]
     body.chmod(0o600)
     body.write_bytes(b"<html>evil</html>")
     assert get_cached(client.get, tmp_path, pages.url).body == b"<html>v1</html>"
@@ -132,7 +132,7 @@ def test_entries_are_private_and_hold_no_credentials(client, tmp_path):
     finally:
         secret.close()
     files = _entries(tmp_path)
-    assert {p.suffix for p in files} == {".json", ".body"}
+    assert {p.suffix for p in files} == {".page"}
     for p in files:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
         assert b"s3cret" not in p.read_bytes() and "s3cret" not in str(p)

@@ -173,14 +173,15 @@ class HttpClient:
 
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
-                   defer_body: bool = False) -> Response:
+                   defer_body: bool = False, extra=None) -> Response:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. With ``refresh`` every
         entry is revalidated; ``offline``, every entry is used whatever its age and a miss raises
         ``NotCached`` without a request (``cache``, docs/cache.md). Without a cache_dir this is ``get``.
-        ``defer_body``: an answer from the cache leaves its body unread (``cache.read_deferred_body``)."""
+        ``defer_body``: an answer from the cache leaves its body unread (``cache.read_deferred_body``);
+        ``extra``: (name, make), kept with the page (``cache.get_cached``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
-                           offline=self.offline, refresh=self.refresh, defer_body=defer_body)
+                           offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
 
 
     def close(self) -> None:
