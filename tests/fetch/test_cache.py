@@ -1,4 +1,4 @@
-"""fetch.cache: nothing from the cache is trusted on reuse, nothing shares its inodes, two
+"""fetch.cache: nothing from the cache is trusted on reuse, the wheelhouse links its entries, two
 processes take turns on one entry, and a full disk is one clear error with nothing left behind."""
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ def _flip_byte(path: Path, at: int = 1000) -> None:
         fh.write(bytes([b[0] ^ 0xFF]))
 
 
+def _raise(exc: BaseException):
+    raise exc
+
+
 def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, tmp_path):
     data = os.urandom(300_000)
     srv, (item,) = files({"a-1.0-py3-none-any.whl": data})
@@ -71,15 +75,18 @@ def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, 
     assert hashlib.sha256(entry.read_bytes()).hexdigest() == item.sha256  # and the cache repaired
 
 
-def test_the_wheelhouse_shares_no_inode_with_the_cache(files, tmp_path):
+def test_the_wheelhouse_file_is_the_cache_entry_and_a_write_through_it_is_caught_on_reuse(files, tmp_path):
     data = os.urandom(200_000)
-    _srv, (item,) = files({"b-1.0-py3-none-any.whl": data})
+    srv, (item,) = files({"b-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
     (placed,) = fetch_all([item], tmp_path / "house", cache)
     entry = cached_path(cache, item.sha256)
-    assert placed.stat().st_ino != entry.stat().st_ino
-    _flip_byte(entry)  # whoever writes to the cache later...
-    assert placed.read_bytes() == data  # ...does not reach a wheelhouse made from it
+    assert os.path.samefile(placed, entry) and placed.stat().st_nlink == 2  # written once
+    _flip_byte(entry)  # whoever writes to the cache later reaches the wheelhouse too...
+    assert placed.read_bytes() != data
+    (again,) = fetch_all([item], tmp_path / "house2", cache)  # ...and the next fetch does not trust it
+    assert again.read_bytes() == data and srv.served[item.filename] == 2 * len(data)
+    assert not os.path.samefile(again, placed)  # a new inode; the damaged one is no entry any more
 
 
 def test_two_processes_downloading_one_file_take_turns(files, tmp_path):
@@ -115,7 +122,8 @@ def test_a_full_disk_is_one_clear_error_and_leaves_no_partial(files, tmp_path, m
     with pytest.raises(NoSpace) as exc:
         fetch_all([item], tmp_path / "dest", cache, jobs=jobs, segment_size=segment, backoff=0.01)
     assert exc.value.code == "no-space" and exc.value.exit_code == 1
-    assert str(exc.value).startswith("no space left on /") and "needs 2 MB more" in str(exc.value)
+    # 1 MB: the download; its place in dest is a hardlink (same filesystem), which takes no space.
+    assert str(exc.value).startswith("no space left on /") and "needs 1 MB more" in str(exc.value)
     assert "--cache-dir" in exc.value.hint
     leftovers = [p.name for p in (cache / "partial").iterdir()] if (cache / "partial").exists() else []
     assert leftovers == []  # no partial, no range file, no sidecar
@@ -130,7 +138,10 @@ def test_a_full_disk_while_copying_into_the_wheelhouse(files, tmp_path, monkeypa
     _srv, (item,) = files({"f-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
     fetch_all([item], tmp_path / "first", cache)
-    monkeypatch.setenv("WH_FAULT", "fetch.copy:enospc")
+    real_link = os.link
+    monkeypatch.setattr(os, "link", lambda src, dst, *a, **kw: (
+        _raise(OSError(18, "Invalid cross-device link")) if "sha256" in str(src) else real_link(src, dst, *a, **kw)))
+    monkeypatch.setenv("WH_FAULT", "fetch.copy:enospc")  # the wheelhouse on another filesystem: a copy
     with pytest.raises(NoSpace):
         fetch_all([item], tmp_path / "dest", cache)
     assert not (tmp_path / "dest").exists() or list((tmp_path / "dest").iterdir()) == []  # no temp copy left

@@ -47,8 +47,8 @@ def test_a_finished_download_is_in_the_wheelhouse_before_the_slowest_one_ends(tm
         srv.close()
     assert seen_early == [True]  # placed while the big one was still downloading
     assert [p.read_bytes() for p in paths] == [big, small]
-    for p, it in zip(paths, items):  # private copies: never the cache entry's inode
-        assert p.stat().st_ino != cached_path(tmp_path / "cache", it.sha256).stat().st_ino
+    for p, it in zip(paths, items):  # the cache entry's inode: each byte written once
+        assert p.stat().st_ino == cached_path(tmp_path / "cache", it.sha256).stat().st_ino
     assert sorted(os.listdir(dest)) == ["big-1.0-py3-none-any.whl", "small-1.0-py3-none-any.whl"]  # no temp left
 
 
@@ -71,7 +71,7 @@ def test_a_full_disk_while_placing_a_fresh_download_is_no_space(tmp_path, monkey
     try:
         item = FetchItem(srv.url("f-1.0-py3-none-any.whl"), "f-1.0-py3-none-any.whl",
                          hashlib.sha256(data).hexdigest(), len(data))
-        monkeypatch.setenv("WH_FAULT", "fetch.copy:enospc")
+        monkeypatch.setenv("WH_FAULT", "fetch.link:enospc")  # placing is a hardlink (same filesystem)
         with pytest.raises(NoSpace):
             fetch_all([item], tmp_path / "dest", tmp_path / "cache")
     finally:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from wheelhouse.errors import HashMismatch
-from wheelhouse.fetch.cache import cached_path, entry_lock, partial_path
+from wheelhouse.fetch.cache import cached_path, entry_lock, entry_mode, partial_path
 from wheelhouse.fetch.session import FetchError, FetchItem, Session
 from wheelhouse.fetch.stream import download, entry_key
 
@@ -38,7 +38,8 @@ def test_a_download_is_filed_under_its_sha256_read_only(server, session):
     item = server.add(NAME, DATA)
     path = download(item, session)
     assert path == cached_path(session.cache, item.sha256)
-    assert path.read_bytes() == DATA and (path.stat().st_mode & 0o777) == 0o400
+    assert path.read_bytes() == DATA and (path.stat().st_mode & 0o777) == entry_mode()  # read-only
+    assert entry_mode() & 0o222 == 0
     assert _advanced(session) == len(DATA)
     assert not partial_path(session.cache, item.sha256).exists()
 

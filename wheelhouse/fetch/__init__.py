@@ -1,9 +1,10 @@
 """Fetch: parallel, resumable, verified downloads into a content-addressed cache.
 
 A file reaches its final name only after its sha256 matched, and a file taken from the cache
-is hashed again as it is copied out (wheelhouse.fetch.cache): a damaged entry is deleted and
-downloaded again, never placed. The wheelhouse gets private copies (reflinks where the
-filesystem shares blocks), never an inode shared with the cache.
+is hashed again before it is placed (wheelhouse.fetch.cache): a damaged entry is deleted and
+downloaded again, never placed. The wheelhouse file is a hardlink to its cache entry, so each
+downloaded byte is written once (why that is safe: wheelhouse.fetch.cache); across filesystems,
+or where links are refused, it is a copy (a reflink where the filesystem shares blocks).
 
 Downloads resume: one stream per file (wheelhouse.fetch.stream), or parallel byte ranges for
 big files written in place into one file with a per-range progress record
@@ -30,7 +31,9 @@ from .cache import (
     copy_private,
     copy_verified,
     default_cache_dir,
+    entries_folder,
     is_no_space,
+    link_entry,
     place,
     sha256_of,
 )
@@ -69,9 +72,11 @@ def fetch_all(
 ) -> list[Path]:
     """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
 
-    Files already in the cache are not downloaded again, but hashed again as they are copied
-    to ``dest``. An item without a sha256 is downloaded and filed under the hash of what
-    arrived (``sha256_of(path)`` tells the caller). On the first failure the other downloads
+    Files already in the cache are not downloaded again, but hashed again as they are placed
+    in ``dest``. A file in ``dest`` is a hardlink to its cache entry where the two share a
+    filesystem (else a copy): read-only, and never written in place by wh. An item without a
+    sha256 is downloaded and filed under the hash of what arrived (``sha256_of(path)`` tells
+    the caller). On the first failure the other downloads
     are allowed to finish into the cache (so a re-run does not repeat them) and the error is
     raised; ``dest`` gets only verified files. Files of at least two ``segment_size`` (default
     SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1.
@@ -84,11 +89,13 @@ def fetch_all(
                 retries=retries, backoff=backoff)
     unique = list({_key(it): it for it in items}.values())  # one download per distinct file
     _remove_stale_sidecars(cache)
+    entries_folder(cache)
     # Not a `with` block: on Ctrl-C the pool must not be waited for (its threads end on their own
     # once the client's sockets are shut and the cancel flag is seen).
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="wh-fetch")
-    # Each download is copied into ``dest`` as soon as it is filed, while the others still arrive
-    # (a pool of its own: queued behind the downloads, the copies would all wait for the last one).
+    # Each download is placed in ``dest`` as soon as it is filed, while the others still arrive
+    # (a pool of its own: queued behind the downloads, a copy where no link can be made would wait
+    # for the last one).
     placer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wh-place")
     copies: dict[str, Future] = {}
     by_key = {_key(it): it for it in unique}
@@ -126,7 +133,7 @@ def _result(fut: Future):
 
 
 def _reuse_cached(unique: list[FetchItem], dest: Path, s: Session, pool) -> dict[str, Path]:
-    """Copy every cached item into ``dest`` while hashing it (in parallel); a damaged entry is
+    """Place every cached item in ``dest``, hashed again (in parallel); a damaged entry is
     deleted and left for download. Returns key -> placed path of those reused."""
     hits = [it for it in unique if it.sha256 and cached_path(s.cache, it.sha256).is_file()]
     futures = {pool.submit(_copy_from_cache, it, dest, s): it for it in hits}
@@ -143,7 +150,10 @@ def _reuse_cached(unique: list[FetchItem], dest: Path, s: Session, pool) -> dict
 def _copy_from_cache(item: FetchItem, dest: Path, s: Session) -> Path | None:
     entry = cached_path(s.cache, item.sha256 or "")
     try:
-        copy_verified(entry, dest / item.filename, item.sha256, item.size, cancelled=s.cancel.is_set)
+        # Hash then link: reading the entry once (often from the page cache) and writing nothing,
+        # where a verified copy reads, hashes and writes every byte (docs/benchmarks.md, Fetch).
+        if link_entry(entry, dest / item.filename, item.sha256, item.size, cancelled=s.cancel.is_set) is None:
+            copy_verified(entry, dest / item.filename, item.sha256, item.size, cancelled=s.cancel.is_set)
     except HashMismatch as exc:
         entry.unlink(missing_ok=True)
         s.note(f"{item.filename}: the cache copy is damaged ({exc.actual[:12]}..., expected "
@@ -242,11 +252,13 @@ def _stop(s: Session, pending) -> None:
 
 
 def _place_checked(src: Path, dst: Path, item: FetchItem, s: Session, fresh: bool = False) -> Path:
-    """Copy a cache entry into ``dest``: hashed again when it came from an earlier run; a download
-    this run just verified and filed is copied by the kernel (``copy_private``), not hashed twice."""
+    """Place a cache entry in ``dest``: hashed again when it came from an earlier run; a download
+    this run just verified and filed is linked (else copied by the kernel), not hashed twice."""
     checkpoint("fetch.place")
     try:
         if item.sha256 and fresh:
+            if link_entry(src, dst, size=item.size) is not None:
+                return dst
             return copy_private(src, dst, item.size, cancelled=s.cancel.is_set)
         if item.sha256:
             copy_verified(src, dst, item.sha256, item.size, cancelled=s.cancel.is_set)
@@ -260,16 +272,29 @@ def _place_checked(src: Path, dst: Path, item: FetchItem, s: Session, fresh: boo
 
 def _no_space(exc: DiskFull, unique: list[FetchItem], dest: Path, cache: Path) -> NoSpace:
     """How much this run still had to write (downloads not yet in the cache, plus the copies
-    into ``dest``), for the message."""
+    into ``dest`` where it is on another filesystem: links take no space), for the message."""
     needed = 0
+    copies = not _same_filesystem(cache, dest)
     for it in unique:
         if not it.size:
             continue
         if not (it.sha256 and cached_path(cache, it.sha256).is_file()):
             needed += it.size
-        if not (dest / it.filename).is_file():
+        if copies and not (dest / it.filename).is_file():
             needed += it.size
     return NoSpace(exc.path, needed, exc.removed)
+
+
+def _same_filesystem(a: Path, b: Path) -> bool:
+    def device(p: Path) -> int:
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        return p.stat().st_dev
+
+    try:
+        return device(Path(a).absolute()) == device(Path(b).absolute())
+    except OSError:
+        return False
 
 
 def _remove_stale_sidecars(cache: Path) -> None:

@@ -2,14 +2,23 @@
 
 A file enters the cache only under the sha256 of its bytes. It is not trusted for that on reuse:
 a disk, a user or another tool may have changed it since, so every file taken from the cache is
-hashed again while it is copied out (``copy_verified``) and a damaged entry is deleted and
-downloaded again. Nothing shares an inode with the cache: the wheelhouse gets a copy
-(a reflink where the filesystem can, so a copy costs no space there), because a hardlink would
-let one write through either name corrupt both, and read-only modes do not stop root.
+hashed again before it is placed, and a damaged entry is deleted and downloaded again.
 
-Unfinished downloads wait under ``<cache>/partial/``; ``entry_lock`` (fcntl, one lock file per
-entry under ``<cache>/locks/``) makes two processes that want one file take turns: the second
-waits, then finds the first one's finished entry.
+The wheelhouse shares the cache's inode: an entry is placed by HARDLINK (``link_entry``), so every
+downloaded byte is written once, not once into the cache and again into the wheelhouse. This is
+safe because nothing writes into an existing inode: wh makes every file under a temp name and
+renames it, a damaged entry is unlinked (never truncated or rewritten), and cleaning the cache
+means unlinking entries, which leaves a wheelhouse's name intact. A write by someone else through
+either name is caught on use, never silently trusted: the cache hashes an entry again on every
+reuse, and the wheelhouse is checked against its lock's sha256 by ``wh verify`` and by every
+``wh install``. Across filesystems, or where links are refused (EXDEV, EPERM, EMLINK), the
+wheelhouse gets a private copy (a reflink where the filesystem shares blocks).
+
+An entry is read-only and as readable as a new file in the wheelhouse (``0444 & ~umask``: the
+wheelhouse file IS the entry); the cache stays private through its ``sha256/`` folder, which is
+owner-only (0700). Unfinished downloads wait under ``<cache>/partial/`` (owner-only files);
+``entry_lock`` (fcntl, one lock file per entry under ``<cache>/locks/``) makes two processes that
+want one file take turns: the second waits, then finds the first one's finished entry.
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ __all__ = [
     "NoSpace",
     "default_cache_dir",
     "copy_private",
+    "link_entry",
+    "entry_mode",
+    "entries_folder",
     "cached_path",
     "partial_path",
     "sha256_of",
@@ -244,7 +256,7 @@ def _kernel_copy(src_fh, dst_fh, cancelled: Callable[[], bool] | None) -> int:
 
 
 def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
-    """Put a copy of a local file into the cache, verifying its hash on the way in.
+    """Put a local file into the cache (a hardlink, else a copy), verifying its hash on the way in.
 
     Returns the cache path. Used to seed the cache from a previous wheelhouse, so
     a restage after ``rm -rf ~/.cache/wh`` still downloads nothing it already has.
@@ -252,18 +264,21 @@ def add_to_cache(cache: Path, path: Path, sha256: str | None = None) -> Path:
     actual = sha256 or sha256_of(path)
     final = cached_path(cache, actual)
     if not final.exists():
-        copy_verified(path, final, actual)
-        os.chmod(final, 0o400)
+        entries_folder(cache)
+        if _link_verified(path, final, actual, mode=entry_mode()) is None:  # another filesystem: a copy
+            copy_verified(path, final, actual)
+            os.chmod(final, entry_mode())
     return final
 
 
 def commit_part(cache: Path, part: Path, sha256: str) -> Path:
     """Give a verified partial file its cache name (the caller has checked ``sha256``)."""
     final = cached_path(cache, sha256)
+    entries_folder(cache)
     final.parent.mkdir(parents=True, exist_ok=True)
-    # Owner-only and read-only: a private index's wheels stay private, nobody edits an entry in
-    # place (and reuse verifies it anyway).
-    os.chmod(part, 0o400)
+    # Read-only: nobody edits an entry in place by accident (and reuse verifies it anyway). Readable
+    # like any new file of the wheelhouse, which will be this inode; the folder keeps it private.
+    os.chmod(part, entry_mode())
     os.replace(part, final)
     return final
 
@@ -274,15 +289,16 @@ def _in_cache(path: Path) -> bool:
 
 
 def place(src: Path, dst: Path) -> Path:
-    """Put ``src``'s bytes at ``dst``: a private copy when ``src`` is a cache entry (never a shared
-    inode), else a hardlink where possible (both names are then in one wheelhouse being built)."""
+    """Put ``src``'s bytes at ``dst``: a hardlink where possible, else a copy. A cache entry is
+    hashed again on the way (it names the sha256 it must have)."""
     try:
         if dst.exists() and os.path.samefile(src, dst):
             return dst
     except OSError:
         pass
     if _in_cache(src):
-        copy_verified(src, dst, None)
+        if link_entry(src, dst, src.name) is None:
+            copy_verified(src, dst, src.name)
         return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -295,3 +311,102 @@ def place(src: Path, dst: Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return dst
+
+
+# --- placing an entry by hardlink ---------------------------------------------------------------
+
+# Where a hardlink cannot be made, the caller copies: another filesystem (EXDEV), links refused by
+# the filesystem or by fs.protected_hardlinks (EPERM, EACCES), too many links to one inode (EMLINK).
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EACCES, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would race with other threads)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def entry_mode() -> int:
+    """A cache entry's mode: read-only, readable by whom a new wheelhouse file would be (the entry is
+    the wheelhouse file's inode)."""
+    return 0o444 & ~_umask()
+
+
+def entries_folder(cache: Path) -> Path:
+    """``<cache>/sha256``, owner-only (0700): entries are readable like the wheelhouse files they
+    are linked to, so the cache's privacy is its folder's."""
+    folder = Path(cache) / "sha256"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        os.chmod(folder, 0o700)  # a cache made by an older wh
+    return folder
+
+
+def link_entry(entry: Path, dst: Path, sha256: str | None = None, size: int | None = None, *,
+               cancelled: Callable[[], bool] | None = None) -> Path | None:
+    """Place the cache entry at ``dst`` by hardlink (temp name, then rename); None where no link can
+    be made (the caller copies). With ``sha256``, the linked inode is hashed before it gets its
+    final name, and HashMismatch raised when it does not match (an entry from an earlier run: the
+    caller removes it). Without, only for a download this process verified a moment ago."""
+    mode = entry_mode()
+    try:
+        st = entry.stat()
+        if st.st_mode & 0o7777 != mode:
+            os.chmod(entry, mode)  # an entry of an older wh (0400): readable like a wheelhouse file
+    except PermissionError:
+        return None  # another user's entry: a copy of our own
+    return _link_verified(entry, dst, sha256, size, cancelled=cancelled)
+
+
+def _link_verified(src: Path, dst: Path, sha256: str | None, size: int | None = None, *, mode: int | None = None,
+                   cancelled: Callable[[], bool] | None = None) -> Path | None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.unlink(missing_ok=True)  # a leftover of a killed run with this pid and thread
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError as exc:
+            if exc.errno in _NO_LINK:
+                return None
+            raise
+        checkpoint("fetch.link")  # killed here: a temp name, nothing under the final one
+        if sha256 is not None:
+            # The inode just linked is the one hashed: what gets the final name is what matched.
+            h = hashlib.sha256()
+            n = _hash_into(tmp, h, cancelled)
+            if h.hexdigest() != sha256 or (size is not None and n != size):
+                raise HashMismatch(str(src), sha256, h.hexdigest(),
+                                   message=f"{src}: sha256 is {h.hexdigest()} ({n} bytes), expected {sha256}"
+                                           + (f" ({size} bytes)" if size is not None else ""))
+        elif size is not None and tmp.stat().st_size != size:
+            raise HashMismatch(str(src), "", "", message=f"{src}: {tmp.stat().st_size} bytes, expected {size}")
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, dst)
+        return dst
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _hash_into(path: Path, h: "hashlib._Hash", cancelled: Callable[[], bool] | None) -> int:
+    """Feed ``path`` to ``h`` through one reused buffer; its size. Stops when ``cancelled``."""
+    buf = bytearray(_CHUNK * 4)
+    view = memoryview(buf)
+    n = 0
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            if cancelled is not None and cancelled():
+                raise InterruptedError("interrupted")
+            got = fh.readinto(buf)
+            if not got:
+                return n
+            h.update(view[:got])
+            n += got
