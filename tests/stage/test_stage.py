@@ -270,10 +270,9 @@ def test_drops_patches_and_doctor_expectations_are_recorded(pyindex, wheels, t31
 
 # --- bad inputs: one line, a hint, nothing written ------------------------------------------------
 
-def _run(args, tmp_path):
-
+def _run(args, tmp_path, env=None):
     proc = subprocess.run([sys.executable, "-c", "import sys; from wheelhouse.cli import main; main(sys.argv[1:])", *args],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
     return proc
 
 
@@ -393,6 +392,27 @@ def test_bootstrap_deps_missing_from_the_index_say_so(pyindex, wheels, tmp_path)
     assert "Traceback" not in p.stderr and p.stdout == ""
     ok = _run([*args, "--no-bootstrap"], tmp_path)  # what the hint says works
     assert ok.returncode == 0 and "app==1.0" in ok.stdout and "lib==2.0" in ok.stdout
+
+
+def test_bootstrap_failure_after_the_stack_downloaded_leaves_no_wheelhouse_and_keeps_the_downloads(
+        pyindex, wheels, tmp_path):
+    # The stack downloads while bootstrap/ is still being resolved: when that fails, nothing is named `out`,
+    # nothing is left in TMPDIR, and the downloads are in the cache, so the hint's re-run fetches nothing.
+    idx = pyindex(wheels, serve_metadata=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    args = ["stage", "app", "-o", "out", "--index-url", idx.url, "--cache-dir", "c",
+            "--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
+    p = _run(args, tmp_path, env={**os.environ, "TMPDIR": str(tmp)})
+    assert p.returncode == 1, p.stderr
+    assert "could not resolve wh's own dependencies for bootstrap/" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "out").exists() and list(tmp.iterdir()) == []
+    staged = ["app-1.0-py3-none-any.whl", f"lib-2.0-{_lib('cp312')}.whl"]
+    assert [idx.requests_for(f) for f in staged] == [1, 1]
+    ok = _run([*args, "--no-bootstrap"], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert _wheel_names(tmp_path / "out") == set(staged)
+    assert [idx.requests_for(f) for f in staged] == [1, 1]  # from the cache, not downloaded again
 
 
 # --- requirements files with --hash (pip-compile / uv pip compile --generate-hashes) -----------------

@@ -27,9 +27,10 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -124,9 +125,40 @@ class StageResult:
         }
 
 
+class _Background:
+    """One call run on a thread of its own while the stage goes on (wh's own wheel built, bootstrap/ resolved
+    while the stack downloads); ``result()`` waits for it and re-raises what it raised.
+
+    The thread is a daemon, but nothing walks away from it: ``wait()`` is called on every way out of the
+    stage, so a build's temp folder or a cache write is never cut off by the interpreter's exit.
+    """
+
+    def __init__(self, fn: Callable[[], Any], name: str):
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # handed to whoever asks for the result
+            self._error = exc
+
+    def wait(self) -> None:
+        while self._thread.is_alive():
+            self._thread.join(0.2)  # in short steps: Ctrl-C still reaches the main thread
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @dataclass(frozen=True)
 class _Plan:
-    """The resolved stack, before anything is downloaded."""
+    """The resolved stack, before anything is downloaded; bootstrap/ still resolving (``bootstrap``)."""
 
     requirements: tuple[str, ...]
     constraints: tuple[str, ...]
@@ -134,8 +166,7 @@ class _Plan:
     release_prov: tuple[dict, ...]
     indexes: tuple[str, ...]
     files: tuple[StagedFile, ...]
-    boot_files: tuple[StagedFile, ...]
-    wh_wheel: Any
+    bootstrap: _Background  # -> (bootstrap files, wh's own wheel or None)
     hash_rules: tuple[RequirementLine, ...]
     image: ImageDelta | None = None
 
@@ -224,24 +255,34 @@ def _check_cache(cache: Path) -> None:
 def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: Reporter,
          recovered: tuple[str, ...]) -> StageResult:
     previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
-    with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
-        plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter)
-        if out is None:
-            return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=plan.boot_files,
-                               bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
-                               indexes=plan.indexes, image=plan.image)
-        return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
+    own: list[_Background] = []  # wh's own wheel, then bootstrap/'s resolution: waited for on every way out
+    try:
+        with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
+            plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter, own)
+            if out is None:
+                boot_files, _ = plan.bootstrap.result()
+                return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
+                                   bootstrap_command=bootstrap_command() if inputs.bootstrap else None,
+                                   indexes=plan.indexes, image=plan.image)
+            return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
+    finally:
+        for job in own:
+            job.wait()
 
 
 # --- resolution ------------------------------------------------------------------------------------
 
 def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache: Path, client,
-                   reporter: Reporter) -> _Plan:
+                   reporter: Reporter, own: list[_Background]) -> _Plan:
+    """Resolve the stack; bootstrap/ (wh's own wheel built, its dependencies resolved) goes on in the
+    background, so that the stack's downloads do not wait for it. ``own`` collects those jobs."""
     from wheelhouse.index import PackageSource
     from wheelhouse.index.metadata import MetadataReader
     from wheelhouse.resolve import resolve
 
     manifest, target = inputs.manifest, inputs.target
+    if inputs.bootstrap:  # a PEP 517 build from a checkout (~1.5 s): beside the resolution, not after it
+        own.append(_Background(lambda: self_wheel(cache), "wh-self-wheel"))
     reqs = _parse_requirements(inputs.requirements, "requirement")
     cons = _parse_requirements(inputs.constraints, "constraint")
     links = list(inputs.find_links)
@@ -266,9 +307,11 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
         files = [f for f in files if f.name != engine.file.name]
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
-    boot_files, wh_wheel = _resolve_bootstrap(inputs, source, reader, cache, reporter, len(files))
+    own_wheel = own[0] if own else None
+    own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
+                           "wh-bootstrap"))
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
-                 tuple(sorted(files, key=lambda f: f.name)), boot_files, wh_wheel, hash_rules,
+                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
                  delta_of(target, inputs.full, resolution, never))
 
 
@@ -285,13 +328,14 @@ def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[st
     return artifacts, release_prov
 
 
-def _resolve_bootstrap(inputs: StageInputs, source, reader, cache: Path, reporter: Reporter, stack_count: int):
+def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Background | None, reporter: Reporter,
+                       stack_count: int):
     """bootstrap/: wh's own wheel and its dependencies for the target (None, () without it)."""
     from wheelhouse.resolve import ResolveError, resolve
 
-    if not inputs.bootstrap:
+    if not inputs.bootstrap or own_wheel is None:
         return (), None
-    wh_wheel = self_wheel(cache)
+    wh_wheel = own_wheel.result()
     boot_reqs = _bootstrap_requirements(wh_wheel.path, inputs.target)
     if not boot_reqs:
         return (), wh_wheel
@@ -319,12 +363,15 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, cache: Path, reporte
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
            reporter: Reporter, recovered: tuple[str, ...]) -> StageResult:
     engine = previous.engine
-    reused = _seed_cache_from(out, previous.wheels, [*plan.files, *plan.boot_files], cache)
+    reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
     try:
-        # One parallel pass for the stack and the bootstrap, then each file to its folder.
-        files, boot_files = _fetch_groups([(plan.files, new / WHEELS), (plan.boot_files, new / BOOTSTRAP_DIR)],
-                                          new / ".fetch", cache, inputs.jobs, client, reporter)
+        # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
+        files, = _fetch_groups([(plan.files, new / WHEELS)], new / ".fetch", cache, inputs.jobs, client, reporter)
+        boot_files, wh_wheel = plan.bootstrap.result()
+        reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
+        boot_files, = _fetch_groups([(boot_files, new / BOOTSTRAP_DIR)], new / ".fetch-boot", cache, inputs.jobs,
+                                    client, reporter)
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
         from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
@@ -332,10 +379,11 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         kernel_gaps = check_kernels([(new / WHEELS / f.filename, f.sha256) for f in files], inputs.target, new,
                                     allow=inputs.allow_missing_kernels, cache=cache / "kernels", jobs=inputs.jobs,
                                     reporter=reporter)
-        if plan.wh_wheel is not None:
-            shutil.copyfile(plan.wh_wheel.path, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name)
-            own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / plan.wh_wheel.path.name,
-                              origin=plan.wh_wheel.origin)
+        if wh_wheel is not None:
+            (new / BOOTSTRAP_DIR).mkdir(exist_ok=True)
+            shutil.copyfile(wh_wheel.path, new / BOOTSTRAP_DIR / wh_wheel.path.name)
+            own = _local_file("wh", __version__, new / BOOTSTRAP_DIR / wh_wheel.path.name,
+                              origin=wh_wheel.origin)
             boot_files = tuple(sorted((*boot_files, own), key=lambda f: f.name))
         kept = None
         if engine is not None:
@@ -343,7 +391,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
                 _link_or_copy(out / rel, new / rel)
             kept = {"record": engine.record, "paths": engine.paths}
         written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
-        write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, plan.wh_wheel, {
+        write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
         }, kept, plan.image)
