@@ -76,9 +76,10 @@ def test_a_staged_wheelhouse_its_cache_and_output_hold_no_secret(private_index, 
     assert _leaks(proc, out, cache) == []
     lock = (out / "pylock.toml").read_text()
     assert "index = " in lock and "127.0.0.1" in lock  # the index is recorded, without who asked
-    for p in cache.rglob("*"):
-        if p.is_file():
-            assert p.stat().st_mode & 0o077 == 0, (p, oct(p.stat().st_mode))  # owner-only, all of it
+    assert (cache / "sha256").stat().st_mode & 0o077 == 0  # entries are the wheelhouse's inodes (readable
+    for p in cache.rglob("*"):                            # like it); their folder keeps them private
+        if p.is_file() and (cache / "sha256") not in p.parents:
+            assert p.stat().st_mode & 0o077 == 0, (p, oct(p.stat().st_mode))  # owner-only, all the rest
     # A re-stage from a warm cache records nothing either.
     again = _wh(*_stage_args(private_index, out, cache, *(["--json"] if as_json else [])))
     assert again.returncode == 0, again.stderr
