@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import hashlib
 import struct
 import sys
@@ -84,3 +85,92 @@ def test_every_file_is_hashed_as_it_is_written(tmp_path, scheme):
     [done] = install_wheels([w], scheme, sys.executable, jobs=4)
     assert done.files == 20 + 5  # modules, METADATA, WHEEL, INSTALLER, REQUESTED, RECORD
     assert (Path(scheme["purelib"]) / "fine" / "m7.py").read_text() == "X = 7\n" * 1000
+
+
+# ---- the extraction cache (linkcache), in process -------------------------------------------------
+
+def _scheme(root: Path) -> dict[str, str]:
+    """A second (third) install target beside the ``scheme`` fixture's, laid out the same."""
+    s = {"purelib": root / "site", "platlib": root / "site", "scripts": root / "bin", "data": root,
+         "headers": root / "include"}
+    for p in s.values():
+        p.mkdir(parents=True, exist_ok=True)
+    return {k: str(v) for k, v in s.items()}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_linkable_members_exclude_what_differs_per_venv():
+    from wheelhouse.install.wheel.linkcache import linkable
+
+    info = "a-1.0.dist-info"
+    assert linkable("a/__init__.py", info, script=False)
+    assert linkable(f"{info}/METADATA", info, script=False)
+    assert not linkable("a-1.0.data/scripts/tool", info, script=True)
+    assert not linkable("a/__pycache__/x.cpython-312.pyc", info, script=False)
+    for name in ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json"):
+        assert not linkable(f"{info}/{name}", info, script=False)
+    assert linkable(f"a/{info}/RECORD", info, script=False)  # only the dist-info's own
+
+
+def test_linked_modules_are_handed_to_the_byte_compiler_and_the_reporter(tmp_path):
+    from wheelhouse.progress import RecordingReporter
+
+    w = make_wheel(tmp_path / "w", "fine", "1.0", modules={f"fine/m{i}.py": f"X = {i}\n" for i in range(5)})
+    cache, sha = tmp_path / "cache", _sha(w)
+    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache)
+    written: list[str] = []
+    rec = RecordingReporter()
+    [done] = install_wheels([w], _scheme(tmp_path / "b"), sys.executable, expected={w: sha}, link_cache=cache,
+                            on_written=written.append, reporter=rec)
+    assert done.linked == 7  # 5 modules, METADATA, WHEEL
+    assert sorted(Path(p).name for p in written) == [f"m{i}.py" for i in range(5)]
+    assert (tmp_path / "b" / "site" / "fine" / "m3.py").stat().st_nlink == 3
+
+
+def test_no_lock_hash_no_cache(tmp_path):
+    """A wheel the lock does not vouch for (checked by its own RECORD only) is neither linked nor cached."""
+
+    w = make_wheel(tmp_path / "w", "fine", "1.0", modules={"fine/__init__.py": "X = 1\n"})
+    cache = tmp_path / "cache"
+    for venv in ("a", "b"):
+        [done] = install_wheels([w], _scheme(tmp_path / venv), sys.executable, link_cache=cache)
+        assert done.linked == 0
+    assert not list(cache.glob("*/*/manifest.json"))
+
+
+def test_a_file_two_wheels_write_is_not_cached_for_the_one_overwritten(tmp_path):
+
+    a = make_wheel(tmp_path / "w", "one", "1.0", modules={"shared/x.py": "WHO = 'one'\n", "one/__init__.py": ""})
+    b = make_wheel(tmp_path / "w", "two", "1.0", modules={"shared/x.py": "WHO = 'two'\n", "two/__init__.py": ""})
+    cache, expected = tmp_path / "cache", {a: _sha(a), b: _sha(b)}
+    install_wheels([a, b], _scheme(tmp_path / "v1"), sys.executable, expected=expected, link_cache=cache)
+    assert not (cache / _sha(a)[:2] / _sha(a)).exists()  # its shared/x.py holds two's bytes
+    assert (cache / _sha(b)[:2] / _sha(b) / "files" / "shared" / "x.py").read_text() == "WHO = 'two'\n"
+    # Installed alone, one gets its own file (extracted), not two's.
+    install_wheels([a], _scheme(tmp_path / "v2"), sys.executable, expected={a: _sha(a)}, link_cache=cache)
+    assert (tmp_path / "v2" / "site" / "shared" / "x.py").read_text() == "WHO = 'one'\n"
+
+
+def test_a_mount_boundary_inside_the_venv_falls_back_to_extraction(tmp_path, monkeypatch):
+    """EXDEV from a link (a folder of the venv on another mount of the same device) extracts instead."""
+    import errno
+    from wheelhouse.install.wheel import linkcache
+
+    w = make_wheel(tmp_path / "w", "fine", "1.0", modules={f"fine/m{i}.py": f"X = {i}\n" for i in range(5)})
+    cache, sha = tmp_path / "cache", _sha(w)
+    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache)
+    real_link = os.link
+
+    def cross(src, dst, **kw):
+        if "/cache/" in str(src):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+        return real_link(src, dst, **kw)
+
+    monkeypatch.setattr(linkcache.os, "link", cross)
+    [done] = install_wheels([w], _scheme(tmp_path / "b"), sys.executable, expected={w: sha}, link_cache=cache)
+    assert done.linked == 0
+    assert (tmp_path / "b" / "site" / "fine" / "m3.py").read_text() == "X = 3\n"
+    assert (tmp_path / "b" / "site" / "fine" / "m3.py").stat().st_nlink == 1
