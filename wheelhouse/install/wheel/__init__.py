@@ -16,8 +16,9 @@ byte; on any failure, or on the next run after a crash, everything is put back e
 
 With an extraction cache (``linkcache``), a wheel installed before (the same sha256, the
 lock's) has its files hardlinked from the cache, each link checked, instead of inflated and
-written again; after a batch, the wheels that had no valid entry get one (hardlinks of the
-files just written and checked: no byte written twice). Links are journaled like written files.
+written again; a wheel that had no valid entry gets one (hardlinks of the files just written
+and checked, made while the other wheels are extracted: no byte written twice), put in place
+once every wheel's sha256 is confirmed. Links are journaled like written files.
 
 The steps live in their own modules: ``record`` (RECORD, safe paths), ``plan``
 (planning), ``extract`` (the thread pool, sizes enforced while streaming),
@@ -231,6 +232,7 @@ def install_wheels(
     dirs = {os.path.dirname(m.dest) for p in plans for m in p.members}
     dirs |= {os.path.join(p.base, p.dist_info) for p in plans} | {scheme["scripts"]}
     reporter.start(task, total=total, unit="B")
+    linking = None
     try:
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())], _missing_dirs(dirs))
         os.makedirs(scheme["scripts"], exist_ok=True)  # the others: by the workers, wheel by wheel
@@ -241,7 +243,7 @@ def install_wheels(
         if bad:
             raise hash_mismatch(bad)
         if linking is not None:
-            linking.populate(plans, jobs)  # every wheel's sha256 is the lock's now
+            linking.publish(plans)  # every wheel's sha256 is the lock's now: its staged entry may be used
         counts = linking.linked if linking is not None else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             done = list(pool.map(lambda p: _finish(p, scheme, python, counts.get(p.wheel, 0)), plans))
@@ -251,6 +253,8 @@ def install_wheels(
     except BaseException as exc:
         if on_abort is not None:
             on_abort()
+        if linking is not None:
+            linking.discard()
         reporter.finish(task)
         if txn.active:
             txn.rollback()

@@ -194,6 +194,8 @@ class Extraction:
         self.python, self.reporter, self.task, self.inflater = python, reporter, task, inflater
         self.on_written = on_written
         self.linking = linking
+        self.pending: dict[int, int] = {}  # id(plan) -> its extraction tasks not finished yet
+        self._pending_lock = threading.Lock()
         self.hashed = hashed  # wheels whose whole sha256 is checked: members by CRC
         self.archives = _Archives()
         self.failed = threading.Event()
@@ -222,6 +224,13 @@ class Extraction:
             if self.linking is not None and self._link(plan, m):
                 continue
             self._one(plan, m, src, _Check(by_crc, self.inflater))
+        if self.linking is not None and self._last_task_of(plan) and not self.failed.is_set():
+            self.linking.stage(plan)  # overlaps the other wheels' extraction (the long tail of a big one)
+
+    def _last_task_of(self, plan: WheelPlan) -> bool:
+        with self._pending_lock:
+            left = self.pending[id(plan)] = self.pending[id(plan)] - 1
+        return left == 0
 
     def _link(self, plan: WheelPlan, m: PlannedFile) -> bool:
         """Hardlink ``m`` from the wheel's cache entry, checked; False: extract it."""
@@ -338,6 +347,7 @@ def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int,
     linked = set(linking.manifests) if linking is not None else set()
     for cost, plan, members in _chunks(plans, max(8 << 20, total // (jobs * 4)), linked):
         work.append((cost, "extract", (plan, members)))
+        run.pending[id(plan)] = run.pending.get(id(plan), 0) + 1
     for wheel in expected:
         # sha256 with SHA-NI runs ~4x faster than inflate+write of the same bytes: weigh it so.
         work.append((os.path.getsize(wheel) // 4, "sha256", wheel))

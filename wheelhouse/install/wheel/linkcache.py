@@ -43,7 +43,7 @@ from typing import Iterable, Mapping
 
 from wheelhouse.faults import checkpoint
 
-__all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat"]
+__all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat", "Linking", "Staged"]
 
 ENV = "WH_LINK_CACHE"
 # Decided by measurement (docs/install-cache.md): populating costs a first install about 1% of its
@@ -208,37 +208,47 @@ class LinkCache:
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(child, ignore_errors=True)  # unlinks names only
 
-    def add(self, sha256: str, wheel: str, files: Iterable[tuple[str, str, os.stat_result]],
-            replace: bool = False) -> bool:
-        """Make the entry for ``sha256`` from installed files ``(archive name, installed path, its stat when
-        it was checked)`` by hardlinking them. ``replace``: an existing entry failed its check; it is
-        moved aside first. Returns whether this call's entry is now in place (False: another run's is,
-        or a file changed meanwhile, or linking failed: nothing half-made is left)."""
+    def stage(self, sha256: str, files: Iterable[tuple[str, str, os.stat_result]],
+              replace: bool = False) -> "Staged | None":
+        """Hardlink installed files ``(archive name, installed path, its stat when it was checked)`` into a
+        private folder for the entry of ``sha256`` (not visible until ``publish``). None when an entry is
+        already there (unless it is to ``replace`` a stale one) or linking fails (nothing half-made is left)."""
         self._sweep()
-        final = self.entry(sha256)
-        if final.exists() and not replace:
-            return False
+        if not replace and self.entry(sha256).exists():
+            return None
         work = self._tmp / f"{sha256}.{os.getpid()}.{time.time_ns()}.{threading.get_ident()}"
+        rows: dict[str, list[int]] = {}
         try:
             os.makedirs(work / "files", mode=0o700)
-            rows: dict[str, list[int]] = {}
-            made: set[str] = {str(work / "files")}
+            files = list(files)
+            top = os.path.join(work, "files")
+            dirs: set[str] = set()
+            for name, _, _ in files:
+                d = os.path.dirname(name)
+                while d and d not in dirs:
+                    dirs.add(d)
+                    d = os.path.dirname(d)
+            for d in sorted(dirs):  # a parent sorts before its children
+                os.mkdir(os.path.join(top, d), 0o700)
             for name, path, st in files:
-                dest = os.path.join(work, "files", name)
-                parent = os.path.dirname(dest)
-                if parent not in made:
-                    os.makedirs(parent, mode=0o700, exist_ok=True)
-                    made.add(parent)
-                os.link(path, dest, follow_symlinks=False)
-                # the name made must be the inode that was checked (a file replaced meanwhile: no entry)
-                if os.lstat(dest).st_ino != st.st_ino:
-                    raise OSError("changed while it was added")
-                f = FileStat.of(st)
-                rows[name] = [f.size, f.mtime_ns, f.ino, f.dev, f.mode]
-            checkpoint("install.linkcache.before-manifest")
-            body = json.dumps({"schema": _SCHEMA, "sha256": sha256, "wheel": wheel, "files": rows}).encode()
+                # the manifest keeps the stat taken when the file was checked: an inode replaced or written
+                # since then fails the check on reuse, so the link needs no second look here
+                os.link(path, os.path.join(top, name), follow_symlinks=False)
+                rows[name] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, stat.S_IMODE(st.st_mode)]
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            return None
+        return Staged(sha256, work, rows)
+
+    def publish(self, staged: "Staged", wheel: str, replace: bool = False) -> bool:
+        """Write the manifest and rename the staged folder into place (atomic). ``replace``: the entry there
+        failed its check; it is moved aside first. False: another run's entry won the rename (or the cache
+        cannot be written); the staged folder is removed."""
+        work, final = staged.folder, self.entry(staged.sha256)
+        try:
+            body = json.dumps({"schema": _SCHEMA, "sha256": staged.sha256, "wheel": wheel, "files": staged.rows})
             with open(work / "manifest.json", "xb") as fh:
-                fh.write(body)
+                fh.write(body.encode())
             final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if replace:
                 self._discard(final)
@@ -249,6 +259,9 @@ class LinkCache:
             shutil.rmtree(work, ignore_errors=True)
             return False
 
+    def drop(self, staged: "Staged") -> None:
+        shutil.rmtree(staged.folder, ignore_errors=True)
+
     def _discard(self, entry: Path) -> None:
         """Move a stale entry out of the way (an atomic rename), then unlink its names."""
         gone = self._tmp / f"stale.{os.getpid()}.{time.time_ns()}"
@@ -258,6 +271,15 @@ class LinkCache:
         except OSError:
             return
         shutil.rmtree(gone, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An entry built in a private folder, not yet renamed into place."""
+
+    sha256: str
+    folder: Path
+    rows: Mapping[str, list[int]]
 
 
 def _alive(pid: int) -> bool:
@@ -296,6 +318,7 @@ class Linking:
         self.stale: set[Path] = set()  # wheels whose entry failed a check: extracted, the entry replaced
         self.stats: dict[str, os.stat_result] = {}  # installed path -> its stat once checked
         self.linked: dict[Path, int] = {}
+        self.staged: dict[Path, Staged] = {}  # wheel -> its entry, built, waiting for the batch's hashes
         self.off = False  # EXDEV met: no more links this batch
         self.umask = _umask()
         self._lock = threading.Lock()
@@ -324,24 +347,35 @@ class Linking:
             self.linked[wheel] = self.linked.get(wheel, 0) + 1
         return st
 
-    def populate(self, plans, jobs: int) -> int:
-        """Add an entry for each wheel of ``plans`` (their sha256 confirmed) that had none or a stale one;
-        returns how many were added. Never fails the install: a cache that cannot be written is skipped."""
-        from concurrent.futures import ThreadPoolExecutor
+    def stage(self, plan) -> None:
+        """Called by the worker that wrote a wheel's last file: hardlink its files into a private folder
+        for its entry (overlapping the rest of the extraction), when it had no entry or a stale one."""
+        sha = self.keys.get(plan.wheel)
+        if sha is None or self.off or (plan.wheel in self.manifests and plan.wheel not in self.stale):
+            return
+        # a member another wheel of the batch writes holds that wheel's bytes: no entry for this one
+        if any(not m.write for m in plan.members):
+            return
+        rows = [(m.name, m.dest, self.stats.get(m.dest)) for m in plan.members
+                if linkable(m.name, plan.dist_info, m.script)]
+        if any(st is None for _, _, st in rows):
+            return
+        staged = self.cache.stage(sha, rows, replace=plan.wheel in self.stale)
+        if staged is not None:
+            with self._lock:
+                self.staged[plan.wheel] = staged
 
-        todo = []
-        for plan in plans:
-            sha = self.keys.get(plan.wheel)
-            if sha is None or (plan.wheel in self.manifests and plan.wheel not in self.stale):
-                continue
-            rows = [(m.name, m.dest, self.stats.get(m.dest)) for m in plan.members
-                    if m.write and linkable(m.name, plan.dist_info, m.script)]
-            # a member another wheel of the batch wrote holds that wheel's bytes: no entry for this one
-            if any(st is None for _, _, st in rows) or any(not m.write for m in plan.members):
-                continue
-            todo.append((sha, plan.wheel.name, rows, plan.wheel in self.stale))
-        if not todo:
-            return 0
-        todo.sort(key=lambda t: -len(t[2]))
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return sum(pool.map(lambda t: self.cache.add(t[0], t[1], t[2], replace=t[3]), todo))
+    def publish(self, plans) -> int:
+        """The batch's wheels all have the lock's sha256: put the staged entries in place. Returns how many."""
+        names = {p.wheel: p.wheel.name for p in plans}
+        done = 0
+        for wheel, staged in self.staged.items():
+            done += self.cache.publish(staged, names.get(wheel, wheel.name), replace=wheel in self.stale)
+        self.staged.clear()
+        return done
+
+    def discard(self) -> None:
+        """The batch failed: nothing it staged becomes an entry."""
+        for staged in self.staged.values():
+            self.cache.drop(staged)
+        self.staged.clear()
