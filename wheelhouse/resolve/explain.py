@@ -88,7 +88,7 @@ def _chain(provider: Provider, name: str, limit: int = 6) -> str:
         recs = provider.parents.get(cur)
         if not recs:
             break
-        parent = recs[0][1]
+        parent = next(iter(recs))[1]
         parts.append(parent)
         cur = parent.split("==")[0]
         if cur in seen:

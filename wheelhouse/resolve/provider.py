@@ -56,9 +56,14 @@ class Provider(AbstractProvider):
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
         self.python = Version(target.python_full_version)
         self.order: dict[str, int] = {}
-        self.parents: dict[str, list[tuple[str, str]]] = {}  # name -> [(requirement text, parent "name==ver")]
+        # name -> {(requirement text, parent "name==ver"): None}, in the order first seen. A dict, not
+        # a list: resolvelib asks a candidate's dependencies each time it pins it again, and the
+        # repeats made reading the pins' parents a tenth of a cold vllm resolve.
+        self.parents: dict[str, dict[tuple[str, str], None]] = {}
         self._lock = threading.Lock()
         self._satisfies: dict[int, tuple[SpecifierSet, dict[Version, bool]]] = {}  # id(specifier) -> (it, version -> contains)
+        self._pair: dict[tuple[int, int], tuple[Req, Cand, bool]] = {}  # (id(req), id(cand)) -> (req, cand, verdict)
+        self._exact: dict[int, tuple[SpecifierSet, bool]] = {}  # id(specifier) -> (it, pins with ==)
         self._prefetched: set[str] = set()
         self._read_ahead_urls: set[str] = set()
         self.root_texts: dict[str, set[str]] = {}
@@ -72,10 +77,12 @@ class Provider(AbstractProvider):
     def get_preference(self, identifier, resolutions, candidates, information, backtrack_causes):
         # The live pins of this round; find_matches uses them to treat pins as decisions (below).
         self._pins = resolutions
-        infos = list(information[identifier])
         virtual = identifier.startswith("<")
-        direct = any(i.requirement.direct is not None for i in infos)
-        pinned = any(exact_pins(i.requirement.specifier) for i in infos)
+        direct = pinned = False
+        for i in information[identifier]:
+            req = i.requirement
+            direct = direct or req.direct is not None
+            pinned = pinned or self._pins_exactly(req.specifier)
         in_causes = any(c.requirement.ident == identifier or (c.parent is not None and c.parent.ident == identifier) for c in backtrack_causes)
         order = self.order.setdefault(identifier, len(self.order))
         return (not virtual, not direct, not pinned, not in_causes, order, identifier)
@@ -160,7 +167,25 @@ class Provider(AbstractProvider):
                     return False
         return True
 
+    def _pins_exactly(self, spec: SpecifierSet) -> bool:
+        """Whether ``spec`` pins a version with == (asked ~20k times a resolve: kept by identity)."""
+        hit = self._exact.get(id(spec))
+        if hit is None or hit[0] is not spec:
+            hit = self._exact[id(spec)] = (spec, bool(exact_pins(spec)))
+        return hit[1]
+
     def is_satisfied_by(self, requirement, candidate):
+        # resolvelib asks the same (requirement, candidate) pair over and over (138k calls, a few
+        # thousand pairs on the vllm closure): answered by the pair's identity first (the entry
+        # holds both, so their ids are not reused while it lives); Version's hash is Python code.
+        hit = self._pair.get((id(requirement), id(candidate)))
+        if hit is not None and hit[0] is requirement and hit[1] is candidate:
+            return hit[2]
+        found = self._satisfied(requirement, candidate)
+        self._pair[(id(requirement), id(candidate))] = (requirement, candidate, found)
+        return found
+
+    def _satisfied(self, requirement, candidate) -> bool:
         if requirement.kind != candidate.kind:
             return False
         if requirement.direct is not None:
@@ -191,9 +216,9 @@ class Provider(AbstractProvider):
         with self._lock:
             for d in deps:
                 if d.kind == "pkg":
-                    self.parents.setdefault(d.name, []).append((d.text, parent))
+                    self.parents.setdefault(d.name, {})[(d.text, parent)] = None
                 elif d.kind == "toolchain":
-                    self.parents.setdefault(toolchain_ident(d.name), []).append((d.text, parent))
+                    self.parents.setdefault(toolchain_ident(d.name), {})[(d.text, parent)] = None
         self.prefetch([d for d in deps if d.kind == "pkg"])
         return deps
 
