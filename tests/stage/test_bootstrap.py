@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import zipfile
 from pathlib import Path
@@ -200,3 +201,80 @@ def test_a_failing_self_build_shows_the_backends_own_error(tmp_path):
     assert "building wh's own wheel" in err.value.message
     assert "setup.cfg:3: error: invalid package_data glob" in err.value.detail
     assert not list((tmp_path / "cache").rglob("*.whl"))
+
+
+# --- the fast extra: where the target has its wheels, the box unpacks with zlib-ng ---------------------
+
+def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, repacked_deps, tmp_path):
+    import json
+    import subprocess
+    import venv
+
+    from wheelmaker import make_wheel
+    from wheelhouse.carry.verify import verify_wheelhouse
+    from wheelhouse.lock import write_pylock
+    from wheelhouse.stage import StageInputs, stage
+    from wheelhouse.target import host_target
+
+    fast = tmp_path / "fast"
+    for name in ("zlib-ng", "isal"):  # this venv's installs (the test extra), repacked: real compiled wheels
+        repack_installed(name, fast)
+    stack = tmp_path / "stack"
+    make_wheel(stack, "app", "1.0")
+    idx = pyindex(repacked_deps, fast, stack, serve_metadata=True)
+    out = tmp_path / "wh"
+    res = stage(StageInputs(host_target(), out, requirements=("app",), index_urls=(idx.url,),
+                            cache_dir=tmp_path / "cache", bootstrap=True))
+    boot = out / "bootstrap"
+    names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
+    assert {"wh", "zlib_ng", "isal", "click"} <= names
+    assert res.bootstrap_command == bootstrap_command(extras=("fast",)) and "'wh[fast]'" in res.bootstrap_command
+    meta = json.loads((out / "wh.json").read_text())
+    assert meta["bootstrap"]["extras"] == ["fast"] and meta["bootstrap"]["command"] == res.bootstrap_command
+    assert "'wh[fast]'" in (boot / BOOTSTRAP_TXT).read_text()
+    assert verify_wheelhouse(out).ok
+
+    # The printed line, by a shell, on a "box" whose pip reaches no index: wh then inflates with zlib-ng.
+    venv.create(tmp_path / "box-venv", with_pip=True)
+    env = _box_env(tmp_path, str(tmp_path / "box-venv" / "bin" / "python3"))
+    subprocess.run(["sh", "-c", res.bootstrap_command], check=True, capture_output=True, cwd=out, env=env)
+    got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "python"), "-c",
+                          "from wheelhouse.install.wheel.inflate import choose; print(choose().name)"],
+                         capture_output=True, text=True, check=True, env={**env, "WH_INFLATE": ""})
+    assert got.stdout.strip() == "zlib-ng"
+
+    # A bootstrap/ that lost the extra's wheel (and its lock entry) fails `wh verify`: pip would fail on the box.
+    lock = read_pylock(boot)
+    gone = next(f for f in lock.files if f.name == "zlib-ng")
+    (boot / gone.path).unlink()
+    write_pylock(boot, dataclasses.replace(lock, files=tuple(f for f in lock.files if f is not gone)))
+    meta["bootstrap"]["count"] -= 1
+    (out / "wh.json").write_text(json.dumps(meta))
+    report = verify_wheelhouse(out, hashes=False)
+    assert not report.ok
+    assert any("asks for wh[fast], which needs zlib-ng" in p and "none is there" in p for p in report.problems), \
+        report.problems
+
+
+def test_bootstrap_without_the_fast_wheels_keeps_the_plain_command(pyindex, repacked_deps, tmp_path):
+    from wheelmaker import make_wheel
+    from wheelhouse.stage import StageInputs, stage
+    from wheelhouse.target import host_target
+
+    stack = tmp_path / "stack"
+    make_wheel(stack, "app", "1.0")
+    idx = pyindex(repacked_deps, stack, serve_metadata=True)  # no zlib-ng, no isal on this index
+    notes = []
+
+    class Notes:
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+        def note(self, text):
+            notes.append(text)
+
+    res = stage(StageInputs(host_target(), tmp_path / "wh", requirements=("app",), index_urls=(idx.url,),
+                            cache_dir=tmp_path / "cache", bootstrap=True), reporter=Notes())
+    assert res.bootstrap_command == bootstrap_command() and "[fast]" not in res.bootstrap_command
+    assert any("bootstrap/ without wh[fast]" in n for n in notes), notes
+    assert not list((tmp_path / "wh" / "bootstrap").glob("zlib_ng-*"))

@@ -285,9 +285,35 @@ def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
             view = {canonicalize_name(d.name): d for d in (wheel_dist(folder / f.path) for f in present)}
             for (who, req), why in sorted(unmet(view, target).items()):
                 problems.append(f"bootstrap/ is incomplete for the target: {who} needs {req} ({why})")
+            problems += _extras_unmet(folder, lock, record, view, target)
         except WhError as exc:
             problems.append(f"bootstrap/: {exc.message}")
     return problems, [(folder, f, where) for f in lock.files], lock
+
+
+def _extras_unmet(folder: Path, lock: Lock, record: Mapping[str, Any], view: Mapping[str, Any],
+                  target: TargetProfile) -> list[str]:
+    """The extras the bootstrap command asks for (``'wh[fast]'``): each of their requirements must be there,
+    or pip on the box fails on that line."""
+    from wheelhouse.stage.bootstrap import wheel_requirements
+
+    extras = record.get("extras") or []
+    own = next((f for f in lock.files if f.filename == record.get("wh_wheel")), None)
+    if not isinstance(extras, list) or own is None or not (folder / own.path).is_file():
+        return []
+    out = []
+    for extra in extras:
+        for req in wheel_requirements(folder / own.path):
+            if req.marker is None or not target.evaluate(req.marker, extra=str(extra)):
+                continue
+            if target.evaluate(req.marker, extra=None):
+                continue  # not the extra's: checked with wh's own requirements
+            have = view.get(canonicalize_name(req.name))
+            if have is None or not req.specifier.contains(str(have.version), prereleases=True):
+                got = f"{req.name} {have.version} is there" if have is not None else "none is there"
+                out.append(f"bootstrap/ is incomplete for the target: the bootstrap command asks for wh[{extra}], "
+                           f"which needs {req} ({got})")
+    return out
 
 
 def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -122,6 +122,7 @@ def write_stage_tree(
             [to_locked(f, f.filename) for f in boot_files],
             requires_python=requires_python_for(target),
             environments=[environment_marker(target)],
+            extras=wh_wheel.extras,
         )
         owned.append(BOOTSTRAP_DIR)
     lock = Lock(
@@ -240,7 +241,8 @@ def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patc
         "doctor": dataclasses.asdict(manifest.doctor) if manifest else {},
         "serve": serve,
         "bootstrap": {
-            "command": bootstrap_command(),
+            "command": bootstrap_command(extras=wh_wheel.extras),
+            "extras": list(wh_wheel.extras),
             "wh_wheel": wh_wheel.path.name,
             "origin": wh_wheel.origin,
             "count": len(boot_files),
