@@ -33,7 +33,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
 from .cache import HashMismatch, commit_part, is_no_space, partial_path
-from .session import CHUNK, DiskFull, FetchError, FetchItem, Session, batches, write_blocks
+from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
 
 __all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
 
@@ -237,7 +237,7 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
-                for blocks, n in batches(resp.iter_chunks(CHUNK), (b - a) - job.have[idx]):
+                for blocks, n in body_batches(resp, (b - a) - job.have[idx]):
                     _write_blocks(job, idx, blocks, n)
                     s.advance(n)
                     s.check()

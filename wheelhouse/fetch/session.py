@@ -14,7 +14,8 @@ from wheelhouse.errors import WhError
 from wheelhouse.progress import Reporter
 from wheelhouse.redact import redact
 
-__all__ = ["FetchItem", "FetchError", "Client", "Session", "Cancelled", "DiskFull", "CHUNK", "batches", "write_blocks"]
+__all__ = ["FetchItem", "FetchError", "Client", "Session", "Cancelled", "DiskFull", "CHUNK", "batches", "body_batches",
+           "write_blocks"]
 
 CHUNK = 1 << 20  # 1 MiB reads: large buffers keep a fast link saturated with few syscalls
 # A TLS socket hands out one record (<= 16 KiB) per read: writing, hashing and counting each one
@@ -60,6 +61,18 @@ def batches(chunks: Iterator[bytes], limit: int | None = None) -> Iterator[tuple
             next(it, None)
         except Exception:  # noqa: BLE001
             pass
+
+
+def body_batches(resp, limit: int | None = None) -> Iterator[tuple[list, int]]:
+    """A response's body as ``batches`` hands it out. From a socket the client reads it straight
+    into one reused buffer (``batches_into``: no ``bytes`` object per TLS record); each batch is
+    then a view of that buffer, valid until the next one is asked for: write and hash it first."""
+    into = getattr(resp, "batches_into", None)
+    if into is None:  # file:// and other sources: blocks as they come
+        yield from batches(resp.iter_chunks(CHUNK), limit)
+        return
+    for view in into(bytearray(BATCH), limit, BATCH_SECONDS):
+        yield [view], len(view)
 
 
 def write_blocks(fd: int, blocks: list[bytes], offset: int | None = None) -> None:

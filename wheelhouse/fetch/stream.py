@@ -1,7 +1,7 @@
 """One file, one stream: download into ``<cache>/partial/<key>.part``, resuming with ``Range``.
 
 The ``.part`` file's size is the truth about what was received: received blocks are written with
-one unbuffered ``writev`` per ~1 MiB or 50 ms (``batches``), so a process killed at any point keeps
+one unbuffered ``writev`` per ~1 MiB or 50 ms (``body_batches``), so a process killed at any point keeps
 all it had but those last milliseconds, and the next run asks for the rest. The hash is computed while the bytes stream to disk; a resumed
 download hashes only the bytes it already had. The cache entry is held with ``entry_lock`` for
 the whole download: a second process wanting the same file waits, then reuses the first's.
@@ -16,7 +16,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
 from .cache import HashMismatch, private, cached_path, commit_part, entry_lock, is_no_space, partial_path, update_hash
-from .session import CHUNK, DiskFull, FetchError, FetchItem, Session, batches, write_blocks
+from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
 
 __all__ = ["download", "entry_key"]
 
@@ -106,7 +106,7 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, s
         # With a known size, one byte more than promised is read: enough to fail, never more.
         limit = None if item.size is None else item.size - total + 1
         with open(part, mode, buffering=0, opener=private) as out:
-            for blocks, n in batches(resp.iter_chunks(CHUNK), limit):
+            for blocks, n in body_batches(resp, limit):
                 checkpoint("fetch.write")
                 write_blocks(out.fileno(), blocks)
                 for block in blocks:

@@ -15,8 +15,8 @@ what is read whole (pages, metadata) is size-bounded. Credentials in a URL are k
 for its host (``credentials``) and never appear in a URL this client hands back.
 
 ``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for index pages
-(``cache``). The response types live in ``messages``, TLS trust in ``tls``, ``file://`` in
-``file_url``.
+(``cache``). The response types live in ``messages``, reading a streamed body (blocks, or into a
+caller's reused buffer) in ``body``, TLS trust in ``tls``, ``file://`` in ``file_url``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from .body import BodyReader
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
@@ -128,42 +129,13 @@ class HttpClient:
             watch.set(body_deadline(), "body")
         else:
             watch.set(window, "stalled")
-        done = False
-
-        def chunks(size: int) -> Iterator[bytes]:
-            nonlocal done
-            received = 0
-            # A stream hands out what has arrived (read1: at most one socket read), so a writer
-            # keeps every byte received even if the process dies before the next block is full.
-            read = resp.read if whole else getattr(resp, "read1", resp.read)
-            try:
-                while True:
-                    data = read(size)
-                    if not data:
-                        if read is not resp.read:
-                            resp.read()  # read1 never marks the response done: read() does (keep-alive)
-                        break
-                    received += len(data)
-                    if not whole:
-                        watch.progress(len(data), window)
-                    yield data
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                if watch.expired:
-                    raise HttpError(final, resp.status, self._deadline_reason(watch, received), received=received) from exc
-                raise HttpError(final, resp.status, f"connection dropped after {received} bytes ({exc})", received=received) from exc
-            if watch.expired:  # cut between two reads: the body looks short, say why
-                raise HttpError(final, resp.status, self._deadline_reason(watch, received), received=received)
-            expected = resp.getheader("Content-Length")
-            if expected is not None and resp.getheader("Content-Encoding") is None and int(expected) != received:
-                raise HttpError(final, resp.status, f"body ended after {received} of {expected} bytes", received=received)
-            done = True
-
-        stream = StreamResponse(final, resp.status, Headers(resp.getheaders()), chunks)  # type: ignore[arg-type]
+        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason)
+        stream = _SocketStream(final, resp.status, Headers(resp.getheaders()), body)
         try:
             yield stream
         finally:
             self._watchdog.unwatch(watch)
-            if done and not resp.will_close and conn is not None and not watch.expired:
+            if body.done and not resp.will_close and conn is not None and not watch.expired:
                 self._release(conn)
             else:
                 with contextlib.suppress(Exception):
@@ -320,6 +292,20 @@ class HttpClient:
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), 60.0))
         time.sleep(delay)
+
+
+class _SocketStream(StreamResponse):
+    """A response read from a socket: its body also fills a caller's buffer (``batches_into``)."""
+
+    def __init__(self, url: str, status: int, headers: Headers, body: BodyReader):
+        super().__init__(url, status, headers, body.chunks)  # type: ignore[arg-type]
+        self._body = body
+
+    def batches_into(self, buf: bytearray, limit: int | None = None, seconds: float = 0.05) -> Iterator[memoryview]:
+        """The body read into ``buf`` (one reused buffer, no object per socket read), handed out as
+        views when full or ``seconds`` after each batch began, up to ``limit`` bytes; each view is
+        valid until the next step (``body.BodyReader.into``)."""
+        return self._body.into(buf, limit, seconds)
 
 
 class _HeadersDeadline(OSError):
