@@ -108,3 +108,23 @@ def test_exact_pins_and_requires_python_parsing():
     assert spec_of(">=3.10") == SpecifierSet(">=3.10")
     assert spec_of("") is None and spec_of(None) is None
     assert spec_of(">=3.10,<banana") is None, "a malformed requires-python is ignored, as pip and uv do"
+
+
+def test_the_tag_filter_judges_a_whole_page_of_names_as_it_judges_each():
+    """``many`` (one regex pass over a big page's names) must agree with the per-name filter on
+    every shape of name: wheels with and without a build tag, sdists, too few or too many
+    fields, empty fields, odd extensions, a line break inside a name."""
+    import random
+
+    from wheelhouse.resolve.candidates import _TagFilter
+
+    names = ["a-1.0-py3-none-any.whl", "a-1.0-1-cp312-cp312-manylinux_2_17_x86_64.whl", "a-1.0.tar.gz", "",
+             "a-b-c-d-e-f-g.whl", "x-1-cp312-abi3-manylinux_2_28_x86_64.whl", "x-1-cp311-cp311-manylinux_2_28_x86_64.whl",
+             "--py3-none-any.whl", "-py3-none-any.whl", "a-1.0-py3-none-any.whl.metadata", "a-1.0-py2.py3-none-any.whl",
+             "a-1.0-py3-none-any.WHL", "a--1-py3-none-any.whl", ".whl", "-", "a-1-cp312-cp312-manylinux_2_17_aarch64.whl"]
+    rng = random.Random(14)
+    names += ["".join(rng.choice("ab-.whl3_py") for _ in range(rng.randint(0, 24))) for _ in range(2000)]
+    one, bulk = _TagFilter(CP312), _TagFilter(CP312)
+    expected = [one(f) for f in names]
+    assert bulk.many(names) == expected and sum(expected) >= 4
+    assert bulk.many(["a\nb-1-py3-none-any.whl", "a-1-py3-none-any.whl"]) == [one("a\nb-1-py3-none-any.whl"), True]

@@ -81,7 +81,7 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[
 
 # Byte patterns of a PEP 691 page. In valid JSON an unescaped quote only ever delimits a string, so
 # `"url":` is always a key and `{"filename": "` always an object whose first key is "filename".
-_FILE_START = re.compile(rb'\{\s*"filename"\s*:\s*"([^"\\]*)"')
+_FILE_SPLIT = re.compile(rb'(\{\s*"filename"\s*:\s*"([^"\\]*)")')  # split: [head, start 1, name 1, rest 1, ...]
 _FILENAME_KEY = re.compile(rb'"filename"\s*:')
 _URL_KEY = re.compile(rb'"url"\s*:')
 _FILES_OPEN = re.compile(rb'"files"\s*:\s*\[\s*$')
@@ -109,38 +109,41 @@ def parse_simple_json_body(body: bytes, page_url: str, origin: str, keep: Callab
 
 
 def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] | None:
-    starts = list(_FILE_START.finditer(body))
-    if not starts or not body.lstrip()[:1] == b"{" or not body.rstrip()[-1:] == b"}":
+    if not body.lstrip()[:1] == b"{" or not body.rstrip()[-1:] == b"}":
         return None
-    n = len(starts)
+    # [head, start 1, name 1, rest 1, start 2, ...]: object i is start i + rest i (up to the next)
+    pieces = _FILE_SPLIT.split(body)
+    n = (len(pieces) - 1) // 3
+    if not n:
+        return None
     # every file object starts with its name, and there is no other: PEP 691 gives each a url
-    if sum(1 for _ in _FILENAME_KEY.finditer(body)) != n or sum(1 for _ in _URL_KEY.finditer(body)) != n:
+    # (the plain count is a C scan: when it equals n, no other "filename" key can exist)
+    if (body.count(b'"filename"') != n and len(_FILENAME_KEY.findall(body)) != n) or len(_URL_KEY.findall(body)) != n:
         return None
-    head = body[:starts[0].start()]
+    head = pieces[0]
     if _FILES_OPEN.search(head) is None:
         return None
     try:  # what comes before the list is whole JSON (closed here as the list and page would be)
         json.loads(head + b"]}")
     except ValueError:
         return None
+    try:
+        names = [raw.decode("utf-8") for raw in pieces[2::3]]
+    except UnicodeDecodeError:
+        return None
+    many = getattr(keep, "many", None)
+    verdicts = many(names) if many is not None else [keep(f) for f in names]
     decoder = json.JSONDecoder()
     kept = []
-    for i, m in enumerate(starts):
+    for i in [i for i, ok in enumerate(verdicts) if ok] + ([] if verdicts[-1] else [n - 1]):
+        filename, last = names[i], i + 1 == n
         try:
-            filename = m.group(1).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        last = i + 1 == n
-        if not last and not keep(filename):
-            continue
-        end = starts[i + 1].start() if i + 1 < n else len(body)
-        try:
-            text = body[m.start():end].decode("utf-8")
+            text = (pieces[3 * i + 1] + pieces[3 * i + 3]).decode("utf-8")
             obj, stop = decoder.raw_decode(text)
         except ValueError:  # UnicodeDecodeError included
             return None
         # the object ends where the next begins (a comma between), the last one where the list does
-        after = _BETWEEN.fullmatch(text, stop) if i + 1 < n else _LAST.match(text, stop)
+        after = _BETWEEN.fullmatch(text, stop) if not last else _LAST.match(text, stop)
         if not isinstance(obj, dict) or obj.get("filename") != filename or after is None:
             return None
         if last:
@@ -148,7 +151,7 @@ def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] |
                 json.loads('{"_": 0' + text[after.end():])
             except ValueError:
                 return None
-            if not keep(filename):
+            if not verdicts[i]:
                 continue
         kept.append(obj)
     return kept

@@ -154,7 +154,7 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
     keep = {k: v for k, v in resp.headers.items() if k in _KEPT_HEADERS}
     made = extra[1](resp, digest) if extra else None
     extras = [(name, made)] if made is not None else []
-    stored = _write(path, {"url": redact(resp.url), "status": 200, "headers": keep}, resp.body, extras)
+    stored = _write(path, {"url": redact(resp.url), "status": 200, "headers": keep}, resp.body, extras, sha256=digest)
     return CachedResponse(resp.url, 200, resp.headers, resp.body, sha256=digest, entry=path if stored else None,
                           revalidated=True, extra=made)
 
@@ -304,10 +304,16 @@ def _renew(ent: _Entry, path: Path) -> _Entry | None:
     return ent
 
 
-def _write(path: Path, meta: dict, body: bytes, extras: list[tuple[str, bytes]], *, stored: float | None = None) -> bool:
-    """Write one packed entry; False when the cache cannot be written (a full disk, a read-only
-    folder: that costs a request next time, never the run)."""
-    head = json.dumps({**meta, "sha256": hashlib.sha256(body).hexdigest() if meta["status"] == 200 else "",
+def _write(path: Path, meta: dict, body: bytes, extras: list[tuple[str, bytes]], *, stored: float | None = None,
+           sha256: str | None = None) -> bool:
+    """Write one packed entry (``sha256``: the body's, when the caller has it); False when the
+    cache cannot be written (a full disk, a read-only folder: that costs a request next time,
+    never the run)."""
+    if meta["status"] != 200:
+        sha256 = ""
+    elif sha256 is None:
+        sha256 = hashlib.sha256(body).hexdigest()
+    head = json.dumps({**meta, "sha256": sha256,
                        "size": len(body), "extras": [[n, len(p), hashlib.sha256(p).hexdigest()] for n, p in extras]},
                       separators=(",", ":")).encode()
     line = b"%s %d %s %d\n" % (_MAGIC, PACK_FORMAT, hashlib.sha256(head).hexdigest().encode(), len(head))
@@ -319,6 +325,9 @@ def _write(path: Path, meta: dict, body: bytes, extras: list[tuple[str, bytes]],
     return True
 
 
+_MADE: set[Path] = set()  # folders this process made or found
+
+
 def store_entry(path: Path, data: bytes | str | list[bytes], *, mtime: float | None = None) -> None:
     """Write a cache file (0600) under a temp name in its folder, then rename it into place
     (``data`` may be a list of pieces, written one after the other; ``mtime``: the time it
@@ -327,9 +336,15 @@ def store_entry(path: Path, data: bytes | str | list[bytes], *, mtime: float | N
     Not fsynced (a cold resolve writes hundreds of them: fsyncs cost seconds): every entry here
     is checked when read (a page against the sha256s its header records, a metadata file
     against its own), so what a power cut leaves half-written is a miss."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     pieces = [data.encode()] if isinstance(data, str) else [data] if isinstance(data, bytes) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.parent not in _MADE:  # one mkdir per folder and process, not one per entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _MADE.add(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileNotFoundError:  # the folder was removed since: made again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:  # mkstemp made it 0600
             for piece in pieces:
