@@ -191,6 +191,7 @@ class CandidateFinder:
         self._keep = _TagFilter(target)
         self._file_keys: dict[str, tuple] = {}  # filename -> (rank, build): the ranking key, once
         self._admits_memo: dict[int, tuple[SpecifierSet, Callable[[Version], bool]]] = {}
+        self._best_memo: dict[tuple, tuple[tuple[SpecifierSet, ...], list[Cand]]] = {}
 
     def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
         """Best wheel of each allowed version, highest version first."""
@@ -248,6 +249,20 @@ class CandidateFinder:
 
     def _best_per_version(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
                           extras: frozenset[str], allow_pre: bool) -> list[Cand]:
+        # resolvelib lists a project's candidates again on every backtrack with the same
+        # requirements: the same answer, made of the same Cand objects (the provider's
+        # is_satisfied_by remembers verdicts by a candidate's identity). Keyed by the specifiers'
+        # identities; the entry holds them, so the ids stay theirs.
+        key = (name, extras, allow_pre, *map(id, specs))
+        hit = self._best_memo.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
+            return list(hit[1])
+        out = self._best_per_version_of(name, by_version, specs, extras, allow_pre)
+        self._best_memo[key] = (tuple(specs), out)
+        return list(out)
+
+    def _best_per_version_of(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
+                             extras: frozenset[str], allow_pre: bool) -> list[Cand]:
         pinned = set().union(*(exact_pins(s) for s in specs)) if specs else set()
         out = []
         admits = [self._admits(s) for s in specs]
