@@ -60,13 +60,24 @@ class BodyReader:
         batch began (the view is valid until the next step: write and hash it before asking on).
         Stops after ``limit`` bytes; a body that breaks off hands out what arrived, then raises."""
         view = memoryview(buf)
+        resp = self.resp
+        # A plain (not chunked) http.client body: the buffered socket's own readinto1, called
+        # directly (no Python frame of ours per TLS record); its length is kept by batch below.
+        direct = (isinstance(resp, http.client.HTTPResponse) and not resp.chunked
+                  and getattr(getattr(resp, "fp", None), "readinto1", None))
+        read = direct or self._read_into
         ended = False
         while not ended and (limit is None or self.received < limit):
             room = len(buf) if limit is None else min(len(buf), limit - self.received)
+            if direct and resp.length is not None:
+                room = min(room, resp.length)
+                if not room:
+                    ended = True  # the body's end
+                    break
             n, since, broken = 0, time.monotonic(), None
             try:
                 while n < room:
-                    got = self._read_into(view[n:room])
+                    got = read(view[n:room])
                     if not got:
                         ended = True
                         break
@@ -75,6 +86,8 @@ class BodyReader:
                         break
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 broken = exc
+            if direct and resp.length is not None:
+                resp.length -= n  # what http.client's read1 would have counted
             if n:
                 self.received += n
                 self.watch.progress(n, self.window)
