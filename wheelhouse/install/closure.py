@@ -12,8 +12,6 @@ already unmet before the install are not this install's doing and are left to th
 
 from __future__ import annotations
 
-import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -26,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from wheelhouse.errors import UsageError
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledListError, installed_distributions
-from .wheel.record import UnpackError
+from .wheel.archive import read_wheel
 
 __all__ = ["Dist", "MissingRequirements", "installed_view", "wheel_dist", "unmet", "check_closure"]
 
@@ -53,12 +51,8 @@ def installed_view(python: str, timeout: float = 120) -> dict[str, Dist]:
 
 def wheel_dist(wheel: Path) -> Dist:
     """Name, version and Requires-Dist from a wheel's METADATA (nothing is extracted)."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            meta = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-            text = zf.read(meta).decode("utf-8", "replace") if meta else ""
-    except (OSError, zipfile.BadZipFile, zlib.error) as exc:
-        raise UnpackError(f"{wheel.name} is not a readable wheel: {exc}", hint="re-stage it with `wh stage`") from exc
+    texts = read_wheel(wheel).texts  # read once: planning the same wheel reads it from there
+    text = next((t for n, t in texts.items() if n.endswith("/METADATA")), "")
     fields = _headers(text)
     return Dist((fields.get("name") or [wheel.name.split("-")[0]])[0], (fields.get("version") or [""])[0],
                 tuple(fields.get("requires-dist") or ()))

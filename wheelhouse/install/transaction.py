@@ -149,14 +149,15 @@ class Transaction:
         moved_dirs: set[str] = set()  # an old dist-info folder moves whole: what is inside goes with it
         listing: dict[str, list[str]] = {}
         folders: dict[str, bool] = {}  # a path in a folder that is not there is not there (a new venv: most)
-        for p in sorted(set(paths) | set(self.extra), key=lambda x: (x.count(os.sep), x)):
-            parent = os.path.dirname(os.path.normpath(p))
+        sep = os.sep
+        normal = {os.path.normpath(p) for p in (*paths, *self.extra)}
+        for p in sorted(normal, key=lambda x: (x.count(sep), x)):
+            parent = os.path.dirname(p)
             there = folders.get(parent)
             if there is None:
                 there = folders[parent] = os.path.isdir(parent)
-            for q in (p, *(_bytecode_files(p, listing) if there else ())):
-                q = os.path.normpath(q)
-                if q in seen or _below_any(q, moved_dirs):
+            for q in ((p, *_bytecode_files(p, listing)) if there else (p,)):
+                if q in seen or (moved_dirs and _below_any(q, moved_dirs)):
                     continue
                 seen.add(q)
                 existed = there and os.path.lexists(q)
@@ -170,8 +171,8 @@ class Transaction:
                 "dirs": self.dirs, "entries": self.entries}
         path = journal_path(self.site)
         tmp = path.with_name(f".journal.{self.id}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(body, fh)
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(body).encode("utf-8"))  # one C encoder pass (json.dump writes piece by piece)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

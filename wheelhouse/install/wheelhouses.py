@@ -112,12 +112,36 @@ def find_wheelhouses(paths: Sequence[str | Path], search_roots: Sequence[str | P
     return result
 
 
+_loaded: dict[Path, tuple[tuple, Wheelhouse]] = {}
+
+
+def _identity(path: Path) -> tuple | None:
+    """What says wh.json and pylock.toml are the ones read before (None: one is not there)."""
+    try:
+        return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                     for st in (os.stat(path / WH_JSON), os.stat(path / "pylock.toml")))
+    except OSError:
+        return None
+
+
 def load_wheelhouse(path: str | Path) -> Wheelhouse:
-    """The wheelhouse at ``path``: its wh.json and the files of its pylock.toml."""
+    """The wheelhouse at ``path``: its wh.json and the files of its pylock.toml.
+
+    Remembered while both files stay the same ones (finding wheelhouses and installing them read
+    each lock once, not twice: a few thousand lines of TOML for a large stack)."""
     path = Path(path)
+    key = _identity(path)
+    hit = _loaded.get(path)
+    if key is not None and hit is not None and hit[0] == key:
+        return hit[1]
     meta = read_wh_json(path)
     lock = read_pylock(path)
-    return Wheelhouse(path=path, files=lock.files, meta=meta)
+    house = Wheelhouse(path=path, files=lock.files, meta=meta)
+    if key is not None and key == _identity(path):  # not rewritten while it was read
+        if len(_loaded) >= 64:
+            _loaded.clear()
+        _loaded[path] = (key, house)
+    return house
 
 
 def check_unambiguous(houses: Sequence[Wheelhouse]) -> None:

@@ -19,8 +19,9 @@ from typing import Mapping
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .archive import read_wheel
 from .launchers import check_script_name, console_launchers
-from .record import RecordMismatch, UnpackError, UnsafeWheelPath, check_archive_path, check_inside, parse_record
+from .record import RecordMismatch, UnpackError, UnsafeWheelPath, check_archive_paths, check_inside, parse_record
 
 __all__ = ["SCHEME_KEYS", "PlannedFile", "WheelPlan", "plan_wheel"]
 
@@ -94,37 +95,33 @@ def _find_dist_info(wheel: Path, names: list[str]) -> str:
     return infos[0]
 
 
-def _check_not_state(wheel: Path, name: str, dest: str, scheme: Mapping[str, str]) -> None:
+def _state_dirs(scheme: Mapping[str, str]) -> tuple[str, ...]:
     """wh's own records (installed.json, links, drops, patches, the journal) are never a wheel's to write."""
-    for key in ("purelib", "platlib"):
-        state = os.path.join(os.path.normpath(scheme[key]), ".wh")
-        if dest == state or dest.startswith(state + os.sep):
-            raise UnsafeWheelPath(f"{wheel.name}: {name} would be written into wh's state folder {state}",
-                                  hint="remove this wheel from the wheelhouse and re-run `wh stage`")
+    return tuple(os.path.join(os.path.normpath(scheme[k]), ".wh") for k in ("purelib", "platlib"))
+
+
+def _refuse_state(wheel: Path, name: str, dest: str, states: tuple[str, ...]) -> UnsafeWheelPath:
+    state = next(s for s in states if dest == s or dest.startswith(s + os.sep))
+    return UnsafeWheelPath(f"{wheel.name}: {name} would be written into wh's state folder {state}",
+                           hint="remove this wheel from the wheelhouse and re-run `wh stage`")
+
+
+def _meta(text: str) -> dict[str, str]:
+    return dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()) if v)
 
 
 def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     """Read ``wheel``'s listing, WHEEL and RECORD; raise before anything is written if it is unsafe or altered."""
-    try:
-        zf = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise UnpackError(f"{wheel.name} is not a readable wheel: {exc}", hint="re-stage it with `wh stage`") from exc
-    with zf:
-        infos = zf.infolist()
-        names = [i.filename for i in infos]
-        for n in names:
-            check_archive_path(wheel, n)
-        dist_info = _find_dist_info(wheel, names)
-        wheel_meta = zf.read(f"{dist_info}/WHEEL").decode("utf-8", "replace")
-        if f"{dist_info}/RECORD" not in names:
-            raise RecordMismatch(f"{wheel.name} has no RECORD", hint="the wheel is malformed; rebuild it")
-        record = parse_record(wheel, zf.read(f"{dist_info}/RECORD").decode("utf-8"))
-        entry_points = None
-        if f"{dist_info}/entry_points.txt" in names:
-            entry_points = zf.read(f"{dist_info}/entry_points.txt").decode("utf-8")
-    meta = dict(
-        (k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in wheel_meta.splitlines()) if v
-    )
+    archive = read_wheel(wheel)
+    names = archive.names
+    check_archive_paths(wheel, names)
+    dist_info = _find_dist_info(wheel, names)
+    texts = archive.texts
+    if f"{dist_info}/RECORD" not in texts:
+        raise RecordMismatch(f"{wheel.name} has no RECORD", hint="the wheel is malformed; rebuild it")
+    meta = _meta(texts.get(f"{dist_info}/WHEEL", ""))
+    record = parse_record(wheel, texts[f"{dist_info}/RECORD"])
+    entry_points = texts.get(f"{dist_info}/entry_points.txt")
     if not meta.get("wheel-version", "1").startswith("1."):
         raise UnpackError(f"{wheel.name} has Wheel-Version {meta.get('wheel-version')}; wh installs 1.x",
                           hint="install it with `--installer pip`")
@@ -133,20 +130,23 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     stem = dist_info[: -len(".dist-info")]
     name, _, version = stem.partition("-")
     data_prefix = f"{stem}.data/"
+    skip = {f"{dist_info}/RECORD", f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s"}
+    states = _state_dirs(scheme)
+    inside_states = tuple(d + os.sep for d in states)
+    root_norm = os.path.normpath(root)
+    root_sep = os.path.join(root_norm, "")
     members: list[PlannedFile] = []
-    for info in infos:
-        n = info.filename
-        if n.endswith("/"):
+    for n, file_size, compress_size, compress_type, crc, offset, mode in archive.members:
+        if n.endswith("/") or n in skip:
             continue
-        if n in (f"{dist_info}/RECORD", f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s"):
-            continue
-        if n not in record:
+        entry = record.get(n)
+        if entry is None:
             raise RecordMismatch(f"{wheel.name}: {n} is not listed in RECORD", hint="the wheel was altered; re-stage it")
-        digest, size = record[n]
+        digest, size = entry
         if digest is None:
             raise RecordMismatch(f"{wheel.name}: {n} has no sha256 in RECORD", hint="the wheel was altered; re-stage it")
-        if size is not None and size != info.file_size:
-            raise RecordMismatch(f"{wheel.name}: {n} is {info.file_size} bytes in the archive, {size} in RECORD",
+        if size is not None and size != file_size:
+            raise RecordMismatch(f"{wheel.name}: {n} is {file_size} bytes in the archive, {size} in RECORD",
                                  hint="the wheel was altered; re-stage it")
         script = False
         if n.startswith(data_prefix):
@@ -160,14 +160,18 @@ def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
             script = key == "scripts"
             if script and "/" not in rest:  # scripts/sub/x replaces nothing of the venv's
                 check_script_name(wheel, name, rest)
+            dest = os.path.normpath(os.path.join(base_dir, rest))
+            check_inside(wheel, n, dest, base_dir)
         else:
-            base_dir, rest = root, n
-        dest = os.path.normpath(os.path.join(base_dir, rest))
-        check_inside(wheel, n, dest, base_dir)
-        _check_not_state(wheel, n, dest, scheme)
-        mode = (info.external_attr >> 16) & 0o777
-        members.append(PlannedFile(n, dest, info.file_size, digest, mode, script, info.header_offset,
-                                   info.compress_size, info.compress_type, info.CRC))
+            # check_archive_path refused absolute names and '..': normalising root/n cannot leave root
+            # (the same test as check_inside, without a commonpath per member).
+            dest = os.path.normpath(root_sep + n)
+            if not dest.startswith(root_sep) and dest != root_norm:
+                check_inside(wheel, n, dest, root)
+        if dest.startswith(inside_states) or dest in states:
+            raise _refuse_state(wheel, n, dest, states)
+        members.append(PlannedFile(n, dest, file_size, digest, mode, script, offset, compress_size, compress_type,
+                                   crc))
     launchers = []
     for script, body in console_launchers(entry_points):
         check_script_name(wheel, name, script)
