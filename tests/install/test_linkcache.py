@@ -35,8 +35,9 @@ def site(venv: Path) -> Path:
 
 @pytest.fixture
 def env(tmp_path):
-    """The environment for wh: a private cache folder (the extraction cache lives in ``unpacked/``)."""
-    return {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache")}
+    """The environment for wh: a private cache folder (the extraction cache lives in ``unpacked/``), the
+    cache turned on (it is opt-in)."""
+    return {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "WH_LINK_CACHE": "1"}
 
 
 def wh(env, *args, timeout=120):
@@ -120,15 +121,17 @@ def test_second_install_links_from_the_cache_and_imports(house, tmp_path, env):
     assert "lib/__init__.py," in (site(b) / "lib-2.0.dist-info" / "RECORD").read_text()
 
 
-def test_no_link_cache_writes_everything_and_adds_nothing(house, tmp_path, env):
-    install(env, house, tmp_path / "a", "--no-link-cache")
+def test_off_by_default_and_no_link_cache_writes_everything(house, tmp_path, env):
+    default = {k: v for k, v in env.items() if k != "WH_LINK_CACHE"}
+    install(default, house, tmp_path / "a")
+    install(env, house, tmp_path / "b", "--no-link-cache")
     assert not (Path(env["WH_CACHE_DIR"]) / "unpacked").exists()
-    install(env, house, tmp_path / "b")
-    report = install(env, house, tmp_path / "c", "--no-link-cache")
+    install(default, house, tmp_path / "c", "--link-cache")  # the flag alone turns it on
+    report = install(env, house, tmp_path / "d", "--no-link-cache")  # and off, over the variable
     assert report["linked"]["files"] == 0
-    assert (site(tmp_path / "c") / "lib" / "__init__.py").stat().st_nlink == 1
-    off = {**env, "WH_LINK_CACHE": "0"}
-    assert install(off, house, tmp_path / "d")["linked"]["files"] == 0
+    assert (site(tmp_path / "d") / "lib" / "__init__.py").stat().st_nlink == 1
+    assert install(default, house, tmp_path / "e")["linked"]["files"] == 0
+    assert install(env, house, tmp_path / "f")["linked"]["wheels"] == 2
 
 
 def test_an_in_place_write_makes_the_next_install_extract_that_wheel_afresh(house, tmp_path, env):

@@ -29,7 +29,8 @@ __all__ = ["install"]
 @click.option("--link-cache/--no-link-cache", "link_cache", default=None, envvar="WH_LINK_CACHE",
               help="Hardlink the files of a wheel installed before (same sha256) from the verified extraction "
                    "cache in wh's cache folder ($WH_CACHE_DIR/unpacked), and add the wheels installed now to it. "
-                   "Same filesystem only; default: on ($WH_LINK_CACHE=0 turns it off). See docs/install-cache.md.")
+                   "Same filesystem only. Default: off (adding to the cache costs a first install ~5% CPU); "
+                   "$WH_LINK_CACHE=1 turns it on. See docs/install-cache.md.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), help="Parallel workers (default: usable cores + 1, at most 32).")
 @click.option("--no-links", is_flag=True, help="Do not create soname links / remove libcuda stubs afterwards.")
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
@@ -48,17 +49,17 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     failed, the environment is left as it was (the next run rolls back what a killed one left). One run at
     a time per target. A target is required: --venv, or --python (also to install into wh's own environment).
 
-    A wheel installed before into another venv on the same filesystem is hardlinked from the verified
-    extraction cache (each file checked against the cache's manifest; launchers, scripts, bytecode and the
-    files an install writes are always written per venv). --no-link-cache writes every file.
+    With --link-cache (or WH_LINK_CACHE=1), a wheel installed before into another venv on the same
+    filesystem is hardlinked from the verified extraction cache (each file checked against the cache's
+    manifest; launchers, scripts, bytecode and the files an install writes are always written per venv).
 
     \b
     Examples:
       wh install ./wheelhouse --venv /opt/venv --system-site-packages
       wh install --search /kaggle/input --python /usr/bin/python3
       wh install /media/stick/wh.tar.part-0001 --venv /opt/venv
-      wh install ./wheelhouse --venv /opt/venv-b       # links what /opt/venv-a got
-      WH_LINK_CACHE=0 wh install ./wheelhouse --venv /opt/venv
+      wh install ./wheelhouse --venv /opt/venv-a --link-cache
+      wh install ./wheelhouse --venv /opt/venv-b --link-cache    # links what venv-a wrote
     """
     from wheelhouse.carry import materialize
     from wheelhouse.errors import UsageError

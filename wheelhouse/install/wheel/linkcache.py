@@ -1,11 +1,12 @@
 """The verified extraction cache: hardlinks when one wheelhouse is installed into several venvs.
 
-After a wheel's files were extracted into a venv and checked (and the wheel's sha256 was the
-lock's), each of them is hardlinked into ``<cache>/unpacked/<sha256[:2]>/<sha256>/files/``
-and a manifest records every file's (archive name, size, mtime_ns, inode, device, mode): no
-byte is written twice. The entry appears whole or not at all: it is built in a private folder
-and renamed into place; a concurrent install that built the same entry loses the rename and
-discards its own.
+Opt-in (``ENABLED_BY_DEFAULT``). After a wheel's files were extracted into a venv and checked,
+each of them is hardlinked into ``<cache>/unpacked/<sha256[:2]>/<sha256>/files/`` (by the
+worker that wrote the wheel's last file, while other wheels are still being extracted) and a
+manifest records every file's (archive name, size, mtime_ns, inode, device, mode): no byte is
+written twice. The entry appears whole or not at all, and only once every wheel of the batch
+had the lock's sha256: it is built in a private folder and renamed into place; a concurrent
+install that built the same entry loses the rename and discards its own.
 
 The next install of the same wheel (same sha256) into another venv on the same filesystem
 links each of those files into the venv instead of inflating and writing it again, and then
@@ -46,9 +47,10 @@ from wheelhouse.faults import checkpoint
 __all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat", "Linking", "Staged"]
 
 ENV = "WH_LINK_CACHE"
-# Decided by measurement (docs/install-cache.md): populating costs a first install about 1% of its
-# wall time, within the noise, so repeated installs link by default.
-ENABLED_BY_DEFAULT = True
+# Decided by measurement (docs/install-cache.md): adding a first install's files to the cache (a
+# hardlink each) costs it ~5% of its CPU on the 900 MB set, and the box's usual case is one install:
+# opt-in (--link-cache, WH_LINK_CACHE=1) where one wheelhouse goes into several venvs.
+ENABLED_BY_DEFAULT = False
 _SCHEMA = "wh-unpacked/1"
 _MAX_NLINK = 60000  # ext4 refuses past 65000 (EMLINK); an entry near that is not used
 
