@@ -51,8 +51,11 @@ class ByteCompiler:
             i = self._next = (self._next + 1) % len(self._procs)
         with self._locks[i]:
             try:
+                # Flushed at once: a path left in this side's buffer reaches its worker only at finish(),
+                # which is what made compilation start after the last file was written.
                 self._procs[i].stdin.write(path + "\n")
-            except (BrokenPipeError, ValueError):
+                self._procs[i].stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
                 pass
 
     def abort(self) -> None:
@@ -66,9 +69,17 @@ class ByteCompiler:
         """Wait for the workers; returns how many files they compiled, raises InstallFailed if one failed."""
         total = 0
         failed = []
+        # Every worker hears "no more" first, then each is waited for: closing one stdin at a time and
+        # waiting for that worker ran the workers one after another (5x uv's time on 16 cores).
         for i, p in enumerate(self._procs):
             with self._locks[i]:
-                out, err = p.communicate()
+                try:
+                    p.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+                p.stdin = None  # communicate() must not flush a closed pipe
+        for p in self._procs:
+            out, err = p.communicate()
             if p.returncode != 0:
                 failed.append(err[-3000:])
             else:
