@@ -40,7 +40,14 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[
     """
     out = []
     names: dict[str, str] = {}
-    for f in data.get("files", ()):
+    files = data.get("files", ())
+    many = getattr(keep, "many", None)  # a filter that judges a whole page at once (the resolver's)
+    if many is not None and isinstance(files, list) and all(isinstance(f, dict) for f in files):
+        filenames = [f.get("filename") or "" for f in files]
+        if all(isinstance(n, str) for n in filenames):  # anything odd: judged one by one below, as before
+            files = [f for f, ok in zip(files, many(filenames)) if ok]
+            keep = None
+    for f in files:
         filename = f.get("filename") or ""
         if keep is not None and not keep(filename):
             continue

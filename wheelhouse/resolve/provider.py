@@ -69,6 +69,7 @@ class Provider(AbstractProvider):
         self.root_texts: dict[str, set[str]] = {}
         self._pins: Mapping[str, Cand] | None = None
         self._deps_memo: dict[tuple, list[Req]] = {}
+        self._requirements: dict[str, Requirement] = {}  # Requires-Dist line -> parsed
 
     # --- resolvelib API -------------------------------------------------------------------
     def identify(self, requirement_or_candidate):
@@ -259,11 +260,15 @@ class Provider(AbstractProvider):
         return self.finder.candidates(name, reqs)
 
     def _parse_dep(self, line: str, parent: Cand) -> Req | None:
-        try:
-            r = Requirement(line)
-        except InvalidRequirement:
-            self.reporter.note(f"{parent}: ignoring malformed Requires-Dist {line!r}")
-            return None
+        # The same lines recur across a project's versions (packaging's parser is ~a tenth of a
+        # cold resolve's worker CPU): parsed once per resolution. Requirement is not mutated here.
+        r = self._requirements.get(line)
+        if r is None:
+            try:
+                r = self._requirements[line] = Requirement(line)
+            except InvalidRequirement:
+                self.reporter.note(f"{parent}: ignoring malformed Requires-Dist {line!r}")
+                return None
         if r.marker is not None:
             extras = sorted(parent.extras) or [None]
             if not any(self.target.evaluate(r.marker, e) for e in extras):
