@@ -296,3 +296,16 @@ def test_two_installs_at_once_populate_and_link_safely(house, tmp_path, env):
     assert all(json.loads(r.stdout)["linked"]["wheels"] == 2 for r in results), [r.stderr for r in results]
     for v in venvs:
         assert_lib_right(house, v)
+
+
+def test_a_batch_with_a_wrong_wheel_adds_no_entry(house, tmp_path, env):
+    """Entries are put in place only once every wheel of the batch had the lock's sha256."""
+    w = house / "wheels" / APP
+    data = bytearray(w.read_bytes())
+    data[100] ^= 0xFF
+    w.write_bytes(bytes(data))
+    r = wh(env, "install", house, "--venv", tmp_path / "a")
+    assert r.returncode == 1 and APP in r.stderr
+    unpacked = Path(env["WH_CACHE_DIR"]) / "unpacked"
+    assert not list(unpacked.glob("*/*/manifest.json"))  # not even lib's, whose bytes were right
+    assert not (unpacked / ".tmp").exists() or not any((unpacked / ".tmp").iterdir())
