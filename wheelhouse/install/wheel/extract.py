@@ -313,15 +313,16 @@ def _chunks(plans: list[WheelPlan], target_bytes: int,
         todo.sort(key=lambda m: -m.size)
         to_link = plan.wheel in linked
         batch: list[PlannedFile] = []
-        acc = 0
+        acc = cost = 0
         for m in todo:
             batch.append(m)
-            acc += _cost(m, to_link)
+            acc += _LINK_COST if to_link else m.size  # extraction tasks are cut by bytes, as before the cache
+            cost += _cost(m, to_link)
             if acc >= target_bytes or len(batch) >= 400:
-                out.append((acc, plan, batch))
-                batch, acc = [], 0
+                out.append((cost, plan, batch))
+                batch, acc, cost = [], 0, 0
         if batch:
-            out.append((acc, plan, batch))
+            out.append((cost, plan, batch))
     return out
 
 
