@@ -286,6 +286,7 @@ def _hash_prefix(job: Segmented, offset: int = -1, blocks: list[bytes] = ()) -> 
         if job.hashing or _prefix_end(job) <= job.hashed:
             return
         job.hashing = True
+    buf = memoryview(bytearray(_READ_BACK))  # one buffer per catch-up, not a new object per read
     try:
         while True:
             with job.guard:
@@ -293,11 +294,11 @@ def _hash_prefix(job: Segmented, offset: int = -1, blocks: list[bytes] = ()) -> 
                 if end <= pos:
                     return
             while pos < end:
-                data = os.pread(job.body_fd, min(_READ_BACK, end - pos), pos)
-                if not data:
+                got = os.preadv(job.body_fd, [buf[: min(_READ_BACK, end - pos)]], pos)
+                if not got:
                     raise OSError(f"{job.body}: ends at byte {pos}, expected {job.item.size}")
-                job.sha.update(data)
-                pos += len(data)
+                job.sha.update(buf[:got])
+                pos += got
                 with job.guard:
                     job.hashed = pos
     finally:
