@@ -33,7 +33,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +58,7 @@ from .state import read_install_state, state_path, unfinished_transaction, write
 from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
+from .wheel.archive import read_wheel
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
 __all__ = [
@@ -181,12 +184,60 @@ def _apply_patches(houses: Sequence[Wheelhouse], interp: Interpreter, reporter: 
     return applied
 
 
-def _receiving(venv: Path | None, python: str | None) -> tuple[Interpreter, bool]:
+def _read_ahead(houses: Sequence[Wheelhouse]) -> list[Future]:
+    """Read every listed wheel's listing and small text members in the background (``wheel.archive``
+    remembers them), while the receiving interpreter is asked about itself, the venv is made, and so
+    on: the requirements check and planning then find them read. Reading only: nothing is written,
+    and a failure here is left for the check that names it (the same read, raised there)."""
+    paths = list(dict.fromkeys(h.path / f.path for h in houses for f in h.files))
+    if not paths:
+        return []
+    pool = ThreadPoolExecutor(max_workers=min(2, len(paths)), thread_name_prefix="wh-read-ahead")
+
+    def quiet(path: Path) -> None:
+        try:
+            read_wheel(path)
+        except Exception:
+            pass
+
+    futures = [pool.submit(quiet, p) for p in paths]
+    pool.shutdown(wait=False)
+    return futures
+
+
+def _receiving_exe(venv: Path | None, python: str | None) -> tuple[str | None, bool]:
     """The interpreter to check against, and whether its environment exists yet (a venv to create does not:
     its base's facts and tags stand for it, so a refused wheelhouse creates nothing)."""
     if venv is not None and venv_python(venv).exists():
-        return inspect_interpreter(venv_python(venv)), True
-    return inspect_interpreter(python), venv is None
+        return str(venv_python(venv)), True
+    return python, venv is None
+
+
+def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Future]:
+    """Ask the interpreter that will most likely receive the install about itself, in the background
+    (a subprocess, ~0.1 s) while the wheelhouse is checked; ``_receiving`` uses the answer only when
+    the same interpreter is the one to ask once the target is locked."""
+    exe, _ = _receiving_exe(Path(venv).absolute() if venv is not None else None, python)
+    future: Future = Future()
+
+    def ask() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(inspect_interpreter(exe))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    # A daemon thread: a run refused before the answer is needed does not wait for it at exit.
+    threading.Thread(target=ask, name="wh-ask-ahead", daemon=True).start()
+    return exe, future
+
+
+def _receiving(venv: Path | None, python: str | None,
+               asked: tuple[str | None, Future] | None = None) -> tuple[Interpreter, bool]:
+    exe, existing = _receiving_exe(venv, python)
+    if asked is not None and asked[0] == exe:
+        return asked[1].result(), existing  # its failure is raised here, as asking now would raise it
+    return inspect_interpreter(exe), existing
 
 
 def _holds_no_distribution(interp: Interpreter) -> bool:
@@ -319,6 +370,22 @@ def install_wheelhouses(
     reporter = reporter or NullReporter()
     started = time.monotonic()
     houses = [load_wheelhouse(p) for p in wheelhouses]
+    # Reading only, in the background, while the checks below run: nothing is written before they pass.
+    asked = _ask_ahead(venv, python)
+    reading = _read_ahead(houses) if only is None else []
+    try:
+        report = _install_all(houses, python=python, venv=venv, system_site_packages=system_site_packages, only=only,
+                              installer=installer, compile=compile, jobs=jobs, links=links, patches=patches,
+                              allow_missing=allow_missing, reporter=reporter, link_cache=link_cache, reading=reading,
+                              asked=asked)
+    finally:
+        for f in reading:  # refused early: stop reading what will not be installed
+            f.cancel()
+    return replace(report, seconds=time.monotonic() - started)
+
+
+def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
+                 allow_missing, reporter, link_cache, reading, asked) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
     require_intact([h.path for h in houses], patches=patches)
     if not houses:
@@ -336,15 +403,14 @@ def install_wheelhouses(
         # ours (another run may have made it while we waited). A user's folder with files is never emptied.
         fresh = venv_lock is not None and (venv_lock.created or not any(venv.iterdir()))
         try:
-            report = _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
-                                     only=only, installer=installer, compile=compile, jobs=jobs, links=links,
-                                     patches=patches, allow_missing=allow_missing, reporter=reporter,
-                                     link_cache=link_cache)
+            return _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
+                                   only=only, installer=installer, compile=compile, jobs=jobs, links=links,
+                                   patches=patches, allow_missing=allow_missing, reporter=reporter,
+                                   link_cache=link_cache, reading=reading, asked=asked)
         except BaseException:
             if fresh:  # no half-made venv: the next run would take it for a finished one
                 _remove_venv(venv, made_folder=venv_lock.created)
             raise
-    return replace(report, seconds=time.monotonic() - started)
 
 
 def _remove_venv(venv: Path, made_folder: bool) -> None:
@@ -359,9 +425,10 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
 
 
 def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
-                    jobs, links, patches, allow_missing, reporter, link_cache=None) -> InstallReport:
+                    jobs, links, patches, allow_missing, reporter, link_cache=None, reading=(),
+                    asked=None) -> InstallReport:
     jobs = jobs or default_jobs()
-    interp, existing = _receiving(venv, python)
+    interp, existing = _receiving(venv, python, asked)
     notes: list[str] = []
     if existing:
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
@@ -376,6 +443,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     # with distributions may be in use while files land: there every byte is hashed before the first write.
     folded = installer == "wh" and (not existing or _holds_no_distribution(interp))
     paths = verify_files(todo, jobs, reporter, hashes=not folded)
+    wait(reading)  # the read-ahead has read (or failed to read) every wheel: nothing is read twice
     try:
         _check_requirements(todo, interp, existing, system_site_packages)
     except BaseException as exc:
