@@ -141,6 +141,12 @@ def pip_pins(proc) -> dict[str, str]:
     return {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in data["install"]}
 
 
+# The baseline wh's CLI, with nothing from the working directory on sys.path (see main()).
+_RUN_BASELINE = ("import runpy, sys; sys.path.pop(0); import wheelhouse; "
+                 "assert wheelhouse.__file__.startswith(sys.path[0]), wheelhouse.__file__; "
+                 "sys.argv[0] = 'wh'; runpy.run_module('wheelhouse', run_name='__main__', alter_sys=True)")
+
+
 # --- measuring -----------------------------------------------------------------------------------
 MODES = ("cold", "warm", "refresh", "offline")
 GOALS = {"cold": 0.8, "offline": 2.0}  # wh/uv (issue 14)
@@ -255,11 +261,13 @@ def main(argv=None) -> int:
                  "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
         modes = {"wh": MODES, "uv": MODES}
         if a.wh_baseline:
-            # -S: no .pth files, so this interpreter's editable wh cannot shadow the baseline's package
+            # -S: no .pth files, so this interpreter's editable wh cannot shadow the baseline's package;
+            # and not `-m`, which puts the working directory first on sys.path: run from a checkout,
+            # the "baseline" was that checkout's wh (the first entry, the directory, is dropped here).
             import sysconfig
 
             base = ["env", f"PYTHONPATH={a.wh_baseline.resolve()}{os.pathsep}{sysconfig.get_paths()['purelib']}",
-                    sys.executable, "-S", "-m", "wheelhouse"]
+                    sys.executable, "-S", "-c", _RUN_BASELINE]
             tools["base"] = (lambda c, m: [*home, *base, *wh_cmd(req, a, c, m)[1:]], wh_pins)
             modes["base"] = MODES
         if not a.skip_pip:
