@@ -191,6 +191,10 @@ def test_a_write_through_the_cache_name_is_refused_by_verify_and_install_and_res
     assert idx.bytes_served(wheel.name) == served + wheel.stat().st_size
     assert _wh("verify", out).returncode == 0
     assert hashlib.sha256((out / "wheels" / wheel.name).read_bytes()).hexdigest() == idx.sha256(wheel.name)
+    # The read-only, linked wheel installs like a copied one.
+    r = _wh("install", out, "--venv", tmp_path / "venv2")
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "venv2").glob("lib/python*/site-packages/app-1.0.dist-info"))
 
 
 def test_pack_reads_through_the_links_as_through_copies(pyindex, tmp_path):
