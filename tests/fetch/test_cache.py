@@ -9,12 +9,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from file_server import serve_files
 
-from wheelhouse.fetch import FetchItem, NoSpace, cached_path, fetch_all
+from wheelhouse.fetch import NoSpace, cached_path, fetch_all
 
 CHILD = """
 import json, sys
@@ -34,40 +32,17 @@ def _child(items, dest, cache, env=None, **spec) -> subprocess.Popen:
                             text=True, env={**os.environ, **(env or {})})
 
 
-@pytest.fixture
-def files():
-    servers = []
-
-    def start(named: dict[str, bytes], rate=None):
-        servers.append(serve_files(named, rate))
-        srv = servers[-1]
-        return srv, [FetchItem(srv.url(n), n, hashlib.sha256(d).hexdigest(), len(d)) for n, d in named.items()]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
-def _flip_byte(path: Path, at: int = 1000) -> None:
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as fh:
-        fh.seek(at)
-        b = fh.read(1)
-        fh.seek(at)
-        fh.write(bytes([b[0] ^ 0xFF]))
-
-
 def _raise(exc: BaseException):
     raise exc
 
 
-def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, tmp_path):
+def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, tmp_path, flip_byte):
     data = os.urandom(300_000)
     srv, (item,) = files({"a-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
     fetch_all([item], tmp_path / "one", cache)
     entry = cached_path(cache, item.sha256)
-    _flip_byte(entry)  # same size, one bit of one byte wrong
+    flip_byte(entry)  # same size, one bit of one byte wrong
     served = srv.served[item.filename]
     (path,) = fetch_all([item], tmp_path / "two", cache)
     assert path.read_bytes() == data
@@ -75,14 +50,14 @@ def test_a_corrupted_cache_entry_is_caught_on_reuse_and_downloaded_again(files, 
     assert hashlib.sha256(entry.read_bytes()).hexdigest() == item.sha256  # and the cache repaired
 
 
-def test_the_wheelhouse_file_is_the_cache_entry_and_a_write_through_it_is_caught_on_reuse(files, tmp_path):
+def test_the_wheelhouse_file_is_the_cache_entry_and_a_write_through_it_is_caught_on_reuse(files, tmp_path, flip_byte):
     data = os.urandom(200_000)
     srv, (item,) = files({"b-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
     (placed,) = fetch_all([item], tmp_path / "house", cache)
     entry = cached_path(cache, item.sha256)
     assert os.path.samefile(placed, entry) and placed.stat().st_nlink == 2  # written once
-    _flip_byte(entry)  # whoever writes to the cache later reaches the wheelhouse too...
+    flip_byte(entry)  # whoever writes to the cache later reaches the wheelhouse too...
     assert placed.read_bytes() != data
     (again,) = fetch_all([item], tmp_path / "house2", cache)  # ...and the next fetch does not trust it
     assert again.read_bytes() == data and srv.served[item.filename] == 2 * len(data)
@@ -177,7 +152,7 @@ def test_wh_stage_on_a_full_disk_exits_1_with_the_message(pyindex, tmp_path):
     assert not partial.exists() or list(partial.iterdir()) == []
 
 
-def test_wh_stage_after_a_cache_byte_flip_writes_the_real_wheel(pyindex, tmp_path):
+def test_wh_stage_after_a_cache_byte_flip_writes_the_real_wheel(pyindex, tmp_path, flip_byte):
     """Issue 11.9: a corrupted cache entry made a re-stage exit 0 with a bad wheel and a lying lock."""
     from wheelmaker import make_wheel
 
@@ -193,7 +168,7 @@ def test_wh_stage_after_a_cache_byte_flip_writes_the_real_wheel(pyindex, tmp_pat
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
     assert stage(tmp_path / "one").returncode == 0
-    _flip_byte(cached_path(cache, idx.sha256(wheel.name)))
+    flip_byte(cached_path(cache, idx.sha256(wheel.name)))
     for out in (tmp_path / "two", tmp_path / "one"):  # a new wheelhouse, and a re-stage in place
         proc = stage(out)
         assert proc.returncode == 0, proc.stderr

@@ -18,35 +18,10 @@ from pathlib import Path
 
 import pytest
 from faults import run_with_fault, wh_command
-from file_server import serve_files
 
 from wheelhouse.errors import HashMismatch
-from wheelhouse.fetch import FetchItem, NoSpace, cached_path, fetch_all
+from wheelhouse.fetch import NoSpace, cached_path, fetch_all
 from wheelhouse.fetch.cache import add_to_cache, entry_mode
-
-
-@pytest.fixture
-def files():
-    servers = []
-
-    def start(named: dict[str, bytes]):
-        servers.append(serve_files(named))
-        srv = servers[-1]
-        return srv, [FetchItem(srv.url(n), n, hashlib.sha256(d).hexdigest(), len(d)) for n, d in named.items()]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
-def _flip_byte(path: Path, at: int = 1000) -> None:
-    """An in-place write through this name (what wh never does; a user or another tool might)."""
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as fh:
-        fh.seek(at)
-        b = fh.read(1)
-        fh.seek(at)
-        fh.write(bytes([b[0] ^ 0xFF]))
 
 
 @pytest.mark.parametrize("segment", [None, 64 * 1024], ids=["one-stream", "ranges"])
@@ -84,7 +59,8 @@ def test_a_reused_entry_is_hashed_then_linked_and_an_old_private_mode_made_reada
 
 @pytest.mark.parametrize("err", [errno.EXDEV, errno.EPERM, errno.EMLINK], ids=["EXDEV", "EPERM", "EMLINK"])
 @pytest.mark.parametrize("segment", [None, 64 * 1024], ids=["one-stream", "ranges"])
-def test_where_no_link_can_be_made_the_wheelhouse_gets_a_verified_copy(files, tmp_path, monkeypatch, err, segment):
+def test_where_no_link_can_be_made_the_wheelhouse_gets_a_verified_copy(files, tmp_path, monkeypatch, err, segment,
+                                                                       flip_byte):
     data = os.urandom(400_000)
     srv, (item,) = files({"c-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
@@ -103,7 +79,7 @@ def test_where_no_link_can_be_made_the_wheelhouse_gets_a_verified_copy(files, tm
         assert p.read_bytes() == data and not os.path.samefile(p, entry)
     assert srv.served[item.filename] == len(data)
     # The copy path still refuses a damaged entry, and downloads it again.
-    _flip_byte(entry)
+    flip_byte(entry)
     (third,) = fetch_all([item], tmp_path / "three", cache)
     assert third.read_bytes() == data and srv.served[item.filename] == 2 * len(data)
 
@@ -144,7 +120,8 @@ def test_a_full_disk_at_the_link_step_is_no_space_with_nothing_left_in_dest(file
     assert cached_path(tmp_path / "cache", item.sha256).is_file()
 
 
-def test_cleaning_the_cache_unlinks_and_leaves_the_wheelhouse_whole_and_seeding_links_it_back(files, tmp_path):
+def test_cleaning_the_cache_unlinks_and_leaves_the_wheelhouse_whole_and_seeding_links_it_back(files, tmp_path,
+                                                                                                flip_byte):
     data = os.urandom(300_000)
     _srv, (item,) = files({"f-1.0-py3-none-any.whl": data})
     cache = tmp_path / "cache"
@@ -156,7 +133,7 @@ def test_cleaning_the_cache_unlinks_and_leaves_the_wheelhouse_whole_and_seeding_
     # A damaged wheelhouse file never becomes an entry.
     other = tmp_path / "g-1.0-py3-none-any.whl"
     other.write_bytes(data)
-    _flip_byte(other)
+    flip_byte(other)
     with pytest.raises(HashMismatch):
         add_to_cache(tmp_path / "cache2", other, item.sha256)
     assert not cached_path(tmp_path / "cache2", item.sha256).exists()
@@ -168,7 +145,7 @@ def _wh(*args, **kw) -> subprocess.CompletedProcess:
                           env={**os.environ, "NO_COLOR": "1"}, **kw)
 
 
-def test_a_write_through_the_cache_name_is_refused_by_verify_and_install_and_restaged(pyindex, tmp_path):
+def test_a_write_through_the_cache_name_is_refused_by_verify_and_install_and_restaged(pyindex, tmp_path, flip_byte):
     from wheelmaker import make_wheel
 
     wheel = make_wheel(tmp_path / "pub", "app", "1.0", pad_bytes=200_000)
@@ -180,7 +157,7 @@ def test_a_write_through_the_cache_name_is_refused_by_verify_and_install_and_res
     assert os.path.samefile(out / "wheels" / wheel.name, entry)
     assert _wh("verify", out).returncode == 0
     served = idx.bytes_served(wheel.name)
-    _flip_byte(entry)  # someone writes through the cache's name
+    flip_byte(entry)  # someone writes through the cache's name
     r = _wh("verify", out, "--json")
     assert r.returncode == 1 and wheel.name in r.stdout, r.stdout + r.stderr
     r = _wh("install", out, "--venv", tmp_path / "venv")
