@@ -123,3 +123,27 @@ def test_install_of_a_hostile_wheel_changes_nothing(tmp_path):
     out = subprocess.run([venv / "bin" / "python", "-c", "import numpy; print(numpy.REAL)"], capture_output=True,
                          text=True)
     assert out.stdout.strip() == "True"
+
+
+def test_a_plan_made_ahead_is_taken_once_and_only_for_the_same_file_and_scheme(tmp_path, scheme):
+    """Planning while the venv is made (issue 14): the plan is the one plan_wheel would make, taken once;
+    a wheel replaced since, or another scheme, is planned anew; a hostile wheel is still refused."""
+    from wheelhouse.install.wheel.plan import forget_ahead, plan_ahead
+
+    w = make_wheel(tmp_path / "a", "tool", "1.0", modules={"tool/__init__.py": "X = 1\n"})
+    evil = make_wheel(tmp_path / "e", "evil", "1.0", files={".wh/links.json": "{}"})
+    try:
+        plan_ahead([w, evil], scheme)
+        first = plan_wheel(w, scheme)
+        assert [(m.name, m.dest) for m in first.members] == [(m.name, m.dest) for m in plan_wheel(w, scheme).members]
+        assert plan_wheel(w, scheme) is not first  # taken once: the batch marks what it was given
+        with pytest.raises(UnsafeWheelPath, match="wh's state folder"):
+            plan_wheel(evil, scheme)
+        plan_ahead([w], scheme)
+        other = dict(scheme, purelib=str(tmp_path / "elsewhere"), platlib=str(tmp_path / "elsewhere"))
+        assert plan_wheel(w, other).members[0].dest.startswith(str(tmp_path / "elsewhere"))
+        replaced = make_wheel(tmp_path / "b", "tool", "1.0", modules={"tool/__init__.py": "X = 1\n", "tool/new.py": ""})
+        replaced.replace(w)
+        assert "tool/new.py" in {m.name for m in plan_wheel(w, scheme).members}
+    finally:
+        forget_ahead()

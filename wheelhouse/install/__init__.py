@@ -59,6 +59,7 @@ from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheel.archive import read_wheel
+from .wheel.plan import forget_ahead, plan_ahead
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
 __all__ = [
@@ -285,6 +286,42 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
     return list(houses), chosen, todo, skipped, notes
 
 
+def _venv_scheme(base: Interpreter, venv: Path) -> dict[str, str] | None:
+    """Where a venv made at ``venv`` from ``base`` will install (its base's layout under the venv; headers
+    stay the base's), or None when ``base``'s folders are not all below its prefix (then no guess)."""
+    prefix = os.path.normpath(base.prefix)
+    out = {}
+    for key, path in base.scheme().items():
+        path = os.path.normpath(path)
+        if key == "headers":
+            out[key] = path
+        elif path == prefix or path.startswith(prefix + os.sep):
+            out[key] = str(venv) + path[len(prefix):]
+        else:
+            return None
+    return out
+
+
+def _create_planning_ahead(venv: Path, python: str | None, system_site_packages: bool, base: Interpreter,
+                           paths: Sequence[Path]) -> Interpreter:
+    """Make the venv; while its subprocess runs, plan the wheels for the folders it will most likely have
+    (``plan_ahead``: reading only). Plans for another scheme than the venv's real one are dropped."""
+    guess = _venv_scheme(base, venv) if paths else None
+    ahead = None
+    if guess is not None:
+        ahead = threading.Thread(target=plan_ahead, args=(list(paths), guess), name="wh-plan-ahead", daemon=True)
+        ahead.start()
+    try:
+        interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=base)
+    finally:
+        if ahead is not None:
+            ahead.join()
+    if guess is not None and {k: os.path.normpath(v) for k, v in guess.items()} != \
+            {k: os.path.normpath(v) for k, v in interp.scheme().items()}:
+        forget_ahead()
+    return interp
+
+
 def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: Interpreter, existing: bool,
                         system_site_packages: bool) -> None:
     """Refuse before any write when the install would leave a requirement unmet (see ``closure``)."""
@@ -456,12 +493,15 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         raise PatchesUnavailable("the wheelhouse lists patches but this wh has no patch module",
                                  hint="install without them (`wh install --no-patches`) or upgrade wh")
     if not existing:
-        interp = create_venv(venv, python=python, system_site_packages=system_site_packages, base=interp)
+        interp = _create_planning_ahead(venv, python, system_site_packages, interp, paths if installer == "wh" else ())
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
     expected = {h.path / f.path: f.sha256 for h, f in todo} if folded else {}
-    dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
-                                                     compile=compile, jobs=jobs, patches=patches, reporter=reporter,
-                                                     expected=expected, link_cache=link_cache)
+    try:
+        dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
+                                                         compile=compile, jobs=jobs, patches=patches,
+                                                         reporter=reporter, expected=expected, link_cache=link_cache)
+    finally:
+        forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))

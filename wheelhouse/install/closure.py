@@ -12,6 +12,7 @@ already unmet before the install are not this install's doing and are left to th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -94,6 +95,16 @@ def _satisfied(req: Requirement, version: str) -> bool:
         return True  # not judgeable: the doctor runs it
 
 
+@functools.lru_cache(maxsize=8192)
+def _requirement(text: str) -> Requirement | None:
+    """``text`` parsed once (``check_closure`` judges the same requirements before and after, each pass of
+    extras again: ~900 of them for the 900 MB set), None when it is not a requirement."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
+
+
 def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, str], str]:
     """``{(requirer, requirement): why}`` for every requirement ``view`` does not satisfy.
 
@@ -106,9 +117,8 @@ def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, st
         changed = False
         for key, dist in view.items():
             for text in dist.requires:
-                try:
-                    req = Requirement(text)
-                except InvalidRequirement:
+                req = _requirement(text)
+                if req is None:
                     continue
                 if not _applies(req, target, extras[key]):
                     continue

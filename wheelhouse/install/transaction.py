@@ -152,7 +152,7 @@ class Transaction:
         sep = os.sep
         normal = {os.path.normpath(p) for p in (*paths, *self.extra)}
         for p in sorted(normal, key=lambda x: (x.count(sep), x)):
-            parent = os.path.dirname(p)
+            parent = p.rpartition(sep)[0] or p[:1] if sep in p else ""  # os.path.dirname of a normalised path
             there = folders.get(parent)
             if there is None:
                 there = folders[parent] = os.path.isdir(parent)

@@ -14,16 +14,16 @@ import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .archive import read_wheel
+from .archive import WheelArchive, read_wheel
 from .launchers import check_script_name, console_launchers
 from .record import RecordMismatch, UnpackError, UnsafeWheelPath, check_archive_paths, check_inside, parse_record
 
-__all__ = ["SCHEME_KEYS", "PlannedFile", "WheelPlan", "plan_wheel"]
+__all__ = ["SCHEME_KEYS", "PlannedFile", "WheelPlan", "plan_wheel", "plan_ahead", "forget_ahead"]
 
 SCHEME_KEYS = ("purelib", "platlib", "scripts", "data", "headers")
 
@@ -110,8 +110,46 @@ def _meta(text: str) -> dict[str, str]:
     return dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()) if v)
 
 
+# Plans made ahead (``plan_ahead``), each taken once by the next ``plan_wheel`` of the same wheel and scheme.
+_ahead: dict[tuple[Path, tuple[tuple[str, str], ...]], tuple[WheelArchive, WheelPlan]] = {}
+_ahead_lock = threading.Lock()
+
+
+def _scheme_key(scheme: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, os.path.normpath(v)) for k, v in scheme.items() if k in SCHEME_KEYS))
+
+
+def plan_ahead(wheels: Sequence[Path], scheme: Mapping[str, str]) -> None:
+    """Plan ``wheels`` for ``scheme`` before its folders exist (while a venv is being made, say); each plan
+    is kept for the one ``plan_wheel`` call that asks for the same wheel, read from the same file, and the
+    same scheme. A wheel that would be refused is not kept: ``plan_wheel`` refuses it when asked."""
+    key = _scheme_key(scheme)
+    for wheel in wheels:
+        try:
+            plan = _plan(Path(wheel), scheme)
+            archive = read_wheel(wheel)
+        except Exception:
+            continue
+        with _ahead_lock:
+            _ahead[(Path(wheel), key)] = (archive, plan)
+
+
+def forget_ahead() -> None:
+    """Drop the plans made ahead that nobody took (the scheme turned out another)."""
+    with _ahead_lock:
+        _ahead.clear()
+
+
 def plan_wheel(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     """Read ``wheel``'s listing, WHEEL and RECORD; raise before anything is written if it is unsafe or altered."""
+    with _ahead_lock:
+        hit = _ahead.pop((Path(wheel), _scheme_key(scheme)), None)
+    if hit is not None and read_wheel(wheel) is hit[0]:  # the same file, read once: the same plan
+        return hit[1]
+    return _plan(Path(wheel), scheme)
+
+
+def _plan(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     archive = read_wheel(wheel)
     names = archive.names
     check_archive_paths(wheel, names)
