@@ -41,6 +41,7 @@ from .distfile import Distfile
 from wheelhouse.errors import WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, store_entry
+from .metapack import load_packs, write_pack
 
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 
@@ -125,6 +126,22 @@ class MetadataReader:
         self._memo: dict[str, CoreMetadata] = {}
         self._inflight: dict[str, threading.Event] = {}
         self.stats = {"cache": 0, "pep658": 0, "range": 0, "local": 0, "download": 0}
+        self._packed: dict[str, bytes] | None = None  # the cache's packs, loaded on first use
+        self._pending: dict[str, bytes] | None = None  # between begin_batch and flush: what to pack
+
+    def begin_batch(self) -> None:
+        """From now until ``flush``, what is fetched is kept in memory and written as one pack
+        (``metapack``) instead of one cache file each."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = {}
+
+    def flush(self) -> None:
+        """Write what was fetched since ``begin_batch`` as one pack, and stop batching."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending and self.cache_dir is not None:
+            write_pack(self.cache_dir / "metadata", pending)
 
     def read(self, distfile: Distfile) -> CoreMetadata:
         # Keyed by URL AND sha256: the sha256 is what the index claims, not yet checked (the body is
@@ -159,9 +176,12 @@ class MetadataReader:
             raise MetadataError(f"{d.filename} is not a wheel", hint="wh reads metadata of wheels only")
         # A local file may change under the same path: read it, never cache it (it is cheap).
         cached = self._cache_path(key) if d.local_path is None else None
-        # One folder, not 256 shards (creating them was a cold run's cost); the sharded layout of
-        # earlier wh versions is still read.
-        raw = (_load_entry(cached) or _load_entry(cached.parent / cached.name[:2] / cached.name)) if cached is not None else None
+        # Packs first (one file per resolution: metapack), then a file of its own in one folder,
+        # then the sharded layout of earlier wh versions.
+        raw = None
+        if cached is not None:
+            raw = (self._from_packs(key) or _load_entry(cached)
+                   or _load_entry(cached.parent / cached.name[:2] / cached.name))
         hit = raw is not None
         if hit:
             self.stats["cache"] += 1
@@ -182,12 +202,25 @@ class MetadataReader:
                 hint="the file name and its contents disagree; report it to the index operator",
             )
         if cached is not None and not hit:
-            try:
-                checkpoint("index.cache-write")
-                store_entry(cached, _ENTRY_MAGIC + hashlib.sha256(raw).hexdigest().encode() + b"\n" + raw)
-            except OSError:
-                pass  # a cache that cannot be written costs a request next time, never the run
+            with self._lock:
+                pending = self._pending
+                if pending is not None:
+                    pending[key] = raw
+            if pending is None:
+                try:
+                    checkpoint("index.cache-write")
+                    store_entry(cached, _ENTRY_MAGIC + hashlib.sha256(raw).hexdigest().encode() + b"\n" + raw)
+                except OSError:
+                    pass  # a cache that cannot be written costs a request next time, never the run
         return meta
+
+    def _from_packs(self, key: str) -> bytes | None:
+        if self._packed is None:
+            packed = load_packs(self.cache_dir / "metadata")  # type: ignore[operator]
+            with self._lock:
+                if self._packed is None:
+                    self._packed = packed
+        return self._packed.get(key)
 
     def _cache_path(self, key: str) -> Path | None:
         if self.cache_dir is None:

@@ -229,6 +229,7 @@ def resolve(
     # measured with perf); what is garbage here is freed by reference counting.
     gc_was_on = gc.isenabled()
     gc.disable()
+    reader.begin_batch()  # the metadata this resolution fetches is cached as one file, at its end
     try:
         provider.prefetch(roots)
         result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
@@ -244,6 +245,7 @@ def resolve(
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        reader.flush()
         if gc_was_on:
             gc.enable()
     pins = _pins(result, provider)
