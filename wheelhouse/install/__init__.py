@@ -214,11 +214,14 @@ def _receiving_exe(venv: Path | None, python: str | None) -> tuple[str | None, b
     return python, venv is None
 
 
-def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Future]:
-    """Ask the interpreter that will most likely receive the install about itself, in the background
-    (a subprocess, ~0.1 s) while the wheelhouse is checked; ``_receiving`` uses the answer only when
-    the same interpreter is the one to ask once the target is locked."""
-    exe, _ = _receiving_exe(Path(venv).absolute() if venv is not None else None, python)
+def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Future] | None:
+    """For a venv still to be made: ask its base interpreter about itself in the background (a subprocess,
+    ~0.1 s) while the wheelhouse is checked; ``_receiving`` uses the answer only when, once the target is
+    locked, the venv is still to be made. An existing environment is asked only once it is locked (another
+    run may be changing what it imports: a .pth, a parent venv's folders)."""
+    if venv is None or venv_python(Path(venv).absolute()).exists():
+        return None
+    exe = python
     future: Future = Future()
 
     def ask() -> None:
@@ -236,7 +239,7 @@ def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Futur
 def _receiving(venv: Path | None, python: str | None,
                asked: tuple[str | None, Future] | None = None) -> tuple[Interpreter, bool]:
     exe, existing = _receiving_exe(venv, python)
-    if asked is not None and asked[0] == exe:
+    if asked is not None and asked[0] == exe and not existing:
         return asked[1].result(), existing  # its failure is raised here, as asking now would raise it
     return inspect_interpreter(exe), existing
 
