@@ -115,7 +115,9 @@ def fetch_all(
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
         pool.shutdown(wait=False, cancel_futures=True)
-        placer.shutdown(wait=False, cancel_futures=True)
+        # The placer is the only writer into ``dest``: a placement still running when the caller removes
+        # ``dest`` would leave a file behind there (a link and a rename: short). Downloads go on into the cache.
+        placer.shutdown(wait=True, cancel_futures=True)
         if isinstance(exc, DiskFull):
             raise _no_space(exc, unique, dest, cache) from exc
         raise
