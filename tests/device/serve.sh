@@ -65,7 +65,9 @@ res["ready_s"] = round(secs, 2)
 try:
     rank = int(next(l.split()[-1] for l in log.read_text().splitlines() if l.startswith("rank pid")))
     deadline = time.time() + (90 if mib != "0" else 0)
-    while rank not in apps() and time.time() < deadline:
+    # The rank shows in nvidia-smi as soon as its CUDA context exists (~14 MiB), before its allocation:
+    # wait for the allocation itself, or the busy-card check reads a card that is not busy yet.
+    while apps().get(rank, 0) < int(mib) * 0.9 and time.time() < deadline:
         time.sleep(0.5)
     res["rank_gpu_mib"] = apps().get(rank)
     res["busy_refused"] = pre.check_gpus(query_gpus(), expected=n, max_used_mib=4096)
