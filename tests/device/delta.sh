@@ -28,7 +28,9 @@ mkdir -p "$WORK/boot"
 tar -xf "$ARCHIVE" -C "$WORK/boot" --wildcards '*bootstrap/*' 2>"$OUT/tar.err" || bad "tar bootstrap/: $(cat "$OUT/tar.err")"
 BOOT=$(dirname "$(find "$WORK/boot" -name 'wh-*.whl' | head -1)")
 "$PY" -m venv --without-pip "$WORK/whv"
-"$PY" -m pip --python "$WORK/whv/bin/python" install -q --no-index --find-links "$BOOT" wh >"$OUT/bootstrap.log" 2>&1 \
+# what the stage printed: 'wh[fast]' where bootstrap/ carries the fast extra (zlib-ng, ISA-L), else wh
+SPEC=wh; ls "$BOOT" | grep -q '^zlib_ng-' && SPEC='wh[fast]'
+"$PY" -m pip --python "$WORK/whv/bin/python" install -q --no-index --find-links "$BOOT" "$SPEC" >"$OUT/bootstrap.log" 2>&1 \
   && pass "1 wh bootstrapped offline from the archive: $("$WORK/whv/bin/wh" --version)" || bad "1 bootstrap: $(tail -3 "$OUT/bootstrap.log")"
 WH="$WORK/whv/bin/wh"
 
