@@ -220,13 +220,17 @@ def test_a_tampered_manifest_never_yields_a_wrong_file(house, tmp_path, env, how
     assert report["linked"]["files"] >= 0
 
 
+def _flip_byte(wheel: Path, at: int = 100) -> None:
+    """One byte of the wheel changed in place: its sha256 is no longer the lock's."""
+    data = bytearray(wheel.read_bytes())
+    data[at] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+
+
 def test_a_wrong_wheel_is_refused_even_when_its_files_are_cached(house, tmp_path, env):
     """The lock's sha256 is still checked for a linked wheel: the wheelhouse on the box must be the lock's."""
     install(env, house, tmp_path / "a")
-    w = house / "wheels" / LIB
-    data = bytearray(w.read_bytes())
-    data[100] ^= 0xFF
-    w.write_bytes(bytes(data))
+    _flip_byte(house / "wheels" / LIB)
     r = wh(env, "install", house, "--venv", tmp_path / "b")
     assert r.returncode == 1 and LIB in r.stderr
     assert not (tmp_path / "b").exists()
@@ -302,10 +306,7 @@ def test_two_installs_at_once_populate_and_link_safely(house, tmp_path, env):
 
 def test_a_batch_with_a_wrong_wheel_adds_no_entry(house, tmp_path, env):
     """Entries are put in place only once every wheel of the batch had the lock's sha256."""
-    w = house / "wheels" / APP
-    data = bytearray(w.read_bytes())
-    data[100] ^= 0xFF
-    w.write_bytes(bytes(data))
+    _flip_byte(house / "wheels" / APP)
     r = wh(env, "install", house, "--venv", tmp_path / "a")
     assert r.returncode == 1 and APP in r.stderr
     unpacked = Path(env["WH_CACHE_DIR"]) / "unpacked"
