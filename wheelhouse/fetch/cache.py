@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.digest import sha256_of, update_hash
 from wheelhouse.errors import HashMismatch, WhError
 from wheelhouse.faults import checkpoint
@@ -113,15 +114,6 @@ def private(path, flags: int) -> int:
     """An ``open(..., opener=private)`` that creates files owner-only (0600): partial downloads
     of a private index are as private as its pages."""
     return os.open(path, flags, 0o600)
-
-
-def default_cache_dir() -> Path:
-    """``$WH_CACHE_DIR``, else ``$XDG_CACHE_HOME/wh``, else ``~/.cache/wh``."""
-    env = os.environ.get("WH_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "wh"
 
 
 def cached_path(cache: Path, sha256: str) -> Path:

@@ -384,11 +384,11 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
     new = new_tree(out)
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
-        files, = _fetch_groups([(plan.files, new / WHEELS)], new / ".fetch", cache, inputs.jobs, client, reporter)
+        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter)
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
-        boot_files, = _fetch_groups([(boot_files, new / BOOTSTRAP_DIR)], new / ".fetch-boot", cache, inputs.jobs,
-                                    client, reporter)
+        boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
+                                 reporter)
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
         from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
@@ -505,18 +505,15 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
     return reused
 
 
-def _fetch_groups(groups, scratch: Path, cache: Path, jobs: int, client, reporter) -> list[tuple[StagedFile, ...]]:
-    """Fetch every group's files in one parallel pass, place each group in its folder, and fill in
-    sha256/size for sources that published none (find-links folders)."""
-    everything = [f for files, _ in groups for f in files]
-    items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in everything]
-    paths = iter(fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download"))
-    out = []
-    for files, dest in groups:
-        done = []
-        for f in files:
-            p = place(next(paths), dest / f.filename)
-            done.append(dataclasses.replace(f, sha256=f.sha256 or sha256_of(p), size=p.stat().st_size))
-        out.append(tuple(done))
+def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: Path, jobs: int, client,
+                reporter) -> tuple[StagedFile, ...]:
+    """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
+    published none (find-links folders)."""
+    items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
+    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
+    done = []
+    for f, path in zip(files, paths):
+        p = place(path, dest / f.filename)
+        done.append(dataclasses.replace(f, sha256=f.sha256 or sha256_of(p), size=p.stat().st_size))
     shutil.rmtree(scratch, ignore_errors=True)
-    return out
+    return tuple(done)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.faults import checkpoint
 
 __all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat", "Linking", "Staged"]
@@ -55,20 +56,10 @@ _SCHEMA = "wh-unpacked/1"
 _MAX_NLINK = 60000  # ext4 refuses past 65000 (EMLINK); an entry near that is not used
 
 
-def _cache_home() -> Path:
-    """wh's cache folder: the rule of ``fetch.cache.default_cache_dir`` (that package is not imported on
-    the install side: it opens sockets)."""
-    env = os.environ.get("WH_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "wh"
-
-
 def default_dir() -> Path:
     """The extraction cache's folder: ``unpacked/`` in wh's cache (``$WH_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/wh``, else ``~/.cache/wh``)."""
-    return _cache_home() / "unpacked"
+    return default_cache_dir() / "unpacked"
 
 
 def enabled(flag: bool | None) -> bool:
