@@ -351,6 +351,46 @@ def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]
     return problems, notes
 
 
+# --- bytecode/ -----------------------------------------------------------------------------------
+
+def _bytecode(root: Path, meta: Mapping[str, Any], lock: Lock) -> tuple[list[str], list[str], list]:
+    """bytecode/ against wh.json's record: each pack there with its size (hashed with the wheels);
+    a pack for a wheel the lock no longer has, or has with another sha256, is a note (never used)."""
+    from wheelhouse.lock.bytecode import BYTECODE, bytecode_record
+
+    problems: list[str] = []
+    notes: list[str] = []
+    entries = []
+    if meta.get("bytecode") is None:
+        return problems, notes, entries
+    record = bytecode_record(meta)
+    if record is None:
+        return ["wh.json's bytecode record is not one this wh reads (its packs will not be used)"], notes, entries
+    wheels = {f.filename: f.sha256 for f in lock.files}
+    for filename, pack in sorted(record.packs.items()):
+        rel = PurePosixPath(pack.path)
+        if rel.is_absolute() or ".." in rel.parts or not pack.path.startswith(f"{BYTECODE}/"):
+            problems.append(f"wh.json: the bytecode of {filename} has the path {pack.path!r}, outside bytecode/")
+            continue
+        path = root / pack.path
+        if not path.is_file():
+            problems.append(f"{pack.path} is missing (wh.json lists it)")
+        elif path.stat().st_size != pack.size:
+            problems.append(f"{pack.path}: {path.stat().st_size} bytes, wh.json says {pack.size}")
+        else:
+            entries.append((root, LockedFile(name="bytecode", version="0", filename=rel.name, path=pack.path,
+                                             sha256=pack.sha256, size=pack.size), "wh.json"))
+        if wheels.get(filename) != pack.wheel_sha256:
+            notes.append(f"{pack.path} was compiled from a {filename} the lock does not hold (not used; "
+                         "`wh bytecode` makes it again)")
+    listed = {p.path for p in record.packs.values()}
+    folder = root / BYTECODE
+    if folder.is_dir():
+        notes += [f"{p.relative_to(root).as_posix()} is not in wh.json's bytecode record (never used)"
+                  for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(root).as_posix() not in listed]
+    return problems, notes, entries
+
+
 # --- the whole -----------------------------------------------------------------------------------
 
 def target_summary(meta: Mapping[str, Any], target: TargetProfile | None, lock: Lock | None,
@@ -413,9 +453,12 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
     problems += boot_problems
     patch_problems, notes = _patches(root, meta) if patches else ([], [])
     problems += patch_problems
+    pyc_problems, pyc_notes, pyc_entries = _bytecode(root, meta, lock)
+    problems += pyc_problems
     if hashes:
-        problems += _hash_problems(entries + boot_entries, jobs or min(8, (os.cpu_count() or 2) * 2), reporter)
-    notes = _stray_notes(root, lock) + notes
+        problems += _hash_problems(entries + boot_entries + pyc_entries, jobs or min(8, (os.cpu_count() or 2) * 2),
+                                   reporter)
+    notes = _stray_notes(root, lock) + notes + pyc_notes
     return Verdict(root, tuple(dict.fromkeys(problems)), tuple(notes), target_summary(meta, target, lock, boot),
                    hashed=hashes)
 

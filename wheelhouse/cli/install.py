@@ -25,7 +25,10 @@ __all__ = ["install"]
 @click.option("--installer", type=click.Choice(["wh", "pip"]), default="wh", show_default=True,
               help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
-              help="Byte-compile the installed files (in parallel).")
+              help="Byte-compile the installed files (in parallel). Where the wheelhouse carries bytecode for "
+                   "this Python (`wh stage --bytecode`), its .pyc files are written instead of compiled.")
+@click.option("--recompile", is_flag=True,
+              help="With --compile: compile every module here, even where the wheelhouse carries its bytecode.")
 @click.option("--link-cache/--no-link-cache", "link_cache", default=None, envvar="WH_LINK_CACHE",
               help="Hardlink the files of a wheel installed before (same sha256) from the verified extraction "
                    "cache in wh's cache folder ($WH_CACHE_DIR/unpacked), and add the wheels installed now to it. "
@@ -38,8 +41,8 @@ __all__ = ["install"]
               help="Install even when a requirement of the result would be unmet (listed as a note).")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
-def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, link_cache,
-            jobs, no_links, no_patches, allow_missing, as_json) -> None:
+def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, recompile,
+            link_cache, jobs, no_links, no_patches, allow_missing, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
     of its parts; an oci:// reference) with no index and no network.
 
@@ -87,6 +90,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
             only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
             links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
             link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
+            precompiled=not recompile,
         )
     finally:
         reporter.close()
@@ -104,6 +108,9 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     if linked:
         ui.info(f"linked {sum(linked)} files of {len(linked)} wheel{'' if len(linked) == 1 else 's'} "
                 "from the extraction cache")
+    if report.compiled:
+        ui.info(f"byte-compiled {report.compiled} modules"
+                + (f" ({report.precompiled} written from the wheelhouse's bytecode)" if report.precompiled else ""))
     ui.info(
         f"installed {len(report.installed)}, already there {len(report.skipped)}, "
         f"into {report.interpreter} in {report.seconds:.1f}s"

@@ -145,10 +145,15 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--offline", is_flag=True, envvar="WH_OFFLINE",
               help="Resolve from the cache alone (index pages and metadata); anything not cached is an error.")
 @click.option("--refresh", is_flag=True, help="Revalidate every cached index page, however recently fetched.")
+@click.option("--bytecode", is_flag=True,
+              help="Compile every wheel's modules for the target's Python here, so `wh install --compile` on the "
+                   "box writes them instead of compiling (needs a CPython of the target's version).")
+@click.option("--bytecode-python", metavar="PATH", help="The CPython that compiles for --bytecode (default: this one "
+              "or pythonX.Y on PATH).")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
           index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
-          no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh) -> None:
+          no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
@@ -215,7 +220,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
-                       offline=offline, refresh=refresh)
+                       offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
+                       bytecode_python=bytecode_python)
     target = run.target
     reporter = ui.reporter()
     try:

@@ -49,6 +49,7 @@ from wheelhouse.lock import LockedFile, WheelhouseNotFound
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
 from .bytecode import ByteCompiler
+from .pycs import Precompiled
 from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
@@ -96,6 +97,7 @@ class InstallReport:
     links: tuple[LinkChange, ...] = ()
     patches: tuple[str, ...] = ()
     compiled: int = 0
+    precompiled: int = 0  # of ``compiled``: written from the bytecode the wheelhouse carries
     state_file: str | None = None
     activation: str | None = None
     seconds: float = 0.0
@@ -116,6 +118,7 @@ class InstallReport:
             "links": [c.to_json() for c in self.links],
             "patches": list(self.patches),
             "compiled": self.compiled,
+            "precompiled": self.precompiled,
             "state_file": self.state_file,
             "activation": self.activation,
             "seconds": round(self.seconds, 3),
@@ -337,17 +340,26 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
             reporter: Reporter, expected: dict[Path, str] | None = None,
-            link_cache: Path | None = None) -> tuple[list[InstalledDist], int]:
-    """The verified files into the environment, inside ``txn``; returns what was installed and compiled."""
+            link_cache: Path | None = None, pycs: Precompiled | None = None) -> tuple[list[InstalledDist], int]:
+    """The verified files into the environment, inside ``txn``; returns what was installed and compiled.
+
+    ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there,
+    the others are compiled (the workers start only when one is)."""
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())])
         _pip_install(interp, paths, compile)
         return [InstalledDist(canonical_name(p.name), p.version, p.wheel.name, "", 0, p.replaced) for p in plans], 0
-    compiler = ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2)) if compile else None
+    compiler = (ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2), lazy=pycs is not None)
+                if compile else None)
+    on_written = compiler.submit if compiler else None
+    if compiler is not None and pycs is not None:
+        def on_written(path: str, _write=pycs.write, _submit=compiler.submit) -> None:
+            if not _write(path):
+                _submit(path)
     try:
         dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
-                               transaction=txn, on_written=compiler.submit if compiler else None,
+                               transaction=txn, on_written=on_written,
                                on_abort=compiler.abort if compiler else None, expected=expected,
                                verified=() if expected else paths,  # not expected: verify_files hashed them
                                link_cache=link_cache)
@@ -356,18 +368,18 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
             compiler.abort()
         raise
     # Launchers and .data scripts are not modules; everything importable was streamed.
-    return dists, compiler.finish() if compiler is not None else 0
+    return dists, (compiler.finish() + (pycs.written if pycs else 0)) if compiler is not None else 0
 
 
 def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,
-              link_cache=None):
+              link_cache=None, pycs=None):
     """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
 
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
     """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
     try:
-        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache)
+        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs)
                            if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
@@ -401,10 +413,13 @@ def install_wheelhouses(
     allow_missing: bool = False,
     reporter: Reporter | None = None,
     link_cache: Path | None = None,
+    precompiled: bool = True,
 ) -> InstallReport:
     """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment.
 
     One of them must be given: wh's own environment is only installed into when ``python`` names it.
+    ``precompiled``: with ``compile``, write the .pyc files the wheelhouse carries (``wh stage
+    --bytecode``) where they fit, instead of compiling those modules again.
     """
     require_target(venv, python)
     reporter = reporter or NullReporter()
@@ -417,7 +432,7 @@ def install_wheelhouses(
         report = _install_all(houses, python=python, venv=venv, system_site_packages=system_site_packages, only=only,
                               installer=installer, compile=compile, jobs=jobs, links=links, patches=patches,
                               allow_missing=allow_missing, reporter=reporter, link_cache=link_cache, reading=reading,
-                              asked=asked)
+                              asked=asked, precompiled=precompiled)
     finally:
         for f in reading:  # refused early: stop reading what will not be installed
             f.cancel()
@@ -425,7 +440,7 @@ def install_wheelhouses(
 
 
 def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
-                 allow_missing, reporter, link_cache, reading, asked) -> InstallReport:
+                 allow_missing, reporter, link_cache, reading, asked, precompiled=True) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
     require_intact([h.path for h in houses], patches=patches)
     if not houses:
@@ -446,7 +461,7 @@ def _install_all(houses, *, python, venv, system_site_packages, only, installer,
             return _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
                                    only=only, installer=installer, compile=compile, jobs=jobs, links=links,
                                    patches=patches, allow_missing=allow_missing, reporter=reporter,
-                                   link_cache=link_cache, reading=reading, asked=asked)
+                                   link_cache=link_cache, reading=reading, asked=asked, precompiled=precompiled)
         except BaseException:
             if fresh:  # no half-made venv: the next run would take it for a finished one
                 _remove_venv(venv, made_folder=venv_lock.created)
@@ -466,7 +481,7 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
 
 def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
                     jobs, links, patches, allow_missing, reporter, link_cache=None, reading=(),
-                    asked=None) -> InstallReport:
+                    asked=None, precompiled=True) -> InstallReport:
     jobs = jobs or default_jobs()
     interp, existing = _receiving(venv, python, asked)
     notes: list[str] = []
@@ -499,12 +514,18 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         interp = _create_planning_ahead(venv, python, system_site_packages, interp, paths if installer == "wh" else ())
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
     expected = {h.path / f.path: f.sha256 for h, f in todo} if folded else {}
+    # Every wheel's sha256 is checked (while unpacking or before): a pack bound to it fits its files.
+    pycs = (Precompiled.start(todo, interp, interp.scheme()) if compile and installer == "wh" and precompiled
+            else None)
     try:
         dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
                                                          compile=compile, jobs=jobs, patches=patches,
-                                                         reporter=reporter, expected=expected, link_cache=link_cache)
+                                                         reporter=reporter, expected=expected, link_cache=link_cache,
+                                                         pycs=pycs)
     finally:
         forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
+    if pycs is not None:
+        notes += pycs.finished()
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))
@@ -512,6 +533,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     return InstallReport(
         interpreter=interp.executable, venv=str(venv) if venv is not None else None,
         wheelhouses=tuple(str(h.path) for h in houses), installed=tuple(dists), skipped=tuple(skipped),
-        links=tuple(link_changes), patches=tuple(applied), compiled=compiled, state_file=str(state_file),
+        links=tuple(link_changes), patches=tuple(applied), compiled=compiled,
+        precompiled=pycs.written if pycs is not None else 0, state_file=str(state_file),
         activation=activation, installer=installer, notes=tuple(notes),
     )

@@ -47,20 +47,33 @@ _WINDOW = 8
 class ByteCompiler:
     """One streaming byte-compile worker per core, each pulling the next path from one shared queue."""
 
-    def __init__(self, python: str, workers: int):
+    def __init__(self, python: str, workers: int, *, lazy: bool = False):
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._errs = [tempfile.TemporaryFile() for _ in range(max(1, workers))]
-        self._procs = [
-            subprocess.Popen([python, "-c", _COMPILE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=err, bufsize=0)
-            for err in self._errs
-        ]
-        self._done = [0] * len(self._procs)
+        self._python, self._workers = python, max(1, workers)
+        self._errs: list = []
+        self._procs: list[subprocess.Popen] = []
+        self._done: list[int] = []
+        self._feeders: list[threading.Thread] = []
         self._closed = False
-        self._feeders = [threading.Thread(target=self._feed, args=(i,), daemon=True, name=f"wh-compile-{i}")
-                         for i in range(len(self._procs))]
-        for t in self._feeders:
-            t.start()
+        self._starting = threading.Lock()
+        if not lazy:  # lazy: the workers start with the first path (bytecode carried by the wheelhouse may cover all)
+            self._start()
+
+    def _start(self) -> None:
+        with self._starting:
+            if self._procs or self._closed:
+                return
+            self._errs = [tempfile.TemporaryFile() for _ in range(self._workers)]
+            self._procs = [
+                subprocess.Popen([self._python, "-c", _COMPILE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=err, bufsize=0)
+                for err in self._errs
+            ]
+            self._done = [0] * len(self._procs)
+            self._feeders = [threading.Thread(target=self._feed, args=(i,), daemon=True, name=f"wh-compile-{i}")
+                             for i in range(len(self._procs))]
+            for t in self._feeders:
+                t.start()
 
     def _feed(self, i: int) -> None:
         proc, held, ending = self._procs[i], 0, False
@@ -90,13 +103,16 @@ class ByteCompiler:
     def submit(self, path: str) -> None:
         """Queue ``path`` for compilation (never raises: a dead worker is reported by ``finish``)."""
         if "\n" not in path:  # one path per line; such a name is left uncompiled
+            if not self._procs:
+                self._start()
             self._queue.put(path)
 
     def _stop_feeding(self) -> None:
-        if not self._closed:
-            self._closed = True
-            for _ in self._feeders:
-                self._queue.put(None)
+        with self._starting:
+            if not self._closed:
+                self._closed = True
+                for _ in self._feeders:
+                    self._queue.put(None)
 
     def _wait(self) -> list[int]:
         for t in self._feeders:

@@ -210,6 +210,10 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     if inputs.dry_run:
         return _run(inputs, None, cache, client, reporter, ())
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
+    compiler = None
+    if inputs.bytecode:  # before anything is downloaded: no Python of the target's version is a usage error
+        from .bytecode import find_compiler
+        compiler = find_compiler(inputs.target.python_version, inputs.target.implementation, inputs.bytecode_python)
     writes = _top_level_writes(inputs)
     check_out(out, writes)
     _check_cache(cache)
@@ -217,7 +221,7 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
         for note in recovered:
             reporter.note(note)
         check_out(out, writes)  # again: what the recovery put back, or the run we waited for, wrote
-        return _run(inputs, out, cache, client, reporter, tuple(recovered))
+        return _run(inputs, out, cache, client, reporter, tuple(recovered), compiler)
 
 
 def _check_inputs(inputs: StageInputs) -> None:
@@ -253,7 +257,7 @@ def _check_cache(cache: Path) -> None:
 
 
 def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: Reporter,
-         recovered: tuple[str, ...]) -> StageResult:
+         recovered: tuple[str, ...], compiler=None) -> StageResult:
     previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
     own: list[_Background] = []  # wh's own wheel, then bootstrap/'s resolution: waited for on every way out
     try:
@@ -264,7 +268,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
                                    indexes=plan.indexes, image=plan.image)
-            return _write(inputs, out, plan, previous, cache, client, reporter, recovered)
+            return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
         for job in own:
             job.wait()
@@ -378,7 +382,7 @@ def _command(inputs: StageInputs, wh_wheel) -> str | None:
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
 
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
-           reporter: Reporter, recovered: tuple[str, ...]) -> StageResult:
+           reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
@@ -412,6 +416,9 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
         }, kept, plan.image)
+        if compiler is not None:
+            from .bytecode import compile_wheelhouse
+            compile_wheelhouse(new, compiler, jobs=os.cpu_count(), reporter=reporter, reuse=out)
         removed = tuple(sorted(set(previous.wheels) - {f.filename for f in written}))
         swap_in(new, out)
     finally:

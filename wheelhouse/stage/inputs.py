@@ -64,6 +64,8 @@ class StageInputs:
     full: bool = False  # stage the whole closure, ignoring what the target profile says its image provides
     offline: bool = False  # index pages and metadata from the cache alone; a miss is an error
     refresh: bool = False  # revalidate every cached index page, however fresh
+    bytecode: bool = False  # compile every wheel's modules for the target's Python (wheelhouse.stage.bytecode)
+    bytecode_python: str | None = None  # the interpreter that compiles them (default: found by version)
 
 
 def _joined(*lists: Iterable) -> tuple:

@@ -40,6 +40,7 @@ data["base_prefix"] = getattr(sys, "base_prefix", sys.prefix)
 data["full_version"] = ".".join(map(str, sys.version_info[:3]))
 data["sys_path"] = [p for p in sys.path if p]
 data["has_pip"] = importlib.util.find_spec("pip") is not None  # found, not imported (~0.1 s on every probe)
+data["bytecode"] = {"magic": importlib.util.MAGIC_NUMBER.hex(), "cache_tag": sys.implementation.cache_tag}
 sys.stdout.write(json.dumps(data))
 """
 
@@ -64,6 +65,8 @@ class Interpreter:
     base_prefix: str
     has_pip: bool = False
     sys_path: tuple[str, ...] = ()
+    magic: str = ""  # hex of its importlib.util.MAGIC_NUMBER: which .pyc files it reads
+    cache_tag: str = ""  # sys.implementation.cache_tag, e.g. cpython-312 (None there: it writes no .pyc)
 
     # The profile's facts, under the names install and env code reads.
     @property
@@ -167,6 +170,8 @@ def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
         base_prefix=d["base_prefix"],
         has_pip=bool(d.get("has_pip")),
         sys_path=tuple(d.get("sys_path") or ()),
+        magic=str((d.get("bytecode") or {}).get("magic") or ""),
+        cache_tag=str((d.get("bytecode") or {}).get("cache_tag") or ""),
     )
 
 

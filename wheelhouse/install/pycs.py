@@ -1,0 +1,156 @@
+"""Bytecode the wheelhouse carries (``wh stage --bytecode``), written on the box instead of compiled.
+
+The rules for when a pack may be used are in ``wheelhouse.lock.bytecode``; every one of them is
+checked here, and anything that fails one is compiled on the box as before, with a note saying
+why. Packs are read (hashed, inflated) by one background thread while extraction starts; the
+first written module waits for it.
+
+A ``.pyc`` is written exactly as ``py_compile`` writes one: the receiving interpreter's magic,
+flags 0 (timestamp-checked), the installed source's mtime and size from its ``stat``, the
+pack's code; under a temp name in ``__pycache__``, then renamed; mode as py_compile's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from wheelhouse.lock.bytecode import BadPack, bytecode_record, read_pack
+
+__all__ = ["Precompiled"]
+
+
+class Precompiled:
+    """Pack entries by the absolute path their source is installed at: (source size, marshal bytes)."""
+
+    def __init__(self, magic: str, cache_tag: str):
+        self._magic = bytes.fromhex(magic)
+        self._tag = cache_tag
+        self._entries: dict[str, tuple[int, bytes]] = {}
+        self._ready = threading.Event()
+        self.written = 0
+        self.notes: list[str] = []
+
+    @classmethod
+    def start(cls, todo: Iterable, interp, scheme: Mapping[str, str]) -> "Precompiled | None":
+        """Start reading the packs that fit ``todo`` ((wheelhouse, locked file) pairs) and ``interp``;
+        None when there are none to read (the notes then go nowhere: nothing was carried)."""
+        notes: list[str] = []
+        work: list[tuple[Path, object]] = []
+        magic, tag = getattr(interp, "magic", ""), getattr(interp, "cache_tag", "")
+        refused = _environment_refuses()
+        for house, f in todo:
+            record = bytecode_record(house.meta)
+            if record is None:
+                continue
+            if refused:
+                notes.append(f"{house.path}: its bytecode was not used ({refused}): compiled here")
+                break
+            if (record.magic, record.cache_tag) != (magic, tag):
+                notes.append(f"{house.path}: its bytecode is for {record.cache_tag} (Python {record.python}), this "
+                             f"interpreter is {tag or 'unknown'}: compiled here")
+                continue
+            pack = record.packs.get(f.filename)
+            if pack is None or pack.wheel_sha256 != f.sha256:
+                continue  # a wheel added or changed since the packs were made: compiled here
+            work.append((house.path / pack.path, pack, f))
+        notes = list(dict.fromkeys(notes))
+        if not work:
+            if notes:
+                out = cls(magic or "00", tag)
+                out.notes = notes
+                out._ready.set()
+                return out
+            return None
+        out = cls(magic, tag)
+        out.notes = notes
+        threading.Thread(target=out._load, args=(work, scheme), name="wh-pycs", daemon=True).start()
+        return out
+
+    def _load(self, work, scheme: Mapping[str, str]) -> None:
+        try:
+            for path, pack, f in work:
+                try:
+                    data = Path(path).read_bytes()
+                    if len(data) != pack.size or hashlib.sha256(data).hexdigest() != pack.sha256:
+                        self.notes.append(f"{pack.path} is not the pack wh.json records (its sha256 differs): "
+                                          f"{f.filename} compiled here; `wh verify` names what else changed")
+                        continue
+                    index, members = read_pack(data)
+                except (OSError, BadPack) as exc:
+                    self.notes.append(f"{pack.path} could not be read ({exc}): {f.filename} compiled here")
+                    continue
+                if index.get("wheel_sha256") != f.sha256 or index.get("magic") != self._magic.hex():
+                    self.notes.append(f"{pack.path} was made for another wheel or Python than its record says: "
+                                      f"{f.filename} compiled here")
+                    continue
+                sizes = index["files"]
+                for name, code in members.items():
+                    key, _, rel = name.partition("/")
+                    base = scheme.get(key)
+                    size = sizes.get(name)
+                    if base is None or not rel or not isinstance(size, int):
+                        continue
+                    dest = os.path.normpath(os.path.join(base, rel))
+                    if dest in self._entries:  # two wheels put a file at one path: compiled here, from the file
+                        self._entries[dest] = (-1, b"")
+                    else:
+                        self._entries[dest] = (size, code)
+        finally:
+            self._ready.set()
+
+    def finished(self) -> list[str]:
+        """The notes, once the packs were read (what was not used, and why)."""
+        self._ready.wait()
+        return list(dict.fromkeys(self.notes))
+
+    def write(self, path: str) -> bool:
+        """Write ``path``'s .pyc from its pack; False when there is none (or it does not fit): compile it."""
+        self._ready.wait()
+        hit = self._entries.pop(os.path.normpath(path), None)
+        if hit is None or hit[0] < 0:
+            return False
+        size, code = hit
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_size != size:
+            return False
+        head = (self._magic + b"\0\0\0\0" + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                + (size & 0xFFFFFFFF).to_bytes(4, "little"))
+        folder, name = os.path.split(path)
+        cache = os.path.join(folder, "__pycache__")
+        pyc = os.path.join(cache, f"{name[:-3]}.{self._tag}.pyc")
+        tmp = f"{pyc}.{threading.get_ident()}"
+        try:
+            os.makedirs(cache, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                         (st.st_mode | 0o200) & 0o666)
+            try:
+                buf = memoryview(head + code)
+                while buf:
+                    buf = buf[os.write(fd, buf):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, pyc)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
+        self.written += 1
+        return True
+
+
+def _environment_refuses() -> str:
+    """Why py_compile on the box would write another kind of .pyc than a pack holds ('' when it would not)."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return "SOURCE_DATE_EPOCH is set, so .pyc files are hash-checked"
+    if os.environ.get("PYTHONOPTIMIZE"):
+        return "PYTHONOPTIMIZE is set, so .pyc files are optimized ones"
+    return ""
