@@ -224,3 +224,16 @@ def test_stage_with_bytecode_from_a_loopback_index(pyindex, tmp_path):
     bad = wh("stage", "web", "-i", idx.url, "-o", tmp_path / "other", "--no-bootstrap", "--cache-dir",
              tmp_path / "cache", "--bytecode-python", tmp_path / "nope")
     assert bad.returncode == 2 and "no CPython" in bad.stderr and not (tmp_path / "other").exists()
+
+
+def test_a_packed_wheelhouse_carries_its_bytecode_to_the_box(tmp_path):
+    house = house_with_bytecode(tmp_path)
+    verify = wh("verify", house, "--json")
+    assert json.loads(verify.stdout)["bytecode"] == {"cache_tag": TAG, "python": sys.version.split()[0],
+                                                               "packs": 2}
+    archive = tmp_path / "carry" / "wh.tar"
+    r = wh("pack", house, "-o", archive)
+    assert r.returncode == 0, r.stderr
+    report = install(archive, tmp_path / "v")
+    assert report["precompiled"] == 4
+    assert loaded_from_pyc(tmp_path / "v" / "bin" / "python", "app.sub.deep")

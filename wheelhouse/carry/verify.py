@@ -414,7 +414,16 @@ def target_summary(meta: Mapping[str, Any], target: TargetProfile | None, lock: 
         "bootstrap": len(boot.files) if boot else 0,
         "patches": len(_list(meta.get("patches"))),
         "engine": {k: engine.get(k) for k in ("name", "commit", "wheel")} if engine.get("wheel") else None,
+        "bytecode": _bytecode_summary(meta),
     }
+
+
+def _bytecode_summary(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    from wheelhouse.lock.bytecode import bytecode_record
+
+    record = bytecode_record(meta)
+    return None if record is None else {"cache_tag": record.cache_tag, "python": record.python,
+                                        "packs": len(record.packs)}
 
 
 def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = True, jobs: int | None = None,

@@ -69,7 +69,9 @@ def _print_summary(ui, s: dict) -> None:
     engine = s.get("engine")
     ui.data(f"holds: {plural(s.get('wheels', 0), 'wheel')} ({_mib(s.get('size', 0))}), "
             f"bootstrap {plural(s.get('bootstrap', 0), 'wheel')}, {plural(s.get('patches', 0), 'patch file')}"
-            + (f", engine {engine.get('name')} at {str(engine.get('commit'))[:12]}" if engine else ""))
+            + (f", engine {engine.get('name')} at {str(engine.get('commit'))[:12]}" if engine else "")
+            + (f", bytecode for {s['bytecode']['cache_tag']} ({plural(s['bytecode']['packs'], 'wheel')})"
+               if s.get("bytecode") else ""))
 
 
 def _print(ui, verdict) -> None:
