@@ -9,12 +9,16 @@
 # then on the box (repo root as cwd, .device/speed-wh carried):
 #   ROUNDS=3 bash tests/device/speed.sh .device/speed-wh
 # Every run goes to $OUT/speed.txt, the medians to $OUT/summary.txt. Exit 1 when a step failed.
+# BYTECODE=1 (default): each set also gets `wh bytecode` (made here by the box's own CPython 3.12, standing in for
+# a staging host that has one), and "wh-precompiled" (`wh install --compile`, writing those .pyc files) is timed
+# beside "wh-compile" (`--compile --recompile`: compiled on the box) and uv's --compile-bytecode.
 set -u
 WH_DIR=$(realpath "${1:-.device/speed-wh}")
 PY=${PY:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/wh-speed-out}
 ROUNDS=${ROUNDS:-3}
 SETS=${SETS:-"gpu many"}
+BYTECODE=${BYTECODE:-1}
 # gpu: the CUDA libraries of the 2 GB set (cuDNN, cuBLAS, NCCL, cuSPARSE, ...), triton, numpy: few, huge members.
 # many: a serving stack's Python side (transformers, scipy, pandas, pyarrow, sympy ...): thousands of small files.
 # (torch itself cannot be staged from the image: the image pins setuptools 84, which torch 2.11 refuses.)
@@ -97,11 +101,17 @@ for set in $SETS; do
     || { FAIL=1; say "FAIL stage $set: $(tail -3 "$OUT/stage-$set.log")"; continue; }
   rm -rf "$WORK/cache" "$WORK/big-$set"
   say "$set: $(ls "$H/wheels" | wc -l) wheels, $(du -sm "$H/wheels" | cut -f1) MiB"
+  if [ "$BYTECODE" = 1 ]; then
+    t0=$(date +%s%N)
+    "$WH" bytecode "$H" >"$OUT/bytecode-$set.log" 2>&1 || { FAIL=1; say "FAIL bytecode $set: $(tail -3 "$OUT/bytecode-$set.log")"; }
+    say "$set: wh bytecode in $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(tail -1 "$OUT/bytecode-$set.log")"
+  fi
   for r in $(seq 1 "$ROUNDS"); do
     run "$set" "wh" "$WH" -q install "$H" --venv "$WORK/v" --no-links
     run "$set" "uv" env UV_CACHE_DIR="$WORK/uvcache" "$UV" pip install -q --python "$WORK/v/bin/python" --no-index --no-deps "$H"/wheels/*.whl
     run "$set" "wh-zlib" env WH_INFLATE=zlib "$WH" -q install "$H" --venv "$WORK/v" --no-links
-    run "$set" "wh-compile" "$WH" -q install "$H" --venv "$WORK/v" --no-links --compile
+    run "$set" "wh-compile" "$WH" -q install "$H" --venv "$WORK/v" --no-links --compile --recompile
+    [ "$BYTECODE" = 1 ] && run "$set" "wh-precompiled" "$WH" -q install "$H" --venv "$WORK/v" --no-links --compile
     run "$set" "uv-compile" env UV_CACHE_DIR="$WORK/uvcache" "$UV" pip install -q --compile-bytecode --python "$WORK/v/bin/python" --no-index --no-deps "$H"/wheels/*.whl
   done
   rm -rf "$H"
@@ -112,7 +122,8 @@ runs = {}
 for line in open(sys.argv[1]):
     s, label, ms = line.split()
     runs.setdefault((s, label), []).append(int(ms) / 1000)
-base = {"wh": "uv", "wh-zlib": "uv", "uv": "uv", "wh-compile": "uv-compile", "uv-compile": "uv-compile"}
+base = {"wh": "uv", "wh-zlib": "uv", "uv": "uv", "wh-compile": "uv-compile", "uv-compile": "uv-compile",
+        "wh-precompiled": "uv-compile"}
 for (s, label), times in runs.items():
     med = statistics.median(times)
     ref = statistics.median(runs.get((s, base[label]), times))
