@@ -7,7 +7,11 @@ staged once from pinned requirements (put them outside the repository):
     wh stage -r /work/bench-data/pins-900.txt -o /work/bench-data/wh-900 --no-bootstrap  # 71 wheels, ~850 MB
     printf 'nvidia-cudnn-cu12\nnvidia-cublas-cu12\nnvidia-nccl-cu12\nnvidia-cusparse-cu12\ntriton\nnumpy\n' > req-2g.txt
     wh stage -r req-2g.txt -o /work/bench-data/wh-2g --no-bootstrap                     # 8 wheels, ~2.4 GB
-    python bench/bench_install.py /work/bench-data/wh-900 /work/bench-data/wh-2g --runs 3 [--uv PATH]
+    python bench/bench_install.py /work/bench-data/wh-900 /work/bench-data/wh-2g --runs 3 [--uv PATH] [--bytecode]
+
+``--bytecode`` first runs `wh bytecode` (timed: the staging host's one-time cost) on a hardlinked copy
+of each wheelhouse; "wh --compile" then writes those .pyc files, "wh --compile --recompile" compiles on
+the box as before.
 
 Every run gets a fresh venv (made outside the timing) and, for uv, an empty cache
 (UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache). Tools are
@@ -106,8 +110,30 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _with_bytecode(house: Path, work: Path) -> Path:
+    """A copy of ``house`` (hardlinks: same wheels) to which `wh bytecode` added packs, timed: what the staging
+    host pays once so that `wh install --compile` writes .pyc files instead of compiling them."""
+    copy = work / f"{house.name}-bytecode"
+    subprocess.run(["cp", "-al", str(house), str(copy)], check=True)
+    (u0, s0), t = _cpu(), time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "bytecode", str(copy), "--json"], capture_output=True,
+                          text=True)
+    took, (u1, s1) = time.perf_counter() - t, _cpu()
+    if proc.returncode != 0:
+        raise SystemExit(f"wh bytecode {copy} failed: {proc.stderr[-500:]}")
+    import json
+    got = json.loads(proc.stdout)
+    print(f"
+wh bytecode (on the staging host, once): {got['files']} modules of {got['wheels']} wheels in "
+          f"{took:.1f} s (user {u1 - u0:.1f} s, sys {s1 - s0:.1f} s), packs {got['size'] / 1e6:.1f} MB; "
+          f"load {_load()}", flush=True)
+    return copy
+
+
 def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
     """``{tool: {"returned": [...], "synced": [...], "user": [...], "sys": [...]}}`` for one wheelhouse."""
+    if args.bytecode and "bytecode" not in (house / "wh.json").read_text():
+        house = _with_bytecode(house, work)
     lock = read_pylock(house)
     size = sum(f.size or 0 for f in lock.files)
     print(f"\nwheelhouse: {house}: {len(lock.files)} wheels, {size / 1e6:.0f} MB; load {_load()}", flush=True)
@@ -192,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="run only these tools (repeatable)")
     ap.add_argument("--wh-jobs", type=int, action="append", default=[],
                     help="also time wh with this many workers (repeatable: a sweep)")
+    ap.add_argument("--bytecode", action="store_true",
+                    help="also give each wheelhouse stage-time bytecode (`wh bytecode`, on a hardlinked copy) and time "
+                         "`wh install --compile` writing it beside `--compile --recompile` (compiling on the box)")
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()), help="where the venvs go")
     args = ap.parse_args(argv)
     print(f"{os.cpu_count()} cores; wh inflates with {available()[0]}; uv: {args.uv or 'not found (skipped)'}; "
