@@ -123,8 +123,7 @@ def _with_bytecode(house: Path, work: Path) -> Path:
         raise SystemExit(f"wh bytecode {copy} failed: {proc.stderr[-500:]}")
     import json
     got = json.loads(proc.stdout)
-    print(f"
-wh bytecode (on the staging host, once): {got['files']} modules of {got['wheels']} wheels in "
+    print(f"\nwh bytecode (on the staging host, once): {got['files']} modules of {got['wheels']} wheels in "
           f"{took:.1f} s (user {u1 - u0:.1f} s, sys {s1 - s0:.1f} s), packs {got['size'] / 1e6:.1f} MB; "
           f"load {_load()}", flush=True)
     return copy
