@@ -153,4 +153,6 @@ def _environment_refuses() -> str:
         return "SOURCE_DATE_EPOCH is set, so .pyc files are hash-checked"
     if os.environ.get("PYTHONOPTIMIZE"):
         return "PYTHONOPTIMIZE is set, so .pyc files are optimized ones"
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return "PYTHONPYCACHEPREFIX is set, so .pyc files go under that folder"
     return ""
