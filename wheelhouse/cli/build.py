@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -17,8 +16,9 @@ __all__ = ["build"]
 
 
 def _default_cache() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "wh")
+    from wheelhouse.cachedir import default_cache_dir  # the one rule ($WH_CACHE_DIR, XDG, ~/.cache/wh)
+
+    return str(default_cache_dir())
 
 
 DEFAULT_OUT = "wheelhouse"
