@@ -174,3 +174,115 @@ def test_a_mount_boundary_inside_the_venv_falls_back_to_extraction(tmp_path, mon
     assert done.linked == 0
     assert (tmp_path / "b" / "site" / "fine" / "m3.py").read_text() == "X = 3\n"
     assert (tmp_path / "b" / "site" / "fine" / "m3.py").stat().st_nlink == 1
+
+
+# ---- inflation in pieces, and what checks each inflated byte ----------------------------------------
+
+def _backends() -> list:
+    from wheelhouse.install.wheel import inflate
+
+    return [pytest.param(n, marks=pytest.mark.skipif(n not in inflate.available(), reason=f"{n} not importable"))
+            for n in inflate.BACKENDS]
+
+
+def _pieces_wheel(folder: Path) -> tuple[Path, dict[str, bytes]]:
+    """Deflated members that cross every piece boundary of extraction: one whose compressed bytes span
+    several preads (incompressible), one whose every fed piece inflates to many bounded outputs (a long
+    run), one of exactly one output piece's size, and an empty one."""
+    import random
+
+    from wheelhouse.install.wheel import extract
+
+    rnd = random.Random(14)
+    files = {
+        "pieces/noise.bin": rnd.randbytes(3 * extract._IN + 12345),
+        "pieces/run.bin": (b"A" * 1000 + rnd.randbytes(24)) * (40 * extract._OUT // 1024),
+        "pieces/exact.bin": bytes(range(256)) * (extract._OUT // 256),
+        "pieces/empty.bin": b"",
+    }
+    w = make_wheel(folder, "pieces", "1.0", files=files)
+    with zipfile.ZipFile(w) as zf:
+        assert zf.getinfo("pieces/noise.bin").compress_size > 3 * extract._IN  # several preads
+        assert zf.getinfo("pieces/run.bin").compress_size < extract._FEED * 16  # each piece -> many outputs
+    return w, files
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("by_lock", [True, False], ids=["crc", "record"])
+def test_members_inflated_in_pieces_are_written_byte_for_byte(tmp_path, scheme, monkeypatch, backend, by_lock):
+    monkeypatch.setenv("WH_INFLATE", backend)
+    w, files = _pieces_wheel(tmp_path / "w")
+    install_wheels([w], scheme, sys.executable, expected={w: _sha(w)} if by_lock else None, jobs=3)
+    for name, body in files.items():
+        assert (Path(scheme["purelib"]) / name).read_bytes() == body, name
+
+
+def _set_crc(wheel: Path, member: str, crc: int) -> None:
+    """Give ``member`` another CRC-32 in its local header and its central-directory entry, its deflate
+    bytes untouched (what a re-read that differs from the hashed bytes, or an inflater fault, looks like)."""
+    with zipfile.ZipFile(wheel) as zf:
+        local, start = zf.getinfo(member).header_offset, zf.start_dir
+    data = bytearray(wheel.read_bytes())
+    struct.pack_into("<I", data, local + 14, crc)
+    at = start
+    while data[at:at + 4] == b"PK\x01\x02":
+        n, x, c = struct.unpack_from("<3H", data, at + 28)
+        if data[at + 46:at + 46 + n].decode() == member:
+            struct.pack_into("<I", data, at + 16, crc)
+            break
+        at += 46 + n + x + c
+    else:
+        raise AssertionError(f"{member} not in the central directory")
+    wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_a_deflated_member_whose_crc_differs_is_refused_and_nothing_is_left(tmp_path, scheme, monkeypatch, backend):
+    monkeypatch.setenv("WH_INFLATE", backend)
+    w, files = _pieces_wheel(tmp_path / "w")
+    _set_crc(w, "pieces/noise.bin", zlib_crc(files["pieces/noise.bin"]) ^ 0x00010000)
+    before = tree_listing(tmp_path / "env")
+    with pytest.raises(RecordMismatch, match="pieces/noise.bin does not match its CRC-32"):
+        install_wheels([w], scheme, sys.executable, expected={w: _sha(w)})  # the lock hash of these bytes
+    assert tree_listing(tmp_path / "env") == before
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("member, caught", [
+    ("pieces/noise.bin", "does not match its CRC-32"),  # stored blocks: the stream stays valid, one byte differs
+    ("pieces/run.bin", "(does not match its CRC-32|is not valid deflate data)"),  # Huffman codes: either
+])
+def test_a_flipped_deflate_byte_is_caught_and_nothing_is_left(tmp_path, scheme, monkeypatch, backend, member,
+                                                              caught):
+    """A byte flipped inside a member's deflate data, the lock hash taken after the flip."""
+    from wheelhouse.install.wheel import UnpackError
+
+    monkeypatch.setenv("WH_INFLATE", backend)
+    w, _ = _pieces_wheel(tmp_path / "w")
+    with zipfile.ZipFile(w) as zf:
+        info = zf.getinfo(member)
+    data = bytearray(w.read_bytes())
+    body = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[body + info.compress_size // 2 + 1000] ^= 0x20
+    w.write_bytes(bytes(data))
+    before = tree_listing(tmp_path / "env")
+    with pytest.raises(UnpackError, match=f"{member} {caught}"):
+        install_wheels([w], scheme, sys.executable, expected={w: _sha(w)})
+    assert tree_listing(tmp_path / "env") == before
+
+
+@pytest.mark.parametrize("by_lock", [True, False], ids=["crc", "record"])
+def test_a_member_that_inflates_short_of_its_declared_size_is_refused(tmp_path, scheme, by_lock):
+    real = bytes(range(256)) * 4096  # 1 MiB, several output pieces
+    w = _bomb(tmp_path / "bomb-1.0-py3-none-any.whl", real, declared=len(real) + 1)
+    before = tree_listing(tmp_path / "env")
+    what = "its CRC-32" if by_lock else "its RECORD hash"
+    with pytest.raises(RecordMismatch, match=f"bomb/data.bin does not match {what}"):
+        install_wheels([w], scheme, sys.executable, expected={w: _sha(w)} if by_lock else None)
+    assert tree_listing(tmp_path / "env") == before
+
+
+def zlib_crc(data: bytes) -> int:
+    import zlib
+
+    return zlib.crc32(data)
