@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from wheelhouse.lock.bytecode import BadPack, bytecode_record, read_pack
+from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, read_pack
 
 __all__ = ["Precompiled"]
 
@@ -40,6 +41,7 @@ class Precompiled:
         None when there are none to read (the notes then go nowhere: nothing was carried)."""
         notes: list[str] = []
         work: list[tuple[Path, object]] = []
+        wheels = [house.path / f.path for house, f in todo]  # every one: a path two wheels write is compiled
         magic, tag = getattr(interp, "magic", ""), getattr(interp, "cache_tag", "")
         refused = _environment_refuses()
         for house, f in todo:
@@ -56,7 +58,7 @@ class Precompiled:
             pack = record.packs.get(f.filename)
             if pack is None or pack.wheel_sha256 != f.sha256:
                 continue  # a wheel added or changed since the packs were made: compiled here
-            work.append((house.path / pack.path, pack, f))
+            work.append((house.path / pack.path, pack, f, house.path / f.path))
         notes = list(dict.fromkeys(notes))
         if not work:
             if notes:
@@ -67,12 +69,28 @@ class Precompiled:
             return None
         out = cls(magic, tag)
         out.notes = notes
-        threading.Thread(target=out._load, args=(work, scheme), name="wh-pycs", daemon=True).start()
+        threading.Thread(target=out._load, args=(work, wheels, scheme), name="wh-pycs", daemon=True).start()
         return out
 
-    def _load(self, work, scheme: Mapping[str, str]) -> None:
+    def _load(self, work, wheels, scheme: Mapping[str, str]) -> None:
         try:
-            for path, pack, f in work:
+            # Which wheel writes what: a pack's member is taken only under a name its own wheel ships, with
+            # that file's size, and only where no other wheel of the batch writes the same path (the one
+            # installed last wins there, and it may be one without a pack: its file is compiled).
+            shipped: dict[Path, dict[str, int]] = {}
+            claims: dict[str, int] = {}
+            for wheel in dict.fromkeys(wheels):
+                try:
+                    with zipfile.ZipFile(wheel) as w:
+                        shipped[wheel] = {name: size for _, name, size in importable(w)}
+                except (OSError, zipfile.BadZipFile, ValueError, RuntimeError, EOFError) as exc:
+                    self.notes.append(f"{Path(wheel).name} could not be read ({exc}): bytecode compiled here")
+                    return  # the install refuses it anyway; nothing is taken from a pack without knowing it
+                for name in shipped[wheel]:
+                    dest = _dest(scheme, name)
+                    if dest is not None:
+                        claims[dest] = claims.get(dest, 0) + 1
+            for path, pack, f, wheel in work:
                 try:
                     data = Path(path).read_bytes()
                     if len(data) != pack.size or hashlib.sha256(data).hexdigest() != pack.sha256:
@@ -87,18 +105,21 @@ class Precompiled:
                     self.notes.append(f"{pack.path} was made for another wheel or Python than its record says: "
                                       f"{f.filename} compiled here")
                     continue
-                sizes = index["files"]
+                sizes, own = index["files"], shipped.get(wheel, {})
+                foreign = 0
                 for name, code in members.items():
-                    key, _, rel = name.partition("/")
-                    base = scheme.get(key)
                     size = sizes.get(name)
-                    if base is None or not rel or not isinstance(size, int):
+                    dest = _dest(scheme, name)
+                    if dest is None or own.get(name) is None or size != own[name] or type(size) is not int:
+                        foreign += 1
                         continue
-                    dest = os.path.normpath(os.path.join(base, rel))
-                    if dest in self._entries:  # two wheels put a file at one path: compiled here, from the file
+                    if claims.get(dest, 0) > 1 or dest in self._entries:
                         self._entries[dest] = (-1, b"")
                     else:
                         self._entries[dest] = (size, code)
+                if foreign:
+                    self.notes.append(f"{pack.path} holds {foreign} member(s) that are not files of {f.filename} "
+                                      "as it ships them: not used (`wh bytecode` rewrites the pack)")
         finally:
             self._ready.set()
 
@@ -145,6 +166,13 @@ class Precompiled:
             return False
         self.written += 1
         return True
+
+
+def _dest(scheme: Mapping[str, str], name: str) -> str | None:
+    """The installed path of a pack member (``purelib/<path>``), or None for a name that is not one."""
+    key, _, rel = name.partition("/")
+    base = scheme.get(key) if key in ("purelib", "platlib") else None
+    return os.path.normpath(os.path.join(base, rel)) if base and rel else None
 
 
 def _environment_refuses() -> str:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["BYTECODE", "INDEX", "BadPack", "PackRecord", "BytecodeRecord", "bytecode_record", "pack_name", "read_pack",
-           "FORMAT"]
+__all__ = ["BYTECODE", "INDEX", "BadPack", "PackRecord", "BytecodeRecord", "bytecode_record", "importable", "pack_name",
+           "read_pack", "FORMAT"]
 
 BYTECODE = "bytecode"  # the folder, relative to the wheelhouse
 INDEX = "wh-bytecode.json"  # the pack's own index member
@@ -92,6 +92,36 @@ def bytecode_record(meta: Mapping[str, Any] | None) -> BytecodeRecord | None:
         return BytecodeRecord(str(data["magic"]), str(data["cache_tag"]), str(data.get("python", "")), packs)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def importable(w: zipfile.ZipFile) -> list[tuple[str, str, int]]:
+    """(member, pack name, source size) of each ``.py`` file the wheel puts under purelib or platlib.
+
+    The producer compiles these; the box accepts a pack's member only under a name this gives for
+    the wheel being installed (a pack can never put code at a path its wheel does not ship)."""
+    root, stem = "purelib", None
+    for n in w.namelist():  # as the installer reads it: Root-Is-Purelib absent means true
+        parts = n.split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "WHEEL":
+            stem = parts[0][:-len(".dist-info")]
+            for line in w.read(n).decode("utf-8", "replace").splitlines():
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "root-is-purelib" and value.strip():
+                    root = "purelib" if value.strip().lower() == "true" else "platlib"
+            break
+    out = []
+    for info in w.infolist():
+        n = info.filename
+        if not n.endswith(".py") or info.is_dir():
+            continue
+        parts = n.split("/")
+        if stem is not None and parts[0] == f"{stem}.data" and len(parts) > 2:
+            if parts[1] not in ("purelib", "platlib"):
+                continue  # scripts, data, headers: not importable modules
+            out.append((n, f"{parts[1]}/{'/'.join(parts[2:])}", info.file_size))
+        else:
+            out.append((n, f"{root}/{n}", info.file_size))
+    return out
 
 
 class BadPack(ValueError):

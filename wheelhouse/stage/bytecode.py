@@ -35,7 +35,8 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.lock import read_pylock, read_wh_json, write_wh_json
 from wheelhouse.digest import sha256_of
-from wheelhouse.lock.bytecode import BYTECODE, FORMAT, INDEX, BytecodeRecord, PackRecord, bytecode_record, pack_name
+from wheelhouse.lock.bytecode import (BYTECODE, FORMAT, INDEX, BytecodeRecord, PackRecord, bytecode_record, importable,
+                                      pack_name)
 from wheelhouse.lock.writer import STANDARD_LAYOUT
 from wheelhouse.progress import NullReporter, Reporter
 
@@ -141,31 +142,6 @@ def find_compiler(version: str, implementation: str, python: str | None = None,
     raise NoCompiler(f"no CPython {version} here to compile the target's bytecode{found}",
                         hint=f"pass one: {flag} /path/to/python{version} (any CPython {version}.x writes the same "
                              "bytecode), or leave the compiling to the box (`wh install --compile`)")
-
-
-def _targets(w: zipfile.ZipFile) -> list[tuple[str, str, int]]:
-    """(member, pack name, source size) of each ``.py`` file the wheel puts under purelib or platlib."""
-    root = "platlib"
-    for n in w.namelist():
-        parts = n.split("/")
-        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "WHEEL":
-            text = w.read(n).decode("utf-8", "replace").lower()
-            if "root-is-purelib: true" in text:
-                root = "purelib"
-            break
-    out = []
-    for info in w.infolist():
-        n = info.filename
-        if not n.endswith(".py") or info.is_dir():
-            continue
-        parts = n.split("/")
-        if parts[0].endswith(".data") and len(parts) > 2:
-            if parts[1] not in ("purelib", "platlib"):
-                continue  # scripts, data, headers: not importable modules
-            out.append((n, f"{parts[1]}/{'/'.join(parts[2:])}", info.file_size))
-        else:
-            out.append((n, f"{root}/{n}", info.file_size))
-    return out
 
 
 class _Pool:
@@ -312,7 +288,7 @@ def compile_wheelhouse(root: Path, compiler: Compiler, *, jobs: int | None = Non
         path = root / f.path
         try:
             with zipfile.ZipFile(path) as w:
-                plans.append((f, _targets(w)))
+                plans.append((f, importable(w)))
         except (OSError, zipfile.BadZipFile) as exc:
             raise BytecodeError(f"cannot read {f.path}: {exc}", hint="check the wheelhouse: `wh verify "
                                 f"{root}`") from exc

@@ -1,0 +1,272 @@
+"""Stage-time bytecode under attack: hostile packs, odd wheels, dying compilers, kills and races.
+
+The promise under test (see test_precompiled.py and docs/bytecode.md): a .pyc written from a pack
+always holds the code of the source installed beside it, or the module is compiled on the box; a
+`wh bytecode` run that fails says so in one line, exits non-zero and leaves wh.json and the packs
+it lists as they were. Real wheels, real venvs, the real CLI in a subprocess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from faults import run_with_fault
+from nvidia_fixtures import make_wheelhouse
+from wheelmaker import make_wheel
+
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+TAG = sys.implementation.cache_tag
+
+
+def wh(*args, env=None, timeout=180):
+    full = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          env=full, timeout=timeout)
+
+
+def site(venv: Path) -> Path:
+    return venv / "lib" / PY / "site-packages"
+
+
+def install(house: Path, venv: Path, *extra, env=None) -> dict:
+    r = wh("install", house, "--venv", venv, "--compile", "--json", *extra, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def bytecode(house: Path, *extra, env=None) -> dict:
+    r = wh("bytecode", house, "--json", *extra, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def run_py(venv: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([venv / "bin" / "python", "-B", "-c", code], capture_output=True, text=True)
+
+
+def loaded_from_pyc(python: Path, module: str) -> bool:
+    r = subprocess.run([python, "-B", "-v", "-c", f"import {module}"], capture_output=True, text=True)
+    return any(line.startswith("# ") and " matches " in line and f"/{module.replace('.', '/')}" in line
+               for line in r.stderr.splitlines())
+
+
+def code_matches_source(venv: Path, module: str) -> None:
+    """The code the interpreter runs for ``module`` (from its .pyc) is the installed source's, compiled now."""
+    probe = (f"import importlib, importlib.util, marshal, sys\n"
+             f"m = importlib.import_module({module!r})\n"
+             f"src = open(m.__file__, 'rb').read()\n"
+             f"pyc = importlib.util.cache_from_source(m.__file__)\n"
+             f"data = open(pyc, 'rb').read()\n"
+             f"ran = marshal.loads(data[16:])\n"
+             f"fresh = compile(src, m.__file__, 'exec', dont_inherit=True)\n"
+             f"def flat(c):\n"
+             f"    out = [c.co_code, c.co_names, c.co_varnames, c.co_firstlineno]\n"
+             f"    for k in c.co_consts:\n"
+             f"        out += flat(k) if hasattr(k, 'co_code') else [repr(k)]\n"
+             f"    return out\n"
+             f"print(flat(ran) == flat(fresh))\n")
+    r = run_py(venv, probe)
+    assert r.stdout.strip() == "True", (module, r.stdout, r.stderr)
+    assert loaded_from_pyc(venv / "bin" / "python", module), module
+
+
+def rewrite_lock(house: Path, wheels: list[Path]) -> None:
+    """The lock rewritten for ``wheels``, wh.json's bytecode record and owned list kept (a wheel replaced in place)."""
+    meta = json.loads((house / "wh.json").read_text())
+    make_wheelhouse(house, wheels, extra_meta={k: meta[k] for k in ("bytecode", "owned") if k in meta})
+
+
+def record(house: Path) -> dict:
+    return json.loads((house / "wh.json").read_text())["bytecode"]
+
+
+def files_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+
+
+# --- two wheels, one module path ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stale", ["aaa", "zzz"])
+def test_a_module_two_wheels_ship_never_gets_the_other_wheels_bytecode(tmp_path, stale):
+    """aaa and zzz both ship common/ver.py (same size, other content); zzz is installed last, so its file
+    is the one on disk. One wheel is rebuilt after `wh bytecode`, so only the other has a usable pack:
+    whichever it is, the code that runs must be the source on disk."""
+    w = tmp_path / "w"
+    a = make_wheel(w, "aaa", "1.0", modules={"aaa/__init__.py": "A = 1\n", "common/ver.py": "V = 'from-aaa'\n"})
+    z = make_wheel(w, "zzz", "1.0", modules={"zzz/__init__.py": "Z = 1\n", "common/ver.py": "V = 'from-zzz'\n"})
+    house = make_wheelhouse(tmp_path / "house", [a, z])
+    bytecode(house)
+    other = {"aaa": a, "zzz": z}
+    rebuilt = make_wheel(tmp_path / "w2", stale, "1.0",
+                         modules={f"{stale}/__init__.py": "CHANGED = 2\n", "common/ver.py": f"V = 'from-{stale}'\n"})
+    other[stale] = rebuilt
+    rewrite_lock(house, [other["aaa"], other["zzz"]])
+    venv = tmp_path / "v"
+    install(house, venv)
+    out = run_py(venv, "import common.ver as v; print(v.V, open(v.__file__).read().split()[-1])")
+    shown, on_disk = out.stdout.split()
+    assert shown == on_disk.strip("'"), out.stdout
+    code_matches_source(venv, "common.ver")
+
+
+def _forge_pack(house: Path, wheel: str, members: dict[str, bytes], sizes: dict[str, int]) -> None:
+    """Replace ``wheel``'s pack with one holding ``members`` (its index listing ``sizes``), and record its
+    sha256 in wh.json: a producer that wrote nonsense, consistently."""
+    rec = record(house)["packs"][wheel]
+    path = house / rec["path"]
+    index, _ = json.loads(zipfile.ZipFile(path).read("wh-bytecode.json")), None
+    index["files"] = sizes
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("wh-bytecode.json", json.dumps(index))
+        for n, data in members.items():
+            z.writestr(n, data)
+    path.write_bytes(buf.getvalue())
+    meta = json.loads((house / "wh.json").read_text())
+    meta["bytecode"]["packs"][wheel].update(sha256=hashlib.sha256(buf.getvalue()).hexdigest(),
+                                            size=len(buf.getvalue()), files=len(members))
+    (house / "wh.json").write_text(json.dumps(meta))
+
+
+def test_a_pack_member_for_another_wheels_module_is_never_used(tmp_path):
+    """A pack (recorded consistently in wh.json) that carries code for a path its wheel does not ship:
+    lib's module, same size, other code. lib's own pack is gone from the record (lib rebuilt), so only
+    the foreign member names that path. It must not be written there."""
+    w = tmp_path / "w"
+    app = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "A = 1\n"})
+    lib = make_wheel(w, "lib", "1.0", modules={"lib/__init__.py": "V = 'real'\n"})
+    house = make_wheelhouse(tmp_path / "house", [app, lib])
+    bytecode(house)
+    evil = marshal_of("V = 'evil'\n")
+    _forge_pack(house, app.name, {"purelib/app/__init__.py": marshal_of("A = 1\n"),
+                                  "purelib/lib/__init__.py": evil,
+                                  "purelib/../../../escaped.py": evil},
+                {"purelib/app/__init__.py": 6, "purelib/lib/__init__.py": len("V = 'real'\n"),
+                 "purelib/../../../escaped.py": 11})
+    meta = json.loads((house / "wh.json").read_text())
+    del meta["bytecode"]["packs"][lib.name]
+    (house / "wh.json").write_text(json.dumps(meta))
+    (house / "bytecode" / TAG / (lib.name[:-4] + ".zip")).unlink()
+    venv = tmp_path / "v"
+    install(house, venv)
+    assert run_py(venv, "import lib; print(lib.V)").stdout.strip() == "real"
+    code_matches_source(venv, "lib")
+    assert not list(tmp_path.rglob(f"escaped.{TAG}.pyc"))
+    assert not list(venv.rglob(f"*escaped*"))
+
+
+def marshal_of(src: str) -> bytes:
+    import marshal
+
+    return marshal.dumps(compile(src, "x.py", "exec", dont_inherit=True))
+
+
+# --- odd sources ----------------------------------------------------------------------------------------------
+
+def test_odd_sources_get_the_code_the_box_would_compile(tmp_path):
+    """latin-1 coding line, a BOM, CRLF line endings, a SyntaxWarning, a namespace package, .data/platlib
+    and .data/purelib members, a platform wheel (Root-Is-Purelib: false)."""
+    w = tmp_path / "w"
+    latin = "# -*- coding: latin-1 -*-\nS = 'caf\xe9'\n".encode("latin-1")
+    bom = b"\xef\xbb\xbfS = 'bom'\n"
+    crlf = b"S = 'crlf'\r\ndef f():\r\n    return 1\r\n"
+    warn = b"S = '\\d'\nOK = 1 is 1\n"
+    app = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "", "app/latin.py": latin, "app/bom.py": bom,
+                                              "app/crlf.py": crlf, "app/warn.py": warn,
+                                              "nspkg/part/mod.py": "S = 'ns'\n"},
+                     files={"app-1.0.data/platlib/platmod.py": "S = 'plat'\n",
+                            "app-1.0.data/purelib/puremod.py": "S = 'pure'\n"})
+    native = make_wheel(w, "native", "1.0", tags=f"cp{sys.version_info[0]}{sys.version_info[1]}-"
+                        f"cp{sys.version_info[0]}{sys.version_info[1]}-linux_x86_64",
+                        modules={"native/__init__.py": "S = 'native'\n"})
+    house = make_wheelhouse(tmp_path / "house", [app, native])
+    bytecode(house)
+    venv = tmp_path / "v"
+    report = install(house, venv)
+    assert report["precompiled"] == 9, report
+    out = run_py(venv, "import app.latin, app.bom, app.crlf, app.warn, nspkg.part.mod, platmod, puremod, native\n"
+                       "print(app.latin.S == 'caf\\xe9', app.bom.S, app.crlf.S, app.warn.S, nspkg.part.mod.S,"
+                       " platmod.S, puremod.S, native.S)")
+    assert out.stdout.split() == ["True", "bom", "crlf", "\\d", "ns", "plat", "pure", "native"], out
+    for m in ("app.latin", "app.bom", "app.crlf", "app.warn", "nspkg.part.mod", "platmod", "puremod", "native"):
+        code_matches_source(venv, m)
+
+
+# --- upgrades and rollback in an existing venv ----------------------------------------------------------------
+
+def _versions(tmp_path: Path):
+    w = tmp_path / "w"
+    v1 = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "X = 41\n", "app/gone.py": "G = 1\n",
+                                             "app/py2.py": "P = 'v1 ok'\n"})
+    v2 = make_wheel(w, "app", "2.0", modules={"app/__init__.py": "X = 99\n", "app/new.py": "N = 1\n",
+                                             "app/py2.py": "print 'v2'\n"})  # v2's py2.py compiles nowhere
+    h1 = make_wheelhouse(tmp_path / "h1", [v1])
+    h2 = make_wheelhouse(tmp_path / "h2", [v2])
+    bytecode(h1)
+    bytecode(h2)
+    return h1, h2
+
+
+def test_an_upgrade_leaves_no_old_bytecode_for_changed_or_removed_modules(tmp_path):
+    h1, h2 = _versions(tmp_path)
+    venv = tmp_path / "v"
+    install(h1, venv)
+    assert run_py(venv, "import app.py2 as p; print(p.P)").stdout.strip() == "v1 ok"
+    install(h2, venv)
+    assert run_py(venv, "import app; print(app.X)").stdout.strip() == "99"
+    code_matches_source(venv, "app")
+    pycache = site(venv) / "app" / "__pycache__"
+    assert not list(pycache.glob("gone.*.pyc"))
+    assert not list(pycache.glob("py2.*.pyc"))  # v1's bytecode must not pass for v2's file
+    r = run_py(venv, "import app.py2")
+    assert r.returncode != 0 and "SyntaxError" in r.stderr
+
+
+def test_a_failed_upgrade_rolls_back_the_bytecode_it_wrote(tmp_path):
+    h1, h2 = _versions(tmp_path)
+    venv = tmp_path / "v"
+    install(h1, venv)
+    before = {p: (site(venv) / p).read_bytes() for p in files_under(site(venv)) if p.endswith(".pyc")}
+    r = run_with_fault(["install", h2, "--venv", venv, "--compile"], "install.before-commit", "enospc")
+    assert r.returncode != 0
+    after = {p: (site(venv) / p).read_bytes() for p in files_under(site(venv)) if p.endswith(".pyc")}
+    assert after == before
+    assert run_py(venv, "import app; print(app.X)").stdout.strip() == "41"
+    code_matches_source(venv, "app")
+
+
+# --- the environment on the box and on the staging host -------------------------------------------------------
+
+@pytest.mark.parametrize("var,value", [("PYTHONOPTIMIZE", "2"), ("PYTHONPYCACHEPREFIX", "cache")])
+def test_the_box_environment_that_changes_pycs_makes_packs_stand_aside(tmp_path, var, value):
+    w = tmp_path / "w"
+    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "lib", "1.0", modules={
+        "lib/__init__.py": '"""doc"""\nassert True\nV = 1\n'})])
+    bytecode(house)
+    if var == "PYTHONPYCACHEPREFIX":
+        value = str(tmp_path / value)
+    report = install(house, tmp_path / "v", env={var: value})
+    assert report["precompiled"] == 0 and any(var in n for n in report["notes"])
+
+
+def test_packs_made_under_pythonoptimize_keep_asserts_and_docstrings(tmp_path):
+    w = tmp_path / "w"
+    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "lib", "1.0", modules={
+        "lib/__init__.py": '"""the doc"""\ndef f():\n    assert False, "asserted"\n'})])
+    bytecode(house, env={"PYTHONOPTIMIZE": "2", "SOURCE_DATE_EPOCH": "1"})
+    venv = tmp_path / "v"
+    assert install(house, venv)["precompiled"] == 1
+    out = run_py(venv, "import lib\nprint(lib.__doc__)\ntry:\n    lib.f()\nexcept AssertionError as e:\n    print(e)")
+    assert out.stdout.split("\n")[:2] == ["the doc", "asserted"], out
+    code_matches_source(venv, "lib")
