@@ -37,7 +37,8 @@ from .cache import (
     place,
     sha256_of,
 )
-from .ranges import SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments
+from .ranges import (SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments,
+                     split_range)
 from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
 from .stream import download
 
@@ -192,15 +193,25 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
                     work.append((b - a - have, fetch_range, (job, i, s)))
         work += [(it.size or 0, download, (it, s)) for it in todo if id(it) not in in_split]
         work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
-        return _collect([(n, pool.submit(fn, *args), args[0]) for n, fn, args in work], s, pool, downloaded)
+
+        def steal() -> tuple[Segmented, int] | None:
+            # An idle connection takes half of the range with the most left (ranges.split_range), down to
+            # pieces of an eighth of a segment (4 MiB by default), never under 1 MiB: a new request and
+            # the bytes already on their way to the cut connection cost more than a smaller piece saves.
+            return split_range(split, max(1 << 20, segment // 8))
+
+        tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]
+        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs)
     finally:
         for job in split:
             job.release()
         s.reporter.finish(s.task, "")
 
 
-def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -> dict[str, Path]:
-    """Wait for every task; ranges refused by the server fall back to one stream. The first
+def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
+             steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1) -> dict[str, Path]:
+    """Wait for every task; ranges refused by the server fall back to one stream. While fewer than
+    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. The first
     failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
     failures: list[BaseException] = []
@@ -236,6 +247,11 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None]) -
                     if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
                 pending[pool.submit(download, job.item, s)] = job.item
             fallback = {}
+        while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
+            cut = steal()
+            if cut is None:
+                break
+            pending[pool.submit(fetch_range, cut[0], cut[1], s)] = cut[0]
     if failures:
         # Hash mismatches matter more than a flaky link; a cancelled task explains nothing.
         failures.sort(key=lambda e: (isinstance(e, Cancelled), not isinstance(e, HashMismatch)))

@@ -11,6 +11,13 @@ claims a byte the process had not written: a process killed at any moment keeps 
 recorded, and the next run asks each range for the rest. ``<key>.part.json`` records the split,
 written last when a download starts, so a layout on disk means body and record are there.
 
+A connection that lags is not waited for: when a connection is idle and nothing is queued, the
+unfinished range with the most bytes left is split (``split_range``), its second half handed to the
+idle connection and the running transfer cut at the new end. Per-connection speed varies several
+fold on a shared link (one 53 MB range at 13 MB/s beside others at 33 MB/s), and without the split
+the slowest range's tail was the run's last seconds. A split is recorded (layout version 3, the new
+range appended) before its range is asked for; a layout is read in offset order, not list order.
+
 The sha256 is computed while the bytes arrive, in file order: a block that extends the hashed
 prefix is hashed from memory; once a range completes, the bytes its successor already wrote are
 read back (page cache) and hashed by the thread that is free. When the last range lands the digest
@@ -27,6 +34,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
@@ -35,10 +43,14 @@ from wheelhouse.index.http import HttpError
 from .cache import HashMismatch, commit_part, is_no_space, partial_path
 from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
 
-__all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented", "bytes_kept", "SEGMENT_MIN"]
+__all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented",
+           "bytes_kept", "split_range", "SEGMENT_MIN"]
 
 SEGMENT_MIN = 32 << 20
-_LAYOUT_VERSION = 2  # 1: one file per range, joined at the end (those leftovers are thrown away)
+# 1: one file per range, joined at the end (those leftovers are thrown away); 2: ranges in offset order;
+# 3: a range was split, the new one appended (a wh that reads only 2 starts such a download again).
+_LAYOUT_VERSION = 2
+_LAYOUT_SPLIT = 3
 _U64 = struct.Struct("<Q")
 _READ_BACK = 8 << 20  # catching up the hash: reads of the page cache, few and large
 
@@ -61,6 +73,8 @@ class Segmented:
     segments: list[tuple[int, int]]
     have: list[int]
     lock_fd: int
+    # writing[i]: where the block range i is writing right now ends (0: none); a split cuts beyond it.
+    writing: list[int] = field(default_factory=list)
     no_ranges: bool = False
     remaining: int = 0
     resumed: bool = False  # some bytes came from an earlier run
@@ -146,6 +160,7 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
         job.release()
         raise
     job.remaining = sum(1 for (a, b), h in zip(job.segments, job.have) if h < b - a)
+    job.writing = [0] * len(job.segments)
     job.resumed = job.on_disk() > 0
     return job
 
@@ -154,9 +169,11 @@ def _load_layout(job: Segmented) -> bool | None:
     """Take the split and progress of an earlier run; None when there is none that fits."""
     try:
         data = json.loads(job.layout.read_text())
-        if data.get("v") != _LAYOUT_VERSION or data["size"] != job.item.size:
+        if data.get("v") not in (_LAYOUT_VERSION, _LAYOUT_SPLIT) or data["size"] != job.item.size:
             return None
         segments = [(int(a), int(b)) for a, b in data["segments"]]
+        if not _covers(segments, job.item.size or 0):
+            return None
         raw = job.record.read_bytes()
         if len(raw) != _U64.size * len(segments) or job.body.stat().st_size != job.item.size:
             return None
@@ -166,6 +183,16 @@ def _load_layout(job: Segmented) -> bool | None:
     # A record past its range cannot be right: that range starts again.
     job.segments, job.have = segments, [h if h <= b - a else 0 for h, (a, b) in zip(have, segments)]
     return True
+
+
+def _covers(segments: list[tuple[int, int]], size: int) -> bool:
+    """Whether the ranges, in offset order, cover [0, size) with no gap and no overlap."""
+    pos = 0
+    for a, b in sorted(segments):
+        if a != pos or b <= a:
+            return False
+        pos = b
+    return pos == size
 
 
 def _new_layout(job: Segmented, segment: int) -> None:
@@ -225,21 +252,26 @@ def fetch_range(job: Segmented, idx: int, s: Session) -> Path | None:
 
 
 def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
-    a, b = job.segments[idx]
     attempt = 0
-    while job.have[idx] < b - a:
+    while True:
+        with job.guard:  # (a split may move this range's end while it runs)
+            a, b = job.segments[idx]
+            start = a + job.have[idx]
+        if start >= b:
+            return
         s.check()
         if job.no_ranges:
             raise NoRanges()
-        start = a + job.have[idx]
         try:
             with s.client.stream(job.item.url, {"Range": f"bytes={start}-{b - 1}", "Accept-Encoding": "identity"}) as resp:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
-                for blocks, n in body_batches(resp, (b - a) - job.have[idx]):
-                    _write_blocks(job, idx, blocks, n)
-                    s.advance(n)
+                for blocks, n in body_batches(resp, b - start):
+                    kept = _write_blocks(job, idx, blocks, n)
+                    s.advance(kept)
+                    if kept < n:
+                        break  # cut at a split: the rest is another range's (this connection is closed)
                     s.check()
         except HttpError as exc:
             s.check()
@@ -248,27 +280,118 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
             attempt += 1
             if attempt > s.retries:
                 raise FetchError(job.item.url, f"{exc.reason} (after {s.retries} retries; the partial file is kept for the next run)") from exc
-            s.note(f"retrying {job.item.filename} bytes {a + job.have[idx]}-{b - 1}: {exc.reason}")
+            s.note(f"retrying {job.item.filename} bytes {start}-{b - 1}: {exc.reason}")
             s.pause(attempt)
 
 
-def _write_blocks(job: Segmented, idx: int, blocks: list[bytes], n: int) -> None:
-    """Write ``blocks`` at their offset, then record them, then hash them if they extend the prefix."""
-    offset = job.segments[idx][0] + job.have[idx]
-    checkpoint("fetch.write")
-    write_blocks(job.body_fd, blocks, offset)
+def _write_blocks(job: Segmented, idx: int, blocks: list, n: int) -> int:
+    """Write ``blocks`` at their offset (cut at the range's end, which a split may have moved), then
+    record them, then hash them if they extend the prefix. Returns the bytes kept."""
+    with job.guard:
+        a, b = job.segments[idx]
+        offset = a + job.have[idx]
+        if offset + n > b:
+            blocks, n = _cut(blocks, b - offset), b - offset
+        job.writing[idx] = offset + n  # a split now cuts beyond this block
+    if n:
+        checkpoint("fetch.write")
+        write_blocks(job.body_fd, blocks, offset)
     with job.guard:
         job.have[idx] += n
+        job.writing[idx] = 0
         done = job.have[idx]
     # Only after the data's pwrite returned: the record never runs ahead of the bytes.
     os.pwrite(job.record_fd, _U64.pack(done), _U64.size * idx)
     checkpoint("fetch.range.recorded")
     _hash_prefix(job, offset, blocks)
+    return n
+
+
+def _cut(blocks: list, n: int) -> list:
+    """The first ``n`` bytes of ``blocks``."""
+    out = []
+    for block in blocks:
+        if n <= 0:
+            break
+        out.append(memoryview(block)[:n])
+        n -= len(out[-1])
+    return out
+
+
+def split_range(jobs: Sequence[Segmented], minimum: int) -> tuple[Segmented, int] | None:
+    """Split the unfinished range with the most bytes left (of any of ``jobs``), for an idle connection:
+    the running transfer stops halfway through what it has left, the rest becomes a new range (recorded
+    before anyone asks for it). Returns (job, the new range's index); None when no range has at least
+    ``2 * minimum`` bytes left."""
+    best, most = None, 0
+    for job in jobs:
+        left = _most_left(job)[1]
+        if left > most:
+            best, most = job, left
+    if best is None or most < 2 * max(minimum, 1):
+        return None
+    job = best
+    with job.guard:
+        i, left = _most_left(job, locked=True)
+        if i is None or left < 2 * max(minimum, 1):
+            return None
+        a, b = job.segments[i]
+        mid = b - left + left // 2
+        job.segments[i] = (a, mid)
+        job.segments.append((mid, b))
+        job.have.append(0)
+        job.writing.append(0)
+        job.remaining += 1
+        new = len(job.segments) - 1
+        segments = list(job.segments)
+    # The record grows by one (zero) entry, then the layout names the split: a process killed between
+    # the two leaves a record that fits no layout, and that download starts again (never a wrong byte).
+    # Neither write failing stops the split (it is already in memory, and the range's writer follows):
+    # the record then fits no layout either, and a killed run starts this file again.
+    try:
+        os.pwrite(job.record_fd, _U64.pack(0), _U64.size * new)
+        _write_layout(job, segments, _LAYOUT_SPLIT)
+    except OSError:
+        pass
+    checkpoint("fetch.range.split")  # killed here: the split is on disk, its new range not yet asked for
+    return job, new
+
+
+def _most_left(job: Segmented, locked: bool = False) -> tuple[int | None, int]:
+    """(index, bytes) of the range with the most bytes not yet written nor being written; (None, 0)
+    for a download that cannot be split now (the server ignores ranges, or its files are closed)."""
+    if not locked:
+        with job.guard:
+            return _most_left(job, True)
+    if job.no_ranges or job.body_fd < 0 or job.record_fd < 0:
+        return None, 0
+    best, most = None, 0
+    for i, ((a, b), h) in enumerate(zip(job.segments, job.have)):
+        left = b - max(a + h, job.writing[i])  # the block being written stays with its range
+        if left > most:
+            best, most = i, left
+    return best, most
+
+
+def _write_layout(job: Segmented, segments: list[tuple[int, int]], version: int) -> None:
+    """Replace the layout (temp name, then rename; not synced: a layout lost to a power cut, or
+    empty, fits no record, and that download starts again)."""
+    # (``<key>.part.json.<pid>``: a leftover of a killed run goes with the download's files, or with
+    # fetch_all's sweep of stale sidecars.)
+    tmp = job.layout.with_name(f"{job.layout.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w") as fh:
+            fh.write(json.dumps({"v": version, "size": job.item.size, "segments": segments}))
+        os.replace(tmp, job.layout)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _prefix_end(job: Segmented) -> int:
-    """Where the file's complete prefix ends: the first range not yet complete, how far it got."""
-    for (a, b), h in zip(job.segments, job.have):
+    """Where the file's complete prefix ends: the first range (in offset order: split ranges are
+    appended) not yet complete, how far it got."""
+    for (a, b), h in sorted(zip(job.segments, job.have)):
         if h < b - a:
             return a + h
     return job.item.size or 0
