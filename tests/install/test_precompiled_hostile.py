@@ -270,3 +270,84 @@ def test_packs_made_under_pythonoptimize_keep_asserts_and_docstrings(tmp_path):
     out = run_py(venv, "import lib\nprint(lib.__doc__)\ntry:\n    lib.f()\nexcept AssertionError as e:\n    print(e)")
     assert out.stdout.split("\n")[:2] == ["the doc", "asserted"], out
     code_matches_source(venv, "lib")
+
+
+# --- the compiling interpreter misbehaves ---------------------------------------------------------------------
+
+def _two_wheel_house(tmp_path: Path) -> Path:
+    w = tmp_path / "w"
+    return make_wheelhouse(tmp_path / "house", [
+        make_wheel(w, "app", "1.0", modules={"app/__init__.py": "X = 1\n", "app/more.py": "Y = 2\n"}),
+        make_wheel(w, "lib", "2.0", modules={"lib/__init__.py": "V = 42\n"})])
+
+
+def _wrapper(tmp_path: Path, worker_prefix: str) -> Path:
+    """A --python that answers wh's question truthfully, then runs the worker behind ``worker_prefix``."""
+    script = tmp_path / "fakepy"
+    script.write_text(f"#!/bin/sh\ncase \"$*\" in\n  *struct*) {worker_prefix} ;;\n"
+                      f"  *) exec {sys.executable} \"$@\" ;;\nesac\n")
+    script.chmod(0o755)
+    return script
+
+
+def _untouched(house: Path, before: bytes) -> None:
+    assert (house / "wh.json").read_bytes() == before
+    assert not files_under(house / "bytecode"), files_under(house / "bytecode")
+
+
+def _no_orphans(marker: str) -> None:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert marker not in ps, [line for line in ps.splitlines() if marker in line]
+
+
+@pytest.mark.parametrize("how,prefix", [
+    ("garbage", "printf 'GARBAGE!GARBAGE!'; exec {py} \"$@\""),
+    ("dies-after-one-task", "head -n 1 | {py} \"$@\""),
+    ("dies-at-once", "echo 'Fatal Python error: init_fs_encoding' >&2; exit 1"),
+    ("short-frame", "exec {py} -c 'import sys; sys.stdout.buffer.write(bytes([64, 0, 0, 0, 0, 0, 0, 0]) + b\"abcd\")'"),
+    ("wrong-answer", "exec {py} -c 'import marshal, struct, sys; b = marshal.dumps({{\"x\": 1}}); "
+                     "sys.stdin.readline(); sys.stdout.buffer.write(struct.pack(\"<Q\", len(b)) + b)'"),
+])
+def test_a_compiling_interpreter_that_misbehaves_fails_the_run_cleanly(tmp_path, how, prefix):
+    house = _two_wheel_house(tmp_path)
+    before = (house / "wh.json").read_bytes()
+    py = _wrapper(tmp_path, prefix.format(py=sys.executable))
+    r = wh("bytecode", house, "--python", py, "-j", "1", timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "Exception in thread" not in r.stderr, r.stderr
+    assert f"the compiling interpreter {py} failed" in r.stderr
+    _untouched(house, before)
+    _no_orphans(str(py))
+    assert wh("verify", house).returncode == 0
+
+
+@pytest.mark.parametrize("what", ["other-version", "pypy", "not-executable", "a-folder", "prints-garbage"])
+def test_a_python_that_cannot_compile_for_the_target_is_refused_before_anything_is_written(tmp_path, what):
+    house = _two_wheel_house(tmp_path)
+    before = (house / "wh.json").read_bytes()
+    fake = tmp_path / "python-fake"
+    answers = {"other-version": {"magic": "0d0d0d0a", "cache_tag": "cpython-399", "version": "3.99.0",
+                                 "implementation": "cpython"},
+               "pypy": {"magic": importlib_magic(), "cache_tag": "pypy39", "version":
+                        ".".join(map(str, sys.version_info[:3])), "implementation": "pypy"}}
+    if what in answers:
+        fake.write_text(f"#!/bin/sh\necho '{json.dumps(answers[what])}'\n")
+        fake.chmod(0o755)
+    elif what == "not-executable":
+        fake.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+        fake.chmod(0o644)
+    elif what == "a-folder":
+        fake.mkdir()
+    else:
+        fake.write_text(f"#!/bin/sh\necho 'hello from a login banner'\nexec {sys.executable} \"$@\"\n")
+        fake.chmod(0o755)
+    r = wh("bytecode", house, "--python", fake, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "no CPython" in r.stderr and str(fake) in r.stderr and "Traceback" not in r.stderr
+    _untouched(house, before)
+
+
+def importlib_magic() -> str:
+    import importlib.util
+
+    return importlib.util.MAGIC_NUMBER.hex()

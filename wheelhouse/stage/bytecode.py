@@ -43,6 +43,7 @@ from wheelhouse.progress import NullReporter, Reporter
 __all__ = ["BytecodeError", "NoCompiler", "BytecodeResult", "Compiler", "find_compiler", "compile_wheelhouse"]
 
 _CHUNK_BYTES = 1 << 20  # source bytes per task: small enough that two workers finish together
+_MAX_FRAME = 1 << 32  # a worker's answer is far smaller; a bigger length is garbage on its stdout
 
 # Runs in the COMPILING interpreter (the target's version): stdlib only. Reads one task per line
 # (a wheel path and member names) and answers one frame: 8-byte length + marshal of
@@ -144,6 +145,16 @@ def find_compiler(version: str, implementation: str, python: str | None = None,
                              "bytecode), or leave the compiling to the box (`wh install --compile`)")
 
 
+def _checked(done: Any, members: list) -> dict[str, tuple[int, bytes]]:
+    """A worker's answer, as the worker writes it ({member: (source size, code)}, members of its task only)."""
+    asked = {m for m, _ in members}
+    if not isinstance(done, dict) or not all(
+            m in asked and isinstance(v, tuple) and len(v) == 2 and type(v[0]) is int and isinstance(v[1], bytes)
+            for m, v in done.items()):
+        raise ValueError("its answer is not the result of the task it was given")
+    return done
+
+
 class _Pool:
     """One worker process per job, each fed by its own thread from one queue of tasks."""
 
@@ -152,6 +163,7 @@ class _Pool:
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.results: dict[int, dict] = {}
         self.failed: list[str] = []
+        self.answered = 0  # tasks answered: each one must be, or the run fails
         self._lock = threading.Lock()
         self._procs = [subprocess.Popen([exe, "-I", "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE) for _ in range(jobs)]
@@ -166,6 +178,8 @@ class _Pool:
             t.start()
         for t in self._threads:
             t.join()
+        if not self.failed and self.answered != len(tasks):  # a feeder that ended without a word
+            self.failed.append(f"{len(tasks) - self.answered} of {len(tasks)} tasks got no answer")
 
     def _feed(self, proc: subprocess.Popen) -> None:
         while True:
@@ -179,15 +193,21 @@ class _Pool:
                 head = proc.stdout.read(8)
                 if len(head) != 8:
                     raise OSError("the worker ended")
-                blob = proc.stdout.read(struct.unpack("<Q", head)[0])
-                done = marshal.loads(blob)
-            except (OSError, ValueError, EOFError) as exc:
+                size = struct.unpack("<Q", head)[0]
+                if size > _MAX_FRAME:  # not a frame: something else on the worker's stdout
+                    raise ValueError(f"it wrote {head!r} where a result was expected")
+                blob = proc.stdout.read(size)
+                if len(blob) != size:
+                    raise OSError("the worker ended in the middle of a result")
+                done = _checked(marshal.loads(blob), members)
+            except Exception as exc:  # whatever the worker did, it is this run's failure, said in one line
                 err = proc.stderr.read().decode("utf-8", "replace")[-2000:] if proc.poll() is not None else ""
                 with self._lock:
-                    self.failed.append(f"{Path(wheel).name}: {err or exc}")
+                    self.failed.append(f"{Path(wheel).name}: {err.strip() or exc}")
                 break
             with self._lock:
                 self.results.setdefault(key, {}).update(done)
+                self.answered += 1
                 self.on_done(key, len(members))
         try:
             proc.stdin.close()
