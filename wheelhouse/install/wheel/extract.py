@@ -43,8 +43,11 @@ from .record import RecordMismatch, UnpackError, record_digest
 
 __all__ = ["create_new", "extract_plans", "Extraction"]
 
-_READ = 4 << 20  # reads of stored members and of whole wheels for their sha256
-_IN = 1 << 20  # compressed bytes read by one pread
+# Reads of the archive (stored and deflated members, whole wheels for their sha256) go into one buffer
+# per member or wheel, reused: a fresh 4 MiB bytes object per read was page faults and a copy from
+# memory; 256 KiB stays in the core's cache between the kernel's copy and the hash or inflater reading it.
+_READ = 256 << 10
+_IN = _READ  # a member this small (with its local header) is read in one pread
 # Compressed bytes handed to one inflate call: what the call leaves unconsumed (its output reached _OUT)
 # comes back as a copy (``unconsumed_tail``), so a small piece keeps that copy small.
 _FEED = 64 << 10
@@ -90,14 +93,18 @@ class _Archives:
 
 
 def _raw_chunks(fd: int, pos: int, left: int, size: int = _READ):
-    """``left`` bytes of the archive from ``pos``, in reads of at most ``size``."""
+    """``left`` bytes of the archive from ``pos``, in reads of at most ``size`` into one buffer: each
+    piece is a view of it, valid until the next piece is asked for (hashed, inflated or written by then)."""
+    if left <= 0:
+        return
+    buf = memoryview(bytearray(min(left, size)))
     while left > 0:
-        chunk = os.pread(fd, min(left, size), pos)
-        if not chunk:
+        n = os.preadv(fd, [buf[:min(left, size)]], pos)
+        if n <= 0:
             break
-        pos += len(chunk)
-        left -= len(chunk)
-        yield chunk
+        pos += n
+        left -= n
+        yield buf[:n]
 
 
 def _damaged(wheel: Path, what: str) -> UnpackError:
@@ -121,7 +128,7 @@ def _member_chunks(fd: int, wheel: Path, m: PlannedFile, inflater: Inflater):
     """The member's uncompressed bytes, in pieces: raw inflate over pread (no per-read Python buffering;
     the caller checks every byte against the CRC or the RECORD sha256)."""
     pos, body = _member_data(fd, wheel, m)
-    raw = [body] if body is not None else _raw_chunks(fd, pos, m.compress_size, _IN)
+    raw = [body] if body is not None else _raw_chunks(fd, pos, m.compress_size)
     if m.compress_type == zipfile.ZIP_STORED:
         yield from raw
         return
