@@ -351,3 +351,51 @@ def importlib_magic() -> str:
     import importlib.util
 
     return importlib.util.MAGIC_NUMBER.hex()
+
+
+# --- kills, full disks, races ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("point,action", [("bytecode.write", "kill"), ("bytecode.pack", "kill"),
+                                          ("bytecode.before-record", "kill"), ("bytecode.pack", "enospc"),
+                                          ("bytecode.before-record", "enospc")])
+def test_a_rerun_cut_short_after_a_wheel_changed_leaves_the_previous_packs_usable(tmp_path, point, action):
+    """Packs made, then app rebuilt under the same filename (`wh build`), then `wh bytecode` again, cut
+    short. wh.json still lists the old packs: they must still be there, byte for byte, so the wheelhouse
+    verifies and installs (lib from its pack, app compiled), and the next run finishes the job."""
+    w = tmp_path / "w"
+    app = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "X = 1\n"})
+    lib = make_wheel(w, "lib", "2.0", modules={"lib/__init__.py": "V = 42\n"})
+    house = make_wheelhouse(tmp_path / "house", [app, lib])
+    bytecode(house)
+    rebuilt = make_wheel(tmp_path / "w2", "app", "1.0", modules={"app/__init__.py": "X = 'rebuilt, longer'\n",
+                                                                 "app/extra.py": "E = 1\n"})
+    rewrite_lock(house, [rebuilt, lib])
+    before = (house / "wh.json").read_bytes()
+    r = run_with_fault(["bytecode", house], point, action)
+    assert r.returncode != 0
+    if action == "enospc":
+        assert r.returncode == 1 and "Traceback" not in r.stderr and "re-run `wh bytecode" in r.stderr, r.stderr
+    assert (house / "wh.json").read_bytes() == before
+    v = wh("verify", house)
+    assert v.returncode == 0, v.stdout + v.stderr
+    venv = tmp_path / "v"
+    report = install(house, venv)
+    assert report["precompiled"] == 1  # lib's; app changed since its pack
+    assert run_py(venv, "import app; print(app.X)").stdout.strip() == "rebuilt, longer"
+    code_matches_source(venv, "app")
+    assert bytecode(house)["compiled"] == 2
+    listed = {p["path"] for p in record(house)["packs"].values()}
+    assert {f"bytecode/{p}" for p in files_under(house / "bytecode")} == listed
+    assert install(house, tmp_path / "v2")["precompiled"] == 3
+
+
+def test_two_bytecode_runs_at_once_both_finish_and_leave_one_consistent_record(tmp_path):
+    house = _two_wheel_house(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "wheelhouse", "bytecode", house, "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    listed = {p["path"] for p in record(house)["packs"].values()}
+    assert {f"bytecode/{p}" for p in files_under(house / "bytecode")} == listed
+    assert wh("verify", house).returncode == 0
+    assert install(house, tmp_path / "v")["precompiled"] == 3

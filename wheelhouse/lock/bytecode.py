@@ -46,9 +46,12 @@ INDEX = "wh-bytecode.json"  # the pack's own index member
 FORMAT = "wh-bytecode/1"
 
 
-def pack_name(cache_tag: str, wheel_filename: str) -> str:
-    """The pack's path relative to the wheelhouse: ``bytecode/cpython-312/<wheel>.zip``."""
-    return f"{BYTECODE}/{cache_tag}/{wheel_filename[:-len('.whl')] if wheel_filename.endswith('.whl') else wheel_filename}.zip"
+def pack_name(cache_tag: str, wheel_filename: str, wheel_sha256: str | None = None) -> str:
+    """The pack's path relative to the wheelhouse: ``bytecode/cpython-312/<wheel>.zip``; with
+    ``wheel_sha256``, the other name a pack may have, ``<wheel>.<sha256[:16]>.zip``: a run that
+    replaces a pack wh.json lists writes there, so the listed one stays until the record changes."""
+    stem = wheel_filename[:-len('.whl')] if wheel_filename.endswith('.whl') else wheel_filename
+    return f"{BYTECODE}/{cache_tag}/{stem}{'.' + wheel_sha256[:16] if wheel_sha256 else ''}.zip"
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,8 @@ def _reusable(root: Path, reuse: Path | None, compiler: Compiler, wheels) -> dic
     out: dict[str, PackRecord] = {}
     for f in wheels:
         p = old.packs.get(f.filename)
-        if p is None or p.wheel_sha256 != f.sha256 or p.path != pack_name(compiler.cache_tag, f.filename):
+        if p is None or p.wheel_sha256 != f.sha256 or p.path not in (pack_name(compiler.cache_tag, f.filename),
+                                                                       pack_name(compiler.cache_tag, f.filename, f.sha256)):
             continue
         src = Path(reuse) / p.path
         try:
@@ -340,32 +341,47 @@ def compile_wheelhouse(root: Path, compiler: Compiler, *, jobs: int | None = Non
                             f"{compiler.executable} -c 'import zipfile, marshal'", detail=pool.failed[0])
     packs: dict[str, PackRecord] = dict(kept)
     compiled = 0
+    try:
+        current = bytecode_record(read_wh_json(root)) if (root / "wh.json").is_file() else None
+    except WhError:
+        current = None
+    listed = {p.path for p in current.packs.values()} if current is not None else set()
     for i, (f, targets) in enumerate(plans):
         done = pool.results.get(i, {})
         by_name = {name: done[member] for member, name, _ in targets if member in done}
         rel = pack_name(compiler.cache_tag, f.filename)
+        if rel in listed:  # wh.json lists the pack there until the record changes: never overwrite it before
+            rel = pack_name(compiler.cache_tag, f.filename, f.sha256)
         index = {"format": FORMAT, "wheel": f.filename, "wheel_sha256": f.sha256, "magic": compiler.magic,
                  "cache_tag": compiler.cache_tag, "python": compiler.version,
                  "files": {n: by_name[n][0] for n in sorted(by_name)}}
         try:
             sha, size = _write_pack(root / rel, index, by_name)
+            checkpoint("bytecode.pack")
         except OSError as exc:
             raise BytecodeError(f"could not write {root / rel}: {exc.strerror or exc}; wh.json and the installable "
                                 "wheelhouse are as they were", hint="free space or fix permissions there, then "
                                 f"re-run `wh bytecode {root}`") from exc
-        checkpoint("bytecode.pack")
         packs[f.filename] = PackRecord(f.filename, f.sha256, rel, sha, size, len(by_name))
         compiled += len(by_name)
     reporter.finish(task, f"{compiled} files compiled")
     record = BytecodeRecord(compiler.magic, compiler.cache_tag, compiler.version, packs)
-    checkpoint("bytecode.before-record")
-    meta = read_wh_json(root)
-    if not isinstance(meta.get("owned"), list):  # written before wh.json listed its paths: list what is there
-        meta["owned"] = [p for p in STANDARD_LAYOUT if (root / p).exists()]
-    meta["owned"] = sorted(set(meta["owned"]) | {BYTECODE})
-    meta["bytecode"] = record.to_json()
-    write_wh_json(root, meta)
-    _remove_unlisted(root, record)
+    try:
+        checkpoint("bytecode.before-record")
+        meta = read_wh_json(root)
+        if not isinstance(meta.get("owned"), list):  # written before wh.json listed its paths: list what is there
+            meta["owned"] = [p for p in STANDARD_LAYOUT if (root / p).exists()]
+        meta["owned"] = sorted(set(meta["owned"]) | {BYTECODE})
+        meta["bytecode"] = record.to_json()
+        write_wh_json(root, meta)
+    except OSError as exc:
+        raise BytecodeError(f"could not write {root / 'wh.json'}: {exc.strerror or exc}; it is as it was, and so "
+                            "is the installable wheelhouse", hint=f"free space there, then re-run `wh bytecode "
+                            f"{root}`") from exc
+    try:
+        _remove_unlisted(root, record)
+    except OSError:
+        pass  # recorded: a pack wh.json does not list is never used, and the next run removes it
     return BytecodeResult(root, record, compiled, len(kept), sum(p.size for p in packs.values()))
 
 
