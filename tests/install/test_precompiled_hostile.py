@@ -14,8 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -163,7 +161,7 @@ def test_a_pack_member_for_another_wheels_module_is_never_used(tmp_path):
     assert run_py(venv, "import lib; print(lib.V)").stdout.strip() == "real"
     code_matches_source(venv, "lib")
     assert not list(tmp_path.rglob(f"escaped.{TAG}.pyc"))
-    assert not list(venv.rglob(f"*escaped*"))
+    assert not list(venv.rglob("*escaped*"))
 
 
 def marshal_of(src: str) -> bytes:
@@ -399,3 +397,45 @@ def test_two_bytecode_runs_at_once_both_finish_and_leave_one_consistent_record(t
     assert {f"bytecode/{p}" for p in files_under(house / "bytecode")} == listed
     assert wh("verify", house).returncode == 0
     assert install(house, tmp_path / "v")["precompiled"] == 3
+
+
+@pytest.mark.parametrize("body", [b"not marshal at all", b"\xe3", b"N", b""])
+def test_a_pack_member_that_is_not_code_is_compiled_on_the_box_instead(tmp_path, body):
+    """A pack recorded consistently whose member for lib/__init__.py is not a marshalled code object
+    (garbage, truncated, None, empty): writing it would make `import lib` fail after a green install."""
+    w = tmp_path / "w"
+    lib = make_wheel(w, "lib", "1.0", modules={"lib/__init__.py": "V = 'real'\n", "lib/ok.py": "K = 1\n"})
+    house = make_wheelhouse(tmp_path / "house", [lib])
+    bytecode(house)
+    _forge_pack(house, lib.name, {"purelib/lib/__init__.py": body, "purelib/lib/ok.py": marshal_of("K = 1\n")},
+                {"purelib/lib/__init__.py": len("V = 'real'\n"), "purelib/lib/ok.py": len("K = 1\n")})
+    venv = tmp_path / "v"
+    report = install(house, venv)
+    assert report["precompiled"] == 1
+    r = run_py(venv, "import lib, lib.ok; print(lib.V, lib.ok.K)")
+    assert r.stdout.split() == ["real", "1"], r.stderr
+    code_matches_source(venv, "lib")
+
+
+def test_a_pack_that_is_not_a_zip_or_lies_in_its_index_is_compiled_on_the_box(tmp_path):
+    w = tmp_path / "w"
+    app = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "A = 'app'\n"})
+    lib = make_wheel(w, "lib", "1.0", modules={"lib/__init__.py": "V = 'real'\n"})
+    house = make_wheelhouse(tmp_path / "house", [app, lib])
+    bytecode(house)
+    # app: the index lists a member that is not there; lib: a "pack" that is no zip at all
+    _forge_pack(house, app.name, {"purelib/app/__init__.py": marshal_of("A = 'evil'\n")},
+                {"purelib/app/__init__.py": 10, "purelib/app/missing.py": 3})
+    meta = json.loads((house / "wh.json").read_text())
+    junk = b"PK\x03\x04" + b"\0" * 100
+    (house / meta["bytecode"]["packs"][lib.name]["path"]).write_bytes(junk)
+    meta["bytecode"]["packs"][lib.name].update(sha256=hashlib.sha256(junk).hexdigest(), size=len(junk))
+    (house / "wh.json").write_text(json.dumps(meta))
+    venv = tmp_path / "v"
+    r = wh("install", house, "--venv", venv, "--compile", "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Exception in thread" not in r.stderr, r.stderr
+    report = json.loads(r.stdout)
+    assert report["precompiled"] == 0 and len([n for n in report["notes"] if "compiled here" in n]) == 2, report
+    assert run_py(venv, "import app, lib; print(app.A, lib.V)").stdout.split() == ["app", "real"]
+    code_matches_source(venv, "app")
+    code_matches_source(venv, "lib")

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, read_pack
+from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, is_code, read_pack
 
 __all__ = ["Precompiled"]
 
@@ -106,12 +106,16 @@ class Precompiled:
                                       f"{f.filename} compiled here")
                     continue
                 sizes, own = index["files"], shipped.get(wheel, {})
-                foreign = 0
+                foreign = bad = 0
                 for name, code in members.items():
                     size = sizes.get(name)
                     dest = _dest(scheme, name)
-                    if dest is None or own.get(name) is None or size != own[name] or type(size) is not int:
+                    if dest is None or type(size) is not int or own.get(name) != size:
                         foreign += 1
+                        continue
+                    if not is_code(code):
+                        self._entries[dest] = (-1, b"")  # not a code object: written, the import would fail
+                        bad += 1
                         continue
                     if claims.get(dest, 0) > 1 or dest in self._entries:
                         self._entries[dest] = (-1, b"")
@@ -120,6 +124,9 @@ class Precompiled:
                 if foreign:
                     self.notes.append(f"{pack.path} holds {foreign} member(s) that are not files of {f.filename} "
                                       "as it ships them: not used (`wh bytecode` rewrites the pack)")
+                if bad:
+                    self.notes.append(f"{pack.path} holds {bad} member(s) that are not compiled code: those files "
+                                      "compiled here (`wh bytecode` rewrites the pack)")
         finally:
             self._ready.set()
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["BYTECODE", "INDEX", "BadPack", "PackRecord", "BytecodeRecord", "bytecode_record", "importable", "pack_name",
+__all__ = ["BYTECODE", "INDEX", "BadPack", "PackRecord", "BytecodeRecord", "bytecode_record", "importable", "is_code", "pack_name",
            "read_pack", "FORMAT"]
 
 BYTECODE = "bytecode"  # the folder, relative to the wheelhouse
@@ -127,6 +127,12 @@ def importable(w: zipfile.ZipFile) -> list[tuple[str, str, int]]:
     return out
 
 
+def is_code(blob: bytes) -> bool:
+    """Whether ``blob`` can be a marshalled code object (TYPE_CODE, with or without FLAG_REF, and more than a
+    header): the cheap check that keeps a damaged member from becoming a .pyc every import of it fails on."""
+    return isinstance(blob, bytes) and len(blob) > 32 and blob[0] & 0x7F == 0x63
+
+
 class BadPack(ValueError):
     """A pack whose contents are not what its index says."""
 
@@ -144,7 +150,7 @@ def read_pack(data: bytes | Path) -> tuple[dict[str, Any], dict[str, bytes]]:
             if names != set(index["files"]):
                 raise BadPack("its members are not the ones its index lists")
             return index, {n: z.read(n) for n in names}
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as exc:
+    except Exception as exc:  # zlib.error, an encrypted or unknown-method member, ...: all one "bad pack"
         if isinstance(exc, BadPack):
             raise
         raise BadPack(str(exc) or exc.__class__.__name__) from exc

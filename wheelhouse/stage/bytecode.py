@@ -36,7 +36,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.lock import read_pylock, read_wh_json, write_wh_json
 from wheelhouse.digest import sha256_of
 from wheelhouse.lock.bytecode import (BYTECODE, FORMAT, INDEX, BytecodeRecord, PackRecord, bytecode_record, importable,
-                                      pack_name)
+                                      is_code, pack_name)
 from wheelhouse.lock.writer import STANDARD_LAYOUT
 from wheelhouse.progress import NullReporter, Reporter
 
@@ -149,7 +149,7 @@ def _checked(done: Any, members: list) -> dict[str, tuple[int, bytes]]:
     """A worker's answer, as the worker writes it ({member: (source size, code)}, members of its task only)."""
     asked = {m for m, _ in members}
     if not isinstance(done, dict) or not all(
-            m in asked and isinstance(v, tuple) and len(v) == 2 and type(v[0]) is int and isinstance(v[1], bytes)
+            m in asked and isinstance(v, tuple) and len(v) == 2 and type(v[0]) is int and is_code(v[1])
             for m, v in done.items()):
         raise ValueError("its answer is not the result of the task it was given")
     return done
