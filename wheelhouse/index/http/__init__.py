@@ -129,7 +129,8 @@ class HttpClient:
             watch.set(body_deadline(), "body")
         else:
             watch.set(window, "stalled")
-        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason)
+        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason,
+                          conn.sock if conn is not None else None)
         stream = _SocketStream(final, resp.status, Headers(resp.getheaders()), body)
         try:
             yield stream

@@ -6,14 +6,18 @@ turn a dropped or cut connection into HttpError with ``received`` set, for resum
 
 ``into`` exists for the big downloads: a TLS socket hands out one record (<= 16 KiB) per read, and
 ``chunks`` makes a new ``bytes`` object of each, which the caller then gathers. ``into`` reads them
-straight into one buffer (``readinto1``), handed out as a view every ~1 MiB or ``seconds``: one
-write and one hash update per batch, no per-record objects.
+straight into one buffer, handed out as a view every ~1 MiB or ``seconds``: one write and one hash
+update per batch, no per-record objects. Once the response's buffered reader has handed over what it
+read ahead with the headers, the records are read from the socket itself (``socket.recv_into``): the
+buffered reader and its ``SocketIO`` add a Python frame and a C layer per record for nothing, and
+skipping them cut a 1.5 GB download's CPU by ~0.5 s (user 1.85 -> 1.58 s, system 1.63 -> 1.38 s).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import time
 from typing import Callable, Iterator
 
@@ -26,8 +30,10 @@ class BodyReader:
     """The body of one open response. ``done``: read to its end and complete (its connection may
     be kept alive)."""
 
-    def __init__(self, resp, url: str, watch, window: float, whole: bool, reason: Callable[[object, int], str]):
+    def __init__(self, resp, url: str, watch, window: float, whole: bool, reason: Callable[[object, int], str],
+                 sock=None):
         self.resp = resp
+        self.sock = sock  # the connection's socket, read directly once the buffered reader is empty
         self.url = url
         self.watch = watch
         self.window = window  # the stall window, for a streamed body
@@ -66,6 +72,10 @@ class BodyReader:
         direct = (isinstance(resp, http.client.HTTPResponse) and not resp.chunked
                   and getattr(getattr(resp, "fp", None), "readinto1", None))
         read = direct or self._read_into
+        # The socket itself once a readinto1 longer than the reader's buffer has returned: that call
+        # handed over every byte the reader held and read the rest past it, leaving it empty.
+        sock_read = getattr(self.sock, "recv_into", None) if direct else None
+        drain = 4 * io.DEFAULT_BUFFER_SIZE  # (http.client's reader: io.DEFAULT_BUFFER_SIZE)
         ended = False
         while not ended and (limit is None or self.received < limit):
             room = len(buf) if limit is None else min(len(buf), limit - self.received)
@@ -81,6 +91,8 @@ class BodyReader:
                     if not got:
                         ended = True
                         break
+                    if sock_read is not None and read is direct and room - n > drain:
+                        read = sock_read
                     n += got
                     if time.monotonic() - since >= seconds:
                         break
