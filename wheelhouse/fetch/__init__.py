@@ -8,7 +8,8 @@ or where links are refused, it is a copy (a reflink where the filesystem shares 
 
 Downloads resume: one stream per file (wheelhouse.fetch.stream), or parallel byte ranges for
 big files written in place into one file with a per-range progress record
-(wheelhouse.fetch.ranges); received bytes are written within ~50 ms (wheelhouse.fetch.session's
+(wheelhouse.fetch.ranges; at the end an idle connection takes over half of the range with the
+most bytes left, so one lagging connection does not set the run's last seconds); received bytes are written within ~50 ms (wheelhouse.fetch.session's
 batches), so a killed run keeps all but the last moment's. Two processes wanting one file take turns on an fcntl lock per cache entry.
 A full disk is one clear error (no-space) with the unfinished files removed; Ctrl-C stops the
 transfers at once (the client's sockets are shut) and keeps what is on disk.
