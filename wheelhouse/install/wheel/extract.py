@@ -48,13 +48,14 @@ __all__ = ["create_new", "extract_plans", "Extraction"]
 # memory; 256 KiB stays in the core's cache between the kernel's copy and the hash or inflater reading it.
 _READ = 256 << 10
 _IN = _READ  # a member this small (with its local header) is read in one pread
-# Compressed bytes handed to one inflate call: what the call leaves unconsumed (its output reached _OUT)
-# comes back as a copy (``unconsumed_tail``), so a small piece keeps that copy small.
-_FEED = 64 << 10
-# The most one inflate call may produce: small enough that the CRC-32 and the write that follow read
-# it from the core's cache (16 MiB pieces made the kernel's copy into the page cache, and the CRC, read
-# from memory: ~1 s more CPU on the 2.45 GB set), and 64 KiB of a bomb never becomes gigabytes in memory.
-_OUT = 256 << 10
+# Compressed bytes handed to one inflate call (one read): ~460 KiB out at the CUDA libraries' ~1.8:1.
+# What a call leaves unconsumed when its output is full comes back as a copy (``unconsumed_tail``).
+_FEED = 256 << 10
+# The most one inflate call may produce. Each piece is inflated, CRC-checked and written by three calls
+# that each give up and take back the GIL: pieces 4x smaller (64 KiB in, 256 KiB out) cost 1.2 s of wall
+# time on the 2 GB set on 2 busy cores; 16 MiB pieces made the CRC and the kernel's copy into the page
+# cache read from memory (~5 s more system CPU). A bomb never holds more than this in memory per call.
+_OUT = 1 << 20
 _SLACK = 512  # local-header extra field bytes read along with a small member (more: a second read)
 _FILE_COST = 32 << 10  # a file's creation costs about as much as inflating and writing 32 KiB
 _LINK_COST = 8 << 10  # a checked hardlink: a link and an lstat

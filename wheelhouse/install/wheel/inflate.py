@@ -24,12 +24,12 @@ __all__ = ["Inflater", "BACKENDS", "available", "choose"]
 
 # Fastest first. The 2-core staging host (AMD EPYC, AVX-512), every deflated member >= 1 MiB of the
 # 2.45 GB set inflated, CRC-checked and written, user CPU, 4 alternating rounds under load: ISA-L
-# 9.7-10.9 s, zlib-ng 11.2-12.7 s (the 750 MB cuBLAS member alone: 1.7 s each; ISA-L gains on the
+# 9.7-11.1 s, zlib-ng 11.2-12.7 s (the 750 MB cuBLAS member alone: 1.7 s each; ISA-L gains on the
 # literal-heavy CUDA libraries), the standard zlib ~3x slower.
 BACKENDS = {"isal": "isal.isal_zlib", "zlib-ng": "zlib_ng.zlib_ng", "zlib": "zlib"}
 
 
-# CRC-32 of 256 KiB pieces on the same host: zlib-ng ~15 GB/s, ISA-L ~13 GB/s, standard zlib ~2.3 GB/s.
+# CRC-32 of 256 KiB-16 MiB pieces on the same host: zlib-ng ~15 GB/s, ISA-L ~13 GB/s, standard zlib ~2.3 GB/s.
 _CRC_ORDER = ("zlib-ng", "isal", "zlib")
 
 
