@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -293,9 +294,23 @@ def _untouched(house: Path, before: bytes) -> None:
     assert not files_under(house / "bytecode"), files_under(house / "bytecode")
 
 
+def _running(marker: str) -> list[str]:
+    """Command lines of live processes that contain ``marker`` (read from /proc: ps cuts long ones)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                line = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if marker in line and state != "Z":
+                out.append(line)
+    return out
+
+
 def _no_orphans(marker: str) -> None:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    assert marker not in ps, [line for line in ps.splitlines() if marker in line]
+    assert not _running(marker)
 
 
 @pytest.mark.parametrize("how,prefix", [
@@ -439,3 +454,29 @@ def test_a_pack_that_is_not_a_zip_or_lies_in_its_index_is_compiled_on_the_box(tm
     assert run_py(venv, "import app, lib; print(app.A, lib.V)").stdout.split() == ["app", "real"]
     code_matches_source(venv, "app")
     code_matches_source(venv, "lib")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_hung_compiler_is_stopped_by_an_interrupt_with_nothing_written_and_no_orphans(tmp_path, sig):
+    import signal
+
+    house = _two_wheel_house(tmp_path)
+    before = (house / "wh.json").read_bytes()
+    marker = f"hung-{sig}-{os.getpid()}"
+    py = _wrapper(tmp_path, f"exec {sys.executable} -c 'import sys, time; sys.stdin.readline(); time.sleep(600)' "
+                            f"{marker}")
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "bytecode", house, "--python", py],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not _running(marker):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"the hung worker never started: {proc.communicate()}")
+        time.sleep(0.1)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "Traceback" not in err, err
+    time.sleep(0.5)
+    _no_orphans(marker)
+    _untouched(house, before)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._ui import emit_json
+from ._ui import emit_json, sigterm_as_interrupt
 
 __all__ = ["bytecode"]
 
@@ -56,7 +56,8 @@ def bytecode(ctx, wheelhouse, python, jobs, lock_timeout, as_json) -> None:
     ui = ctx.obj
     reporter = ui.reporter()
     try:
-        result = add_bytecode(Path(wheelhouse), python, jobs, lock_timeout, reporter)
+        with sigterm_as_interrupt():  # `kill <wh pid>` stops the compiling processes too, as Ctrl-C does
+            result = add_bytecode(Path(wheelhouse), python, jobs, lock_timeout, reporter)
     finally:
         reporter.close()
     if as_json:
