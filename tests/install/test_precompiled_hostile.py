@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from faults import run_with_fault
+from index_fixtures import pyindex  # noqa: F401  (fixture)
 from nvidia_fixtures import make_wheelhouse
 from wheelmaker import make_wheel
 
@@ -480,3 +481,42 @@ def test_a_hung_compiler_is_stopped_by_an_interrupt_with_nothing_written_and_no_
     time.sleep(0.5)
     _no_orphans(marker)
     _untouched(house, before)
+
+
+def test_an_upgrade_killed_before_its_commit_is_recovered_with_no_stale_bytecode(tmp_path):
+    h1, h2 = _versions(tmp_path)
+    venv = tmp_path / "v"
+    install(h1, venv)
+    r = run_with_fault(["install", h2, "--venv", venv, "--compile"], "install.before-commit", "kill")
+    assert r.returncode == -9
+    install(h1, venv)  # recovers the journal first, then reinstalls 1.0
+    assert run_py(venv, "import app, app.py2; print(app.X, app.py2.P)").stdout.split() == ["41", "v1", "ok"]
+    for m in ("app", "app.gone", "app.py2"):
+        code_matches_source(venv, m)
+    assert not list((site(venv) / "app" / "__pycache__").glob("new.*.pyc"))
+
+
+def test_bytecode_and_a_restage_of_the_same_folder_at_once(pyindex, tmp_path):
+    """`wh bytecode OUT` while `wh stage -o OUT --bytecode` restages it without one wheel: both finish,
+    one after the other, and the packs are exactly the ones the final wh.json lists."""
+    pub = tmp_path / "pub"
+    make_wheel(pub, "web", "1.0", requires=["core>=2"], modules={"web/__init__.py": "import core\nV = core.V\n"})
+    make_wheel(pub, "web", "1.1", modules={"web/__init__.py": "V = 'alone'\n"})
+    make_wheel(pub, "core", "2.0", modules={"core/__init__.py": "V = 2\n"})
+    idx = pyindex(pub)
+    out = tmp_path / "staged"
+    common = ["-i", idx.url, "-o", out, "--no-bootstrap", "--cache-dir", tmp_path / "cache", "--bytecode"]
+    r = wh("stage", "web==1.0", *common)
+    assert r.returncode == 0, r.stderr
+    procs = [subprocess.Popen([sys.executable, "-m", "wheelhouse", *map(str, args)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for args in (["stage", "web==1.1", *common], ["bytecode", out])]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    packs = record(out)["packs"]
+    assert set(packs) == {"web-1.1-py3-none-any.whl"}
+    assert {f"bytecode/{p}" for p in files_under(out / "bytecode")} == {p["path"] for p in packs.values()}
+    assert wh("verify", out).returncode == 0
+    venv = tmp_path / "v"
+    assert install(out, venv)["precompiled"] == 1
+    assert run_py(venv, "import web; print(web.V)").stdout.strip() == "alone"
