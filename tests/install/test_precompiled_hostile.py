@@ -520,3 +520,12 @@ def test_bytecode_and_a_restage_of_the_same_folder_at_once(pyindex, tmp_path):
     venv = tmp_path / "v"
     assert install(out, venv)["precompiled"] == 1
     assert run_py(venv, "import web; print(web.V)").stdout.strip() == "alone"
+
+
+def test_a_wheel_listed_twice_is_compiled_once_and_its_pack_used(tmp_path):
+    app = make_wheel(tmp_path / "w", "app", "1.0", modules={"app/__init__.py": "X = 1\n"})
+    house = make_wheelhouse(tmp_path / "house", [app, app])
+    result = bytecode(house)
+    assert (result["compiled"], result["files"], result["wheels"]) == (1, 1, 1)
+    assert install(house, tmp_path / "v")["precompiled"] == 1
+    code_matches_source(tmp_path / "v", "app")

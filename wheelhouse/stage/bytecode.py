@@ -299,7 +299,7 @@ def compile_wheelhouse(root: Path, compiler: Compiler, *, jobs: int | None = Non
     reporter = reporter or NullReporter()
     root = Path(root)
     lock = read_pylock(root)
-    wheels = [f for f in lock.files if f.filename.endswith(".whl") and f.path]
+    wheels = list({f.filename: f for f in lock.files if f.filename.endswith(".whl") and f.path}.values())  # once each
     kept = _reusable(root, reuse, compiler, wheels)
     if kept:
         reporter.note(f"bytecode of {len(kept)} wheel(s) taken from {reuse} (same wheels, same Python)")
