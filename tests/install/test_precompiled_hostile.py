@@ -529,3 +529,24 @@ def test_a_wheel_listed_twice_is_compiled_once_and_its_pack_used(tmp_path):
     assert (result["compiled"], result["files"], result["wheels"]) == (1, 1, 1)
     assert install(house, tmp_path / "v")["precompiled"] == 1
     code_matches_source(tmp_path / "v", "app")
+
+
+def test_a_rerun_removes_only_what_wh_wrote_under_bytecode(tmp_path):
+    """bytecode/ symlinked to a bigger disk that holds other things too: a rerun removes stale packs and a
+    killed run's temp files, never someone else's files."""
+    house = _two_wheel_house(tmp_path)
+    elsewhere = tmp_path / "bigdisk"
+    (elsewhere / TAG).mkdir(parents=True)
+    (elsewhere / "README.txt").write_text("mine\n")
+    (elsewhere / TAG / "notes.md").write_text("mine too\n")
+    (house / "bytecode").symlink_to(elsewhere)
+    bytecode(house)
+    (elsewhere / TAG / ".lib-2.0-py3-none-any.zip.x1y2.tmp").write_bytes(b"killed run")
+    (elsewhere / "cpython-30").mkdir()
+    (elsewhere / "cpython-30" / "old-1.0-py3-none-any.zip").write_bytes(b"another python's pack")
+    bytecode(house)
+    assert (elsewhere / "README.txt").read_text() == "mine\n"
+    assert (elsewhere / TAG / "notes.md").read_text() == "mine too\n"
+    assert not (elsewhere / TAG / ".lib-2.0-py3-none-any.zip.x1y2.tmp").exists()
+    assert not (elsewhere / "cpython-30").exists()
+    assert install(house, tmp_path / "v")["precompiled"] == 3

@@ -392,7 +392,7 @@ def _remove_unlisted(root: Path, record: BytecodeRecord) -> None:
     for dirpath, dirnames, filenames in os.walk(base, topdown=False):
         for n in filenames:
             rel = Path(dirpath, n).relative_to(root).as_posix()
-            if rel not in keep:
+            if rel not in keep and n.endswith((".zip", ".tmp", ".reuse")):  # only what a run of wh writes
                 os.unlink(os.path.join(dirpath, n))
         if dirpath != str(base) and not os.listdir(dirpath):
             os.rmdir(dirpath)
