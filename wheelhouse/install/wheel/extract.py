@@ -52,9 +52,10 @@ _IN = _READ  # a member this small (with its local header) is read in one pread
 # What a call leaves unconsumed when its output is full comes back as a copy (``unconsumed_tail``).
 _FEED = 256 << 10
 # The most one inflate call may produce. Each piece is inflated, CRC-checked and written by three calls
-# that each give up and take back the GIL: pieces 4x smaller (64 KiB in, 256 KiB out) cost 1.2 s of wall
-# time on the 2 GB set on 2 busy cores; 16 MiB pieces made the CRC and the kernel's copy into the page
-# cache read from memory (~5 s more system CPU). A bomb never holds more than this in memory per call.
+# that each give up and take back the GIL: pieces 4x smaller (64 KiB in, 256 KiB out) cost 1-2 s of wall
+# time on the 2 GB set on 2 busy cores (a thread preempted holding the GIL stalls the others); 16 MiB
+# pieces made the CRC and the kernel's copy into the page cache read from memory (~3 s more system
+# CPU). A bomb never holds more than this in memory per call.
 _OUT = 1 << 20
 _SLACK = 512  # local-header extra field bytes read along with a small member (more: a second read)
 _FILE_COST = 32 << 10  # a file's creation costs about as much as inflating and writing 32 KiB
