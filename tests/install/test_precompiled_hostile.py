@@ -550,3 +550,15 @@ def test_a_rerun_removes_only_what_wh_wrote_under_bytecode(tmp_path):
     assert not (elsewhere / TAG / ".lib-2.0-py3-none-any.zip.x1y2.tmp").exists()
     assert not (elsewhere / "cpython-30").exists()
     assert install(house, tmp_path / "v")["precompiled"] == 3
+
+
+def test_an_upgrade_killed_while_writing_a_pyc_leaves_no_junk_after_recovery(tmp_path):
+    h1, h2 = _versions(tmp_path)
+    venv = tmp_path / "v"
+    install(h1, venv)
+    r = run_with_fault(["install", h2, "--venv", venv, "--compile"], "install.pyc-from-pack", "kill")
+    assert r.returncode == -9
+    install(h1, venv)  # recovers, then installs 1.0 again
+    names = [p.name for p in (site(venv) / "app" / "__pycache__").iterdir()]
+    assert sorted(names) == sorted(f"{m}.{TAG}.pyc" for m in ("__init__", "gone", "py2")), names
+    code_matches_source(venv, "app")

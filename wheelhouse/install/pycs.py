@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from wheelhouse.faults import checkpoint
 from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, is_code, read_pack
 
 __all__ = ["Precompiled"]
@@ -153,7 +154,8 @@ class Precompiled:
         folder, name = os.path.split(path)
         cache = os.path.join(folder, "__pycache__")
         pyc = os.path.join(cache, f"{name[:-3]}.{self._tag}.pyc")
-        tmp = f"{pyc}.{threading.get_ident()}"
+        # Ends in .pyc: a run killed here leaves a file the rollback's bytecode sweep removes (never imported).
+        tmp = os.path.join(cache, f"{name[:-3]}.{self._tag}.{threading.get_ident()}.tmp.pyc")
         try:
             os.makedirs(cache, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
@@ -164,6 +166,7 @@ class Precompiled:
                     buf = buf[os.write(fd, buf):]
             finally:
                 os.close(fd)
+            checkpoint("install.pyc-from-pack")
             os.replace(tmp, pyc)
         except OSError:
             try:
