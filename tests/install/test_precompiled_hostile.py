@@ -562,3 +562,22 @@ def test_an_upgrade_killed_while_writing_a_pyc_leaves_no_junk_after_recovery(tmp
     names = [p.name for p in (site(venv) / "app" / "__pycache__").iterdir()]
     assert sorted(names) == sorted(f"{m}.{TAG}.pyc" for m in ("__init__", "gone", "py2")), names
     code_matches_source(venv, "app")
+
+
+def test_a_module_that_moves_to_another_wheel_in_an_upgrade_keeps_its_file_and_right_bytecode(tmp_path):
+    """app 1.0 ships common/x.py; in the upgrade app 2.0 drops it and base 1.0 (new) ships it, other code,
+    same size. After the upgrade the file is there, and its bytecode is base's."""
+    w = tmp_path / "w"
+    old = make_wheel(w, "app", "1.0", modules={"app/__init__.py": "A = 1\n", "common/x.py": "X = 'old'\n"})
+    new = make_wheel(w, "app", "2.0", requires=["base"], modules={"app/__init__.py": "A = 2\n"})
+    base = make_wheel(w, "base", "1.0", modules={"base/__init__.py": "B = 1\n", "common/x.py": "X = 'new'\n"})
+    h1 = make_wheelhouse(tmp_path / "h1", [old])
+    h2 = make_wheelhouse(tmp_path / "h2", [new, base])
+    bytecode(h1)
+    bytecode(h2)
+    venv = tmp_path / "v"
+    install(h1, venv)
+    install(h2, venv)
+    r = run_py(venv, "import common.x as m; print(m.X)")
+    assert r.stdout.strip() == "new", r.stderr
+    code_matches_source(venv, "common.x")
