@@ -581,3 +581,15 @@ def test_a_module_that_moves_to_another_wheel_in_an_upgrade_keeps_its_file_and_r
     r = run_py(venv, "import common.x as m; print(m.X)")
     assert r.stdout.strip() == "new", r.stderr
     code_matches_source(venv, "common.x")
+
+
+def test_a_compiler_that_hangs_fails_the_run_after_the_silence_limit(tmp_path):
+    house = _two_wheel_house(tmp_path)
+    before = (house / "wh.json").read_bytes()
+    marker = f"hangs-{os.getpid()}"
+    py = _wrapper(tmp_path, f"exec {sys.executable} -c 'import sys, time; sys.stdin.readline(); time.sleep(600)' "
+                            f"{marker}")
+    r = wh("bytecode", house, "--python", py, env={"WH_BYTECODE_TIMEOUT": "2"}, timeout=60)
+    assert r.returncode == 1 and "answered nothing for 2 s" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    _no_orphans(marker)
+    _untouched(house, before)

@@ -20,6 +20,7 @@ import json
 import marshal
 import os
 import queue
+import select
 import shutil
 import struct
 import subprocess
@@ -145,6 +146,15 @@ def find_compiler(version: str, implementation: str, python: str | None = None,
                              "bytecode), or leave the compiling to the box (`wh install --compile`)")
 
 
+def _silence_limit() -> float:
+    """Seconds a worker may take over one task (about 1 MB of source: seconds; one huge generated file:
+    a minute) before the run fails as hung; WH_BYTECODE_TIMEOUT overrides it."""
+    try:
+        return max(0.1, float(os.environ.get("WH_BYTECODE_TIMEOUT", "") or 900))
+    except ValueError:
+        return 900.0
+
+
 def _checked(done: Any, members: list) -> dict[str, tuple[int, bytes]]:
     """A worker's answer, as the worker writes it ({member: (source size, code)}, members of its task only)."""
     asked = {m for m, _ in members}
@@ -190,6 +200,8 @@ class _Pool:
             try:
                 proc.stdin.write((json.dumps({"wheel": wheel, "members": members}) + "\n").encode())
                 proc.stdin.flush()
+                if not select.select([proc.stdout], [], [], _silence_limit())[0]:  # buffer empty: a frame per task
+                    raise TimeoutError(f"it answered nothing for {_silence_limit():g} s (hung?)")
                 head = proc.stdout.read(8)
                 if len(head) != 8:
                     raise OSError("the worker ended")
