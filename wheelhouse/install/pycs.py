@@ -41,7 +41,7 @@ class Precompiled:
         """Start reading the packs that fit ``todo`` ((wheelhouse, locked file) pairs) and ``interp``;
         None when there are none to read (the notes then go nowhere: nothing was carried)."""
         notes: list[str] = []
-        work: list[tuple[Path, object]] = []
+        work: list[tuple[Path, object, object, Path]] = []  # (pack, its record, locked file, wheel)
         wheels = [house.path / f.path for house, f in todo]  # every one: a path two wheels write is compiled
         magic, tag = getattr(interp, "magic", ""), getattr(interp, "cache_tag", "")
         refused = _environment_refuses()
@@ -115,7 +115,7 @@ class Precompiled:
                         foreign += 1
                         continue
                     if not is_code(code):
-                        self._entries[dest] = (-1, b"")  # not a code object: written, the import would fail
+                        self._entries[dest] = (-1, b"")  # not a code object: as a .pyc, every import would fail
                         bad += 1
                         continue
                     if claims.get(dest, 0) > 1 or dest in self._entries:

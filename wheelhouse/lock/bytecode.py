@@ -28,6 +28,8 @@ a wheel that changed, a pack that changed) falls back to compiling on the box, w
   wheel's sha256 anyway);
 - the pack's own sha256 is the record's;
 - each source file has the size the pack says (checked against the installed file).
+- each member names a ``.py`` file its own wheel ships there (``importable``), with that file's size, and
+  holds a code object; a path another wheel of the install also writes is compiled.
 """
 
 from __future__ import annotations
