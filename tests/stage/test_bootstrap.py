@@ -203,7 +203,7 @@ def test_a_failing_self_build_shows_the_backends_own_error(tmp_path):
     assert not list((tmp_path / "cache").rglob("*.whl"))
 
 
-# --- the fast extra: where the target has its wheels, the box unpacks with zlib-ng ---------------------
+# --- the fast extra: where the target has its wheels, the box unpacks with ISA-L ------------------------
 
 def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, repacked_deps, tmp_path):
     import json
@@ -234,14 +234,15 @@ def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, r
     assert "'wh[fast]'" in (boot / BOOTSTRAP_TXT).read_text()
     assert verify_wheelhouse(out).ok
 
-    # The printed line, by a shell, on a "box" whose pip reaches no index: wh then inflates with zlib-ng.
+    # The printed line, by a shell, on a "box" whose pip reaches no index: wh then inflates with the extra's
+    # ISA-L (zlib-ng gives the CRC-32), not the standard zlib.
     venv.create(tmp_path / "box-venv", with_pip=True)
     env = _box_env(tmp_path, str(tmp_path / "box-venv" / "bin" / "python3"))
     subprocess.run(["sh", "-c", res.bootstrap_command], check=True, capture_output=True, cwd=out, env=env)
     got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "python"), "-c",
                           "from wheelhouse.install.wheel.inflate import choose; print(choose().name)"],
                          capture_output=True, text=True, check=True, env={**env, "WH_INFLATE": ""})
-    assert got.stdout.strip() == "zlib-ng"
+    assert got.stdout.strip() == "isal"
 
     # A bootstrap/ that lost the extra's wheel (and its lock entry) fails `wh verify`: pip would fail on the box.
     lock = read_pylock(boot)
