@@ -213,7 +213,10 @@ class _Pool:
                     raise OSError("the worker ended in the middle of a result")
                 done = _checked(marshal.loads(blob), members)
             except Exception as exc:  # whatever the worker did, it is this run's failure, said in one line
-                err = proc.stderr.read().decode("utf-8", "replace")[-2000:] if proc.poll() is not None else ""
+                try:
+                    err = proc.stderr.read().decode("utf-8", "replace")[-2000:] if proc.poll() is not None else ""
+                except (OSError, ValueError):  # closed under it: the run is being stopped (Ctrl-C, kill)
+                    err = ""
                 with self._lock:
                     self.failed.append(f"{Path(wheel).name}: {err.strip() or exc}")
                 break
