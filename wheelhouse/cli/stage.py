@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
-from ._ui import check_writable, emit_json, write_output
+from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
 
 __all__ = ["stage"]
@@ -225,7 +226,9 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     target = run.target
     reporter = ui.reporter()
     try:
-        result = run_stage(run, reporter=reporter)
+        # --bytecode runs compiling processes: `kill <wh pid>` stops them too, as Ctrl-C does
+        with (sigterm_as_interrupt() if run.bytecode else contextlib.nullcontext()):
+            result = run_stage(run, reporter=reporter)
     finally:
         reporter.close()
 
