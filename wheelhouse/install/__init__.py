@@ -343,32 +343,34 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
             link_cache: Path | None = None, pycs: Precompiled | None = None) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled.
 
-    ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there,
-    the others are compiled (the workers start only when one is)."""
+    ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there by a
+    compile worker, the others are compiled."""
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())])
         _pip_install(interp, paths, compile)
         return [InstalledDist(canonical_name(p.name), p.version, p.wheel.name, "", 0, p.replaced) for p in plans], 0
-    compiler = (ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2), lazy=pycs is not None)
-                if compile else None)
-    on_written = compiler.submit if compiler else None
-    if compiler is not None and pycs is not None:
-        def on_written(path: str, _write=pycs.write, _submit=compiler.submit) -> None:
-            if not _write(path):
-                _submit(path)
+    compiler = (ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2),
+                             resolver=pycs.lookup if pycs is not None else None) if compile else None)
     try:
-        dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
-                               transaction=txn, on_written=on_written,
-                               on_abort=compiler.abort if compiler else None, expected=expected,
-                               verified=() if expected else paths,  # not expected: verify_files hashed them
-                               link_cache=link_cache)
-    except BaseException:
-        if compiler is not None:
-            compiler.abort()
-        raise
-    # Launchers and .data scripts are not modules; everything importable was streamed.
-    return dists, (compiler.finish() + (pycs.written if pycs else 0)) if compiler is not None else 0
+        try:
+            dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
+                                   transaction=txn, on_written=compiler.submit if compiler else None,
+                                   on_abort=compiler.abort if compiler else None, expected=expected,
+                                   verified=() if expected else paths,  # not expected: verify_files hashed them
+                                   link_cache=link_cache)
+        except BaseException:
+            if compiler is not None:
+                compiler.abort()
+            raise
+        # Launchers and .data scripts are not modules; everything importable was streamed.
+        compiled = compiler.finish() if compiler is not None else 0
+    finally:
+        if pycs is not None:
+            pycs.close()  # the private copies of the packs: the workers are done with them
+    if pycs is not None and compiler is not None:
+        pycs.written = compiler.precompiled
+    return dists, compiled
 
 
 def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,

@@ -16,26 +16,73 @@ import queue
 import subprocess
 import tempfile
 import threading
+from typing import Callable
 
 from .errors import InstallFailed
 
 __all__ = ["ByteCompiler"]
 
-# Runs in the RECEIVING interpreter (its bytecode magic): compiles each path as soon as it arrives on
-# stdin and answers 1 (compiled or up to date) or 0 (not compilable: a Python 2 file in a wheel, which
-# pip and uv let pass too) on stdout. Warnings (invalid escapes, ...) are silenced: compileall's quiet
-# does not silence them, and a worker must never block on a full stderr.
+# Runs in the RECEIVING interpreter (its bytecode magic). One line per file on stdin:
+# - a path: compile it; answer 1 (compiled or up to date) or 0 (not compilable: a Python 2 file in a wheel,
+#   which pip and uv let pass too);
+# - "\0" path "\0" pack "\0" member "\0" size: write the path's .pyc from that member of a verified pack
+#   (``wheelhouse.install.pycs``) the way py_compile writes one: this interpreter's magic, flags 0, the
+#   installed source's mtime and size from its stat, under a temp name ending in .pyc, then renamed; answer 2.
+#   Anything that does not fit (not code, another size, an unreadable member) is compiled instead.
+# Warnings (invalid escapes, ...) are silenced: compileall's quiet does not silence them, and a worker must
+# never block on a full stderr.
 _COMPILE_WORKER = r"""
-import compileall, os, sys, warnings
+import compileall, importlib.util, os, signal, sys, warnings, zipfile
 warnings.simplefilter("ignore")
+MAGIC, TAG = importlib.util.MAGIC_NUMBER, sys.implementation.cache_tag
+KILL_HERE = os.environ.get("WH_FAULT") == "install.pyc-from-pack:kill"
+packs = {}
+def from_pack(path, pack, member, size):
+    z = packs.get(pack)
+    if z is None:
+        z = packs[pack] = zipfile.ZipFile(pack)
+    code = z.read(member)
+    if len(code) <= 32 or code[0] & 0x7F != 0x63:  # not a marshalled code object
+        return False
+    st = os.stat(path)
+    if st.st_size != size:
+        return False
+    head = MAGIC + bytes(4) + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little")
+    folder, name = os.path.split(path)
+    cache = os.path.join(folder, "__pycache__")
+    os.makedirs(cache, exist_ok=True)
+    tmp = os.path.join(cache, "%s.%s.%d.tmp.pyc" % (name[:-3], TAG, os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, (st.st_mode | 0o200) & 0o666)
+    try:
+        view = memoryview(head + code)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    if KILL_HERE:  # the fault point of a .pyc half-placed: the install (our parent) dies here
+        os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(137)
+    os.replace(tmp, os.path.join(cache, "%s.%s.pyc" % (name[:-3], TAG)))
+    return True
 out = sys.stdout
 for line in sys.stdin.buffer:
-    path = os.fsdecode(line.rstrip(b"\n"))
+    line = line.rstrip(b"\n")
+    answer = "0"
     try:
-        ok = compileall.compile_file(path, quiet=2)
+        if line[:1] == b"\0":
+            path, pack, member, size = (os.fsdecode(x) for x in line[1:].split(b"\0"))
+            try:
+                if from_pack(path, pack, member, int(size)):
+                    answer = "2"
+            except Exception:
+                pass
+        else:
+            path = os.fsdecode(line)
+        if answer == "0" and compileall.compile_file(path, quiet=2):
+            answer = "1"
     except Exception:
-        ok = False
-    out.write("1\n" if ok else "0\n")
+        pass
+    out.write(answer + "\n")
     out.flush()
 """
 
@@ -47,7 +94,11 @@ _WINDOW = 8
 class ByteCompiler:
     """One streaming byte-compile worker per core, each pulling the next path from one shared queue."""
 
-    def __init__(self, python: str, workers: int, *, lazy: bool = False):
+    def __init__(self, python: str, workers: int, *, lazy: bool = False,
+                 resolver: Callable[[str], tuple[str, str, int] | None] | None = None):
+        # resolver(path): (pack copy, member, source size) of a verified pack holding path's code, or None
+        self._resolver = resolver
+        self.precompiled = 0  # .pyc files written from packs (answered 2)
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._python, self._workers = python, max(1, workers)
         self._errs: list = []
@@ -84,14 +135,17 @@ class ByteCompiler:
                     if path is None:
                         ending = True
                     else:
-                        proc.stdin.write(os.fsencode(path) + b"\n")
+                        proc.stdin.write(self._line(path))
                         held += 1
                 if held == 0:
                     break
-                if not proc.stdout.readline():  # the worker died: finish() reports it
+                answer = proc.stdout.readline()
+                if not answer:  # the worker died: finish() reports it
                     break
                 held -= 1
                 self._done[i] += 1
+                if answer == b"2\n":
+                    self.precompiled += 1  # one feeder thread per worker: += under the GIL, no other writer races
         except (BrokenPipeError, ValueError, OSError):
             pass
         finally:
@@ -99,6 +153,16 @@ class ByteCompiler:
                 proc.stdin.close()  # "no more": the worker ends after its last path
             except OSError:
                 pass
+
+    def _line(self, path: str) -> bytes:
+        """What the worker is told for ``path``: its pack member where a verified pack has it, else the path."""
+        hit = self._resolver(path) if self._resolver is not None else None
+        raw = os.fsencode(path)
+        if hit is not None:
+            fields = [raw, os.fsencode(hit[0]), os.fsencode(hit[1]), str(hit[2]).encode()]
+            if not any(b"\0" in f or b"\n" in f for f in fields):
+                return b"\0" + b"\0".join(fields) + b"\n"
+        return raw + b"\n"
 
     def submit(self, path: str) -> None:
         """Queue ``path`` for compilation (never raises: a dead worker is reported by ``finish``)."""

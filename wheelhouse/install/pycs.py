@@ -2,38 +2,45 @@
 
 The rules for when a pack may be used are in ``wheelhouse.lock.bytecode``; every one of them is
 checked here, and anything that fails one is compiled on the box as before, with a note saying
-why. Packs are read (hashed, inflated) by one background thread while extraction starts; the
-first written module waits for it.
+why. One background thread reads each usable pack once: hashes it against wh.json's record, keeps
+a private copy of exactly those bytes (under the environment's ``.wh/trash``, which a killed run's
+recovery sweeps; removed at the end), and maps each member to the path its source is installed at.
 
-A ``.pyc`` is written exactly as ``py_compile`` writes one: the receiving interpreter's magic,
-flags 0 (timestamp-checked), the installed source's mtime and size from its ``stat``, the
-pack's code; under a temp name in ``__pycache__``, then renamed; mode as py_compile's.
+The .pyc files themselves are written by the compile workers, in the receiving interpreter
+(``bytecode._COMPILE_WORKER``): the feeding thread of a worker asks ``lookup(path)`` and tells the
+worker the copy and member instead of the path alone. So writing them costs the unpacking process
+no GIL time (on a 16-core box the unpacker's GIL is what its threads share), and a worker that finds a
+member unusable (not code, another size) compiles the file instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import shutil
+import tempfile
 import threading
 import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from wheelhouse.faults import checkpoint
-from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, is_code, read_pack
+from wheelhouse.lock.bytecode import FORMAT, INDEX, BadPack, bytecode_record, importable
 
 __all__ = ["Precompiled"]
 
 
 class Precompiled:
-    """Pack entries by the absolute path their source is installed at: (source size, marshal bytes)."""
+    """Pack members by the absolute path their source is installed at: (pack copy, member, source size)."""
 
-    def __init__(self, magic: str, cache_tag: str):
-        self._magic = bytes.fromhex(magic)
+    def __init__(self, magic: str, cache_tag: str, site: str | None = None):
+        self._magic = magic
         self._tag = cache_tag
-        self._entries: dict[str, tuple[int, bytes]] = {}
+        self._site = site
+        self._copies: Path | None = None
+        self._entries: dict[str, tuple[str, str, int] | None] = {}
         self._ready = threading.Event()
-        self.written = 0
+        self.written = 0  # set by the caller from the workers' answers
         self.notes: list[str] = []
 
     @classmethod
@@ -68,7 +75,7 @@ class Precompiled:
                 out._ready.set()
                 return out
             return None
-        out = cls(magic, tag)
+        out = cls(magic, tag, scheme.get("platlib"))
         out.notes = notes
         threading.Thread(target=out._load, args=(work, wheels, scheme), name="wh-pycs", daemon=True).start()
         return out
@@ -98,84 +105,71 @@ class Precompiled:
                         self.notes.append(f"{pack.path} is not the pack wh.json records (its sha256 differs): "
                                           f"{f.filename} compiled here; `wh verify` names what else changed")
                         continue
-                    index, members = read_pack(data)
+                    index, members = _listing(data)
                 except (OSError, BadPack) as exc:
                     self.notes.append(f"{pack.path} could not be read ({exc}): {f.filename} compiled here")
                     continue
-                if index.get("wheel_sha256") != f.sha256 or index.get("magic") != self._magic.hex():
+                if index.get("wheel_sha256") != f.sha256 or index.get("magic") != self._magic:
                     self.notes.append(f"{pack.path} was made for another wheel or Python than its record says: "
                                       f"{f.filename} compiled here")
                     continue
+                try:
+                    copy = self._copy(data, len(self._entries))
+                except OSError as exc:
+                    self.notes.append(f"no room for a private copy of {pack.path} ({exc.strerror or exc}): "
+                                      f"{f.filename} compiled here")
+                    continue
                 sizes, own = index["files"], shipped.get(wheel, {})
-                foreign = bad = 0
-                for name, code in members.items():
+                foreign = 0
+                for name in members:
                     size = sizes.get(name)
                     dest = _dest(scheme, name)
                     if dest is None or type(size) is not int or own.get(name) != size:
                         foreign += 1
                         continue
-                    if not is_code(code):
-                        self._entries[dest] = (-1, b"")  # not a code object: as a .pyc, every import would fail
-                        bad += 1
-                        continue
                     if claims.get(dest, 0) > 1 or dest in self._entries:
-                        self._entries[dest] = (-1, b"")
+                        self._entries[dest] = None  # two wheels write it: compiled, from the file installed last
                     else:
-                        self._entries[dest] = (size, code)
+                        self._entries[dest] = (copy, name, size)
                 if foreign:
                     self.notes.append(f"{pack.path} holds {foreign} member(s) that are not files of {f.filename} "
                                       "as it ships them: not used (`wh bytecode` rewrites the pack)")
-                if bad:
-                    self.notes.append(f"{pack.path} holds {bad} member(s) that are not compiled code: those files "
-                                      "compiled here (`wh bytecode` rewrites the pack)")
         finally:
             self._ready.set()
+
+    def _copy(self, data: bytes, n: int) -> str:
+        """The verified bytes as a file only this run writes: a worker reads what was hashed, whatever
+        happens to the wheelhouse meanwhile."""
+        if self._copies is None:
+            base = Path(self._site) / ".wh" / "trash" if self._site else None
+            if base is not None:
+                base.mkdir(parents=True, exist_ok=True)
+            self._copies = Path(tempfile.mkdtemp(prefix="pycs-", dir=base))
+        path = self._copies / f"{n}.zip"
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return str(path)
+
+    def lookup(self, path: str) -> tuple[str, str, int] | None:
+        """(pack copy, member, source size) for ``path``'s .pyc, or None: compile it (waits for the packs)."""
+        self._ready.wait()
+        return self._entries.pop(os.path.normpath(path), None)
+
+    def close(self) -> None:
+        """Remove the private copies (the workers are done with them)."""
+        self._ready.wait()
+        if self._copies is not None:
+            shutil.rmtree(self._copies, ignore_errors=True)
+            try:
+                self._copies.parent.rmdir()  # .wh/trash, when this run made it and nothing else is there
+            except OSError:
+                pass
+            self._copies = None
 
     def finished(self) -> list[str]:
         """The notes, once the packs were read (what was not used, and why)."""
         self._ready.wait()
         return list(dict.fromkeys(self.notes))
-
-    def write(self, path: str) -> bool:
-        """Write ``path``'s .pyc from its pack; False when there is none (or it does not fit): compile it."""
-        self._ready.wait()
-        hit = self._entries.pop(os.path.normpath(path), None)
-        if hit is None or hit[0] < 0:
-            return False
-        size, code = hit
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        if st.st_size != size:
-            return False
-        head = (self._magic + b"\0\0\0\0" + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-                + (size & 0xFFFFFFFF).to_bytes(4, "little"))
-        folder, name = os.path.split(path)
-        cache = os.path.join(folder, "__pycache__")
-        pyc = os.path.join(cache, f"{name[:-3]}.{self._tag}.pyc")
-        # Ends in .pyc: a run killed here leaves a file the rollback's bytecode sweep removes (never imported).
-        tmp = os.path.join(cache, f"{name[:-3]}.{self._tag}.{threading.get_ident()}.tmp.pyc")
-        try:
-            os.makedirs(cache, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                         (st.st_mode | 0o200) & 0o666)
-            try:
-                buf = memoryview(head + code)
-                while buf:
-                    buf = buf[os.write(fd, buf):]
-            finally:
-                os.close(fd)
-            checkpoint("install.pyc-from-pack")
-            os.replace(tmp, pyc)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            return False
-        self.written += 1
-        return True
 
 
 def _dest(scheme: Mapping[str, str], name: str) -> str | None:
@@ -183,6 +177,23 @@ def _dest(scheme: Mapping[str, str], name: str) -> str | None:
     key, _, rel = name.partition("/")
     base = scheme.get(key) if key in ("purelib", "platlib") else None
     return os.path.normpath(os.path.join(base, rel)) if base and rel else None
+
+
+def _listing(data: bytes) -> tuple[dict, list[str]]:
+    """A pack's index and its member names, nothing inflated but the index (the workers read members)."""
+    import json
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            index = json.loads(z.read(INDEX))
+            names = [n for n in z.namelist() if n != INDEX]
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, RuntimeError, NotImplementedError) as exc:
+        raise BadPack(str(exc) or exc.__class__.__name__) from exc
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise BadPack(f"{INDEX} is not a {FORMAT} index")
+    if not isinstance(index.get("files"), dict) or set(names) != set(index["files"]):
+        raise BadPack("its members are not the ones its index lists")
+    return index, names
 
 
 def _environment_refuses() -> str:
