@@ -54,15 +54,22 @@ def from_pack(path, pack, member, size):
     tmp = os.path.join(cache, "%s.%s.%d.tmp.pyc" % (name[:-3], TAG, os.getpid()))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, (st.st_mode | 0o200) & 0o666)
     try:
-        view = memoryview(head + code)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    if KILL_HERE:  # the fault point of a .pyc half-placed: the install (our parent) dies here
-        os.kill(os.getppid(), signal.SIGKILL)
-        os._exit(137)
-    os.replace(tmp, os.path.join(cache, "%s.%s.pyc" % (name[:-3], TAG)))
+        try:
+            view = memoryview(head + code)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        if KILL_HERE:  # the fault point of a .pyc half-placed: the install (our parent) dies here
+            os.kill(os.getppid(), signal.SIGKILL)
+            os._exit(137)
+        os.replace(tmp, os.path.join(cache, "%s.%s.pyc" % (name[:-3], TAG)))
+    except BaseException:
+        try:
+            os.unlink(tmp)  # a full disk: no half .pyc left (compiling is tried next)
+        except OSError:
+            pass
+        raise
     return True
 out = sys.stdout
 for line in sys.stdin.buffer:
@@ -94,37 +101,29 @@ _WINDOW = 8
 class ByteCompiler:
     """One streaming byte-compile worker per core, each pulling the next path from one shared queue."""
 
-    def __init__(self, python: str, workers: int, *, lazy: bool = False,
+    def __init__(self, python: str, workers: int, *,
                  resolver: Callable[[str], tuple[str, str, int] | None] | None = None):
         # resolver(path): (pack copy, member, source size) of a verified pack holding path's code, or None
         self._resolver = resolver
-        self.precompiled = 0  # .pyc files written from packs (answered 2)
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._python, self._workers = python, max(1, workers)
-        self._errs: list = []
-        self._procs: list[subprocess.Popen] = []
-        self._done: list[int] = []
-        self._feeders: list[threading.Thread] = []
+        self._errs = [tempfile.TemporaryFile() for _ in range(max(1, workers))]
+        self._procs = [
+            subprocess.Popen([python, "-c", _COMPILE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=err, bufsize=0)
+            for err in self._errs
+        ]
+        self._done = [0] * len(self._procs)  # per worker (its feeding thread alone counts): files answered
+        self._from_packs = [0] * len(self._procs)  # of those, .pyc files written from packs (answered 2)
         self._closed = False
-        self._starting = threading.Lock()
-        if not lazy:  # lazy: the workers start with the first path (bytecode carried by the wheelhouse may cover all)
-            self._start()
+        self._feeders = [threading.Thread(target=self._feed, args=(i,), daemon=True, name=f"wh-compile-{i}")
+                         for i in range(len(self._procs))]
+        for t in self._feeders:
+            t.start()
 
-    def _start(self) -> None:
-        with self._starting:
-            if self._procs or self._closed:
-                return
-            self._errs = [tempfile.TemporaryFile() for _ in range(self._workers)]
-            self._procs = [
-                subprocess.Popen([self._python, "-c", _COMPILE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=err, bufsize=0)
-                for err in self._errs
-            ]
-            self._done = [0] * len(self._procs)
-            self._feeders = [threading.Thread(target=self._feed, args=(i,), daemon=True, name=f"wh-compile-{i}")
-                             for i in range(len(self._procs))]
-            for t in self._feeders:
-                t.start()
+    @property
+    def precompiled(self) -> int:
+        """How many .pyc files the workers wrote from packs (read after ``finish``)."""
+        return sum(self._from_packs)
 
     def _feed(self, i: int) -> None:
         proc, held, ending = self._procs[i], 0, False
@@ -145,7 +144,7 @@ class ByteCompiler:
                 held -= 1
                 self._done[i] += 1
                 if answer == b"2\n":
-                    self.precompiled += 1  # one feeder thread per worker: += under the GIL, no other writer races
+                    self._from_packs[i] += 1
         except (BrokenPipeError, ValueError, OSError):
             pass
         finally:
@@ -167,16 +166,13 @@ class ByteCompiler:
     def submit(self, path: str) -> None:
         """Queue ``path`` for compilation (never raises: a dead worker is reported by ``finish``)."""
         if "\n" not in path:  # one path per line; such a name is left uncompiled
-            if not self._procs:
-                self._start()
             self._queue.put(path)
 
     def _stop_feeding(self) -> None:
-        with self._starting:
-            if not self._closed:
-                self._closed = True
-                for _ in self._feeders:
-                    self._queue.put(None)
+        if not self._closed:
+            self._closed = True
+            for _ in self._feeders:
+                self._queue.put(None)
 
     def _wait(self) -> list[int]:
         for t in self._feeders:

@@ -16,7 +16,6 @@ member unusable (not code, another size) compiles the file instead.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from wheelhouse.lock.bytecode import FORMAT, INDEX, BadPack, bytecode_record, importable
+from wheelhouse.lock.bytecode import BadPack, bytecode_record, importable, pack_listing
 
 __all__ = ["Precompiled"]
 
@@ -105,7 +104,7 @@ class Precompiled:
                         self.notes.append(f"{pack.path} is not the pack wh.json records (its sha256 differs): "
                                           f"{f.filename} compiled here; `wh verify` names what else changed")
                         continue
-                    index, members = _listing(data)
+                    index, members = pack_listing(data)
                 except (OSError, BadPack) as exc:
                     self.notes.append(f"{pack.path} could not be read ({exc}): {f.filename} compiled here")
                     continue
@@ -177,23 +176,6 @@ def _dest(scheme: Mapping[str, str], name: str) -> str | None:
     key, _, rel = name.partition("/")
     base = scheme.get(key) if key in ("purelib", "platlib") else None
     return os.path.normpath(os.path.join(base, rel)) if base and rel else None
-
-
-def _listing(data: bytes) -> tuple[dict, list[str]]:
-    """A pack's index and its member names, nothing inflated but the index (the workers read members)."""
-    import json
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            index = json.loads(z.read(INDEX))
-            names = [n for n in z.namelist() if n != INDEX]
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, RuntimeError, NotImplementedError) as exc:
-        raise BadPack(str(exc) or exc.__class__.__name__) from exc
-    if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise BadPack(f"{INDEX} is not a {FORMAT} index")
-    if not isinstance(index.get("files"), dict) or set(names) != set(index["files"]):
-        raise BadPack("its members are not the ones its index lists")
-    return index, names
 
 
 def _environment_refuses() -> str:

@@ -37,11 +37,10 @@ from __future__ import annotations
 import json
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["BYTECODE", "INDEX", "BadPack", "PackRecord", "BytecodeRecord", "bytecode_record", "importable", "is_code", "pack_name",
-           "read_pack", "FORMAT"]
+           "pack_listing", "FORMAT"]
 
 BYTECODE = "bytecode"  # the folder, relative to the wheelhouse
 INDEX = "wh-bytecode.json"  # the pack's own index member
@@ -139,20 +138,19 @@ class BadPack(ValueError):
     """A pack whose contents are not what its index says."""
 
 
-def read_pack(data: bytes | Path) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """A pack's index and its members (install-relative name -> marshal bytes); raises BadPack."""
+def pack_listing(data: bytes) -> tuple[dict[str, Any], list[str]]:
+    """A pack's index and its member names, nothing inflated but the index (the box's compile workers read
+    the members); raises BadPack when they disagree or the bytes are not a pack."""
     import io
 
     try:
-        with zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data) as z:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
             index = json.loads(z.read(INDEX))
-            if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("files"), dict):
-                raise BadPack(f"{INDEX} is not a {FORMAT} index")
-            names = set(z.namelist()) - {INDEX}
-            if names != set(index["files"]):
-                raise BadPack("its members are not the ones its index lists")
-            return index, {n: z.read(n) for n in names}
+            names = [n for n in z.namelist() if n != INDEX]
     except Exception as exc:  # zlib.error, an encrypted or unknown-method member, ...: all one "bad pack"
-        if isinstance(exc, BadPack):
-            raise
         raise BadPack(str(exc) or exc.__class__.__name__) from exc
+    if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("files"), dict):
+        raise BadPack(f"{INDEX} is not a {FORMAT} index")
+    if set(names) != set(index["files"]) or len(names) != len(set(names)):
+        raise BadPack("its members are not the ones its index lists")
+    return index, names
