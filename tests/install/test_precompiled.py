@@ -9,7 +9,6 @@ compiled on the box as before. Real wheels, real venvs, the real CLI.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,18 +20,9 @@ from index_fixtures import pyindex  # noqa: F401  (fixture)
 from nvidia_fixtures import make_wheelhouse
 from wheelmaker import make_wheel
 
-PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-TAG = sys.implementation.cache_tag
+from pyc_helpers import TAG, install, loaded_from_pyc, site, wh
 
 
-def wh(*args, env=None, timeout=180):
-    full = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
-                          env=full, timeout=timeout)
-
-
-def site(venv: Path) -> Path:
-    return venv / "lib" / PY / "site-packages"
 
 
 def modules(x: int) -> dict[str, str]:
@@ -53,17 +43,6 @@ def house_with_bytecode(tmp_path: Path, x: int = 41) -> Path:
     return house
 
 
-def loaded_from_pyc(python: Path, module: str) -> bool:
-    """Whether the interpreter took ``module`` from its .pyc as it is (python -v says "matches")."""
-    r = subprocess.run([python, "-B", "-v", "-c", f"import {module}"], capture_output=True, text=True)
-    return any(line.startswith("# ") and " matches " in line and f"/{module.replace('.', '/')}" in line
-               for line in r.stderr.splitlines())
-
-
-def install(house: Path, venv: Path, *extra, env=None) -> dict:
-    r = wh("install", house, "--venv", venv, "--compile", "--json", *extra, env=env)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def test_bytecode_from_the_wheelhouse_is_what_the_box_would_compile(tmp_path):

@@ -25,24 +25,10 @@ from index_fixtures import pyindex  # noqa: F401  (fixture)
 from nvidia_fixtures import make_wheelhouse
 from wheelmaker import make_wheel
 
-PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-TAG = sys.implementation.cache_tag
+from pyc_helpers import TAG, install, loaded_from_pyc, site, wh
 
 
-def wh(*args, env=None, timeout=180):
-    full = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
-                          env=full, timeout=timeout)
 
-
-def site(venv: Path) -> Path:
-    return venv / "lib" / PY / "site-packages"
-
-
-def install(house: Path, venv: Path, *extra, env=None) -> dict:
-    r = wh("install", house, "--venv", venv, "--compile", "--json", *extra, env=env)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def bytecode(house: Path, *extra, env=None) -> dict:
@@ -54,11 +40,6 @@ def bytecode(house: Path, *extra, env=None) -> dict:
 def run_py(venv: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([venv / "bin" / "python", "-B", "-c", code], capture_output=True, text=True)
 
-
-def loaded_from_pyc(python: Path, module: str) -> bool:
-    r = subprocess.run([python, "-B", "-v", "-c", f"import {module}"], capture_output=True, text=True)
-    return any(line.startswith("# ") and " matches " in line and f"/{module.replace('.', '/')}" in line
-               for line in r.stderr.splitlines())
 
 
 def code_matches_source(venv: Path, module: str) -> None:
