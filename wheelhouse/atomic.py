@@ -6,11 +6,15 @@ import os
 import tempfile
 from pathlib import Path
 
+from wheelhouse.faults import checkpoint
+
 __all__ = ["write_atomic", "replace_atomic", "probe_writable"]
 
 
-def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
-    """Write ``data`` to a temp file in ``path``'s folder, fsync it, then ``os.replace`` it into place."""
+def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644, *, fault: str | None = None) -> Path:
+    """Write ``data`` to a temp file in ``path``'s folder, fsync it, then ``os.replace`` it into place.
+
+    ``fault``: a ``wheelhouse.faults`` point checked once the bytes are in the temp file, before the fsync."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -19,6 +23,8 @@ def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
             fh.flush()
+            if fault is not None:
+                checkpoint(fault)
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)

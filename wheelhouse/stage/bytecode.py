@@ -16,6 +16,7 @@ other packs: each is bound to its wheel's sha256.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import marshal
 import os
@@ -25,7 +26,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from typing import Any
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.lock import read_pylock, read_wh_json, write_wh_json
+from wheelhouse.atomic import write_atomic
 from wheelhouse.digest import sha256_of
 from wheelhouse.lock.bytecode import (BYTECODE, FORMAT, INDEX, BytecodeRecord, PackRecord, bytecode_record, importable,
                                       is_code, pack_name)
@@ -239,32 +240,15 @@ class _Pool:
 
 
 def _write_pack(dest: Path, index: dict[str, Any], members: dict[str, tuple[int, bytes]]) -> tuple[str, int]:
-    """The pack at ``dest`` (temp name, then rename); returns its sha256 and size."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-                z.writestr(INDEX, json.dumps(index, sort_keys=True))
-                for name in sorted(members):
-                    z.writestr(name, members[name][1])
-            fh.flush()
-            checkpoint("bytecode.write")
-            os.fsync(fh.fileno())
-        h = hashlib.sha256()
-        with open(tmp, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        size = os.path.getsize(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-        return h.hexdigest(), size
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """The pack at ``dest`` (built in memory, then written atomically); returns its sha256 and size."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr(INDEX, json.dumps(index, sort_keys=True))
+        for name in sorted(members):
+            z.writestr(name, members[name][1])
+    data = buf.getvalue()
+    write_atomic(dest, data, 0o644, fault="bytecode.write")
+    return hashlib.sha256(data).hexdigest(), len(data)
 
 
 def _reusable(root: Path, reuse: Path | None, compiler: Compiler, wheels) -> dict[str, PackRecord]:
