@@ -11,6 +11,7 @@ Usage::
         idx.tamper("a-1.0-py3-none-any.whl")         # serve other bytes under the published hash
         idx.drop_after("a-1.0-py3-none-any.whl", 1000)  # next full GET dies after 1000 bytes
         pyindex(folder, auth=("alice", "TOKEN"))     # every request needs Basic alice:TOKEN (else 401)
+        pyindex(folder, delay=0.05)                  # every request answered 50 ms late
         pyindex(folder, validators="last-modified")  # pages carry ETag ("etag"), Last-Modified, "both" or "none"
         idx.page_requests(), idx.not_modified        # page GETs so far; 304s answered, per path
         idx.stop()                                   # nothing answers at idx.url any more
@@ -29,6 +30,7 @@ import html
 import json
 import re
 import threading
+import time
 import zipfile
 import io
 from collections import Counter
@@ -87,6 +89,7 @@ class IndexServer:
     validators: str = "etag"  # what project pages carry: "etag", "last-modified", "both" or "none"
     last_modified: str = "Wed, 21 Oct 2026 07:28:00 GMT"  # the pages' Last-Modified (change it with the files)
     not_modified: Counter = field(default_factory=Counter)  # url path -> 304s answered
+    delay: float = 0.0  # seconds each request waits before it is answered (a slow index)
     base: str = ""
     _server: object = field(default=None, repr=False)
 
@@ -225,6 +228,8 @@ def _make_handler(state: IndexServer):
             if self.command != "HEAD":
                 state.hits[path] += 1
             state.log.append((path, dict(self.headers.items())))
+            if state.delay:
+                time.sleep(state.delay)
             if state.auth is not None:
                 import base64
 

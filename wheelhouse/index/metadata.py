@@ -128,6 +128,7 @@ class MetadataReader:
         self.stats = {"cache": 0, "pep658": 0, "range": 0, "local": 0, "download": 0}
         self._packed: dict[str, bytes] | None = None  # the cache's packs, loaded on first use
         self._pending: dict[str, bytes] | None = None  # between begin_batch and flush: what to pack
+        self.offload = None  # a resolution's helper process (``offload``): what needs a request goes there
 
     def begin_batch(self) -> None:
         """From now until ``flush``, what is fetched is kept in memory and written as one pack
@@ -190,11 +191,16 @@ class MetadataReader:
             self.stats["local"] += 1
         elif getattr(self.client, "offline", False):  # --offline: from the cache alone, never a request
             raise NotCached(f"the metadata of {d.filename}")
-        elif d.metadata_url:
-            raw = self._from_pep658(d)
-            self.stats["pep658"] += 1
         else:
-            raw = self._from_ranges(d)
+            off = self.offload
+            got = off.metadata(d) if off is not None else None
+            if got is None:
+                raw = self.fetch(d)
+            else:
+                raw, counts = got
+                with self._lock:
+                    for how, n in counts.items():
+                        self.stats[how] = self.stats.get(how, 0) + n
         meta = parse_metadata(raw)
         if meta.name != d.name or not _same_version(meta.version, d.version):
             raise MetadataError(
@@ -213,6 +219,15 @@ class MetadataReader:
                 except OSError:
                     pass  # a cache that cannot be written costs a request next time, never the run
         return meta
+
+    def fetch(self, d: Distfile) -> bytes:
+        """The METADATA bytes of the wheel at ``d.url``, from the network (counted in ``stats``);
+        not cached here (``read`` does)."""
+        if d.metadata_url:
+            raw = self._from_pep658(d)
+            self.stats["pep658"] += 1
+            return raw
+        return self._from_ranges(d)
 
     def _from_packs(self, key: str) -> bytes | None:
         if self._packed is None:

@@ -230,6 +230,8 @@ def resolve(
     gc_was_on = gc.isenabled()
     gc.disable()
     reader.begin_batch()  # the metadata this resolution fetches is cached as one file, at its end
+    # A cold resolve's index work in a second process (its own GIL): wheelhouse.index.offload.
+    offload = _attach_offload(source, reader) if pool is not None else None
     try:
         provider.prefetch(roots)
         result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
@@ -243,6 +245,9 @@ def resolve(
             hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
         ) from None
     finally:
+        if offload is not None:  # before the pool: prefetches still waiting on the helper give up
+            source.offload = reader.offload = None
+            offload.close()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         reader.flush()
@@ -259,10 +264,24 @@ def resolve(
         requirements=tuple(requirements),
         constraints=tuple(constraints),
         skipped=tuple(skipped),
-        stats={"requests": source.client.requests, **reader.stats},
+        stats={"requests": source.client.requests, **reader.stats,
+               "helpers": offload.started if offload is not None else 0,
+               "offloaded": offload.sent if offload is not None else 0},
         changes=image_changes(pins, image),
         unknown_deps=_kept_blind(pins, provider.unknown_deps),
     )
+
+
+def _attach_offload(source: PackageSource, reader: MetadataReader):
+    """The helper process for this resolution, attached to its source and reader (None: none)."""
+    from wheelhouse.index.offload import Offload
+
+    if getattr(source, "offload", True) is not None or getattr(reader, "offload", True) is not None:
+        return None  # another resolution on the same source holds one, or a source of another kind
+    offload = Offload.for_run(source, reader)
+    if offload is not None:
+        source.offload = reader.offload = offload
+    return offload
 
 
 def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:
