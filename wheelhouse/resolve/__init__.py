@@ -42,7 +42,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from resolvelib import Resolver
+
 from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
 
 from .candidates import Req
@@ -62,6 +62,7 @@ from wheelhouse.index import PackageSource
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
+from .rounds import make_resolver
 from wheelhouse.target import TargetProfile
 from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
@@ -217,6 +218,10 @@ def resolve(
             continue
         cons.setdefault(canonicalize_name(r.name), []).append(Req("pkg", canonicalize_name(r.name), f"{text} (constraint)", r.specifier))
     groups = toolchain_rules(toolchains)
+    # Offline, every page and METADATA is a cache read: threads fetching ahead only contend for the
+    # GIL with the resolver (an offline vllm resolve: ~1.1 s with 16 of them, ~1.0 s with none).
+    if getattr(source.client, "offline", False):
+        jobs = 1
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
@@ -234,7 +239,7 @@ def resolve(
     offload = _attach_offload(source, reader) if pool is not None else None
     try:
         provider.prefetch(roots)
-        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        result = make_resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
