@@ -574,3 +574,22 @@ def test_a_compiler_that_hangs_fails_the_run_after_the_silence_limit(tmp_path):
     assert r.returncode == 1 and "answered nothing for 2 s" in r.stderr and "Traceback" not in r.stderr, r.stderr
     _no_orphans(marker)
     _untouched(house, before)
+
+
+def test_a_source_over_the_size_cap_is_compiled_on_the_box_not_at_stage_time(tmp_path):
+    """A wheel's "module" of more than MAX_SOURCE_BYTES is not read into a compile worker on the staging
+    host (a hostile wheel could declare gigabytes); it is compiled on the box like any module without a pack."""
+    from wheelhouse.stage.bytecode import MAX_SOURCE_BYTES
+
+    big = "# filler line to make the source big\n" * (MAX_SOURCE_BYTES // 37 + 1000) + "BIG = 'big'\n"
+    assert len(big) > MAX_SOURCE_BYTES
+    lib = make_wheel(tmp_path / "w", "lib", "1.0", modules={"lib/__init__.py": "V = 'small'\n", "lib/big.py": big})
+    house = make_wheelhouse(tmp_path / "house", [lib])
+    bytecode(house)
+    packed = record(house)["packs"]["lib-1.0-py3-none-any.whl"]
+    assert packed["files"] == 1, packed  # lib/__init__.py only
+    venv = tmp_path / "v"
+    assert install(house, venv)["precompiled"] == 1
+    r = run_py(venv, "import lib, lib.big; print(lib.V, lib.big.BIG)")
+    assert r.stdout.split() == ["small", "big"], r.stderr
+    assert loaded_from_pyc(venv / "bin" / "python", "lib.big")  # compiled there, and used

@@ -45,6 +45,10 @@ from wheelhouse.progress import NullReporter, Reporter
 __all__ = ["BytecodeError", "NoCompiler", "BytecodeResult", "Compiler", "find_compiler", "compile_wheelhouse"]
 
 _CHUNK_BYTES = 1 << 20  # source bytes per task: small enough that two workers finish together
+# A source bigger than this (as its zip entry declares, which bounds what zipfile inflates) is not
+# precompiled: it is compiled on the box like any module without a pack. The biggest real modules
+# are a few MB; a hostile wheel's "source" of gigabytes would otherwise fill a worker's memory.
+MAX_SOURCE_BYTES = 16 << 20
 _MAX_FRAME = 1 << 32  # a worker's answer is far smaller; a bigger length is garbage on its stdout
 
 # Runs in the COMPILING interpreter (the target's version): stdlib only. Reads one task per line
@@ -308,7 +312,7 @@ def compile_wheelhouse(root: Path, compiler: Compiler, *, jobs: int | None = Non
         path = root / f.path
         try:
             with zipfile.ZipFile(path) as w:
-                plans.append((f, importable(w)))
+                plans.append((f, [t for t in importable(w) if t[2] <= MAX_SOURCE_BYTES]))
         except (OSError, zipfile.BadZipFile) as exc:
             raise BytecodeError(f"cannot read {f.path}: {exc}", hint="check the wheelhouse: `wh verify "
                                 f"{root}`") from exc
