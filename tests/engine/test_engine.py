@@ -432,3 +432,32 @@ def test_build_killed_while_recording_is_undone_by_the_next_run(tmp_path, toy_wi
     assert proc.returncode == 1 and "no-such-project" in proc.stderr
     assert "undid an interrupted change" in proc.stderr
     assert {k: v for k, v in _tree(out).items() if not k.startswith("logs")} == before
+
+
+def test_build_after_bytecode_keeps_the_packs_and_a_rerun_compiles_only_the_engine(tmp_path, toy_repo, pyindex,
+                                                                                    build_py):
+    """`wh bytecode` then `wh build` into the same wheelhouse: the stack's packs stay recorded and checked
+    (`wh verify` passes), the engine has none (the box compiles it), and `wh bytecode` again takes the stack's
+    packs as they are and compiles the engine's modules alone."""
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0", modules={"app/__init__.py": "A = 1\n", "app/more.py": "B = 2\n"})
+    index = pyindex(pub)
+    out, cache = tmp_path / "wh", tmp_path / "cache"
+    assert _stage(out, index, cache, "app==1.0").returncode == 0
+    first = wh("bytecode", out, "--python", sys.executable, "--json")
+    assert first.returncode == 0, first.stderr
+    packs = read_wh_json(out)["bytecode"]["packs"]
+    assert set(packs) == {"app-1.0-py3-none-any.whl"}
+    recipe = write_recipe(tmp_path, toy_repo, toy_repo["base"])
+    proc = wh("build", recipe, "-o", out, "--python", build_py, "--cache-dir", cache, "--json")
+    assert proc.returncode == 0, proc.stderr
+    engine = Path(json.loads(proc.stdout)["wheel"]).name
+    assert read_wh_json(out)["bytecode"]["packs"] == packs  # kept, unchanged, and still checked:
+    verify = wh("verify", out)
+    assert verify.returncode == 0, verify.stderr + verify.stdout
+    again = wh("bytecode", out, "--python", sys.executable, "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    after = read_wh_json(out)["bytecode"]["packs"]
+    assert after["app-1.0-py3-none-any.whl"] == packs["app-1.0-py3-none-any.whl"]
+    assert engine in after and report["reused"] == 1, report
