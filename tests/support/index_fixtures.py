@@ -14,6 +14,7 @@ Usage::
         pyindex(folder, delay=0.05)                  # every request answered 50 ms late
         pyindex(folder, validators="last-modified")  # pages carry ETag ("etag"), Last-Modified, "both" or "none"
         idx.page_requests(), idx.not_modified        # page GETs so far; 304s answered, per path
+        idx.script("/simple/a/", (500, b"", {}))      # the next request for that path gets this answer
         idx.stop()                                   # nothing answers at idx.url any more
 
 Project pages carry validators (an ETag by default) and answer a matching If-None-Match or
@@ -90,6 +91,7 @@ class IndexServer:
     last_modified: str = "Wed, 21 Oct 2026 07:28:00 GMT"  # the pages' Last-Modified (change it with the files)
     not_modified: Counter = field(default_factory=Counter)  # url path -> 304s answered
     delay: float = 0.0  # seconds each request waits before it is answered (a slow index)
+    scripted: dict[str, list] = field(default_factory=dict)  # url path -> canned (status, body, headers), first first
     base: str = ""
     _server: object = field(default=None, repr=False)
 
@@ -109,6 +111,10 @@ class IndexServer:
         """Serve different bytes for ``filename`` while the pages keep the old hash."""
         old = self.files[filename]
         self.files[filename] = data if data is not None else old[:-16] + bytes(16)
+
+    def script(self, path: str, *answers: tuple[int, bytes, dict]) -> None:
+        """The next requests for ``path`` get these answers (status, body, headers), one each, in order."""
+        self.scripted.setdefault(path, []).extend(answers)
 
     def drop_after(self, filename: str, nbytes: int) -> None:
         """The next full (non-range) GET of ``filename`` closes the connection after ``nbytes``."""
@@ -236,6 +242,11 @@ def _make_handler(state: IndexServer):
                 want = "Basic " + base64.b64encode(":".join(state.auth).encode()).decode()
                 if self.headers.get("Authorization") != want:
                     return self._send(401, b"credentials needed", extra={"WWW-Authenticate": 'Basic realm="wh-test"'})
+            canned = state.scripted.get(path)
+            if canned:
+                status, body, extra = canned.pop(0)
+                extra = dict(extra)
+                return self._send(status, body, extra.pop("Content-Type", "text/plain"), extra)
             if path.startswith("/simple"):
                 return self._simple(path)
             if path.startswith("/files/"):

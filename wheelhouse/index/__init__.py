@@ -193,6 +193,8 @@ class PackageSource:
             done = off.page(index, name, keep)  # fetched, parsed and stored by the helper: read from the cache below
             if done is False:
                 return None  # the index does not have the project
+            if isinstance(done, list):
+                return done  # fetched and parsed by the helper, but the cache could not keep it
             if done:
                 confirmed = off.confirmed_after
         try:

@@ -15,7 +15,9 @@ What goes there, and what comes back:
   for the target and stores it, pre-parsed, in the shared page cache (``http.cache``: entries
   are written whole under a temp name and renamed; each is checked when read). This process
   then reads it from the cache as a warm run does, so what the resolver sees is always what
-  the cache code checked. "Not on this index" (404) comes back as such;
+  the cache code checked. "Not on this index" (404) comes back as such. Where the cache could
+  not keep the page (a full disk, a read-only folder), the helper sends the parsed files
+  themselves: reading the cache here would have missed and asked the index a second time;
 - metadata: a helper returns the METADATA bytes (a PEP 658 file checked against its sha256,
   or the member read by ranges); this process parses, checks and caches them as before;
 - a ``WhError`` a helper met (HTTP 5xx after retries, a bad page, a sha256 that differs) is
@@ -33,7 +35,11 @@ Their life: each is this process's child, reading requests on its stdin (credent
 never on a command line or in an environment). When that closes (the resolution ended, or
 this process died, even by SIGKILL) it cuts its requests in flight (their cache writes finish
 or remove their temp file) and exits. It ignores SIGINT: Ctrl-C is this process's to handle,
-and closing the pipe ends the helper.
+and closing the pipe ends the helper. It says it is alive every ``_BEAT`` seconds: one silent
+for ``_SILENT`` seconds while requests wait on it (SIGSTOPped, wedged) is killed, and what
+waited on it is done here. Without that, a request waited on a stopped helper for ever (its
+own deadlines are the helper's, and a stopped process never reaches them), and a write to a
+full pipe blocked every later request with it.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ AFTER = 8  # requests made here before the helper starts (auto)
 HELPERS = 2  # helper processes at most (and at most one per CPU): measured, 3 was no faster than 2
 _THREADS = 16  # request threads in each helper
 _START_WAIT = 30.0  # seconds a request waits for a helper to start, where it waits (``always``)
+_BEAT = 1.0  # a helper says it is alive this often, busy or idle
+_SILENT = 15.0  # a helper silent this long while requests wait on it is hung (stopped, wedged): ended, work done here
 _FRAME = struct.Struct(">Q")
 _BOOT = ("import pickle,struct,sys\n"
          "i=sys.stdin.buffer\n"
@@ -73,9 +81,13 @@ class OffloadClosed(Exception):
     """The run ended while a prefetch waited on the helper (a guess nobody needs any more)."""
 
 
-def _write_frame(out: BinaryIO, obj: Any) -> None:
+def _frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(_FRAME.pack(len(data)) + data)
+    return _FRAME.pack(len(data)) + data
+
+
+def _write_frame(out: BinaryIO, obj: Any) -> None:
+    out.write(_frame(obj))
     out.flush()
 
 
@@ -151,10 +163,11 @@ class Offload:
         return sum(h.spawned for h in self._helpers)
 
     # --- the two kinds of work ----------------------------------------------------------
-    def page(self, index: str, name: str, keep) -> bool | None:
+    def page(self, index: str, name: str, keep) -> bool | list | None:
         """Fetch, parse and store ``name``'s page of ``index`` in a helper: True when stored
         (read it from the cache, ``confirmed_after``), False when the index does not have the
-        project, None when not done there (do it here)."""
+        project, the files (Distfiles) when the cache could not keep the page, None when not
+        done there (do it here)."""
         return self._call("page", index, name, keep=keep)
 
     def metadata(self, distfile) -> tuple[bytes, dict[str, int]] | None:
@@ -221,6 +234,8 @@ class _Helper:
         self._wlock = threading.Lock()
         self._next = 0
         self._keeps_sent: set[int] = set()
+        self.heard = time.monotonic()  # when it last said anything (an answer or a beat)
+        self.began = 0.0  # when it was spawned
 
     def start(self) -> None:
         owner = self.owner
@@ -235,6 +250,8 @@ class _Helper:
             "page_ttl": owner.page_ttl,
             "credentials": owner.client.credentials.snapshot(),
             "threads": _THREADS,
+            "beat": _BEAT,
+            "confirmed_after": owner.confirmed_after,
         }
         with self._lock:
             if self.state != "idle":
@@ -250,6 +267,12 @@ class _Helper:
                     self.state = "dead"
             self.up.set()
             return
+        # Known at once (close() ends it, even before it is ready) and watched from now: a helper
+        # stopped before its "ready" would block this read, and every ``always`` request on up.wait.
+        with self._lock:
+            self._proc = proc
+            self.began = time.monotonic()
+        threading.Thread(target=self._watch, name=f"wh-index-watch-{self.number}", daemon=True).start()
         try:
             _write_frame(proc.stdin, cfg)
             ready = _read_frame(proc.stdout)
@@ -257,7 +280,8 @@ class _Helper:
             ready = None
         with self._lock:
             if ready == ("ready",) and self.state == "starting":
-                self._proc, self.state = proc, "ready"
+                self.state = "ready"
+                self.heard = time.monotonic()
                 proc = None
             elif self.state == "starting":
                 self.state = "dead"
@@ -268,30 +292,63 @@ class _Helper:
             return
         self._read_replies()
 
+    def _watch(self) -> None:
+        """Kill the helper if it is not up within ``_START_WAIT`` or falls silent while requests
+        wait on it: its pipe then closes, the reader fails what waits with "redo" (done here)
+        and a write blocked on a full pipe fails too. A helper that is only slow (a stalling
+        index) still beats."""
+        proc = self._proc
+        while True:
+            time.sleep(min(_BEAT, _SILENT / 4, _START_WAIT / 4))
+            with self._lock:
+                if self.state not in ("starting", "ready"):
+                    return
+                now = time.monotonic()
+                if self.state == "starting":
+                    hung = now - self.began > _START_WAIT
+                else:
+                    hung = bool(self.pending) and now - self.heard > _SILENT
+            if hung:
+                try:
+                    proc.kill()  # SIGKILL ends a stopped process too
+                except OSError:
+                    pass
+                return
+
     def call(self, kind: str, args: tuple):
-        frames = []
-        with self._lock:
-            if self.state != "ready":
+        keep_no = keep = None
+        if kind == "page":
+            index, name, (keep_no, keep) = args
+            args = (index, name, keep_no)
+        # Under the write lock from numbering to writing: a page's keep goes out before any page
+        # that uses it. Pickled before anything is registered: a request that cannot be pickled
+        # (a filter that is a local function raises AttributeError, not PicklingError) is done
+        # here, and its keep is not taken as sent.
+        with self._wlock:
+            with self._lock:
+                if self.state != "ready":
+                    return None
+                rid = self._next
+                self._next += 1
+                send_keep = kind == "page" and keep_no not in self._keeps_sent
+                proc = self._proc
+            try:
+                data = b"".join(_frame(f) for f in ([("keep", keep_no, keep)] if send_keep else []) + [(kind, rid, *args)])
+            except Exception:  # noqa: BLE001  (anything pickle raises)
                 return None
-            rid = self._next
-            self._next += 1
             fut: Future = Future()
-            self.pending[rid] = fut
-            if kind == "page":
-                index, name, (keep_no, keep) = args
-                if keep_no not in self._keeps_sent:
+            with self._lock:
+                if self.state != "ready":
+                    return None
+                self.pending[rid] = fut
+                if send_keep:
                     self._keeps_sent.add(keep_no)
-                    frames.append(("keep", keep_no, keep))
-                args = (index, name, keep_no)
-            frames.append((kind, rid, *args))
-            proc = self._proc
-        try:
-            with self._wlock:
-                for frame in frames:
-                    _write_frame(proc.stdin, frame)
-        except (OSError, ValueError, pickle.PicklingError):
-            self._died()
-            return None
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                self._died()
+                return None
         status, value = fut.result()
         if status == "ok":
             return value
@@ -319,7 +376,10 @@ class _Helper:
                 self._died()
                 proc.stdout.close()
                 return
+            self.heard = time.monotonic()
             rid, status, value, requests = frame
+            if status == "beat":
+                continue
             if status == "err":
                 value = _rebuild(value)
                 if value is None:
@@ -378,6 +438,20 @@ def _rebuild(value) -> BaseException | None:
 
 
 # --- the helper's side --------------------------------------------------------------------------
+def _kept(client, index: str, name: str, confirmed_after: float) -> bool:
+    """Whether the parent will find this page in the cache as stored since ``confirmed_after``
+    (its ``get_cached(confirmed_after=...)``): not where the write failed (a full disk, a
+    read-only folder), or only an older entry is there."""
+    import urllib.parse
+
+    from . import SIMPLE_ACCEPT
+    from .http.cache import is_fresh
+
+    url = urllib.parse.urljoin(index, name + "/")
+    age = max(0.0, time.time() - confirmed_after)  # fresh within this age == stored since confirmed_after
+    return is_fresh(client.cache_dir, url, {"Accept": SIMPLE_ACCEPT}, max_age=age)
+
+
 def serve(cfg: dict) -> None:
     """The helper's main loop (started by ``Offload._start``): requests on stdin, answers on stdout."""
     import signal
@@ -407,7 +481,10 @@ def serve(cfg: dict) -> None:
             if kind == "page":
                 index, name, keep_no = args
                 found = source._index_files(index, name, keeps[keep_no])
-                answer(rid, "ok", found is not None)
+                if found is not None and not _kept(client, index, name, cfg["confirmed_after"]):
+                    answer(rid, "ok", found)  # the cache could not keep it: the files as they are
+                else:
+                    answer(rid, "ok", found is not None)
             else:
                 reader = MetadataReader(client)  # one per read: its stats are this read's
                 answer(rid, "ok", (reader.fetch(args[0]), reader.stats))
@@ -419,9 +496,18 @@ def serve(cfg: dict) -> None:
         except Exception:
             answer(rid, "redo", None)
 
+    def beat() -> None:
+        while True:
+            time.sleep(cfg["beat"])
+            try:
+                answer(-1, "beat", None)
+            except (OSError, ValueError):
+                return
+
     pool = ThreadPoolExecutor(max_workers=cfg["threads"], thread_name_prefix="wh-index")
     with out_lock:
         _write_frame(out, ("ready",))
+    threading.Thread(target=beat, name="wh-index-beat", daemon=True).start()
     try:
         while True:
             frame = _read_frame(inp)
