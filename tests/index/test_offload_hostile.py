@@ -346,3 +346,40 @@ def test_an_unpicklable_keep_is_done_here(index, tmp_path):
     finally:
         source.offload = None
         off.close()
+
+
+def test_auto_mode_gives_the_same_pins_and_requests(index, tmp_path, monkeypatch):
+    """The default: helpers start in the background from the 9th request; requests made here
+    meanwhile and those sent to a helper add up to the same count as without helpers."""
+    if offload_mod._cpus() < 2:
+        pytest.skip("auto starts no helper on one CPU")
+    idx = index(delay=0.02)
+    plain, plain_hits, _ = _run(idx, tmp_path / "c0", "0", monkeypatch)
+    auto, auto_hits, stats = _run(idx, tmp_path / "c1", "auto", monkeypatch)
+    assert auto == plain and auto_hits == plain_hits
+    assert stats["helpers"] >= 1
+
+
+def test_ctrl_c_while_requests_wait_on_a_helper(index, tmp_path, monkeypatch):
+    """KeyboardInterrupt reaches the resolver's thread while it waits on a helper's answer, at
+    once; the helpers end with the resolution and nothing waits on them afterwards."""
+    idx = index(delay=0.5)
+    monkeypatch.setenv("WH_INDEX_PROCESS", "always")
+    client = HttpClient(cache_dir=tmp_path / "c", retries=0)
+    source = PackageSource([idx.url], client=client)
+    seen = []
+
+    def interrupt():
+        seen.extend(_children_helpers(os.getpid(), 20))
+        time.sleep(0.8)  # requests in flight in the helpers, the resolver waiting on one
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        resolve([ROOT], CP312, source, metadata=MetadataReader(client, cache_dir=tmp_path / "c"))
+    assert seen, "helpers ran"
+    assert time.monotonic() - start < 10
+    assert _wait_gone(seen) == []
+    assert source.offload is None
+    assert [p.name for p in (tmp_path / "c").rglob("*") if ".tmp" in p.name] == []
