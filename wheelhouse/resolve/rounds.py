@@ -16,18 +16,17 @@ This leans on two names resolvelib does not document (``Resolution`` and its
 from __future__ import annotations
 
 import inspect
+import sys
 
+import resolvelib.resolvers
 from resolvelib import Resolver
 
 __all__ = ["make_resolver"]
 
-try:  # resolvelib >= 1.1: a package; 1.0: one module
-    from resolvelib.resolvers.resolution import Resolution, _build_result
-except ImportError:  # pragma: no cover - depends on the installed resolvelib
-    try:
-        from resolvelib.resolvers import Resolution, _build_result  # type: ignore[attr-defined,no-redef]
-    except ImportError:
-        Resolution = _build_result = None  # type: ignore[assignment,misc]
+# resolvelib >= 1.1 is a package (Resolution in resolvers/resolution.py), 1.0 one module: both
+# export Resolution from resolvelib.resolvers, and _build_result sits in Resolution's module.
+Resolution = getattr(resolvelib.resolvers, "Resolution", None)
+_build_result = getattr(sys.modules.get(getattr(Resolution, "__module__", ""), None), "_build_result", None)
 
 
 def _shaped_as_expected() -> bool:
