@@ -181,6 +181,7 @@ def resolve(
     jobs: int = 16,
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
+    helpers: bool = True,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -188,6 +189,8 @@ def resolve(
     package names may use shell wildcards (``nvidia-cuda-*``). ``provided``: ``ProvidedDist``
     values (or ``(name, version)`` pairs) the target already has installed; usually
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
+    ``helpers``: a cold resolve may hand its index work to helper processes (``index.offload``);
+    False for one that runs beside other work (the stage's bootstrap/, during the downloads).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
@@ -236,7 +239,7 @@ def resolve(
     gc.disable()
     reader.begin_batch()  # the metadata this resolution fetches is cached as one file, at its end
     # A cold resolve's index work in a second process (its own GIL): wheelhouse.index.offload.
-    offload = _attach_offload(source, reader) if pool is not None else None
+    offload = _attach_offload(source, reader) if pool is not None and helpers else None
     try:
         provider.prefetch(roots)
         result = make_resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
