@@ -37,6 +37,18 @@ from test_offload import CP312, ROOT, _children_helpers, _helper_pids, _pins, _p
 MODES = ("0", "always")
 
 
+def _mine() -> list[int]:
+    """Helpers that are this test process's children (never another run's on the same machine)."""
+    found = []
+    for pid in _helper_pids():
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
 @pytest.fixture
 def index(pyindex, tmp_path):
     folder = tmp_path / "index-files"
@@ -150,7 +162,7 @@ def test_a_stopped_helper_does_not_hang_the_resolve(index, tmp_path, monkeypatch
     off = Offload(client, page_ttl=600, after=0, helpers=1, wait=True)
     try:
         assert off.page(source.index_urls[0], "lib1", _TagFilter(CP312)) is True
-        pids = _helper_pids()
+        pids = _mine()
         assert pids
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
@@ -168,7 +180,7 @@ def test_a_stopped_helper_does_not_hang_the_resolve(index, tmp_path, monkeypatch
         assert off.page(source.index_urls[0], "lib3", _TagFilter(CP312)) is None
         assert time.monotonic() - t0 < 1
     finally:
-        for pid in _helper_pids():
+        for pid in _mine():
             try:
                 os.kill(pid, signal.SIGCONT)
             except OSError:
@@ -244,7 +256,7 @@ def test_a_normal_run_leaves_no_zombie_and_no_resource_warning(index, tmp_path, 
 
     def watch():
         while not stop.is_set():
-            seen.update(_helper_pids())
+            seen.update(_mine())
             time.sleep(0.005)
 
     t = threading.Thread(target=watch, daemon=True)
@@ -281,7 +293,7 @@ def test_two_resolves_on_one_cache_at_once(index, tmp_path, monkeypatch):
         t.join(60)
     assert results == [plain[1], plain[1]]
     assert [p.name for p in (tmp_path / "shared").rglob("*") if ".tmp" in p.name] == []
-    assert _wait_gone(_helper_pids()) == []
+    assert _wait_gone(_mine()) == []
 
 
 def test_a_source_reused_after_its_resolution_never_remembers_offload_closed(index, tmp_path, monkeypatch):
@@ -368,16 +380,21 @@ def test_ctrl_c_while_requests_wait_on_a_helper(index, tmp_path, monkeypatch):
     client = HttpClient(cache_dir=tmp_path / "c", retries=0)
     source = PackageSource([idx.url], client=client)
     seen = []
+    over = threading.Event()
 
     def interrupt():
         seen.extend(_children_helpers(os.getpid(), 20))
         time.sleep(0.8)  # requests in flight in the helpers, the resolver waiting on one
-        os.kill(os.getpid(), signal.SIGINT)
+        if not over.is_set():  # never a stray Ctrl-C into the rest of the session
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt, daemon=True).start()
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        resolve([ROOT], CP312, source, metadata=MetadataReader(client, cache_dir=tmp_path / "c"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            resolve([ROOT], CP312, source, metadata=MetadataReader(client, cache_dir=tmp_path / "c"))
+    finally:
+        over.set()
     assert seen, "helpers ran"
     assert time.monotonic() - start < 10
     assert _wait_gone(seen) == []
