@@ -61,17 +61,20 @@ def _pins(res) -> dict[str, str]:
     return {p.name: p.version for p in res.pins}
 
 
-def _helper_pids() -> list[int]:
-    """This process's children and grandchildren that run a helper (by their command line)."""
+def _helper_pids(parent: int | None = None) -> list[int]:
+    """The helpers (by their command line) whose parent is ``parent`` (default: this process; the
+    machine may run other tests' helpers at the same time)."""
+    parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmd = (entry / "cmdline").read_bytes()
-        except OSError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"wheelhouse.index.offload" in cmd:
+        if b"wheelhouse.index.offload" in cmd and ppid == parent:
             found.append(int(entry.name))
     return found
 
@@ -204,14 +207,7 @@ def _children_helpers(pid: int, seconds: float = 20.0) -> list[int]:
     """The helpers under ``pid``, once at least one is up."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        mine = []
-        for h in _helper_pids():
-            try:
-                ppid = int(Path(f"/proc/{h}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                mine.append(h)
+        mine = _helper_pids(pid)
         if mine:
             return mine
         time.sleep(0.02)
@@ -254,3 +250,25 @@ def test_a_full_disk_under_the_cache_costs_requests_not_the_run(index, tmp_path,
     assert _pins(helped) == _pins(plain)
     assert helped.stats["requests"] == hits
     assert [p.name for p in (tmp_path / "c1").rglob("*") if p.is_file() and p.suffix != ".pack"] == []
+
+
+def test_temp_files_a_killed_writer_left_are_swept_and_a_live_ones_kept(index, tmp_path, monkeypatch):
+    """A writer killed mid-write (SIGKILL, a power cut, a helper killed by its watch) leaves
+    `.<name>.*.tmp` in the page or metadata folder: the next resolve on that cache removes those
+    older than an hour, never a young one (another run's write in flight) nor an entry."""
+    idx = index()
+    cache = tmp_path / "c"
+    _resolve(idx, cache, "always", monkeypatch)
+    entries = sorted(p.name for p in (cache / "http").iterdir())
+    old_page = cache / "http" / ".abc.page.x1.tmp"
+    old_meta = cache / "metadata" / ".def.pack.x2.tmp"
+    young = cache / "http" / ".ghi.page.x3.tmp"
+    for p in (old_page, old_meta, young):
+        p.write_bytes(b"half a page")
+    hour_ago = time.time() - 3700
+    for p in (old_page, old_meta):
+        os.utime(p, (hour_ago, hour_ago))
+    _resolve(idx, cache, "0", monkeypatch)
+    assert not old_page.exists() and not old_meta.exists()
+    assert young.exists()
+    assert sorted(p.name for p in (cache / "http").iterdir() if p != young) == entries

@@ -66,6 +66,7 @@ HELPERS = 2  # helper processes at most (and at most one per CPU): measured, 3 w
 _THREADS = 16  # request threads in each helper
 _START_WAIT = 30.0  # seconds a request waits for a helper to start, where it waits (``always``)
 _BEAT = 1.0  # a helper says it is alive this often, busy or idle
+_EXIT_WAIT = 5.0  # seconds a helper told to end has to exit before it is killed
 _SILENT = 15.0  # a helper silent this long while requests wait on it is hung (stopped, wedged): ended, work done here
 _FRAME = struct.Struct(">Q")
 _BOOT = ("import pickle,struct,sys\n"
@@ -180,8 +181,11 @@ class Offload:
         whatever still waits on them with OffloadClosed."""
         with self._lock:
             self._closed = True
+        deadline = time.monotonic() + _EXIT_WAIT  # one wait for all: each was told at the same time
         for h in self._helpers:
-            h.close()
+            h.tell_to_end()
+        for h in self._helpers:
+            h.close(deadline)
 
     # --- internals ----------------------------------------------------------------------
     def _call(self, kind: str, *args, keep=None):
@@ -356,13 +360,25 @@ class _Helper:
             raise value
         return None  # "redo": do it here
 
-    def close(self) -> None:
+    def tell_to_end(self) -> None:
+        """Close its stdin (it then cuts its requests and exits), without waiting for it."""
         with self._lock:
             self.state = "closed"
             proc = self._proc
         self.up.set()
         if proc is not None:
-            _end(proc)
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    def close(self, deadline: float | None = None) -> None:
+        """End it (SIGKILL if it has not exited by ``deadline``) and fail what waits on it."""
+        self.tell_to_end()
+        with self._lock:
+            proc = self._proc
+        if proc is not None:
+            _end(proc, deadline)
         self._fail_pending(OffloadClosed("the resolution has ended"))
 
     def _read_replies(self) -> None:
@@ -407,13 +423,13 @@ class _Helper:
             fut.set_result(("redo", None) if exc is None else ("err", exc))
 
 
-def _end(proc: subprocess.Popen) -> None:
+def _end(proc: subprocess.Popen, deadline: float | None = None) -> None:
     try:
         proc.stdin.close()
     except OSError:
         pass
     try:
-        proc.wait(timeout=5)
+        proc.wait(timeout=max(0.0, (time.monotonic() + _EXIT_WAIT if deadline is None else deadline) - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

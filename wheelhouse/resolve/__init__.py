@@ -59,6 +59,7 @@ from .explain import (
 )
 from wheelhouse.index.distfile import Distfile
 from wheelhouse.index import PackageSource
+from wheelhouse.index.http.cache import sweep_temp
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
@@ -259,6 +260,7 @@ def resolve(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         reader.flush()
+        sweep_temp(getattr(source.client, "cache_dir", None))  # what killed writers left (never a live one's)
         if gc_was_on:
             gc.enable()
     pins = _pins(result, provider)

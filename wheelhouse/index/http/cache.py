@@ -45,7 +45,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "is_fresh", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
+__all__ = ["get_cached", "is_fresh", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
            "OFFLINE_HINT", "PACK_FORMAT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
@@ -351,6 +351,32 @@ def _write(path: Path, meta: dict, body: bytes, extras: list[tuple[str, bytes]],
 
 
 _MADE: set[Path] = set()  # folders this process made or found
+STALE_TEMP = 3600.0  # a temp file older than this is a killed writer's (a live one's is seconds old)
+
+
+def sweep_temp(cache_dir: Path | None, *, older_than: float = STALE_TEMP) -> int:
+    """Remove the temp files (``.<name>.*.tmp``) that writers killed mid-write left in the page and
+    metadata folders (SIGKILL, a power cut, a helper process killed by its watch); the number
+    removed. Entries themselves are never touched: they are checked when read."""
+    if cache_dir is None:
+        return 0
+    cutoff = time.time() - older_than
+    removed = 0
+    for folder in (cache_dir / "http", cache_dir / "metadata"):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for e in entries:
+            if not (e.name.startswith(".") and e.name.endswith(".tmp")):
+                continue
+            try:
+                if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(e.path)
+                    removed += 1
+            except OSError:
+                pass  # gone meanwhile, or not ours to remove: the next sweep tries again
+    return removed
 
 
 def store_entry(path: Path, data: bytes | str | list[bytes], *, mtime: float | None = None) -> None:
