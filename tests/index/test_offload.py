@@ -214,7 +214,7 @@ def _children_helpers(pid: int, seconds: float = 20.0) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("how", ["sigkill", "sigint"])
+@pytest.mark.parametrize("how", ["sigkill", "sigint", "sigterm"])
 def test_a_run_killed_midway_leaves_no_helper_and_no_temp_file(index, tmp_path, how):
     idx = index(delay=0.3)  # slow: the run is still resolving when it is stopped
     cache = tmp_path / "cache"
@@ -227,6 +227,8 @@ def test_a_run_killed_midway_leaves_no_helper_and_no_temp_file(index, tmp_path, 
         time.sleep(0.4)  # requests in flight in the helpers
         if how == "sigkill":
             proc.kill()
+        elif how == "sigterm":
+            proc.terminate()
         else:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
         proc.communicate(timeout=30)

@@ -228,27 +228,6 @@ def test_a_stopped_helper_in_a_whole_resolve_gives_the_same_pins(index, tmp_path
 
 
 # --- (2) nothing left behind ---------------------------------------------------------------------
-def test_a_run_stopped_by_sigterm_leaves_no_helper(index, tmp_path):
-    idx = index(delay=0.3)
-    cache = tmp_path / "cache"
-    env = {**os.environ, "WH_INDEX_PROCESS": "always"}
-    proc = subprocess.Popen(_stage_cmd(idx, cache, tmp_path / "out"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        helpers = _children_helpers(proc.pid)
-        assert helpers
-        time.sleep(0.4)
-        proc.terminate()
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    assert _wait_gone(helpers) == []
-    assert [p.name for p in cache.rglob("*") if ".tmp" in p.name] == []
-
-
 def test_a_normal_run_leaves_no_zombie_and_no_resource_warning(index, tmp_path, monkeypatch):
     idx = index()
     seen: set[int] = set()
