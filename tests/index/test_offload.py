@@ -189,7 +189,7 @@ def test_a_project_the_index_lacks_is_not_asked_again(index, tmp_path, monkeypat
 def test_a_helper_that_dies_leaves_the_work_to_this_process(index, tmp_path, monkeypatch):
     idx = index()
     plain, _ = _resolve(idx, tmp_path / "c0", "0", monkeypatch)
-    monkeypatch.setenv("WH_FAULT", "index.helper-request:kill")  # each helper SIGKILLs itself on its first request
+    monkeypatch.setenv("WH_FAULT_HELPER", "index.helper-request:kill")  # each helper SIGKILLs itself on its first request
     helped, hits = _resolve(idx, tmp_path / "c1", "always", monkeypatch)
     assert _pins(helped) == _pins(plain)
     assert helped.stats["helpers"] >= 1 and helped.stats["offloaded"] == 0
@@ -248,6 +248,7 @@ def test_a_full_disk_under_the_cache_costs_requests_not_the_run(index, tmp_path,
     idx = index()
     plain, _ = _resolve(idx, tmp_path / "c0", "0", monkeypatch)
     monkeypatch.setenv("WH_FAULT", "index.cache-write:enospc")
+    monkeypatch.setenv("WH_FAULT_HELPER", "index.cache-write:enospc")
     helped, hits = _resolve(idx, tmp_path / "c1", "always", monkeypatch)
     assert _pins(helped) == _pins(plain)
     assert helped.stats["requests"] == hits

@@ -146,6 +146,7 @@ def test_a_cache_that_cannot_be_written_costs_no_extra_request(index, tmp_path, 
     process must not ask the index for it a second time."""
     idx = index()
     monkeypatch.setenv("WH_FAULT", "index.cache-write:enospc")
+    monkeypatch.setenv("WH_FAULT_HELPER", "index.cache-write:enospc")
     out = _both(idx, tmp_path, monkeypatch)
     _same(out)
     assert out["0"][0][0] == "pins"
@@ -342,7 +343,7 @@ def test_an_unpicklable_keep_is_done_here(index, tmp_path):
 def test_auto_mode_gives_the_same_pins_and_requests(index, tmp_path, monkeypatch):
     """The default: helpers start in the background from the 9th request; requests made here
     meanwhile and those sent to a helper add up to the same count as without helpers."""
-    if offload_mod._cpus() < 2:
+    if offload_mod.cpus() < 2:
         pytest.skip("auto starts no helper on one CPU")
     idx = index(delay=0.02)
     plain, plain_hits, _ = _run(idx, tmp_path / "c0", "0", monkeypatch)

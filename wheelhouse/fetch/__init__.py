@@ -21,9 +21,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Sequence
 
+from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
+from . import procs
 from .cache import (
     HashMismatch,
     NoSpace,
@@ -102,20 +104,34 @@ def fetch_all(
     copies: dict[str, Future] = {}
     by_key = {_key(it): it for it in unique}
 
-    def downloaded(key: str, path: Path) -> None:
+    def downloaded(key: str, path: Path) -> None:  # (also called from the helper process's reader thread)
         it = by_key[key]
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
+    helper: procs.Helper | None = None
+    segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
     try:
         placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
-        _download_all(todo, s, pool, jobs, max(SEGMENT_MIN if segment_size is None else segment_size, 1), downloaded)
+        s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
+        try:
+            split = procs.shares(todo, s, jobs)
+            if split is None:
+                _download_all(todo, s, pool, jobs, segment, downloaded)
+            else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
+                helper = procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key)
+                helper.start()
+                _download_shared(split[0], helper, dest, s, pool, jobs, segment, downloaded, placed)
+        finally:
+            s.reporter.finish(s.task, "")
         placed.update({key: _result(fut) for key, fut in copies.items()})
     except BaseException as exc:
         s.cancel.set()
         abort = getattr(s.client, "abort", None)
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
+        if helper is not None:
+            helper.stop()  # it cuts its transfers and exits; what it wrote stays for the next run
         pool.shutdown(wait=False, cancel_futures=True)
         # The placer is the only writer into ``dest``: a placement still running when the caller removes
         # ``dest`` would leave a file behind there (a link and a rename: short). Downloads go on into the cache.
@@ -175,11 +191,11 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     """Download ``todo`` into the cache; key -> cache path, each also handed to ``downloaded`` the
     moment it is filed. Big files as ranges when jobs > 1."""
     big = [it for it in todo if jobs > 1 and it.sha256 and it.size and it.size >= 2 * segment]
-    s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
     split: list[Segmented] = []
+    pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
         for it in big:
-            job = plan_segments(it, s.cache, max(segment, -(-(it.size or 0) // jobs)))
+            job = plan_segments(it, s.cache, -(-(it.size or 0) // pieces[id(it)]))
             if job is not None:  # None: another process holds it; the one-stream path waits for it
                 split.append(job)
                 s.advance(job.on_disk())  # bytes kept from an earlier run count as done
@@ -206,7 +222,56 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     finally:
         for job in split:
             job.release()
-        s.reporter.finish(s.task, "")
+
+
+def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, s: Session, pool, jobs: int,
+                     segment: int, downloaded: Callable[[str, Path], None], placed: dict[str, Path]) -> None:
+    """Download ``mine`` here with half the connections while ``helper`` downloads its share; then
+    raise what failed (either side's, a hash mismatch first), or download here what the helper did
+    not file (it could not start, died, or hung). A full disk on either side stops both."""
+    failed: BaseException | None = None
+    try:
+        _download_all(mine, s, pool, jobs // 2, segment, downloaded)
+    except Cancelled:
+        if helper.outcome is not None and helper.outcome[0] == "nospace":
+            raise helper.outcome[1] from None  # this share was stopped because the helper's disk filled
+        raise
+    except (KeyboardInterrupt, DiskFull):
+        raise
+    except WhError as exc:
+        failed = exc  # the helper's downloads still finish into the cache, as this share's did
+    outcome = helper.wait(stop=s.cancel.is_set)
+    if outcome[0] == "nospace":
+        raise outcome[1]
+    errors = [e for e in (failed, outcome[1] if outcome[0] == "err" else None) if e is not None]
+    if errors:
+        errors.sort(key=lambda e: not isinstance(e, HashMismatch))
+        raise errors[0]
+    rest = helper.unfinished() if outcome[0] != "ok" else []
+    if rest:
+        s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
+        placed.update(_reuse_cached(rest, dest, s, pool))
+        _download_all([it for it in rest if _key(it) not in placed], s, pool, jobs, segment, downloaded)
+
+
+def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[int, int]:
+    """How many ranges each big file starts as (id(item) -> count): one each, then one more for each
+    connection that would have nothing to do, to the file with the biggest ranges, none under ``segment``.
+
+    A range is hashed from memory as it arrives only where it extends the file's hashed prefix; the
+    bytes of every later range are read back from the page cache once the ranges before them are in.
+    Cutting every big file into ``jobs`` ranges read back 7/8 of the bytes: ranges only to keep each
+    connection busy, and the tail balanced by ``split_range`` as connections finish."""
+    pieces = {id(it): 1 for it in big}
+    free = jobs - len(big) - others
+    while free > 0:
+        fits = [it for it in big if (it.size or 0) // (pieces[id(it)] + 1) >= segment]
+        if not fits:
+            break
+        most = max(fits, key=lambda it: (it.size or 0) / pieces[id(it)])
+        pieces[id(most)] += 1
+        free -= 1
+    return pieces
 
 
 def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],

@@ -46,16 +46,15 @@ from __future__ import annotations
 
 import os
 import pickle
-import struct
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-import wheelhouse
+from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn, write_frame
 from wheelhouse.errors import WhError
 
 __all__ = ["Offload", "OffloadClosed", "ENV", "AFTER"]
@@ -68,39 +67,8 @@ _START_WAIT = 30.0  # seconds a request waits for a helper to start, where it wa
 _BEAT = 1.0  # a helper says it is alive this often, busy or idle
 _EXIT_WAIT = 5.0  # seconds a helper told to end has to exit before it is killed
 _SILENT = 15.0  # a helper silent this long while requests wait on it is hung (stopped, wedged): ended, work done here
-_FRAME = struct.Struct(">Q")
-_BOOT = ("import pickle,struct,sys\n"
-         "i=sys.stdin.buffer\n"
-         "n=struct.unpack('>Q',i.read(8))[0]\n"
-         "cfg=pickle.loads(i.read(n))\n"
-         "sys.path[:]=cfg['path']\n"
-         "from wheelhouse.index.offload import serve\n"
-         "serve(cfg)\n")
-
-
 class OffloadClosed(Exception):
     """The run ended while a prefetch waited on the helper (a guess nobody needs any more)."""
-
-
-def _frame(obj: Any) -> bytes:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _FRAME.pack(len(data)) + data
-
-
-def _write_frame(out: BinaryIO, obj: Any) -> None:
-    out.write(_frame(obj))
-    out.flush()
-
-
-def _read_frame(inp: BinaryIO) -> Any | None:
-    head = inp.read(_FRAME.size)
-    if len(head) != _FRAME.size:
-        return None
-    (n,) = _FRAME.unpack(head)
-    data = inp.read(n)
-    if len(data) != n:
-        return None
-    return pickle.loads(data)
 
 
 def _mode() -> str | None:
@@ -110,13 +78,6 @@ def _mode() -> str | None:
     if raw in ("1", "on", "yes", "always", "true"):
         return "always"
     return "auto"
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class Offload:
@@ -151,12 +112,12 @@ class Offload:
             return None
         if client.cache_dir is None or type(source) is not PackageSource or type(reader) is not MetadataReader:
             return None
-        cpus = _cpus()
-        if reader.client is not client or (mode == "auto" and cpus < 2):
+        n_cpus = cpus()
+        if reader.client is not client or (mode == "auto" and n_cpus < 2):
             return None
         always = mode == "always"
         return cls(client, page_ttl=source.page_ttl, after=0 if always else AFTER,
-                   helpers=max(1, min(HELPERS, cpus)), wait=always)
+                   helpers=max(1, min(HELPERS, n_cpus)), wait=always)
 
     @property
     def started(self) -> int:
@@ -244,8 +205,6 @@ class _Helper:
     def start(self) -> None:
         owner = self.owner
         cfg = {
-            # where this wh was imported from first (an editable install's finder is site's, skipped by -S)
-            "path": [str(Path(wheelhouse.__file__).resolve().parent.parent), *sys.path],
             "cache_dir": str(owner.client.cache_dir),
             "retries": owner.client.retries,
             "backoff": owner.client.backoff,
@@ -262,8 +221,7 @@ class _Helper:
                 return
             self.state = "starting"
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _BOOT], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+            proc, config = spawn(__name__, cfg)
             self.spawned += 1
         except OSError:
             with self._lock:
@@ -278,8 +236,9 @@ class _Helper:
             self.began = time.monotonic()
         threading.Thread(target=self._watch, name=f"wh-index-watch-{self.number}", daemon=True).start()
         try:
-            _write_frame(proc.stdin, cfg)
-            ready = _read_frame(proc.stdout)
+            proc.stdin.write(config)
+            proc.stdin.flush()
+            ready = read_frame(proc.stdout)
         except (OSError, ValueError, EOFError, pickle.UnpicklingError):
             ready = None
         with self._lock:
@@ -291,7 +250,7 @@ class _Helper:
                 self.state = "dead"
         self.up.set()
         if proc is not None:  # it did not come up, or the run ended meanwhile
-            _end(proc)
+            end(proc)
             proc.stdout.close()
             return
         self._read_replies()
@@ -337,7 +296,7 @@ class _Helper:
                 send_keep = kind == "page" and keep_no not in self._keeps_sent
                 proc = self._proc
             try:
-                data = b"".join(_frame(f) for f in ([("keep", keep_no, keep)] if send_keep else []) + [(kind, rid, *args)])
+                data = b"".join(frame(f) for f in ([("keep", keep_no, keep)] if send_keep else []) + [(kind, rid, *args)])
             except Exception:  # noqa: BLE001  (anything pickle raises)
                 return None
             fut: Future = Future()
@@ -378,26 +337,26 @@ class _Helper:
         with self._lock:
             proc = self._proc
         if proc is not None:
-            _end(proc, deadline)
+            end(proc, deadline)
         self._fail_pending(OffloadClosed("the resolution has ended"))
 
     def _read_replies(self) -> None:
         proc = self._proc
         while True:
             try:
-                frame = _read_frame(proc.stdout)
-            except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
-                frame = None
-            if frame is None:
+                msg = read_frame(proc.stdout)
+            except READ_ERRORS:
+                msg = None
+            if msg is None:
                 self._died()
                 proc.stdout.close()
                 return
             self.heard = time.monotonic()
-            rid, status, value, requests = frame
+            rid, status, value, requests = msg
             if status == "beat":
                 continue
             if status == "err":
-                value = _rebuild(value)
+                value = rebuild(value)
                 if value is None:
                     status = "redo"
             with self._lock:
@@ -414,43 +373,13 @@ class _Helper:
             proc = self._proc
         self._fail_pending(None)
         if proc is not None:
-            _end(proc)
+            end(proc)
 
     def _fail_pending(self, exc: BaseException | None) -> None:
         with self._lock:
             pending, self.pending = self.pending, {}
         for fut in pending.values():
             fut.set_result(("redo", None) if exc is None else ("err", exc))
-
-
-def _end(proc: subprocess.Popen, deadline: float | None = None) -> None:
-    try:
-        proc.stdin.close()
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=max(0.0, (time.monotonic() + _EXIT_WAIT if deadline is None else deadline) - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _flatten(exc: WhError):
-    """A WhError as (class, args, fields), to be raised again on the other side."""
-    return type(exc), exc.args, {k: v for k, v in vars(exc).items() if not k.startswith("__")}
-
-
-def _rebuild(value) -> BaseException | None:
-    try:
-        cls, args, fields = value
-        if not (isinstance(cls, type) and issubclass(cls, WhError)):
-            return None
-        exc = cls.__new__(cls)
-        Exception.__init__(exc, *args)
-        exc.__dict__.update(fields)
-        return exc
-    except Exception:
-        return None
 
 
 # --- the helper's side --------------------------------------------------------------------------
@@ -472,12 +401,13 @@ def serve(cfg: dict) -> None:
     """The helper's main loop (started by ``Offload._start``): requests on stdin, answers on stdout."""
     import signal
 
-    from wheelhouse.faults import checkpoint
+    from wheelhouse.faults import checkpoint, for_helper
     from . import PackageSource
     from .http import HttpClient
     from .metadata import MetadataReader
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for_helper()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe
     client = HttpClient(cache_dir=Path(cfg["cache_dir"]), retries=cfg["retries"], backoff=cfg["backoff"],
@@ -489,7 +419,7 @@ def serve(cfg: dict) -> None:
 
     def answer(rid: int, status: str, value) -> None:
         with out_lock:
-            _write_frame(out, (rid, status, value, client.requests))
+            write_frame(out, (rid, status, value, client.requests))
 
     def work(kind: str, rid: int, *args) -> None:
         try:
@@ -506,7 +436,7 @@ def serve(cfg: dict) -> None:
                 answer(rid, "ok", (reader.fetch(args[0]), reader.stats))
         except WhError as exc:
             try:
-                answer(rid, "err", _flatten(exc))
+                answer(rid, "err", flatten(exc))
             except (pickle.PicklingError, TypeError, AttributeError):
                 answer(rid, "redo", None)
         except Exception:
@@ -522,17 +452,17 @@ def serve(cfg: dict) -> None:
 
     pool = ThreadPoolExecutor(max_workers=cfg["threads"], thread_name_prefix="wh-index")
     with out_lock:
-        _write_frame(out, ("ready",))
+        write_frame(out, ("ready",))
     threading.Thread(target=beat, name="wh-index-beat", daemon=True).start()
     try:
         while True:
-            frame = _read_frame(inp)
-            if frame is None:
+            msg = read_frame(inp)
+            if msg is None:
                 break
-            if frame[0] == "keep":
-                keeps[frame[1]] = frame[2]
+            if msg[0] == "keep":
+                keeps[msg[1]] = msg[2]
             else:
-                pool.submit(work, *frame)
+                pool.submit(work, *msg)
     finally:
         client.abort()  # the run is over: requests in flight fail at once
         pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,313 @@
+"""A second download process: half of a big fetch's bytes downloaded where another GIL is free.
+
+Why: 8 download threads in one process take the GIL back after every TLS record they read
+(<= 16 KiB: ~95,000 times per 1.5 GB). On 2 cores that is ~75,000 context switches per 1.5 GB,
+three quarters of them waits on the GIL, and the run is CPU-bound at ~1.1x the plain-HTTP floor
+(curl, which uses one thread and 45 switches). Two processes of 4 connections each, alternating
+with one process of 8 on the same 7 NVIDIA wheels (1.54 GB): 2.4-2.9 s against 2.9-3.5 s
+(docs/benchmarks.md, Fetch).
+
+What goes there: the files still to download are split in two shares of about equal bytes (the
+biggest first, each to the lighter share); the helper downloads one share with half the
+connections, this process the other. The helper runs the same code (``_download_all``: ranges, the
+split of a lagging range, resume, the entry locks) into the same cache, so what is crash-safe here
+is crash-safe there, and two wh processes still take turns on one file. It sends its progress, its
+notes and each file it has verified and filed; this process places those in ``dest`` as its own.
+
+A helper is a speed-up, never a different answer: its ``WhError`` (a hash mismatch, an HTTP error
+after the retries) is raised here unchanged; a full disk there is the same ``no-space`` error; if it
+could not start, died or fell silent (``_SILENT`` s without its heartbeat: stopped, wedged), this
+process downloads what the helper had not filed, resuming from the bytes the helper recorded.
+
+Its life: it ignores SIGINT (Ctrl-C is this process's to handle) and stops when its stdin closes:
+at the end, on a failure here, or when this process dies, even by SIGKILL. Stopping cuts its
+sockets at once and keeps what is on disk, as Ctrl-C does here.
+
+``WH_FETCH_PROCESS``: ``auto`` (default: at least ``MIN_BYTES`` to download, two CPUs, two jobs),
+``always`` (any fetch of two files or more, for tests), ``0`` (never).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn
+from wheelhouse.errors import WhError
+
+from .session import Cancelled, DiskFull, FetchItem, Session
+
+__all__ = ["Helper", "ENV", "MIN_BYTES", "shares"]
+
+ENV = "WH_FETCH_PROCESS"
+MIN_BYTES = 256 << 20  # auto: a share worth a process start (~0.1 s of CPU, overlapped)
+_BEAT = 1.0  # the helper says it is alive this often
+_SILENT = 15.0  # a helper silent this long is hung (stopped, wedged): killed, its share done here
+_START_WAIT = 30.0  # a helper not up by then is killed, its share done here
+_EXIT_WAIT = 5.0  # a helper told to stop has this long to exit before SIGKILL
+_ADVANCE_EVERY = 0.1  # the helper's progress is sent in sums, this often
+
+
+def _mode() -> str | None:
+    raw = os.environ.get(ENV, "auto").strip().lower()
+    if raw in ("0", "off", "no", "never", "false"):
+        return None
+    if raw in ("1", "on", "yes", "always", "true"):
+        return "always"
+    return "auto"
+
+
+def shares(todo: Sequence[FetchItem], s: Session, jobs: int) -> tuple[list[FetchItem], list[FetchItem]] | None:
+    """(this process's share, the helper's) of ``todo``; None where a helper would not help or is
+    turned off (one job, one CPU, a small fetch, a client a helper cannot copy)."""
+    from wheelhouse.index.http import HttpClient
+
+    mode = _mode()
+    if mode is None or not sys.executable or jobs < 2 or len(todo) < 2:
+        return None
+    if type(s.client) is not HttpClient or s.client.offline:  # (a test's fake client, or offline: not copied)
+        return None
+    if mode == "auto" and (cpus() < 2 or sum(it.size or 0 for it in todo) < MIN_BYTES):
+        return None
+    mine: list[FetchItem] = []
+    theirs: list[FetchItem] = []
+    loads = [0, 0]
+    for it in sorted(todo, key=lambda it: -(it.size or 0)):  # biggest first, each to the lighter share
+        i = 0 if loads[0] <= loads[1] else 1
+        (mine, theirs)[i].append(it)
+        loads[i] += it.size or 0
+    return (mine, theirs) if theirs and mine else None
+
+
+class Helper:
+    """The helper process downloading ``items`` into ``s.cache``; ``on_filed(key, path)`` for each
+    file it verified and filed (called from this class's reader thread)."""
+
+    def __init__(self, s: Session, items: list[FetchItem], jobs: int, segment: int,
+                 on_filed: Callable[[str, Path], None], key: Callable[[FetchItem], str]):
+        self.s, self.items, self.jobs, self.segment = s, items, jobs, segment
+        self.on_filed, self.key = on_filed, key
+        self.filed: dict[str, Path] = {}
+        self.outcome: tuple | None = None  # ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ("redo",)
+        self.done = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self._heard = time.monotonic()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        client = self.s.client
+        cfg = {
+            "items": [(it.url, it.filename, it.sha256, it.size) for it in self.items],
+            "cache": str(self.s.cache),
+            "jobs": self.jobs,
+            "segment": self.segment,
+            "task": self.s.task,
+            "retries": self.s.retries,
+            "backoff": self.s.backoff,
+            "timeout": client.timeout,
+            "client_retries": client.retries,
+            "client_backoff": client.backoff,
+            "credentials": client.credentials.snapshot(),
+            "beat": _BEAT,
+        }
+        try:
+            self.proc, config = spawn(__name__, cfg)
+        except OSError:
+            self._finish(("redo",))
+            return
+        threading.Thread(target=self._read, args=(config,), name="wh-fetch-process", daemon=True).start()
+        threading.Thread(target=self._watch, name="wh-fetch-process-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        """Tell it to stop now (it cuts its sockets and exits) and wait for it (SIGKILL after
+        ``_EXIT_WAIT``); what it wrote stays on disk for the next run."""
+        if self.proc is not None:
+            end(self.proc, grace=_EXIT_WAIT)
+        self.done.wait(_EXIT_WAIT)
+
+    def wait(self, stop: Callable[[], bool] = lambda: False) -> tuple:
+        """Its outcome, once it has ended (in short waits: Ctrl-C reaches the caller at once)."""
+        while not self.done.wait(0.25):
+            if stop():
+                self.stop()
+        assert self.outcome is not None
+        if self.proc is not None:
+            end(self.proc, grace=_EXIT_WAIT)
+        return self.outcome
+
+    def unfinished(self) -> list[FetchItem]:
+        """Its items it did not file (to be downloaded here)."""
+        with self._lock:
+            return [it for it in self.items if self.key(it) not in self.filed]
+
+    # --- internals ----------------------------------------------------------------------
+    def _finish(self, outcome: tuple) -> None:
+        with self._lock:
+            if self.outcome is None:
+                self.outcome = outcome
+        self.done.set()
+
+    def _read(self, config: bytes) -> None:
+        proc = self.proc
+        assert proc is not None
+        try:
+            proc.stdin.write(config)
+            proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # (it died at once: the read below sees its end)
+        pending = 0
+        while True:
+            try:
+                msg = read_frame(proc.stdout)
+            except READ_ERRORS:
+                msg = None
+            if msg is None:
+                break
+            self._heard = time.monotonic()
+            kind = msg[0]
+            if kind == "advance":
+                pending += msg[1]
+                self.s.advance(msg[1])
+            elif kind == "note":
+                self.s.note(msg[1])
+            elif kind == "filed":
+                path = Path(msg[2])
+                with self._lock:
+                    self.filed[msg[1]] = path
+                self.on_filed(msg[1], path)
+            elif kind == "end":
+                status, value = msg[1], msg[2]
+                if status == "err":
+                    exc = rebuild(value)
+                    self._finish(("err", exc) if exc is not None else ("redo",))
+                elif status == "nospace":
+                    self._finish(("nospace", DiskFull(Path(value[0]), list(value[1]))))
+                else:
+                    self._finish((status,))
+        proc.stdout.close()
+        self._finish(("redo",))  # it ended without saying how: whatever it did not file is done here
+
+    def _watch(self) -> None:
+        began = time.monotonic()
+        ready = False
+        while not self.done.wait(min(_BEAT, _SILENT / 4)):
+            now = time.monotonic()
+            ready = ready or self._heard > began
+            if (not ready and now - began > _START_WAIT) or (ready and now - self._heard > _SILENT):
+                try:
+                    self.proc.kill()  # its pipe closes: the reader finishes it as "redo"
+                except OSError:
+                    pass
+                return
+
+
+class _Forward:
+    """The helper's reporter: progress summed and sent every ``_ADVANCE_EVERY`` s, notes at once."""
+
+    def __init__(self, send: Callable[[tuple], None]):
+        self.send = send
+        self.sum = 0
+        self.since = time.monotonic()
+        self.lock = threading.Lock()
+
+    def start(self, task: str, total: float | None = None, unit: str = "") -> None:
+        pass
+
+    def finish(self, task: str, message: str = "") -> None:
+        self.flush()
+
+    def advance(self, task: str, amount: float = 1) -> None:
+        with self.lock:
+            self.sum += amount
+            if time.monotonic() - self.since < _ADVANCE_EVERY:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            n, self.sum, self.since = self.sum, 0, time.monotonic()
+        if n:
+            self.send(("advance", n))
+
+    def note(self, message: str) -> None:
+        self.send(("note", message))
+
+
+def serve(cfg: dict) -> None:
+    """The helper's side (``Helper.start``): download the share into the cache, say what was filed."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wheelhouse.faults import for_helper
+    from wheelhouse.index.http import HttpClient
+
+    from . import _download_all
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for_helper()
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames on the pipe
+    out_lock = threading.Lock()
+
+    def send(msg: tuple) -> None:
+        data = frame(msg)
+        with out_lock:
+            out.write(data)
+            out.flush()
+
+    client = HttpClient(retries=cfg["client_retries"], backoff=cfg["client_backoff"], timeout=cfg["timeout"])
+    client.credentials.restore(cfg["credentials"])
+    reporter = _Forward(send)
+    s = Session(Path(cfg["cache"]), client, reporter, cfg["task"], retries=cfg["retries"], backoff=cfg["backoff"])
+
+    def listen() -> None:  # stdin closed (stop, or the parent died): cut the sockets, keep what is on disk
+        try:
+            while read_frame(inp) is not None:
+                pass
+        except READ_ERRORS:
+            pass
+        s.cancel.set()
+        client.abort()
+
+    def beat() -> None:
+        while True:
+            time.sleep(cfg["beat"])
+            try:
+                send(("beat",))
+            except (OSError, ValueError):
+                return
+
+    threading.Thread(target=listen, name="wh-fetch-listen", daemon=True).start()
+    threading.Thread(target=beat, name="wh-fetch-beat", daemon=True).start()
+    pool = ThreadPoolExecutor(max_workers=cfg["jobs"], thread_name_prefix="wh-fetch")
+    items = [FetchItem(*t) for t in cfg["items"]]
+    outcome: tuple = ("end", "redo", None)
+    try:
+        send(("beat",))  # up
+        _download_all(items, s, pool, cfg["jobs"], cfg["segment"], lambda key, path: send(("filed", key, str(path))))
+        outcome = ("end", "ok", None)
+    except DiskFull as exc:
+        outcome = ("end", "nospace", (str(exc.path), list(exc.removed)))
+    except WhError as exc:
+        try:
+            frame(flatten(exc))
+            outcome = ("end", "err", flatten(exc))
+        except Exception:  # noqa: BLE001  (anything pickle raises: done by the parent instead)
+            outcome = ("end", "redo", None)
+    except Cancelled:
+        outcome = ("end", "cancelled", None)
+    except BaseException:  # noqa: BLE001  (anything else: the parent does this share itself)
+        outcome = ("end", "redo", None)
+    finally:
+        try:
+            reporter.flush()
+            send(outcome)
+        except (OSError, ValueError):
+            pass
+        pool.shutdown(wait=False, cancel_futures=True)
+        os._exit(0)
