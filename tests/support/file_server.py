@@ -6,11 +6,13 @@ per connection (a slow link), knobs to misbehave, and counts of what it served.
     srv.tampered[name] = other_bytes        # served instead, under the same published hash
     srv.drop_after[name] = 1000             # the next answer for it dies after 1000 bytes (once)
     srv.ignore_range = True                 # answer 200 with the whole file to a Range request
+    srv.auth = "user:password"              # Basic auth required (401 otherwise, counted in srv.unauthorized)
     srv.served[name]; srv.ranges; srv.close()
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import threading
 import time
@@ -25,6 +27,8 @@ class FileServer:
         self.tampered: dict[str, bytes] = {}
         self.drop_after: dict[str, int] = {}
         self.ignore_range = False
+        self.auth: str | None = None
+        self.unauthorized = 0
         self.rate = rate
         self.piece = piece
         self.served: dict[str, int] = {}
@@ -40,6 +44,12 @@ class FileServer:
 
             def do_GET(self):  # noqa: N802
                 name = self.path.lstrip("/")
+                if server.auth and self.headers.get("Authorization") != "Basic " + base64.b64encode(
+                        server.auth.encode()).decode():
+                    with server.lock:
+                        server.unauthorized += 1
+                    self.send_error(401)
+                    return
                 if name not in server.files:
                     self.send_error(404)
                     return
