@@ -8,7 +8,8 @@ Two pinned sets, each resolved once by wh for a cp312 manylinux_2_35 x86_64 targ
 Each round, in alternating order, from empty caches and after ``sync``:
 
 - ``wh fetch``: the stage's download step alone (``wheelhouse.fetch.fetch_all``, the code ``wh stage`` runs,
-  8 jobs, big wheels as parallel ranges, every file verified, then hardlinked from the cache into the wheelhouse);
+  8 jobs, big wheels as parallel ranges, half of the bytes in a second process, every file verified, then
+  hardlinked from the cache into the wheelhouse; the CPU printed includes that process's);
 - ``wh stage``: the whole ``wh stage -r PINS`` (index pages and metadata, then the same downloads);
 - ``curl whole``: one curl, 8 whole files at a time (``--parallel --parallel-max 8``, HTTP/1.1);
 - ``curl ranged``: one curl, every file cut into 8 ranges, 8 ranges at a time (parts left unjoined);
