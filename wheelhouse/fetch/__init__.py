@@ -113,17 +113,18 @@ def fetch_all(
     try:
         placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
-        s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
-        try:
-            split = procs.shares(todo, s, jobs)
-            if split is None:
-                _download_all(todo, s, pool, jobs, segment, downloaded)
-            else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
-                helper = procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key)
-                helper.start()
-                _download_shared(split[0], helper, dest, s, pool, jobs, segment, downloaded, placed)
-        finally:
-            s.reporter.finish(s.task, "")
+        if todo:  # (no empty progress bar where everything came from the cache, or there was nothing to fetch)
+            s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
+            try:
+                split = procs.shares(todo, s, jobs)
+                if split is None:
+                    _download_all(todo, s, pool, jobs, segment, downloaded)
+                else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
+                    helper = procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key)
+                    helper.start()
+                    _download_shared(split[0], helper, dest, s, pool, jobs, segment, downloaded, placed)
+            finally:
+                s.reporter.finish(s.task, "")
         placed.update({key: _result(fut) for key, fut in copies.items()})
     except BaseException as exc:
         s.cancel.set()
