@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn
 from wheelhouse.errors import WhError
 
+from .cache import cached_path
 from .session import Cancelled, DiskFull, FetchItem, Session
 
 __all__ = ["Helper", "ENV", "MIN_BYTES", "shares"]
@@ -160,37 +161,58 @@ class Helper:
             proc.stdin.flush()
         except (OSError, ValueError):
             pass  # (it died at once: the read below sees its end)
-        pending = 0
+        keys = {self.key(it): it for it in self.items}
         while True:
             try:
                 msg = read_frame(proc.stdout)
-            except READ_ERRORS:
-                msg = None
-            if msg is None:
+                if msg is None:
+                    break
+                self._heard = time.monotonic()
+                self._handle(msg, keys)
+            except Exception:  # noqa: BLE001  (not frames: a C library writing to fd 1 there, a frame of
+                # another shape. Nothing more it says can be trusted: it is ended and its share redone here.)
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
                 break
-            self._heard = time.monotonic()
-            kind = msg[0]
-            if kind == "advance":
-                pending += msg[1]
-                self.s.advance(msg[1])
-            elif kind == "note":
-                self.s.note(msg[1])
-            elif kind == "filed":
-                path = Path(msg[2])
-                with self._lock:
-                    self.filed[msg[1]] = path
-                self.on_filed(msg[1], path)
-            elif kind == "end":
-                status, value = msg[1], msg[2]
-                if status == "err":
-                    exc = rebuild(value)
-                    self._finish(("err", exc) if exc is not None else ("redo",))
-                elif status == "nospace":
-                    self._finish(("nospace", DiskFull(Path(value[0]), list(value[1]))))
-                else:
-                    self._finish((status,))
         proc.stdout.close()
         self._finish(("redo",))  # it ended without saying how: whatever it did not file is done here
+
+    def _handle(self, msg: tuple, keys: dict[str, FetchItem]) -> None:
+        kind = msg[0]
+        if kind == "advance":
+            self.s.advance(int(msg[1]))
+        elif kind == "note":
+            self.s.note(str(msg[1]))
+        elif kind == "filed":
+            key, path = msg[1], Path(msg[2])
+            it = keys[key]  # (KeyError: not one of its files)
+            if path != (cached_path(self.s.cache, it.sha256) if it.sha256 else
+                        cached_path(self.s.cache, path.name)):  # placed unhashed: it must be the entry
+                raise ValueError(f"the helper filed {key} as {path}")
+            with self._lock:
+                self.filed[key] = path
+            self.on_filed(key, path)
+        elif kind == "end":
+            status, value = msg[1], msg[2]
+            if status == "err":
+                exc = rebuild(value)
+                self._finish(("err", exc) if exc is not None else ("redo",))
+            elif status == "nospace":
+                self._finish(("nospace", DiskFull(Path(value[0]), list(value[1]))))
+                # This share's writers stop too (its Cancelled becomes this DiskFull in
+                # _download_shared), as one process's do when one of them fills the disk.
+                self.s.cancel.set()
+                abort = getattr(self.s.client, "abort", None)
+                if abort is not None:
+                    abort()
+            elif status in ("ok", "cancelled", "redo"):
+                self._finish((status,))
+            else:
+                raise ValueError(f"the helper ended as {status!r}")
+        elif kind != "beat":
+            raise ValueError(f"a frame of kind {kind!r}")
 
     def _watch(self) -> None:
         began = time.monotonic()
