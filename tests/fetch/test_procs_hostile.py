@@ -470,3 +470,64 @@ def test_a_credential_in_a_url_never_reaches_an_error_from_the_helper(always, tm
     for text in (redact(err.message), redact(err.hint or "")):
         assert "s3cret" not in text, text
     _no_leftovers(tmp_path, box)
+
+
+# --- other shapes of input ------------------------------------------------------------------------
+
+def test_files_without_a_published_hash_are_filed_by_the_helper_and_placed(always, tmp_path):
+    """No sha256 (a find-links folder): the helper files each under the hash of what arrived; this
+    process places them (its check of the helper's 'filed' path must accept those entries)."""
+    srv, items = _serve(rate=6_000_000)
+    items = [FetchItem(i.url, i.filename, None, i.size) for i in items]
+    try:
+        box, _ = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    assert "error" not in box, box.get("error")
+    _check_placed(tmp_path)
+    assert box["helpers"]
+    notes = [e[1] for e in box["reporter"].events if e[0] == "note"]
+    assert not any("second download process stopped" in n for n in notes), notes
+    _no_leftovers(tmp_path, box)
+
+
+def test_a_helper_that_dies_at_import_costs_nothing_but_time(always, tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "spawn", lambda module, cfg: childproc.spawn("hostile_helper_missing", cfg))
+    srv, items = _serve(rate=6_000_000)
+    try:
+        box, took = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    assert "error" not in box, box.get("error")
+    _check_placed(tmp_path)
+    assert took < 10
+    _no_leftovers(tmp_path, box)
+
+
+def test_progress_counts_each_byte_once_when_the_helper_is_killed_and_its_files_resumed_here(always, tmp_path):
+    """The helper counted the bytes it recorded; this process counts a resumed file's kept bytes
+    again: the bar went to 114% (2 MiB over 14 MiB) before the helper's counted bytes were credited."""
+    from wheelhouse.fetch.ranges import bytes_kept
+
+    srv, items = _serve(rate=1_500_000)
+    there = next(it for it in items if it.filename == THERE)
+    killed = []
+
+    def killer():
+        pid = _wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB and _helpers(), 20)
+        if pid:
+            os.kill(pid[0], signal.SIGKILL)
+            killed.append(pid[0])
+
+    k = threading.Thread(target=killer)
+    k.start()
+    try:
+        box, _ = _fetch(items, tmp_path)
+        k.join(30)
+    finally:
+        srv.close()
+    assert killed and "error" not in box, box.get("error")
+    _check_placed(tmp_path)
+    advanced = sum(e[2] for e in box["reporter"].events if e[0] == "advance")
+    assert advanced == sum(len(d) for d in FILES.values())
+    _no_leftovers(tmp_path, box)

@@ -252,6 +252,8 @@ def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, 
     if rest:
         s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
         placed.update(_reuse_cached(rest, dest, s, pool))
+        # (the helper has ended: nothing else reports on ``s`` while the redo runs)
+        s.reporter = procs.Credit(s.reporter, helper.counted_unfiled())  # its counted bytes, resumed here
         _download_all([it for it in rest if _key(it) not in placed], s, pool, jobs, segment, downloaded)
 
 

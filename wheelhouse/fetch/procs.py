@@ -94,6 +94,7 @@ class Helper:
         self.s, self.items, self.jobs, self.segment = s, items, jobs, segment
         self.on_filed, self.key = on_filed, key
         self.filed: dict[str, Path] = {}
+        self.advanced = 0  # bytes its progress counted (kept bytes of a resumed file included)
         self.outcome: tuple | None = None  # ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ("redo",)
         self.done = threading.Event()
         self.proc: subprocess.Popen | None = None
@@ -146,6 +147,13 @@ class Helper:
         with self._lock:
             return [it for it in self.items if self.key(it) not in self.filed]
 
+    def counted_unfiled(self) -> int:
+        """Bytes its progress counted for files it did not file: on disk, recorded, and counted
+        again as kept bytes when they are resumed here (``Credit``)."""
+        with self._lock:
+            filed = sum(it.size or 0 for it in self.items if self.key(it) in self.filed)
+        return max(0, self.advanced - filed)
+
     # --- internals ----------------------------------------------------------------------
     def _finish(self, outcome: tuple) -> None:
         with self._lock:
@@ -182,7 +190,9 @@ class Helper:
     def _handle(self, msg: tuple, keys: dict[str, FetchItem]) -> None:
         kind = msg[0]
         if kind == "advance":
-            self.s.advance(int(msg[1]))
+            n = int(msg[1])
+            self.advanced += n
+            self.s.advance(n)
         elif kind == "note":
             self.s.note(str(msg[1]))
         elif kind == "filed":
@@ -226,6 +236,29 @@ class Helper:
                 except OSError:
                     pass
                 return
+
+
+class Credit:
+    """A reporter that swallows the first ``credit`` bytes of progress: the bytes a stopped helper
+    counted are counted again when this process resumes its files (the bar would pass 100%)."""
+
+    def __init__(self, inner, credit: int):
+        self.inner, self.credit = inner, credit
+
+    def start(self, task: str, total: float | None = None, unit: str = "") -> None:
+        self.inner.start(task, total, unit)
+
+    def finish(self, task: str, message: str = "") -> None:
+        self.inner.finish(task, message)
+
+    def note(self, message: str) -> None:
+        self.inner.note(message)
+
+    def advance(self, task: str, amount: float = 1) -> None:
+        taken = min(self.credit, amount)
+        self.credit -= taken
+        if amount - taken:
+            self.inner.advance(task, amount - taken)
 
 
 class _Forward:
