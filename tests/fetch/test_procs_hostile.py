@@ -127,14 +127,14 @@ def _wait_for(cond, timeout: float):
     return None
 
 
-def _fetch(items, tmp_path, timeout=30.0, **kw):
+def _fetch(items, tmp_path, timeout=30.0, dest="dest", **kw):
     """fetch_all in a thread, joined with a timeout (a hang fails the test, not the suite);
     returns (box, seconds) where box has "paths" or "error", "reporter" and "helpers" (pids seen)."""
     box: dict = {"reporter": RecordingReporter(), "helpers": set()}
 
     def run():
         try:
-            box["paths"] = fetch_all(items, tmp_path / "dest", tmp_path / "cache", jobs=4, segment_size=SEG,
+            box["paths"] = fetch_all(items, tmp_path / dest, tmp_path / "cache", jobs=4, segment_size=SEG,
                                      backoff=0.01, reporter=box["reporter"], **kw)
         except BaseException as exc:  # noqa: BLE001
             box["error"] = exc
@@ -258,6 +258,39 @@ def test_a_full_disk_here_stops_the_helper_promptly(always, tmp_path, monkeypatc
     _no_leftovers(tmp_path, box)
 
 
+def test_a_full_disk_in_both_processes_at_once_is_one_no_space_error(always, tmp_path, monkeypatch):
+    monkeypatch.setenv("WH_FAULT", "fetch.write:enospc")
+    monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:enospc")
+    srv, items = _serve(rate=2_000_000)
+    try:
+        box, took = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    assert isinstance(box.get("error"), NoSpace), repr(box.get("error"))
+    assert took < 4, took
+    assert not (tmp_path / "dest").exists() or not list((tmp_path / "dest").iterdir())
+    _no_leftovers(tmp_path, box)
+
+
+def test_a_failure_here_lets_the_helpers_share_finish_into_the_cache_then_is_raised(always, tmp_path):
+    """As in one process: the other downloads finish into the cache (a re-run does not repeat them)."""
+    srv, items = _serve(rates={THERE: 3_000_000})
+    srv.tampered[HERE] = os.urandom(len(FILES[HERE]))
+    there = next(it for it in items if it.filename == THERE)
+    try:
+        box, _ = _fetch(items, tmp_path)
+        assert type(box.get("error")) is HashMismatch and HERE in str(box["error"])
+        assert cached_path(tmp_path / "cache", there.sha256).read_bytes() == FILES[THERE]
+        _no_leftovers(tmp_path, box)
+        served = srv.served[THERE]
+        del srv.tampered[HERE]
+        again, _ = _fetch(items, tmp_path, dest="again")
+    finally:
+        srv.close()
+    assert "error" not in again
+    assert srv.served[THERE] == served  # not downloaded again
+
+
 def test_a_disk_error_in_the_helper_is_its_fetch_error_raised_here(always, tmp_path, monkeypatch):
     """EIO in the helper is a FetchError there (as it would be here): raised unchanged, nothing left."""
     monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:eio")
@@ -291,11 +324,12 @@ def test_the_helper_killed_at_a_checkpoint_changes_nothing(always, tmp_path, mon
         assert any("second download process stopped" in n for n in notes), notes
 
 
-def test_wh_killed_while_recording_a_range_then_a_rerun_completes(always, tmp_path):
+@pytest.mark.parametrize("point", ["fetch.range.recorded", "fetch.range.split", "fetch.write", "fetch.place"])
+def test_wh_killed_at_a_checkpoint_then_a_rerun_completes(always, tmp_path, point):
     srv, items = _serve(rate=2_000_000)
     spec = _spec(items, tmp_path)
     try:
-        env = {**os.environ, "WH_FAULT": "fetch.range.recorded:kill"}
+        env = {**os.environ, "WH_FAULT": f"{point}:kill"}
         first = subprocess.run([sys.executable, "-c", CHILD, spec], env=env, capture_output=True, timeout=30)
         assert first.returncode == -signal.SIGKILL, first
         assert _wait_for(lambda: not _helpers(0), 10), "a helper outlived the killed wh"
@@ -531,3 +565,22 @@ def test_progress_counts_each_byte_once_when_the_helper_is_killed_and_its_files_
     advanced = sum(e[2] for e in box["reporter"].events if e[0] == "advance")
     assert advanced == sum(len(d) for d in FILES.values())
     _no_leftovers(tmp_path, box)
+
+
+def test_many_small_files_through_the_helper(always, tmp_path):
+    """300 files of 4-40 kB: hundreds of 'filed' frames and placements from the reader thread."""
+    names = {f"p{i}-1.0-py3-none-any.whl": os.urandom(4000 + 120 * i) for i in range(300)}
+    srv = RatedServer()
+    items = [srv.add(n, d) for n, d in names.items()]
+    try:
+        box, _ = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    assert "error" not in box, box.get("error")
+    assert box["helpers"]
+    for n, d in names.items():
+        assert (tmp_path / "dest" / n).read_bytes() == d
+    notes = [e[1] for e in box["reporter"].events if e[0] == "note"]
+    assert not any("second download process stopped" in n for n in notes), notes
+    assert sum(e[2] for e in box["reporter"].events if e[0] == "advance") == sum(map(len, names.values()))
+    assert _wait_for(lambda: not _helpers(), 5)
