@@ -436,20 +436,31 @@ def test_ctrl_c_while_only_the_helper_is_downloading(always, tmp_path):
     assert not (tmp_path / "dest" / THERE).exists()
 
 
-def test_sigterm_to_wh_ends_its_helper(always, tmp_path):
+@pytest.mark.parametrize("handler", ["default", "as-interrupt"])
+def test_sigterm_to_wh_ends_its_helper(always, tmp_path, handler):
+    """`kill <wh pid>`: with Python's default SIGTERM wh dies at once (the helper's stdin closes);
+    with the CLI's sigterm_as_interrupt it stops as on Ctrl-C. Either way the helper is gone at once."""
     srv, items = _serve(rate=300_000)
     spec = _spec(items, tmp_path)
+    code = CHILD if handler == "default" else (
+        "from wheelhouse.cli._ui import sigterm_as_interrupt\nwith sigterm_as_interrupt():\n"
+        + "".join("    " + line + "\n" for line in CHILD.strip().splitlines()))
     try:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, spec], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        child = subprocess.Popen([sys.executable, "-c", code, spec], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
         helper = _wait_for(lambda: _helpers(child.pid), 20)
         assert helper
         time.sleep(0.3)
+        t0 = time.monotonic()
         child.terminate()
-        child.wait(10)
+        out, err = child.communicate(timeout=10)
+        took = time.monotonic() - t0
         assert _wait_for(lambda: not _alive(helper[0]), 5), "the helper outlived a SIGTERMed wh"
     finally:
         srv.close()
+    assert b"done" not in out and took < 3, (took, err[-500:])
+    if handler == "as-interrupt":
+        assert b"KeyboardInterrupt" in err, err[-1000:]
 
 
 # --- two runs on one cache ---------------------------------------------------------------------------
