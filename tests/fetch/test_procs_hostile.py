@@ -281,6 +281,8 @@ def test_a_failure_here_lets_the_helpers_share_finish_into_the_cache_then_is_rai
         box, _ = _fetch(items, tmp_path)
         assert type(box.get("error")) is HashMismatch and HERE in str(box["error"])
         assert cached_path(tmp_path / "cache", there.sha256).read_bytes() == FILES[THERE]
+        # ... and, as in one process, nothing more goes to dest once the run is failing.
+        assert not (tmp_path / "dest" / THERE).exists()
         _no_leftovers(tmp_path, box)
         served = srv.served[THERE]
         del srv.tampered[HERE]
@@ -289,6 +291,20 @@ def test_a_failure_here_lets_the_helpers_share_finish_into_the_cache_then_is_rai
         srv.close()
     assert "error" not in again
     assert srv.served[THERE] == served  # not downloaded again
+
+
+def test_a_failure_in_the_helper_lets_this_share_finish_into_the_cache_not_into_dest(always, tmp_path):
+    srv, items = _serve(rates={HERE: 3_000_000})
+    srv.tampered[THERE] = os.urandom(len(FILES[THERE]))
+    here = next(it for it in items if it.filename == HERE)
+    try:
+        box, _ = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    assert type(box.get("error")) is HashMismatch and THERE in str(box["error"])
+    assert cached_path(tmp_path / "cache", here.sha256).read_bytes() == FILES[HERE]
+    assert not (tmp_path / "dest" / HERE).exists()
+    _no_leftovers(tmp_path, box)
 
 
 def test_a_disk_error_in_the_helper_is_its_fetch_error_raised_here(always, tmp_path, monkeypatch):

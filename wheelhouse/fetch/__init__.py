@@ -105,6 +105,8 @@ def fetch_all(
     by_key = {_key(it): it for it in unique}
 
     def downloaded(key: str, path: Path) -> None:  # (also called from the helper process's reader thread)
+        if helper is not None and helper.outcome is not None and helper.outcome[0] == "err":
+            return  # the helper's share failed: the run is failing, nothing more goes to dest (as in _collect)
         it = by_key[key]
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
@@ -240,7 +242,8 @@ def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, 
     except (KeyboardInterrupt, DiskFull):
         raise
     except WhError as exc:
-        failed = exc  # the helper's downloads still finish into the cache, as this share's did
+        failed = exc  # the helper's downloads still finish into the cache, as this share's did,
+        helper.on_filed = lambda key, path: None  # but nothing more goes to dest (as in _collect)
     outcome = helper.wait(stop=s.cancel.is_set)
     if outcome[0] == "nospace":
         raise outcome[1]
