@@ -611,3 +611,40 @@ def test_many_small_files_through_the_helper(always, tmp_path):
     assert not any("second download process stopped" in n for n in notes), notes
     assert sum(e[2] for e in box["reporter"].events if e[0] == "advance") == sum(map(len, names.values()))
     assert _wait_for(lambda: not _helpers(), 5)
+
+
+@pytest.mark.parametrize("mode", ["always", "0"], ids=["with-helpers", "one-process"])
+def test_a_run_killed_while_another_waits_on_its_file_leaves_nothing_behind(always, tmp_path, monkeypatch, mode):
+    """Run A's helper holds THERE (ranges, recorded on disk); run B, on the same cache, waits for it.
+    A is SIGKILLed (its helper ends): B takes THERE over. It must end with THERE verified, no
+    partial files of it left in the cache (each as big as the file: they were, as B's one-stream
+    wait downloaded it again from byte 0), and A's recorded bytes not asked for again."""
+    from wheelhouse.fetch.ranges import bytes_kept
+
+    monkeypatch.setenv(procs.ENV, mode)
+    srv, items = _serve(rates={THERE: 1_000_000})
+    there = next(it for it in items if it.filename == THERE)
+    try:
+        a = subprocess.Popen([sys.executable, "-c", CHILD, _spec(items, tmp_path, dest="destA")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert _wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB, 20)
+        b = subprocess.Popen([sys.executable, "-c", CHILD, _spec(items, tmp_path, dest="destB")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # B is up and waiting: its files other than THERE are placed.
+        assert _wait_for(lambda: all((tmp_path / "destB" / n).exists() for n in (HERE, S1, S2)), 20)
+        kept = bytes_kept(tmp_path / "cache", there.sha256)
+        served = srv.served[THERE]
+        a.kill()
+        a.wait()
+        out, err = b.communicate(timeout=60)
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        srv.close()
+    assert b.returncode == 0, err.decode()[-2000:]
+    assert (tmp_path / "destB" / THERE).read_bytes() == FILES[THERE]
+    leftovers = list((tmp_path / "cache" / "partial").iterdir())
+    assert not leftovers, leftovers
+    assert srv.served[THERE] - served <= len(FILES[THERE]) - kept + 2 * MIB, (srv.served[THERE] - served, kept)

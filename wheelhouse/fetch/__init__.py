@@ -211,7 +211,8 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
             for i, ((a, b), have) in enumerate(zip(job.segments, job.have)):
                 if have < b - a:
                     work.append((b - a - have, fetch_range, (job, i, s)))
-        work += [(it.size or 0, download, (it, s)) for it in todo if id(it) not in in_split]
+        work += [(it.size or 0, _when_free, (it, s, -(-(it.size or 0) // pieces[id(it)]))) if id(it) in pieces
+                 else (it.size or 0, download, (it, s)) for it in todo if id(it) not in in_split]
         work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
 
         def steal() -> tuple[Segmented, int] | None:
@@ -225,6 +226,47 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     finally:
         for job in split:
             job.release()
+
+
+def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
+    """A big file another process holds (``plan_segments`` gave None): wait until it is free, then take
+    its cache entry, or, where that process stopped (killed, interrupted), resume its recorded ranges
+    here, one after the other. The one-stream path (``download``) would start again from byte 0 and
+    leave the ranges' files, each as big as the file, in the cache for good."""
+    entry = cached_path(s.cache, item.sha256 or "")
+    noted = False
+    while True:
+        if entry.exists():
+            return entry  # (the other one's; verified when copied out)
+        job = plan_segments(item, s.cache, segment)
+        if job is not None:
+            break
+        if not noted:
+            s.note(f"{item.filename}: another wh is downloading it; waiting")
+            noted = True
+        if s.cancel.wait(0.1):
+            raise Cancelled()
+    try:
+        if entry.exists():  # filed just before its lock was freed
+            job.discard()
+            return entry
+        s.advance(job.on_disk())
+        if job.remaining == 0:
+            return finish_segmented(job, s)
+        path = None
+        for i, ((a, b), have) in enumerate(zip(job.segments, job.have)):
+            if have < b - a:
+                path = fetch_range(job, i, s)
+        return path
+    except NoRanges as why:
+        job.discard()
+        job.release()  # the one-stream download takes the entry's lock itself
+        s.note(f"{item.filename}: " + (
+            "the bytes kept from an earlier run did not verify; downloading it again from the start"
+            if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
+        return download(item, s)
+    finally:
+        job.release()
 
 
 def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, s: Session, pool, jobs: int,
