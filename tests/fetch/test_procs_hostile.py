@@ -648,3 +648,32 @@ def test_a_run_killed_while_another_waits_on_its_file_leaves_nothing_behind(alwa
     leftovers = list((tmp_path / "cache" / "partial").iterdir())
     assert not leftovers, leftovers
     assert srv.served[THERE] - served <= len(FILES[THERE]) - kept + 2 * MIB, (srv.served[THERE] - served, kept)
+
+
+@pytest.mark.parametrize("jobs, mode", [(1, "0"), (3, "always")], ids=["one-connection", "jobs3-helper"])
+def test_ranges_kept_by_an_earlier_run_are_resumed_with_one_connection(always, tmp_path, monkeypatch, jobs, mode):
+    """An earlier run (4 connections) was killed with ranges of the big files recorded. The next run
+    has one connection for them (--jobs 1; or --jobs 3, where this process's share gets one and the
+    helper two): the kept ranges are resumed, not downloaded again as one stream from byte 0 with
+    the ranges' files (as big as the file) left in the cache for good."""
+    from wheelhouse.fetch.ranges import bytes_kept
+
+    srv, items = _serve(rate=2_000_000)
+    try:
+        env = {**os.environ, "WH_FAULT": "fetch.range.recorded:kill", procs.ENV: "0"}
+        first = subprocess.run([sys.executable, "-c", CHILD, _spec(items, tmp_path)], env=env, capture_output=True,
+                               timeout=30)
+        assert first.returncode == -signal.SIGKILL, first
+        kept = sum(bytes_kept(tmp_path / "cache", it.sha256) for it in items)
+        assert kept > 0
+        served = sum(srv.served.values())
+        monkeypatch.setenv(procs.ENV, mode)
+        paths = fetch_all(items, tmp_path / "dest", tmp_path / "cache", jobs=jobs, segment_size=SEG, backoff=0.01)
+    finally:
+        srv.close()
+    assert len(paths) == 4
+    _check_placed(tmp_path)
+    leftovers = list((tmp_path / "cache" / "partial").iterdir())
+    assert not leftovers, leftovers
+    total = sum(len(d) for d in FILES.values())
+    assert sum(srv.served.values()) - served <= total - kept + MIB, (sum(srv.served.values()) - served, total, kept)

@@ -37,6 +37,7 @@ from .cache import (
     entries_folder,
     is_no_space,
     link_entry,
+    partial_path,
     place,
     sha256_of,
 )
@@ -193,7 +194,10 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
                   downloaded: Callable[[str, Path], None]) -> dict[str, Path]:
     """Download ``todo`` into the cache; key -> cache path, each also handed to ``downloaded`` the
     moment it is filed. Big files as ranges when jobs > 1."""
-    big = [it for it in todo if jobs > 1 and it.sha256 and it.size and it.size >= 2 * segment]
+    # With one connection too where an earlier run left recorded ranges (it had more connections, or
+    # the file was in the other process's share): resumed, not downloaded again and left on disk.
+    big = [it for it in todo if it.sha256 and it.size and it.size >= 2 * segment
+           and (jobs > 1 or _ranges_kept(s.cache, it.sha256))]
     split: list[Segmented] = []
     pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
@@ -226,6 +230,11 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     finally:
         for job in split:
             job.release()
+
+
+def _ranges_kept(cache: Path, sha256: str) -> bool:
+    part = partial_path(cache, sha256)
+    return part.with_name(part.name + ".json").is_file()
 
 
 def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
