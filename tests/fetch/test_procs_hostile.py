@@ -307,6 +307,23 @@ def test_a_failure_in_the_helper_lets_this_share_finish_into_the_cache_not_into_
     _no_leftovers(tmp_path, box)
 
 
+@pytest.mark.parametrize("where", ["WH_FAULT", "WH_FAULT_HELPER"], ids=["one-process", "in-the-helper"])
+def test_a_full_disk_when_a_range_is_split_is_one_no_space_error(always, tmp_path, monkeypatch, where):
+    """The split of a lagging range writes the file's new layout: a full disk there was a bare
+    OSError out of fetch_all (one process), or a silent redo of the helper's share."""
+    monkeypatch.setenv(procs.ENV, "0" if where == "WH_FAULT" else "always")
+    monkeypatch.setenv(where, "fetch.range.split:enospc")
+    srv, items = _serve(rates={HERE: 3_000_000, THERE: 3_000_000})
+    try:
+        box, took = _fetch(items, tmp_path)
+    finally:
+        srv.close()
+    err = box.get("error")
+    assert isinstance(err, NoSpace) and err.code == "no-space", repr(err)
+    assert took < 4, took
+    _no_leftovers(tmp_path, box)
+
+
 def test_a_disk_error_in_the_helper_is_its_fetch_error_raised_here(always, tmp_path, monkeypatch):
     """EIO in the helper is a FetchError there (as it would be here): raised unchanged, nothing left."""
     monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:eio")

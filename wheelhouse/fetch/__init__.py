@@ -371,7 +371,13 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 pending[pool.submit(download, job.item, s)] = job.item
             fallback = {}
         while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
-            cut = steal()
+            try:
+                cut = steal()  # (writes the new split of the file's ranges)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                _stop(s, pending)  # a full disk is one no-space error here too, once every writer stopped
+                raise DiskFull(s.cache / "partial", []) from exc
             if cut is None:
                 break
             pending[pool.submit(fetch_range, cut[0], cut[1], s)] = cut[0]
