@@ -443,6 +443,36 @@ def test_print_in_the_helper_goes_to_stderr_not_into_the_frames(always, tmp_path
     _no_leftovers(tmp_path, box)
 
 
+def _fake_helper(monkeypatch, tmp_path, body: str):
+    """The helper is a module whose serve(cfg) is ``body`` (it may call procs.serve(cfg))."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "hostile_helper.py").write_text(
+        "import os, sys, time\nimport wheelhouse.childproc as childproc\nfrom wheelhouse.fetch import procs\n"
+        "def serve(cfg):\n" + "".join("    " + line + "\n" for line in body.splitlines()))
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.setattr(procs, "spawn", lambda module, cfg: childproc.spawn("hostile_helper", cfg))
+
+
+@pytest.mark.parametrize("body", [
+    "time.sleep(600)",  # up, never says a word: killed after _START_WAIT
+    "os.write(1, childproc.frame(('beat',)))\nos.write(1, childproc.frame(('end', 'ok', None)))\ntime.sleep(600)",
+    "os.write(1, childproc.frame(('beat',)))\nos._exit(0)",  # exits at once without an end frame
+], ids=["silent-from-the-start", "says-ok-files-nothing-ignores-stdin", "exits-without-a-word"])
+def test_a_helper_that_misbehaves_costs_nothing_but_time(always, tmp_path, monkeypatch, body):
+    monkeypatch.setattr(procs, "_START_WAIT", 1.5)
+    monkeypatch.setattr(procs, "_EXIT_WAIT", 1.0)
+    _fake_helper(monkeypatch, tmp_path, body)
+    srv, items = _serve(rate=6_000_000)
+    try:
+        box, took = _fetch(items, tmp_path, timeout=20)
+    finally:
+        srv.close()
+    assert "error" not in box, repr(box.get("error"))
+    _check_placed(tmp_path)
+    assert took < 8, took
+    _no_leftovers(tmp_path, box)
+
+
 # --- signals --------------------------------------------------------------------------------------
 
 def test_ctrl_c_while_only_the_helper_is_downloading(always, tmp_path):

@@ -302,7 +302,7 @@ def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, 
     if errors:
         errors.sort(key=lambda e: not isinstance(e, HashMismatch))
         raise errors[0]
-    rest = helper.unfinished() if outcome[0] != "ok" else []
+    rest = helper.unfinished()  # (none after "ok", unless it said so without filing them: done here, then)
     if rest:
         s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
         placed.update(_reuse_cached(rest, dest, s, pool))
