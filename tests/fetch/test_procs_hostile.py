@@ -548,7 +548,8 @@ def test_two_runs_on_one_cache_each_with_its_helper_take_turns(always, tmp_path)
         for name, data in FILES.items():
             assert (tmp_path / f"dest{i}" / name).read_bytes() == data
     total = sum(len(d) for d in FILES.values())
-    assert sum(srv.served.values()) < total + 4 * MIB, (srv.served, total)
+    # Each file downloaded once between the 4 processes (measured: total + 170 kB; a cut range re-sends < 1 MiB).
+    assert sum(srv.served.values()) < total + 2 * MIB, (srv.served, total)
     assert not list((tmp_path / "cache" / "partial").iterdir())
 
 
