@@ -274,6 +274,11 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
             "the bytes kept from an earlier run did not verify; downloading it again from the start"
             if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
         return download(item, s)
+    except DiskFull as exc:
+        if exc.job is job:  # its files go while its lock is still held (this thread is its only writer)
+            job.discard()
+            exc.job = None
+        raise
     finally:
         job.release()
 
