@@ -244,7 +244,7 @@ def test_a_full_disk_in_the_helper_stops_this_process_promptly(always, tmp_path,
 
 
 def test_a_full_disk_here_stops_the_helper_promptly(always, tmp_path, monkeypatch):
-    monkeypatch.setenv("WH_FAULT", "fetch.write:enospc")  # this process only (the helper's faults are WH_FAULT_HELPER's)
+    monkeypatch.setenv("WH_FAULT", "fetch.write:enospc")  # this process only (the helper's: WH_FAULT_HELPER)
     srv, items = _serve(rates={THERE: 300_000, S1: 300_000})
     try:
         box, took = _fetch(items, tmp_path)
@@ -428,8 +428,8 @@ def test_garbage_on_the_helpers_stdout_means_redo_not_a_crash_or_a_hang(always, 
 def test_print_in_the_helper_goes_to_stderr_not_into_the_frames(always, tmp_path, monkeypatch):
     """print() in the helper while it downloads (a library's chatter) must not touch the frames:
     the helper's share is its own (not redone here)."""
-    _polluted(monkeypatch, tmp_path, "\n".join(["for _ in range(200):"] + ["            print('chatter' * 50); time.sleep(0.005)"]),
-              after=0.05)
+    chatter = "for _ in range(200):\n            print('chatter' * 50); time.sleep(0.005)"
+    _polluted(monkeypatch, tmp_path, chatter, after=0.05)
     srv, items = _serve(rate=4_000_000)
     try:
         box, _ = _fetch(items, tmp_path)
