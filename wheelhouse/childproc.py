@@ -45,10 +45,11 @@ READ_ERRORS = (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeE
 def spawn(module: str, cfg: dict) -> tuple[subprocess.Popen, bytes]:
     """Start a helper that will run ``module.serve(cfg)``; returns it and the config frame, which the
     caller writes on its stdin (after it has started watching it: a stopped child never reads it)."""
+    path = [str(Path(wheelhouse.__file__).resolve().parent.parent), *sys.path]
+    config = frame({**cfg, "path": path})  # (before the process: a config that cannot be pickled starts none)
     proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _BOOT, module], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
-    path = [str(Path(wheelhouse.__file__).resolve().parent.parent), *sys.path]
-    return proc, frame({**cfg, "path": path})
+    return proc, config
 
 
 def frame(obj: Any) -> bytes:

@@ -20,7 +20,7 @@ import errno
 import os
 import signal
 
-__all__ = ["checkpoint", "for_helper", "ENV", "HELPER_ENV", "ACTIONS"]
+__all__ = ["checkpoint", "for_helper", "check_helper_spec", "ENV", "HELPER_ENV", "ACTIONS"]
 
 ENV = "WH_FAULT"
 HELPER_ENV = "WH_FAULT_HELPER"
@@ -54,3 +54,12 @@ def checkpoint(name: str) -> None:
 def for_helper() -> None:
     """In a helper process: its faults are ``WH_FAULT_HELPER``'s (none where that is unset)."""
     os.environ[ENV] = os.environ.get(HELPER_ENV, "")
+
+
+def check_helper_spec() -> None:
+    """In the main process, before a helper starts: a ``WH_FAULT_HELPER`` action that is not one of
+    ACTIONS raises here (in the helper it would only make the helper fail, and its work be redone)."""
+    raw = os.environ.get(HELPER_ENV, "")
+    action = raw.partition(":")[2]
+    if raw and action and action not in ACTIONS:
+        raise ValueError(f"{HELPER_ENV} action {action!r} is not one of {', '.join(ACTIONS)}")

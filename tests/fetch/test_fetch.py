@@ -204,3 +204,55 @@ def test_a_record_ahead_of_its_bytes_is_downloaded_again_not_refused(server, tmp
     assert paths[0].read_bytes() == data
     assert any("did not verify; downloading it again" in e[1] for e in rec.events if e[0] == "note")
     assert not list((tmp_path / "cache" / "partial").iterdir())
+
+
+def test_ctrl_c_leaves_a_ranges_files_open_until_its_writers_have_stopped(tmp_path, monkeypatch):
+    """Ctrl-C reaches the main thread while range writers are mid-transfer. Their file descriptors
+    and the entry's lock are released only once every writer has returned: a descriptor closed
+    under a writer could be reused by the next file this process opens, and the late write land there."""
+    import threading
+    import time
+
+    import wheelhouse.fetch as fetch
+    from file_server import FileServer
+    from wheelhouse.fetch.ranges import Segmented
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WH_FETCH_PROCESS", "0")
+    srv = FileServer(rate=400_000)
+    item = srv.add("slow-1.0-py3-none-any.whl", os.urandom(4 << 20))
+    running, events, lock = [0], [], threading.Lock()
+    real_range, real_release, real_collect = fetch.fetch_range, Segmented.release, fetch._collect
+
+    def fetch_range(job, idx, s):
+        with lock:
+            running[0] += 1
+        try:
+            return real_range(job, idx, s)
+        finally:
+            time.sleep(0.2)  # a writer slow to notice the cancel flag
+            with lock:
+                running[0] -= 1
+
+    def release(job):
+        with lock:
+            events.append(running[0])
+        real_release(job)
+
+    def interrupted(*a, **kw):
+        time.sleep(0.3)  # the transfers are under way
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fetch, "fetch_range", fetch_range)
+    monkeypatch.setattr(Segmented, "release", release)
+    monkeypatch.setattr(fetch, "_collect", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fetch_all([item], tmp_path / "dest", tmp_path / "cache", jobs=4, segment_size=1 << 20, backoff=0.01)
+        deadline = time.monotonic() + 10
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        srv.close()
+    assert events == [0], events  # released once, with no writer left running

@@ -17,6 +17,7 @@ transfers at once (the client's sockets are shut) and keeps what is on disk.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Sequence
@@ -199,6 +200,7 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     big = [it for it in todo if it.sha256 and it.size and it.size >= 2 * segment
            and (jobs > 1 or _ranges_kept(s.cache, it.sha256))]
     split: list[Segmented] = []
+    submitted: list[Future] = []  # every task, those _collect adds included
     pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
         for it in big:
@@ -226,10 +228,25 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
             return split_range(split, max(1 << 20, segment // 8))
 
         tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]
-        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs)
+        submitted.extend(fut for _, fut, _ in tasks)
+        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted)
     finally:
-        for job in split:
-            job.release()
+        running = [fut for fut in submitted if not fut.done()]
+        if running:
+            # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
+            # go only once they have stopped (at their next block, or at once as their sockets are shut): a
+            # descriptor closed under a writer could be reused by the next file this process opens.
+            threading.Thread(target=_release_after, args=(running, split), name="wh-fetch-release",
+                             daemon=True).start()
+        else:
+            for job in split:
+                job.release()
+
+
+def _release_after(running: list[Future], jobs: list[Segmented]) -> None:
+    wait(running)
+    for job in jobs:
+        job.release()
 
 
 def _ranges_kept(cache: Path, sha256: str) -> bool:
@@ -337,7 +354,8 @@ def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[
 
 
 def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
-             steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1) -> dict[str, Path]:
+             steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1,
+             submitted: list[Future] | None = None) -> dict[str, Path]:
     """Wait for every task; ranges refused by the server fall back to one stream. While fewer than
     ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. The first
     failure (a hash mismatch before others) is raised once everything else has finished."""
@@ -373,7 +391,10 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 s.note(f"{job.item.filename}: " + (
                     "the bytes kept from an earlier run did not verify; downloading it again from the start"
                     if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
-                pending[pool.submit(download, job.item, s)] = job.item
+                fut = pool.submit(download, job.item, s)
+                pending[fut] = job.item
+                if submitted is not None:
+                    submitted.append(fut)
             fallback = {}
         while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
             try:
@@ -385,7 +406,10 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 raise DiskFull(s.cache / "partial", []) from exc
             if cut is None:
                 break
-            pending[pool.submit(fetch_range, cut[0], cut[1], s)] = cut[0]
+            fut = pool.submit(fetch_range, cut[0], cut[1], s)
+            pending[fut] = cut[0]
+            if submitted is not None:
+                submitted.append(fut)
     if failures:
         # Hash mismatches matter more than a flaky link; a cancelled task explains nothing.
         failures.sort(key=lambda e: (isinstance(e, Cancelled), not isinstance(e, HashMismatch)))

@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 
 from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn
 from wheelhouse.errors import WhError
+from wheelhouse.faults import check_helper_spec
 
 from .cache import cached_path
 from .session import Cancelled, DiskFull, FetchItem, Session
@@ -71,6 +72,7 @@ def shares(todo: Sequence[FetchItem], s: Session, jobs: int) -> tuple[list[Fetch
     mode = _mode()
     if mode is None or not sys.executable or jobs < 2 or len(todo) < 2:
         return None
+    check_helper_spec()  # (a test's typo fails here, not as a silently redone share)
     if type(s.client) is not HttpClient or s.client.offline:  # (a test's fake client, or offline: not copied)
         return None
     if mode == "auto" and (cpus() < 2 or sum(it.size or 0 for it in todo) < MIN_BYTES):

@@ -56,6 +56,7 @@ from typing import Any
 
 from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn, write_frame
 from wheelhouse.errors import WhError
+from wheelhouse.faults import check_helper_spec
 
 __all__ = ["Offload", "OffloadClosed", "ENV", "AFTER"]
 
@@ -110,6 +111,7 @@ class Offload:
         client = source.client
         if mode is None or not sys.executable or type(client) is not HttpClient or client.offline:
             return None
+        check_helper_spec()  # (a test's typo fails here, not as silently redone requests)
         if client.cache_dir is None or type(source) is not PackageSource or type(reader) is not MetadataReader:
             return None
         n_cpus = cpus()

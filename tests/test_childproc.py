@@ -1,0 +1,56 @@
+"""wheelhouse.childproc: how helper processes start, and the frames on their pipes."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from wheelhouse.childproc import flatten, read_frame, rebuild, spawn, write_frame
+from wheelhouse.errors import HashMismatch
+
+
+def _children() -> set[int]:
+    me = os.getpid()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                    found.add(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def test_a_config_that_cannot_be_pickled_starts_no_process():
+    before = _children()
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        spawn("wheelhouse.fetch.procs", {"bad": lambda: 0})
+    assert _children() == before  # nothing left behind, waiting for a config that never comes
+
+
+def test_frames_round_trip_and_a_cut_frame_is_the_end():
+    buf = io.BytesIO()
+    write_frame(buf, ("filed", "abc", "/x"))
+    write_frame(buf, ("end", "ok", None))
+    data = buf.getvalue()
+    inp = io.BytesIO(data)
+    assert read_frame(inp) == ("filed", "abc", "/x")
+    assert read_frame(inp) == ("end", "ok", None)
+    assert read_frame(inp) is None
+    assert read_frame(io.BytesIO(data[:-3])) == ("filed", "abc", "/x")  # the second, cut short:
+    cut = io.BytesIO(data[:-3])
+    read_frame(cut)
+    assert read_frame(cut) is None
+
+
+def test_a_wherror_crosses_unchanged_and_nothing_else_is_rebuilt():
+    exc = HashMismatch("a.whl", "0" * 64, "1" * 64)
+    back = rebuild(pickle.loads(pickle.dumps(flatten(exc))))
+    assert type(back) is HashMismatch and str(back) == str(exc) and back.hint == exc.hint and back.bad == exc.bad
+    assert rebuild((ValueError, ("x",), {})) is None
+    assert rebuild("garbage") is None
