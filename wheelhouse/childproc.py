@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 import wheelhouse
 from wheelhouse.errors import WhError
 
-__all__ = ["spawn", "frame", "write_frame", "read_frame", "flatten", "rebuild", "end", "cpus", "READ_ERRORS"]
+__all__ = ["spawn", "frame", "write_frame", "read_frame", "flatten", "rebuild", "end", "cpus", "mode", "READ_ERRORS"]
 
 _FRAME = struct.Struct(">Q")
 _BOOT = ("import pickle,struct,sys\n"
@@ -113,3 +113,14 @@ def cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def mode(env: str) -> str | None:
+    """A helper switch's setting (``WH_INDEX_PROCESS``, ``WH_FETCH_PROCESS``): None (off: 0, off, no,
+    never, false), "always" (1, on, yes, always, true) or "auto" (the default, and anything else)."""
+    raw = os.environ.get(env, "auto").strip().lower()
+    if raw in ("0", "off", "no", "never", "false"):
+        return None
+    if raw in ("1", "on", "yes", "always", "true"):
+        return "always"
+    return "auto"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn
+from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn
 from wheelhouse.errors import WhError
 from wheelhouse.faults import check_helper_spec
 
@@ -55,27 +55,18 @@ _EXIT_WAIT = 5.0  # a helper told to stop has this long to exit before SIGKILL
 _ADVANCE_EVERY = 0.1  # the helper's progress is sent in sums, this often
 
 
-def _mode() -> str | None:
-    raw = os.environ.get(ENV, "auto").strip().lower()
-    if raw in ("0", "off", "no", "never", "false"):
-        return None
-    if raw in ("1", "on", "yes", "always", "true"):
-        return "always"
-    return "auto"
-
-
 def shares(todo: Sequence[FetchItem], s: Session, jobs: int) -> tuple[list[FetchItem], list[FetchItem]] | None:
     """(this process's share, the helper's) of ``todo``; None where a helper would not help or is
     turned off (one job, one CPU, a small fetch, a client a helper cannot copy)."""
     from wheelhouse.index.http import HttpClient
 
-    mode = _mode()
-    if mode is None or not sys.executable or jobs < 2 or len(todo) < 2:
+    setting = mode(ENV)
+    if setting is None or not sys.executable or jobs < 2 or len(todo) < 2:
         return None
     check_helper_spec()  # (a test's typo fails here, not as a silently redone share)
     if type(s.client) is not HttpClient or s.client.offline:  # (a test's fake client, or offline: not copied)
         return None
-    if mode == "auto" and (cpus() < 2 or sum(it.size or 0 for it in todo) < MIN_BYTES):
+    if setting == "auto" and (cpus() < 2 or sum(it.size or 0 for it in todo) < MIN_BYTES):
         return None
     mine: list[FetchItem] = []
     theirs: list[FetchItem] = []

@@ -54,7 +54,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, read_frame, rebuild, spawn, write_frame
+from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn, write_frame
 from wheelhouse.errors import WhError
 from wheelhouse.faults import check_helper_spec
 
@@ -70,15 +70,6 @@ _EXIT_WAIT = 5.0  # seconds a helper told to end has to exit before it is killed
 _SILENT = 15.0  # a helper silent this long while requests wait on it is hung (stopped, wedged): ended, work done here
 class OffloadClosed(Exception):
     """The run ended while a prefetch waited on the helper (a guess nobody needs any more)."""
-
-
-def _mode() -> str | None:
-    raw = os.environ.get(ENV, "auto").strip().lower()
-    if raw in ("0", "off", "no", "never", "false"):
-        return None
-    if raw in ("1", "on", "yes", "always", "true"):
-        return "always"
-    return "auto"
 
 
 class Offload:
@@ -107,17 +98,17 @@ class Offload:
         from .metadata import MetadataReader
         from . import PackageSource
 
-        mode = _mode()
+        setting = mode(ENV)
         client = source.client
-        if mode is None or not sys.executable or type(client) is not HttpClient or client.offline:
+        if setting is None or not sys.executable or type(client) is not HttpClient or client.offline:
             return None
         check_helper_spec()  # (a test's typo fails here, not as silently redone requests)
         if client.cache_dir is None or type(source) is not PackageSource or type(reader) is not MetadataReader:
             return None
         n_cpus = cpus()
-        if reader.client is not client or (mode == "auto" and n_cpus < 2):
+        if reader.client is not client or (setting == "auto" and n_cpus < 2):
             return None
-        always = mode == "always"
+        always = setting == "always"
         return cls(client, page_ttl=source.page_ttl, after=0 if always else AFTER,
                    helpers=max(1, min(HELPERS, n_cpus)), wait=always)
 
