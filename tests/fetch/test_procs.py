@@ -7,7 +7,6 @@ WH_FETCH_PROCESS=always starts it for any fetch of two files (auto waits for 256
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from file_server import FileServer
+from helper_procs import helper_pids
 
 from wheelhouse.errors import HashMismatch
 from wheelhouse.fetch import FetchItem, NoSpace, cached_path, fetch_all, procs
@@ -62,20 +62,8 @@ def _serve(rate=None, auth=None) -> tuple[FileServer, list[FetchItem]]:
 
 
 def _helpers(parent: int | None = None) -> list[int]:
-    """Fetch helper processes (by command line) whose parent is ``parent`` (default: this process)."""
-    parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if b"wheelhouse.fetch.procs" in cmd and int(stat[1]) == parent and stat[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    """Live fetch helper processes whose parent is ``parent`` (default: this process)."""
+    return helper_pids(b"wheelhouse.fetch.procs", parent=parent, zombies=False)
 
 
 def _wait_for(cond, timeout: float):

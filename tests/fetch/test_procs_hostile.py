@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from file_server import FileServer
+from helper_procs import helper_pids
 
 import wheelhouse.childproc as childproc
 from wheelhouse.errors import HashMismatch, WhError
@@ -93,21 +94,8 @@ def _serve(rate=None, rates=None, auth=None) -> tuple[RatedServer, list[FetchIte
 
 
 def _helpers(parent: int | None = None) -> list[int]:
-    """Live fetch helper processes whose parent is ``parent`` (default: this process)."""
-    parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if b"wheelhouse.fetch.procs" in cmd or b"hostile_helper" in cmd:
-            if (parent == 0 or int(stat[1]) == parent) and stat[0] != "Z":
-                found.append(int(entry.name))
-    return found
+    """Live fetch helper processes whose parent is ``parent`` (default: this process; 0: any)."""
+    return helper_pids(b"wheelhouse.fetch.procs", b"hostile_helper", parent=parent, zombies=False)
 
 
 def _alive(pid: int) -> bool:

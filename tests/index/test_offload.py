@@ -24,6 +24,7 @@ from wheelhouse.index.offload import Offload
 from wheelhouse.resolve import resolve
 from wheelhouse.resolve.candidates import _TagFilter
 from wheelhouse.target import target_from_flags
+from helper_procs import helper_pids
 from wheelmaker import make_wheel
 
 CP312 = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
@@ -62,21 +63,8 @@ def _pins(res) -> dict[str, str]:
 
 
 def _helper_pids(parent: int | None = None) -> list[int]:
-    """The helpers (by their command line) whose parent is ``parent`` (default: this process; the
-    machine may run other tests' helpers at the same time)."""
-    parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"wheelhouse.index.offload" in cmd and ppid == parent:
-            found.append(int(entry.name))
-    return found
+    """The resolve's helpers whose parent is ``parent`` (default: this process)."""
+    return helper_pids(b"wheelhouse.index.offload", parent=parent)
 
 
 def _alive(pid: int) -> bool:
