@@ -285,11 +285,7 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
                 path = fetch_range(job, i, s)
         return path
     except NoRanges as why:
-        job.discard()
-        job.release()  # the one-stream download takes the entry's lock itself
-        s.note(f"{item.filename}: " + (
-            "the bytes kept from an earlier run did not verify; downloading it again from the start"
-            if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
+        _give_up_ranges(job, why, s)
         return download(item, s)
     except DiskFull as exc:
         if exc.job is job:  # its files go while its lock is still held (this thread is its only writer)
@@ -298,6 +294,16 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
         raise
     finally:
         job.release()
+
+
+def _give_up_ranges(job: Segmented, why: NoRanges, s: Session) -> None:
+    """Remove a ranged download's files and let go of its entry (the one-stream download that follows
+    takes the entry's lock itself), saying why."""
+    job.discard()
+    job.release()
+    s.note(f"{job.item.filename}: " + (
+        "the bytes kept from an earlier run did not verify; downloading it again from the start"
+        if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
 
 
 def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, s: Session, pool, jobs: int,
@@ -386,11 +392,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                     downloaded(_key(item), fut.result())
         if not pending and fallback:
             for job, why in fallback.items():
-                job.discard()
-                job.release()  # the one-stream download takes the entry's lock itself
-                s.note(f"{job.item.filename}: " + (
-                    "the bytes kept from an earlier run did not verify; downloading it again from the start"
-                    if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
+                _give_up_ranges(job, why, s)
                 fut = pool.submit(download, job.item, s)
                 pending[fut] = job.item
                 if submitted is not None:
