@@ -30,6 +30,7 @@ sockets at once and keeps what is on disk, as Ctrl-C does here.
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -80,13 +81,20 @@ def shares(todo: Sequence[FetchItem], s: Session, jobs: int) -> tuple[list[Fetch
 
 class Helper:
     """The helper process downloading ``items`` into ``s.cache``; ``on_filed(key, path)`` for each
-    file it verified and filed (called from this class's reader thread)."""
+    file it verified and filed (called from this class's reader thread).
+
+    ``open``: more items may follow (``add``) until ``seal``; the helper ends once sealed and done
+    (the early downloads, wheelhouse.fetch.early). Else it ends when ``items`` are done."""
 
     def __init__(self, s: Session, items: list[FetchItem], jobs: int, segment: int,
-                 on_filed: Callable[[str, Path], None], key: Callable[[FetchItem], str]):
-        self.s, self.items, self.jobs, self.segment = s, items, jobs, segment
+                 on_filed: Callable[[str, Path], None], key: Callable[[FetchItem], str], *, open: bool = False):
+        self.s, self.items, self.jobs, self.segment = s, list(items), jobs, segment
         self.on_filed, self.key = on_filed, key
+        self.open = open
         self.filed: dict[str, Path] = {}
+        self._keys = {key(it): it for it in self.items}
+        self._started = False
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()  # frames for its stdin, after the config
         self.advanced = 0  # bytes its progress counted (kept bytes of a resumed file included)
         self.outcome: tuple | None = None  # ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ("redo",)
         self.done = threading.Event()
@@ -96,8 +104,11 @@ class Helper:
 
     def start(self) -> None:
         client = self.s.client
+        with self._lock:
+            self._started = True
+            items = [(it.url, it.filename, it.sha256, it.size) for it in self.items]
         cfg = {
-            "items": [(it.url, it.filename, it.sha256, it.size) for it in self.items],
+            "items": items,
             "cache": str(self.s.cache),
             "jobs": self.jobs,
             "segment": self.segment,
@@ -109,14 +120,49 @@ class Helper:
             "client_backoff": client.backoff,
             "credentials": client.credentials.snapshot(),
             "beat": _BEAT,
+            "open": self.open,
         }
         try:
             self.proc, config = spawn(__name__, cfg)
         except OSError:
             self._finish(("redo",))
             return
-        threading.Thread(target=self._read, args=(config,), name="wh-fetch-process", daemon=True).start()
+        threading.Thread(target=self._write, args=(config,), name="wh-fetch-process-in", daemon=True).start()
+        threading.Thread(target=self._read, name="wh-fetch-process", daemon=True).start()
         threading.Thread(target=self._watch, name="wh-fetch-process-watch", daemon=True).start()
+
+    def add(self, items: Sequence[FetchItem]) -> None:
+        """More files for an open helper (downloaded beside those it has, in one batch)."""
+        items = [it for it in items if self.key(it) not in self._keys]
+        if not items:
+            return
+        with self._lock:
+            self.items.extend(items)
+            self._keys.update((self.key(it), it) for it in items)
+            if not self._started:
+                return  # (they go with the config)
+        self._outbox.put(("add", [(it.url, it.filename, it.sha256, it.size) for it in items]))
+
+    def seal(self) -> None:
+        """No more files: an open helper ends once those it has are done."""
+        if self.open:
+            self.open = False
+            self._outbox.put(("done",))
+            self._outbox.put(None)
+
+    def has(self, item: FetchItem) -> bool:
+        return self.key(item) in self._keys
+
+    def outstanding(self) -> int:
+        """Bytes of its files not filed yet."""
+        with self._lock:
+            return sum(it.size or 0 for it in self.items if self.key(it) not in self.filed)
+
+    def adopt(self, s: Session, on_filed: Callable[[str, Path], None]) -> dict[str, Path]:
+        """From now on report on ``s`` and hand filed files to ``on_filed``; returns those filed before."""
+        with self._lock:
+            self.s, self.on_filed = s, on_filed
+            return dict(self.filed)
 
     def stop(self) -> None:
         """Tell it to stop now (it cuts its sockets and exits) and wait for it (SIGKILL after
@@ -154,22 +200,33 @@ class Helper:
                 self.outcome = outcome
         self.done.set()
 
-    def _read(self, config: bytes) -> None:
+    def _write(self, config: bytes) -> None:
+        """The config, then (an open helper) each ``add`` and the ``seal``, in order."""
         proc = self.proc
         assert proc is not None
+        msg: object = None
         try:
             proc.stdin.write(config)
             proc.stdin.flush()
+            while self.open or not self._outbox.empty():
+                msg = self._outbox.get()
+                if msg is None:
+                    return
+                proc.stdin.write(frame(msg))
+                proc.stdin.flush()
         except (OSError, ValueError):
-            pass  # (it died at once: the read below sees its end)
-        keys = {self.key(it): it for it in self.items}
+            return  # (it died, or was stopped: the reader sees its end)
+
+    def _read(self) -> None:
+        proc = self.proc
+        assert proc is not None
         while True:
             try:
                 msg = read_frame(proc.stdout)
                 if msg is None:
                     break
                 self._heard = time.monotonic()
-                self._handle(msg, keys)
+                self._handle(msg)
             except Exception:  # noqa: BLE001  (not frames: a C library writing to fd 1 there, a frame of
                 # another shape. Nothing more it says can be trusted: it is ended and its share redone here.)
                 try:
@@ -180,23 +237,27 @@ class Helper:
         proc.stdout.close()
         self._finish(("redo",))  # it ended without saying how: whatever it did not file is done here
 
-    def _handle(self, msg: tuple, keys: dict[str, FetchItem]) -> None:
+    def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "advance":
             n = int(msg[1])
-            self.advanced += n
-            self.s.advance(n)
+            with self._lock:
+                self.advanced += n
+                s = self.s
+            s.advance(n)
         elif kind == "note":
             self.s.note(str(msg[1]))
         elif kind == "filed":
             key, path = msg[1], Path(msg[2])
-            it = keys[key]  # (KeyError: not one of its files)
+            with self._lock:
+                it = self._keys[key]  # (KeyError: not one of its files)
             if path != (cached_path(self.s.cache, it.sha256) if it.sha256 else
                         cached_path(self.s.cache, path.name)):  # placed unhashed: it must be the entry
                 raise ValueError(f"the helper filed {key} as {path}")
-            with self._lock:
+            with self._lock:  # (with the callback read: ``adopt`` gets each file once, here or there)
                 self.filed[key] = path
-            self.on_filed(key, path)
+                on_filed = self.on_filed
+            on_filed(key, path)
         elif kind == "end":
             status, value = msg[1], msg[2]
             if status == "err":
@@ -313,14 +374,51 @@ def serve(cfg: dict) -> None:
     reporter = _Forward(send)
     s = Session(Path(cfg["cache"]), client, reporter, cfg["task"], retries=cfg["retries"], backoff=cfg["backoff"])
 
+    pool = ThreadPoolExecutor(max_workers=cfg["jobs"], thread_name_prefix="wh-fetch")
+    sealed = threading.Event()  # no more batches (a closed helper: at once)
+    batches: list[threading.Thread] = []
+    ends: list[tuple] = []  # each batch's end: ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ...
+    lock = threading.Lock()
+
+    def batch(items: list[FetchItem]) -> None:
+        result: tuple = ("redo",)
+        try:
+            _download_all(items, s, pool, cfg["jobs"], cfg["segment"], lambda key, path: send(("filed", key, str(path))))
+            result = ("ok",)
+        except DiskFull as exc:
+            result = ("nospace", exc)
+            s.cancel.set()  # the other batches stop too: one no-space error
+            client.abort()
+        except WhError as exc:
+            result = ("err", exc)
+        except Cancelled:
+            result = ("cancelled",)
+        except BaseException:  # noqa: BLE001  (anything else: the parent does this share itself)
+            result = ("redo",)
+        finally:
+            with lock:
+                ends.append(result)
+
+    def begin(items: list[FetchItem], first: bool = False) -> None:
+        t = threading.Thread(target=batch, args=(items,), name="wh-fetch-batch", daemon=True)
+        with lock:  # (none after the end has taken its list of batches to wait for)
+            if sealed.is_set() and not first:
+                return
+            batches.append(t)
+            t.start()
+
     def listen() -> None:  # stdin closed (stop, or the parent died): cut the sockets, keep what is on disk
         try:
-            while read_frame(inp) is not None:
-                pass
+            while (msg := read_frame(inp)) is not None:
+                if msg[0] == "add":
+                    begin([FetchItem(*t) for t in msg[1]])
+                elif msg[0] == "done":
+                    sealed.set()
         except READ_ERRORS:
             pass
         s.cancel.set()
         client.abort()
+        sealed.set()
 
     def beat() -> None:
         while True:
@@ -330,28 +428,28 @@ def serve(cfg: dict) -> None:
             except (OSError, ValueError):
                 return
 
-    threading.Thread(target=listen, name="wh-fetch-listen", daemon=True).start()
-    threading.Thread(target=beat, name="wh-fetch-beat", daemon=True).start()
-    pool = ThreadPoolExecutor(max_workers=cfg["jobs"], thread_name_prefix="wh-fetch")
-    items = [FetchItem(*t) for t in cfg["items"]]
-    outcome: tuple = ("end", "redo", None)
+    outcome: tuple | None = ("end", "redo", None)
     try:
         send(("beat",))  # up
-        _download_all(items, s, pool, cfg["jobs"], cfg["segment"], lambda key, path: send(("filed", key, str(path))))
-        outcome = ("end", "ok", None)
-    except DiskFull as exc:
-        outcome = ("end", "nospace", (str(exc.path), list(exc.removed)))
-    except WhError as exc:
-        try:
-            frame(flatten(exc))
-            outcome = ("end", "err", flatten(exc))
-        except Exception:  # noqa: BLE001  (anything pickle raises: done by the parent instead)
-            outcome = ("end", "redo", None)
-    except Cancelled:
-        outcome = ("end", "cancelled", None)
-    except BaseException:  # noqa: BLE001  (anything else: the parent does this share itself)
-        outcome = ("end", "redo", None)
+        if not cfg.get("open"):
+            sealed.set()
+        if cfg["items"]:
+            begin([FetchItem(*t) for t in cfg["items"]], first=True)
+        threading.Thread(target=listen, name="wh-fetch-listen", daemon=True).start()
+        threading.Thread(target=beat, name="wh-fetch-beat", daemon=True).start()
+        sealed.wait()
+        outcome = None
+    except BaseException:  # noqa: BLE001  (the pipe to wh broke: it died)
+        s.cancel.set()
+        client.abort()
+        sealed.set()
     finally:
+        with lock:  # (sealed: no batch starts after this)
+            started = list(batches)
+        for t in started:  # every writer stopped before the process ends: no file is left half-written
+            t.join()
+        if outcome is None:
+            outcome = _outcome(ends)
         try:
             reporter.flush()
             send(outcome)
@@ -359,3 +457,24 @@ def serve(cfg: dict) -> None:
             pass
         pool.shutdown(wait=False, cancel_futures=True)
         os._exit(0)
+
+
+def _outcome(ends: list[tuple]) -> tuple:
+    """The helper's end frame from its batches' ends: a full disk first, then an error (a hash
+    mismatch before others), then a batch that must be redone, then a cancelled one."""
+    from .cache import HashMismatch
+
+    for e in ends:
+        if e[0] == "nospace":
+            return ("end", "nospace", (str(e[1].path), list(e[1].removed)))
+    errors = sorted((e[1] for e in ends if e[0] == "err"), key=lambda exc: not isinstance(exc, HashMismatch))
+    if errors:
+        try:
+            frame(flatten(errors[0]))
+            return ("end", "err", flatten(errors[0]))
+        except Exception:  # noqa: BLE001  (anything pickle raises: done by the parent instead)
+            return ("end", "redo", None)
+    for status in ("redo", "cancelled"):
+        if any(e[0] == status for e in ends):
+            return ("end", status, None)
+    return ("end", "ok", None)
