@@ -12,6 +12,8 @@ Usage::
         idx.drop_after("a-1.0-py3-none-any.whl", 1000)  # next full GET dies after 1000 bytes
         pyindex(folder, auth=("alice", "TOKEN"))     # every request needs Basic alice:TOKEN (else 401)
         pyindex(folder, delay=0.05)                  # every request answered 50 ms late
+        idx.delays["/simple/a/"] = 1.0; idx.rates["a-1.0-py3-none-any.whl"] = 1_000_000  # one slow page, one slow file
+        idx.first_hit["/files/a-1.0-py3-none-any.whl"]  # time.monotonic() of its first request
         pyindex(folder, validators="last-modified")  # pages carry ETag ("etag"), Last-Modified, "both" or "none"
         idx.page_requests(), idx.not_modified        # page GETs so far; 304s answered, per path
         idx.script("/simple/a/", (500, b"", {}))      # the next request for that path gets this answer
@@ -91,6 +93,9 @@ class IndexServer:
     last_modified: str = "Wed, 21 Oct 2026 07:28:00 GMT"  # the pages' Last-Modified (change it with the files)
     not_modified: Counter = field(default_factory=Counter)  # url path -> 304s answered
     delay: float = 0.0  # seconds each request waits before it is answered (a slow index)
+    delays: dict[str, float] = field(default_factory=dict)  # url path -> seconds that path waits, on top
+    rates: dict[str, int] = field(default_factory=dict)  # filename -> bytes per second its body is sent at
+    first_hit: dict[str, float] = field(default_factory=dict)  # url path -> time.monotonic() of its first request
     scripted: dict[str, list] = field(default_factory=dict)  # url path -> canned (status, body, headers), first first
     base: str = ""
     _server: object = field(default=None, repr=False)
@@ -219,8 +224,17 @@ def _make_handler(state: IndexServer):
             for k, v in (extra or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            if self.command != "HEAD":
+            if self.command == "HEAD":
+                return
+            rate = state.rates.get(self.path.split("?", 1)[0].rpartition("/")[2])
+            if not rate:
                 self.wfile.write(body)
+                return
+            step = max(1, rate // 20)  # (a slow file: in pieces, 20 a second)
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
+                self.wfile.flush()
+                time.sleep(0.05)
 
         def do_HEAD(self):  # noqa: N802  (uv and pip probe with HEAD)
             self.do_GET()
@@ -234,8 +248,9 @@ def _make_handler(state: IndexServer):
             if self.command != "HEAD":
                 state.hits[path] += 1
             state.log.append((path, dict(self.headers.items())))
-            if state.delay:
-                time.sleep(state.delay)
+            state.first_hit.setdefault(path, time.monotonic())
+            if state.delay or path in state.delays:
+                time.sleep(state.delay + state.delays.get(path, 0.0))
             if state.auth is not None:
                 import base64
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
@@ -46,6 +46,9 @@ from .ranges import (SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetc
                      split_range)
 from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
 from .stream import download
+
+if TYPE_CHECKING:
+    from .early import Early
 
 __all__ = [
     "FetchItem",
@@ -75,6 +78,7 @@ def fetch_all(
     backoff: float = 0.5,
     task: str = "download",
     segment_size: int | None = None,
+    early: "Early | None" = None,
 ) -> list[Path]:
     """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
 
@@ -85,7 +89,8 @@ def fetch_all(
     the caller). On the first failure the other downloads
     are allowed to finish into the cache (so a re-run does not repeat them) and the error is
     raised; ``dest`` gets only verified files. Files of at least two ``segment_size`` (default
-    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1.
+    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1. ``early``: downloads begun
+    while the items were being resolved (wheelhouse.fetch.early), taken over here.
     """
     from wheelhouse.index.http import HttpClient
 
@@ -105,28 +110,43 @@ def fetch_all(
     placer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wh-place")
     copies: dict[str, Future] = {}
     by_key = {_key(it): it for it in unique}
+    helpers: list[procs.Helper] = []
 
-    def downloaded(key: str, path: Path) -> None:  # (also called from the helper process's reader thread)
-        if helper is not None and helper.outcome is not None and helper.outcome[0] == "err":
-            return  # the helper's share failed: the run is failing, nothing more goes to dest (as in _collect)
+    def downloaded(key: str, path: Path) -> None:  # (also called from the helper processes' reader threads)
+        if any(h.outcome is not None and h.outcome[0] == "err" for h in helpers):
+            return  # a helper's share failed: the run is failing, nothing more goes to dest (as in _collect)
         it = by_key[key]
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
-    helper: procs.Helper | None = None
     segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
     try:
-        placed = _reuse_cached(unique, dest, s, pool)
+        offered = set(early.offered) if early is not None else set()  # (begun early: not read from the cache)
+        placed = _reuse_cached([it for it in unique if _key(it) not in offered], dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
-        if todo:  # (no empty progress bar where everything came from the cache, or there was nothing to fetch)
+        if todo or early is not None:  # (no empty progress bar where everything came from the cache)
             s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
             try:
-                split = procs.shares(todo, s, jobs)
-                if split is None:
-                    _download_all(todo, s, pool, jobs, segment, downloaded)
-                else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
-                    helper = procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key)
-                    helper.start()
-                    _download_shared(split[0], helper, dest, s, pool, jobs, segment, downloaded, placed)
+                ahead: dict[str, Path] = {}
+                if early is not None:
+                    ahead, helpers[:] = early.take(unique, s, downloaded)
+                    if not helpers:  # (stopped: what they filed counts as done; the rest resumes below)
+                        s.advance(sum(by_key[k].size or 0 for k in ahead))
+                    for key, path in ahead.items():
+                        downloaded(key, path)  # verified as it arrived, this run: placed, not hashed again
+                rest = [it for it in todo if _key(it) not in ahead and not any(h.has(it) for h in helpers)]
+                if helpers:  # the early helpers download the rest too, each file to the one with less left
+                    for share, h in zip(procs.split(rest, [h.outstanding() for h in helpers]), helpers):
+                        h.add(share)
+                        h.seal()
+                    _download_shared([], helpers, dest, s, pool, jobs, segment, downloaded, placed)
+                elif rest:
+                    split = procs.shares(rest, s, jobs)
+                    if split is None:
+                        _download_all(rest, s, pool, jobs, segment, downloaded)
+                    else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
+                        helpers.append(procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key))
+                        helpers[0].start()
+                        _download_shared(split[0], helpers, dest, s, pool, jobs, segment, downloaded, placed)
             finally:
                 s.reporter.finish(s.task, "")
         placed.update({key: _result(fut) for key, fut in copies.items()})
@@ -135,8 +155,8 @@ def fetch_all(
         abort = getattr(s.client, "abort", None)
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
-        if helper is not None:
-            helper.stop()  # it cuts its transfers and exits; what it wrote stays for the next run
+        for h in helpers:
+            h.stop()  # it cuts its transfers and exits; what it wrote stays for the next run
         pool.shutdown(wait=False, cancel_futures=True)
         # The placer is the only writer into ``dest``: a placement still running when the caller removes
         # ``dest`` would leave a file behind there (a link and a rename: short). Downloads go on into the cache.
@@ -306,36 +326,40 @@ def _give_up_ranges(job: Segmented, why: NoRanges, s: Session) -> None:
         if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
 
 
-def _download_shared(mine: list[FetchItem], helper: "procs.Helper", dest: Path, s: Session, pool, jobs: int,
-                     segment: int, downloaded: Callable[[str, Path], None], placed: dict[str, Path]) -> None:
-    """Download ``mine`` here with half the connections while ``helper`` downloads its share; then
-    raise what failed (either side's, a hash mismatch first), or download here what the helper did
-    not file (it could not start, died, or hung). A full disk on either side stops both."""
+def _download_shared(mine: list[FetchItem], helpers: list["procs.Helper"], dest: Path, s: Session, pool,
+                     jobs: int, segment: int, downloaded: Callable[[str, Path], None], placed: dict[str, Path]) -> None:
+    """Download ``mine`` here with half the connections while ``helpers`` download their shares; then
+    raise what failed (any side's, a hash mismatch first), or download here what a helper did not
+    file (it could not start, died, or hung). A full disk on any side stops all."""
     failed: BaseException | None = None
     try:
-        _download_all(mine, s, pool, jobs // 2, segment, downloaded)
+        if mine:
+            _download_all(mine, s, pool, jobs // 2, segment, downloaded)
     except Cancelled:
-        if helper.outcome is not None and helper.outcome[0] == "nospace":
-            raise helper.outcome[1] from None  # this share was stopped because the helper's disk filled
+        for h in helpers:
+            if h.outcome is not None and h.outcome[0] == "nospace":
+                raise h.outcome[1] from None  # this share was stopped because a helper's disk filled
         raise
     except (KeyboardInterrupt, DiskFull):
         raise
     except WhError as exc:
-        failed = exc  # the helper's downloads still finish into the cache, as this share's did,
-        helper.on_filed = lambda key, path: None  # but nothing more goes to dest (as in _collect)
-    outcome = helper.wait(stop=s.cancel.is_set)
-    if outcome[0] == "nospace":
-        raise outcome[1]
-    errors = [e for e in (failed, outcome[1] if outcome[0] == "err" else None) if e is not None]
+        failed = exc  # the helpers' downloads still finish into the cache, as this share's did,
+        for h in helpers:
+            h.on_filed = lambda key, path: None  # but nothing more goes to dest (as in _collect)
+    outcomes = [h.wait(stop=s.cancel.is_set) for h in helpers]
+    for outcome in outcomes:
+        if outcome[0] == "nospace":
+            raise outcome[1]
+    errors = [e for e in (failed, *(o[1] for o in outcomes if o[0] == "err")) if e is not None]
     if errors:
         errors.sort(key=lambda e: not isinstance(e, HashMismatch))
         raise errors[0]
-    rest = helper.unfinished()  # (none after "ok", unless it said so without filing them: done here, then)
+    rest = [it for h in helpers for it in h.unfinished()]  # (none after "ok", unless one said so without filing)
     if rest:
         s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
         placed.update(_reuse_cached(rest, dest, s, pool))
-        # (the helper has ended: nothing else reports on ``s`` while the redo runs)
-        s.reporter = procs.Credit(s.reporter, helper.counted_unfiled())  # its counted bytes, resumed here
+        # (the helpers have ended: nothing else reports on ``s`` while the redo runs)
+        s.reporter = procs.Credit(s.reporter, sum(h.counted_unfiled() for h in helpers))  # counted, resumed here
         _download_all([it for it in rest if _key(it) not in placed], s, pool, jobs, segment, downloaded)
 
 

@@ -45,7 +45,7 @@ from wheelhouse.faults import check_helper_spec
 from .cache import cached_path
 from .session import Cancelled, DiskFull, FetchItem, Session
 
-__all__ = ["Helper", "ENV", "MIN_BYTES", "shares"]
+__all__ = ["Helper", "ENV", "MIN_BYTES", "shares", "split"]
 
 ENV = "WH_FETCH_PROCESS"
 MIN_BYTES = 256 << 20  # auto: a share worth a process start (~0.1 s of CPU, overlapped)
@@ -69,14 +69,20 @@ def shares(todo: Sequence[FetchItem], s: Session, jobs: int) -> tuple[list[Fetch
         return None
     if setting == "auto" and (cpus() < 2 or sum(it.size or 0 for it in todo) < MIN_BYTES):
         return None
-    mine: list[FetchItem] = []
-    theirs: list[FetchItem] = []
-    loads = [0, 0]
-    for it in sorted(todo, key=lambda it: -(it.size or 0)):  # biggest first, each to the lighter share
-        i = 0 if loads[0] <= loads[1] else 1
-        (mine, theirs)[i].append(it)
-        loads[i] += it.size or 0
+    mine, theirs = split(todo, [0, 0])
     return (mine, theirs) if theirs and mine else None
+
+
+def split(items: Sequence[FetchItem], loads: Sequence[int]) -> list[list[FetchItem]]:
+    """``items`` in one share per entry of ``loads`` (the bytes each already has): the biggest first,
+    each to the share with the fewest bytes."""
+    loads = list(loads)
+    out: list[list[FetchItem]] = [[] for _ in loads]
+    for it in sorted(items, key=lambda it: -(it.size or 0)):
+        i = loads.index(min(loads))
+        out[i].append(it)
+        loads[i] += it.size or 0
+    return out
 
 
 class Helper:
@@ -167,6 +173,8 @@ class Helper:
     def stop(self) -> None:
         """Tell it to stop now (it cuts its sockets and exits) and wait for it (SIGKILL after
         ``_EXIT_WAIT``); what it wrote stays on disk for the next run."""
+        self.open = False
+        self._outbox.put(None)  # (the stdin writer ends)
         if self.proc is not None:
             end(self.proc, grace=_EXIT_WAIT)
         self.done.wait(_EXIT_WAIT)

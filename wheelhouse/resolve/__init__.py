@@ -36,7 +36,7 @@ from __future__ import annotations
 import gc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -183,6 +183,7 @@ def resolve(
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
     helpers: bool = True,
+    on_pick: Callable[[Distfile], None] | None = None,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -192,6 +193,8 @@ def resolve(
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
     ``helpers``: a cold resolve may hand its index work to helper processes (``index.offload``);
     False for one that runs beside other work (the stage's bootstrap/, during the downloads).
+    ``on_pick``: called (from the walk ahead's threads) with each likely pick's wheel as soon as it is
+    known, before it is pinned: a guess (the stage downloads it early: wheelhouse.fetch.early).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
@@ -229,7 +232,7 @@ def resolve(
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image)
+                        reporter=reporter, pool=pool, provided=image, on_pick=on_pick)
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")

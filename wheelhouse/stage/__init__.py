@@ -40,6 +40,7 @@ from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, s
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
+from wheelhouse.fetch.early import Early
 from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
 from wheelhouse.index.http import HttpClient
 from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
@@ -260,16 +261,26 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
          recovered: tuple[str, ...], compiler=None) -> StageResult:
     previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
     own: list[_Background] = []  # wh's own wheel, then bootstrap/'s resolution: waited for on every way out
+    # The stack's downloads begin while it is resolved (wheelhouse.fetch.early); not those the cache or
+    # the previous wheelhouse already has.
+    early = Early.for_stage(cache, client, inputs.jobs, reporter, have=set(previous.wheels.values())) \
+        if out is not None else None
     try:
         with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
-            plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter, own)
+            plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter, own, early)
             if out is None:
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
                                    indexes=plan.indexes, image=plan.image)
-            return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
+            return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler, early)
+    except BaseException as exc:
+        if early is not None:  # (Ctrl-C keeps unfinished downloads for the next run, as everywhere)
+            early.close(keep=isinstance(exc, KeyboardInterrupt))
+        raise
     finally:
+        if early is not None:
+            early.close()
         for job in own:
             job.wait()
 
@@ -277,7 +288,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
 # --- resolution ------------------------------------------------------------------------------------
 
 def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache: Path, client,
-                   reporter: Reporter, own: list[_Background]) -> _Plan:
+                   reporter: Reporter, own: list[_Background], early: Early | None = None) -> _Plan:
     """Resolve the stack; bootstrap/ (wh's own wheel built, its dependencies resolved) goes on in the
     background, so that the stack's downloads do not wait for it. ``own`` collects those jobs."""
     from wheelhouse.index import PackageSource
@@ -304,7 +315,8 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image)
+                         reporter=reporter, metadata=reader, provided=image,
+                         on_pick=(lambda d: early.offer(d.url, d.filename, d.sha256, d.size)) if early else None)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
@@ -382,13 +394,15 @@ def _command(inputs: StageInputs, wh_wheel) -> str | None:
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
 
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
-           reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
+           reporter: Reporter, recovered: tuple[str, ...], compiler=None, early: Early | None = None) -> StageResult:
     engine = previous.engine
-    reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
+    # (not those downloaded early: in the cache because this run put them there)
+    reused = _seed_cache_from(out, previous.wheels, [f for f in plan.files if not (early and f.sha256 in early.offered)],
+                              cache)
     new = new_tree(out)
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
-        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter)
+        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter, early)
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
         boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
@@ -513,11 +527,12 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
 
 
 def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: Path, jobs: int, client,
-                reporter) -> tuple[StagedFile, ...]:
+                reporter, early: Early | None = None) -> tuple[StagedFile, ...]:
     """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
     published none (find-links folders)."""
     items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
-    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
+    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download",
+                      early=early)
     done = []
     for f, path in zip(files, paths):
         p = place(path, dest / f.filename)
