@@ -47,9 +47,10 @@ __all__ = ["Early", "ENV", "MIN_BYTES"]
 
 ENV = "WH_EARLY_FETCH"
 MIN_BYTES = 64 << 20  # auto: offered bytes worth starting two processes for, during the resolution
-# auto: CPUs the resolution leaves idle for the downloads. On 2 the stage is CPU-bound (a cold resolve keeps
-# ~1.5 busy, downloads ~1.65): the overlap measured 0.97-1.07x the stage without it (docs/benchmarks.md).
-MIN_CPUS = 4
+# auto: the CPUs it needs (as the second download process). Measured (docs/benchmarks.md, Early downloads):
+# a made-up index 40 ms away, 0.76x the stage without it on 2 CPUs and 0.79x on 16 (10 ms: 0.91x); the
+# real index from this 2-core host, ~5 ms away, where the resolve itself keeps ~1.5 CPUs busy: 1.00-1.07x.
+MIN_CPUS = 2
 
 
 class Early:
