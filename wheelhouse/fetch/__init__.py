@@ -123,7 +123,7 @@ def fetch_all(
         offered = set(early.offered) if early is not None else set()  # (begun early: not read from the cache)
         placed = _reuse_cached([it for it in unique if _key(it) not in offered], dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
-        if todo or early is not None:  # (no empty progress bar where everything came from the cache)
+        if todo:  # (no empty progress bar where everything came from the cache)
             s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
             try:
                 ahead: dict[str, Path] = {}

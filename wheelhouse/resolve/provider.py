@@ -301,7 +301,7 @@ class Provider(AbstractProvider):
             best = cands[0]
             if best.distfile.origin == IMAGE:
                 return
-            if self.on_pick is not None:
+            if self.on_pick is not None and best.provided is None:  # (the image's: nothing to download)
                 self.on_pick(best.distfile)
             meta = self.reader.read(best.distfile)
             nxt = []
