@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
 from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
@@ -313,15 +314,15 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
         reporter.note(f"the target's image provides {len(target.provided)} distributions: kept where the stack "
                       "allows (--full stages them all)")
     reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
+    hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
                          reporter=reporter, metadata=reader, provided=image,
-                         on_pick=(lambda d: early.offer(d.url, d.filename, d.sha256, d.size)) if early else None)
+                         on_pick=_guesses(early, hash_rules) if early else None)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
-    hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
     own_wheel = own[0] if own else None
     own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
@@ -329,6 +330,19 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
                  tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
                  delta_of(target, inputs.full, resolution, never))
+
+
+def _guesses(early: Early, hash_rules: Sequence[RequirementLine]) -> Callable[[Any], None]:
+    """The resolver's likely picks, offered for early download; never a file a --hash line refuses."""
+    rules = [line for line in hash_rules if line.hashes]
+
+    def pick(d) -> None:
+        name = canonicalize_name(d.name)
+        if any(rule.name == name and (d.sha256 or "").lower() not in rule.hashes for rule in rules):
+            return
+        early.offer(d.url, d.filename, d.sha256, d.size)
+
+    return pick
 
 
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
