@@ -215,3 +215,54 @@ def test_remove_partial_leaves_what_another_process_is_downloading(tmp_path):
         holder.stdout.close()
     assert remove_partial(tmp_path, key) is True
     assert not list((tmp_path / "partial").iterdir())
+
+
+def test_a_full_disk_in_an_early_download_is_the_stages_no_space_error(slow_index, tmp_path, monkeypatch):
+    """ENOSPC in a helper while the resolver still waits: one no-space error once the fetch takes over (the
+    same as the ordinary fetch's), nothing written, the unfinished file gone."""
+    monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:enospc")
+    run = _stage(slow_index, tmp_path, "app")
+    assert run.returncode != 0
+    assert "error: no space left on" in run.stderr and "hint: free space there" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()
+    assert _leftovers(tmp_path / "cache") == []
+
+
+def test_ctrl_c_while_guesses_download_keeps_their_bytes_for_the_next_run(slow_index, tmp_path):
+    """As for any download: Ctrl-C stops the helpers and keeps what they wrote; the next run resumes it."""
+    idx = slow_index
+    big = "big-1.0-py3-none-any.whl"
+    idx.rates[big] = 1_000_000
+    idx.delays["/simple/slow/"] = 30  # (the resolver is still waiting when Ctrl-C comes)
+    env = {**os.environ, "WH_EARLY_FETCH": "always"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wheelhouse", "stage", "app", "--index-url", idx.url, "--python-version", "3.12",
+         "--platform", "manylinux_2_35_x86_64", "--no-bootstrap", "--cache-dir", str(tmp_path / "cache"),
+         "-o", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
+    try:
+        deadline = time.monotonic() + 20
+        while (not part.exists() or part.stat().st_size < 1_000_000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert part.exists() and part.stat().st_size >= 1_000_000, "the early download did not begin"
+        helpers = helper_pids(FETCH_HELPER, parent=proc.pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert helpers and not [p for p in helpers if b"Z" not in _state(p)], "a helper outlived Ctrl-C"
+    kept = part.stat().st_size
+    assert kept >= 1_000_000, "the unfinished download was not kept"
+    asked = len(idx.log)
+    idx.rates.clear()
+    idx.delays.clear()
+    again = _stage(idx, tmp_path, "app")
+    assert again.returncode == 0, again.stderr
+    assert len(_wheels(tmp_path / "out")) == 4
+    gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
+    assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)  # resumed
+    assert _leftovers(tmp_path / "cache") == []

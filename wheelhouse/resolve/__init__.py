@@ -250,6 +250,13 @@ def resolve(
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
+    except KeyboardInterrupt:
+        # Ctrl-C: requests still in flight (the walk ahead's, on a slow index) are cut now; else the pool's
+        # shutdown below would wait for each to be answered.
+        abort = getattr(source.client, "abort", None)
+        if abort is not None:
+            abort()
+        raise
     except ResolutionTooDeep as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise ResolutionConflict(
