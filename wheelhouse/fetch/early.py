@@ -144,7 +144,11 @@ class Early:
             return {k: p for k, p in filed.items() if k in needed}, []
         for h in self.helpers:
             filed.update(h.adopt(s, downloaded))
-        s.advance(self.held.take())  # (nothing reports to it now: both helpers report on ``s``)
+        # (nothing reports to it now: both helpers report on ``s``.) The dropped guesses, all filed here,
+        # are not this fetch's bytes: counted, they took the bar past its total.
+        gone = sum(it.size or 0 for it in dropped)
+        mine = sum(it.size or 0 for it in items if self.key(it) in self.offered)
+        s.advance(min(max(0, self.held.take() - gone), mine))
         return {k: p for k, p in filed.items() if k in needed}, self.helpers
 
     def close(self, keep: bool = False) -> None:
