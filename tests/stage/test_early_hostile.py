@@ -103,3 +103,167 @@ def test_the_download_bar_of_a_stage_with_a_dropped_filed_guess_ends_at_its_tota
     assert done == total, (done, total)
     _no_helpers_left()
     assert _leftovers(tmp_path / "cache") == []
+
+
+# --- two stages, one cache ----------------------------------------------------------------------------
+
+@pytest.fixture
+def shared_x(tmp_path, pyindex):  # noqa: F811
+    """x 2.0 (4 MB, sent at 2 MB/s) is the walk ahead's guess for `x`; app needs x<2 and its page answers
+    0.8 s late. A stage of `x app` drops the guess; a stage of `x` pins it."""
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["x<2"])
+    make_wheel(d, "x", "1.0")
+    make_wheel(d, "x", "2.0", pad_bytes=4_000_000)
+    idx = pyindex(d, serve_metadata=True)
+    idx.rates["x-2.0-py3-none-any.whl"] = 2_000_000
+    idx.delays["/simple/app/"] = 0.8
+    return idx
+
+
+@pytest.mark.parametrize("first", ["pins", "drops"])
+def test_a_guess_dropped_while_another_stage_downloads_the_same_file(shared_x, tmp_path, first):
+    """The dropped guess's unfinished bytes are removed only where no other process holds the entry:
+    the stage that pinned the file gets it whole and verified, whichever began first, and nothing is
+    left in partial/."""
+    idx = shared_x
+    big = "x-2.0-py3-none-any.whl"
+    env = {**os.environ, "WH_EARLY_FETCH": "always"}
+    argv = {"pins": _argv(idx, tmp_path, "x", out="out-pins"),
+            "drops": _argv(idx, tmp_path, "x", "app", out="out-drops")}
+    second = "drops" if first == "pins" else "pins"
+    procs = {first: subprocess.Popen(argv[first], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)}
+    try:
+        deadline = time.monotonic() + 20
+        while idx.bytes_served(big) == 0 and idx.hits[f"/files/{big}"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # (the first one holds the entry, some bytes in)
+        procs[second] = subprocess.Popen(argv[second], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+        outs = {k: p.communicate(timeout=60) for k, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for k, p in procs.items():
+        assert p.returncode == 0, (k, outs[k][1])
+    assert _wheels(tmp_path / "out-pins") == {big: idx.sha256(big)}
+    assert sorted(_wheels(tmp_path / "out-drops")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+# --- a server that fails ------------------------------------------------------------------------------
+
+@pytest.fixture
+def slow_page(tmp_path, pyindex):  # noqa: F811
+    """app -> big (3 MB), small, slow; the page of `slow` answers 1 s late (the guesses download meanwhile)."""
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["big", "small", "slow"])
+    make_wheel(d, "big", "1.0", pad_bytes=3_000_000)
+    make_wheel(d, "small", "1.0")
+    make_wheel(d, "slow", "1.0")
+    idx = pyindex(d, serve_metadata=True)
+    idx.delays["/simple/slow/"] = 1.0
+    return idx
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith(("error:", "hint:"))]
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_a_pinned_guess_the_server_refuses_is_the_same_error_as_without_early_downloads(slow_page, tmp_path,
+                                                                                          status):
+    idx = slow_page
+    runs = {}
+    for early in ("always", "0"):
+        idx.scripted.clear()
+        idx.script("/files/big-1.0-py3-none-any.whl", *[(status, b"refused", {})] * 30)
+        runs[early] = _cli(idx, tmp_path, "app", early=early, out=f"out-{early}", cache=f"cache-{early}")
+    for early, run in runs.items():
+        assert run.returncode == 1, (early, run.stderr)
+        assert "Traceback" not in run.stderr, run.stderr
+        assert not (tmp_path / f"out-{early}").exists()
+        assert _leftovers(tmp_path / f"cache-{early}") == [], early
+    assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr), (runs["always"].stderr,
+                                                                                   runs["0"].stderr)
+    assert _error_lines(runs["0"].stderr)
+    _no_helpers_left()
+
+
+def test_a_pinned_guess_cut_mid_body_and_a_500_resume_to_the_same_wheelhouse(slow_page, tmp_path):
+    idx = slow_page
+    big = "big-1.0-py3-none-any.whl"
+    idx.drop_after(big, 1_000_000)
+    idx.script("/files/small-1.0-py3-none-any.whl", (500, b"oops", {}))
+    run = _cli(idx, tmp_path, "app")
+    assert run.returncode == 0, run.stderr
+    assert idx.bytes_served(big) < 2 * len(idx.files[big])  # resumed, not downloaded again from byte 0
+    assert _wheels(tmp_path / "out") == {f: idx.sha256(f) for f in sorted(idx.files)
+                                         if f.split("-")[0] in ("app", "big", "small", "slow")}
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+# --- a helper that dies or stops ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("point", ["fetch.write", "fetch.place", "fetch.copy"])
+def test_early_helpers_killed_during_the_resolution_the_stage_finishes_the_same(slow_page, tmp_path, monkeypatch,
+                                                                                point):
+    """Both helpers die (SIGKILL at their first write, or once a file is in): the offers after that go
+    nowhere, and the fetch downloads here what they had not filed, resuming their bytes; the bar ends at
+    its total."""
+    idx = slow_page
+    monkeypatch.setenv("WH_FAULT_HELPER", f"{point}:kill")
+    res, rec = _inproc(idx, tmp_path, "app")
+    want = {f: idx.sha256(f) for f in sorted(idx.files) if f.split("-")[0] in ("app", "big", "small", "slow")}
+    assert _wheels(tmp_path / "out") == want
+    total, done = _bar(rec)
+    assert total == sum(len(idx.files[f]) for f in want), total
+    assert done == total, (done, total)
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+# --- a resolution that backtracks ------------------------------------------------------------------------
+
+@pytest.fixture
+def backtrack(tmp_path, pyindex):  # noqa: F811
+    """a 3.0 (big, slow) -> d, e (big, slow), nope>5 (only nope 1.0 exists: a 3.0 is abandoned); a 2.0 ->
+    f, nope<5. The walk ahead guesses a 3.0, d 1.0 and e 1.0: all dropped while still downloading."""
+    d = tmp_path / "pub"
+    make_wheel(d, "a", "3.0", requires=["d", "e", "nope>5"], pad_bytes=1_500_000)
+    make_wheel(d, "a", "2.0", requires=["f", "nope<5"])
+    make_wheel(d, "d", "1.0", pad_bytes=1_500_000)
+    make_wheel(d, "e", "1.0", pad_bytes=1_500_000)
+    make_wheel(d, "f", "1.0", pad_bytes=200_000)
+    make_wheel(d, "nope", "1.0")
+    idx = pyindex(d, serve_metadata=True)
+    for f in ("a-3.0-py3-none-any.whl", "d-1.0-py3-none-any.whl", "e-1.0-py3-none-any.whl"):
+        idx.rates[f] = 500_000
+    idx.delays["/simple/nope/"] = 0.5
+    return idx
+
+
+def test_a_backtracking_resolution_drops_its_guesses_and_stages_what_it_would_without_them(backtrack, tmp_path,
+                                                                                             monkeypatch):
+    idx = backtrack
+    began = time.monotonic()
+    res, rec = _inproc(idx, tmp_path, "a")
+    took = time.monotonic() - began
+    dropped = ("a-3.0-py3-none-any.whl", "d-1.0-py3-none-any.whl", "e-1.0-py3-none-any.whl")
+    assert all(idx.hits[f"/files/{f}"] >= 1 for f in dropped), dict(idx.hits)  # each guessed and begun
+    assert took < 3, took  # (not waited for: 3 s each at 500 kB/s)
+    want = ["a-2.0-py3-none-any.whl", "f-1.0-py3-none-any.whl", "nope-1.0-py3-none-any.whl"]
+    assert sorted(_wheels(tmp_path / "out")) == want
+    total, done = _bar(rec)
+    assert total == sum(len(idx.files[f]) for f in want) and done == total, (done, total)
+    assert _leftovers(tmp_path / "cache") == []
+    for f in dropped:
+        assert not [p for p in (tmp_path / "cache").rglob(idx.sha256(f) + "*") if p.parent.name != "locks"], f
+    _no_helpers_left()
+    monkeypatch.setenv("WH_EARLY_FETCH", "0")
+    _inproc(idx, tmp_path, "a", out="out-plain", cache="cache-plain")
+    assert _wheels(tmp_path / "out") == _wheels(tmp_path / "out-plain")
