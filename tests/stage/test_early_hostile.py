@@ -267,3 +267,105 @@ def test_a_backtracking_resolution_drops_its_guesses_and_stages_what_it_would_wi
     monkeypatch.setenv("WH_EARLY_FETCH", "0")
     _inproc(idx, tmp_path, "a", out="out-plain", cache="cache-plain")
     assert _wheels(tmp_path / "out") == _wheels(tmp_path / "out-plain")
+
+
+# --- wh killed once the fetch took the helpers over ---------------------------------------------------------
+
+def test_wh_killed_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
+    """SIGKILL while the adopted helpers still download: they end (their stdin closes), no wheelhouse is
+    there, and the next run completes, resuming their bytes."""
+    idx = slow_page
+    big = "big-1.0-py3-none-any.whl"
+    idx.rates[big] = 1_000_000
+    proc = subprocess.Popen(_argv(idx, tmp_path, "app"), env={**os.environ, "WH_EARLY_FETCH": "always"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while "/simple/slow/" not in idx.first_hit and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "/simple/slow/" in idx.first_hit
+        # The resolution ends ~1 s after that page was asked for; small and slow are then downloaded.
+        while idx.hits["/files/slow-1.0-py3-none-any.whl"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        helpers = helper_pids(FETCH_HELPER, parent=proc.pid)
+        assert helpers, "no helper at work after the resolution"
+        assert idx.bytes_served(big) >= 0 and proc.poll() is None
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while [p for p in helpers if Path(f"/proc/{p}").exists() and _state(p) != b"Z"]:
+        assert time.monotonic() < deadline, "an adopted helper outlived the killed wh"
+        time.sleep(0.05)
+    assert not (tmp_path / "out").exists()
+    part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
+    kept = part.stat().st_size if part.exists() else 0
+    assert kept > 0, "the helper's bytes were not kept"
+    asked = len(idx.log)
+    idx.rates.clear()
+    again = _cli(idx, tmp_path, "app")
+    assert again.returncode == 0, again.stderr
+    assert len(_wheels(tmp_path / "out")) == 4
+    gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
+    assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)
+    assert _leftovers(tmp_path / "cache") == []
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b"Z"
+
+
+# --- a stage that fails after its downloads -----------------------------------------------------------------
+
+@pytest.mark.parametrize("hash_ok", [False, True])
+def test_a_find_links_wheel_beside_early_downloads(slow_page, tmp_path, hash_ok):
+    """`loc` is only in a find-links folder (no published hash: never guessed; its --hash line is checked
+    once it is downloaded). A wrong hash fails the stage as without early downloads (the same error lines,
+    no wheelhouse, nothing in partial/); a right one stages the same wheelhouse."""
+    idx = slow_page
+    idx.rates["big-1.0-py3-none-any.whl"] = 2_000_000
+    links = tmp_path / "links"
+    loc = make_wheel(links, "loc", "1.0", pad_bytes=100_000)
+    digest = hashlib.sha256(loc.read_bytes()).hexdigest() if hash_ok else "0" * 64
+    reqs = tmp_path / "reqs.txt"
+    reqs.write_text(f"app\nloc==1.0 --hash=sha256:{digest}\n")
+    runs = {early: _cli(idx, tmp_path, "-r", str(reqs), "-f", str(links), early=early, out=f"out-{early}",
+                        cache=f"cache-{early}") for early in ("always", "0")}
+    for early, run in runs.items():
+        assert "Traceback" not in run.stderr, run.stderr
+        assert _leftovers(tmp_path / f"cache-{early}") == [], early
+        if hash_ok:
+            assert run.returncode == 0, (early, run.stderr)
+        else:
+            assert run.returncode != 0 and "loc" in run.stderr, (early, run.stderr)
+            assert not (tmp_path / f"out-{early}").exists()
+    assert runs["always"].returncode == runs["0"].returncode
+    assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr)
+    if hash_ok:
+        assert _wheels(tmp_path / "out-always") == _wheels(tmp_path / "out-0")
+        assert "loc-1.0-py3-none-any.whl" in _wheels(tmp_path / "out-always")
+    _no_helpers_left()
+
+
+# --- a full disk in a helper, during the resolution -------------------------------------------------------------
+
+def test_a_full_disk_in_an_early_helper_does_not_cut_the_resolvers_requests(slow_page, tmp_path):
+    """ENOSPC in an early helper while the resolver still reads the index: the stage's error is the
+    no-space error (as the ordinary fetch's), not an index request cut short by the helper's end."""
+    idx = slow_page
+    idx.delays["/simple/slow/"] = 1.5
+    run = _cli(idx, tmp_path, "app", env={"WH_FAULT_HELPER": "fetch.write:enospc"})
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "error: no space left on" in run.stderr and "hint: free space there" in run.stderr, run.stderr
+    assert "interrupted" not in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
