@@ -122,11 +122,12 @@ def shared_x(tmp_path, pyindex):  # noqa: F811
 
 
 @pytest.mark.parametrize("first", ["pins", "drops"])
-def test_a_guess_dropped_while_another_stage_downloads_the_same_file(shared_x, tmp_path, first):
+@pytest.mark.parametrize("fixture", ["shared_x", "huge_x"])
+def test_a_guess_dropped_while_another_stage_downloads_the_same_file(request, tmp_path, first, fixture):
     """The dropped guess's unfinished bytes are removed only where no other process holds the entry:
-    the stage that pinned the file gets it whole and verified, whichever began first, and nothing is
-    left in partial/."""
-    idx = shared_x
+    the stage that pinned the file gets it whole and verified, whichever began first (one stream, or
+    ranges), and nothing is left in partial/."""
+    idx = request.getfixturevalue(fixture)
     big = "x-2.0-py3-none-any.whl"
     env = {**os.environ, "WH_EARLY_FETCH": "always"}
     argv = {"pins": _argv(idx, tmp_path, "x", out="out-pins"),
@@ -366,6 +367,50 @@ def test_a_full_disk_in_an_early_helper_does_not_cut_the_resolvers_requests(slow
     assert "Traceback" not in run.stderr, run.stderr
     assert "error: no space left on" in run.stderr and "hint: free space there" in run.stderr, run.stderr
     assert "interrupted" not in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+# --- a big guess, downloaded as byte ranges (>= 2 segments: 64 MiB) ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def huge_wheel(tmp_path_factory) -> Path:
+    return make_wheel(tmp_path_factory.mktemp("huge"), "x", "2.0", pad_bytes=66 << 20)
+
+
+@pytest.fixture
+def huge_x(tmp_path, pyindex, huge_wheel):  # noqa: F811
+    """As shared_x, with x 2.0 big enough for ranges (66 MiB, each range sent at 8 MB/s)."""
+    d = tmp_path / "pub"
+    d.mkdir()
+    os.link(huge_wheel, d / huge_wheel.name)
+    make_wheel(d, "app", "1.0", requires=["x<2"])
+    make_wheel(d, "x", "1.0")
+    make_wheel(d, "y", "1.0", requires=["x"])
+    idx = pyindex(d, serve_metadata=True)
+    idx.rates[huge_wheel.name] = 8_000_000
+    idx.delays["/simple/app/"] = 0.8
+    return idx
+
+
+def test_a_dropped_guess_in_ranges_leaves_neither_its_body_nor_its_record(huge_x, tmp_path):
+    idx = huge_x
+    run = _cli(idx, tmp_path, "x", "app")
+    assert run.returncode == 0, run.stderr
+    assert idx.hits["/files/x-2.0-py3-none-any.whl"] >= 2  # guessed, begun as ranges
+    assert sorted(_wheels(tmp_path / "out")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+def test_a_full_disk_in_an_early_range_record_is_the_stages_no_space_error(huge_x, tmp_path):
+    idx = huge_x
+    idx.delays["/files/x-2.0-py3-none-any.whl.metadata"] = 0.8  # (the resolver waits; the helper fills the disk)
+    run = _cli(idx, tmp_path, "y", env={"WH_FAULT_HELPER": "fetch.range.recorded:enospc"})
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "error: no space left on" in run.stderr and "hint: free space there" in run.stderr, run.stderr
     assert not (tmp_path / "out").exists()
     assert _leftovers(tmp_path / "cache") == []
     _no_helpers_left()
