@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +104,20 @@ def test_the_download_bar_of_a_stage_with_a_dropped_filed_guess_ends_at_its_tota
     assert done == total, (done, total)
     _no_helpers_left()
     assert _leftovers(tmp_path / "cache") == []
+
+
+@pytest.fixture
+def dropped_slow(tmp_path, pyindex):  # noqa: F811
+    """x 2.0 (4 MB at 1 MB/s) is guessed for `x`; app (page 1 s late) needs x<2: the guess is dropped while
+    still downloading."""
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["x<2"])
+    make_wheel(d, "x", "1.0")
+    make_wheel(d, "x", "2.0", pad_bytes=4_000_000)
+    idx = pyindex(d, serve_metadata=True)
+    idx.rates["x-2.0-py3-none-any.whl"] = 1_000_000
+    idx.delays["/simple/app/"] = 1.0
+    return idx
 
 
 # --- two stages, one cache ----------------------------------------------------------------------------
@@ -414,3 +429,44 @@ def test_a_full_disk_in_an_early_range_record_is_the_stages_no_space_error(huge_
     assert not (tmp_path / "out").exists()
     assert _leftovers(tmp_path / "cache") == []
     _no_helpers_left()
+
+
+# --- helpers that stop answering ---------------------------------------------------------------------------------
+
+def test_sigstopped_helpers_and_a_dropped_guess(dropped_slow, tmp_path):
+    """Both early helpers SIGSTOPped while a guess the resolution drops downloads: they are killed (a
+    stopped process ignores its closed stdin) after one grace period together, the stage completes with the right wheelhouse, nothing
+    is left in partial/ and no helper outlives it."""
+    idx = dropped_slow
+    proc = subprocess.Popen(_argv(idx, tmp_path, "x", "app"), env={**os.environ, "WH_EARLY_FETCH": "always"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        while idx.bytes_served("x-2.0-py3-none-any.whl") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        while len(stopped) < 2 and time.monotonic() < deadline:
+            for pid in helper_pids(FETCH_HELPER, parent=proc.pid, zombies=False):
+                if pid not in stopped:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.01)
+        assert len(stopped) == 2, stopped
+        began = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0, err
+    assert sorted(_wheels(tmp_path / "out")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
+    assert _leftovers(tmp_path / "cache") == []
+    assert not [p for p in stopped if _state(p) != b"Z"], "a stopped helper outlived the stage"
+    # One grace period for both (5 s, then SIGKILL), not one each: 11 s before, ~6 s now, ~1 s without them.
+    assert took < 9, took

@@ -155,8 +155,7 @@ def fetch_all(
         abort = getattr(s.client, "abort", None)
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
-        for h in helpers:
-            h.stop()  # it cuts its transfers and exits; what it wrote stays for the next run
+        procs.stop_all(helpers)  # they cut their transfers and exit; what they wrote stays for the next run
         pool.shutdown(wait=False, cancel_futures=True)
         # The placer is the only writer into ``dest``: a placement still running when the caller removes
         # ``dest`` would leave a file behind there (a link and a rename: short). Downloads go on into the cache.

@@ -135,8 +135,7 @@ class Early:
         filed: dict[str, Path] = {}
         dropped = [it for key, it in self.offered.items() if key not in needed]
         if any(not any(key in h.filed for h in self.helpers) for key in map(self.key, dropped)):
-            for h in self.helpers:  # a guess the resolution dropped is still downloading
-                h.stop()
+            procs.stop_all(self.helpers)  # a guess the resolution dropped is still downloading
             for h in self.helpers:
                 filed.update(h.filed)
             self._discard(dropped, filed)
@@ -159,8 +158,7 @@ class Early:
             if self.taken or not self.helpers:
                 return
             self.taken = True  # (once: a second call finds nothing to do)
-        for h in self.helpers:
-            h.stop()
+        procs.stop_all(self.helpers)
         if not keep:
             filed: dict[str, Path] = {}
             for h in self.helpers:

@@ -45,7 +45,7 @@ from wheelhouse.faults import check_helper_spec
 from .cache import cached_path
 from .session import Cancelled, DiskFull, FetchItem, Session
 
-__all__ = ["Helper", "ENV", "MIN_BYTES", "shares", "split"]
+__all__ = ["Helper", "ENV", "MIN_BYTES", "shares", "split", "stop_all"]
 
 ENV = "WH_FETCH_PROCESS"
 MIN_BYTES = 256 << 20  # auto: a share worth a process start (~0.1 s of CPU, overlapped)
@@ -170,13 +170,13 @@ class Helper:
             self.s, self.on_filed = s, on_filed
             return dict(self.filed)
 
-    def stop(self) -> None:
+    def stop(self, deadline: float | None = None) -> None:
         """Tell it to stop now (it cuts its sockets and exits) and wait for it (SIGKILL after
-        ``_EXIT_WAIT``); what it wrote stays on disk for the next run."""
+        ``_EXIT_WAIT``, or at ``deadline``); what it wrote stays on disk for the next run."""
         self.open = False
         self._outbox.put(None)  # (the stdin writer ends)
         if self.proc is not None:
-            end(self.proc, grace=_EXIT_WAIT)
+            end(self.proc, deadline=deadline, grace=_EXIT_WAIT)
         self.done.wait(_EXIT_WAIT)
 
     def wait(self, stop: Callable[[], bool] = lambda: False) -> tuple:
@@ -298,6 +298,21 @@ class Helper:
                 except OSError:
                     pass
                 return
+
+
+def stop_all(helpers: Sequence[Helper]) -> None:
+    """Stop ``helpers`` together: each told at once, all waited for within one ``_EXIT_WAIT`` (one by
+    one, two wedged helpers, SIGSTOPped say, held the run for two)."""
+    for h in helpers:
+        h.open = False
+        if h.proc is not None:
+            try:
+                h.proc.stdin.close()  # (it stops as its stdin ends)
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + _EXIT_WAIT
+    for h in helpers:
+        h.stop(deadline)
 
 
 class Credit:
