@@ -470,3 +470,40 @@ def test_sigstopped_helpers_and_a_dropped_guess(dropped_slow, tmp_path):
     assert not [p for p in stopped if _state(p) != b"Z"], "a stopped helper outlived the stage"
     # One grace period for both (5 s, then SIGKILL), not one each: 11 s before, ~6 s now, ~1 s without them.
     assert took < 9, took
+
+
+def test_early_helpers_killed_mid_ranges_the_bar_ends_at_its_total(huge_x, tmp_path, monkeypatch):
+    """Killed after recording a range of the big guess (the resolver still waiting): the fetch resumes the
+    recorded ranges here; the bytes the helpers counted are not counted twice."""
+    idx = huge_x
+    idx.delays["/files/x-2.0-py3-none-any.whl.metadata"] = 0.8
+    monkeypatch.setenv("WH_FAULT_HELPER", "fetch.range.recorded:kill")
+    res, rec = _inproc(idx, tmp_path, "y")
+    want = ["x-2.0-py3-none-any.whl", "y-1.0-py3-none-any.whl"]
+    assert _wheels(tmp_path / "out") == {f: idx.sha256(f) for f in want}
+    total, done = _bar(rec)
+    assert total == sum(len(idx.files[f]) for f in want) and done == total, (done, total)
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
+
+
+# --- what is at hand is never guessed -------------------------------------------------------------------------
+
+def test_a_damaged_cache_entry_is_not_guessed_and_is_downloaded_again(slow_page, tmp_path):
+    """A cache entry is at hand, so not guessed; damaged, the fetch finds it (hashed again, as always),
+    removes it and downloads it: the wheelhouse is the published bytes."""
+    idx = slow_page
+    big = "big-1.0-py3-none-any.whl"
+    assert _cli(idx, tmp_path, "app", out="first").returncode == 0
+    entry = next(p for p in (tmp_path / "cache").rglob(idx.sha256(big)) if p.is_file() and p.parent.name != "locks")
+    entry.chmod(0o644)
+    data = bytearray(entry.read_bytes())
+    data[1000] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    asked = idx.hits[f"/files/{big}"]
+    run = _cli(idx, tmp_path, "app")
+    assert run.returncode == 0, run.stderr
+    assert idx.hits[f"/files/{big}"] == asked + 1  # once: by the fetch, not guessed before it
+    assert _wheels(tmp_path / "out")[big] == idx.sha256(big)
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
