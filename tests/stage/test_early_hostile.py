@@ -507,3 +507,42 @@ def test_a_damaged_cache_entry_is_not_guessed_and_is_downloaded_again(slow_page,
     assert _wheels(tmp_path / "out")[big] == idx.sha256(big)
     assert _leftovers(tmp_path / "cache") == []
     _no_helpers_left()
+
+
+def test_ctrl_c_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
+    """Ctrl-C while the adopted helpers download: wh exits promptly without a traceback, no helper is left,
+    no wheelhouse is written, their bytes are kept and the next run resumes them."""
+    idx = slow_page
+    big = "big-1.0-py3-none-any.whl"
+    idx.rates[big] = 500_000
+    proc = subprocess.Popen(_argv(idx, tmp_path, "app"), env={**os.environ, "WH_EARLY_FETCH": "always"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while idx.hits["/files/slow-1.0-py3-none-any.whl"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # (the resolution is over: the fetch has the helpers; big has ~5 s to go)
+        helpers = helper_pids(FETCH_HELPER, parent=proc.pid, zombies=False)
+        assert helpers and proc.poll() is None
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert took < 3, took
+    assert not [p for p in helpers if _state(p) != b"Z"], "a helper outlived Ctrl-C"
+    assert not (tmp_path / "out").exists()
+    part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
+    kept = part.stat().st_size
+    assert kept > 0
+    asked = len(idx.log)
+    idx.rates.clear()
+    again = _cli(idx, tmp_path, "app")
+    assert again.returncode == 0, again.stderr
+    gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
+    assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)
+    assert _leftovers(tmp_path / "cache") == []
