@@ -546,3 +546,25 @@ def test_ctrl_c_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
     gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
     assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)
     assert _leftovers(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("fault", ["", "fetch.write:enospc", "fetch.write:kill"])
+def test_a_failed_resolution_is_its_own_error_whatever_the_guesses_met(tmp_path, pyindex, fault):  # noqa: F811
+    """The resolution fails (a requirement nowhere to be found): that is the stage's error, the same lines as
+    without early downloads, whatever happened to the guesses (a full disk, a dead helper)."""
+    d = tmp_path / "pub"
+    make_wheel(d, "big", "1.0", pad_bytes=2_000_000)
+    make_wheel(d, "app", "1.0", requires=["big", "nowhere-to-be-found"])
+    idx = pyindex(d, serve_metadata=True)
+    idx.delays["/simple/nowhere-to-be-found/"] = 0.8
+    env = {"WH_FAULT_HELPER": fault} if fault else {}
+    runs = {early: _cli(idx, tmp_path, "app", early=early, out=f"out-{early}", cache=f"cache-{early}", env=env)
+            for early in ("always", "0")}
+    assert idx.hits["/files/big-1.0-py3-none-any.whl"] >= 1
+    for early, run in runs.items():
+        assert run.returncode == 1 and "nowhere-to-be-found" in run.stderr, (early, run.stderr)
+        assert "Traceback" not in run.stderr and "no space" not in run.stderr, run.stderr
+        assert not (tmp_path / f"out-{early}").exists()
+        assert _leftovers(tmp_path / f"cache-{early}") == [], early
+    assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr)
+    _no_helpers_left()
