@@ -568,3 +568,23 @@ def test_a_failed_resolution_is_its_own_error_whatever_the_guesses_met(tmp_path,
         assert _leftovers(tmp_path / f"cache-{early}") == [], early
     assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr)
     _no_helpers_left()
+
+
+def test_a_dropped_guess_stops_the_helpers_and_the_pinned_one_in_flight_resumes_the_bar_at_its_total(
+        dropped_slow, tmp_path):
+    """The stop path: x 2.0 dropped mid-download, z (pinned, 2 MB at 1 MB/s) in flight too: z resumes from
+    the helpers' bytes in the ordinary fetch, and the bar counts each byte once."""
+    idx = dropped_slow
+    make_wheel(tmp_path / "pub2", "z", "1.0", pad_bytes=2_000_000)
+    idx.add(tmp_path / "pub2")
+    z = "z-1.0-py3-none-any.whl"
+    idx.rates[z] = 1_000_000
+    res, rec = _inproc(idx, tmp_path, "x", "app", "z")
+    want = ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl", z]
+    assert _wheels(tmp_path / "out") == {f: idx.sha256(f) for f in want}
+    gets = [h.get("Range") for path, h in idx.log if path == f"/files/{z}"]
+    assert len(gets) >= 2 and gets[0] is None and gets[-1], gets  # begun early, resumed after the stop
+    total, done = _bar(rec)
+    assert total == sum(len(idx.files[f]) for f in want) and done == total, (done, total)
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
