@@ -588,3 +588,30 @@ def test_a_dropped_guess_stops_the_helpers_and_the_pinned_one_in_flight_resumes_
     assert total == sum(len(idx.files[f]) for f in want) and done == total, (done, total)
     assert _leftovers(tmp_path / "cache") == []
     _no_helpers_left()
+
+
+def test_a_bad_hash_line_fails_the_stage_and_the_other_guesses_bytes_go(tmp_path, pyindex):  # noqa: F811
+    """`big`'s --hash line refuses its published file (never guessed); `other` (3 MB at 1 MB/s) is guessed
+    and still downloading when the stage fails: its bytes go, the error is the one without early downloads."""
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["big", "other"])
+    make_wheel(d, "big", "1.0", pad_bytes=200_000)
+    make_wheel(d, "other", "1.0", pad_bytes=3_000_000)
+    idx = pyindex(d, serve_metadata=True)
+    idx.rates["other-1.0-py3-none-any.whl"] = 1_000_000
+    idx.delays["/files/big-1.0-py3-none-any.whl.metadata"] = 0.5
+    reqs = tmp_path / "reqs.txt"
+    reqs.write_text(f"app\nbig==1.0 --hash=sha256:{'0' * 64}\n")
+    runs = {}
+    for early in ("always", "0"):
+        began = time.monotonic()
+        runs[early] = _cli(idx, tmp_path, "-r", str(reqs), early=early, out=f"out-{early}", cache=f"cache-{early}")
+        runs[early].took = time.monotonic() - began
+    assert idx.hits["/files/other-1.0-py3-none-any.whl"] >= 1 and idx.hits["/files/big-1.0-py3-none-any.whl"] == 0
+    for early, run in runs.items():
+        assert run.returncode != 0 and "big" in run.stderr and "Traceback" not in run.stderr, (early, run.stderr)
+        assert not (tmp_path / f"out-{early}").exists()
+        assert _leftovers(tmp_path / f"cache-{early}") == [], early
+    assert runs["always"].took < 2.5, runs["always"].took  # (the guess was not waited for)
+    assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr)
+    _no_helpers_left()
