@@ -26,11 +26,13 @@ from wheelhouse.stage import StageFlags, merge_inputs, stage
 from wheelhouse.target import target_from_flags
 
 FETCH_HELPER = b"wheelhouse.fetch.procs"
+MARK = "WH_TEST_EARLY_HOSTILE"
 
 
 @pytest.fixture(autouse=True)
-def _always(monkeypatch):
+def _always(monkeypatch, tmp_path):
     monkeypatch.setenv("WH_EARLY_FETCH", "always")
+    monkeypatch.setenv(MARK, str(tmp_path))  # (inherited by every wh and helper this test starts)
 
 
 def _argv(idx, tmp_path: Path, *reqs: str, out: str = "out", cache: str = "cache") -> list[str]:
@@ -63,9 +65,22 @@ def _leftovers(cache: Path) -> list[str]:
     return sorted(p.name for p in part.iterdir()) if part.is_dir() else []
 
 
-def _no_helpers_left(parent: int | None = None) -> None:
+def _ours() -> list[int]:
+    """Live download helpers started by this test (whoever their parent is now: a killed wh's are adopted)."""
+    mark = f"{MARK}={os.environ[MARK]}".encode()
+    found = []
+    for pid in helper_pids(FETCH_HELPER, parent=0, zombies=False):
+        try:
+            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _no_helpers_left() -> None:
     deadline = time.monotonic() + 10
-    while helper_pids(FETCH_HELPER, parent=parent, zombies=False):
+    while _ours():
         assert time.monotonic() < deadline, "an early download helper outlived the stage"
         time.sleep(0.05)
 
@@ -306,6 +321,7 @@ def test_wh_killed_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
         time.sleep(0.3)
         helpers = helper_pids(FETCH_HELPER, parent=proc.pid)
         assert helpers, "no helper at work after the resolution"
+        assert set(helpers) <= set(_ours())  # (what _no_helpers_left looks for)
         assert idx.bytes_served(big) >= 0 and proc.poll() is None
         proc.kill()
         proc.wait(timeout=10)
@@ -321,6 +337,7 @@ def test_wh_killed_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
     part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
     kept = part.stat().st_size if part.exists() else 0
     assert kept > 0, "the helper's bytes were not kept"
+    _no_helpers_left()
     asked = len(idx.log)
     idx.rates.clear()
     again = _cli(idx, tmp_path, "app")
@@ -468,6 +485,7 @@ def test_sigstopped_helpers_and_a_dropped_guess(dropped_slow, tmp_path):
     assert sorted(_wheels(tmp_path / "out")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
     assert _leftovers(tmp_path / "cache") == []
     assert not [p for p in stopped if _state(p) != b"Z"], "a stopped helper outlived the stage"
+    _no_helpers_left()
     # One grace period for both (5 s, then SIGKILL), not one each: 11 s before, ~6 s now, ~1 s without them.
     assert took < 9, took
 
@@ -535,6 +553,7 @@ def test_ctrl_c_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert took < 3, took
     assert not [p for p in helpers if _state(p) != b"Z"], "a helper outlived Ctrl-C"
+    _no_helpers_left()
     assert not (tmp_path / "out").exists()
     part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
     kept = part.stat().st_size
