@@ -634,3 +634,25 @@ def test_a_bad_hash_line_fails_the_stage_and_the_other_guesses_bytes_go(tmp_path
     assert runs["always"].took < 2.5, runs["always"].took  # (the guess was not waited for)
     assert _error_lines(runs["always"].stderr) == _error_lines(runs["0"].stderr)
     _no_helpers_left()
+
+
+@pytest.mark.parametrize("answer", ["404", "500", "cut"])
+def test_an_error_of_a_dropped_guess_is_never_the_stages(dropped_slow, tmp_path, answer):
+    """The dropped guess's server refuses it (404), keeps failing (500, retried with backoff) or cuts it
+    mid-body: the stage succeeds with the wheelhouse it has without early downloads, promptly."""
+    idx = dropped_slow
+    x2 = "x-2.0-py3-none-any.whl"
+    if answer == "cut":
+        idx.rates.clear()
+        idx.drop_after(x2, 500_000)
+    else:
+        idx.script(f"/files/{x2}", *[(int(answer), b"no", {})] * 50)
+    began = time.monotonic()
+    run = _cli(idx, tmp_path, "x", "app")
+    took = time.monotonic() - began
+    assert run.returncode == 0, run.stderr
+    assert idx.hits[f"/files/{x2}"] >= 1
+    assert sorted(_wheels(tmp_path / "out")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
+    assert took < 4, took
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
