@@ -656,3 +656,39 @@ def test_an_error_of_a_dropped_guess_is_never_the_stages(dropped_slow, tmp_path,
     assert took < 4, took
     assert _leftovers(tmp_path / "cache") == []
     _no_helpers_left()
+
+
+def test_a_failing_stage_removes_its_guess_but_not_under_the_stage_that_pinned_it(tmp_path, pyindex):  # noqa: F811
+    """Stage A (its resolution fails) began `big` first; stage B (pins big) waits for A's entry lock. A's
+    failure stops its helpers and removes its unfinished bytes only where B does not hold the entry: B
+    stages big whole and verified, and nothing is left in partial/."""
+    d = tmp_path / "pub"
+    make_wheel(d, "big", "1.0", pad_bytes=3_000_000)
+    make_wheel(d, "app", "1.0", requires=["big", "nowhere-to-be-found"])
+    idx = pyindex(d, serve_metadata=True)
+    big = "big-1.0-py3-none-any.whl"
+    idx.rates[big] = 2_000_000
+    idx.delays["/simple/nowhere-to-be-found/"] = 1.0
+    env = {**os.environ, "WH_EARLY_FETCH": "always"}
+    a = subprocess.Popen(_argv(idx, tmp_path, "app", out="out-a"), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    b = None
+    try:
+        deadline = time.monotonic() + 20
+        while idx.hits[f"/files/{big}"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        b = subprocess.Popen(_argv(idx, tmp_path, "big", out="out-b"), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        _, err_a = a.communicate(timeout=30)
+        _, err_b = b.communicate(timeout=30)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert a.returncode == 1 and "nowhere-to-be-found" in err_a, err_a
+    assert b.returncode == 0, err_b
+    assert _wheels(tmp_path / "out-b") == {big: idx.sha256(big)}
+    assert not (tmp_path / "out-a").exists()
+    assert _leftovers(tmp_path / "cache") == []
+    _no_helpers_left()
