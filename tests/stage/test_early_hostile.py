@@ -452,8 +452,8 @@ def test_a_full_disk_in_an_early_range_record_is_the_stages_no_space_error(huge_
 
 def test_sigstopped_helpers_and_a_dropped_guess(dropped_slow, tmp_path):
     """Both early helpers SIGSTOPped while a guess the resolution drops downloads: they are killed (a
-    stopped process ignores its closed stdin) after one grace period together, the stage completes with the right wheelhouse, nothing
-    is left in partial/ and no helper outlives it."""
+    stopped process ignores its closed stdin) after one grace period for both, the stage completes with
+    the right wheelhouse, nothing is left in partial/ and no helper outlives it."""
     idx = dropped_slow
     proc = subprocess.Popen(_argv(idx, tmp_path, "x", "app"), env={**os.environ, "WH_EARLY_FETCH": "always"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
