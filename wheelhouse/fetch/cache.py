@@ -53,6 +53,8 @@ __all__ = [
     "sha256_of",
     "update_hash",
     "entry_lock",
+    "try_entry_lock",
+    "remove_part_files",
     "copy_verified",
     "add_to_cache",
     "commit_part",
@@ -150,6 +152,27 @@ def entry_lock(cache: Path, key: str, *, on_wait: Callable[[], None] | None = No
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def try_entry_lock(cache: Path, key: str) -> int:
+    """The entry ``key`` held for this process without waiting (``entry_lock``'s lock): its descriptor
+    (closing it releases the lock), or -1 where another process holds it."""
+    folder = Path(cache) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def remove_part_files(part: Path) -> None:
+    """Remove an unfinished download's files: its body and its ranges' record and layout (``part.*``)."""
+    for path in part.parent.glob(part.name + ".*"):
+        path.unlink(missing_ok=True)
+    part.unlink(missing_ok=True)
 
 
 def _clone_or_copy(src: Path, dst_fh, h: "hashlib._Hash | None", cancelled: Callable[[], bool] | None) -> int:

@@ -29,7 +29,6 @@ A guess is a speed-up, never a different answer:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import threading
@@ -40,7 +39,7 @@ from wheelhouse.childproc import cpus, mode
 from wheelhouse.faults import check_helper_spec
 
 from . import procs
-from .cache import cached_path, partial_path
+from .cache import cached_path, partial_path, remove_part_files, try_entry_lock
 from .session import FetchItem, Session
 
 __all__ = ["Early", "ENV", "MIN_BYTES"]
@@ -174,20 +173,14 @@ class Early:
 def remove_partial(cache: Path, key: str) -> bool:
     """Remove the unfinished download ``key`` from the cache, unless another process holds its entry
     (then it is that one's). True where nothing of it is left."""
-    folder = Path(cache) / "locks"
     try:
-        fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = try_entry_lock(cache, key)
     except OSError:
         return False
+    if fd < 0:
+        return False
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        part = partial_path(cache, key)
-        for path in part.parent.glob(part.name + ".*"):  # the ranges' record and layout
-            path.unlink(missing_ok=True)
-        part.unlink(missing_ok=True)
+        remove_part_files(partial_path(cache, key))
         return True
     finally:
         os.close(fd)

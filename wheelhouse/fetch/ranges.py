@@ -26,7 +26,6 @@ is ready, checked, and the body renamed into the cache; nothing is named before 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +39,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError
 
-from .cache import HashMismatch, commit_part, is_no_space, partial_path
+from .cache import HashMismatch, commit_part, is_no_space, partial_path, remove_part_files, try_entry_lock
 from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
 
 __all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented",
@@ -104,9 +103,7 @@ class Segmented:
     def discard(self) -> None:
         """Remove every file of this download (a hash mismatch, or the server ignores ranges)."""
         self._close_files()
-        for path in self.part.parent.glob(self.part.name + ".*"):  # body, record, layout
-            path.unlink(missing_ok=True)
-        self.part.unlink(missing_ok=True)
+        remove_part_files(self.part)
 
     def release(self) -> None:
         self._close_files()
@@ -122,23 +119,11 @@ class Segmented:
                 setattr(self, name, -1)
 
 
-def _try_lock(cache: Path, key: str) -> int:
-    folder = Path(cache) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return -1
-    return fd
-
-
 def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | None:
     """The ranges of ``item`` and how far each got (from the progress record); None when
     another process holds the entry (the caller then waits for it through the one-stream path)."""
     assert item.sha256 and item.size
-    fd = _try_lock(cache, item.sha256)
+    fd = try_entry_lock(cache, item.sha256)
     if fd < 0:
         return None
     part = partial_path(cache, item.sha256)
