@@ -54,3 +54,27 @@ def test_a_wherror_crosses_unchanged_and_nothing_else_is_rebuilt():
     assert type(back) is HashMismatch and str(back) == str(exc) and back.hint == exc.hint and back.bad == exc.bad
     assert rebuild((ValueError, ("x",), {})) is None
     assert rebuild("garbage") is None
+
+
+def test_ctrl_c_while_waiting_for_a_stopped_helper_to_end_kills_it():
+    """A SIGSTOPped helper does not see its stdin close; Ctrl-C during ``end``'s wait must not leave it behind."""
+    import signal
+    import threading
+    import time
+
+    from wheelhouse.childproc import end
+
+    proc, config = spawn("wheelhouse.fetch.procs", {"never": "read"})  # (it waits for its config on stdin)
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            end(proc, grace=30)
+        assert time.monotonic() - began < 5
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()

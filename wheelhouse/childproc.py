@@ -105,6 +105,9 @@ def end(proc: subprocess.Popen, deadline: float | None = None, grace: float = 5.
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    except BaseException:  # Ctrl-C while waiting: not left behind (a stopped one never sees its stdin end)
+        proc.kill()
+        raise
 
 
 def cpus() -> int:
