@@ -219,13 +219,20 @@ def test_remove_partial_leaves_what_another_process_is_downloading(tmp_path):
 
 def test_a_full_disk_in_an_early_download_is_the_stages_no_space_error(slow_index, tmp_path, monkeypatch):
     """ENOSPC in a helper while the resolver still waits: one no-space error once the fetch takes over (the
-    same as the ordinary fetch's), nothing written, the unfinished file gone."""
+    same as the ordinary fetch's), nothing written, and a re-run completes."""
     monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:enospc")
     run = _stage(slow_index, tmp_path, "app")
     assert run.returncode != 0
     assert "error: no space left on" in run.stderr and "hint: free space there" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists()
+    # A download the stop cut keeps its bytes (resumable; the one that filled the disk is gone): the next
+    # run completes from them and leaves nothing.
+    monkeypatch.delenv("WH_FAULT_HELPER")
+    slow_index.delays.clear()
+    again = _stage(slow_index, tmp_path, "app")
+    assert again.returncode == 0, again.stderr
+    assert len(_wheels(tmp_path / "out")) == 4
     assert _leftovers(tmp_path / "cache") == []
 
 
