@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from file_server import FileServer
-from helper_procs import helper_pids
+from helper_procs import helper_pids, wait_for
 
 from wheelhouse.errors import HashMismatch
 from wheelhouse.fetch import FetchItem, NoSpace, cached_path, fetch_all, procs
@@ -66,16 +66,6 @@ def _helpers(parent: int | None = None) -> list[int]:
     return helper_pids(b"wheelhouse.fetch.procs", parent=parent, zombies=False)
 
 
-def _wait_for(cond, timeout: float):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    return None
-
-
 def _fetch_in_thread(items, tmp_path, **kw):
     """fetch_all in a thread; returns (thread, box) where box gets "paths", "error" and "reporter"."""
     box: dict = {"reporter": RecordingReporter()}
@@ -101,7 +91,7 @@ def test_a_second_process_downloads_its_share_and_every_file_is_verified_and_pla
     srv, items = _serve(rate=4_000_000)
     try:
         t, box = _fetch_in_thread(items, tmp_path)
-        seen = _wait_for(_helpers, 10)
+        seen = wait_for(_helpers, 10)
         t.join(60)
         assert "error" not in box, box.get("error")
     finally:
@@ -113,7 +103,7 @@ def test_a_second_process_downloads_its_share_and_every_file_is_verified_and_pla
     assert advanced == sum(len(d) for d in FILES.values())
     for name, data in FILES.items():  # no file downloaded by both processes (a cut range re-sends < 1 MiB)
         assert srv.served[name] < len(data) + MIB, (name, srv.served[name])
-    assert not _wait_for(lambda: not _helpers(), 5) is None  # and it is gone
+    assert not wait_for(lambda: not _helpers(), 5) is None  # and it is gone
     assert not list((tmp_path / "cache" / "partial").iterdir())
 
 
@@ -140,7 +130,7 @@ def test_a_helper_killed_mid_download_leaves_its_bytes_to_this_process(always, t
     there = next(it for it in items if it.filename == THERE)
     try:
         t, box = _fetch_in_thread(items, tmp_path)
-        pid = _wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB and _helpers(), 20)
+        pid = wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB and _helpers(), 20)
         assert pid, "the helper recorded 2 MiB of its file"
         os.kill(pid[0], signal.SIGKILL)
         t.join(60)
@@ -163,7 +153,7 @@ def test_a_stopped_helper_is_ended_and_its_share_done_here(always, tmp_path, mon
     srv, items = _serve(rate=1_500_000)
     try:
         t, box = _fetch_in_thread(items, tmp_path)
-        pid = _wait_for(_helpers, 10)
+        pid = wait_for(_helpers, 10)
         assert pid
         time.sleep(0.3)
         os.kill(pid[0], signal.SIGSTOP)
@@ -173,7 +163,7 @@ def test_a_stopped_helper_is_ended_and_its_share_done_here(always, tmp_path, mon
         srv.close()
     assert "error" not in box, box.get("error")
     _check_placed(tmp_path)
-    assert _wait_for(lambda: not _helpers(), 5)
+    assert wait_for(lambda: not _helpers(), 5)
 
 
 def test_the_helper_ends_when_wh_is_killed_and_the_next_run_keeps_both_processes_bytes(always, tmp_path):
@@ -183,13 +173,13 @@ def test_the_helper_ends_when_wh_is_killed_and_the_next_run_keeps_both_processes
     try:
         child = subprocess.Popen([sys.executable, "-c", CHILD, spec], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
-        helper = _wait_for(lambda: _helpers(child.pid), 20)
+        helper = wait_for(lambda: _helpers(child.pid), 20)
         assert helper, "the child started a helper"
         kept = lambda: bytes_kept(tmp_path / "cache", items[0].sha256) + bytes_kept(tmp_path / "cache", items[1].sha256)
-        assert _wait_for(lambda: kept() >= 3 * MIB, 20)
+        assert wait_for(lambda: kept() >= 3 * MIB, 20)
         child.kill()
         child.wait()
-        assert _wait_for(lambda: not Path(f"/proc/{helper[0]}").exists()
+        assert wait_for(lambda: not Path(f"/proc/{helper[0]}").exists()
                          or "Z" in Path(f"/proc/{helper[0]}/stat").read_text().rsplit(")", 1)[1].split()[0], 10), \
             "the helper outlived wh"
         before = kept()
@@ -230,7 +220,7 @@ def test_a_full_disk_in_the_helper_is_one_no_space_error(always, tmp_path, monke
     finally:
         srv.close()
     assert err.value.code == "no-space"
-    assert _wait_for(lambda: not _helpers(), 5)
+    assert wait_for(lambda: not _helpers(), 5)
     assert not (tmp_path / "dest" / THERE).exists()
 
 
@@ -254,7 +244,7 @@ def test_credentials_reach_the_helper_over_its_pipe_never_its_command_line(alway
     client.credentials.strip(base)  # learnt as from an index URL; the file URLs carry none
     try:
         t, box = _fetch_in_thread(items, tmp_path, client=client)
-        pid = _wait_for(_helpers, 10)
+        pid = wait_for(_helpers, 10)
         assert pid
         for p in pid:
             assert b"s3cret" not in Path(f"/proc/{p}/cmdline").read_bytes()
@@ -274,7 +264,7 @@ def test_ctrl_c_stops_wh_and_its_helper_at_once(always, tmp_path):
     try:
         child = subprocess.Popen([sys.executable, "-c", CHILD, spec], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
-        helper = _wait_for(lambda: _helpers(child.pid), 20)
+        helper = wait_for(lambda: _helpers(child.pid), 20)
         assert helper
         time.sleep(0.3)
         t0 = time.monotonic()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from file_server import FileServer
-from helper_procs import helper_pids
+from helper_procs import alive, helper_pids, wait_for
 
 import wheelhouse.childproc as childproc
 from wheelhouse.errors import HashMismatch, WhError
@@ -98,23 +98,6 @@ def _helpers(parent: int | None = None) -> list[int]:
     return helper_pids(b"wheelhouse.fetch.procs", b"hostile_helper", parent=parent, zombies=False)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _wait_for(cond, timeout: float):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    return None
-
-
 def _fetch(items, tmp_path, timeout=30.0, dest="dest", **kw):
     """fetch_all in a thread, joined with a timeout (a hang fails the test, not the suite);
     returns (box, seconds) where box has "paths" or "error", "reporter" and "helpers" (pids seen)."""
@@ -140,9 +123,9 @@ def _fetch(items, tmp_path, timeout=30.0, dest="dest", **kw):
 
 def _no_leftovers(tmp_path, box):
     """Every helper gone; no unverified file under a final name in dest or the cache."""
-    assert _wait_for(lambda: not _helpers(), 5), f"helper processes left running: {_helpers()}"
+    assert wait_for(lambda: not _helpers(), 5), f"helper processes left running: {_helpers()}"
     for pid in box["helpers"]:
-        assert not _alive(pid), pid
+        assert not alive(pid), pid
     hashes = {__import__("hashlib").sha256(d).hexdigest(): d for d in FILES.values()}
     for name, data in FILES.items():
         f = tmp_path / "dest" / name
@@ -353,7 +336,7 @@ def test_wh_killed_at_a_checkpoint_then_a_rerun_completes(always, tmp_path, poin
         env = {**os.environ, "WH_FAULT": f"{point}:kill"}
         first = subprocess.run([sys.executable, "-c", CHILD, spec], env=env, capture_output=True, timeout=30)
         assert first.returncode == -signal.SIGKILL, first
-        assert _wait_for(lambda: not _helpers(0), 10), "a helper outlived the killed wh"
+        assert wait_for(lambda: not _helpers(0), 10), "a helper outlived the killed wh"
         again = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True, timeout=60)
         assert again.returncode == 0, again.stderr
     finally:
@@ -470,10 +453,10 @@ def test_ctrl_c_while_only_the_helper_is_downloading(always, tmp_path):
     try:
         child = subprocess.Popen([sys.executable, "-c", CHILD, spec], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
-        helper = _wait_for(lambda: _helpers(child.pid), 20)
+        helper = wait_for(lambda: _helpers(child.pid), 20)
         assert helper
         # This share's files placed: the parent is in its final wait on the helper.
-        assert _wait_for(lambda: all((tmp_path / "dest" / n).exists() for n in MINE), 20)
+        assert wait_for(lambda: all((tmp_path / "dest" / n).exists() for n in MINE), 20)
         assert not (tmp_path / "dest" / THERE).exists()
         t0 = time.monotonic()
         os.killpg(child.pid, signal.SIGINT)
@@ -483,7 +466,7 @@ def test_ctrl_c_while_only_the_helper_is_downloading(always, tmp_path):
         srv.close()
     assert child.returncode != 0 and b"KeyboardInterrupt" in err and b"done" not in out
     assert took < 3, took
-    assert _wait_for(lambda: not _alive(helper[0]), 5)
+    assert wait_for(lambda: not alive(helper[0]), 5)
     assert not (tmp_path / "dest" / THERE).exists()
 
 
@@ -499,14 +482,14 @@ def test_sigterm_to_wh_ends_its_helper(always, tmp_path, handler):
     try:
         child = subprocess.Popen([sys.executable, "-c", code, spec], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE)
-        helper = _wait_for(lambda: _helpers(child.pid), 20)
+        helper = wait_for(lambda: _helpers(child.pid), 20)
         assert helper
         time.sleep(0.3)
         t0 = time.monotonic()
         child.terminate()
         out, err = child.communicate(timeout=10)
         took = time.monotonic() - t0
-        assert _wait_for(lambda: not _alive(helper[0]), 5), "the helper outlived a SIGTERMed wh"
+        assert wait_for(lambda: not alive(helper[0]), 5), "the helper outlived a SIGTERMed wh"
     finally:
         srv.close()
     assert b"done" not in out and took < 3, (took, err[-500:])
@@ -521,7 +504,7 @@ def test_two_runs_on_one_cache_each_with_its_helper_take_turns(always, tmp_path)
     try:
         runs = [subprocess.Popen([sys.executable, "-c", CHILD, _spec(items, tmp_path, dest=f"dest{i}")],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
-        seen = _wait_for(lambda: len(_helpers(runs[0].pid)) + len(_helpers(runs[1].pid)) == 2, 20)
+        seen = wait_for(lambda: len(_helpers(runs[0].pid)) + len(_helpers(runs[1].pid)) == 2, 20)
         results = [r.communicate(timeout=60) for r in runs]
     finally:
         for r in runs:
@@ -611,7 +594,7 @@ def test_progress_counts_each_byte_once_when_the_helper_is_killed_and_its_files_
     killed = []
 
     def killer():
-        pid = _wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB and _helpers(), 20)
+        pid = wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB and _helpers(), 20)
         if pid:
             os.kill(pid[0], signal.SIGKILL)
             killed.append(pid[0])
@@ -646,7 +629,7 @@ def test_many_small_files_through_the_helper(always, tmp_path):
     notes = [e[1] for e in box["reporter"].events if e[0] == "note"]
     assert not any("second download process stopped" in n for n in notes), notes
     assert sum(e[2] for e in box["reporter"].events if e[0] == "advance") == sum(map(len, names.values()))
-    assert _wait_for(lambda: not _helpers(), 5)
+    assert wait_for(lambda: not _helpers(), 5)
 
 
 @pytest.mark.parametrize("mode", ["always", "0"], ids=["with-helpers", "one-process"])
@@ -663,11 +646,11 @@ def test_a_run_killed_while_another_waits_on_its_file_leaves_nothing_behind(alwa
     try:
         a = subprocess.Popen([sys.executable, "-c", CHILD, _spec(items, tmp_path, dest="destA")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert _wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB, 20)
+        assert wait_for(lambda: bytes_kept(tmp_path / "cache", there.sha256) >= 2 * MIB, 20)
         b = subprocess.Popen([sys.executable, "-c", CHILD, _spec(items, tmp_path, dest="destB")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # B is up and waiting: its files other than THERE are placed.
-        assert _wait_for(lambda: all((tmp_path / "destB" / n).exists() for n in (HERE, S1, S2)), 20)
+        assert wait_for(lambda: all((tmp_path / "destB" / n).exists() for n in (HERE, S1, S2)), 20)
         kept = bytes_kept(tmp_path / "cache", there.sha256)
         served = srv.served[THERE]
         a.kill()

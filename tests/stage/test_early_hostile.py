@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helper_procs import helper_pids
+from helper_procs import alive, helper_pids
 from index_fixtures import pyindex  # noqa: F401  (fixture)
 from wheelmaker import make_wheel
 
@@ -121,34 +121,29 @@ def test_the_download_bar_of_a_stage_with_a_dropped_filed_guess_ends_at_its_tota
     assert _leftovers(tmp_path / "cache") == []
 
 
-@pytest.fixture
-def dropped_slow(tmp_path, pyindex):  # noqa: F811
-    """x 2.0 (4 MB at 1 MB/s) is guessed for `x`; app (page 1 s late) needs x<2: the guess is dropped while
-    still downloading."""
+def _x_index(tmp_path, pyindex, rate: int, app_late: float):  # noqa: F811
+    """x 2.0 (4 MB, sent at ``rate``) is the walk ahead's guess for `x`; app needs x<2 and its page answers
+    ``app_late`` s late: a stage of `x app` drops the guess while it downloads, a stage of `x` pins it."""
     d = tmp_path / "pub"
     make_wheel(d, "app", "1.0", requires=["x<2"])
     make_wheel(d, "x", "1.0")
     make_wheel(d, "x", "2.0", pad_bytes=4_000_000)
     idx = pyindex(d, serve_metadata=True)
-    idx.rates["x-2.0-py3-none-any.whl"] = 1_000_000
-    idx.delays["/simple/app/"] = 1.0
+    idx.rates["x-2.0-py3-none-any.whl"] = rate
+    idx.delays["/simple/app/"] = app_late
     return idx
+
+
+@pytest.fixture
+def dropped_slow(tmp_path, pyindex):  # noqa: F811
+    return _x_index(tmp_path, pyindex, 1_000_000, 1.0)
 
 
 # --- two stages, one cache ----------------------------------------------------------------------------
 
 @pytest.fixture
 def shared_x(tmp_path, pyindex):  # noqa: F811
-    """x 2.0 (4 MB, sent at 2 MB/s) is the walk ahead's guess for `x`; app needs x<2 and its page answers
-    0.8 s late. A stage of `x app` drops the guess; a stage of `x` pins it."""
-    d = tmp_path / "pub"
-    make_wheel(d, "app", "1.0", requires=["x<2"])
-    make_wheel(d, "x", "1.0")
-    make_wheel(d, "x", "2.0", pad_bytes=4_000_000)
-    idx = pyindex(d, serve_metadata=True)
-    idx.rates["x-2.0-py3-none-any.whl"] = 2_000_000
-    idx.delays["/simple/app/"] = 0.8
-    return idx
+    return _x_index(tmp_path, pyindex, 2_000_000, 0.8)
 
 
 @pytest.mark.parametrize("first", ["pins", "drops"])
@@ -330,7 +325,7 @@ def test_wh_killed_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 10
-    while [p for p in helpers if Path(f"/proc/{p}").exists() and _state(p) != b"Z"]:
+    while [p for p in helpers if alive(p)]:
         assert time.monotonic() < deadline, "an adopted helper outlived the killed wh"
         time.sleep(0.05)
     assert not (tmp_path / "out").exists()
@@ -343,16 +338,9 @@ def test_wh_killed_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
     again = _cli(idx, tmp_path, "app")
     assert again.returncode == 0, again.stderr
     assert len(_wheels(tmp_path / "out")) == 4
-    gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
-    assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)
+    starts = idx.range_starts(big, since=asked)
+    assert starts and all(s is not None and s >= kept for s in starts), (kept, starts)
     assert _leftovers(tmp_path / "cache") == []
-
-
-def _state(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return b"Z"
 
 
 # --- a stage that fails after its downloads -----------------------------------------------------------------
@@ -493,7 +481,7 @@ def test_sigstopped_helpers_and_a_dropped_guess(dropped_slow, tmp_path):
     assert proc.returncode == 0, err
     assert sorted(_wheels(tmp_path / "out")) == ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl"]
     assert _leftovers(tmp_path / "cache") == []
-    assert not [p for p in stopped if _state(p) != b"Z"], "a stopped helper outlived the stage"
+    assert not [p for p in stopped if alive(p)], "a stopped helper outlived the stage"
     _no_helpers_left()
     # One grace period for both (5 s, then SIGKILL), not one each: 11 s before, ~6 s now, ~1 s without them.
     assert took < 9, took
@@ -561,7 +549,7 @@ def test_ctrl_c_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
             proc.communicate()
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert took < 3, took
-    assert not [p for p in helpers if _state(p) != b"Z"], "a helper outlived Ctrl-C"
+    assert not [p for p in helpers if alive(p)], "a helper outlived Ctrl-C"
     _no_helpers_left()
     assert not (tmp_path / "out").exists()
     part = tmp_path / "cache" / "partial" / f"{idx.sha256(big)}.part"
@@ -571,8 +559,8 @@ def test_ctrl_c_after_the_fetch_took_the_helpers_over(slow_page, tmp_path):
     idx.rates.clear()
     again = _cli(idx, tmp_path, "app")
     assert again.returncode == 0, again.stderr
-    gets = [h.get("Range") for path, h in idx.log[asked:] if path == f"/files/{big}"]
-    assert gets and all(r and int(r.split("=")[1].split("-")[0]) >= kept for r in gets), (kept, gets)
+    starts = idx.range_starts(big, since=asked)
+    assert starts and all(s is not None and s >= kept for s in starts), (kept, starts)
     assert _leftovers(tmp_path / "cache") == []
 
 
@@ -610,8 +598,8 @@ def test_a_dropped_guess_stops_the_helpers_and_the_pinned_one_in_flight_resumes_
     res, rec = _inproc(idx, tmp_path, "x", "app", "z")
     want = ["app-1.0-py3-none-any.whl", "x-1.0-py3-none-any.whl", z]
     assert _wheels(tmp_path / "out") == {f: idx.sha256(f) for f in want}
-    gets = [h.get("Range") for path, h in idx.log if path == f"/files/{z}"]
-    assert len(gets) >= 2 and gets[0] is None and gets[-1], gets  # begun early, resumed after the stop
+    starts = idx.range_starts(z)
+    assert len(starts) >= 2 and starts[0] is None and starts[-1], starts  # begun early, resumed after the stop
     total, done = _bar(rec)
     assert total == sum(len(idx.files[f]) for f in want) and done == total, (done, total)
     assert _leftovers(tmp_path / "cache") == []

@@ -4,9 +4,10 @@ their command line, which names the module each one serves (wheelhouse.childproc
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
-__all__ = ["helper_pids"]
+__all__ = ["helper_pids", "alive", "wait_for"]
 
 
 def helper_pids(*markers: bytes, parent: int | None = None, zombies: bool = True) -> list[int]:
@@ -27,3 +28,22 @@ def helper_pids(*markers: bytes, parent: int | None = None, zombies: bool = True
         if any(m in cmd for m in markers) and (parent == 0 or ppid == parent) and (zombies or stat[0] != "Z"):
             found.append(int(entry.name))
     return found
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs (or is stopped): it exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for(cond, timeout: float):
+    """``cond()``'s first true answer within ``timeout`` seconds (asked every 20 ms), else None."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.02)
+    return None

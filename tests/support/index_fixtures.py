@@ -14,6 +14,7 @@ Usage::
         pyindex(folder, delay=0.05)                  # every request answered 50 ms late
         idx.delays["/simple/a/"] = 1.0; idx.rates["a-1.0-py3-none-any.whl"] = 1_000_000  # one slow page, one slow file
         idx.first_hit["/files/a-1.0-py3-none-any.whl"]  # time.monotonic() of its first request
+        idx.range_starts("a-1.0-py3-none-any.whl", since=n)  # each GET's Range start (None: whole) from log[n]
         pyindex(folder, validators="last-modified")  # pages carry ETag ("etag"), Last-Modified, "both" or "none"
         idx.page_requests(), idx.not_modified        # page GETs so far; 304s answered, per path
         idx.script("/simple/a/", (500, b"", {}))      # the next request for that path gets this answer
@@ -135,6 +136,15 @@ class IndexServer:
 
     def bytes_served(self, filename: str) -> int:
         return self.served[f"/files/{filename}"]
+
+    def range_starts(self, filename: str, since: int = 0) -> list[int | None]:
+        """Where each GET of ``filename`` logged from entry ``since`` on began: a Range start, None for the whole."""
+        starts: list[int | None] = []
+        for path, headers in self.log[since:]:
+            if path == f"/files/{filename}":
+                rng = headers.get("Range")
+                starts.append(int(rng.split("=")[1].split("-")[0]) if rng else None)
+        return starts
 
     def requests_for(self, filename: str) -> int:
         return self.hits[f"/files/{filename}"]
