@@ -107,6 +107,45 @@ def test_a_second_process_downloads_its_share_and_every_file_is_verified_and_pla
     assert not list((tmp_path / "cache" / "partial").iterdir())
 
 
+# The 7 NVIDIA wheels of bench/bench_fetch.py (MB): biggest-first alone leaves a 54 MB gap (706 / 760).
+NVIDIA_MB = [403, 349, 219, 204, 192, 55, 44]
+
+
+def _sized(mbs):
+    return [FetchItem(f"http://x/{i}.whl", f"f{i}-1.0-py3-none-any.whl", None, mb * MIB) for i, mb in enumerate(mbs)]
+
+
+@pytest.mark.parametrize("mbs", [NVIDIA_MB, [300, 290, 120, 100, 95, 90, 5, 3], list(range(1, 71))],
+                         ids=["nvidia", "uneven", "seventy"])
+@pytest.mark.parametrize("loads", [[0, 0], [0, 40 * MIB], [100 * MIB, 0]], ids=["even", "handicap", "loaded"])
+def test_the_shares_are_as_even_as_whole_files_allow(mbs, loads):
+    items = _sized(mbs)
+    shares = procs.split(items, loads)
+    assert sorted(it.filename for sh in shares for it in sh) == sorted(it.filename for it in items)  # each once
+    totals = [load + sum(it.size for it in sh) for load, sh in zip(loads, shares)]
+    hi, lo = (0, 1) if totals[0] >= totals[1] else (1, 0)
+    gap = totals[hi] - totals[lo]
+    # No one move or swap from the fuller share would bring the two closer ...
+    for x in shares[hi]:
+        for y in (None, *shares[lo]):
+            assert not 0 < x.size - (y.size if y else 0) < gap, (x.size >> 20, y and y.size >> 20, gap >> 20)
+    # ... and the gap is never wider than biggest-first alone leaves it.
+    greedy = list(loads)
+    for it in sorted(items, key=lambda it: -it.size):
+        greedy[greedy.index(min(greedy))] += it.size
+    assert gap <= abs(greedy[0] - greedy[1]), (totals, greedy)
+    for sh in shares:  # biggest first: the longest transfers start at once
+        assert [it.size for it in sh] == sorted((it.size for it in sh), reverse=True)
+
+
+def test_the_helper_that_starts_later_gets_the_lighter_share(always):
+    from wheelhouse.fetch.session import Session
+
+    mine, theirs = procs.shares(_sized(NVIDIA_MB), Session(Path("/nonexistent"), HttpClient(), RecordingReporter(), "t"), 8)
+    here, there = sum(it.size for it in mine), sum(it.size for it in theirs)
+    assert 0 < here - there <= 64 * MIB, (here >> 20, there >> 20)
+
+
 def test_auto_leaves_a_small_fetch_in_one_process(monkeypatch, tmp_path):
     monkeypatch.setenv(procs.ENV, "auto")
     srv, items = _serve(rate=4_000_000)

@@ -41,8 +41,8 @@ HERE, THERE, S1, S2 = ("here-1.0-py3-none-any.whl", "there-1.0-py3-none-any.whl"
 FILES = {
     HERE: os.urandom(6 * MIB),
     THERE: os.urandom(6 * MIB - 4096),
-    S1: os.urandom(1_200_000),
-    S2: os.urandom(1_100_000),
+    S1: os.urandom(1_100_000),
+    S2: os.urandom(1_200_000),
 }
 MINE, THEIRS = (HERE, S2), (THERE, S1)
 
@@ -311,7 +311,8 @@ def test_a_disk_error_in_the_helper_is_its_fetch_error_raised_here(always, tmp_p
 
 # --- the helper killed at its checkpoints; the parent killed --------------------------------------
 
-@pytest.mark.parametrize("point", ["fetch.write", "fetch.range.recorded", "fetch.range.split", "fetch.place"])
+@pytest.mark.parametrize("point", ["fetch.write", "fetch.range.recorded", "fetch.range.split", "fetch.place",
+                                   "fetch.helper.filed"])
 def test_the_helper_killed_at_a_checkpoint_changes_nothing(always, tmp_path, monkeypatch, point):
     monkeypatch.setenv("WH_FAULT_HELPER", f"{point}:kill")
     srv, items = _serve(rates={THERE: 3_000_000})
@@ -326,6 +327,11 @@ def test_the_helper_killed_at_a_checkpoint_changes_nothing(always, tmp_path, mon
     notes = [e[1] for e in box["reporter"].events if e[0] == "note"]
     if point != "fetch.place":  # (parent-only: the helper never passes it)
         assert any("second download process stopped" in n for n in notes), notes
+    # The download bar ends at its total: what the helper counted is not counted again where this process
+    # resumes it, and a file it filed just before it died is counted (its progress went out first).
+    events = box["reporter"].events
+    total = next(e[2] for e in events if e[0] == "start" and e[1] == "download")
+    assert sum(e[2] for e in events if e[0] == "advance" and e[1] == "download") == total == sum(map(len, FILES.values()))
 
 
 @pytest.mark.parametrize("point", ["fetch.range.recorded", "fetch.range.split", "fetch.write", "fetch.place"])
