@@ -78,3 +78,43 @@ def test_ctrl_c_while_waiting_for_a_stopped_helper_to_end_kills_it():
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+def test_ending_a_helper_that_stopped_reading_with_a_full_pipe_takes_the_grace_not_for_ever():
+    """A thread of wh blocked writing to a SIGSTOPped helper (more than a pipe's 64 KiB queued) holds the
+    stream's lock: closing its stdin waited on that write, which only the helper's end could free."""
+    import signal
+    import threading
+    import time
+
+    from wheelhouse.childproc import end
+
+    proc, config = spawn("wheelhouse.fetch.procs", {"never": "read"})
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        stuck = threading.Event()
+
+        def write() -> None:
+            stuck.set()
+            try:
+                proc.stdin.write(b"x" * (1 << 20))
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        stuck.wait(5)
+        time.sleep(0.3)
+        assert writer.is_alive()  # (blocked on the full pipe)
+        began = time.monotonic()
+        end(proc, grace=1)
+        assert time.monotonic() - began < 4
+        assert proc.returncode == -signal.SIGKILL
+        writer.join(5)
+        assert not writer.is_alive()  # the killed helper's pipe broke: the write ended
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()

@@ -21,6 +21,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,7 +29,7 @@ from typing import Any, BinaryIO
 import wheelhouse
 from wheelhouse.errors import WhError
 
-__all__ = ["spawn", "frame", "write_frame", "read_frame", "flatten", "rebuild", "end", "cpus", "mode", "READ_ERRORS"]
+__all__ = ["spawn", "frame", "write_frame", "read_frame", "flatten", "rebuild", "end", "close_input", "cpus", "mode", "READ_ERRORS"]
 
 _FRAME = struct.Struct(">Q")
 _BOOT = ("import pickle,struct,sys\n"
@@ -96,10 +97,7 @@ def rebuild(value) -> BaseException | None:
 def end(proc: subprocess.Popen, deadline: float | None = None, grace: float = 5.0) -> None:
     """Close the helper's stdin (it ends on its own) and wait for it until ``deadline`` (default:
     ``grace`` seconds from now); then SIGKILL, which ends a stopped process too."""
-    try:
-        proc.stdin.close()
-    except OSError:
-        pass
+    close_input(proc)
     try:
         proc.wait(timeout=max(0.0, (time.monotonic() + grace if deadline is None else deadline) - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -108,6 +106,21 @@ def end(proc: subprocess.Popen, deadline: float | None = None, grace: float = 5.
     except BaseException:  # Ctrl-C while waiting: not left behind (a stopped one never sees its stdin end)
         proc.kill()
         raise
+
+
+def close_input(proc: subprocess.Popen) -> None:
+    """Close the helper's stdin without waiting on it: a thread of ours blocked writing to a helper that
+    does not read (stopped, wedged; 64 KiB fills the pipe) holds the stream's lock, and ``close`` would
+    wait for that write, which ends only once the helper is killed. So the close runs in a thread of its
+    own, and completes then."""
+    def close() -> None:
+        try:
+            proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    if proc.stdin is not None and not proc.stdin.closed:
+        threading.Thread(target=close, name="wh-helper-stdin-close", daemon=True).start()
 
 
 def cpus() -> int:

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn
+from wheelhouse.childproc import READ_ERRORS, close_input, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn
 from wheelhouse.errors import WhError
 from wheelhouse.faults import check_helper_spec, checkpoint
 
@@ -345,10 +345,7 @@ def stop_all(helpers: Sequence[Helper]) -> None:
     for h in helpers:
         h.open = False
         if h.proc is not None:
-            try:
-                h.proc.stdin.close()  # (it stops as its stdin ends)
-            except (OSError, ValueError):
-                pass
+            close_input(h.proc)  # (it stops as its stdin ends)
     deadline = time.monotonic() + _EXIT_WAIT
     for h in helpers:
         h.stop(deadline)
