@@ -29,11 +29,25 @@ def canonical_name(name: str) -> str:
     return canonicalize_name(name)
 
 
+def distinct_dirs(dirs: Sequence[str | os.PathLike]) -> list[str]:
+    """``dirs`` once per folder, in order: two names of one folder count once. Where ``lib64`` is a
+    link to ``lib`` (a venv on Fedora, RHEL, SUSE) purelib and platlib are two names of one folder:
+    listed twice, one installed copy was found twice, and an upgrade moved it aside under one name,
+    then failed to move it under the other."""
+    out, seen = [], set()
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            out.append(str(d))
+    return out
+
+
 def find_installed(site_dirs: Sequence[str | os.PathLike], name: str) -> list[tuple[Path, str]]:
     """``(dist-info folder, version)`` of every installed copy of ``name`` in ``site_dirs``."""
     want = canonical_name(name)
     out = []
-    for site in dict.fromkeys(str(s) for s in site_dirs):
+    for site in distinct_dirs(site_dirs):
         try:
             entries = os.listdir(site)
         except OSError:

@@ -101,8 +101,10 @@ class Interpreter:
 
     @property
     def site_dirs(self) -> tuple[str, ...]:
-        """purelib and platlib (once when they are the same folder)."""
-        return tuple(dict.fromkeys([self.purelib, self.platlib]))
+        """purelib and platlib (once when they are the same folder, under one name or two)."""
+        from wheelhouse.install.installed import distinct_dirs
+
+        return tuple(distinct_dirs([self.purelib, self.platlib]))
 
     @property
     def is_venv(self) -> bool:
@@ -121,6 +123,13 @@ class Interpreter:
         headers = self.include or os.path.join(self.data, "include")
         return {"purelib": self.purelib, "platlib": self.platlib, "scripts": self.scripts, "data": self.data,
                 "headers": headers}
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (one of them not there yet: a new venv's site folder is made by the install)
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float = 60) -> Interpreter:
@@ -156,7 +165,12 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
 
 
 def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
-    paths = d["paths"]
+    paths = dict(d["paths"])
+    # One folder, one name: where ``lib64`` links to ``lib`` (a venv on Fedora, RHEL, SUSE), platlib is
+    # purelib under another name. Two names for one file made an upgrade move the old copy aside under
+    # one of them, then fail to move it under the other (tests/install/test_split_sites.py).
+    if paths["platlib"] != paths["purelib"] and _same_folder(paths["platlib"], paths["purelib"]):
+        paths["platlib"] = paths["purelib"]
     return Interpreter(
         executable=d.get("executable") or exe,
         target=target_from_json(d, source="captured", where=f"interpreter {exe}"),
