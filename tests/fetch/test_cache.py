@@ -174,3 +174,42 @@ def test_wh_stage_after_a_cache_byte_flip_writes_the_real_wheel(pyindex, tmp_pat
         assert proc.returncode == 0, proc.stderr
         (locked,) = read_pylock(out).files
         assert hashlib.sha256((out / locked.path).read_bytes()).hexdigest() == locked.sha256 == idx.sha256(wheel.name)
+
+
+@pytest.mark.parametrize("size, segment", [(300_000, None), (2_000_000, 256 * 1024)], ids=["one-stream", "ranges"])
+def test_a_file_another_wh_filed_while_this_one_waited_counts_on_the_bar(files, tmp_path, size, segment):
+    """Two runs share a cache: the second waits for the first's download of a file, then takes its entry. Its
+    progress bar counts that file too (it ended short of its total by the file's size)."""
+    import threading
+
+    from wheelhouse.fetch.cache import commit_part, try_entry_lock
+    from wheelhouse.progress import RecordingReporter
+
+    data = os.urandom(size)
+    srv, (item,) = files({"w-1.0-py3-none-any.whl": data})
+    cache = tmp_path / "cache"
+    held = try_entry_lock(cache, item.sha256)  # "the other wh", downloading it
+    assert held >= 0
+    rec, box = RecordingReporter(), {}
+
+    def run():
+        try:
+            box["paths"] = fetch_all([item], tmp_path / "dest", cache, jobs=4, segment_size=segment, reporter=rec)
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not any(e[0] == "note" and "another wh" in e[1] for e in rec.events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    part = tmp_path / "other.part"
+    part.write_bytes(data)
+    commit_part(cache, part, item.sha256)  # the other wh files it, then lets go of the entry
+    os.close(held)
+    t.join(30)
+    assert not t.is_alive() and "error" not in box, box.get("error")
+    assert box["paths"][0].read_bytes() == data
+    assert srv.served.get(item.filename, 0) == 0  # taken from the other's entry, not downloaded again
+    total = next(e[2] for e in rec.events if e[0] == "start")
+    assert sum(e[2] for e in rec.events if e[0] == "advance") == total == size

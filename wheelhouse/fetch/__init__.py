@@ -282,6 +282,7 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
     noted = False
     while True:
         if entry.exists():
+            s.advance(item.size or 0)  # (on the bar as this run's: its total counted it)
             return entry  # (the other one's; verified when copied out)
         job = plan_segments(item, s.cache, segment)
         if job is not None:
@@ -294,6 +295,7 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
     try:
         if entry.exists():  # filed just before its lock was freed
             job.discard()
+            s.advance(item.size or 0)
             return entry
         s.advance(job.on_disk())
         if job.remaining == 0:

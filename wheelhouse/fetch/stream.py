@@ -31,6 +31,7 @@ def download(item: FetchItem, s: Session) -> Path:
     with entry_lock(s.cache, entry_key(item), cancelled=s.cancel.is_set,
                     on_wait=lambda: s.note(f"{item.filename}: another wh is downloading it; waiting")):
         if item.sha256 and cached_path(s.cache, item.sha256).exists():
+            s.advance(item.size or 0)  # (on the bar as this run's: its total counted it)
             return cached_path(s.cache, item.sha256)  # (the other one's; verified when copied out)
         part = partial_path(s.cache, entry_key(item))
         part.parent.mkdir(parents=True, exist_ok=True)
