@@ -358,9 +358,11 @@ def _download_shared(mine: list[FetchItem], helpers: list["procs.Helper"], dest:
     rest = [it for h in helpers for it in h.unfinished()]  # (none after "ok", unless one said so without filing)
     if rest:
         s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
-        placed.update(_reuse_cached(rest, dest, s, pool))
+        reused = _reuse_cached(rest, dest, s, pool)  # (filed by a helper killed before it said so, or by another wh)
+        placed.update(reused)
         # (the helpers have ended: nothing else reports on ``s`` while the redo runs)
         s.reporter = procs.Credit(s.reporter, sum(h.counted_unfiled() for h in helpers))  # counted, resumed here
+        s.advance(sum(it.size or 0 for it in rest if _key(it) in reused))  # (the credit takes what a helper counted)
         _download_all([it for it in rest if _key(it) not in placed], s, pool, jobs, segment, downloaded)
 
 

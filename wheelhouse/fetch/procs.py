@@ -29,6 +29,7 @@ sockets at once and keeps what is on disk, as Ctrl-C does here.
 
 from __future__ import annotations
 
+import bisect
 import os
 import queue
 import subprocess
@@ -100,18 +101,29 @@ def split(items: Sequence[FetchItem], loads: Sequence[int]) -> list[list[FetchIt
 
 def _narrow(hi: list[FetchItem], lo: list[FetchItem], loads: list[int], h: int, l: int) -> bool:
     """Move one file from ``hi`` to ``lo``, or swap one of each, the change that brings their totals
-    closest together; False when none narrows the gap."""
+    closest together; False when none narrows the gap. For each file of ``hi`` only the two files of
+    ``lo`` nearest the ideal size are looked at (a bisection): every pair was 6 million steps for 5,000
+    files, a second each time this ran."""
     gap = loads[h] - loads[l]
-    best: tuple[int, FetchItem, FetchItem | None] | None = None  # (|gap - 2 * moved|, from hi, from lo)
+    first: dict[int, tuple[int, FetchItem | None]] = {0: (-1, None)}  # size -> (position, first such file of lo)
+    for i, y in enumerate(lo):
+        first.setdefault(y.size or 0, (i, y))
+    sizes = sorted(first)
+    best: tuple[int, int, FetchItem, FetchItem | None] | None = None  # (|gap - 2 * moved|, position, hi's, lo's)
     for x in hi:
         xs = x.size or 0
-        for y in (None, *lo):
-            d = xs - ((y.size or 0) if y is not None else 0)
-            if 0 < d < gap and (best is None or abs(gap - 2 * d) < best[0]):
-                best = (abs(gap - 2 * d), x, y)
+        k = bisect.bisect_left(sizes, xs - gap / 2)
+        for ys in sizes[max(0, k - 1):k + 1]:
+            d = xs - ys
+            if not 0 < d < gap:
+                continue
+            pos, y = first[ys]
+            score = abs(gap - 2 * d)
+            if best is None or score < best[0] or (score == best[0] and best[2] is x and pos < best[1]):
+                best = (score, pos, x, y)
     if best is None:
         return False
-    _, x, y = best
+    _, _, x, y = best
     hi.remove(x)
     lo.append(x)
     moved = x.size or 0
