@@ -105,3 +105,26 @@ def test_a_helper_killed_between_filing_and_saying_so_leaves_the_bar_at_its_tota
     advanced = sum(e[2] for e in rep.events if e[0] == "advance")
     assert total == sum(len(d) for d in FILES.values())
     assert advanced == total, f"the bar ended at {advanced} of {total} bytes"
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["resumed", "server-ignores-range"])
+def test_a_connection_cut_mid_file_and_resumed_counts_each_byte_once(tmp_path, monkeypatch, restart):
+    """One stream, the body cut after 200 kB, resumed on the retry (or restarted from zero where the
+    server ignores Range): the bar ends at the file's size. It ended at 140% (the 200 kB counted as they
+    arrived, then again as "kept" when resumed) or 140% again (counted again as the restart re-sent them)."""
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(procs.ENV, "0")
+    srv = FileServer()
+    try:
+        data = os.urandom(500_000)
+        item = srv.add("x-1.0-py3-none-any.whl", data)
+        srv.drop_after[item.filename] = 200_000
+        srv.ignore_range = restart
+        rep = RecordingReporter()
+        fetch_all([item], tmp_path / "dest", tmp_path / "cache", jobs=1, backoff=0.01, reporter=rep)
+    finally:
+        srv.close()
+    assert (tmp_path / "dest" / item.filename).read_bytes() == data
+    assert any(e[0] == "note" and "retrying" in e[1] for e in rep.events), rep.events
+    assert sum(e[2] for e in rep.events if e[0] == "advance") == len(data)

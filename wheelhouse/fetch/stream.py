@@ -47,6 +47,7 @@ def download(item: FetchItem, s: Session) -> Path:
 def _download_locked(item: FetchItem, part: Path, s: Session) -> Path:
     fresh_restarts = 0
     attempt = 0
+    counted = [0]  # bytes of the file this run has on the bar: a retry's resume or restart counts only beyond
     while True:
         s.check()
         have = part.stat().st_size if part.exists() else 0
@@ -55,7 +56,7 @@ def _download_locked(item: FetchItem, part: Path, s: Session) -> Path:
             part.unlink()
             have = 0
         try:
-            resumed, actual, total = _stream(item, part, have, s)
+            resumed, actual, total = _stream(item, part, have, s, counted)
         except HttpError as exc:
             s.check()
             if exc.status == 416 and have:
@@ -87,8 +88,15 @@ def _download_locked(item: FetchItem, part: Path, s: Session) -> Path:
         return commit_part(s.cache, part, actual)
 
 
-def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, str, int]:
-    """Append the rest of the file to ``part``; return (resumed, sha256 of the whole, size)."""
+def _stream(item: FetchItem, part: Path, have: int, s: Session, counted: list[int]) -> tuple[bool, str, int]:
+    """Append the rest of the file to ``part``; return (resumed, sha256 of the whole, size). ``counted[0]``:
+    the bytes of it already on the bar (a retry's resumed or restarted bytes are not counted twice)."""
+
+    def count(upto: int) -> None:
+        if upto > counted[0]:
+            s.advance(upto - counted[0])
+            counted[0] = upto
+
     h = hashlib.sha256()
     headers = {"Accept-Encoding": "identity"}
     if have:
@@ -97,7 +105,7 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, s
         resumed = have > 0 and resp.status == 206
         if resumed:
             update_hash(h, part)  # hash what is already on disk; the rest is hashed as it streams
-            s.advance(have)
+            count(have)
             mode = "ab"
         else:
             mode = "wb"  # a 200 answer to a Range request carries the whole file: start clean
@@ -113,6 +121,6 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session) -> tuple[bool, s
                 for block in blocks:
                     h.update(block)
                 total += n
-                s.advance(n)
+                count(total)
                 s.check()
     return resumed, h.hexdigest(), total
