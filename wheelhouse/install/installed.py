@@ -86,10 +86,21 @@ def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None 
     roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
     state = [os.path.join(os.path.normpath(scheme[k]), ".wh") + os.sep for k in ("purelib", "platlib") if k in scheme]
     scripts = os.path.normpath(scheme["scripts"]) if "scripts" in scheme else None
+    # The same under each folder's other names (``lib64`` a link to ``lib``: platlib is called by purelib's
+    # name, and a RECORD naming ``lib64/.../site-packages`` would else be a path inside, not the root).
+    real_roots = {os.path.realpath(r) + os.sep for r in scheme.values()}
+    real_state = [os.path.realpath(s) + os.sep for s in state]
+    real_dirs: dict[str, str] = {}
     out = []
     for p in paths:
         q = os.path.normpath(p) + os.sep
         if not any(q.startswith(r) for r in roots) or any(q.startswith(s) for s in state) or q in roots:
+            continue
+        parent, base = os.path.split(os.path.normpath(p))
+        if parent not in real_dirs:
+            real_dirs[parent] = os.path.realpath(parent)
+        rq = os.path.join(real_dirs[parent], base) + os.sep  # (the path itself not followed: a link is removed as one)
+        if rq in real_roots or any(rq.startswith(s) for s in real_state):
             continue
         if scripts and os.path.dirname(os.path.normpath(p)) == scripts \
                 and protected_script(os.path.basename(os.path.normpath(p)), dist or "") is not None:

@@ -1,0 +1,102 @@
+"""Split sites under attack: a venv whose ``lib64`` is a link to ``lib`` (platlib is purelib under another
+name, Fedora/RHEL/SUSE). wh now calls both by purelib's name; a path under the other name must still be
+recognised as the site folder (or wh's state folder) it is.
+
+- a RECORD naming the site folder itself by its ``lib64`` name: an upgrade must not move the whole
+  site-packages aside and delete it (``inside_scheme`` compared names: ``lib64/...`` was not a root any more);
+- a RECORD naming a file in ``.wh/`` by its ``lib64`` name: wh's state folder is never touched;
+- an interrupted install whose journal an older wh wrote under the ``lib64`` name is rolled back;
+- ``lib64`` a link to a different folder: still two folders, files land in the linked one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvidia_fixtures import make_wheelhouse
+from wheelmaker import make_wheel
+
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+_SITECUSTOMIZE = """\
+import os, site, sys
+sys.platlibdir = "lib64"
+site.addsitedir(os.path.join(sys.prefix, "lib64", "python%d.%d" % sys.version_info[:2], "site-packages"))
+"""
+
+
+def wh(*args, timeout=180, env=None):
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _venv(tmp_path: Path, lib64_to: str | Path | None = "lib") -> Path:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (venv / "lib" / PY / "site-packages" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    lib64 = venv / "lib64"
+    if lib64.is_symlink():
+        lib64.unlink()
+    lib64.symlink_to(lib64_to)
+    return venv
+
+
+def _site(venv: Path, lib: str = "lib") -> Path:
+    return venv / lib / PY / "site-packages"
+
+
+def _py(venv: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([venv / "bin" / "python", "-c", code], capture_output=True, text=True)
+
+
+@pytest.fixture
+def linked(tmp_path) -> Path:
+    return _venv(tmp_path)
+
+
+def _install_then_upgrade_with_record_line(venv: Path, tmp_path: Path, line: str) -> subprocess.CompletedProcess:
+    keep = make_wheel(tmp_path / "w0", "keeper", "1.0", modules={"keeper/__init__.py": "K = 'kept'\n"})
+    old = make_wheel(tmp_path / "w1", "evil", "1.0", modules={"evil/__init__.py": "V = 1\n"})
+    new = make_wheel(tmp_path / "w2", "evil", "2.0", modules={"evil/__init__.py": "V = 2\n"})
+    r = wh("install", make_wheelhouse(tmp_path / "h1", [keep, old]), "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    record = _site(venv) / "evil-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + line + ",,\n")  # (what a hostile or broken wheel's RECORD says)
+    return wh("install", make_wheelhouse(tmp_path / "h2", [new]), "--venv", venv, "--json")
+
+
+def test_a_record_naming_site_packages_by_its_lib64_name_does_not_remove_it(linked, tmp_path):
+    r = _install_then_upgrade_with_record_line(linked, tmp_path, f"../../../lib64/{PY}/site-packages")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (_site(linked) / "keeper" / "__init__.py").is_file(), "the whole site-packages went with evil 1.0"
+    out = _py(linked, "import keeper, evil; print(keeper.K, evil.V)")
+    assert out.stdout.split() == ["kept", "2"], out.stderr
+
+
+def test_a_record_naming_whs_state_folder_by_its_lib64_name_leaves_it_alone(linked, tmp_path):
+    sentinel = _site(linked) / ".wh" / "keep-me"
+    sentinel.parent.mkdir(exist_ok=True)
+    sentinel.write_text("wh's\n")
+    r = _install_then_upgrade_with_record_line(linked, tmp_path, f"../../../lib64/{PY}/site-packages/.wh/keep-me")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sentinel.is_file(), "a file in wh's state folder was removed through the lib64 name"
+    assert (_site(linked) / ".wh" / "installed.json").is_file()
+
+
+def test_lib64_linked_to_another_folder_stays_a_folder_of_its_own(tmp_path):
+    other = tmp_path / "elsewhere"
+    (other / PY / "site-packages").mkdir(parents=True)
+    venv = _venv(tmp_path, other)
+    tags = "py3-none-" + ("manylinux_2_17_x86_64" if sys.platform == "linux" else "any")
+    plat = make_wheel(tmp_path / "w", "platonly", "1.0", tags=tags, modules={"platonly/__init__.py": "V = 1\n"})
+    pure = make_wheel(tmp_path / "w", "pureonly", "1.0", modules={"pureonly/__init__.py": "V = 1\n"})
+    r = wh("install", make_wheelhouse(tmp_path / "h", [plat, pure]), "--venv", venv, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (other / PY / "site-packages" / "platonly" / "__init__.py").is_file()
+    assert (_site(venv) / "pureonly" / "__init__.py").is_file()
+    assert not (_site(venv) / "platonly").exists()
+    again = wh("install", make_wheelhouse(tmp_path / "h", [plat, pure]), "--venv", venv, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["installed"] == [], again.stdout
