@@ -100,3 +100,41 @@ def test_lib64_linked_to_another_folder_stays_a_folder_of_its_own(tmp_path):
     assert not (_site(venv) / "platonly").exists()
     again = wh("install", make_wheelhouse(tmp_path / "h", [plat, pure]), "--venv", venv, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["installed"] == [], again.stdout
+
+
+def _kill_mid_upgrade(venv: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """alpha 1.0 installed, the upgrade to 2.0 killed once the old files are backed up; the journal rewritten
+    as an older wh wrote it on this layout (every path under the lib64 name). Returns (journal, upgrade's house)."""
+    import os
+
+    a1 = make_wheel(tmp_path / "w1", "alpha", "1.0", modules={"alpha/__init__.py": "V = 1\n", "alpha/old.py": ""})
+    a2 = make_wheel(tmp_path / "w2", "alpha", "2.0", modules={"alpha/__init__.py": "V = 2\n"})
+    assert wh("install", make_wheelhouse(tmp_path / "h1", [a1]), "--venv", venv).returncode == 0
+    h2 = make_wheelhouse(tmp_path / "h2", [a2])
+    killed = wh("install", h2, "--venv", venv, env={**os.environ, "WH_FAULT": "install.backed-up:kill"})
+    assert killed.returncode == -9, killed.stderr
+    journal = _site(venv) / ".wh" / "journal.json"
+    text = journal.read_text()
+    assert f"/lib/{PY}/" in text
+    journal.write_text(text.replace(f"/lib/{PY}/", f"/lib64/{PY}/"))
+    assert not (_site(venv) / "alpha" / "__init__.py").exists()  # (backed up: the import is broken now)
+    return journal, h2
+
+
+def test_an_upgrade_an_older_wh_left_unfinished_under_the_lib64_name_is_rolled_back_then_done(linked, tmp_path):
+    journal, h2 = _kill_mid_upgrade(linked, tmp_path)
+    r = wh("install", h2, "--venv", linked, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not journal.exists()
+    out = _py(linked, "import alpha, importlib.metadata as m; print(alpha.V, m.version('alpha'))")
+    assert out.stdout.split() == ["2", "2.0"], out.stderr
+    assert not (_site(linked) / "alpha" / "old.py").exists() and not (_site(linked) / "alpha-1.0.dist-info").exists()
+
+
+def test_the_doctor_names_an_unfinished_install_once_not_once_per_name_of_its_folder(linked, tmp_path):
+    journal, _ = _kill_mid_upgrade(linked, tmp_path)
+    doc = wh("doctor", "--python", linked / "bin" / "python", "--json")
+    report = json.loads(doc.stdout)
+    check = next(c for c in report["results"] if c["id"] == "install:transaction")
+    assert check["verdict"] == "fail", check
+    assert len(check["data"]["unfinished"]) == 1, check["data"]  # one journal, one unfinished install

@@ -10,6 +10,7 @@ it is a fail until the next ``wh install`` rolls it back.
 from __future__ import annotations
 
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.install.installed import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
 from . import DoctorContext
 
@@ -21,8 +22,8 @@ CHECKS = {"install:transaction": "no `wh install` into the interpreter's site fo
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
     title = CHECKS["install:transaction"]
-    sites = list(dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
-                                *map(str, ctx.site_dirs)]))
+    sites = distinct_dirs([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
+                           *map(str, ctx.site_dirs)])  # (lib64 -> lib: one folder, one journal, named once)
     found = [(site, u) for site in sites if (u := unfinished_transaction(site)) is not None]
     if not found:
         return [CheckResult("install:transaction", title, "ok",
