@@ -128,3 +128,81 @@ def test_a_connection_cut_mid_file_and_resumed_counts_each_byte_once(tmp_path, m
     assert (tmp_path / "dest" / item.filename).read_bytes() == data
     assert any(e[0] == "note" and "retrying" in e[1] for e in rep.events), rep.events
     assert sum(e[2] for e in rep.events if e[0] == "advance") == len(data)
+
+
+def test_many_fetches_with_a_helper_in_one_process_leak_no_thread_fd_or_process(tmp_path, monkeypatch):
+    """Each helper's stdin is closed in a thread of its own (childproc.close_input): ten fetches later,
+    no such thread, pipe or helper process is left (a long-lived caller, the early downloads' wh stage)."""
+    import threading
+
+    from helper_procs import helper_pids, wait_for
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(procs.ENV, "always")
+    srv = FileServer()
+    try:
+        items = [srv.add(name, data) for name, data in FILES.items()]
+
+        def fds() -> int:
+            return len(os.listdir("/proc/self/fd"))
+
+        def run(i):
+            rep = RecordingReporter()
+            fetch_all(items, tmp_path / f"dest{i}", tmp_path / f"cache{i}", jobs=4, segment_size=64 * MIB,
+                      backoff=0.01, reporter=rep)
+            assert sum(e[2] for e in rep.events if e[0] == "advance") == sum(len(d) for d in FILES.values())
+
+        run(-1)  # (the first: imports, the client's pools)
+        threads, before = threading.active_count(), fds()
+        for i in range(10):
+            run(i)
+        assert wait_for(lambda: threading.active_count() <= threads or None, 5), \
+            [t.name for t in threading.enumerate()]
+        assert fds() <= before + 2, (before, fds())
+        assert not [t for t in threading.enumerate() if t.name == "wh-helper-stdin-close"]
+        assert not helper_pids(b"wheelhouse.fetch.procs", parent=os.getpid(), zombies=False)
+    finally:
+        srv.close()
+
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from wheelhouse.fetch import FetchItem, fetch_all
+s = json.loads(sys.argv[1])
+fetch_all([FetchItem(*s["item"])], Path(s["dest"]), Path(s["cache"]), jobs=4, segment_size=1 << 20, backoff=0.01)
+"""
+
+
+def test_ranges_kept_by_a_killed_run_then_refused_by_the_server_count_once(tmp_path, monkeypatch):
+    """A run killed mid-file leaves its ranges; the next finds the server ignoring Range: the kept bytes
+    (counted as done) go and the file comes again as one stream. The bar ended at 100% + the kept bytes."""
+    import json
+    import subprocess
+    import sys
+
+    from wheelhouse.fetch.ranges import bytes_kept
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(procs.ENV, "0")
+    srv = FileServer(rate=2_000_000)
+    try:
+        data = os.urandom(4 * MIB)
+        item = srv.add("big-1.0-py3-none-any.whl", data)
+        spec = {"item": [item.url, item.filename, item.sha256, item.size], "dest": str(tmp_path / "dest0"),
+                "cache": str(tmp_path / "cache")}
+        killed = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], timeout=60,
+                                env={**os.environ, "WH_FAULT": "fetch.range.recorded:kill"})
+        assert killed.returncode == -9
+        assert bytes_kept(tmp_path / "cache", item.sha256) > 0
+        srv.ignore_range, srv.rate = True, None
+        rep = RecordingReporter()
+        fetch_all([item], tmp_path / "dest", tmp_path / "cache", jobs=4, segment_size=MIB, backoff=0.01,
+                  reporter=rep)
+    finally:
+        srv.close()
+    assert (tmp_path / "dest" / item.filename).read_bytes() == data
+    assert any(e[0] == "note" and "ignores Range" in e[1] for e in rep.events), rep.events
+    assert sum(e[2] for e in rep.events if e[0] == "advance") == len(data)

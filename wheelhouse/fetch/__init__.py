@@ -307,7 +307,7 @@ def _when_free(item: FetchItem, s: Session, segment: int) -> Path | None:
         return path
     except NoRanges as why:
         _give_up_ranges(job, why, s)
-        return download(item, s)
+        return download(item, s, job.on_disk())
     except DiskFull as exc:
         if exc.job is job:  # its files go while its lock is still held (this thread is its only writer)
             job.discard()
@@ -420,7 +420,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
         if not pending and fallback:
             for job, why in fallback.items():
                 _give_up_ranges(job, why, s)
-                fut = pool.submit(download, job.item, s)
+                fut = pool.submit(download, job.item, s, job.on_disk())  # (its ranges' bytes are on the bar)
                 pending[fut] = job.item
                 if submitted is not None:
                     submitted.append(fut)

@@ -26,17 +26,18 @@ def entry_key(item: FetchItem) -> str:
     return item.sha256 or "url-" + hashlib.sha256(item.url.encode()).hexdigest()
 
 
-def download(item: FetchItem, s: Session) -> Path:
-    """Download one item into the cache, resuming a partial file; return the cache path."""
+def download(item: FetchItem, s: Session, counted: int = 0) -> Path:
+    """Download one item into the cache, resuming a partial file; return the cache path. ``counted``: bytes of
+    it this run has on the bar already (its ranges, given up on: the one stream counts only beyond them)."""
     with entry_lock(s.cache, entry_key(item), cancelled=s.cancel.is_set,
                     on_wait=lambda: s.note(f"{item.filename}: another wh is downloading it; waiting")):
         if item.sha256 and cached_path(s.cache, item.sha256).exists():
-            s.advance(item.size or 0)  # (on the bar as this run's: its total counted it)
+            s.advance(max(0, (item.size or 0) - counted))  # (on the bar as this run's: its total counted it)
             return cached_path(s.cache, item.sha256)  # (the other one's; verified when copied out)
         part = partial_path(s.cache, entry_key(item))
         part.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return _download_locked(item, part, s)
+            return _download_locked(item, part, s, counted)
         except OSError as exc:
             if is_no_space(exc):
                 part.unlink(missing_ok=True)  # the partial that filled the disk goes
@@ -44,10 +45,10 @@ def download(item: FetchItem, s: Session) -> Path:
             raise FetchError(item.url, f"writing {part}: {exc}", hint="check the cache folder (--cache-dir) and re-run") from exc
 
 
-def _download_locked(item: FetchItem, part: Path, s: Session) -> Path:
+def _download_locked(item: FetchItem, part: Path, s: Session, already: int = 0) -> Path:
     fresh_restarts = 0
     attempt = 0
-    counted = [0]  # bytes of the file this run has on the bar: a retry's resume or restart counts only beyond
+    counted = [already]  # bytes of the file this run has on the bar: a retry's resume or restart counts only beyond
     while True:
         s.check()
         have = part.stat().st_size if part.exists() else 0
