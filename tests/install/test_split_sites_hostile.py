@@ -138,3 +138,16 @@ def test_the_doctor_names_an_unfinished_install_once_not_once_per_name_of_its_fo
     check = next(c for c in report["results"] if c["id"] == "install:transaction")
     assert check["verdict"] == "fail", check
     assert len(check["data"]["unfinished"]) == 1, check["data"]  # one journal, one unfinished install
+
+
+def test_the_doctor_lists_a_folder_reached_by_two_names_once(linked):
+    """The NVIDIA lib folder inside site-packages, reached through lib/ and lib64/: the links checks name each
+    missing link once (``lib64`` on ``sys.path`` too: the site folder was scanned under both names)."""
+    lib = _site(linked) / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcublas.so.12").write_bytes(b"\x7fELF not really\n")
+    doc = wh("doctor", "--python", linked / "bin" / "python", "--json")
+    report = json.loads(doc.stdout)
+    check = next(c for c in report["results"] if c["id"] == "links:lib64")
+    assert check["verdict"] == "warn", check
+    assert check["evidence"].count("nvidia/cublas/lib64 missing") == 1, check["evidence"]

@@ -199,8 +199,10 @@ def visible_site_dirs(own: Sequence[str], sys_path: Sequence[str]) -> tuple[str,
     The NVIDIA libraries an engine loads can live in a parent venv (images ship torch in
     /opt/torch/.venv) or the system's dist-packages (Kaggle); links, env and the doctor must see them.
     """
+    from wheelhouse.install.installed import distinct_dirs
+
     extra = [p for p in sys_path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
-    return tuple(dict.fromkeys([*own, *extra]))
+    return tuple(distinct_dirs([*own, *extra]))  # (lib64 -> lib on sys.path too: one folder, scanned once)
 
 
 def create_venv(path: str | os.PathLike, python: str | os.PathLike | None = None,
