@@ -206,3 +206,46 @@ def test_ranges_kept_by_a_killed_run_then_refused_by_the_server_count_once(tmp_p
     assert (tmp_path / "dest" / item.filename).read_bytes() == data
     assert any(e[0] == "note" and "ignores Range" in e[1] for e in rep.events), rep.events
     assert sum(e[2] for e in rep.events if e[0] == "advance") == len(data)
+
+
+@pytest.mark.parametrize("setting", ["0", "always"], ids=["one-process", "with-helpers"])
+def test_two_runs_on_one_cache_each_end_their_bar_at_its_total(tmp_path, monkeypatch, setting):
+    """Two wh fetching the same files into one cache at once (ranges, streams, and with "always" a helper
+    each: 4 processes on the entry locks): each file arrives once per byte, and each run's bar, whichever
+    run filed a file, ends exactly at its own total."""
+    import threading
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(procs.ENV, setting)
+    srv = FileServer(rate=6_000_000)
+    try:
+        items = [srv.add(name, data) for name, data in FILES.items()]
+        boxes = [{"rep": RecordingReporter()} for _ in range(2)]
+
+        def run(i):
+            try:
+                fetch_all(items, tmp_path / f"dest{i}", tmp_path / "cache", jobs=4, segment_size=MIB // 2,
+                          backoff=0.01, reporter=boxes[i]["rep"])
+            except BaseException as exc:  # noqa: BLE001
+                boxes[i]["error"] = exc
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(60)
+    finally:
+        srv.close()
+    total = sum(len(d) for d in FILES.values())
+    for i, box in enumerate(boxes):
+        assert "error" not in box, box["error"]
+        for name, data in FILES.items():
+            assert (tmp_path / f"dest{i}" / name).read_bytes() == data
+        events = box["rep"].events
+        started = [e[2] for e in events if e[0] == "start"]
+        advanced = sum(e[2] for e in events if e[0] == "advance")
+        assert advanced == (started[0] if started else 0), (i, advanced, started)
+    for name, data in FILES.items():  # (a cut range may re-send a little)
+        assert srv.served[name] < len(data) + MIB, (name, srv.served[name])
