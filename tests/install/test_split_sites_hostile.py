@@ -52,9 +52,10 @@ def _py(venv: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([venv / "bin" / "python", "-c", code], capture_output=True, text=True)
 
 
-@pytest.fixture
-def linked(tmp_path) -> Path:
-    return _venv(tmp_path)
+@pytest.fixture(params=["relative", "absolute"])
+def linked(request, tmp_path) -> Path:
+    """``lib64`` -> ``lib`` (what venv makes), or -> the absolute path of ``lib``."""
+    return _venv(tmp_path, "lib" if request.param == "relative" else tmp_path / "venv" / "lib")
 
 
 def _install_then_upgrade_with_record_line(venv: Path, tmp_path: Path, line: str) -> subprocess.CompletedProcess:
