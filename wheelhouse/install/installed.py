@@ -91,15 +91,21 @@ def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None 
     real_roots = {os.path.realpath(r) + os.sep for r in scheme.values()}
     real_state = [os.path.realpath(s) + os.sep for s in state]
     real_dirs: dict[str, str] = {}
+
+    def real(d: str) -> str:  # os.path.realpath, one lstat per folder (the parents' answers are kept)
+        if d not in real_dirs:
+            up, name = os.path.split(d)
+            r = os.path.join(real(up), name) if up != d else d
+            real_dirs[d] = os.path.realpath(r) if os.path.islink(r) else r
+        return real_dirs[d]
+
     out = []
     for p in paths:
         q = os.path.normpath(p) + os.sep
         if not any(q.startswith(r) for r in roots) or any(q.startswith(s) for s in state) or q in roots:
             continue
         parent, base = os.path.split(os.path.normpath(p))
-        if parent not in real_dirs:
-            real_dirs[parent] = os.path.realpath(parent)
-        rq = os.path.join(real_dirs[parent], base) + os.sep  # (the path itself not followed: a link is removed as one)
+        rq = os.path.join(real(parent), base) + os.sep  # (the path itself not followed: a link is removed as one)
         if rq in real_roots or any(rq.startswith(s) for s in real_state):
             continue
         if scripts and os.path.dirname(os.path.normpath(p)) == scripts \
