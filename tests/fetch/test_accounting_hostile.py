@@ -249,3 +249,38 @@ def test_two_runs_on_one_cache_each_end_their_bar_at_its_total(tmp_path, monkeyp
         assert advanced == (started[0] if started else 0), (i, advanced, started)
     for name, data in FILES.items():  # (a cut range may re-send a little)
         assert srv.served[name] < len(data) + MIB, (name, srv.served[name])
+
+
+from index_fixtures import pyindex  # noqa: E402,F401  (fixture)
+from wheelmaker import make_wheel  # noqa: E402
+
+
+def test_early_helpers_killed_between_filing_and_saying_so_the_stage_bar_ends_at_its_total(
+        tmp_path, monkeypatch, pyindex):  # noqa: F811
+    """The early downloads' helpers each die right after their first file is in the cache, before saying so:
+    the fetch takes them over dead, places those files from the cache and downloads the rest; the stage's
+    wheels are all there and its download bar ends at its total (it ended short by the files' sizes)."""
+    from wheelhouse.stage import StageFlags, merge_inputs, stage
+    from wheelhouse.target import target_from_flags
+
+    monkeypatch.setenv("WH_EARLY_FETCH", "always")
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "wh_kill_after_commit.py").write_text(KILL_AFTER_COMMIT)
+    monkeypatch.syspath_prepend(str(tmp_path / "mod"))
+    monkeypatch.setattr(procs, "spawn", lambda module, cfg: childproc.spawn("wh_kill_after_commit", cfg))
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["big", "small", "slow"])
+    make_wheel(d, "big", "1.0", pad_bytes=1_500_000)
+    make_wheel(d, "small", "1.0", pad_bytes=200_000)
+    make_wheel(d, "slow", "1.0")
+    idx = pyindex(d, serve_metadata=True)
+    idx.delays["/simple/slow/"] = 1.0  # (the guesses download, and their helpers die, meanwhile)
+    rec = RecordingReporter()
+    flags = StageFlags(requirements=("app",), index_url=idx.url,
+                       target=target_from_flags("3.12", ["manylinux_2_35_x86_64"]))
+    stage(merge_inputs(None, flags, tmp_path / "out", cache_dir=tmp_path / "cache", bootstrap=False), reporter=rec)
+    got = sorted(p.name for p in (tmp_path / "out" / "wheels").glob("*.whl"))
+    assert [n.split("-")[0] for n in got] == ["app", "big", "slow", "small"], got
+    total = [e[2] for e in rec.events if e[0] == "start" and e[1] == "download"]
+    done = sum(e[2] for e in rec.events if e[0] == "advance" and e[1] == "download")
+    assert total and done == total[-1], (done, total)
