@@ -284,3 +284,24 @@ def test_early_helpers_killed_between_filing_and_saying_so_the_stage_bar_ends_at
     total = [e[2] for e in rec.events if e[0] == "start" and e[1] == "download"]
     done = sum(e[2] for e in rec.events if e[0] == "advance" and e[1] == "download")
     assert total and done == total[-1], (done, total)
+
+
+def test_a_file_of_unknown_size_among_sized_ones_leaves_the_bar_without_a_total_not_past_it(tmp_path, monkeypatch):
+    """An index that gives no size for one file (an HTML page, a find-links folder beside a JSON index): its
+    bytes are counted as they arrive, so a total of the other files' sizes ended the bar at 167%."""
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(procs.ENV, "0")
+    srv = FileServer()
+    try:
+        a = srv.add("a-1.0-py3-none-any.whl", os.urandom(300_000))
+        b = srv.add("b-1.0-py3-none-any.whl", os.urandom(200_000))
+        b = FetchItem(b.url, b.filename, b.sha256, None)
+        rep = RecordingReporter()
+        fetch_all([a, b], tmp_path / "dest", tmp_path / "cache", jobs=2, reporter=rep)
+    finally:
+        srv.close()
+    total = next(e[2] for e in rep.events if e[0] == "start")
+    advanced = sum(e[2] for e in rep.events if e[0] == "advance")
+    assert advanced == 500_000
+    assert total is None or total >= advanced, (total, advanced)

@@ -124,7 +124,9 @@ def fetch_all(
         placed = _reuse_cached([it for it in unique if _key(it) not in offered], dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
         if todo:  # (no empty progress bar where everything came from the cache)
-            s.reporter.start(s.task, total=sum(it.size or 0 for it in todo) or None, unit="B")
+            # No total where a size is unknown: its bytes count too, and the bar ended past the sum of the others.
+            known = all(it.size is not None for it in todo)
+            s.reporter.start(s.task, total=(sum(it.size or 0 for it in todo) or None) if known else None, unit="B")
             try:
                 ahead: dict[str, Path] = {}
                 if early is not None:
