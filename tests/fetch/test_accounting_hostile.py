@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from pathlib import Path
 
 import pytest
 from file_server import FileServer
@@ -238,7 +237,6 @@ def test_two_runs_on_one_cache_each_end_their_bar_at_its_total(tmp_path, monkeyp
             t.join(60)
     finally:
         srv.close()
-    total = sum(len(d) for d in FILES.values())
     for i, box in enumerate(boxes):
         assert "error" not in box, box["error"]
         for name, data in FILES.items():

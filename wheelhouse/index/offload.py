@@ -54,7 +54,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from wheelhouse.childproc import READ_ERRORS, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn, write_frame
+from wheelhouse.childproc import (READ_ERRORS, close_input, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn,
+                                  write_frame)
 from wheelhouse.errors import WhError
 from wheelhouse.faults import check_helper_spec
 
@@ -319,10 +320,7 @@ class _Helper:
             proc = self._proc
         self.up.set()
         if proc is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+            close_input(proc)  # (from a thread: a request blocked on its full pipe holds the stream's lock)
 
     def close(self, deadline: float | None = None) -> None:
         """End it (SIGKILL if it has not exited by ``deadline``) and fail what waits on it."""
