@@ -7,8 +7,9 @@ three quarters of them waits on the GIL, and the run is CPU-bound at ~1.1x the p
 with one process of 8 on the same 7 NVIDIA wheels (1.54 GB): 2.4-2.9 s against 2.9-3.5 s
 (docs/benchmarks.md, Fetch).
 
-What goes there: the files still to download are split in two shares of about equal bytes (the
-biggest first, each to the lighter share); the helper downloads one share with half the
+What goes there: the files still to download are split in two shares of about equal bytes (``split``:
+the biggest first, each to the lighter share, then moves and swaps while they narrow the gap; the
+helper's share 1/32 lighter, as it starts later); the helper downloads one share with half the
 connections, this process the other. The helper runs the same code (``_download_all``: ranges, the
 split of a lagging range, resume, the entry locks) into the same cache, so what is crash-safe here
 is crash-safe there, and two wh processes still take turns on one file. It sends its progress, its
