@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.target.interpreter import distinct_dirs
+
 __all__ = [
     "canonical_name",
     "find_installed",
@@ -27,20 +29,6 @@ __all__ = [
 def canonical_name(name: str) -> str:
     """PEP 503 normalisation (packaging's)."""
     return canonicalize_name(name)
-
-
-def distinct_dirs(dirs: Sequence[str | os.PathLike]) -> list[str]:
-    """``dirs`` once per folder, in order: two names of one folder count once. Where ``lib64`` is a
-    link to ``lib`` (a venv on Fedora, RHEL, SUSE) purelib and platlib are two names of one folder:
-    listed twice, one installed copy was found twice, and an upgrade moved it aside under one name,
-    then failed to move it under the other."""
-    out, seen = [], set()
-    for d in dirs:
-        real = os.path.realpath(d)
-        if real not in seen:
-            seen.add(real)
-            out.append(str(d))
-    return out
 
 
 def find_installed(site_dirs: Sequence[str | os.PathLike], name: str) -> list[tuple[Path, str]]:

@@ -23,7 +23,8 @@ from wheelhouse.errors import TargetError, UsageError
 from wheelhouse.resources import capture_script
 from .profile import TargetProfile, target_from_json
 
-__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs"]
+__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs",
+           "distinct_dirs"]
 
 # Runs inside the target interpreter: stdlib only, and nothing that reaches the network.
 _PROBE = r"""
@@ -102,8 +103,6 @@ class Interpreter:
     @property
     def site_dirs(self) -> tuple[str, ...]:
         """purelib and platlib (once when they are the same folder, under one name or two)."""
-        from wheelhouse.install.installed import distinct_dirs
-
         return tuple(distinct_dirs([self.purelib, self.platlib]))
 
     @property
@@ -125,11 +124,18 @@ class Interpreter:
                 "headers": headers}
 
 
-def _same_folder(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # (one of them not there yet: a new venv's site folder is made by the install)
-        return os.path.realpath(a) == os.path.realpath(b)
+def distinct_dirs(dirs: Sequence[str | os.PathLike]) -> list[str]:
+    """``dirs`` once per folder, in order: two names of one folder count once. Where ``lib64`` is a
+    link to ``lib`` (a venv on Fedora, RHEL, SUSE) purelib and platlib are two names of one folder:
+    listed twice, one installed copy was found twice, and an upgrade moved it aside under one name,
+    then failed to move it under the other."""
+    out, seen = [], set()
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            out.append(str(d))
+    return out
 
 
 def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float = 60) -> Interpreter:
@@ -169,7 +175,7 @@ def _interpreter_from(d: Mapping, exe: str) -> Interpreter:
     # One folder, one name: where ``lib64`` links to ``lib`` (a venv on Fedora, RHEL, SUSE), platlib is
     # purelib under another name. Two names for one file made an upgrade move the old copy aside under
     # one of them, then fail to move it under the other (tests/install/test_split_sites.py).
-    if paths["platlib"] != paths["purelib"] and _same_folder(paths["platlib"], paths["purelib"]):
+    if paths["platlib"] != paths["purelib"] and len(distinct_dirs([paths["platlib"], paths["purelib"]])) == 1:
         paths["platlib"] = paths["purelib"]
     return Interpreter(
         executable=d.get("executable") or exe,
@@ -199,8 +205,6 @@ def visible_site_dirs(own: Sequence[str], sys_path: Sequence[str]) -> tuple[str,
     The NVIDIA libraries an engine loads can live in a parent venv (images ship torch in
     /opt/torch/.venv) or the system's dist-packages (Kaggle); links, env and the doctor must see them.
     """
-    from wheelhouse.install.installed import distinct_dirs
-
     extra = [p for p in sys_path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
     return tuple(distinct_dirs([*own, *extra]))  # (lib64 -> lib on sys.path too: one folder, scanned once)
 

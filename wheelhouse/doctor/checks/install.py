@@ -10,7 +10,7 @@ it is a fail until the next ``wh install`` rolls it back.
 from __future__ import annotations
 
 from wheelhouse.doctor.report import CheckResult
-from wheelhouse.install.installed import distinct_dirs
+from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
 from . import DoctorContext
 
