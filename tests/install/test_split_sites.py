@@ -17,14 +17,9 @@ import pytest
 
 from broken_packages import build_broken_wheels, have_toolchain
 from nvidia_fixtures import make_wheelhouse
+from split_sites import PY, split_venv as make_split_venv
 from wheelmaker import make_wheel
 
-PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-_SITECUSTOMIZE = """\
-import os, site, sys
-sys.platlibdir = "lib64"
-site.addsitedir(os.path.join(sys.prefix, "lib64", "python%d.%d" % sys.version_info[:2], "site-packages"))
-"""
 
 pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
 
@@ -38,16 +33,7 @@ def wh(*args, timeout=180):
 def split_venv(request, tmp_path) -> Path:
     """apart: two folders (a distribution's system site: /usr/lib and /usr/lib64); linked: ``lib64`` a link to
     ``lib`` (a venv there: two names for one folder)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    (venv / "lib" / PY / "site-packages" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    lib64 = venv / "lib64"
-    if lib64.is_symlink():
-        lib64.unlink()
-    if request.param == "apart":
-        (lib64 / PY / "site-packages").mkdir(parents=True)
-    else:
-        lib64.symlink_to("lib")
+    venv = make_split_venv(tmp_path, None if request.param == "apart" else "lib")
     paths = json.loads(subprocess.run([venv / "bin" / "python", "-c", "import json, sysconfig; "
                                        "print(json.dumps(sysconfig.get_paths()))"],
                                       capture_output=True, text=True, check=True).stdout)

@@ -18,30 +18,14 @@ from pathlib import Path
 import pytest
 
 from nvidia_fixtures import make_wheelhouse
+from split_sites import PY, split_venv
 from wheelmaker import make_wheel
 
-PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-_SITECUSTOMIZE = """\
-import os, site, sys
-sys.platlibdir = "lib64"
-site.addsitedir(os.path.join(sys.prefix, "lib64", "python%d.%d" % sys.version_info[:2], "site-packages"))
-"""
 
 
 def wh(*args, timeout=180, env=None):
     return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-def _venv(tmp_path: Path, lib64_to: str | Path | None = "lib") -> Path:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    (venv / "lib" / PY / "site-packages" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    lib64 = venv / "lib64"
-    if lib64.is_symlink():
-        lib64.unlink()
-    lib64.symlink_to(lib64_to)
-    return venv
 
 
 def _site(venv: Path, lib: str = "lib") -> Path:
@@ -55,7 +39,7 @@ def _py(venv: Path, code: str) -> subprocess.CompletedProcess:
 @pytest.fixture(params=["relative", "absolute"])
 def linked(request, tmp_path) -> Path:
     """``lib64`` -> ``lib`` (what venv makes), or -> the absolute path of ``lib``."""
-    return _venv(tmp_path, "lib" if request.param == "relative" else tmp_path / "venv" / "lib")
+    return split_venv(tmp_path, "lib" if request.param == "relative" else tmp_path / "venv" / "lib")
 
 
 def _install_then_upgrade_with_record_line(venv: Path, tmp_path: Path, line: str) -> subprocess.CompletedProcess:
@@ -90,7 +74,7 @@ def test_a_record_naming_whs_state_folder_by_its_lib64_name_leaves_it_alone(link
 def test_lib64_linked_to_another_folder_stays_a_folder_of_its_own(tmp_path):
     other = tmp_path / "elsewhere"
     (other / PY / "site-packages").mkdir(parents=True)
-    venv = _venv(tmp_path, other)
+    venv = split_venv(tmp_path, other)
     tags = "py3-none-" + ("manylinux_2_17_x86_64" if sys.platform == "linux" else "any")
     plat = make_wheel(tmp_path / "w", "platonly", "1.0", tags=tags, modules={"platonly/__init__.py": "V = 1\n"})
     pure = make_wheel(tmp_path / "w", "pureonly", "1.0", modules={"pureonly/__init__.py": "V = 1\n"})
