@@ -63,14 +63,56 @@ def _top_of(relpath):
     return None
 
 
-def _dist_info(dist):
-    meta = dist.metadata
-    name = meta["Name"] or ""
-    files = []
+def _metadata(dist):
+    """``dist.metadata``, also when METADATA is not UTF-8: importlib.metadata raises, the package still imports."""
     try:
-        files = [str(f).replace("\\", "/") for f in (dist.files or [])]
-    except Exception:  # noqa: BLE001 - a corrupt RECORD is a fact, not a crash
-        files = []
+        return dist.metadata
+    except UnicodeDecodeError:
+        path = getattr(dist, "_path", None)
+        for name in ("METADATA", "PKG-INFO"):
+            try:
+                raw = (path / name).read_bytes()
+            except (OSError, TypeError):
+                continue
+            import email
+
+            return email.message_from_string(raw.decode("utf-8", "replace"))
+        raise
+
+
+_MISSING_SHOWN = 20
+
+
+def _record_facts(dist, path):
+    """(RECORD paths, facts about RECORD): whether there is one, its error, the files it lists that are gone."""
+    try:
+        listed = list(dist.files or [])
+    except Exception as exc:  # noqa: BLE001 - a corrupt RECORD is a fact, not a crash
+        return [], {"record": "unreadable", "record_error": "%s: %s" % (type(exc).__name__, exc)}
+    if not listed and path is not None and str(path).endswith(".dist-info") and not (path / "RECORD").exists():
+        return [], {"record": "none"}  # installers write RECORD last: an install that did not finish
+    missing = []
+    for f in listed:
+        rel = str(f).replace("\\", "/")
+        if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or not _top_of(rel):
+            # Byte code is the installer's cache, and only what is under an importable name is imported:
+            # launchers and distutils' stray paths (``../scripts/pip``, ``scripts-3.10/distro``) are not.
+            continue
+        try:
+            if not os.path.lexists(str(f.locate())):
+                missing.append(rel)
+        except Exception:  # noqa: BLE001
+            continue
+    return [str(f).replace("\\", "/") for f in listed], {
+        "record": "ok" if listed else "empty", "missing_files": missing[:_MISSING_SHOWN],
+        "missing_count": len(missing)}
+
+
+def _dist_info(dist):
+    meta = _metadata(dist)
+    name = meta["Name"] or ""
+    path = getattr(dist, "_path", None)
+    files, record = _record_facts(dist, path)
     ext = [f for f in files if not f.startswith("..") and ".dist-info/" not in f and _is_extension(f)]
     tops = []
     try:
@@ -97,10 +139,9 @@ def _dist_info(dist):
         top = _top_of(f)
         if top and top not in ext_tops:
             ext_tops.append(top)
-    path = getattr(dist, "_path", None)
     return {
         "name": name,
-        "version": dist.version,
+        "version": meta["Version"],
         "dist_info": str(path) if path else None,
         "location": str(path.parent) if path else None,
         "top_level": tops,
@@ -109,6 +150,7 @@ def _dist_info(dist):
         "extension_top_level": ext_tops,
         "extensions": [[f, _module_of(f)] for f in ext],
         "has_record": bool(files),
+        **record,
         "requires": list(meta.get_all("Requires-Dist") or []),
     }
 

@@ -108,7 +108,10 @@ class _ImportRun:
                     self.solo.append(mod)  # confirm alone: another module may have caused it
             elif mod in started:  # it was importing when the process died, or hung past the batch's grace
                 if isolated:
-                    self._verdict(ImportOutcome(module=mod, ok=False, crash=res.failure(self.timeout),
+                    # os._exit(0) inside the import ends the process "well": say what happened, not "None: None".
+                    crash = res.failure(self.timeout) or (f"ended the interpreter (exit status {res.returncode}) "
+                                                          "before the import returned")
+                    self._verdict(ImportOutcome(module=mod, ok=False, crash=crash,
                                                 output=res.tail(), isolated=True, seconds=res.duration))
                 else:
                     self.solo.append(mod)

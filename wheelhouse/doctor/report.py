@@ -9,6 +9,7 @@ WhError with EXIT_INTERNAL, not a report).
 from __future__ import annotations
 
 import platform
+import re
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -123,6 +124,16 @@ class DoctorReport:
         }
 
 
+# XML 1.0 has no way to write these (C0 controls but tab and newlines, lone surrogates, U+FFFE/F): an ESC of a
+# coloured error message, or a path that is not UTF-8 (decoded with surrogateescape), made the file unwritable.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold written as its escape (``\\x1b``, ``\\udce9``)."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+
+
 def render_junit(report: DoctorReport) -> str:
     """JUnit XML: one testsuite, one testcase per check; fail -> <failure>, error -> <error>, skip -> <skipped>."""
     counts = report.counts()
@@ -136,18 +147,18 @@ def render_junit(report: DoctorReport) -> str:
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(report.started)),
     })
     props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", {"name": "python", "value": report.python})
+    ET.SubElement(props, "property", {"name": "python", "value": _xml(report.python)})
     for r in report.results:
         case = ET.SubElement(suite, "testcase", {
-            "classname": f"wh.doctor.{r.group}", "name": r.id, "time": f"{r.seconds:.3f}"})
-        body = r.evidence + (f"\nhint: {r.hint}" if r.hint else "")
+            "classname": _xml(f"wh.doctor.{r.group}"), "name": _xml(r.id), "time": f"{r.seconds:.3f}"})
+        body = _xml(r.evidence + (f"\nhint: {r.hint}" if r.hint else ""))
         # CI shows the message attribute in its summary: the evidence's first line says why.
         if r.verdict == "fail":
-            ET.SubElement(case, "failure", {"message": r.first_line, "type": "fail"}).text = body
+            ET.SubElement(case, "failure", {"message": _xml(r.first_line), "type": "fail"}).text = body
         elif r.verdict == "error":
-            ET.SubElement(case, "error", {"message": r.first_line, "type": "error"}).text = body
+            ET.SubElement(case, "error", {"message": _xml(r.first_line), "type": "error"}).text = body
         elif r.verdict == "skip":
-            ET.SubElement(case, "skipped", {"message": r.evidence or r.title})
+            ET.SubElement(case, "skipped", {"message": _xml(r.evidence or r.title)})
         else:
             ET.SubElement(case, "system-out").text = f"[{r.verdict}] {body}"
     ET.indent(suite)

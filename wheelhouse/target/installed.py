@@ -28,20 +28,33 @@ __all__ = ["InstalledDistribution", "InstalledListError", "installed_distributio
 # importlib.metadata.distributions() walks sys.path in order: the first copy of a name is the one imported.
 _LIST = r"""
 import importlib.metadata as m, json, re, sys
+def undecodable(d):
+    # importlib.metadata cannot read a METADATA that is not UTF-8 (a latin-1 author name); the package imports.
+    import email
+    for f in ("METADATA", "PKG-INFO"):
+        try:
+            return email.message_from_string((d._path / f).read_bytes().decode("utf-8", "replace"))
+        except (OSError, TypeError, AttributeError):
+            pass
+    return None
 seen, out = set(), []
 for d in m.distributions():
     try:
-        name = d.metadata["Name"]
+        meta, read = d.metadata, True
+    except UnicodeDecodeError:
+        meta, read = undecodable(d), False
     except Exception:
         continue
+    name = meta["Name"] if meta else None
     if not name:
         continue
+    version, requires = (d.version, list(d.requires or [])) if read else (meta["Version"], meta.get_all("Requires-Dist") or [])
     key = re.sub(r"[-_.]+", "-", name).lower()
     if key in seen:
         continue
     seen.add(key)
     path = getattr(d, "_path", None)
-    out.append([name, d.version, list(d.requires or []), str(path.parent) if path else None])
+    out.append([name, version, requires, str(path.parent) if path else None])
 sys.stdout.write(json.dumps(out))
 """
 

@@ -17,7 +17,7 @@ from wheelhouse.install.transaction import Transaction, journal_path
 
 @pytest.fixture(scope="module")
 def real_ctx():
-    return gather_context(sys.executable, checks=["install"], timeout=30)
+    return gather_context(sys.executable, checks=["install:transaction"], timeout=30)
 
 
 def _ctx(real_ctx, platlib, *others):

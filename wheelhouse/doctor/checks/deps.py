@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.closure import Dist, unmet
-from wheelhouse.target.installed import installed_distributions
-from wheelhouse.target.interpreter import inspect_interpreter
+from wheelhouse.target.installed import InstalledListError, installed_distributions
+from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
 from . import DoctorContext, installed_by_wh
 
 __all__ = ["GROUP", "CHECKS", "run"]
@@ -35,8 +35,15 @@ CHECKS = {
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
-    dists = installed_distributions(ctx.python, env=ctx.environ)
-    target = inspect_interpreter(ctx.python).target
+    try:
+        dists = installed_distributions(ctx.python, env=ctx.environ)
+        target = inspect_interpreter(ctx.python).target
+    except (InstalledListError, InterpreterError) as exc:
+        # The interpreter could not answer (a .pth that prints at every start, say): a verdict, not a crashed
+        # doctor that writes no JSON and no JUnit after its probes ran.
+        return [CheckResult("deps:requirements", CHECKS["deps:requirements"], "error",
+                            "\n".join(x for x in (exc.message, exc.detail) if x),
+                            hint=exc.hint)]
     view = {k: Dist(d.name, d.version, d.requires) for k, d in dists.items()}
     problems = unmet(view, target)
     if not problems:

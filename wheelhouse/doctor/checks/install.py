@@ -5,6 +5,13 @@ file and removed after the record (``wheelhouse.install.transaction``). A journa
 whose run is gone means files of a killed install are on disk; whatever the other
 checks find, the environment is neither what it was nor what the lock says, so
 it is a fail until the next ``wh install`` rolls it back.
+
+Any installer can be killed, or a clean-up go too far: a ``.dist-info`` without a
+RECORD (installers write it last), a RECORD that cannot be read, or one that lists
+files no longer on disk (byte code aside) is an install that is not what it says.
+The other checks read RECORD to know what to load, so what it cannot vouch for
+would pass unseen: ``install:records`` names it (a warning for what wh did not
+install, once wh has installed here, as for ``deps``).
 """
 
 from __future__ import annotations
@@ -12,26 +19,71 @@ from __future__ import annotations
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
-from . import DoctorContext
+from packaging.utils import canonicalize_name
+
+from . import DoctorContext, installed_by_wh
 
 __all__ = ["GROUP", "CHECKS", "run"]
 
 GROUP = "install"
-CHECKS = {"install:transaction": "no `wh install` into the interpreter's site folders was left unfinished"}
+CHECKS = {"install:transaction": "no `wh install` into the interpreter's site folders was left unfinished",
+          "install:records": "every distribution's metadata and RECORD can be read, and every file RECORD lists "
+                             "(byte code aside) is on disk"}
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
+    out = [_records(ctx)] if ctx.wants("install:records") else []
+    return ([_transaction(ctx)] if ctx.wants("install:transaction") else []) + out
+
+
+def _damage(rec: dict) -> str | None:
+    """What is wrong with one facts record of a distribution (None: nothing)."""
+    if rec.get("error"):
+        return f"{rec.get('name')}: its metadata could not be read: {rec['error']}"
+    who = f"{rec.get('name')} {rec.get('version')}"
+    if rec.get("record") == "none":
+        return f"{who}: no RECORD in {rec.get('dist_info')} (installers write it last: an install that did not finish)"
+    if rec.get("record") == "unreadable":
+        return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
+    n = int(rec.get("missing_count") or 0)
+    if n:
+        shown = list(rec.get("missing_files") or [])
+        more = f", and {n - len(shown)} more" if n > len(shown) else ""
+        return f"{who}: {n} file(s) its RECORD lists are not on disk: {', '.join(shown)}{more}"
+    return None
+
+
+def _records(ctx: DoctorContext) -> CheckResult:
+    title = CHECKS["install:records"]
+    records = [r for r in ctx.facts.get("distributions") or () if isinstance(r, dict)]
+    by_wh = installed_by_wh(ctx)
+    fails, warns = [], []
+    for rec in records:
+        why = _damage(rec)
+        if why is None:
+            continue
+        key = canonicalize_name(str(rec.get("name") or ""))
+        (fails if rec.get("error") or not by_wh or key in by_wh else warns).append(why)
+    if not fails and not warns:
+        return CheckResult("install:records", title, "ok",
+                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk")
+    lines = fails + [f"{w} (not installed by wh: a warning)" for w in warns]
+    return CheckResult("install:records", title, "fail" if fails else "warn", "\n".join(lines),
+                       hint=f"reinstall what is named (`wh install WHEELHOUSE --python {ctx.python}`)",
+                       data={"damaged": lines})
+
+
+def _transaction(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["install:transaction"]
     sites = distinct_dirs([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
                            *map(str, ctx.site_dirs)])  # (lib64 -> lib: one folder, one journal, named once)
     found = [(site, u) for site in sites if (u := unfinished_transaction(site)) is not None]
     if not found:
-        return [CheckResult("install:transaction", title, "ok",
-                            f"no unfinished install in {len(sites)} site folder(s)")]
+        return CheckResult("install:transaction", title, "ok", f"no unfinished install in {len(sites)} site folder(s)")
     running = any(u.running for _, u in found)
     evidence = "; ".join(f"unfinished install in {site}: {u.describe()} (journal {u.journal})" for site, u in found)
     hint = ("wait for the running `wh install` to finish, then run `wh doctor` again" if running else
             f"run `wh install` again (e.g. `wh install WHEELHOUSE --python {ctx.python}`) to roll it back")
-    return [CheckResult("install:transaction", title, "fail", evidence, hint=hint,
-                        data={"unfinished": [{"site": site, "journal": u.journal, "pid": u.pid, "started": u.started,
-                                              "wheels": list(u.wheels), "running": u.running} for site, u in found]})]
+    return CheckResult("install:transaction", title, "fail", evidence, hint=hint,
+                       data={"unfinished": [{"site": site, "journal": u.journal, "pid": u.pid, "started": u.started,
+                                             "wheels": list(u.wheels), "running": u.running} for site, u in found]})

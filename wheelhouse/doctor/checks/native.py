@@ -36,8 +36,9 @@ shared library, an undefined symbol or a truncated file of the stack is red.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -116,6 +117,7 @@ class LoadPlan:
     files: dict[str, str]  # extension module -> its file: imported by that name only if that is how it is found
     skipped: tuple[NotLoaded, ...] = ()
     libraries: tuple[str, ...] = ()  # .so files without PyInit_ (RECORD paths): loaded by path, link-checked
+    missing: dict[str, str] = field(default_factory=dict)  # extension module -> its RECORD path, not on disk
 
 
 def is_extension_module(path: str | Path) -> bool:
@@ -143,8 +145,14 @@ def load_plan(ctx: DoctorContext, d: Distribution) -> LoadPlan:
     modules = [n for n in dict.fromkeys([*d.import_names, *named]) if n not in library_names]
     skipped: list[NotLoaded] = []
     files: dict[str, str] = {}
+    missing: dict[str, str] = {}
     for relpath, module in d.extensions:
         if relpath in libraries or module in modules or not all(p.isidentifier() for p in module.split(".")):
+            continue
+        if not os.path.lexists(location / relpath):
+            # find_spec of its name is None then, which is no reason to call it covered by its package.
+            missing[module] = relpath
+            modules.append(module)
             continue
         variant = variant_for_other_gpu(module, location / relpath, relpath, ctx.gpu.gpus, ctx.gpu.cuda_version)
         if variant is not None:
@@ -152,7 +160,7 @@ def load_plan(ctx: DoctorContext, d: Distribution) -> LoadPlan:
         else:
             modules.append(module)
             files[module] = str(location / relpath)
-    return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries))
+    return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing)
 
 
 def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
@@ -273,9 +281,18 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # not loaded at all (a hang then costs one timeout, not one per module under it).
     outcomes = _load([m for m in modules if "." not in m], ctx, files)
     failed = {m for m, o in outcomes.items() if not o.ok}
-    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed], ctx, files))
+    gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
+    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone],
+                          ctx, files))
+    outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     by_wh = installed_by_wh(ctx)
     return [_verdict(d, plans[d.key], outcomes, not by_wh or d.key in by_wh, ctx.distributions) for d in dists]
+
+
+def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
+    return ImportOutcome(module=module, ok=False, found=False, error_type="FileNotFoundError",
+                         error=f"{relpath}, listed in {d.name}'s RECORD, is not on disk (a half-written or damaged "
+                               f"install: reinstall {d.name})", isolated=True)
 
 
 def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str]) -> dict[str, ImportOutcome]:

@@ -1,0 +1,166 @@
+"""Hostile round 8: half-written installs, unreadable metadata and a noisy interpreter start.
+
+Real gcc-built extension modules unpacked into real venvs, then damaged the way a killed or sloppy
+install damages them. Each was a false green (the doctor said ok, or said nothing, about a
+distribution whose extension cannot load) or a doctor that crashed and wrote no JSON / JUnit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv, site_packages
+from schema_check import validate
+from wheelmaker import make_wheel
+from wheelhouse.doctor import run_doctor
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+SCHEMA = Path(__file__).parents[1] / "support" / "doctor_schema.json"
+
+
+@pytest.fixture(scope="module")
+def exts(tmp_path_factory) -> dict[str, bytes]:
+    build = tmp_path_factory.mktemp("round8-build")
+    return {"ok": _ext(build, "_ext"), "undef": _ext(build, "_ext", "WH_UNDEF")}
+
+
+def _install(py: Path, folder: Path, name: str, modules: dict[str, str], files: dict[str, bytes], **kw) -> Path:
+    install_wheel(py, make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, **kw))
+    return site_packages(py)
+
+
+def test_an_extension_module_its_record_lists_but_that_is_not_on_disk_is_a_fail(tmp_path, exts):
+    # A killed install (or a cleanup that went too far) left the package without its lazily loaded
+    # extension. find_spec of the dotted name is then None: that is no reason to call it "loaded".
+    py = make_venv(tmp_path / "venv")
+    site = _install(py, tmp_path / "w", "halfinst", {"halfinst/__init__.py": "X = 1\n", "halfinst/sub/__init__.py": ""},
+                    {f"halfinst/sub/_ext{SUFFIX}": exts["ok"]})
+    (site / "halfinst" / "sub" / f"_ext{SUFFIX}").unlink()
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:halfinst")
+    assert r is not None and r.verdict == "fail", r
+    assert f"halfinst/sub/_ext{SUFFIX}" in r.evidence and "not on disk" in r.evidence
+
+
+def test_a_distribution_with_metadata_that_is_not_utf8_is_still_loaded(tmp_path, exts):
+    # importlib.metadata cannot read a latin-1 METADATA (an old author name): the package still imports,
+    # so the doctor must still load its extension modules, not skip the distribution without a word.
+    py = make_venv(tmp_path / "venv")
+    site = _install(py, tmp_path / "w", "latinish", {"latinish/__init__.py": "X = 1\n"},
+                    {f"latinish/_ext{SUFFIX}": exts["undef"]})
+    meta = site / "latinish-1.0.dist-info" / "METADATA"
+    meta.write_bytes(meta.read_bytes().replace(b"Version: 1.0\n", b"Version: 1.0\nAuthor: Ren\xe9 Caf\xe9\n"))
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    r = report.get("native:latinish")
+    assert r is not None and r.verdict == "fail", [x.id for x in report.results]
+    assert "undefined symbol: wh_missing_symbol" in r.evidence
+    assert report.exit_code() == 1
+
+
+def test_a_dist_info_without_record_and_a_record_with_missing_files_are_not_green(tmp_path, exts):
+    # Installers write RECORD last: a .dist-info without one is an install that did not finish, and a
+    # RECORD naming files that are gone is a damaged one. Neither may pass as a healthy environment.
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    site = _install(py, w, "norecord", {"norecord/__init__.py": "X = 1\n"}, {f"norecord/_ext{SUFFIX}": exts["undef"]})
+    (site / "norecord-1.0.dist-info" / "RECORD").unlink()
+    _install(py, w, "gonefile", {"gonefile/__init__.py": "from .core import X\n", "gonefile/core.py": "X = 1\n"}, {})
+    (site / "gonefile" / "core.py").unlink()
+    _install(py, w, "intact", {"intact/__init__.py": "X = 1\n"}, {})
+    report = run_doctor(str(py), checks=["install"], timeout=20)
+    r = report.get("install:records")
+    assert r is not None and r.verdict == "fail", [x.id for x in report.results]
+    assert "norecord 1.0" in r.evidence and "no RECORD" in r.evidence
+    assert "gonefile 1.0" in r.evidence and "gonefile/core.py" in r.evidence
+    assert "intact" not in r.evidence
+    assert report.exit_code() == 1
+
+
+def test_an_intact_environment_passes_install_records(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    _install(py, tmp_path / "w", "intact", {"intact/__init__.py": "X = 1\n"}, {})
+    r = run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records")
+    assert r is not None and r.verdict == "ok", r
+
+
+def test_a_pth_file_that_prints_at_startup_loses_neither_json_nor_junit(tmp_path):
+    # A .pth line runs at every interpreter start; one that prints (a vendor's banner) must not crash the
+    # doctor after its probes ran: the JSON and the JUnit are what CI reads.
+    py = make_venv(tmp_path / "venv")
+    (site_packages(py) / "banner.pth").write_text("import sys; print('welcome to the cluster')\n")
+    junit = tmp_path / "doctor.xml"
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "deps",
+                           "--json", "--junit", str(junit)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    assert validate(report, json.loads(SCHEMA.read_text())) == []
+    assert junit.is_file() and "<testsuite" in junit.read_text()
+    (r,) = [x for x in report["results"] if x["group"] == "deps"]
+    assert r["verdict"] in ("ok", "error")
+    if r["verdict"] == "error":
+        assert "welcome to the cluster" in r["evidence"]
+
+
+_NASTY_INIT = r'''import os
+raise ImportError("\x1b[31mCUDA error\x1b[0m\x00 in " + os.fsdecode(b"/opt/caf\xe9/libx.so"))
+'''
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_an_error_with_terminal_colours_and_undecodable_bytes_still_writes_junit_and_json(tmp_path, exts, as_json):
+    # A colourised error message (ESC, NUL: not allowed in XML 1.0) and a path that is not UTF-8 (a lone
+    # surrogate once decoded): the JUnit file must be written and parse, the JSON too, the run stays red.
+    import xml.etree.ElementTree as ET
+
+    py = make_venv(tmp_path / "venv")
+    _install(py, tmp_path / "w", "nasty", {"nasty/__init__.py": _NASTY_INIT}, {f"nasty/_ext{SUFFIX}": exts["ok"]})
+    junit = tmp_path / "doctor.xml"
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                           "--junit", str(junit), *(["--json"] if as_json else [])],
+                          capture_output=True, timeout=300, env={**__import__("os").environ, "PYTHONIOENCODING": "utf-8"})
+    assert proc.returncode == 1, proc.stderr.decode("utf-8", "replace")
+    suite = ET.parse(junit).getroot()
+    (case,) = [c for c in suite.iter("testcase") if c.get("name") == "native:nasty"]
+    failure = case.find("failure")
+    assert failure is not None and "CUDA error" in failure.get("message") and "caf" in failure.text
+    if as_json:
+        (r,) = [x for x in json.loads(proc.stdout)["results"] if x["id"] == "native:nasty"]
+        assert r["verdict"] == "fail" and "CUDA error" in r["evidence"]
+    else:
+        assert b"native:nasty" in proc.stdout
+
+
+def test_an_import_that_ends_the_interpreter_with_status_0_is_a_fail_that_says_so(tmp_path):
+    # os._exit(0) in a module (a CLI module run at import) ends the probe "successfully", before its result.
+    import os
+
+    from wheelhouse.doctor.imports import import_modules
+
+    (tmp_path / "exits_quietly.py").write_text("import os\nos._exit(0)\n")
+    out = import_modules(sys.executable, ["exits_quietly", "json"], timeout=20,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    o = out["exits_quietly"]
+    assert not o.ok and o.isolated
+    assert "None" not in o.summary and "exit status 0" in o.summary, o.summary
+    assert out["json"].ok
+
+
+def test_the_requirements_of_a_distribution_with_metadata_that_is_not_utf8_are_judged(tmp_path):
+    # deps listed what the interpreter imports through importlib.metadata, which cannot read a latin-1
+    # METADATA: the distribution was skipped, so its unmet requirement passed unseen.
+    py = make_venv(tmp_path / "venv")
+    site = _install(py, tmp_path / "w", "latinreq", {"latinreq/__init__.py": "X = 1\n"}, {},
+                    requires=["zmq-missing-xyz>=1"])
+    meta = site / "latinreq-1.0.dist-info" / "METADATA"
+    meta.write_bytes(meta.read_bytes().replace(b"Version: 1.0\n", b"Version: 1.0\nAuthor: Ren\xe9\n"))
+    report = run_doctor(str(py), checks=["deps"], timeout=20)
+    r = report.get("deps:latinreq")
+    assert r is not None and r.verdict == "fail", [(x.id, x.verdict) for x in report.results]
+    assert "zmq-missing-xyz>=1: not installed" in r.evidence
