@@ -103,9 +103,7 @@ def test_a_pth_file_that_prints_at_startup_loses_neither_json_nor_junit(tmp_path
     assert validate(report, json.loads(SCHEMA.read_text())) == []
     assert junit.is_file() and "<testsuite" in junit.read_text()
     (r,) = [x for x in report["results"] if x["group"] == "deps"]
-    assert r["verdict"] in ("ok", "error")
-    if r["verdict"] == "error":
-        assert "welcome to the cluster" in r["evidence"]
+    assert r["verdict"] == "ok", r  # the banner is read past (wheelhouse.script_answer), not an error
 
 
 _NASTY_INIT = r'''import os

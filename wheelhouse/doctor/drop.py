@@ -34,6 +34,7 @@ from wheelhouse.install.target_lock import FolderLock, lockable
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .report import DoctorReport
 
 __all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
@@ -161,7 +162,7 @@ _FIND_SPEC = (
     "        out[m] = importlib.util.find_spec(m) is not None\n"
     "    except Exception:\n"
     "        out[m] = True\n"
-    "print(json.dumps(out))\n"
+    "answer = out\n" + PRINT_ANSWER + "\n"
 )
 
 
@@ -174,7 +175,7 @@ def find_spec_many(python: str, modules: Sequence[str], env: Mapping[str, str] |
                               cwd=cwd, env=dict(env) if env is not None else None)
     if proc.returncode != 0:
         raise DropFailed(f"{python} could not run find_spec", detail=proc.stderr[-2000:], hint="check the interpreter")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return read_answer(proc.stdout)
 
 
 def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:

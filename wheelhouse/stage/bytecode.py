@@ -36,6 +36,7 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.lock import read_pylock, read_wh_json, write_wh_json
 from wheelhouse.atomic import write_atomic
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from wheelhouse.digest import sha256_of
 from wheelhouse.lock.bytecode import (BYTECODE, FORMAT, INDEX, BytecodeRecord, PackRecord, bytecode_record, importable,
                                       is_code, pack_name)
@@ -76,9 +77,9 @@ for line in sys.stdin:
 """
 
 # Asked of a candidate interpreter: which bytecode it writes.
-_ASK = ("import importlib.util, json, sys; print(json.dumps({'magic': importlib.util.MAGIC_NUMBER.hex(), "
+_ASK = ("import importlib.util, json, sys; answer = {'magic': importlib.util.MAGIC_NUMBER.hex(), "
         "'cache_tag': sys.implementation.cache_tag, 'version': '.'.join(map(str, sys.version_info[:3])), "
-        "'implementation': sys.implementation.name}))")
+        "'implementation': sys.implementation.name}; " + PRINT_ANSWER)
 
 
 class BytecodeError(WhError):
@@ -123,7 +124,7 @@ class BytecodeResult:
 def _ask(exe: str) -> dict[str, str] | None:
     try:
         proc = subprocess.run([exe, "-I", "-c", _ASK], capture_output=True, text=True, timeout=60)
-        return json.loads(proc.stdout) if proc.returncode == 0 else None
+        return read_answer(proc.stdout) if proc.returncode == 0 else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

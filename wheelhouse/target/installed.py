@@ -11,7 +11,6 @@ asks here, so they all agree with the interpreter (issue 10.7).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from typing import Mapping
 from packaging.utils import canonicalize_name
 
 from wheelhouse.errors import UsageError
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 
 __all__ = ["InstalledDistribution", "InstalledListError", "installed_distributions"]
 
@@ -55,8 +55,8 @@ for d in m.distributions():
     seen.add(key)
     path = getattr(d, "_path", None)
     out.append([name, version, requires, str(path.parent) if path else None])
-sys.stdout.write(json.dumps(out))
-"""
+answer = out
+""" + PRINT_ANSWER
 
 
 class InstalledListError(UsageError):
@@ -92,7 +92,7 @@ def installed_distributions(python: str, env: Mapping[str, str] | None = None,
         raise InstalledListError(f"{python} could not list its installed distributions (exit {proc.returncode})",
                                  hint=hint, detail=proc.stderr[-2000:])
     try:
-        rows = json.loads(proc.stdout)
+        rows = read_answer(proc.stdout)
         dists = [InstalledDistribution(str(n), str(v), tuple(str(r) for r in reqs), loc) for n, v, reqs, loc in rows]
     except (ValueError, TypeError) as exc:
         raise InstalledListError(f"{python} printed something that is not a list of distributions", hint=hint,

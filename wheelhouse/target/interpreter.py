@@ -10,7 +10,6 @@ writes), so an installer asks it the same questions a resolver asks a target.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from typing import Mapping, Sequence
 
 from wheelhouse.errors import TargetError, UsageError
 from wheelhouse.resources import capture_script
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .profile import TargetProfile, target_from_json
 
 __all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs",
@@ -42,8 +42,8 @@ data["full_version"] = ".".join(map(str, sys.version_info[:3]))
 data["sys_path"] = [p for p in sys.path if p]
 data["has_pip"] = importlib.util.find_spec("pip") is not None  # found, not imported (~0.1 s on every probe)
 data["bytecode"] = {"magic": importlib.util.MAGIC_NUMBER.hex(), "cache_tag": sys.implementation.cache_tag}
-sys.stdout.write(json.dumps(data))
-"""
+answer = data
+""" + PRINT_ANSWER
 
 
 class InterpreterError(UsageError):
@@ -159,7 +159,7 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
         raise InterpreterError(f"interpreter {exe} could not describe itself (exit {proc.returncode})",
                                hint=f"check that it runs: {exe} -c 'import sysconfig'", detail=proc.stderr[-2000:])
     try:
-        d = json.loads(proc.stdout)
+        d = read_answer(proc.stdout)
     except ValueError as exc:
         raise InterpreterError(f"interpreter {exe} printed something that is not JSON", hint="is it a Python >= 3.8?",
                                detail=proc.stdout[-2000:]) from exc
