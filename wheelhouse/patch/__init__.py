@@ -39,7 +39,8 @@ from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from .conditions import check_conditions, gather_facts
-from .journal import PatchDrifted, backup_name, intent_path, patch_dir, read_journal, recover_interrupted, remove_patch_dir
+from .journal import (PatchDrifted, backup_name, intent_path, patch_dir, patch_lock, read_journal, recover_interrupted,
+                      remove_patch_dir, write_source)
 from .spec import PatchSpec, PatchSpecError, PatchVerify, load_patch_spec, parse_patch_spec
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "PatchDrifted",
     "PatchRolledBack",
     "PatchTargetMissing",
+    "PatchTargetSymlink",
     "parse_patch_spec",
     "load_patch_spec",
     "gather_facts",
@@ -70,6 +72,10 @@ class PatchRolledBack(WhError):
 
 class PatchTargetMissing(WhError):
     code = "patch-target-missing"
+
+
+class PatchTargetSymlink(WhError):
+    code = "patch-target-symlink"
 
 
 @dataclass(frozen=True)
@@ -235,6 +241,16 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
     if not target.is_file():
         raise PatchTargetMissing(f"{spec.distribution} has no file {spec.file} ({target})",
                                  hint="check file = ... in the spec against the installed distribution")
+    if target.is_symlink():  # replacing the link leaves a copy in its place; no revert puts the link back
+        raise PatchTargetSymlink(f"{target} is a symlink to {os.path.realpath(target)}; wh patches only the file itself",
+                                 hint="patch the file it links to at its source (a checkout), or reinstall the distribution normally")
+    with patch_lock(site):  # a second apply waits, then finds the payload (already-patched)
+        return _apply_locked(spec, python, target, site, payload, payload_sha, met, reasons, base)
+
+
+def _apply_locked(spec: PatchSpec, python: str, target: Path, site: Path, payload: bytes, payload_sha: str,
+                  met: bool, reasons: list[str], base: dict[str, Any]) -> PatchOutcome:
+    """The journaled replace of ``target``, under the site's patch lock."""
     pdir = patch_dir(site, spec.name)
     recovered = recover_interrupted(spec.name, spec.distribution, target, pdir)
     original = target.read_bytes()
@@ -263,7 +279,7 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
     write_atomic(backup, original, mode=0o644)
 
     def rollback(message: str, detail: str) -> PatchRolledBack:
-        write_atomic(target, original, mode=mode)
+        write_source(target, original, mode)
         if existed:
             for f in (backup, record, intent_path(pdir)):
                 f.unlink(missing_ok=True)
@@ -274,7 +290,7 @@ def apply_patch(spec_path, python: str | None = None, *, facts: Mapping[str, Any
                                detail=detail)
 
     try:
-        write_atomic(target, payload, mode=mode)
+        write_source(target, payload, mode)
         comp = subprocess.run([python, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(target)],
                               capture_output=True, text=True)
         if comp.returncode != 0:
@@ -309,8 +325,10 @@ def verify_patch(spec_path, python: str | None = None, *, facts: Mapping[str, An
     located = _locate(spec, python)
     if located is None or not located[0].is_file():
         return PatchOutcome(state="not-installed", **{**base, "reason": f"{spec.distribution} or {spec.file} is not installed"})
-    base["reason"] = _joined(recover_interrupted(spec.name, spec.distribution, located[0], patch_dir(located[1], spec.name)), base["reason"])
-    current = sha256_of(located[0])
+    with patch_lock(located[1]):
+        base["reason"] = _joined(recover_interrupted(spec.name, spec.distribution, located[0], patch_dir(located[1], spec.name)),
+                                 base["reason"])
+        current = sha256_of(located[0])
     if current == payload_sha:
         state: State = "patched"
     elif current in spec.before_sha256:
@@ -331,7 +349,11 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
     if located is None or not located[0].is_file():
         raise PatchTargetMissing(f"{spec.distribution} ({spec.file}) is not installed for {python}",
                                  hint="nothing to revert")
-    target, site = located
+    with patch_lock(located[1]):
+        return _revert_locked(spec, *located)
+
+
+def _revert_locked(spec: PatchSpec, target: Path, site: Path) -> PatchOutcome:
     pdir = patch_dir(site, spec.name)
     recovered = recover_interrupted(spec.name, spec.distribution, target, pdir)
     current = sha256_of(target)
@@ -355,7 +377,7 @@ def revert_patch(spec_path, python: str | None = None) -> PatchOutcome:
     original = backup.read_bytes() if backup.is_file() else b""
     if hashlib.sha256(original).hexdigest() != rec.get("before_sha256"):
         raise PatchDrifted(f"backup {backup} does not match its recorded sha256 {rec.get('before_sha256')}", hint=f"reinstall {spec.distribution}")
-    write_atomic(target, original, mode=target.stat().st_mode & 0o777)
+    write_source(target, original, target.stat().st_mode & 0o777)
     checkpoint("patch.revert.restored")
     remove_patch_dir(pdir)
     return PatchOutcome(state="reverted", sha256=rec["before_sha256"], reason=f"restored from {backup.name}", **base)

@@ -10,22 +10,76 @@ backup it names must be a plain file name inside the patch's own folder.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
 
-__all__ = ["PatchDrifted", "patch_dir", "intent_path", "record_path", "remove_patch_dir", "backup_name",
+__all__ = ["PatchDrifted", "patch_lock", "write_source", "patch_dir", "intent_path", "record_path", "remove_patch_dir", "backup_name",
            "read_journal", "recover_interrupted"]
 
 
 class PatchDrifted(WhError):
     code = "patch-drifted"
+
+
+@contextmanager
+def patch_lock(site: Path) -> Iterator[None]:
+    """Hold the patch lock of a site folder: two wh processes patching one site take turns.
+
+    Without it, two applies that both read the "before" file race on one journal: the slower
+    one's cleanup fails and its rollback undoes the faster one's verified patch (and a verify
+    during an apply rolls that apply back as "interrupted"). The lock is ``flock`` on
+    ``<site>/.wh`` (not the site folder: ``wh install`` holds that one while it applies
+    patches), removed again when left empty; the kernel drops it when its holder dies.
+    """
+    folder = Path(site) / ".wh"
+    while True:
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # a read-only site: nobody can patch it, so there is nothing to wait for
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # the holder we waited for may have removed the folder (an emptied journal): lock the new one
+            same = os.path.samestat(os.fstat(fd), os.stat(folder))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            folder.rmdir()  # leave no trace when the journal is empty
+        except OSError:
+            pass
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def write_source(target: Path, data: bytes, mode: int) -> None:
+    """Replace ``target`` atomically with ``data`` and drop its cached bytecode.
+
+    A pyc is trusted when the source's mtime (whole seconds) and size match its header: a
+    version of the same size written within the same second (a payload rolled back right after
+    py_compile cached it) would otherwise keep running the other version's bytecode.
+    """
+    write_atomic(target, data, mode=mode)
+    if target.suffix == ".py":
+        for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+            try:
+                pyc.unlink()
+            except OSError:  # gone already, or not ours to remove: the import then checks it as usual
+                pass
 
 
 def patch_dir(site: Path, name: str) -> Path:
@@ -86,7 +140,7 @@ def recover_interrupted(name: str, distribution: str, target: Path, pdir: Path) 
             raise PatchDrifted(f"an apply of patch {name} was interrupted and its backup {backup} is missing or "
                                f"damaged; {target} still holds the unverified payload",
                                hint=f"reinstall {distribution} (`wh install`) to get the original file back")
-        write_atomic(target, backup.read_bytes(), mode=mode)
+        write_source(target, backup.read_bytes(), mode)
     elif current != before:
         raise PatchDrifted(f"{target} changed after an interrupted apply of patch {name}: sha256 {current}, "
                            f"expected {before} or {after}; nothing changed, the journal stays in {pdir}",

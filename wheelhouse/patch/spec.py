@@ -32,6 +32,7 @@ fills the hashes left out from the wheelhouse. Applying a spec is ``wheelhouse.p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,6 +52,7 @@ __all__ = [
     "load_patch_spec",
 ]
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SPEC_KEYS = {"name", "distribution", "file", "before-sha256", "payload", "payload-sha256", "when", "verify"}
 _VERIFY_KEYS = {"call", "expect", "timeout", "env"}
 
@@ -100,6 +102,9 @@ def parse_patch_spec(data: Mapping[str, Any], path: Path | None = None) -> Patch
     for key in ("name", "distribution", "file", "payload"):
         if not isinstance(p.get(key), str) or not p[key]:
             raise PatchSpecError(f"{where}[patch] needs {key} (a string)", hint="see `wh patch --help`, and docs/manifest.md#patch-specs in wh's source repository for the spec format")
+    if not _NAME.fullmatch(p["name"]):  # it names the journal folder <site>/.wh/patches/<name>/ (removed on revert)
+        raise PatchSpecError(f"{where}[patch] name {p['name']!r} must be a plain name (letters, digits, '.', '_', '-')",
+                             hint='e.g. name = "freetoken-fp8-rowwise"')
     if Path(p["file"]).is_absolute() or ".." in Path(p["file"]).parts:
         raise PatchSpecError(f"{where}[patch] file {p['file']!r} must be a path inside the distribution",
                              hint='e.g. file = "pkg/module.py"')
