@@ -17,6 +17,7 @@ from wheelhouse.target.interpreter import Interpreter
 __all__ = ["write_activation"]
 
 _HOOK = "# wh: CUDA toolchain and NVIDIA library paths"
+_OLD_HOOK = f'{_HOOK}\n[ -f "$VIRTUAL_ENV/bin/wh-env.sh" ] && . "$VIRTUAL_ENV/bin/wh-env.sh"\n'
 
 
 def write_activation(venv: Path, interp: Interpreter) -> Path:
@@ -26,7 +27,9 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
     snippet = write_atomic(bindir / "wh-env.sh", render_bash(plan))
     write_atomic(bindir / "wh-env.fish", render_fish(plan))
     for activate, line in (
-        ("activate", f'{_HOOK}\n[ -f "$VIRTUAL_ENV/bin/wh-env.sh" ] && . "$VIRTUAL_ENV/bin/wh-env.sh"\n'),
+        # if/then, not `[ -f ] &&`: with the snippet gone, that list would end `activate` with status 1
+        # and stop a `set -e` script that sources it.
+        ("activate", f'{_HOOK}\nif [ -f "$VIRTUAL_ENV/bin/wh-env.sh" ]; then . "$VIRTUAL_ENV/bin/wh-env.sh"; fi\n'),
         ("activate.fish", f'{_HOOK}\ntest -f "$VIRTUAL_ENV/bin/wh-env.fish"; and source "$VIRTUAL_ENV/bin/wh-env.fish"\n'),
     ):
         path = bindir / activate
@@ -36,6 +39,8 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
             text = read_text(path, what="activate script")
         except WhError:  # unreadable or not text: leave the venv's own script alone
             continue
-        if _HOOK not in text:
+        if _OLD_HOOK in text:  # hooked by an older wh: the same place, the safe form
+            write_atomic(path, text.replace(_OLD_HOOK, line), mode=path.stat().st_mode & 0o777)
+        elif _HOOK not in text:
             write_atomic(path, text.rstrip("\n") + "\n\n" + line, mode=path.stat().st_mode & 0o777)
     return snippet

@@ -106,25 +106,19 @@ def env_plan(site_dirs: Sequence[Path], machine: str | None = None) -> EnvPlan:
     """The additions for the NVIDIA packages installed under ``site_dirs`` (made absolute: the
     result is sourced or read elsewhere, where a relative folder means something else)."""
     site_dirs = [Path(os.path.abspath(s)) for s in site_dirs]
-    libs = [str(d) for d in nvidia_lib_dirs(site_dirs) if "stubs" not in d.parts]
+    # A folder with ':' in its path cannot be one entry of a path list: its pieces would be
+    # read as other folders, the last one relative to wherever the engine runs.
+    libs = [str(d) for d in nvidia_lib_dirs(site_dirs) if "stubs" not in d.parts and os.pathsep not in str(d)]
     nvcc = find_nvcc(site_dirs)
     sysdir = system_lib_dir(machine)
     ld = ([sysdir] if sysdir else []) + libs
     return EnvPlan(
-        path_prepend=(str(nvcc.parent),) if nvcc else (),
+        path_prepend=(str(nvcc.parent),) if nvcc and os.pathsep not in str(nvcc.parent) else (),
         cuda_home=str(nvcc.parent.parent) if nvcc else None,
         library_path=tuple(libs),
         ld_append=tuple(dict.fromkeys(ld)),
         nvcc=str(nvcc) if nvcc else None,
     )
-
-
-def _merge(first: Sequence[str], then: Sequence[str]) -> str:
-    out: list[str] = []
-    for p in list(first) + list(then):
-        if p and p not in out and "stubs" not in Path(p).parts:
-            out.append(p)
-    return os.pathsep.join(out)
 
 
 def apply_plan(plan: EnvPlan, base: Mapping[str, str]) -> dict[str, str]:
@@ -139,7 +133,9 @@ def apply_plan(plan: EnvPlan, base: Mapping[str, str]) -> dict[str, str]:
         out["CUDA_HOME"] = plan.cuda_home
     elif base.get("CUDA_HOME"):
         out["CUDA_HOME"] = base["CUDA_HOME"]
-    out["LIBRARY_PATH"] = _merge(plan.library_path, _split(base.get("LIBRARY_PATH")))
+    # LIBRARY_PATH is for the linker: an existing stubs folder there (how -lcuda links on a box
+    # without a driver) stays, as the sourced snippet keeps it.
+    out["LIBRARY_PATH"] = os.pathsep.join(dict.fromkeys(list(plan.library_path) + _split(base.get("LIBRARY_PATH"))))
     # Existing entries first (in their order), less the stubs folders (removed_entries), then ours.
     existing = [p for p in _split(base.get("LD_LIBRARY_PATH")) if not _is_stubs(p)]
     ours = [p for p in plan.ld_append if p not in existing]
