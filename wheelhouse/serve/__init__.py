@@ -32,6 +32,7 @@ from wheelhouse.procgroup import (
     stop_group,
 )
 from wheelhouse.progress import NullReporter, Reporter
+from .listener import describe, listening_pids, owned_by_engine
 from .readiness import Readiness
 from .log import TAIL_LINES, LogFollower, log_tail
 from .state import Engine, default_log_path, engine_alive, read_state, remove_state, state_dir, state_path, write_state
@@ -125,10 +126,13 @@ class ReadyTimeout(ServeError):
 class PortBusy(ServeError):
     code = "port-busy"
 
-    def __init__(self, url: str, *, after_stop: bool = False):
+    def __init__(self, url: str, *, after_stop: bool = False, holder: str | None = None):
         host, port = _host_port(url)
         what = "is still held by another process after the engine's group was stopped" if after_stop else (
             "is already in use: readiness would be judged on whatever answers there")
+        if holder:
+            what = (f"is answered by {holder}, not the engine (it bound the port after wh found it free); "
+                    "the engine was stopped")
         super().__init__(
             f"port {port} on {host} {what}",
             hint=f"find it with `ss -ltnp 'sport = :{port}'`, stop it (or `wh stop` if wh started it), or pick another --url/--port",
@@ -174,6 +178,13 @@ def port_open(url: str, timeout: float = 0.5) -> bool:
 def ensure_port_free(url: str) -> None:
     if port_open(url):
         raise PortBusy(url)
+
+
+def _check_listener(url: str, engine: Engine) -> None:
+    """Refuse a "ready" answered by a process that is not the engine's (where /proc can tell)."""
+    owners = listening_pids(_host_port(url)[1])
+    if owners and not any(owned_by_engine(pid, engine.pgid, engine.pid) for pid in owners):
+        raise PortBusy(url, holder=", ".join(describe(pid) for pid in sorted(owners)))
 
 
 def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
@@ -290,11 +301,13 @@ def launch(
     try:
         seconds = wait_ready(probe, exited=proc.poll, log=Path(spec.log), timeout=timeout, interval=interval,
                              reporter=reporter, on_tick=on_tick)
-    except BaseException:
+        _check_listener(spec.url, engine)
+    except BaseException as exc:
         reporter.note(f"stopping process group {engine.pgid} ...")
         with no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
             stop_engine(engine.pgid, leader=proc, grace=grace)
-        _confirm_port_free(spec.url)
+        if not isinstance(exc, PortBusy):  # an impostor holds it: that is the error already
+            _confirm_port_free(spec.url)
         raise
     return engine, proc, seconds
 
