@@ -7,12 +7,15 @@ lands on stdout ahead of what wh asked the interpreter for. That answer must sti
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from broken_packages import make_venv, site_packages
 from wheelhouse.doctor import run_doctor
 from wheelhouse.doctor.drop import find_spec_many
 from wheelhouse.stage.bytecode import _ask
+from wheelhouse.patch.conditions import gather_facts
 from wheelhouse.target.installed import installed_distributions
 from wheelhouse.target.interpreter import inspect_interpreter
 
@@ -51,3 +54,12 @@ def test_drop_reads_find_spec_after_a_banner(noisy_venv):
 def test_stage_bytecode_reads_the_compilers_facts_after_a_banner(noisy_venv):
     facts = _ask(str(noisy_venv))
     assert facts is not None and facts["cache_tag"].startswith("cpython-")
+
+
+def test_patch_reads_installed_versions_after_a_banner(noisy_venv):
+    info = Path(inspect_interpreter(noisy_venv).purelib) / "demo_dist-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: demo-dist\nVersion: 1.2\n")
+    facts = gather_facts(str(noisy_venv), ["demo-dist", "absent-dist"])
+    assert facts["demo-dist"] == "1.2" and facts["absent-dist"] is None

@@ -38,6 +38,7 @@ from wheelhouse.datafile import read_bytes
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .conditions import check_conditions, gather_facts
 from .journal import (PatchDrifted, backup_name, intent_path, patch_dir, patch_lock, read_journal, recover_interrupted,
                       remove_patch_dir, write_source)
@@ -133,9 +134,10 @@ class PatchOutcome:
 _LOCATE = (
     "import json, sys, importlib.metadata as m\n"
     "try:\n    d = m.distribution(sys.argv[1])\n"
-    "except m.PackageNotFoundError:\n    print(json.dumps({'found': False})); sys.exit(0)\n"
-    "print(json.dumps({'found': True, 'version': d.version, 'file': str(d.locate_file(sys.argv[2])),"
-    " 'site': str(d.locate_file(''))}))\n"
+    "    answer = {'found': True, 'version': d.version, 'file': str(d.locate_file(sys.argv[2])),"
+    " 'site': str(d.locate_file(''))}\n"
+    "except m.PackageNotFoundError:\n    answer = {'found': False}\n"
+    + PRINT_ANSWER + "\n"
 )
 
 _CALL = (
@@ -155,8 +157,8 @@ def _locate(spec: PatchSpec, python: str | None) -> tuple[Path, Path] | None:
         raise UsageError(f"cannot run interpreter {python}: {exc.strerror}", hint="pass a working interpreter with --python") from exc
     if proc.returncode != 0:
         raise UsageError(f"cannot run {python or sys.executable}: {proc.stderr.strip()[-300:]}", hint="pass a working interpreter with --python")
-    try:  # the last line: a sitecustomize may print before the script runs
-        info = json.loads((proc.stdout.strip().splitlines() or ["{}"])[-1])
+    try:  # a sitecustomize may print before the script runs (wheelhouse.script_answer)
+        info = read_answer(proc.stdout)
         found = bool(info["found"])
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{python or sys.executable} did not answer where {spec.distribution} is installed: "

@@ -6,7 +6,6 @@ is pure, and names every condition that does not hold (or is unknown).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from typing import Any, Mapping
@@ -15,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from wheelhouse.target.gpu import query_gpu_facts
 
 __all__ = ["gather_facts", "check_conditions"]
@@ -25,7 +25,7 @@ _VERSIONS = (
     "for n in sys.argv[1:]:\n"
     "    try: out[n] = m.version(n)\n"
     "    except m.PackageNotFoundError: out[n] = None\n"
-    "print(json.dumps(out))\n"
+    "answer = out\n" + PRINT_ANSWER + "\n"
 )
 
 
@@ -38,7 +38,7 @@ def _gpu_sms() -> list[str] | None:
 def _last_json(stdout: str) -> dict[str, Any]:
     """The JSON object on the last output line (a sitecustomize may print before it); {} when there is none."""
     try:
-        data = json.loads((stdout.strip().splitlines() or ["{}"])[-1])
+        data = read_answer(stdout)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
