@@ -90,7 +90,13 @@ def _record_facts(dist, path):
     except Exception as exc:  # noqa: BLE001 - a corrupt RECORD is a fact, not a crash
         return [], {"record": "unreadable", "record_error": "%s: %s" % (type(exc).__name__, exc)}
     if not listed and path is not None and str(path).endswith(".dist-info") and not (path / "RECORD").exists():
-        return [], {"record": "none"}  # installers write RECORD last: an install that did not finish
+        # Installers write RECORD last: an install that did not finish. A system package manager may leave it
+        # out on purpose (Fedora's RPM macros drop it and own the files): INSTALLER says which wrote the folder.
+        try:
+            installer = (path / "INSTALLER").read_text("utf-8", "replace").strip()
+        except OSError:
+            installer = ""
+        return [], {"record": "none", "installer": installer}
     missing = []
     for f in listed:
         rel = str(f).replace("\\", "/")

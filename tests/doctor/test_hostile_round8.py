@@ -83,6 +83,19 @@ def test_a_dist_info_without_record_and_a_record_with_missing_files_are_not_gree
     assert report.exit_code() == 1
 
 
+def test_a_dist_info_a_system_package_manager_wrote_without_record_is_not_damage(tmp_path):
+    # Fedora's RPM macros remove RECORD and write INSTALLER "rpm": the package manager owns those files. A pip
+    # install killed before RECORD (its INSTALLER says pip) still is a half-written install.
+    py = make_venv(tmp_path / "venv")
+    site = _install(py, tmp_path / "w", "fromrpm", {"fromrpm/__init__.py": "X = 1\n"}, {})
+    (site / "fromrpm-1.0.dist-info" / "RECORD").unlink()
+    (site / "fromrpm-1.0.dist-info" / "INSTALLER").write_text("rpm\n")
+    assert run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records").verdict == "ok"
+    (site / "fromrpm-1.0.dist-info" / "INSTALLER").write_text("pip\n")
+    r = run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records")
+    assert r.verdict == "fail" and "fromrpm 1.0: no RECORD" in r.evidence
+
+
 def test_an_intact_environment_passes_install_records(tmp_path):
     py = make_venv(tmp_path / "venv")
     _install(py, tmp_path / "w", "intact", {"intact/__init__.py": "X = 1\n"}, {})

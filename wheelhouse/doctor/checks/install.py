@@ -36,12 +36,19 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     return ([_transaction(ctx)] if ctx.wants("install:transaction") else []) + out
 
 
+# Installers that always write a RECORD, last (and INSTALLER before it): a folder of theirs without one is an
+# install that did not finish. No INSTALLER at all is one too (it is written before RECORD).
+_WRITES_RECORD = frozenset({"", "pip", "uv", "wh", "installer", "poetry", "pdm", "pipenv", "hatch", "pex"})
+
+
 def _damage(rec: dict) -> str | None:
     """What is wrong with one facts record of a distribution (None: nothing)."""
     if rec.get("error"):
         return f"{rec.get('name')}: its metadata could not be read: {rec['error']}"
     who = f"{rec.get('name')} {rec.get('version')}"
     if rec.get("record") == "none":
+        if str(rec.get("installer") or "").lower() not in _WRITES_RECORD:
+            return None  # a system package manager's folder (INSTALLER: rpm, conda, ...): it owns the files
         return f"{who}: no RECORD in {rec.get('dist_info')} (installers write it last: an install that did not finish)"
     if rec.get("record") == "unreadable":
         return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
