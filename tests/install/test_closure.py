@@ -35,6 +35,13 @@ def test_unmet_judges_markers_for_the_target_and_follows_extras():
     assert unmet(view, ENV) == {("app", "lib[fast]>=2"): "1.5 installed"}
 
 
+def test_a_version_that_is_not_pep_440_meets_only_a_requirement_without_a_bound():
+    # It cannot be compared: a bound "met" by it would be a green nobody judged.
+    view = {"app": Dist("app", "1.0", ("lib>=2", "tool")), "lib": Dist("lib", "main-branch", ()),
+            "tool": Dist("tool", "custom build", ())}
+    assert unmet(view, ENV) == {("app", "lib>=2"): "main-branch installed, not a PEP 440 version: it cannot be judged"}
+
+
 def test_check_closure_names_missing_and_broken_but_not_what_was_broken_before():
     installed = {"tool": Dist("tool", "1.0", ("click>=8.1",)), "click": Dist("click", "8.1.7", ()),
                  "legacy": Dist("legacy", "1.0", ("gone-long-ago",))}

@@ -92,7 +92,17 @@ def _satisfied(req: Requirement, version: str) -> bool:
     try:
         return req.specifier.contains(Version(version), prereleases=True)
     except InvalidVersion:
-        return True  # not judgeable: the doctor runs it
+        # Not a PEP 440 version: only a requirement with no version bound is met by it. Calling one with a
+        # bound met would be a green for what nobody judged.
+        return not req.specifier
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=8192)
@@ -126,7 +136,8 @@ def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, st
                 if found is None:
                     problems[(dist.name, str(req))] = "not installed"
                 elif not _satisfied(req, found.version):
-                    problems[(dist.name, str(req))] = f"{found.version} installed"
+                    problems[(dist.name, str(req))] = f"{found.version} installed" + (
+                        "" if _is_version(found.version) else ", not a PEP 440 version: it cannot be judged")
                 elif not req.extras <= extras[canonicalize_name(req.name)]:
                     extras[canonicalize_name(req.name)] |= req.extras
                     changed = True
