@@ -103,12 +103,14 @@ def test_dotenv_output(site):
     assert set(values) == {"PATH", "CUDA_HOME", "LIBRARY_PATH", "LD_LIBRARY_PATH"}
 
 
-def test_fish_snippet_when_fish_exists(site):
+def test_fish_snippet_when_fish_exists(site, tmp_path):
     r = wh("env", "--shell", "fish", "--path", site)
     assert r.returncode == 0 and "set -gx CUDA_HOME" in r.stdout
     if not shutil.which("fish"):
         return
-    out = subprocess.run(["fish", "-c", f"source (echo '{r.stdout}' | psub); echo $LD_LIBRARY_PATH"],
+    snippet = tmp_path / "env.fish"  # a file, not the text inside fish -c '...': the snippet quotes with '
+    snippet.write_text(r.stdout)
+    out = subprocess.run(["fish", "--no-config", "-c", f'source "{snippet}"; echo $LD_LIBRARY_PATH'],
                          capture_output=True, text=True, env={"LD_LIBRARY_PATH": "/keep/me", "PATH": "/usr/bin:/bin"})
     assert out.stdout.split()[0] == "/keep/me"
 

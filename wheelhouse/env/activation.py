@@ -1,7 +1,8 @@
 """The venv's activation snippet: CUDA toolchain and NVIDIA library paths for the shell.
 
 ``<venv>/bin/wh-env.sh`` (and ``.fish``) are rendered from ``env.cuda``'s plan and
-sourced from the venv's own ``activate`` scripts, once.
+sourced from the venv's own ``activate`` scripts, once; the venv's ``deactivate`` undoes them
+(``env.deactivate``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from pathlib import Path
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import read_text
 from wheelhouse.errors import WhError
-from .cuda import env_plan, render_bash, render_fish
+from .cuda import env_plan
+from .deactivate import copy_deactivate, render_bash_undoable, render_fish_undoable
 from wheelhouse.target.interpreter import Interpreter
 
 __all__ = ["write_activation"]
@@ -24,8 +26,10 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
     """``<venv>/bin/wh-env.sh`` (and ``.fish``), sourced from the venv's activate scripts."""
     plan = env_plan([Path(d) for d in interp.visible_site_dirs])
     bindir = Path(venv) / "bin"
-    snippet = write_atomic(bindir / "wh-env.sh", render_bash(plan))
-    write_atomic(bindir / "wh-env.fish", render_fish(plan))
+    # The copy of the venv's deactivate that the snippet's wrapper calls (sh cannot copy a function).
+    venv_deactivate = copy_deactivate(_read_activate(bindir / "activate") or "")
+    snippet = write_atomic(bindir / "wh-env.sh", render_bash_undoable(plan, venv_deactivate))
+    write_atomic(bindir / "wh-env.fish", render_fish_undoable(plan))
     for activate, line in (
         # if/then, not `[ -f ] &&`: with the snippet gone, that list would end `activate` with status 1
         # and stop a `set -e` script that sources it.
@@ -33,14 +37,21 @@ def write_activation(venv: Path, interp: Interpreter) -> Path:
         ("activate.fish", f'{_HOOK}\ntest -f "$VIRTUAL_ENV/bin/wh-env.fish"; and source "$VIRTUAL_ENV/bin/wh-env.fish"\n'),
     ):
         path = bindir / activate
-        if not path.is_file():
-            continue
-        try:
-            text = read_text(path, what="activate script")
-        except WhError:  # unreadable or not text: leave the venv's own script alone
+        text = _read_activate(path)
+        if text is None:
             continue
         if _OLD_HOOK in text:  # hooked by an older wh: the same place, the safe form
             write_atomic(path, text.replace(_OLD_HOOK, line), mode=path.stat().st_mode & 0o777)
         elif _HOOK not in text:
             write_atomic(path, text.rstrip("\n") + "\n\n" + line, mode=path.stat().st_mode & 0o777)
     return snippet
+
+
+def _read_activate(path: Path) -> str | None:
+    """The venv's activate script, or None where it is missing, unreadable or not text (left alone)."""
+    if not path.is_file():
+        return None
+    try:
+        return read_text(path, what="activate script")
+    except WhError:
+        return None
