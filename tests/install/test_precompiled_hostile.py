@@ -316,7 +316,7 @@ def test_a_compiling_interpreter_that_misbehaves_fails_the_run_cleanly(tmp_path,
     assert wh("verify", house).returncode == 0
 
 
-@pytest.mark.parametrize("what", ["other-version", "pypy", "not-executable", "a-folder", "prints-garbage"])
+@pytest.mark.parametrize("what", ["other-version", "pypy", "not-executable", "a-folder", "prints-garbage", "only-garbage"])
 def test_a_python_that_cannot_compile_for_the_target_is_refused_before_anything_is_written(tmp_path, what):
     house = _two_wheel_house(tmp_path)
     before = (house / "wh.json").read_bytes()
@@ -333,13 +333,31 @@ def test_a_python_that_cannot_compile_for_the_target_is_refused_before_anything_
         fake.chmod(0o644)
     elif what == "a-folder":
         fake.mkdir()
-    else:
-        fake.write_text(f"#!/bin/sh\necho 'hello from a login banner'\nexec {sys.executable} \"$@\"\n")
+    elif what == "only-garbage":
+        fake.write_text("#!/bin/sh\necho 'hello from a login banner'\n")
+        fake.chmod(0o755)
+    else:  # a banner that ends in no newline, then nothing a CPython would say
+        fake.write_text("#!/bin/sh\nprintf 'hello from a login banner {\"magic\": 1}'\n")
         fake.chmod(0o755)
     r = wh("bytecode", house, "--python", fake, timeout=60)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "no CPython" in r.stderr and str(fake) in r.stderr and "Traceback" not in r.stderr
     _untouched(house, before)
+
+
+def test_a_compiling_python_that_prints_a_banner_at_start_writes_the_same_packs(tmp_path):
+    # A .pth or a wrapper that greets on every start: its words come before the worker's frames and are read
+    # past (wheelhouse.script_answer), so the packs are those a quiet interpreter writes.
+    quiet, noisy = _two_wheel_house(tmp_path / "q"), _two_wheel_house(tmp_path / "n")
+    fake = tmp_path / "python-banner"
+    fake.write_text(f"#!/bin/sh\nprintf 'hello from a login banner'\nexec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    assert wh("bytecode", quiet, "--python", sys.executable, timeout=120).returncode == 0
+    r = wh("bytecode", noisy, "--python", fake, timeout=120)
+    assert r.returncode == 0, r.stderr
+    packs = lambda h: {p.name: p.read_bytes() for p in (h / "bytecode").rglob("*") if p.is_file()}
+    assert packs(noisy) and packs(noisy).keys() == packs(quiet).keys()
+    assert wh("verify", noisy).returncode == 0
 
 
 def importlib_magic() -> str:

@@ -51,6 +51,10 @@ _CHUNK_BYTES = 1 << 20  # source bytes per task: small enough that two workers f
 # are a few MB; a hostile wheel's "source" of gigabytes would otherwise fill a worker's memory.
 MAX_SOURCE_BYTES = 16 << 20
 _MAX_FRAME = 1 << 32  # a worker's answer is far smaller; a bigger length is garbage on its stdout
+# A worker's first line: what is before it is the interpreter's own start-up talk (a .pth banner), not
+# a frame (wheelhouse.script_answer). More than this before it is not a worker.
+_FRAMES_START = b"@@WH-FRAMES@@\n"
+_MAX_BANNER = 64 << 10
 
 # Runs in the COMPILING interpreter (the target's version): stdlib only. Reads one task per line
 # (a wheel path and member names) and answers one frame: 8-byte length + marshal of
@@ -60,6 +64,8 @@ _WORKER = r"""
 import marshal, struct, sys, warnings, zipfile, json
 warnings.simplefilter("ignore")
 out = sys.stdout.buffer
+out.write(b"\n@@WH-FRAMES@@\n")
+out.flush()
 for line in sys.stdin:
     task = json.loads(line)
     done = {}
@@ -119,6 +125,24 @@ class BytecodeResult:
                 "magic": self.record.magic, "wheels": len(self.record.packs), "files": self.files,
                 "compiled": self.compiled, "reused": self.reused, "size": self.size,
                 "packs": [p.path for p in sorted(self.record.packs.values(), key=lambda p: p.path)]}
+
+
+def _skip_to_frames(proc: subprocess.Popen) -> None:
+    """Read past what the worker's interpreter printed before the worker ran, up to its first line.
+
+    Read from the descriptor itself, not the buffered reader: a buffer holding the banner would also
+    swallow what follows, and the select before each frame would then wait for bytes already read.
+    (The worker writes nothing after its first line before it is given a task.)"""
+    fd, got = proc.stdout.fileno(), b""
+    while not got.endswith(b"\n" + _FRAMES_START):
+        if len(got) > _MAX_BANNER:
+            raise ValueError(f"it printed over {_MAX_BANNER >> 10} KiB before the worker started: not a worker")
+        if not select.select([fd], [], [], _silence_limit())[0]:
+            raise TimeoutError(f"it printed nothing for {_silence_limit():g} s (hung?)")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise OSError("the worker ended before it started")
+        got += chunk
 
 
 def _ask(exe: str) -> dict[str, str] | None:
@@ -198,12 +222,16 @@ class _Pool:
             self.failed.append(f"{len(tasks) - self.answered} of {len(tasks)} tasks got no answer")
 
     def _feed(self, proc: subprocess.Popen) -> None:
+        started = False
         while True:
             task = self.tasks.get()
             if task is None or self.failed:
                 break
             key, wheel, members = task
             try:
+                if not started:
+                    _skip_to_frames(proc)
+                    started = True
                 proc.stdin.write((json.dumps({"wheel": wheel, "members": members}) + "\n").encode())
                 proc.stdin.flush()
                 if not select.select([proc.stdout], [], [], _silence_limit())[0]:  # buffer empty: a frame per task
