@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from wheelhouse.env.activation import write_activation
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
@@ -60,6 +60,7 @@ from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheel.archive import read_wheel
+from .wheel.extract import FileIdentity
 from .wheel.plan import forget_ahead, plan_ahead
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 
@@ -261,7 +262,7 @@ def _holds_no_distribution(interp: Interpreter) -> bool:
 
 def _recover(interp: Interpreter) -> list[str]:
     """Roll back what a killed run left (the caller holds the target lock); a note says so."""
-    found = recover(interp.platlib)
+    found = recover(interp.platlib, interp.scheme())
     return [f"rolled back an unfinished install: {found.describe()}"] if found is not None else []
 
 
@@ -294,13 +295,13 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
 
 def _venv_scheme(base: Interpreter, venv: Path) -> dict[str, str] | None:
     """Where a venv made at ``venv`` from ``base`` will install (its base's layout under the venv; headers
-    stay the base's), or None when ``base``'s folders are not all below its prefix (then no guess)."""
+    in the venv's include/site/), or None when ``base``'s folders are not all below its prefix (then no guess)."""
     prefix = os.path.normpath(base.prefix)
     out = {}
     for key, path in base.scheme().items():
         path = os.path.normpath(path)
         if key == "headers":
-            out[key] = path
+            out[key] = os.path.join(str(venv), "include", "site", "python" + ".".join(base.version.split(".")[:2]))
         elif path == prefix or path.startswith(prefix + os.sep):
             out[key] = str(venv) + path[len(prefix):]
         else:
@@ -340,7 +341,8 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
             reporter: Reporter, expected: dict[Path, str] | None = None,
-            link_cache: Path | None = None, pycs: Precompiled | None = None) -> tuple[list[InstalledDist], int]:
+            link_cache: Path | None = None, pycs: Precompiled | None = None,
+            verified: Mapping[Path, FileIdentity | None] | None = None) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled.
 
     ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there by a
@@ -357,7 +359,8 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
             dists = install_wheels(paths, interp.scheme(), interp.executable, jobs=jobs, reporter=reporter,
                                    transaction=txn, on_written=compiler.submit if compiler else None,
                                    on_abort=compiler.abort if compiler else None, expected=expected,
-                                   verified=() if expected else paths,  # not expected: verify_files hashed them
+                                   # not expected: verify_files hashed them (those very files)
+                                   verified=() if expected else (verified if verified is not None else paths),
                                    link_cache=link_cache)
         except BaseException:
             if compiler is not None:
@@ -374,15 +377,15 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
 
 
 def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,
-              link_cache=None, pycs=None):
+              link_cache=None, pycs=None, verified=None):
     """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
 
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
     """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
     try:
-        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs)
-                           if paths else ([], 0))
+        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs,
+                                   verified) if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
         state_file = write_install_state(interp.platlib, chosen, houses)
@@ -499,7 +502,8 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     # a wrong one rolls the whole transaction back. pip cannot check the lock's sha256, and an environment
     # with distributions may be in use while files land: there every byte is hashed before the first write.
     folded = installer == "wh" and (not existing or _holds_no_distribution(interp))
-    paths = verify_files(todo, jobs, reporter, hashes=not folded)
+    verified = verify_files(todo, jobs, reporter, hashes=not folded)
+    paths = list(verified)
     wait(reading)  # the read-ahead has read (or failed to read) every wheel: nothing is read twice
     try:
         _check_requirements(todo, interp, existing, system_site_packages)
@@ -523,7 +527,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
                                                          compile=compile, jobs=jobs, patches=patches,
                                                          reporter=reporter, expected=expected, link_cache=link_cache,
-                                                         pycs=pycs)
+                                                         pycs=pycs, verified=verified)
     finally:
         forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
     if pycs is not None:

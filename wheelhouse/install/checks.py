@@ -12,16 +12,18 @@ every failure and reports them together.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
 from packaging.markers import InvalidMarker
 
-from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError
 from .errors import HashMismatch, TargetMismatch
 from .installed import canonical_name
+from .wheel.extract import FileIdentity, file_identity
 from wheelhouse.target.interpreter import Interpreter
 from wheelhouse.lock import LockedFile
 from wheelhouse.progress import Reporter
@@ -123,11 +125,28 @@ def hash_mismatch(bad: Sequence[tuple[str, str, str]]) -> HashMismatch:
     )
 
 
-def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter, *,
-                 hashes: bool = True) -> list[Path]:
-    """Check every file against pylock.toml; raise HashMismatch listing every bad one. Returns the paths.
+def _hash_pinned(path: Path) -> tuple[str, FileIdentity | None]:
+    """The sha256 of the file at ``path`` and the identity of the very file that was read (None when it
+    changed while it was read): extraction opens the path again and must find that file there."""
+    with open(path, "rb") as fh:
+        before = file_identity(os.fstat(fh.fileno()))
+        h = hashlib.sha256()
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                break
+            h.update(block)
+        after = file_identity(os.fstat(fh.fileno()))
+    return h.hexdigest(), (before if before == after else None)
 
-    ``hashes=False`` checks presence and size only: the caller has the sha256 checked while unpacking
+
+def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, reporter: Reporter, *,
+                 hashes: bool = True) -> dict[Path, FileIdentity | None]:
+    """Check every file against pylock.toml; raise HashMismatch listing every bad one.
+
+    Returns ``{path: identity of the file hashed}`` (``install_wheels(verified=...)`` extracts only
+    from that file: a wheel replaced after its hash matched is refused). ``hashes=False`` checks
+    presence and size only (identities None): the caller has the sha256 checked while unpacking
     (``install_wheels(expected=...)``).
     """
     paths = [h.path / f.path for h, f in chosen]
@@ -140,13 +159,16 @@ def verify_files(chosen: Sequence[tuple[Wheelhouse, LockedFile]], jobs: int, rep
             return (str(path), f.sha256, "missing")
         if f.size is not None and path.stat().st_size != f.size:
             return (str(path), f.sha256, f"size {path.stat().st_size} != {f.size}")
-        actual = sha256_of(path) if hashes else f.sha256
+        actual, identities[path] = _hash_pinned(path) if hashes else (f.sha256, None)
         reporter.advance(task)
+        if hashes and identities[path] is None:
+            return (str(path), f.sha256, "a file that changed while it was read")
         return None if actual == f.sha256 else (str(path), f.sha256, actual)
 
+    identities: dict[Path, FileIdentity | None] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         bad = [b for b in pool.map(one, zip(chosen, paths)) if b]
     reporter.finish(task)
     if bad:
         raise hash_mismatch(bad)
-    return paths
+    return {p: identities[p] for p in paths}

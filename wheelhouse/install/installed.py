@@ -66,14 +66,15 @@ def installed_paths(dist_info: Path) -> list[str]:
 
 
 def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None = None) -> list[str]:
-    """Only paths inside the environment, never wh's state folder, never the venv's interpreter or activation
-    scripts (nor pip's, unless ``dist`` is pip): a RECORD naming ``../../outside.txt``, /etc/passwd,
+    """Only paths inside the environment, never wh's state folder, never the venv's interpreter, pyvenv.cfg or
+    activation scripts (nor pip's, unless ``dist`` is pip): a RECORD naming ``../../outside.txt``, /etc/passwd,
     ``.wh/links.json`` or ``../../../bin/python`` must not make wh move or remove it."""
     from .wheel.launchers import protected_script  # here: the wheel package imports this module
 
     roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
     state = [os.path.join(os.path.normpath(scheme[k]), ".wh") + os.sep for k in ("purelib", "platlib") if k in scheme]
     scripts = os.path.normpath(scheme["scripts"]) if "scripts" in scheme else None
+    pyvenv = os.path.join(os.path.normpath(scheme["data"]), "pyvenv.cfg") if "data" in scheme else None
     # The same under each folder's other names (``lib64`` a link to ``lib``: platlib is called by purelib's
     # name, and a RECORD naming ``lib64/.../site-packages`` would else be a path inside, not the root).
     real_roots = {os.path.realpath(r) + os.sep for r in scheme.values()}
@@ -98,6 +99,8 @@ def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None 
             continue
         if scripts and os.path.dirname(os.path.normpath(p)) == scripts \
                 and protected_script(os.path.basename(os.path.normpath(p)), dist or "") is not None:
+            continue
+        if os.path.normpath(p) == pyvenv:  # which interpreter the venv is: no distribution's to remove
             continue
         out.append(p)
     return out

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping, Sequence
 
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
@@ -59,12 +60,20 @@ def _move(src: str, dest: str) -> None:
     except OSError as exc:
         if exc.errno != 18:  # EXDEV
             raise
-        if os.path.isdir(src) and not os.path.islink(src):
-            shutil.copytree(src, dest, symlinks=True)
-            shutil.rmtree(src)
-        else:
-            shutil.copy2(src, dest, follow_symlinks=False)
-            os.unlink(src)
+        # Copied under a temporary name, renamed once whole: a rollback takes a backup that exists for the
+        # previous content, so a copy cut short (a full disk, a kill) must never be there under its name.
+        part = dest + ".wh-part"
+        _remove(part)  # left by a copy cut short before
+        try:
+            if os.path.isdir(src) and not os.path.islink(src):
+                shutil.copytree(src, part, symlinks=True)
+            else:
+                shutil.copy2(src, part, follow_symlinks=False)
+        except BaseException:
+            _remove(part)
+            raise
+        os.rename(part, dest)
+        _remove(src)
 
 
 def _remove(path: str) -> None:
@@ -129,7 +138,9 @@ class Transaction:
         self.entries: list[list] = []  # [path, existed, backup (relative to the txn folder) or None]
         self.dirs: list[str] = []
         self.active = False
-        self.after_commit: list[Callable[[], None]] = []  # tidying that must wait for the commit
+        # Tidying of the replaced content (its emptied folders) while the journal is still there: a kill
+        # just after the commit would leave it undone for good, and a rollback remakes the folders it needs.
+        self.before_commit: list[Callable[[], None]] = []
 
     @property
     def folder(self) -> Path:
@@ -186,13 +197,13 @@ class Transaction:
 
     def commit(self) -> None:
         """The batch is complete: forget the journal, then the backups."""
+        for step in self.before_commit:
+            step()
         journal_path(self.site).unlink()
         _fsync_dir(journal_path(self.site).parent)
         self.active = False
         checkpoint("install.committed")
         _discard(self.folder)
-        for step in self.after_commit:
-            step()
 
     def rollback(self) -> None:
         """Put every journaled path back as it was (see the module docstring), then forget the journal."""
@@ -267,15 +278,47 @@ def unfinished_transaction(site: str | os.PathLike) -> UnfinishedInstall | None:
                              tuple(data.get("wheels") or ()), is_locked(site))
 
 
-def recover(site: str | os.PathLike) -> UnfinishedInstall | None:
+_TXN_ID = re.compile(r"^\d+-\d+\Z")  # Transaction.id: pid-time_ns
+
+
+def _trusted(data: dict, roots: Sequence[str] | None) -> tuple[str, list, list[str]]:
+    """The id, entries and folders of a journal read from disk, only as far as they stay inside the
+    environment (``roots``, real paths; None: anywhere): anyone who can write into a venv could plant one,
+    and the rollback removes what it names (a transaction id of ``../../..`` made its backup folder
+    someone's home). A parent folder that is a link out counts as out."""
+    real: dict[str, str] = {}
+
+    def inside(path: object) -> bool:
+        if not isinstance(path, str):
+            return False
+        if roots is None:
+            return True
+        parent = os.path.dirname(os.path.normpath(path))
+        if parent not in real:
+            real[parent] = os.path.join(os.path.realpath(parent), "")
+        return any(real[parent].startswith(r) for r in roots)
+
+    txn_id = str(data.get("id") or "")
+    txn_id = txn_id if _TXN_ID.match(txn_id) else ""
+    entries = [e for e in (data.get("entries") or [])
+               if isinstance(e, list) and len(e) == 3 and inside(e[0])
+               and (e[2] is None or (isinstance(e[2], str) and e[2].isdigit()))]
+    dirs = [d for d in (data.get("dirs") or []) if inside(d)]
+    return txn_id, entries, dirs
+
+
+def recover(site: str | os.PathLike, scheme: Mapping[str, str] | None = None) -> UnfinishedInstall | None:
     """Roll back the unfinished install of ``site``, if any, and sweep what a killed run left beside it
-    (``clean_leftovers``). The caller holds the install lock. Returns what was rolled back."""
+    (``clean_leftovers``). The caller holds the install lock. Returns what was rolled back.
+
+    ``scheme``: the environment's folders; the journal's paths outside them (and outside ``site``)
+    are not touched (without it, every path it names is taken)."""
     found = unfinished_transaction(site)
     if found is not None:
         found = replace(found, running=False)  # the caller holds the lock: its writer is gone
-        data = _read_journal(site) or {}
-        _roll_back(Path(site), str(data.get("id") or ""), list(data.get("entries") or []),
-                   list(data.get("dirs") or []))
+        roots = [os.path.join(os.path.realpath(r), "") for r in (site, *scheme.values())] if scheme else None
+        txn_id, entries, dirs = _trusted(_read_journal(site) or {}, roots)
+        _roll_back(Path(site), txn_id, entries, dirs)
     clean_leftovers(site)
     return found
 

@@ -20,19 +20,19 @@ __all__ = ["remove_distribution"]
 
 def remove_distribution(name: str, scheme: Mapping[str, str]) -> list[str]:
     """Uninstall every installed copy of ``name`` (files from its RECORD); returns the versions removed."""
-    recover(scheme["platlib"])
+    recover(scheme["platlib"], scheme)
     sites = [scheme["purelib"], scheme["platlib"]]
     removed = []
     for dist_info, version in find_installed(sites, name):
         paths = inside_scheme(installed_paths(dist_info), scheme, name)
         txn = Transaction(scheme["platlib"], [f"uninstall {dist_info.name}"])
+        txn.before_commit.append(lambda: prune_empty_dirs(paths, set(scheme.values())))
         try:
             txn.begin(paths)
+            txn.commit()
         except BaseException:
             if txn.active:
                 txn.rollback()
             raise
-        txn.commit()
-        prune_empty_dirs(paths, set(scheme.values()))
         removed.append(version)
     return removed

@@ -98,6 +98,8 @@ def _rollback(root: Path, saved: Path, index: Sequence[str], had: Sequence[str],
         if rel not in _INDEX_FILES:
             continue
         cur = root / rel
+        if rel in had and not os.path.lexists(saved / rel):
+            continue  # put back already, by a rollback killed after it: what is there now is the original
         if cur.is_dir() and not cur.is_symlink():
             shutil.rmtree(cur)
         elif cur.exists() or cur.is_symlink():

@@ -120,6 +120,8 @@ class Interpreter:
     def scheme(self) -> dict[str, str]:
         """Install destinations, in the names a wheel's ``.data/`` folder uses."""
         headers = self.include or os.path.join(self.data, "include")
+        if self.is_venv:  # the base's include folder is not the venv's to write (pip's venv scheme too)
+            headers = os.path.join(self.data, "include", "site", "python" + ".".join(self.version.split(".")[:2]))
         return {"purelib": self.purelib, "platlib": self.platlib, "scripts": self.scripts, "data": self.data,
                 "headers": headers}
 

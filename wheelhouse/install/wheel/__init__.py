@@ -49,7 +49,7 @@ from wheelhouse.install.installed import (
 from wheelhouse.install.transaction import Transaction
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.progress import NullReporter, Reporter
-from .extract import create_new, extract_plans
+from .extract import FileIdentity, create_new, extract_plans
 from .inflate import choose as choose_inflater
 from .launchers import shebang
 from .linkcache import LinkCache, Linking
@@ -159,6 +159,24 @@ def _check_space(plans: Sequence[WheelPlan], scheme: Mapping[str, str]) -> None:
                       hint="free space there (or install into a venv on a larger disk: `wh install --venv PATH`)")
 
 
+def _refuse_folder_clobber(plans: Sequence[WheelPlan]) -> None:
+    """A file is never written where a folder is (one the batch does not remove): moved aside whole, that
+    folder, another distribution's package or the venv's bin/, would be gone at the commit (pip fails there)."""
+    removed = {os.path.normpath(r) for p in plans for r in p.removed}
+    parents: dict[str, bool] = {}  # a new venv: most parents are not there, one stat each
+    for plan in plans:
+        for dest in plan.written_paths():
+            parent = os.path.dirname(dest)
+            there = parents.get(parent)
+            if there is None:
+                there = parents[parent] = os.path.isdir(parent)
+            if there and dest not in removed and os.path.isdir(dest) and not os.path.islink(dest):
+                name = next((m.name for m in plan.members if m.dest == dest), os.path.basename(dest))
+                raise UnsafeWheelPath(f"{plan.wheel.name}: {name} would replace the folder {dest} with a file",
+                                      hint="the wheel is malformed or hostile; remove it from the wheelhouse and "
+                                           "re-run `wh stage`")
+
+
 def plan_batch(wheels: Sequence[Path], scheme: Mapping[str, str], jobs: int) -> list[WheelPlan]:
     """Plan every wheel; mark files two wheels write (the later keeps it) and the previous versions' paths.
 
@@ -181,6 +199,7 @@ def plan_batch(wheels: Sequence[Path], scheme: Mapping[str, str], jobs: int) -> 
             plan.replaced = ",".join(v for _, v in old)
             for dist_info, _ in old:
                 plan.removed += inside_scheme(installed_paths(dist_info), scheme, plan.name)
+    _refuse_folder_clobber(plans)
     return plans
 
 
@@ -195,7 +214,7 @@ def install_wheels(
     on_written: Callable[[str], None] | None = None,
     on_abort: Callable[[], None] | None = None,
     expected: Mapping[Path, str] | None = None,
-    verified: Collection[Path] = (),
+    verified: Collection[Path] | Mapping[Path, FileIdentity | None] = (),
     link_cache: Path | None = None,
 ) -> list[InstalledDist]:
     """Install ``wheels`` into ``scheme`` (purelib, platlib, scripts, data, headers) for ``python``.
@@ -206,7 +225,8 @@ def install_wheels(
     as soon as it is written (to byte-compile while extraction goes on); ``on_abort()`` is
     called before a rollback. ``expected`` maps wheels to the sha256 (hex) the lock gives them: they
     are hashed while they are extracted, and one that differs rolls the batch back (HashMismatch).
-    ``verified``: wheels the caller already checked against the lock. The members of both are checked
+    ``verified``: wheels the caller already checked against the lock (``checks.verify_files``' answer: with
+    the identity of each file it hashed, so a wheel replaced since is refused). The members of both are checked
     by CRC-32; a wheel in neither has every member checked against its RECORD sha256.
     ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none;
     used for the wheels of ``expected`` (the lock's sha256 names their entry), on the same filesystem.
@@ -226,7 +246,7 @@ def install_wheels(
         _refuse_if_altered(expected, jobs)
         raise
     txn = transaction or Transaction(scheme["platlib"], [w.name for w in wheels])
-    txn.after_commit.append(lambda: prune_removed(plans, scheme))
+    txn.before_commit.append(lambda: prune_removed(plans, scheme))
     total = sum(m.size for p in plans for m in p.members if m.write) or 1
     task = f"installing {len(plans)} wheel{'' if len(plans) == 1 else 's'}"
     dirs = {os.path.dirname(m.dest) for p in plans for m in p.members}
@@ -239,7 +259,7 @@ def install_wheels(
         linking = _linking(link_cache, plans, expected, scheme)
         bad = extract_plans(plans, python, jobs=jobs, total=total, reporter=reporter, task=task,
                             on_written=on_written, expected=expected,
-                            verified={Path(w) for w in verified}, inflater=inflater, linking=linking)
+                            verified=verified, inflater=inflater, linking=linking)
         if bad:
             raise hash_mismatch(bad)
         if linking is not None:
@@ -281,5 +301,5 @@ def _linking(root: Path | None, plans: Sequence[WheelPlan], expected: Mapping[Pa
 
 
 def prune_removed(plans: Sequence[WheelPlan], scheme: Mapping[str, str]) -> None:
-    """After the commit: folders only the replaced versions used are empty now."""
+    """Just before the commit: folders only the replaced versions used are empty now."""
     prune_empty_dirs([o for p in plans for o in p.removed], set(scheme.values()))

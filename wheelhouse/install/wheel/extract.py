@@ -41,7 +41,15 @@ from .linkcache import Linking, linkable
 from .plan import PlannedFile, WheelPlan
 from .record import RecordMismatch, UnpackError, record_digest
 
-__all__ = ["create_new", "extract_plans", "Extraction"]
+__all__ = ["create_new", "extract_plans", "Extraction", "FileIdentity", "file_identity"]
+
+# (device, inode, size, mtime, ctime): another file at the path, or the same one written to, differs.
+FileIdentity = tuple[int, int, int, int, int]
+
+
+def file_identity(st: os.stat_result) -> FileIdentity:
+    """What says a file is the one read before (``os.fstat`` of it): a rename over it or a write changes it."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 # Reads of the archive (stored and deflated members, whole wheels for their sha256) go into one buffer
 # per member or wheel, reused: a fresh 4 MiB bytes object per read was page faults and a copy from
@@ -74,17 +82,29 @@ def create_new(dest: str, mode: int) -> int:
 
 
 class _Archives:
-    """One read-only descriptor per wheel, shared by all threads (``os.pread`` has no file position)."""
+    """One read-only descriptor per wheel, shared by all threads (``os.pread`` has no file position).
 
-    def __init__(self) -> None:
+    ``pinned``: the identity of the file whose sha256 the caller checked, per wheel; another file found
+    at the path (replaced since, or written to) is refused, not extracted."""
+
+    def __init__(self, pinned: Mapping[Path, FileIdentity] | None = None) -> None:
         self._fds: dict[Path, int] = {}
         self._lock = threading.Lock()
+        self._pinned = dict(pinned or {})
 
     def fd(self, path: Path) -> int:
         with self._lock:
             fd = self._fds.get(path)
             if fd is None:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                want = self._pinned.get(path)
+                if want is not None and file_identity(os.fstat(fd)) != want:
+                    os.close(fd)
+                    raise UnpackError(f"{path.name} changed after its sha256 was checked (replaced or written to "
+                                      "while wh ran); nothing was installed",
+                                      hint="make the wheelhouse read-only to others (or copy it), then re-run "
+                                           "`wh install`")
+                self._fds[path] = fd
             return fd
 
     def close(self) -> None:
@@ -211,14 +231,15 @@ class Extraction:
     """One batch's shared state: descriptors, the stop signal, the inflater, folders made so far."""
 
     def __init__(self, python: str, reporter: Reporter, task: str, inflater: Inflater,
-                 on_written: Callable[[str], None] | None, hashed: set[Path], linking: Linking | None = None):
+                 on_written: Callable[[str], None] | None, hashed: set[Path], linking: Linking | None = None,
+                 pinned: Mapping[Path, FileIdentity] | None = None):
         self.python, self.reporter, self.task, self.inflater = python, reporter, task, inflater
         self.on_written = on_written
         self.linking = linking
         self.pending: dict[int, int] = {}  # id(plan) -> its extraction tasks not finished yet
         self._pending_lock = threading.Lock()
         self.hashed = hashed  # wheels whose whole sha256 is checked: members by CRC
-        self.archives = _Archives()
+        self.archives = _Archives(pinned)
         self.failed = threading.Event()
         self.counter = _Counter()
         self._made: set[str] = set()  # folders made so far (a race only repeats a harmless makedirs)
@@ -295,6 +316,10 @@ class Extraction:
                         raise _too_big(plan, m)
                 _write_all(out, chunk)
             st = os.fstat(out) if self.linking is not None else None  # after the last write: its final mtime
+        except OSError as exc:
+            if exc.filename is None:  # os.write names no file: a full disk would read "could not write a file"
+                raise OSError(exc.errno, exc.strerror, m.dest) from exc
+            raise
         finally:
             os.close(out)
         if size != m.size or not check.matches(m):
@@ -349,12 +374,13 @@ def _chunks(plans: list[WheelPlan], target_bytes: int,
 
 def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int, reporter: Reporter, task: str,
                   on_written: Callable[[str], None] | None = None, expected: Mapping[Path, str] | None = None,
-                  verified: Collection[Path] = (), inflater: Inflater | None = None,
-                  linking: Linking | None = None) -> list[tuple[str, str, str]]:
+                  verified: Collection[Path] | Mapping[Path, FileIdentity | None] = (),
+                  inflater: Inflater | None = None, linking: Linking | None = None) -> list[tuple[str, str, str]]:
     """Write every planned file of ``plans`` (``write`` set) with ``jobs`` threads.
 
     ``expected`` maps wheels to the sha256 (hex) they must have; each is hashed by a task of the
-    same pool. ``verified``: wheels whose sha256 the caller already checked. The members of both
+    same pool. ``verified``: wheels whose sha256 the caller already checked (a mapping: with the identity
+    of the file it hashed, ``file_identity``, which extraction must find at the path). The members of both
     are checked by CRC-32, the others' by their RECORD sha256. ``linking``: the extraction cache's
     entries for some wheels (their files are linked from there, checked) and where the stat of every
     file written is kept for adding entries afterwards. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
@@ -363,8 +389,9 @@ def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int,
     back like a whole one).
     """
     expected = dict(expected or {})
-    run = Extraction(python, reporter, task, inflater or choose(), on_written, set(expected) | set(verified),
-                     linking)
+    pinned = {Path(w): i for w, i in verified.items() if i is not None} if isinstance(verified, Mapping) else {}
+    run = Extraction(python, reporter, task, inflater or choose(), on_written,
+                     set(expected) | {Path(w) for w in verified}, linking, pinned)
     work: list[tuple[int, str, object]] = []
     linked = set(linking.manifests) if linking is not None else set()
     for cost, plan, members in _chunks(plans, max(8 << 20, total // (jobs * 4)), linked):

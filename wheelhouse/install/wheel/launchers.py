@@ -21,7 +21,10 @@ __all__ = ["shebang", "console_launchers", "check_script_name", "protected_scrip
 # activation scripts, and wh's own snippets. pip's own wheel legitimately ships pip, pip3, pip3.X.
 _INTERPRETER = re.compile(r"^(python|pythonw|pypy|graalpy)(\d+(\.\d+)?t?)?$")
 _PIP = re.compile(r"^pip(\d+(\.\d+)?)?$")
-_VENV = re.compile(r"^(activate(\..*)?|Activate\.ps1|deactivate(\..*)?|wh-env\..*)$", re.IGNORECASE)
+_VENV = re.compile(r"^(activate([._].*)?|Activate\.ps1|deactivate(\..*)?|wh-env\..*)$", re.IGNORECASE)
+# The entry point spec's object reference: dotted names, module then attribute (packaging.python.org,
+# "Entry points specification"); anything else would be spliced into the launcher as code.
+_DOTTED = re.compile(r"^[^\W\d]\w*(\.[^\W\d]\w*)*\Z")
 
 _LAUNCHER = """# -*- coding: utf-8 -*-
 import sys
@@ -49,6 +52,8 @@ def protected_script(script: str, dist: str | None = None) -> str | None:
         return "would replace the environment's interpreter"
     if _VENV.match(script):
         return "would replace the environment's activation script"
+    if script == "pyvenv.cfg":  # Python reads it beside its executable too: which interpreter the venv is
+        return "would replace the environment's pyvenv.cfg"
     if _PIP.match(script) and (dist is None or canonicalize_name(dist) != "pip"):
         return "would replace the environment's pip"
     return None
@@ -56,7 +61,8 @@ def protected_script(script: str, dist: str | None = None) -> str | None:
 
 def check_script_name(wheel: Path, dist: str, script: str) -> None:
     """Raise UnsafeWheelPath for a script that would replace the interpreter, pip or an activation script."""
-    if script in ("", ".", "..") or "/" in script or "\\" in script:
+    if script in ("", ".", "..") or "/" in script or "\\" in script or "\x00" in script \
+            or len(script.encode("utf-8", "surrogateescape")) > 255:  # NAME_MAX: no file has that name
         bad = "is not a file name"
     else:
         bad = protected_script(script, dist)
@@ -82,9 +88,8 @@ def console_launchers(entry_points: str | None) -> list[tuple[str, str]]:
             continue
         for script, ref in cp.items(group):
             ref = ref.split("[", 1)[0].strip()
-            module, _, attr = ref.partition(":")
-            if not module.strip() or not attr.strip() or "/" in script:
+            module, _, attr = (part.strip() for part in ref.partition(":"))
+            if not _DOTTED.match(module) or not _DOTTED.match(attr) or "/" in script:
                 continue
-            attr = attr.strip()
-            out.append((script.strip(), _LAUNCHER.format(module=module.strip(), head=attr.split(".")[0], call=attr)))
+            out.append((script.strip(), _LAUNCHER.format(module=module, head=attr.split(".")[0], call=attr)))
     return out

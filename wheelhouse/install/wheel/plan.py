@@ -92,6 +92,19 @@ def _find_dist_info(wheel: Path, names: list[str]) -> str:
     if not same:
         raise UnpackError(f"{wheel.name} ships {infos[0]}/, not the {name} {version} its filename names",
                           hint="the wheel is malformed or hostile; remove it from the wheelhouse and re-run `wh stage`")
+    # What the requirements check, pip and importlib.metadata read as its name and version: a
+    # METADATA saying "torch 2.5" in evil-1.0.dist-info/ would satisfy torch>=2 and install no torch.
+    from ..closure import wheel_dist  # here: closure imports this package
+
+    meta = wheel_dist(wheel)
+    try:
+        same = canonicalize_name(meta.name) == name and Version(meta.version) == version
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise UnpackError(f"{wheel.name}: its METADATA names {meta.name} {meta.version}, not the {name} {version} "
+                          "its filename names",
+                          hint="the wheel is malformed or hostile; remove it from the wheelhouse and re-run `wh stage`")
     return infos[0]
 
 
@@ -104,6 +117,32 @@ def _refuse_state(wheel: Path, name: str, dest: str, states: tuple[str, ...]) ->
     state = next(s for s in states if dest == s or dest.startswith(s + os.sep))
     return UnsafeWheelPath(f"{wheel.name}: {name} would be written into wh's state folder {state}",
                            hint="remove this wheel from the wheelhouse and re-run `wh stage`")
+
+
+def _check_venv_file(wheel: Path, dist: str, name: str, dest: str, venv_files: tuple[str, str]) -> None:
+    """Refuse a member that lands on the venv's interpreter, activation scripts, pyvenv.cfg or scripts folder,
+    by any path."""
+    scripts_sep, pyvenv = venv_files
+    if dest == pyvenv:
+        raise UnsafeWheelPath(f"{wheel.name}: {name} would replace the environment's pyvenv.cfg",
+                              hint="remove this wheel from the wheelhouse and re-run `wh stage`")
+    if dest + os.sep == scripts_sep:
+        raise UnsafeWheelPath(f"{wheel.name}: {name} would replace the environment's scripts folder",
+                              hint="remove this wheel from the wheelhouse and re-run `wh stage`")
+    if dest.startswith(scripts_sep) and os.sep not in dest[len(scripts_sep):]:  # scripts/sub/x replaces nothing
+        check_script_name(wheel, dist, dest[len(scripts_sep):])
+
+
+def _check_dist_info(wheel: Path, name: str, dest: str, dist_info: str, sites: set[str]) -> None:
+    """Refuse a member that lands in another distribution's ``.dist-info`` folder of a site folder."""
+    for site in sites:
+        if dest.startswith(site):
+            top = dest[len(site):].partition(os.sep)[0]
+            if top.endswith(".dist-info") and top != dist_info:
+                raise UnpackError(f"{wheel.name}: {name} would be written into {top}/, a second .dist-info "
+                                  f"besides {dist_info}/",
+                                  hint="the wheel is malformed or hostile; remove it from the wheelhouse and "
+                                       "re-run `wh stage`")
 
 
 def _meta(text: str) -> dict[str, str]:
@@ -173,6 +212,9 @@ def _plan(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     inside_states = tuple(d + os.sep for d in states)
     root_norm = os.path.normpath(root)
     root_sep = os.path.join(root_norm, "")
+    scripts_sep = os.path.join(os.path.normpath(scheme["scripts"]), "")
+    venv_files = (scripts_sep, os.path.join(os.path.normpath(scheme["data"]), "pyvenv.cfg"))
+    sites = {os.path.join(os.path.normpath(scheme[k]), "") for k in ("purelib", "platlib")}
     members: list[PlannedFile] = []
     for n, file_size, compress_size, compress_type, crc, offset, mode in archive.members:
         if n.endswith("/") or n in skip:
@@ -196,16 +238,22 @@ def _plan(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
             if key == "headers":
                 rest = f"{name}/{rest}"
             script = key == "scripts"
-            if script and "/" not in rest:  # scripts/sub/x replaces nothing of the venv's
-                check_script_name(wheel, name, rest)
             dest = os.path.normpath(os.path.join(base_dir, rest))
             check_inside(wheel, n, dest, base_dir)
+            # Judged by where it lands, not by its name: scripts/./python and data/bin/python are bin/python,
+            # data/lib/.../site-packages/numpy-1.0.dist-info is a second distribution.
+            _check_venv_file(wheel, name, n, dest, venv_files)
+            _check_dist_info(wheel, n, dest, dist_info, sites)
         else:
             # check_archive_path refused absolute names and '..': normalising root/n cannot leave root
             # (the same test as check_inside, without a commonpath per member).
             dest = os.path.normpath(root_sep + n)
             if not dest.startswith(root_sep) and dest != root_norm:
                 check_inside(wheel, n, dest, root)
+            if n.startswith("./"):  # another name for a top-level folder
+                _check_dist_info(wheel, n, dest, dist_info, sites)
+            if dest.startswith(venv_files[0]):  # a scheme whose scripts folder is inside the site folder
+                _check_venv_file(wheel, name, n, dest, venv_files)
         if dest.startswith(inside_states) or dest in states:
             raise _refuse_state(wheel, n, dest, states)
         members.append(PlannedFile(n, dest, file_size, digest, mode, script, offset, compress_size, compress_type,
