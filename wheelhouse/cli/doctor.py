@@ -126,6 +126,9 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
     for f in report.fixes:
         if f.action == "not-dropped":
             con.print(f"not dropped: {f.what}: {f.reason}", markup=False, highlight=False)
+        elif f.action == "drop" and f.confirmed is False:
+            con.print(f"dropped {f.what}, NOT confirmed: find_spec still finds {', '.join(f.still_found)}",
+                      markup=False, highlight=False)
         else:
             con.print(f"fixed: {f.action} {f.what}", markup=False, highlight=False)
 
@@ -177,7 +180,7 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
         _no_doctor_options_before(ctx)
         return
     ui = ctx.obj
-    from wheelhouse.doctor import apply_fixes, list_checks as _list, run_doctor
+    from wheelhouse.doctor import apply_fixes, interrupted_report, list_checks as _list, run_doctor, with_fixes
 
     if list_checks:
         rows = _list()
@@ -194,6 +197,7 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
         raise click.UsageError("--tp needs --model (the checkpoint whose heads it must divide)")
     if junit:
         check_writable("--junit", junit)
+        _not_stdout(junit)
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
@@ -206,15 +210,18 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
                                     reporter=reporter)
                 if any(f.changed for f in fixes):  # something changed: check again
                     report = run_doctor(python, **kw)
-                report = DoctorReport(report.python, report.results, report.facts, report.started, report.seconds,
-                                      tuple(fixes))
+                report = with_fixes(report, fixes)
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or a CI timeout's SIGTERM: what finished, and an error for the rest, still reach the JUnit and
+        # the JSON (never green), so CI shows which check hung, not nothing or an earlier run's file. Exit 130.
+        _write_reports(getattr(exc, "report", None) or interrupted_report(python or sys.executable, checks, model is not None),
+                       junit, as_json, strict)
+        raise
     finally:
         reporter.close()
     # The files CI reads first: a table that cannot be drawn must not cost the JUnit or the JSON.
-    if junit:
-        write_output("--junit", junit, render_junit(report))
+    _write_reports(report, junit, as_json, strict)
     if as_json:
-        emit_json(report.to_json(strict))
         if not ui.quiet:  # stdout has the JSON: the report for people goes to the log (stderr)
             _render(ui.console, report, ui.verbose)
     else:  # the report is the data asked for: stdout, even with -q
@@ -222,6 +229,29 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     code = report.exit_code(strict)
     if code:
         sys.exit(code)
+
+
+def _not_stdout(junit: Path) -> None:
+    """``--junit F > F``: the JUnit would replace the file the shell opened for stdout; the report sent
+    there (the JSON) would go to an unlinked file and be lost. Bad input, before any work."""
+    import os
+
+    from wheelhouse.errors import UsageError
+
+    try:
+        same = os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(junit))
+    except (OSError, ValueError, AttributeError):  # no such file yet, or stdout is no file
+        return
+    if same:
+        raise UsageError(f"--junit {junit} is the file stdout is redirected to: the JUnit would replace the report",
+                         hint="write the JUnit file elsewhere, e.g. --junit doctor.xml")
+
+
+def _write_reports(report: DoctorReport, junit: Path | None, as_json: bool, strict: bool) -> None:
+    if junit:
+        write_output("--junit", junit, render_junit(report))
+    if as_json:
+        emit_json(report.to_json(strict))
 
 
 def _no_doctor_options_before(ctx: click.Context) -> None:
@@ -265,6 +295,7 @@ def compare(ui, reports, as_json, junit, expect) -> None:
 
     if junit:
         check_writable("--junit", junit)
+        _not_stdout(junit)
         if any(Path(r).resolve() == Path(junit).resolve() for r in reports):
             from wheelhouse.errors import UsageError
 

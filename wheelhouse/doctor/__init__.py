@@ -32,7 +32,7 @@ from wheelhouse import __version__
 from wheelhouse.resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
-__all__ = ["DoctorCannotRun", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes",
+__all__ = ["DoctorCannotRun", "DoctorInterrupted", "interrupted_report", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes", "with_fixes",
            "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
@@ -289,14 +289,57 @@ def run_checks(ctx: DoctorContext) -> list[CheckResult]:
         return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
 
     with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
+        futures = [pool.submit(one, g) for g in groups]
         try:
-            per_group = list(pool.map(one, groups))
-        except BaseException:
+            per_group = [f.result() for f in futures]
+        except BaseException as exc:
+            # What finished before the interrupt, read BEFORE the kill below fails what still runs.
+            done = [f.result() if f.done() and not f.exception() else None for f in futures]
             # Ctrl-C (or a WhError) must not wait out every running probe's timeout: kill them all now,
             # and let no queued probe start, so the pool below winds down in well under a second.
             interrupt_probes()
+            if isinstance(exc, KeyboardInterrupt):
+                raise _ChecksInterrupted(
+                    [r for rs in done if rs for r in rs]
+                    + [_interrupted(g) for g, rs in zip(groups, done) if rs is None]) from None
             raise
     return [r for rs in per_group for r in rs]
+
+
+class _ChecksInterrupted(KeyboardInterrupt):
+    def __init__(self, results: list[CheckResult]) -> None:
+        super().__init__()
+        self.results = results
+
+
+def _interrupted(what: str) -> CheckResult:
+    return CheckResult(f"{what}:interrupted", f"the {what} checks finished", "error",
+                       "interrupted (Ctrl-C or SIGTERM) before they finished; their probes were killed",
+                       hint="give the doctor more time (a CI job's timeout), or find the probe that hangs with "
+                            f"`wh doctor --check {what} -v`")
+
+
+class DoctorInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the doctor; ``report`` has what finished before and an error for the rest.
+
+    A KeyboardInterrupt, so wh still exits 130; the CLI first writes ``report`` as the JSON and JUnit
+    (never green: it holds an error), so CI is not left with nothing, or an earlier run's file.
+    """
+
+    def __init__(self, report: DoctorReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+def interrupted_report(python: str, checks: Sequence[str] = (), model: bool = False) -> DoctorReport:
+    """The report of a doctor stopped before its checks finished (while gathering facts, or in ``--fix``)."""
+    groups = [g for g in GROUPS if selected(g, checks) and (g != "model" or model)]
+    # Nothing was gathered: the facts the report's shape asks for are there, unknown (None), never made up.
+    facts = {"interpreter": {"executable": python, "python_full_version": None, "machine": None},
+             "distributions": 0, "native_distributions": 0,
+             "gpu": {"gpus": [], "driver_version": None, "source": "none", "error": "not queried: interrupted"},
+             "interrupted": "before the facts were gathered"}
+    return DoctorReport(python, tuple(_interrupted(g) for g in groups), facts)
 
 
 def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
@@ -309,7 +352,14 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     t0 = time.monotonic()
     allow_probes()  # a doctor interrupted earlier in this process stopped its probes, not this run's
     ctx = gather_context(python, **options)
-    results = run_checks(ctx)
+    try:
+        results = run_checks(ctx)
+    except _ChecksInterrupted as exc:
+        raise DoctorInterrupted(_report(ctx, exc.results, started, t0)) from None
+    return _report(ctx, results, started, t0)
+
+
+def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float) -> DoctorReport:
     f = ctx.facts
     summary = {
         "interpreter": {k: f.get(k) for k in ("executable", "implementation", "python_full_version", "soabi", "machine",
@@ -357,8 +407,26 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
     plans = plan_drops(report, include_forced=include_forced)
     for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
         done.append(Fix("drop", f"{r.name} {r.version}", forced=r.forced, confirmed=r.confirmed, reason=r.reason,
-                        check=r.check_id))
+                        check=r.check_id, still_found=r.still_found))
     if not include_forced:
         done += [Fix("not-dropped", f"{p.distribution} {p.version}", forced=True, reason=FORCED_NOT_DROPPED)
                  for p in forced_kept(report)]
     return done
+
+
+def with_fixes(report: DoctorReport, fixes: Sequence[Fix]) -> DoctorReport:
+    """``report`` (the run after ``--fix``) with what was fixed, and a failure for each drop not confirmed.
+
+    A drop whose names ``find_spec`` still finds (another copy on sys.path, one without a ``.dist-info``
+    that no check probes) has not cured "findable but broken": where the re-run has no verdict for the
+    check that caused the drop, the unconfirmed drop fails that check, as ``wh drop`` exits 1.
+    """
+    probed = {r.id for r in report.results}  # the re-run probed the copy find_spec finds now: its verdict speaks
+    unconfirmed = [
+        CheckResult(f.check or f"native:{canonicalize_name(f.what.split(' ', 1)[0])}", f"{f.what} dropped: find_spec is None",
+                    "fail", f"uninstalled {f.what}, but find_spec still finds {', '.join(f.still_found) or 'it'}: "
+                            "another copy is on sys.path (a second site folder, a .pth, PYTHONPATH)",
+                    hint="remove the other copy by hand, then run `wh doctor` again", data={"fix": f.to_json(), "still_found": list(f.still_found)})
+        for f in fixes if f.action == "drop" and f.confirmed is False and (f.check or "") not in probed]
+    return DoctorReport(report.python, report.results + tuple(unconfirmed), report.facts, report.started,
+                        report.seconds, tuple(fixes))

@@ -191,6 +191,37 @@ def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:
     return None
 
 
+def _record_paths(info: Path) -> list[str]:
+    """The paths ``info``'s RECORD lists, relative to its site folder ('/'-separated); [] without a RECORD."""
+    from wheelhouse.install.wheel.record import read_record
+
+    try:
+        return [p for p, _, _ in read_record((info / "RECORD").read_text("utf-8", "replace"))]
+    except OSError:
+        return []
+
+
+def _confirm_names(info: Path, modules: Sequence[str]) -> tuple[str, ...]:
+    """The names whose ``find_spec`` must be None once the distribution at ``info`` is gone.
+
+    A name the distribution provides only as a portion of a namespace package (``nspkg/a/...``, no
+    ``nspkg/__init__.py``) is shared: another distribution's ``nspkg/b`` keeps ``find_spec('nspkg')``
+    alive, which says nothing about this drop. Its own names under it are confirmed instead.
+    """
+    paths = [p for p in _record_paths(info) if not p.startswith("..") and "__pycache__/" not in p]
+
+    def expand(module: str) -> list[str]:
+        prefix = module.replace(".", "/")
+        own = [p[len(prefix) + 1:] for p in paths if p.startswith(prefix + "/")]
+        is_module = any(p == f"{prefix}.py" or (p.startswith(prefix + ".") and p.endswith(".so") and "/" not in p) for p in paths)
+        if is_module or not own or "__init__.py" in own:
+            return [module]
+        children = dict.fromkeys(c.split("/", 1)[0].split(".", 1)[0] for c in own)
+        return [n for c in children if c.isidentifier() for n in expand(f"{module}.{c}")] or [module]
+
+    return tuple(dict.fromkeys(n for m in modules for n in expand(m)))
+
+
 def _wheelhouse_of(platlib: str, name: str, wheelhouse: Path | None) -> str | None:
     if wheelhouse:
         return str(wheelhouse)
@@ -212,44 +243,65 @@ def drop_distributions(
     from wheelhouse.target.interpreter import inspect_interpreter
 
     interp = inspect_interpreter(python)
-    site_dirs = list(interp.site_dirs)
     records: list[DropRecord] = []
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     reporter.start("drop", total=len(plans))
-    for p in plans:
-        info = _dist_info(site_dirs, p.distribution)
-        if info is None:
-            reporter.advance("drop")
-            continue
-        method = "pip" if interp.has_pip else "record"
+    with ExitStack() as held:
         if not dry_run:
-            if method == "pip":
-                proc = subprocess.run([interp.executable, "-m", "pip", "uninstall", "-y", p.distribution],
-                                      capture_output=True, text=True, timeout=600)
-                if proc.returncode != 0:
-                    raise DropFailed(f"pip could not uninstall {p.distribution}", detail=proc.stderr[-3000:],
-                                     hint=f"run `{interp.executable} -m pip uninstall -y {p.distribution}` to see why")
-            else:
-                # The one guarded uninstaller (install's): only paths inside the environment, never
-                # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6).
-                with FolderLock(lockable(interp.platlib), on_wait=reporter.note):
-                    remove_distribution(p.distribution, interp.scheme())
-        records.append(DropRecord(
-            name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000], time=now,
-            wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=p.modules,
-            method=method, forced=p.forced, check_id=p.check_id,
-        ))
-        reporter.advance("drop")
+            # The target's lock for the whole drop: a `wh install` waits, and so does a second drop, whose
+            # read-and-extend of dropped.json would otherwise lose this one's entries (nothing to restore).
+            held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
+        try:
+            for p in plans:
+                record = _drop_one(interp, p, dry_run=dry_run, wheelhouse=wheelhouse)
+                if record is not None:
+                    records.append(record)
+                reporter.advance("drop")
+        finally:
+            # Also when a later uninstall fails (or Ctrl-C): what is gone is recorded, so it can be restored.
+            if not dry_run and records:
+                records = _confirm_and_record(interp, records)
     reporter.finish("drop")
-    if dry_run or not records:
-        return records
-    found = find_spec_many(interp.executable, [m for r in records for m in r.modules])
+    return records
+
+
+def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) -> DropRecord | None:
+    """Uninstall ``p``'s distribution (unless ``dry_run``); None when it is not installed."""
+    info = _dist_info(list(interp.site_dirs), p.distribution)
+    if info is None:
+        return None
+    method = "pip" if interp.has_pip else "record"
+    modules = _confirm_names(info, p.modules)  # read before the RECORD goes
+    if not dry_run:
+        if method == "pip":
+            proc = subprocess.run([interp.executable, "-m", "pip", "uninstall", "-y", p.distribution],
+                                  capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                raise DropFailed(f"pip could not uninstall {p.distribution}", detail=proc.stderr[-3000:],
+                                 hint=f"run `{interp.executable} -m pip uninstall -y {p.distribution}` to see why")
+        else:
+            # The one guarded uninstaller (install's): only paths inside the environment, never
+            # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
+            remove_distribution(p.distribution, interp.scheme())
+    return DropRecord(
+        name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=modules,
+        method=method, forced=p.forced, check_id=p.check_id,
+    )
+
+
+def _confirm_and_record(interp, records: list[DropRecord]) -> list[DropRecord]:
+    """Ask a new process whether find_spec is None for each record's names; append them to dropped.json."""
+    try:
+        found = find_spec_many(interp.executable, [m for r in records for m in r.modules])
+    except BaseException:
+        _write_dropped(interp.platlib, read_dropped(interp.platlib) + [r.to_json() for r in records])  # unconfirmed
+        raise
     confirmed = []
     for r in records:
         still = tuple(m for m in r.modules if found.get(m))
         confirmed.append(DropRecord(**{**asdict(r), "modules": r.modules, "confirmed": not still, "still_found": still}))
-    entries = read_dropped(interp.platlib) + [r.to_json() for r in confirmed]
-    _write_dropped(interp.platlib, entries)
+    _write_dropped(interp.platlib, read_dropped(interp.platlib) + [r.to_json() for r in confirmed])
     return confirmed
 
 
@@ -281,10 +333,16 @@ def _reconcile(interp) -> DroppedList:
     site_dirs = list(interp.site_dirs)
     back = [e for e in entries if _dist_info(site_dirs, e["name"]) is not None]
     if back:
-        keep = [e for e in entries if e not in back]
-        _write_dropped(interp.platlib, keep)
-        entries = keep
+        entries = _forget(interp, {canonicalize_name(e["name"]) for e in back})
     return DroppedList(tuple(entries), tuple(e["name"] for e in back))
+
+
+def _forget(interp, keys: set[str]) -> list[dict[str, Any]]:
+    """Remove the entries named ``keys`` from dropped.json, under the target's lock (a drop may be appending)."""
+    with FolderLock(lockable(interp.platlib)):
+        keep = [e for e in read_dropped(interp.platlib) if canonicalize_name(e["name"]) not in keys]
+        _write_dropped(interp.platlib, keep)
+    return keep
 
 
 def list_dropped(python: str) -> DroppedList:
@@ -343,7 +401,7 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
                          hint=f"list drops with `wh drop --list --python {python}`")
     entry = match[-1]
     if _dist_info(list(interp.site_dirs), entry["name"]) is not None:
-        _write_dropped(interp.platlib, [e for e in entries if canonicalize_name(e["name"]) != key])
+        _forget(interp, {key})
         return RestoreResult(entry["name"], entry.get("version"), None, already_installed=True)
     with ExitStack() as held:  # an archive or registry source lives in a temporary folder until installed
         source = _source_wheelhouse(entry, wheelhouse, interp.executable, held)
@@ -354,5 +412,5 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
         raise NotDropped(f"{entry['name']} is not in {source}: nothing was restored",
                          hint=f"give the wheelhouse it came from: `wh drop --restore {entry['name']} --wheelhouse "
                               f"WHEELHOUSE --python {interp.executable}`")
-    _write_dropped(interp.platlib, [e for e in read_dropped(interp.platlib) if canonicalize_name(e["name"]) != key])
+    _forget(interp, {key})
     return RestoreResult(entry["name"], entry.get("version"), recorded, install=result)

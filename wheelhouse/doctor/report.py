@@ -64,6 +64,8 @@ class Fix:
     confirmed: bool | None = None  # drop: find_spec is None afterwards, in a new process
     reason: str | None = None
     check: str | None = None  # the check whose failure caused it
+    still_found: tuple[str, ...] = ()  # drop: names find_spec still finds afterwards (another copy); in the
+    # report as the failed ``drop:<name>`` check (``with_fixes``)
 
     @property
     def changed(self) -> bool:

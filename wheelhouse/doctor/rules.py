@@ -79,14 +79,12 @@ class RuleFacts:
 class Condition:
     spec: Mapping[str, Any]
 
-    def check(self, facts: RuleFacts) -> tuple[bool, str]:
-        """(holds, evidence): the evidence says what was looked at, either way."""
+    def check(self, facts: RuleFacts) -> tuple[bool | None, str]:
+        """(holds, evidence): the evidence says what was looked at, either way; holds is None: cannot tell."""
         s = self.spec
         if "gpu_sm" in s:
-            wanted = [s["gpu_sm"]] if isinstance(s["gpu_sm"], str) else list(s["gpu_sm"])
-            wanted = [w.replace("sm_", "") for w in wanted]
-            wanted = {w if "." in w else f"{w[:-1]}.{w[-1]}" for w in wanted}
-            hits = [g for g in facts.gpus if g.compute_capability in wanted]
+            wanted = {_capability(w) for w in ([s["gpu_sm"]] if isinstance(s["gpu_sm"], str) else s["gpu_sm"])}
+            hits = [g for g in facts.gpus if g.compute_capability and _capability(g.compute_capability) in wanted]
             if hits:
                 return True, f"GPU {hits[0].index} {hits[0].name} is sm {hits[0].compute_capability}"
             seen = sorted({g.compute_capability or "?" for g in facts.gpus})
@@ -114,14 +112,20 @@ class Condition:
             if "version" in s:
                 try:
                     holds = SpecifierSet(s["version"]).contains(Version(pkg.version), prereleases=True)
-                except InvalidVersion:
-                    return False, f"{pkg.name} {pkg.version} is not a PEP 440 version"
+                except InvalidVersion:  # unknown, not "does not hold": no ok may rest on it
+                    return None, f"{pkg.name} {pkg.version} is not a PEP 440 version: cannot tell if it is {s['version']}"
                 if not holds or "file" not in s:
                     return holds, f"{pkg.name} {pkg.version} ({'' if holds else 'not '}{s['version']})"
             if "file" in s:
                 return _check_file(s, pkg)
             return True, f"{pkg.name} {pkg.version} is installed"
         raise RuleError(f"condition {dict(s)} names nothing to check", hint="use gpu_sm, package, env or installed")
+
+
+def _capability(sm: str) -> str:
+    """``8.9``, ``89``, ``sm_89``, ``sm_90a`` -> ``8.9`` / ``9.0``: one spelling for rules and GPUs alike."""
+    w = sm.strip().lower().removeprefix("sm_").removeprefix("sm").rstrip("af")
+    return w if "." in w or len(w) < 2 else f"{w[:-1]}.{w[-1]}"
 
 
 def _check_file(s: Mapping[str, Any], pkg: InstalledPackage) -> tuple[bool, str]:
@@ -219,14 +223,21 @@ def load_rules(dirs: Sequence[Path]) -> list[Rule]:
 
 def evaluate_rule(rule: Rule, facts: RuleFacts) -> CheckResult:
     """Fires (the rule's verdict) when every condition holds, else ok with the clearing condition."""
-    evidence = []
+    evidence, unknown = [], []
     for cond in rule.conditions:
         holds, why = cond.check(facts)
         evidence.append(why)
-        if not holds:
+        if holds is None:
+            unknown.append(why)
+        elif not holds:
             return CheckResult(f"rule:{rule.id}", rule.title, "ok", "does not apply: " + why,
                                data={"fired": False, "references": list(rule.references)})
     refs = f" [{', '.join(rule.references)}]" if rule.references else ""
+    if unknown:  # every other condition holds: it may well apply
+        return CheckResult(f"rule:{rule.id}", rule.title, "info" if rule.verdict == "info" else "warn",
+                           "cannot tell whether it applies: " + "; ".join(evidence) + refs,
+                           hint=rule.hint or f"see rule {rule.id} in {rule.source}",
+                           data={"fired": None, "references": list(rule.references)})
     hint = rule.hint
     if hint is None and rule.verdict in ("fail", "warn"):  # a finding always says where to read on
         hint = f"see {', '.join(rule.references)}" if rule.references else f"see rule {rule.id} in {rule.source}"

@@ -1,0 +1,301 @@
+"""Hostile round 8b: drops that touch what others share, rules fed odd facts, a doctor stopped from outside.
+
+Real gcc-built extension modules in real venvs (tests/support/broken_packages.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv, site_packages
+from schema_check import validate
+from wheelmaker import make_wheel
+from wheelhouse.doctor import run_doctor
+from wheelhouse.doctor.drop import drop_distributions, plan_drops
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+SCHEMA = Path(__file__).parents[1] / "support" / "doctor_schema.json"
+needs_gcc = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+
+@pytest.fixture(scope="module")
+def exts(tmp_path_factory) -> dict[str, bytes]:
+    build = tmp_path_factory.mktemp("round8b-build")
+    return {"ok": _ext(build, "_ext"), "undef": _ext(build, "_ext", "WH_UNDEF")}
+
+
+def _install(py: Path, folder: Path, name: str, modules: dict[str, str], files: dict[str, bytes], **kw) -> Path:
+    install_wheel(py, make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, **kw))
+    return site_packages(py)
+
+
+def _find(py: Path, module: str) -> bool:
+    out = subprocess.run([str(py), "-c", f"import importlib.util as u; print(u.find_spec({module!r}) is not None)"],
+                         capture_output=True, text=True, cwd="/", check=True)
+    return out.stdout.strip() == "True"
+
+
+@needs_gcc
+def test_dropping_one_portion_of_a_shared_namespace_package_is_confirmed_and_spares_the_other(tmp_path, exts):
+    # nsa ships nspkg/a/_ext (broken), nsb ships nspkg/b (fine): both provide the namespace nspkg. Dropping nsa
+    # must leave nsb importable, and find_spec('nspkg') still finding nsb's portion is no failed drop.
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    site = _install(py, w, "nsa", {"nspkg/a/__init__.py": "from . import _ext\n"}, {f"nspkg/a/_ext{SUFFIX}": exts["undef"]})
+    _install(py, w, "nsb", {"nspkg/b/__init__.py": "X = 1\n"}, {})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    assert report.get("native:nsa").verdict == "fail"
+    [rec] = drop_distributions(str(py), plan_drops(report))
+    assert not (site / "nspkg" / "a").exists() and (site / "nspkg" / "b" / "__init__.py").is_file()
+    assert _find(py, "nspkg.b") and not _find(py, "nspkg.a")
+    assert rec.confirmed, rec.still_found
+
+
+def _wh(*args, env=None, **kw):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")} | {"NO_COLOR": "1", "COLUMNS": "400"}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          env={**base, **(env or {})}, **kw)
+
+
+@needs_gcc
+def test_fix_dropping_what_another_distribution_requires_stays_red_and_says_so(tmp_path, exts):
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    _install(py, w, "kern", {"kern/__init__.py": "from . import _ext\n"}, {f"kern/_ext{SUFFIX}": exts["undef"]})
+    _install(py, w, "engine", {"engine/__init__.py": "X = 1\n"}, {}, requires=["kern>=1"])
+    proc = _wh("doctor", "--python", py, "--check", "native", "--check", "deps", "--fix", "--json", "--timeout", "20")
+    out = json.loads(proc.stdout)
+    assert [f["what"] for f in out["fixes"] if f["action"] == "drop"] == ["kern 1.0"]
+    assert not _find(py, "kern")
+    (r,) = [x for x in out["results"] if x["id"] == "deps:engine"]
+    assert r["verdict"] == "fail" and "kern>=1: not installed" in r["evidence"], r
+    assert proc.returncode == 1, proc.stderr
+
+
+@needs_gcc
+def test_fix_whose_drop_leaves_a_broken_copy_findable_is_not_green(tmp_path, exts):
+    # The venv's `twice` is dropped, but a second copy (on PYTHONPATH, no dist-info of its own) is still what
+    # `import twice` finds, and it raises. The re-run has no distribution left to probe: it must not say ok.
+    py = make_venv(tmp_path / "venv")
+    _install(py, tmp_path / "w", "twice", {"twice/__init__.py": "raise ImportError('broken')\n"},
+             {f"twice/_x{SUFFIX}": exts["ok"]})
+    shadow = tmp_path / "shadow" / "twice"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('still broken')\n")
+    junit = tmp_path / "d.xml"
+    proc = _wh("doctor", "--python", py, "--check", "native", "--fix", "--json", "--junit", junit, "--timeout", "20",
+               env={"PYTHONPATH": str(tmp_path / "shadow")})
+    out = json.loads(proc.stdout)
+    assert validate(out, json.loads(SCHEMA.read_text())) == []
+    [fix] = [f for f in out["fixes"] if f["action"] == "drop"]
+    assert fix["confirmed"] is False
+    assert proc.returncode == 1, proc.stderr
+    assert out["exit_code"] == 1
+    bad = [r for r in out["results"] if r["verdict"] == "fail"]
+    assert [r["id"] for r in bad] == ["native:twice"] and "find_spec still finds twice" in bad[0]["evidence"]
+    assert "<failure" in junit.read_text() and "NOT confirmed" in proc.stderr
+
+
+# ---- the sm_89 rule fed odd facts ------------------------------------------------------------------
+
+from wheelhouse.doctor.rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules  # noqa: E402
+from wheelhouse.resources import doctor_dir  # noqa: E402
+from wheelhouse.target.gpu import Gpu  # noqa: E402
+
+FT_FILE = "freetoken/kernel/triton/fp8_pertensor_linear.py"
+
+
+def _sm89(tmp_path, torch="2.11.0", sm="8.9", rule_sm=None):
+    site = tmp_path / "site"
+    (site / FT_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (site / FT_FILE).write_text("def fp8_linear(x, w):\n    return x\n")
+    pkgs = {"freetoken": InstalledPackage("freetoken", "0.1.2", str(site))}
+    if torch is not None:
+        pkgs["torch"] = InstalledPackage("torch", torch, str(site))
+    rules = [r for r in load_rules([doctor_dir() / "rules"]) if r.id == "sm89-rowwise-scaled-mm"]
+    if rule_sm is not None:
+        from dataclasses import replace
+
+        from wheelhouse.doctor.rules import Condition
+
+        rules = [replace(rules[0], conditions=(Condition({"gpu_sm": rule_sm}),) + rules[0].conditions[1:])]
+    gpus = [Gpu(0, "NVIDIA L4", sm, 23034, 0)] if sm is not None else []
+    [r] = evaluate_rules(rules, RuleFacts(gpus=gpus, packages=pkgs))
+    return r
+
+
+@pytest.mark.parametrize("torch,fires", [
+    ("2.11.0", True), ("2.11.0+cu130", True), ("2.11.0a0+git1234.nv25.03", True), ("2.4.1", True),
+    ("2.12.0", False), ("2.12.0+cu130", False), ("2.13.0.dev20261101", False), (None, False)])
+def test_sm89_rule_and_torch_versions(tmp_path, torch, fires):
+    r = _sm89(tmp_path, torch=torch)
+    assert r.verdict == ("fail" if fires else "ok"), r
+
+
+@pytest.mark.parametrize("gpu_sm,rule_sm,fires", [
+    ("8.9", None, True), ("8.6", None, False), ("9.0", None, False), (None, None, False),
+    ("8.9", "89", True), ("8.9", "sm_89", True), ("8.9", ["8.6", "8.9"], True), ("8.6", "86", True),
+    ("89", None, True), ("sm_89", None, True), ("12.0", "120", True), ("12.0", "12.1", False), ("9.0", "sm_90a", True)])
+def test_sm89_rule_and_how_an_sm_is_written(tmp_path, gpu_sm, rule_sm, fires):
+    r = _sm89(tmp_path, sm=gpu_sm, rule_sm=rule_sm)
+    assert r.verdict == ("fail" if fires else "ok"), r
+
+
+def test_a_torch_version_that_cannot_be_judged_is_not_an_ok(tmp_path):
+    # "does not apply" is an ok: it must be a condition seen NOT to hold, not one that could not be read.
+    r = _sm89(tmp_path, torch="2.11.0-custom-build")
+    assert r.verdict != "ok", r
+    assert "2.11.0-custom-build" in r.evidence
+
+
+# ---- stopped from outside ---------------------------------------------------------------------------
+
+
+@needs_gcc
+def test_sigterm_while_a_probe_hangs_still_writes_junit_and_json_and_is_never_green(tmp_path, exts):
+    # A CI job's timeout sends SIGTERM. The runner uploads doctor.xml `if: always()`: a stale green file from
+    # the last run, or none at all, hides which probe hung. What finished is kept; the rest is an error.
+    import signal
+    import time
+    import xml.etree.ElementTree as ET
+
+    py = make_venv(tmp_path / "venv")
+    started = tmp_path / "started"
+    hang = f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\nwhile True:\n    time.sleep(1)\n"
+    _install(py, tmp_path / "w", "stuck", {"stuck/__init__.py": hang},
+             {f"stuck/_ext{SUFFIX}": exts["ok"]})
+    junit = tmp_path / "doctor.xml"
+    junit.write_text('<?xml version="1.0"?>\n<testsuite name="wh doctor" tests="1" failures="0"><testcase name="old"/>'
+                     "</testsuite>\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                             "--check", "deps", "--json", "--junit", str(junit), "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not started.exists():  # the stuck import is running
+            time.sleep(0.1)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    suite = ET.parse(junit).getroot()
+    names = {c.get("name"): c for c in suite.iter("testcase")}
+    assert "old" not in names, "the stale green JUnit of an earlier run was left in place"
+    assert any(c.find("error") is not None for c in names.values()), names
+    assert "deps:requirements" in names  # finished before the signal: kept
+    report = json.loads(out)
+    assert validate(report, json.loads(SCHEMA.read_text())) == []
+    assert report["exit_code"] != 0
+    assert any(r["verdict"] == "error" and r["group"] == "native" for r in report["results"])
+
+
+def test_junit_aimed_at_the_file_stdout_goes_to_does_not_eat_the_json(tmp_path):
+    # `wh doctor --json --junit report.json > report.json`: the JUnit replaced the file the shell opened for the
+    # JSON, which then went to an unlinked inode. Either refuse before running, or keep both readable.
+    py = make_venv(tmp_path / "venv")
+    out = tmp_path / "report.json"
+    with out.open("w") as fh:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+        proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "platform",
+                               "--json", "--junit", str(out)], stdout=fh, stderr=subprocess.PIPE, text=True, env=base)
+    text = out.read_text()
+    if proc.returncode == 2:
+        assert "--junit" in proc.stderr and "hint:" in proc.stderr
+    else:
+        json.loads(text)  # the JSON the shell redirected is still there
+
+
+def test_two_drops_at_once_both_stay_recorded_so_both_can_be_restored(tmp_path, monkeypatch):
+    # dropped.json was read, extended and written outside the target's lock: two `wh drop` runs on one
+    # environment (two CI jobs, a --fix beside a drop) each wrote the list they had read, and one drop was
+    # forgotten: `wh drop --restore` then said it was never dropped. Made deterministic: both writers meet
+    # at a barrier between reading and writing (a lock makes the second wait instead; the barrier then times out).
+    import threading
+
+    from wheelhouse.doctor import drop as drop_mod
+    from wheelhouse.doctor.drop import DropPlan, read_dropped
+
+    py = make_venv(tmp_path / "venv")
+    for name in ("one", "two"):
+        install_wheel(py, make_wheel(tmp_path / "w", name, "1.0", modules={f"{name}/__init__.py": "raise ImportError\n"}))
+    barrier = threading.Barrier(2, timeout=3)
+    real = drop_mod._write_dropped
+
+    def write_after_both_read(platlib, entries):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        real(platlib, entries)
+
+    monkeypatch.setattr(drop_mod, "_write_dropped", write_after_both_read)
+    errors = []
+
+    def drop(name):
+        try:
+            drop_distributions(str(py), [DropPlan(name, "1.0", (name,), "import failed", "ImportError", None)])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drop, args=(n,)) for n in ("one", "two")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(e["name"] for e in read_dropped(site_packages(py))) == ["one", "two"]
+
+
+def test_a_drop_that_fails_halfway_still_records_what_it_uninstalled(tmp_path, monkeypatch):
+    # Two distributions to drop; the second cannot be uninstalled (a file that will not go). The first is
+    # already gone: unrecorded, `wh drop --restore one` said "was not dropped" and nothing could bring it back.
+    from wheelhouse.doctor import drop as drop_mod
+    from wheelhouse.doctor.drop import DropPlan, read_dropped
+
+    py = make_venv(tmp_path / "venv")
+    for name in ("one", "two"):
+        install_wheel(py, make_wheel(tmp_path / "w", name, "1.0", modules={f"{name}/__init__.py": "raise ImportError\n"}))
+    real = drop_mod.remove_distribution
+
+    def remove(name, scheme):
+        if name == "two":
+            raise OSError(16, "Device or resource busy", "two/__init__.py")
+        return real(name, scheme)
+
+    monkeypatch.setattr(drop_mod, "remove_distribution", remove)
+    plans = [DropPlan(n, "1.0", (n,), "import failed", "ImportError", None) for n in ("one", "two")]
+    with pytest.raises(OSError):
+        drop_distributions(str(py), plans)
+    assert not _find(py, "one")
+    [entry] = read_dropped(site_packages(py))
+    assert entry["name"] == "one" and entry["confirmed"] is True
+
+
+def test_a_doctor_stopped_before_its_checks_ran_reports_each_selected_group_as_an_error():
+    from wheelhouse.doctor import interrupted_report
+
+    report = interrupted_report("/py", ["native", "rule:sm89"])
+    assert [r.id for r in report.results] == ["native:interrupted", "rule:interrupted"]
+    assert report.exit_code() == 1
+    assert validate(report.to_json(), json.loads(SCHEMA.read_text())) == []
+
+
+def test_an_unconfirmed_drop_whose_remaining_copy_the_rerun_judged_is_not_reported_twice():
+    from wheelhouse.doctor import with_fixes
+    from wheelhouse.doctor.report import CheckResult, DoctorReport, Fix
+
+    fix = Fix("drop", "twice 1.0", confirmed=False, check="native:twice", still_found=("twice",))
+    judged = with_fixes(DoctorReport("/py", (CheckResult("native:twice", "t", "fail", "base copy: ImportError"),)), [fix])
+    assert [r.id for r in judged.results] == ["native:twice"]
+    unjudged = with_fixes(DoctorReport("/py", ()), [fix])
+    assert [(r.id, r.verdict) for r in unjudged.results] == [("native:twice", "fail")]
