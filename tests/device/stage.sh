@@ -87,14 +87,12 @@ step "pylock.toml + bootstrap/pylock.toml hashes verify" verify_lock
 # 3. the one bootstrap command, in a fresh venv (ensurepip: no network needed).
 make_venv() { "$PY" -m venv "$work/venv" || { "$PY" -m venv --without-pip "$work/venv" && "$PY" -m pip --python "$work/venv/bin/python" --version; }; }
 step "fresh venv" make_venv
-bootstrap() {
-    cmd=$(grep -m1 "pip install" "$WH_DIR/bootstrap/BOOTSTRAP.txt" | sed 's/^ *python3 //')
-    echo "BOOTSTRAP.txt: python3 $cmd"
-    if [ -x "$work/venv/bin/pip" ]; then
-        (cd "$WH_DIR" && PIP_NO_INDEX=1 "$work/venv/bin/python" $cmd)
-    else  # a venv without pip: drive the box's pip at the venv
-        (cd "$WH_DIR" && PIP_NO_INDEX=1 "$PY" -m pip --python "$work/venv/bin/python" ${cmd#-m pip })
-    fi
+bootstrap() {  # the line BOOTSTRAP.txt gives, as a user pastes it: its venv is ours, its python3 the box's
+    line=$(grep -m1 -F -- "--python ~/wh-venv/bin/python install" "$WH_DIR/bootstrap/BOOTSTRAP.txt" | sed 's/^ *//')
+    echo "BOOTSTRAP.txt: $line"
+    line=${line//\~\/wh-venv/$work/venv}
+    line=${line//python3 /$PY }
+    (cd "$WH_DIR" && PIP_NO_INDEX=1 bash -c "$line")
 }
 step "bootstrap wh offline from bootstrap/" bootstrap
 step "wh --version in the bootstrapped venv" "$work/venv/bin/wh" --version
