@@ -53,7 +53,7 @@ MAX_SOURCE_BYTES = 16 << 20
 _MAX_FRAME = 1 << 32  # a worker's answer is far smaller; a bigger length is garbage on its stdout
 # A worker's first line: what is before it is the interpreter's own start-up talk (a .pth banner), not
 # a frame (wheelhouse.script_answer). More than this before it is not a worker.
-_FRAMES_START = b"@@WH-FRAMES@@\n"
+_FRAMES_START = b"\n@@WH-FRAMES@@\n"
 _MAX_BANNER = 64 << 10
 
 # Runs in the COMPILING interpreter (the target's version): stdlib only. Reads one task per line
@@ -127,22 +127,38 @@ class BytecodeResult:
                 "packs": [p.path for p in sorted(self.record.packs.values(), key=lambda p: p.path)]}
 
 
-def _skip_to_frames(proc: subprocess.Popen) -> None:
-    """Read past what the worker's interpreter printed before the worker ran, up to its first line.
+class _Answers:
+    """A worker's stdout, read from its descriptor through one buffer of wh's: each read waits at most the
+    silence limit (a worker that stops talking, mid-frame too, is found out), and what its interpreter
+    printed before the worker's first line (a .pth banner: wheelhouse.script_answer) is read past."""
 
-    Read from the descriptor itself, not the buffered reader: a buffer holding the banner would also
-    swallow what follows, and the select before each frame would then wait for bytes already read.
-    (The worker writes nothing after its first line before it is given a task.)"""
-    fd, got = proc.stdout.fileno(), b""
-    while not got.endswith(b"\n" + _FRAMES_START):
-        if len(got) > _MAX_BANNER:
-            raise ValueError(f"it printed over {_MAX_BANNER >> 10} KiB before the worker started: not a worker")
-        if not select.select([fd], [], [], _silence_limit())[0]:
-            raise TimeoutError(f"it printed nothing for {_silence_limit():g} s (hung?)")
-        chunk = os.read(fd, 4096)
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.started = fd, bytearray(), False
+
+    def _fill(self, ended: str) -> None:
+        if not select.select([self.fd], [], [], _silence_limit())[0]:
+            raise TimeoutError(f"it answered nothing for {_silence_limit():g} s (hung?)")
+        chunk = os.read(self.fd, 1 << 16)
         if not chunk:
-            raise OSError("the worker ended before it started")
-        got += chunk
+            raise OSError(ended)
+        self.buf += chunk
+
+    def read(self, n: int, ended: str) -> bytes:
+        """The next ``n`` bytes of the frames (OSError ``ended`` when the worker ends first)."""
+        while not self.started:
+            at = self.buf.find(_FRAMES_START)
+            if at >= 0:
+                del self.buf[:at + len(_FRAMES_START)]
+                self.started = True
+            elif len(self.buf) > _MAX_BANNER:
+                raise ValueError(f"it printed over {_MAX_BANNER >> 10} KiB before the worker started: not a worker")
+            else:
+                self._fill(ended)
+        while len(self.buf) < n:
+            self._fill(ended)
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
 
 
 def _ask(exe: str) -> dict[str, str] | None:
@@ -222,29 +238,20 @@ class _Pool:
             self.failed.append(f"{len(tasks) - self.answered} of {len(tasks)} tasks got no answer")
 
     def _feed(self, proc: subprocess.Popen) -> None:
-        started = False
+        answers = _Answers(proc.stdout.fileno())
         while True:
             task = self.tasks.get()
             if task is None or self.failed:
                 break
             key, wheel, members = task
             try:
-                if not started:
-                    _skip_to_frames(proc)
-                    started = True
                 proc.stdin.write((json.dumps({"wheel": wheel, "members": members}) + "\n").encode())
                 proc.stdin.flush()
-                if not select.select([proc.stdout], [], [], _silence_limit())[0]:  # buffer empty: a frame per task
-                    raise TimeoutError(f"it answered nothing for {_silence_limit():g} s (hung?)")
-                head = proc.stdout.read(8)
-                if len(head) != 8:
-                    raise OSError("the worker ended")
+                head = answers.read(8, "the worker ended")
                 size = struct.unpack("<Q", head)[0]
                 if size > _MAX_FRAME:  # not a frame: something else on the worker's stdout
                     raise ValueError(f"it wrote {head!r} where a result was expected")
-                blob = proc.stdout.read(size)
-                if len(blob) != size:
-                    raise OSError("the worker ended in the middle of a result")
+                blob = answers.read(size, "the worker ended in the middle of a result")
                 done = _checked(marshal.loads(blob), members)
             except Exception as exc:  # whatever the worker did, it is this run's failure, said in one line
                 try:
