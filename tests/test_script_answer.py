@@ -63,3 +63,13 @@ def test_patch_reads_installed_versions_after_a_banner(noisy_venv):
         "Metadata-Version: 2.1\nName: demo-dist\nVersion: 1.2\n")
     facts = gather_facts(str(noisy_venv), ["demo-dist", "absent-dist"])
     assert facts["demo-dist"] == "1.2" and facts["absent-dist"] is None
+
+
+def test_an_interpreter_that_prints_after_the_answer_is_one_clear_drop_error(tmp_path):
+    # The answer must be the last line; what an atexit hook prints after it leaves no answer to trust.
+    from wheelhouse.doctor.drop import DropFailed
+
+    py = make_venv(tmp_path / "venv")
+    (site_packages(py) / "bye.pth").write_text("import atexit; atexit.register(print, 'goodbye')\n")
+    with pytest.raises(DropFailed, match="did not answer find_spec on a line of its own"):
+        find_spec_many(str(py), ["json"])

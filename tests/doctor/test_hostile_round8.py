@@ -47,6 +47,8 @@ def test_an_extension_module_its_record_lists_but_that_is_not_on_disk_is_a_fail(
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:halfinst")
     assert r is not None and r.verdict == "fail", r
     assert f"halfinst/sub/_ext{SUFFIX}" in r.evidence and "not on disk" in r.evidence
+    # A reinstall mends it; --fix must not uninstall a distribution that works once it is whole.
+    assert r.fix is None and "drop" not in (r.data or {}) and "reinstall halfinst" in (r.hint or "")
 
 
 def test_a_distribution_with_metadata_that_is_not_utf8_is_still_loaded(tmp_path, exts):

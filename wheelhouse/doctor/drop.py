@@ -175,7 +175,11 @@ def find_spec_many(python: str, modules: Sequence[str], env: Mapping[str, str] |
                               cwd=cwd, env=dict(env) if env is not None else None)
     if proc.returncode != 0:
         raise DropFailed(f"{python} could not run find_spec", detail=proc.stderr[-2000:], hint="check the interpreter")
-    return read_answer(proc.stdout)
+    try:
+        return read_answer(proc.stdout)
+    except ValueError as exc:  # something printed after the answer (an atexit hook): no confirmation either way
+        raise DropFailed(f"{python} did not answer find_spec on a line of its own", detail=proc.stdout[-2000:],
+                         hint="check what prints when the interpreter exits (sitecustomize, .pth files)") from exc
 
 
 def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:

@@ -258,6 +258,12 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
                            hint=f"only code that uses {', '.join(warnings)} is affected; install what it needs "
                                 f"(or rebuild the image) if the engine takes that path",
                            data={**data, "failures": failures}, seconds=seconds)
+    if red and not unloaded and all(o.module in plan.missing for o in red):
+        # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
+        # away a distribution that works once it is whole (install:records names the files too).
+        return CheckResult(cid, title, "fail", evidence,
+                           hint=f"reinstall {d.name}: `wh install` from the wheelhouse that holds it",
+                           data={**data, "failures": failures}, seconds=seconds)
     if any("." not in o.module for o in red) or not red:  # not red: another distribution's package failed
         reason = "import failed"
     else:
