@@ -297,5 +297,6 @@ def test_an_unconfirmed_drop_whose_remaining_copy_the_rerun_judged_is_not_report
     fix = Fix("drop", "twice 1.0", confirmed=False, check="native:twice", still_found=("twice",))
     judged = with_fixes(DoctorReport("/py", (CheckResult("native:twice", "t", "fail", "base copy: ImportError"),)), [fix])
     assert [r.id for r in judged.results] == ["native:twice"]
+    assert judged.to_json()["fixes"][0]["still_found"] == ["twice"]  # the names reach the JSON either way
     unjudged = with_fixes(DoctorReport("/py", ()), [fix])
     assert [(r.id, r.verdict) for r in unjudged.results] == [("native:twice", "fail")]

@@ -426,7 +426,7 @@ def with_fixes(report: DoctorReport, fixes: Sequence[Fix]) -> DoctorReport:
         CheckResult(f.check or f"native:{canonicalize_name(f.what.split(' ', 1)[0])}", f"{f.what} dropped: find_spec is None",
                     "fail", f"uninstalled {f.what}, but find_spec still finds {', '.join(f.still_found) or 'it'}: "
                             "another copy is on sys.path (a second site folder, a .pth, PYTHONPATH)",
-                    hint="remove the other copy by hand, then run `wh doctor` again", data={"fix": f.to_json(), "still_found": list(f.still_found)})
+                    hint="remove the other copy by hand, then run `wh doctor` again", data={"fix": f.to_json()})
         for f in fixes if f.action == "drop" and f.confirmed is False and (f.check or "") not in probed]
     return DoctorReport(report.python, report.results + tuple(unconfirmed), report.facts, report.started,
                         report.seconds, tuple(fixes))

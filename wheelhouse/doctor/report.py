@@ -64,8 +64,8 @@ class Fix:
     confirmed: bool | None = None  # drop: find_spec is None afterwards, in a new process
     reason: str | None = None
     check: str | None = None  # the check whose failure caused it
-    still_found: tuple[str, ...] = ()  # drop: names find_spec still finds afterwards (another copy); in the
-    # report as the failed ``drop:<name>`` check (``with_fixes``)
+    still_found: tuple[str, ...] = ()  # drop: names find_spec still finds afterwards (another copy); the check
+    # that caused the drop then fails in the report (``with_fixes``)
 
     @property
     def changed(self) -> bool:
@@ -73,7 +73,7 @@ class Fix:
 
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "what": self.what, "forced": self.forced, "confirmed": self.confirmed,
-                "reason": self.reason, "check": self.check}
+                "reason": self.reason, "check": self.check, "still_found": list(self.still_found)}
 
 
 @dataclass(frozen=True)
