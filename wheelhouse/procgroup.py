@@ -26,6 +26,7 @@ __all__ = [
     "StopReport",
     "spawn_group",
     "start_ticks",
+    "proc_stat",
     "group_members",
     "kill_group",
     "stop_group",
@@ -64,7 +65,7 @@ def spawn_group(
                             env=None if env is None else dict(env), cwd=cwd, start_new_session=True)
 
 
-def _proc_stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """Fields after ``(comm)`` of /proc/<pid>/stat: [state, ppid, pgrp, ..., starttime at index 19]."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
@@ -75,7 +76,7 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 def start_ticks(pid: int) -> int | None:
     """/proc/<pid>/stat starttime: tells a reused pid apart (None without procfs or once it is gone)."""
-    st = _proc_stat(pid)
+    st = proc_stat(pid)
     return int(st[19]) if st and len(st) > 19 else None
 
 
@@ -91,7 +92,7 @@ def group_members(pgid: int) -> list[int]:
     out = []
     for entry in proc.iterdir():
         if entry.name.isdigit():
-            st = _proc_stat(int(entry.name))
+            st = proc_stat(int(entry.name))
             if st and len(st) > 2 and st[2] == str(pgid) and st[0] not in ("Z", "X"):
                 out.append(int(entry.name))
     return sorted(out)

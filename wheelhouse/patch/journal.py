@@ -10,7 +10,6 @@ backup it names must be a plain file name inside the patch's own folder.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
+from wheelhouse.install.target_lock import FolderLock
 
 __all__ = ["PatchDrifted", "patch_lock", "write_source", "patch_dir", "intent_path", "record_path", "remove_patch_dir", "backup_name",
            "read_journal", "recover_interrupted"]
@@ -36,34 +36,24 @@ def patch_lock(site: Path) -> Iterator[None]:
 
     Without it, two applies that both read the "before" file race on one journal: the slower
     one's cleanup fails and its rollback undoes the faster one's verified patch (and a verify
-    during an apply rolls that apply back as "interrupted"). The lock is ``flock`` on
-    ``<site>/.wh`` (not the site folder: ``wh install`` holds that one while it applies
-    patches), removed again when left empty; the kernel drops it when its holder dies.
+    during an apply rolls that apply back as "interrupted"). The lock is the install's
+    ``FolderLock`` on ``<site>/.wh`` (not the site folder: ``wh install`` holds that one while it
+    applies patches), removed again when left empty; the kernel drops it when its holder dies.
     """
-    folder = Path(site) / ".wh"
-    while True:
-        try:
-            folder.mkdir(exist_ok=True)
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:  # a read-only site: nobody can patch it, so there is nothing to wait for
-            yield
-            return
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:  # the holder we waited for may have removed the folder (an emptied journal): lock the new one
-            same = os.path.samestat(os.fstat(fd), os.stat(folder))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+    lock = FolderLock(Path(site) / ".wh", create=True)
+    try:
+        lock.acquire()
+    except OSError:  # a read-only site: nobody can patch it, so there is nothing to wait for
+        yield
+        return
     try:
         yield
     finally:
         try:
-            folder.rmdir()  # leave no trace when the journal is empty
+            lock.path.rmdir()  # leave no trace when the journal is empty (a waiter then locks the new one)
         except OSError:
             pass
-        os.close(fd)  # closing the descriptor releases the lock
+        lock.release()
 
 
 def write_source(target: Path, data: bytes, mode: int) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from wheelhouse.procgroup import proc_stat
+
 __all__ = ["listening_pids", "owned_by_engine", "describe"]
 
 _PROC = Path("/proc")
@@ -60,24 +62,15 @@ def listening_pids(port: int) -> set[int] | None:
     return pids or None
 
 
-def _parent_and_group(pid: int) -> tuple[int, int] | None:
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2:].split()  # state, ppid, pgrp, ...
-    return int(fields[1]), int(fields[2])
-
-
 def owned_by_engine(pid: int, pgid: int, leader: int) -> bool:
     """Whether ``pid`` is in the engine's process group, or descends from its leader or a group member."""
     for _ in range(256):  # a parent chain is short; a bound guards against a pid reused mid-walk
         if pid == leader:
             return True
-        st = _parent_and_group(pid)
-        if st is None:
+        st = proc_stat(pid)
+        if st is None or len(st) < 3:
             return False
-        ppid, pgrp = st
+        ppid, pgrp = int(st[1]), int(st[2])
         if pgrp == pgid:
             return True
         if ppid <= 1:
