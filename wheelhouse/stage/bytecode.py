@@ -64,7 +64,7 @@ _WORKER = r"""
 import marshal, struct, sys, warnings, zipfile, json
 warnings.simplefilter("ignore")
 out = sys.stdout.buffer
-out.write(b"\n@@WH-FRAMES@@\n")
+out.write(%r)
 out.flush()
 for line in sys.stdin:
     task = json.loads(line)
@@ -80,7 +80,7 @@ for line in sys.stdin:
     blob = marshal.dumps(done)
     out.write(struct.pack("<Q", len(blob)) + blob)
     out.flush()
-"""
+""" % (_FRAMES_START,)
 
 # Asked of a candidate interpreter: which bytecode it writes.
 _ASK = ("import importlib.util, json, sys; answer = {'magic': importlib.util.MAGIC_NUMBER.hex(), "
