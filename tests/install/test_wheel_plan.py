@@ -17,13 +17,6 @@ from wheelhouse.install.wheel.record import RecordMismatch, UnpackError, UnsafeW
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-@pytest.fixture
-def scheme(tmp_path):
-    root = tmp_path / "env"
-    return {"purelib": str(root / "site"), "platlib": str(root / "site"), "scripts": str(root / "bin"),
-            "data": str(root), "headers": str(root / "include")}
-
-
 def wh(*args):
     return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300)
 

@@ -95,19 +95,23 @@ def test_a_port_answered_by_another_process_is_not_the_engine_being_ready(tmp_pa
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"
 
 
+def _health_ok_server(port: int, pid_file: Path | None = None) -> str:
+    """A server script answering every GET with {"status": "ok"} on ``port`` (writing its pid first, if asked)."""
+    return ("import os\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
+            + (f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n" if pid_file else "")
+            + "class H(BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        b = b'{\"status\": \"ok\"}'\n"
+            "        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)\n"
+            "    def log_message(self, *a): pass\n"
+            f"HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n")
+
+
 def test_the_engine_itself_listening_is_ready(tmp_path):
     """The check must not refuse the engine's own listener, even when a worker outside the group holds it."""
     port = _free_port()
     script = tmp_path / "e.py"
-    script.write_text(
-        "import json, os, subprocess, sys\n"
-        "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
-        "class H(BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        "        b = b'{\"status\": \"ok\"}'\n"
-        "        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)\n"
-        "    def log_message(self, *a): pass\n"
-        f"HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n")
+    script.write_text(_health_ok_server(port))
     # the listener is a grandchild in a session of its own (setsid): still the engine's descendant
     launcher = ["setsid", PY, str(script)]
     spec = srv.LaunchSpec(command=tuple(["sh", "-c", " ".join(launcher) + " & wait"]), url=f"http://127.0.0.1:{port}",
@@ -130,15 +134,7 @@ def test_stop_says_so_when_a_worker_that_escaped_the_group_keeps_the_port(tmp_pa
     """A worker started with setsid outlives the group's SIGKILL: `wh stop` must not claim the port is free."""
     port = _free_port()
     script = tmp_path / "srv.py"
-    script.write_text(
-        "import os\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
-        f"open({str(tmp_path / 'srv.pid')!r}, 'w').write(str(os.getpid()))\n"
-        "class H(BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        "        b = b'{\"status\": \"ok\"}'\n"
-        "        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)\n"
-        "    def log_message(self, *a): pass\n"
-        f"HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n")
+    script.write_text(_health_ok_server(port, pid_file=tmp_path / "srv.pid"))
     env = {**os.environ, "WH_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"}
     env.pop("WH_SERVE_URL", None)
     wh = [PY, "-m", "wheelhouse"]
