@@ -300,3 +300,70 @@ def test_an_unconfirmed_drop_whose_remaining_copy_the_rerun_judged_is_not_report
     assert judged.to_json()["fixes"][0]["still_found"] == ["twice"]  # the names reach the JSON either way
     unjudged = with_fixes(DoctorReport("/py", ()), [fix])
     assert [(r.id, r.verdict) for r in unjudged.results] == [("native:twice", "fail")]
+
+
+def test_stopped_while_facts_are_gathered_the_report_names_the_groups_the_manifest_selects(tmp_path):
+    # SIGTERM before any check ran: each group the run would have run is an error, and only those (a manifest
+    # `[doctor] checks` selects them as --check does); the report is written, never green.
+    import signal
+    import time
+
+    py = make_venv(tmp_path / "venv")
+    started = tmp_path / "started"
+    # Every interpreter start sleeps, the facts probe's too: the doctor is stopped while it gathers them.
+    (site_packages(py) / "slow.pth").write_text(
+        f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)\n")
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[doctor]\nchecks = ["platform", "install"]\n')
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--manifest",
+                             str(manifest), "--json", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not started.exists():
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    report = json.loads(out)
+    assert [r["id"] for r in report["results"]] == ["platform:interrupted", "install:interrupted"], report["results"]
+    assert report["exit_code"] != 0
+
+
+@needs_gcc
+def test_stopped_in_the_rerun_after_a_drop_the_report_keeps_what_fix_did(tmp_path, exts):
+    # --fix dropped a broken distribution, then the check run after it is stopped (a CI timeout). The JSON must
+    # still say what was uninstalled: it is the only record CI keeps of why the package is gone.
+    import signal
+    import time
+
+    py = make_venv(tmp_path / "venv")
+    site = _install(py, tmp_path / "w", "brokenx", {"brokenx/__init__.py": "from . import _ext\n"},
+                    {f"brokenx/_ext{SUFFIX}": exts["undef"]})
+    started = tmp_path / "started"
+    # Once the drop is recorded, every interpreter start sleeps: the re-run's probes are stopped in flight.
+    (site / "slow_after_drop.pth").write_text(
+        f"import os, pathlib, time; os.path.exists({str(site / '.wh' / 'dropped.json')!r}) and "
+        f"(pathlib.Path({str(started)!r}).touch(), time.sleep(60))\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                             "--fix", "--json", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not started.exists():
+            time.sleep(0.1)
+        assert started.exists(), "the re-run never started"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    report = json.loads(out)
+    assert [(f["action"], f["what"]) for f in report["fixes"]] == [("drop", "brokenx 1.0")], report["fixes"]
+    assert report["exit_code"] != 0

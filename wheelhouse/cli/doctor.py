@@ -202,9 +202,10 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     reporter = ui.reporter()
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
               model=model, tp=tp, reporter=reporter)
+    first, fixes = None, None
     try:
         with sigterm_as_interrupt():
-            report = run_doctor(python, **kw)
+            report = first = run_doctor(python, **kw)
             if fix:
                 fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
                                     reporter=reporter)
@@ -214,8 +215,12 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     except KeyboardInterrupt as exc:
         # Ctrl-C or a CI timeout's SIGTERM: what finished, and an error for the rest, still reach the JUnit and
         # the JSON (never green), so CI shows which check hung, not nothing or an earlier run's file. Exit 130.
-        _write_reports(getattr(exc, "report", None) or interrupted_report(python or sys.executable, checks, model is not None),
-                       junit, as_json, strict)
+        # Stopped in --fix's re-run, the report keeps what --fix did; stopped inside the fixes, the first run's
+        # report is what finished. Stopped before any check ran: the groups the run would have run.
+        done = getattr(exc, "report", None) or first or interrupted_report(
+            python or sys.executable, list(checks) or list(manifest.doctor.checks if manifest else ()),
+            model is not None)
+        _write_reports(with_fixes(done, fixes) if fixes else done, junit, as_json, strict)
         raise
     finally:
         reporter.close()
