@@ -8,8 +8,9 @@ from __future__ import annotations
 import base64
 import hashlib
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["sha256_of", "update_hash", "record_digest"]
+__all__ = ["sha256_of", "update_hash", "update_hash_from", "record_digest"]
 
 _CHUNK = 1 << 20  # 1 MiB reads
 
@@ -17,11 +18,16 @@ _CHUNK = 1 << 20  # 1 MiB reads
 def update_hash(h: "hashlib._Hash", path: Path) -> None:
     """Feed the whole of ``path`` to the running hash ``h``."""
     with open(path, "rb") as fh:
-        while True:
-            block = fh.read(_CHUNK)
-            if not block:
-                break
-            h.update(block)
+        update_hash_from(h, fh)
+
+
+def update_hash_from(h: "hashlib._Hash", fh: BinaryIO) -> None:
+    """Feed what is left of the open file ``fh`` to the running hash ``h``."""
+    while True:
+        block = fh.read(_CHUNK)
+        if not block:
+            break
+        h.update(block)
 
 
 def sha256_of(path: Path) -> str:

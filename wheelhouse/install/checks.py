@@ -20,6 +20,7 @@ from typing import Sequence
 
 from packaging.markers import InvalidMarker
 
+from wheelhouse.digest import update_hash_from
 from wheelhouse.errors import UsageError
 from .errors import HashMismatch, TargetMismatch
 from .installed import canonical_name
@@ -131,11 +132,7 @@ def _hash_pinned(path: Path) -> tuple[str, FileIdentity | None]:
     with open(path, "rb") as fh:
         before = file_identity(os.fstat(fh.fileno()))
         h = hashlib.sha256()
-        while True:
-            block = fh.read(1 << 20)
-            if not block:
-                break
-            h.update(block)
+        update_hash_from(h, fh)
         after = file_identity(os.fstat(fh.fileno()))
     return h.hexdigest(), (before if before == after else None)
 
