@@ -60,7 +60,7 @@ from .target_lock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheel.archive import read_wheel
-from .wheel.extract import FileIdentity
+from .wheel.archive import FileIdentity
 from .wheel.plan import forget_ahead, plan_ahead
 from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
 

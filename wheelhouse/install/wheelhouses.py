@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from .errors import AmbiguousWheelhouse
 from .installed import canonical_name
+from .wheel.archive import file_identity
 from wheelhouse.lock import WH_JSON, LockedFile, WheelhouseNotFound, read_pylock, read_wh_json
 from wheelhouse.errors import TargetError
 from wheelhouse.target import TargetProfile, target_from_json
@@ -118,8 +119,7 @@ _loaded: dict[Path, tuple[tuple, Wheelhouse]] = {}
 def _identity(path: Path) -> tuple | None:
     """What says wh.json and pylock.toml are the ones read before (None: one is not there)."""
     try:
-        return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                     for st in (os.stat(path / WH_JSON), os.stat(path / "pylock.toml")))
+        return tuple(file_identity(st) for st in (os.stat(path / WH_JSON), os.stat(path / "pylock.toml")))
     except OSError:
         return None
 

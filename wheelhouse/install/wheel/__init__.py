@@ -49,7 +49,8 @@ from wheelhouse.install.installed import (
 from wheelhouse.install.transaction import Transaction
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.progress import NullReporter, Reporter
-from .extract import FileIdentity, create_new, extract_plans
+from .archive import FileIdentity
+from .extract import create_new, extract_plans
 from .inflate import choose as choose_inflater
 from .launchers import shebang
 from .linkcache import LinkCache, Linking

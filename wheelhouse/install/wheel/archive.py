@@ -29,7 +29,16 @@ from typing import Mapping
 
 from .record import UnpackError
 
-__all__ = ["Member", "WheelArchive", "read_wheel"]
+__all__ = ["Member", "WheelArchive", "read_wheel", "FileIdentity", "file_identity"]
+
+# (device, inode, size, mtime, ctime): another file at the path, or the same one written to, differs.
+FileIdentity = tuple[int, int, int, int, int]
+
+
+def file_identity(st: os.stat_result) -> FileIdentity:
+    """What says a file is the one read before (``os.stat``/``os.fstat`` of it): a rename over it or a write
+    changes it (the ctime too, where a write kept the size and set the mtime back)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 # (name, size, compressed size, compression method, CRC-32, local header offset, unix mode bits)
 Member = tuple[str, int, int, int, int, int, int]
@@ -165,7 +174,7 @@ def read_wheel(wheel: Path) -> WheelArchive:
     wheel = Path(wheel)
     try:
         st = os.stat(wheel)
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = file_identity(st)
         with _cache_lock:
             hit = _cache.get(wheel)
         if hit is not None and hit[0] == key:

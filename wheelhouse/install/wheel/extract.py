@@ -37,19 +37,13 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.progress import Reporter
 from .inflate import Inflater, choose
 from .launchers import shebang
+from .archive import FileIdentity, file_identity
 from .linkcache import Linking, linkable
 from .plan import PlannedFile, WheelPlan
 from .record import RecordMismatch, UnpackError, record_digest
 
-__all__ = ["create_new", "extract_plans", "Extraction", "FileIdentity", "file_identity"]
+__all__ = ["create_new", "extract_plans", "Extraction"]
 
-# (device, inode, size, mtime, ctime): another file at the path, or the same one written to, differs.
-FileIdentity = tuple[int, int, int, int, int]
-
-
-def file_identity(st: os.stat_result) -> FileIdentity:
-    """What says a file is the one read before (``os.fstat`` of it): a rename over it or a write changes it."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 # Reads of the archive (stored and deflated members, whole wheels for their sha256) go into one buffer
 # per member or wheel, reused: a fresh 4 MiB bytes object per read was page faults and a copy from
