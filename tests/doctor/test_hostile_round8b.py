@@ -158,12 +158,32 @@ def test_a_torch_version_that_cannot_be_judged_is_not_an_ok(tmp_path):
 # ---- stopped from outside ---------------------------------------------------------------------------
 
 
+def _sigterm_once(args: list[str], started: Path, settle: float, wait: float = 60) -> tuple[int, str, str]:
+    """Run ``wh ARGS`` (no WH_* variables), SIGTERM it ``settle`` s after ``started`` appears, as a CI
+    timeout would; (exit code, stdout, stderr)."""
+    import signal
+    import time
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=base)
+    try:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not started.exists():
+            time.sleep(0.1)
+        assert started.exists(), "what the signal should interrupt never started"
+        time.sleep(settle)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    return proc.returncode, out, err
+
+
 @needs_gcc
 def test_sigterm_while_a_probe_hangs_still_writes_junit_and_json_and_is_never_green(tmp_path, exts):
     # A CI job's timeout sends SIGTERM. The runner uploads doctor.xml `if: always()`: a stale green file from
     # the last run, or none at all, hides which probe hung. What finished is kept; the rest is an error.
-    import signal
-    import time
     import xml.etree.ElementTree as ET
 
     py = make_venv(tmp_path / "venv")
@@ -174,20 +194,9 @@ def test_sigterm_while_a_probe_hangs_still_writes_junit_and_json_and_is_never_gr
     junit = tmp_path / "doctor.xml"
     junit.write_text('<?xml version="1.0"?>\n<testsuite name="wh doctor" tests="1" failures="0"><testcase name="old"/>'
                      "</testsuite>\n")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
-                             "--check", "deps", "--json", "--junit", str(junit), "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not started.exists():  # the stuck import is running
-            time.sleep(0.1)
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    code, out, err = _sigterm_once(["doctor", "--python", str(py), "--check", "native", "--check", "deps", "--json",
+                                    "--junit", str(junit), "--timeout", "120"], started, 1.5)  # the import is stuck
+    assert code == 130, err
     suite = ET.parse(junit).getroot()
     names = {c.get("name"): c for c in suite.iter("testcase")}
     assert "old" not in names, "the stale green JUnit of an earlier run was left in place"
@@ -305,8 +314,6 @@ def test_an_unconfirmed_drop_whose_remaining_copy_the_rerun_judged_is_not_report
 def test_stopped_while_facts_are_gathered_the_report_names_the_groups_the_manifest_selects(tmp_path):
     # SIGTERM before any check ran: each group the run would have run is an error, and only those (a manifest
     # `[doctor] checks` selects them as --check does); the report is written, never green.
-    import signal
-    import time
 
     py = make_venv(tmp_path / "venv")
     started = tmp_path / "started"
@@ -315,20 +322,9 @@ def test_stopped_while_facts_are_gathered_the_report_names_the_groups_the_manife
         f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)\n")
     manifest = tmp_path / "m.toml"
     manifest.write_text('[doctor]\nchecks = ["platform", "install"]\n')
-    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--manifest",
-                             str(manifest), "--json", "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not started.exists():
-            time.sleep(0.1)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    code, out, err = _sigterm_once(["doctor", "--python", str(py), "--manifest", str(manifest), "--json",
+                                    "--timeout", "120"], started, 0.5)
+    assert code == 130, err
     report = json.loads(out)
     assert [r["id"] for r in report["results"]] == ["platform:interrupted", "install:interrupted"], report["results"]
     assert report["exit_code"] != 0
@@ -338,8 +334,6 @@ def test_stopped_while_facts_are_gathered_the_report_names_the_groups_the_manife
 def test_stopped_in_the_rerun_after_a_drop_the_report_keeps_what_fix_did(tmp_path, exts):
     # --fix dropped a broken distribution, then the check run after it is stopped (a CI timeout). The JSON must
     # still say what was uninstalled: it is the only record CI keeps of why the package is gone.
-    import signal
-    import time
 
     py = make_venv(tmp_path / "venv")
     site = _install(py, tmp_path / "w", "brokenx", {"brokenx/__init__.py": "from . import _ext\n"},
@@ -349,21 +343,9 @@ def test_stopped_in_the_rerun_after_a_drop_the_report_keeps_what_fix_did(tmp_pat
     (site / "slow_after_drop.pth").write_text(
         f"import os, pathlib, time; os.path.exists({str(site / '.wh' / 'dropped.json')!r}) and "
         f"(pathlib.Path({str(started)!r}).touch(), time.sleep(60))\n")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
-                             "--fix", "--json", "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not started.exists():
-            time.sleep(0.1)
-        assert started.exists(), "the re-run never started"
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    code, out, err = _sigterm_once(["doctor", "--python", str(py), "--check", "native", "--fix", "--json",
+                                    "--timeout", "120"], started, 0.5, wait=90)  # started: the re-run
+    assert code == 130, err
     report = json.loads(out)
     assert [(f["action"], f["what"]) for f in report["fixes"]] == [("drop", "brokenx 1.0")], report["fixes"]
     assert report["exit_code"] != 0
