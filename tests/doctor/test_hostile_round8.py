@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv, site_packages
+from broken_packages import have_toolchain, install_dist, make_venv, site_packages
 from schema_check import validate
-from wheelmaker import make_wheel
 from wheelhouse.doctor import run_doctor
 
 pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
@@ -26,22 +25,11 @@ SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 SCHEMA = Path(__file__).parents[1] / "support" / "doctor_schema.json"
 
 
-@pytest.fixture(scope="module")
-def exts(tmp_path_factory) -> dict[str, bytes]:
-    build = tmp_path_factory.mktemp("round8-build")
-    return {"ok": _ext(build, "_ext"), "undef": _ext(build, "_ext", "WH_UNDEF")}
-
-
-def _install(py: Path, folder: Path, name: str, modules: dict[str, str], files: dict[str, bytes], **kw) -> Path:
-    install_wheel(py, make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, **kw))
-    return site_packages(py)
-
-
 def test_an_extension_module_its_record_lists_but_that_is_not_on_disk_is_a_fail(tmp_path, exts):
     # A killed install (or a cleanup that went too far) left the package without its lazily loaded
     # extension. find_spec of the dotted name is then None: that is no reason to call it "loaded".
     py = make_venv(tmp_path / "venv")
-    site = _install(py, tmp_path / "w", "halfinst", {"halfinst/__init__.py": "X = 1\n", "halfinst/sub/__init__.py": ""},
+    site = install_dist(py, tmp_path / "w", "halfinst", {"halfinst/__init__.py": "X = 1\n", "halfinst/sub/__init__.py": ""},
                     {f"halfinst/sub/_ext{SUFFIX}": exts["ok"]})
     (site / "halfinst" / "sub" / f"_ext{SUFFIX}").unlink()
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:halfinst")
@@ -55,7 +43,7 @@ def test_a_distribution_with_metadata_that_is_not_utf8_is_still_loaded(tmp_path,
     # importlib.metadata cannot read a latin-1 METADATA (an old author name): the package still imports,
     # so the doctor must still load its extension modules, not skip the distribution without a word.
     py = make_venv(tmp_path / "venv")
-    site = _install(py, tmp_path / "w", "latinish", {"latinish/__init__.py": "X = 1\n"},
+    site = install_dist(py, tmp_path / "w", "latinish", {"latinish/__init__.py": "X = 1\n"},
                     {f"latinish/_ext{SUFFIX}": exts["undef"]})
     meta = site / "latinish-1.0.dist-info" / "METADATA"
     meta.write_bytes(meta.read_bytes().replace(b"Version: 1.0\n", b"Version: 1.0\nAuthor: Ren\xe9 Caf\xe9\n"))
@@ -71,11 +59,11 @@ def test_a_dist_info_without_record_and_a_record_with_missing_files_are_not_gree
     # RECORD naming files that are gone is a damaged one. Neither may pass as a healthy environment.
     py = make_venv(tmp_path / "venv")
     w = tmp_path / "w"
-    site = _install(py, w, "norecord", {"norecord/__init__.py": "X = 1\n"}, {f"norecord/_ext{SUFFIX}": exts["undef"]})
+    site = install_dist(py, w, "norecord", {"norecord/__init__.py": "X = 1\n"}, {f"norecord/_ext{SUFFIX}": exts["undef"]})
     (site / "norecord-1.0.dist-info" / "RECORD").unlink()
-    _install(py, w, "gonefile", {"gonefile/__init__.py": "from .core import X\n", "gonefile/core.py": "X = 1\n"}, {})
+    install_dist(py, w, "gonefile", {"gonefile/__init__.py": "from .core import X\n", "gonefile/core.py": "X = 1\n"}, {})
     (site / "gonefile" / "core.py").unlink()
-    _install(py, w, "intact", {"intact/__init__.py": "X = 1\n"}, {})
+    install_dist(py, w, "intact", {"intact/__init__.py": "X = 1\n"}, {})
     report = run_doctor(str(py), checks=["install"], timeout=20)
     r = report.get("install:records")
     assert r is not None and r.verdict == "fail", [x.id for x in report.results]
@@ -89,7 +77,7 @@ def test_a_dist_info_a_system_package_manager_wrote_without_record_is_not_damage
     # Fedora's RPM macros remove RECORD and write INSTALLER "rpm": the package manager owns those files. A pip
     # install killed before RECORD (its INSTALLER says pip) still is a half-written install.
     py = make_venv(tmp_path / "venv")
-    site = _install(py, tmp_path / "w", "fromrpm", {"fromrpm/__init__.py": "X = 1\n"}, {})
+    site = install_dist(py, tmp_path / "w", "fromrpm", {"fromrpm/__init__.py": "X = 1\n"}, {})
     (site / "fromrpm-1.0.dist-info" / "RECORD").unlink()
     (site / "fromrpm-1.0.dist-info" / "INSTALLER").write_text("rpm\n")
     assert run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records").verdict == "ok"
@@ -100,7 +88,7 @@ def test_a_dist_info_a_system_package_manager_wrote_without_record_is_not_damage
 
 def test_an_intact_environment_passes_install_records(tmp_path):
     py = make_venv(tmp_path / "venv")
-    _install(py, tmp_path / "w", "intact", {"intact/__init__.py": "X = 1\n"}, {})
+    install_dist(py, tmp_path / "w", "intact", {"intact/__init__.py": "X = 1\n"}, {})
     r = run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records")
     assert r is not None and r.verdict == "ok", r
 
@@ -133,7 +121,7 @@ def test_an_error_with_terminal_colours_and_undecodable_bytes_still_writes_junit
     import xml.etree.ElementTree as ET
 
     py = make_venv(tmp_path / "venv")
-    _install(py, tmp_path / "w", "nasty", {"nasty/__init__.py": _NASTY_INIT}, {f"nasty/_ext{SUFFIX}": exts["ok"]})
+    install_dist(py, tmp_path / "w", "nasty", {"nasty/__init__.py": _NASTY_INIT}, {f"nasty/_ext{SUFFIX}": exts["ok"]})
     junit = tmp_path / "doctor.xml"
     proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
                            "--junit", str(junit), *(["--json"] if as_json else [])],
@@ -169,7 +157,7 @@ def test_the_requirements_of_a_distribution_with_metadata_that_is_not_utf8_are_j
     # deps listed what the interpreter imports through importlib.metadata, which cannot read a latin-1
     # METADATA: the distribution was skipped, so its unmet requirement passed unseen.
     py = make_venv(tmp_path / "venv")
-    site = _install(py, tmp_path / "w", "latinreq", {"latinreq/__init__.py": "X = 1\n"}, {},
+    site = install_dist(py, tmp_path / "w", "latinreq", {"latinreq/__init__.py": "X = 1\n"}, {},
                     requires=["zmq-missing-xyz>=1"])
     meta = site / "latinreq-1.0.dist-info" / "METADATA"
     meta.write_bytes(meta.read_bytes().replace(b"Version: 1.0\n", b"Version: 1.0\nAuthor: Ren\xe9\n"))

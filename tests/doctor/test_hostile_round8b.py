@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv, site_packages
+from broken_packages import have_toolchain, install_dist, install_wheel, make_venv, site_packages
 from schema_check import validate
 from wheelmaker import make_wheel
 from wheelhouse.doctor import run_doctor
@@ -23,17 +23,6 @@ from wheelhouse.doctor.drop import drop_distributions, plan_drops
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 SCHEMA = Path(__file__).parents[1] / "support" / "doctor_schema.json"
 needs_gcc = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
-
-
-@pytest.fixture(scope="module")
-def exts(tmp_path_factory) -> dict[str, bytes]:
-    build = tmp_path_factory.mktemp("round8b-build")
-    return {"ok": _ext(build, "_ext"), "undef": _ext(build, "_ext", "WH_UNDEF")}
-
-
-def _install(py: Path, folder: Path, name: str, modules: dict[str, str], files: dict[str, bytes], **kw) -> Path:
-    install_wheel(py, make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, **kw))
-    return site_packages(py)
 
 
 def _find(py: Path, module: str) -> bool:
@@ -48,8 +37,8 @@ def test_dropping_one_portion_of_a_shared_namespace_package_is_confirmed_and_spa
     # must leave nsb importable, and find_spec('nspkg') still finding nsb's portion is no failed drop.
     py = make_venv(tmp_path / "venv")
     w = tmp_path / "w"
-    site = _install(py, w, "nsa", {"nspkg/a/__init__.py": "from . import _ext\n"}, {f"nspkg/a/_ext{SUFFIX}": exts["undef"]})
-    _install(py, w, "nsb", {"nspkg/b/__init__.py": "X = 1\n"}, {})
+    site = install_dist(py, w, "nsa", {"nspkg/a/__init__.py": "from . import _ext\n"}, {f"nspkg/a/_ext{SUFFIX}": exts["undef"]})
+    install_dist(py, w, "nsb", {"nspkg/b/__init__.py": "X = 1\n"}, {})
     report = run_doctor(str(py), checks=["native"], timeout=20)
     assert report.get("native:nsa").verdict == "fail"
     [rec] = drop_distributions(str(py), plan_drops(report))
@@ -68,8 +57,8 @@ def _wh(*args, env=None, **kw):
 def test_fix_dropping_what_another_distribution_requires_stays_red_and_says_so(tmp_path, exts):
     py = make_venv(tmp_path / "venv")
     w = tmp_path / "w"
-    _install(py, w, "kern", {"kern/__init__.py": "from . import _ext\n"}, {f"kern/_ext{SUFFIX}": exts["undef"]})
-    _install(py, w, "engine", {"engine/__init__.py": "X = 1\n"}, {}, requires=["kern>=1"])
+    install_dist(py, w, "kern", {"kern/__init__.py": "from . import _ext\n"}, {f"kern/_ext{SUFFIX}": exts["undef"]})
+    install_dist(py, w, "engine", {"engine/__init__.py": "X = 1\n"}, {}, requires=["kern>=1"])
     proc = _wh("doctor", "--python", py, "--check", "native", "--check", "deps", "--fix", "--json", "--timeout", "20")
     out = json.loads(proc.stdout)
     assert [f["what"] for f in out["fixes"] if f["action"] == "drop"] == ["kern 1.0"]
@@ -84,7 +73,7 @@ def test_fix_whose_drop_leaves_a_broken_copy_findable_is_not_green(tmp_path, ext
     # The venv's `twice` is dropped, but a second copy (on PYTHONPATH, no dist-info of its own) is still what
     # `import twice` finds, and it raises. The re-run has no distribution left to probe: it must not say ok.
     py = make_venv(tmp_path / "venv")
-    _install(py, tmp_path / "w", "twice", {"twice/__init__.py": "raise ImportError('broken')\n"},
+    install_dist(py, tmp_path / "w", "twice", {"twice/__init__.py": "raise ImportError('broken')\n"},
              {f"twice/_x{SUFFIX}": exts["ok"]})
     shadow = tmp_path / "shadow" / "twice"
     shadow.mkdir(parents=True)
@@ -189,7 +178,7 @@ def test_sigterm_while_a_probe_hangs_still_writes_junit_and_json_and_is_never_gr
     py = make_venv(tmp_path / "venv")
     started = tmp_path / "started"
     hang = f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\nwhile True:\n    time.sleep(1)\n"
-    _install(py, tmp_path / "w", "stuck", {"stuck/__init__.py": hang},
+    install_dist(py, tmp_path / "w", "stuck", {"stuck/__init__.py": hang},
              {f"stuck/_ext{SUFFIX}": exts["ok"]})
     junit = tmp_path / "doctor.xml"
     junit.write_text('<?xml version="1.0"?>\n<testsuite name="wh doctor" tests="1" failures="0"><testcase name="old"/>'
@@ -336,7 +325,7 @@ def test_stopped_in_the_rerun_after_a_drop_the_report_keeps_what_fix_did(tmp_pat
     # still say what was uninstalled: it is the only record CI keeps of why the package is gone.
 
     py = make_venv(tmp_path / "venv")
-    site = _install(py, tmp_path / "w", "brokenx", {"brokenx/__init__.py": "from . import _ext\n"},
+    site = install_dist(py, tmp_path / "w", "brokenx", {"brokenx/__init__.py": "from . import _ext\n"},
                     {f"brokenx/_ext{SUFFIX}": exts["undef"]})
     started = tmp_path / "started"
     # Once the drop is recorded, every interpreter start sleeps: the re-run's probes are stopped in flight.

@@ -185,3 +185,10 @@ def install_wheel(python: Path, wheel: Path) -> None:
     site = site_packages(python)
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
+
+
+def install_dist(python: Path, folder: Path, name: str, modules: dict[str, str], files: dict[str, bytes],
+                 **kw) -> Path:
+    """Write ``name`` 1.0 as a wheel for this interpreter into ``folder``, unpack it into the venv; its site folder."""
+    install_wheel(python, make_wheel(folder, name, "1.0", tags=_tags(), modules=modules, files=files, **kw))
+    return site_packages(python)
