@@ -27,6 +27,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
 from . import procs
+from .lend import borrow, split_minimum
 from .cache import (
     HashMismatch,
     NoSpace,
@@ -49,6 +50,7 @@ from .stream import download
 
 if TYPE_CHECKING:
     from .early import Early
+    from .lend import Inbox
 
 __all__ = [
     "FetchItem",
@@ -222,6 +224,7 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
            and (jobs > 1 or _ranges_kept(s.cache, it.sha256))]
     split: list[Segmented] = []
     submitted: list[Future] = []  # every task, those _collect adds included
+    inbox = None
     pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
         for it in big:
@@ -243,15 +246,18 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
         work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
 
         def steal() -> tuple[Segmented, int] | None:
-            # An idle connection takes half of the range with the most left (ranges.split_range), down to
-            # pieces of an eighth of a segment (4 MiB by default), never under 1 MiB: a new request and
-            # the bytes already on their way to the cut connection cost more than a smaller piece saves.
-            return split_range(split, max(1 << 20, segment // 8))
+            # An idle connection takes all a stalled transfer had left, else half of the range with the
+            # most left (ranges.split_range), in pieces of at least lend.split_minimum.
+            return split_range(split, split_minimum(segment))
 
         tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]
         submitted.extend(fut for _, fut, _ in tasks)
-        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted)
+        if s.lender is not None and split:  # a helper: its ranges may be lent to wh's process (fetch.lend)
+            inbox = s.lender.open(split)
+        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted, inbox)
     finally:
+        if inbox is not None:
+            s.lender.close(inbox)  # (a lent range not yet back is given up: its future fails as Cancelled)
         running = [fut for fut in submitted if not fut.done()]
         if running:
             # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
@@ -338,6 +344,9 @@ def _download_shared(mine: list[FetchItem], helpers: list["procs.Helper"], dest:
     try:
         if mine:
             _download_all(mine, s, pool, jobs // 2, segment, downloaded)
+        # This share is done: its connections take over ranges of the helpers' (wheelhouse.fetch.lend),
+        # until they have ended and every borrowed range is back.
+        borrow(helpers, s, pool, jobs, segment)
     except Cancelled:
         for h in helpers:
             if h.outcome is not None and h.outcome[0] == "nospace":
@@ -390,17 +399,27 @@ def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[
 
 def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
              steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1,
-             submitted: list[Future] | None = None) -> dict[str, Path]:
+             submitted: list[Future] | None = None, inbox: "Inbox | None" = None) -> dict[str, Path]:
     """Wait for every task; ranges refused by the server fall back to one stream. While fewer than
-    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. The first
-    failure (a hash mismatch before others) is raised once everything else has finished."""
+    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. ``inbox``: the
+    ranges lent to wh's process (a helper's, wheelhouse.fetch.lend), each waited for as a task. The
+    first failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
     failures: list[BaseException] = []
     fallback: dict[Segmented, NoRanges] = {}
     pending = {fut: what for _, fut, what in tasks}
-    while pending:
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+    while True:
+        if inbox is not None:
+            pending.update(inbox.take())
+            if not pending:
+                s.lender.seal(inbox)  # nothing more is lent from here; what was, just before, is waited for
+                pending.update(inbox.take())
+        if not pending:
+            break
+        done, _ = wait([*pending, inbox.wake] if inbox is not None else list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
+            if fut not in pending:
+                continue  # (the inbox's wake)
             what = pending.pop(fut)
             item = what.item if isinstance(what, Segmented) else what
             exc = fut.exception()
@@ -419,6 +438,8 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 got[_key(item)] = fut.result()
                 if not failures:  # after a failure nothing more goes to dest: the run is failing
                     downloaded(_key(item), fut.result())
+            if failures and inbox is not None:
+                inbox.accepting = False  # nothing more lent from a failing collect
         if not pending and fallback:
             for job, why in fallback.items():
                 _give_up_ranges(job, why, s)
@@ -450,11 +471,13 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
 
 def _stop(s: Session, pending) -> None:
     """Cancel the run and wait for the tasks still running (they stop at their next block, or
-    at once where the client can cut their sockets)."""
+    at once where the client can cut their sockets; ranges lent to wh's process are given up)."""
     s.cancel.set()
     abort = getattr(s.client, "abort", None)
     if abort is not None:
         abort()
+    if s.lender is not None:
+        s.lender.close_all()
     wait(list(pending))
 
 

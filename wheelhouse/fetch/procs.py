@@ -10,7 +10,8 @@ with one process of 8 on the same 7 NVIDIA wheels (1.54 GB): 2.4-2.9 s against 2
 What goes there: the files still to download are split in two shares of about equal bytes (``split``:
 the biggest first, each to the lighter share, then moves and swaps while they narrow the gap; the
 helper's share 1/32 lighter, as it starts later); the helper downloads one share with half the
-connections, this process the other. The helper runs the same code (``_download_all``: ranges, the
+connections, this process the other, and once this one's is done its connections take over ranges of
+the helper's files (wheelhouse.fetch.lend: "lend", "lent" and "returned" frames). The helper runs the same code (``_download_all``: ranges, the
 split of a lagging range, resume, the entry locks) into the same cache, so what is crash-safe here
 is crash-safe there, and two wh processes still take turns on one file. It sends its progress, its
 notes and each file it has verified and filed; this process places those in ``dest`` as its own.
@@ -156,6 +157,12 @@ class Helper:
         self.advanced = 0  # bytes its progress counted (kept bytes of a resumed file included)
         self.outcome: tuple | None = None  # ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ("redo",)
         self.done = threading.Event()
+        # Ranges it lends this process (wheelhouse.fetch.lend): asked for, answered, counted on the bar here.
+        self.asking = False
+        self.refused = 0.0  # when it last had nothing to lend
+        self._lent: list[tuple[str, int, int, int]] = []
+        self.on_lent: Callable[[], None] | None = None
+        self._lent_counted: dict[str, int] = {}
         self.proc: subprocess.Popen | None = None
         self._heard = time.monotonic()
         self._lock = threading.Lock()
@@ -206,7 +213,30 @@ class Helper:
         if self.open:
             self.open = False
             self._outbox.put(("done",))
-            self._outbox.put(None)
+
+    # --- ranges it lends (wheelhouse.fetch.lend) ----------------------------------------------------
+    def ask_lend(self, n: int) -> None:
+        """Ask it for up to ``n`` ranges of its files; the answer arrives in ``take_lent``."""
+        with self._lock:
+            self.asking = True
+        self._outbox.put(("lend", n))
+
+    def take_lent(self) -> list[tuple[str, int, int, int]]:
+        """The ranges it lent since the last call: (key, index, start, end); none once it has ended."""
+        with self._lock:
+            out, self._lent = self._lent, []
+        return [] if self.done.is_set() else out
+
+    def give_back(self, key: str, idx: int, written: int) -> None:
+        self._outbox.put(("returned", key, idx, written))
+
+    def count_lent(self, key: str, n: int) -> None:
+        with self._lock:
+            self._lent_counted[key] = self._lent_counted.get(key, 0) + n
+
+    def item_for(self, key: str) -> FetchItem | None:
+        with self._lock:
+            return self._keys.get(key)
 
     def has(self, item: FetchItem) -> bool:
         return self.key(item) in self._keys
@@ -248,10 +278,12 @@ class Helper:
 
     def counted_unfiled(self) -> int:
         """Bytes its progress counted for files it did not file: on disk, recorded, and counted
-        again as kept bytes when they are resumed here (``Credit``)."""
+        again as kept bytes when they are resumed here (``Credit``); with those this process counted
+        for ranges of those files it lent (downloaded again, or kept in its record: counted again too)."""
         with self._lock:
             filed = sum(it.size or 0 for it in self.items if self.key(it) in self.filed)
-        return max(0, self.advanced - filed)
+            lent = sum(n for key, n in self._lent_counted.items() if key not in self.filed)
+        return max(0, self.advanced - filed) + lent
 
     # --- internals ----------------------------------------------------------------------
     def _finish(self, outcome: tuple) -> None:
@@ -259,19 +291,20 @@ class Helper:
             if self.outcome is None:
                 self.outcome = outcome
         self.done.set()
+        self._outbox.put(None)  # (the stdin writer ends)
+        on_lent = self.on_lent
+        if on_lent is not None:
+            on_lent()  # (a borrower waiting on it looks again)
 
     def _write(self, config: bytes) -> None:
-        """The config, then (an open helper) each ``add`` and the ``seal``, in order."""
+        """The config, then each frame put in the outbox (an ``add``, the ``seal``, a lend's ask and
+        return), in order, until it is stopped or has ended."""
         proc = self.proc
         assert proc is not None
-        msg: object = None
         try:
             proc.stdin.write(config)
             proc.stdin.flush()
-            while self.open or not self._outbox.empty():
-                msg = self._outbox.get()
-                if msg is None:
-                    return
+            while (msg := self._outbox.get()) is not None:
                 proc.stdin.write(frame(msg))
                 proc.stdin.flush()
         except (OSError, ValueError):
@@ -318,6 +351,19 @@ class Helper:
                 self.filed[key] = path
                 on_filed = self.on_filed
             on_filed(key, path)
+        elif kind == "lent":
+            ranges = [(str(k), int(i), int(a), int(b)) for k, i, a, b in msg[1]]
+            with self._lock:
+                for k, i, a, b in ranges:
+                    it = self._keys[k]  # (KeyError: not one of its files)
+                    if not 0 <= a < b <= (it.size or 0):
+                        raise ValueError(f"the helper lent bytes {a}-{b} of {k}")
+                self._lent.extend(ranges)
+                self.asking = False
+                self.refused = time.monotonic() if not ranges else 0.0
+                on_lent = self.on_lent
+            if on_lent is not None:
+                on_lent()
         elif kind == "end":
             status, value = msg[1], msg[2]
             if status == "err":
@@ -428,6 +474,7 @@ def serve(cfg: dict) -> None:
     from wheelhouse.index.http import HttpClient
 
     from . import _download_all
+    from .lend import Lender, split_minimum
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for_helper()
@@ -447,6 +494,9 @@ def serve(cfg: dict) -> None:
     s = Session(Path(cfg["cache"]), client, reporter, cfg["task"], retries=cfg["retries"], backoff=cfg["backoff"])
 
     pool = ThreadPoolExecutor(max_workers=cfg["jobs"], thread_name_prefix="wh-fetch")
+    # Its ranges may be lent to wh's process once that one's connections are free (wheelhouse.fetch.lend);
+    # pieces as small as its own connections take (_download_all's steal).
+    s.lender = Lender(s, pool.submit, split_minimum(cfg["segment"]))
     sealed = threading.Event()  # no more batches (a closed helper: at once)
     batches: list[threading.Thread] = []
     ends: list[tuple] = []  # each batch's end: ("ok",) | ("err", WhError) | ("nospace", DiskFull) | ...
@@ -493,10 +543,15 @@ def serve(cfg: dict) -> None:
                     begin([FetchItem(*t) for t in msg[1]])
                 elif msg[0] == "done":
                     sealed.set()
+                elif msg[0] == "lend":
+                    send(("lent", s.lender.lend(int(msg[1]))))
+                elif msg[0] == "returned":
+                    s.lender.returned(str(msg[1]), int(msg[2]), int(msg[3]))
         except READ_ERRORS:
             pass
         s.cancel.set()
         client.abort()
+        s.lender.close_all()  # (wh's process is gone or stopping: nothing lent comes back)
         sealed.set()
 
     def beat() -> None:

@@ -15,8 +15,10 @@ A connection that lags is not waited for: when a connection is idle and nothing 
 unfinished range with the most bytes left is split (``split_range``), its second half handed to the
 idle connection and the running transfer cut at the new end. Per-connection speed varies several
 fold on a shared link (one 53 MB range at 13 MB/s beside others at 33 MB/s), and without the split
-the slowest range's tail was the run's last seconds. A split is recorded (layout version 3, the new
-range appended) before its range is asked for; a layout is read in offset order, not list order.
+the slowest range's tail was the run's last seconds. A transfer that has received nothing for a moment
+(the index answers a few requests a run seconds late) keeps nothing: its request is cut and all it had
+left goes to the idle connection (its range is then empty). A split is recorded (layout version 3, the
+new range appended) before its range is asked for; a layout is read in offset order, not list order.
 
 The sha256 is computed while the bytes arrive, in file order: a block that extends the hashed
 prefix is hashed from memory; once a range completes, the bytes its successor already wrote are
@@ -29,15 +31,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.faults import checkpoint
-from wheelhouse.index.http import HttpError
+from wheelhouse.index.http import HttpError, Ticket
 
 from .cache import HashMismatch, commit_part, is_no_space, partial_path, remove_part_files, try_entry_lock
 from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
@@ -74,6 +78,10 @@ class Segmented:
     lock_fd: int
     # writing[i]: where the block range i is writing right now ends (0: none); a split cuts beyond it.
     writing: list[int] = field(default_factory=list)
+    # Range i's current request: when it was sent, and the bytes written since (its speed, for a split).
+    began: list[float] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)
+    tickets: list = field(default_factory=list)  # range i's request, to cut when another connection takes it all
     no_ranges: bool = False
     remaining: int = 0
     resumed: bool = False  # some bytes came from an earlier run
@@ -146,6 +154,8 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
         raise
     job.remaining = sum(1 for (a, b), h in zip(job.segments, job.have) if h < b - a)
     job.writing = [0] * len(job.segments)
+    job.began, job.moved = [0.0] * len(job.segments), [0] * len(job.segments)
+    job.tickets = [None] * len(job.segments)
     job.resumed = job.on_disk() > 0
     return job
 
@@ -171,10 +181,11 @@ def _load_layout(job: Segmented) -> bool | None:
 
 
 def _covers(segments: list[tuple[int, int]], size: int) -> bool:
-    """Whether the ranges, in offset order, cover [0, size) with no gap and no overlap."""
+    """Whether the ranges, in offset order, cover [0, size) with no gap and no overlap (a range a split
+    took whole, its request cut before a byte came, is empty)."""
     pos = 0
     for a, b in sorted(segments):
-        if a != pos or b <= a:
+        if a != pos or b < a:
             return False
         pos = b
     return pos == size
@@ -247,8 +258,12 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
         s.check()
         if job.no_ranges:
             raise NoRanges()
+        ticket = Ticket()
+        with job.guard:
+            job.began[idx], job.moved[idx], job.tickets[idx] = time.monotonic(), 0, ticket
         try:
-            with s.client.stream(job.item.url, {"Range": f"bytes={start}-{b - 1}", "Accept-Encoding": "identity"}) as resp:
+            with s.client.stream(job.item.url, {"Range": f"bytes={start}-{b - 1}", "Accept-Encoding": "identity"},
+                                 ticket=ticket, hedge=True) as resp:
                 if resp.status != 206:
                     job.no_ranges = True
                     raise NoRanges()
@@ -260,6 +275,10 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
                     s.check()
         except HttpError as exc:
             s.check()
+            with job.guard:
+                a, b = job.segments[idx]
+                if a + job.have[idx] >= b:
+                    return  # cut: another connection took what was left of it (split_range)
             if exc.status not in (None, 200, 206) and not exc.received:
                 raise FetchError(job.item.url, f"HTTP {exc.status} {exc.reason}", hint=exc.hint) from exc
             attempt += 1
@@ -283,6 +302,7 @@ def _write_blocks(job: Segmented, idx: int, blocks: list, n: int) -> int:
         write_blocks(job.body_fd, blocks, offset)
     with job.guard:
         job.have[idx] += n
+        job.moved[idx] += n
         job.writing[idx] = 0
         done = job.have[idx]
     # Only after the data's pwrite returned: the record never runs ahead of the bytes.
@@ -303,32 +323,40 @@ def _cut(blocks: list, n: int) -> list:
     return out
 
 
-def split_range(jobs: Sequence[Segmented], minimum: int) -> tuple[Segmented, int] | None:
-    """Split the unfinished range with the most bytes left (of any of ``jobs``), for an idle connection:
-    the running transfer stops halfway through what it has left, the rest becomes a new range (recorded
-    before anyone asks for it). Returns (job, the new range's index); None when no range has at least
-    ``2 * minimum`` bytes left."""
-    best, most = None, 0
-    for job in jobs:
-        left = _most_left(job)[1]
-        if left > most:
-            best, most = job, left
-    if best is None or most < 2 * max(minimum, 1):
+def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) -> tuple[Segmented, int] | None:
+    """Split an unfinished range (of any of ``jobs``) for an idle connection: the running transfer stops
+    early, the rest becomes a new range (recorded before anyone asks for it). Returns (job, the new
+    range's index); None where no range is worth cutting.
+
+    Which range and where: ``plan_cut`` (a stalled transfer gives up all it had left; else the range
+    with the most left is cut in half). ``lend``: the new range is another process's to write
+    (wheelhouse.fetch.lend): marked as being written whole, so no connection here writes it and no
+    later split cuts it."""
+    now = time.monotonic()
+    ranges = [(job, i, left, rate) for job in jobs for i, left, rate in _ranges_left(job, now)]
+    cut = plan_cut([(left, rate) for _, _, left, rate in ranges], minimum)
+    if cut is None:
         return None
-    job = best
+    job, i, _, _ = ranges[cut[0]]
     with job.guard:
-        i, left = _most_left(job, locked=True)
-        if i is None or left < 2 * max(minimum, 1):
+        # (re-read under the lock: its writer moved on while the plan was made)
+        left = _left(job, i)
+        keep = min(cut[1], left // 2)  # (its writer moved on while the plan was made)
+        if job.no_ranges or job.body_fd < 0 or left - keep < _PIECE_MIN:
             return None
         a, b = job.segments[i]
-        mid = b - left + left // 2
+        mid = b - left + keep
         job.segments[i] = (a, mid)
         job.segments.append((mid, b))
         job.have.append(0)
-        job.writing.append(0)
+        job.writing.append(b if lend else 0)
+        job.began.append(0.0)
+        job.moved.append(0)
         job.remaining += 1
+        job.tickets.append(None)
         new = len(job.segments) - 1
         segments = list(job.segments)
+        abandoned = job.tickets[i] if keep == 0 else None
     # The record grows by one (zero) entry, then the layout names the split: a process killed between
     # the two leaves a record that fits no layout, and that download starts again (never a wrong byte).
     # Neither write failing stops the split (it is already in memory, and the range's writer follows):
@@ -339,23 +367,54 @@ def split_range(jobs: Sequence[Segmented], minimum: int) -> tuple[Segmented, int
     except OSError:
         pass
     checkpoint("fetch.range.split")  # killed here: the split is on disk, its new range not yet asked for
+    if abandoned is not None:
+        abandoned.cut()  # it had nothing left to wait for: its request stops now (a stalled one, for seconds)
     return job, new
 
 
-def _most_left(job: Segmented, locked: bool = False) -> tuple[int | None, int]:
-    """(index, bytes) of the range with the most bytes not yet written nor being written; (None, 0)
-    for a download that cannot be split now (the server ignores ranges, or its files are closed)."""
-    if not locked:
-        with job.guard:
-            return _most_left(job, True)
-    if job.no_ranges or job.body_fd < 0 or job.record_fd < 0:
-        return None, 0
-    best, most = None, 0
-    for i, ((a, b), h) in enumerate(zip(job.segments, job.have)):
-        left = b - max(a + h, job.writing[i])  # the block being written stays with its range
-        if left > most:
-            best, most = i, left
-    return best, most
+_PIECE_MIN = 1 << 20  # a stalled transfer with less than this left is waited for
+_RATE_AFTER = 0.3  # a request this young has no speed yet (its first bytes include the round trip)
+
+
+def plan_cut(ranges: Sequence[tuple[int, float | None]], minimum: int) -> tuple[int, int] | None:
+    """Of ``ranges`` ((bytes left, bytes/s so far or None)), which to cut and how many bytes its transfer
+    keeps: (index, keep), or None. A transfer at under an eighth of the median speed (stalled: no byte
+    for ``_RATE_AFTER`` s) that would end last keeps nothing: its request is cut and all it had left
+    goes to the idle connection. Else the range with the most bytes left, in half, each half at least
+    ``minimum``: pieces no smaller, as every new request risks the index's slow answer (1-5 s, a few
+    times a run here), and cutting down to 1 MiB pieces made more of them (docs/benchmarks.md, Fetch)."""
+    ranges = [(left, None if rate is None else max(rate, 1.0)) for left, rate in ranges]  # (0: stalled)
+    rates = [r for _, r in ranges if r is not None]
+    typical = statistics.median(rates) if rates else None
+    slow = [(left / rate, n) for n, (left, rate) in enumerate(ranges)
+            if typical and rate is not None and rate < typical / 8 and left >= _PIECE_MIN]
+    if slow:
+        return max(slow)[1], 0
+    most = max(range(len(ranges)), key=lambda n: ranges[n][0], default=None)
+    if most is None or ranges[most][0] < 2 * max(minimum, 1):
+        return None
+    return most, ranges[most][0] // 2
+
+
+def _ranges_left(job: Segmented, now: float) -> list[tuple[int, int, float | None]]:
+    """(index, bytes left, bytes/s of its request so far or None) of the ranges a split may cut; none for a
+    download that cannot be split now (the server ignores ranges, or its files are closed)."""
+    with job.guard:
+        if job.no_ranges or job.body_fd < 0 or job.record_fd < 0:
+            return []
+        out = []
+        for i in range(len(job.segments)):
+            left = _left(job, i)
+            if left > 0:
+                age = now - job.began[i] if job.began[i] else 0.0
+                out.append((i, left, job.moved[i] / age if age >= _RATE_AFTER else None))
+        return out
+
+
+def _left(job: Segmented, i: int) -> int:
+    """Bytes of range ``i`` not yet written nor being written (the block being written stays with it)."""
+    a, b = job.segments[i]
+    return b - max(a + job.have[i], job.writing[i])
 
 
 def _write_layout(job: Segmented, segments: list[tuple[int, int]], version: int) -> None:
