@@ -171,9 +171,10 @@ class Lender:
 
 
 def _take_back(job: Segmented, idx: int, written: int, s: Session):
-    """A lent range is back with ``written`` bytes on disk: record them; download the rest here if
-    any; else count it done (and, for the last range, verify and file the file)."""
-    from .ranges import _U64, _hash_prefix, fetch_range, finish_segmented
+    """A lent range is back with ``written`` bytes on disk: record them, then finish it as any range
+    here (``fetch_range``: the rest downloaded, with its own retries and errors, where some did not
+    come; the count of ranges left; the last one verifies and files the file)."""
+    from .ranges import _U64, fetch_range
 
     with job.guard:
         a, b = job.segments[idx]
@@ -182,13 +183,7 @@ def _take_back(job: Segmented, idx: int, written: int, s: Session):
         job.writing[idx] = 0
     if job.record_fd >= 0:
         os.pwrite(job.record_fd, _U64.pack(n), _U64.size * idx)  # (after the bytes: they were written there)
-    if n < b - a:
-        return fetch_range(job, idx, s)  # (its own retries, errors, and the count of ranges left)
-    _hash_prefix(job)
-    with job.guard:
-        job.remaining -= 1
-        last = job.remaining == 0
-    return finish_segmented(job, s) if last else None
+    return fetch_range(job, idx, s)
 
 
 # --- this process's side -------------------------------------------------------------------------

@@ -339,9 +339,8 @@ def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) 
         return None
     job, i, _, _ = ranges[cut[0]]
     with job.guard:
-        # (re-read under the lock: its writer moved on while the plan was made)
-        left = _left(job, i)
-        keep = min(cut[1], left // 2)  # (its writer moved on while the plan was made)
+        left = _left(job, i)  # (re-read under the lock: its writer moved on while the plan was made)
+        keep = min(cut[1], left // 2)
         if job.no_ranges or job.body_fd < 0 or left - keep < _PIECE_MIN:
             return None
         a, b = job.segments[i]
