@@ -256,9 +256,9 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
             inbox = s.lender.open(split)
         return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted, inbox)
     finally:
-        if inbox is not None:
-            s.lender.close(inbox)  # (a lent range not yet back is given up: its future fails as Cancelled)
-        running = [fut for fut in submitted if not fut.done()]
+        # A lent range not yet back is given up (its future fails as Cancelled); one coming back is waited for.
+        backs = s.lender.close(inbox) if inbox is not None else []
+        running = [fut for fut in (*submitted, *backs) if not fut.done()]
         if running:
             # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
             # go only once they have stopped (at their next block, or at once as their sockets are shut): a
@@ -408,12 +408,15 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
     failures: list[BaseException] = []
     fallback: dict[Segmented, NoRanges] = {}
     pending = {fut: what for _, fut, what in tasks}
+    lent: set[Future] = set()  # (ranges another process writes: they hold no connection here)
     while True:
         if inbox is not None:
-            pending.update(inbox.take())
+            lent.update(taken := inbox.take())
+            pending.update(taken)
             if not pending:
                 s.lender.seal(inbox)  # nothing more is lent from here; what was, just before, is waited for
-                pending.update(inbox.take())
+                lent.update(taken := inbox.take())
+                pending.update(taken)
         if not pending:
             break
         done, _ = wait([*pending, inbox.wake] if inbox is not None else list(pending), return_when=FIRST_COMPLETED)
@@ -448,7 +451,8 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 if submitted is not None:
                     submitted.append(fut)
             fallback = {}
-        while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
+        lent &= pending.keys()
+        while steal is not None and pending and len(pending) - len(lent) < jobs and not failures and not s.cancel.is_set():
             try:
                 cut = steal()  # (writes the new split of the file's ranges)
             except OSError as exc:

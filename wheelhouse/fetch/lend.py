@@ -93,6 +93,7 @@ class Lender:
         self._lock = threading.Lock()
         self._inboxes: list[Inbox] = []
         self._out: dict[tuple[str, int], tuple[Segmented, Future, Inbox]] = {}
+        self._backs: dict[Future, Inbox] = {}  # take-backs running: waited for before their files close
 
     def open(self, jobs: Sequence[Segmented]) -> Inbox:
         inbox = Inbox(jobs)
@@ -105,17 +106,20 @@ class Lender:
         with self._lock:
             inbox.accepting = False
 
-    def close(self, inbox: Inbox) -> None:
-        """A collect stops: nothing more lent from it, and what it still waits for is given up."""
+    def close(self, inbox: Inbox) -> list[Future]:
+        """A collect stops: nothing more lent from it, and what it still waits for is given up. Returns
+        the take-backs still running for it (its files stay open until they have ended)."""
         with self._lock:
             inbox.accepting = False
             if inbox in self._inboxes:
                 self._inboxes.remove(inbox)
             gone = [k for k, (_, _, ib) in self._out.items() if ib is inbox]
             futures = [self._out.pop(k)[1] for k in gone]
+            backs = [f for f, ib in self._backs.items() if ib is inbox]
         for fut in futures:
             if not fut.done():
                 fut.set_exception(Cancelled())
+        return backs
 
     def close_all(self) -> None:
         with self._lock:
@@ -143,7 +147,12 @@ class Lender:
                 a, b = job.segments[idx]
                 got.append((key, idx, a, b))
         if got:
-            checkpoint("fetch.lend")  # killed here: the splits are recorded, lent to no one
+            try:
+                checkpoint("fetch.lend")  # killed here: the splits are recorded, lent to no one
+            except OSError:  # (an injected disk error: nothing is lent, the helper does those ranges itself)
+                for key, idx, *_ in got:
+                    self.returned(key, idx, 0)
+                return []
         return got
 
     def returned(self, key: str, idx: int, written: int) -> None:
@@ -151,14 +160,21 @@ class Lender:
             entry = self._out.pop((key, idx), None)
         if entry is None:
             return  # (given up: its collect stopped)
-        job, fut, _ = entry
-        try:
-            inner = self.submit(_take_back, job, idx, written, self.s)
-        except RuntimeError:  # (the pool is shut down: the run is ending)
+        job, fut, inbox = entry
+        with self._lock:
+            try:
+                inner = self.submit(_take_back, job, idx, written, self.s)
+            except RuntimeError:  # (the pool is shut down: the run is ending)
+                inner = None
+            else:
+                self._backs[inner] = inbox
+        if inner is None:
             fut.set_exception(Cancelled())
             return
 
         def chain(done: Future) -> None:
+            with self._lock:
+                self._backs.pop(done, None)
             if fut.done():
                 return
             exc = done.exception()
@@ -197,9 +213,16 @@ class _Loan:
         self.pieces = [[a, b, 0]]  # [start, end, bytes written]
         self.began, self.moved, self.writing = [0.0], [0], [0]
         self.tickets: list[Ticket | None] = [None]
+        self.ended = [False]  # a piece whose writer has stopped (done, or failed: it is not cut again)
         self.running = 1  # pieces not yet ended (counted as each is made, under the guard)
         self.fd = -1
         self.guard = threading.Lock()
+
+    def cut(self) -> None:
+        with self.guard:
+            tickets = [t for t in self.tickets if t is not None]
+        for t in tickets:
+            t.cut()
 
     def left(self, j: int) -> int:
         a, b, have = self.pieces[j]
@@ -239,6 +262,9 @@ def borrow(helpers: Sequence["Helper"], s: Session, pool, jobs: int, segment: in
         while True:
             tasks.difference_update([f for f in tasks if f.done()])
             loans[:] = [loan for loan in loans if loan.running]
+            for loan in loans:
+                if loan.h.done.is_set():
+                    loan.cut()  # its helper ended: its file is redone here, its pieces stop now
             running = [h for h in helpers if not h.done.is_set()]
             if not running and not tasks:
                 return
@@ -288,7 +314,7 @@ def _open_body(loan: _Loan, s: Session) -> bool:
 
 def _split_loan(loans: Sequence[_Loan], now: float) -> tuple[_Loan, int] | None:
     """Cut the borrowed piece that would end last, for an idle connection here (``ranges.plan_cut``)."""
-    from .ranges import _PIECE_MIN, _RATE_AFTER, plan_cut
+    from .ranges import _PIECE_MIN, plan_cut, request_rate
 
     pieces = []
     for loan in loans:
@@ -296,8 +322,8 @@ def _split_loan(loans: Sequence[_Loan], now: float) -> tuple[_Loan, int] | None:
             if loan.h.done.is_set():
                 continue
             for j in range(len(loan.pieces)):
-                age = now - loan.began[j] if loan.began[j] else 0.0
-                pieces.append((loan, j, loan.left(j), loan.moved[j] / age if age >= _RATE_AFTER else None))
+                if not loan.ended[j]:
+                    pieces.append((loan, j, loan.left(j), request_rate(loan.began[j], loan.moved[j], now)))
     cut = plan_cut([(left, rate) for _, _, left, rate in pieces], 4 << 20)
     if cut is None:
         return None
@@ -305,7 +331,7 @@ def _split_loan(loans: Sequence[_Loan], now: float) -> tuple[_Loan, int] | None:
     with loan.guard:
         left = loan.left(j)
         keep = min(cut[1], left // 2)
-        if left - keep < _PIECE_MIN or not loan.running:
+        if left - keep < _PIECE_MIN or not loan.running or loan.ended[j]:
             return None  # (its writer moved on; or its last piece ended meanwhile: given back)
         b = loan.pieces[j][1]
         mid = b - left + keep
@@ -315,6 +341,7 @@ def _split_loan(loans: Sequence[_Loan], now: float) -> tuple[_Loan, int] | None:
         loan.moved.append(0)
         loan.writing.append(0)
         loan.tickets.append(None)
+        loan.ended.append(False)
         loan.running += 1
         abandoned = loan.tickets[j] if keep == 0 else None
     if abandoned is not None:
@@ -331,11 +358,16 @@ def _fetch_piece(loan: _Loan, j: int, s: Session, wake: threading.Event) -> None
         pass
     finally:
         with loan.guard:
+            loan.ended[j] = True
             loan.running -= 1
             last = loan.running == 0
         if last:
             os.close(loan.fd)
-            loan.h.give_back(loan.key, loan.idx, loan.written())  # (every write of it has returned)
+            written = loan.written()
+            # On the bar only what goes back: bytes past a piece that failed are not in it, and come again.
+            loan.h.count_lent(loan.key, written)
+            s.advance(written)
+            loan.h.give_back(loan.key, loan.idx, written)  # (every write of it has returned)
         wake.set()
 
 
@@ -368,8 +400,6 @@ def _write_piece(loan: _Loan, j: int, s: Session) -> None:
                 loan.pieces[j][2] += n
                 loan.moved[j] += n
                 loan.writing[j] = 0
-            loan.h.count_lent(loan.key, n)
-            s.advance(n)
             checkpoint("fetch.borrow.written")
             if offset + n >= b:
                 return  # (cut at a split: the rest is another piece's)

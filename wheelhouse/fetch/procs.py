@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from wheelhouse.childproc import READ_ERRORS, close_input, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn
+from wheelhouse.childproc import close_input, cpus, end, flatten, frame, mode, read_frame, rebuild, spawn
 from wheelhouse.errors import WhError
 from wheelhouse.faults import check_helper_spec, checkpoint
 
@@ -547,8 +547,8 @@ def serve(cfg: dict) -> None:
                     send(("lent", s.lender.lend(int(msg[1]))))
                 elif msg[0] == "returned":
                     s.lender.returned(str(msg[1]), int(msg[2]), int(msg[3]))
-        except READ_ERRORS:
-            pass
+        except BaseException:  # noqa: BLE001  (READ_ERRORS, a broken pipe, anything else: without this thread
+            pass  # nothing lent comes back, and a helper that still beats would wait on it for ever: it stops)
         s.cancel.set()
         client.abort()
         s.lender.close_all()  # (wh's process is gone or stopping: nothing lent comes back)

@@ -373,12 +373,23 @@ def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) 
 
 _PIECE_MIN = 1 << 20  # a stalled transfer with less than this left is waited for
 _RATE_AFTER = 0.3  # a request this young has no speed yet (its first bytes include the round trip)
+# No byte yet is not stalled before this: a far index's connect, TLS and first answer take several round trips,
+# and a late answer is the hedge's to resend first (index.http, HEDGE_MIN).
+_STALL_AFTER = 1.0
+
+
+def request_rate(began: float, moved: int, now: float) -> float | None:
+    """Bytes/s of a request sent at ``began`` that has written ``moved`` bytes; None while too young to tell."""
+    age = now - began if began else 0.0
+    if age < _RATE_AFTER or (moved == 0 and age < _STALL_AFTER):
+        return None
+    return moved / age
 
 
 def plan_cut(ranges: Sequence[tuple[int, float | None]], minimum: int) -> tuple[int, int] | None:
     """Of ``ranges`` ((bytes left, bytes/s so far or None)), which to cut and how many bytes its transfer
     keeps: (index, keep), or None. A transfer at under an eighth of the median speed (stalled: no byte
-    for ``_RATE_AFTER`` s) that would end last keeps nothing: its request is cut and all it had left
+    for ``_STALL_AFTER`` s) that would end last keeps nothing: its request is cut and all it had left
     goes to the idle connection. Else the range with the most bytes left, in half, each half at least
     ``minimum``: pieces no smaller, as every new request risks the index's slow answer (1-5 s, a few
     times a run here), and cutting down to 1 MiB pieces made more of them (docs/benchmarks.md, Fetch)."""
@@ -405,8 +416,7 @@ def _ranges_left(job: Segmented, now: float) -> list[tuple[int, int, float | Non
         for i in range(len(job.segments)):
             left = _left(job, i)
             if left > 0:
-                age = now - job.began[i] if job.began[i] else 0.0
-                out.append((i, left, job.moved[i] / age if age >= _RATE_AFTER else None))
+                out.append((i, left, request_rate(job.began[i], job.moved[i], now)))
         return out
 
 

@@ -286,11 +286,10 @@ class HttpClient:
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
+        hedged = hedge is not None and hedge < self.timeout
         while True:
-            sent = time.monotonic()
             try:
-                watch = self._watchdog.watch(conn, min(self.timeout, hedge or self.timeout),
-                                             "hedge" if hedge is not None and hedge < self.timeout else "headers")
+                watch = self._watchdog.watch(conn, self.timeout, "headers")
             except InterruptedError:  # aborted (Ctrl-C): no new request starts
                 conn.close()
                 raise
@@ -299,10 +298,18 @@ class HttpClient:
             try:
                 if ticket is not None and ticket.cancelled:
                     raise OSError("cut")
-                conn.request("GET", path, headers=hdrs)
+                if conn.sock is None:  # connected (and TLS) within the timeout, not the hedge: a far index's
+                    conn.connect()     # handshake is not a late answer
                 watch.bind()
+                sent = time.monotonic()
+                if hedged and not self._watchdog.extend(watch, hedge, "hedge"):
+                    raise OSError("cut")
+                conn.request("GET", path, headers=hdrs)
                 resp = conn.getresponse()
-                watch.set(self.timeout, "headers")  # (the caller sets the body's deadline next)
+                # The caller sets the body's deadline next; a watch the watchdog cut just as the headers came
+                # is a late answer (resent where hedged), not a body that stalled after 0 bytes.
+                if not self._watchdog.extend(watch, self.timeout, "headers"):
+                    raise OSError("cut as its headers came")
                 with self._lock:
                     self._to_headers.append(time.monotonic() - sent)
                 return conn, resp, watch

@@ -142,6 +142,14 @@ class Watchdog:
                 self._thread.start()
         return w
 
+    def extend(self, w: Watch, seconds: float, what: str) -> bool:
+        """Give ``w`` a new deadline; False where it has already expired (its socket is being cut)."""
+        with self._lock:
+            if w.expired:
+                return False
+            w.set(seconds, what)
+            return True
+
     def unwatch(self, w: Watch) -> None:
         with self._lock:
             self._watches.discard(w)
@@ -169,6 +177,7 @@ class Watchdog:
                     self._thread = None
                     return
                 late = [w for w in self._watches if w.deadline <= now and not w.expired]
+                for w in late:  # (marked under the lock: ``extend`` then knows it lost the race)
+                    w.expired = True
             for w in late:
-                w.expired = True
                 w.cut()
