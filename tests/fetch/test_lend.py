@@ -16,6 +16,7 @@ import time
 
 import pytest
 from file_server import FileServer
+from helper_procs import wait_for
 
 from wheelhouse.fetch import FetchItem, fetch_all, procs
 from wheelhouse.fetch.ranges import _covers, plan_cut, plan_segments
@@ -54,27 +55,17 @@ class SlowStart(FileServer):
             crawl = name == THERE and self.slow_left > 0
             if crawl:
                 self.slow_left -= 1
-        if not crawl:
-            try:
-                for pos in range(0, len(body), 256 * 1024):
-                    handler.wfile.write(body[pos:pos + 256 * 1024])
-                handler.wfile.flush()
-            except OSError:
-                return  # (cut by the client: a stalled or hedged request; its bytes were not used)
-            with self.lock:
-                self.completed[name] = self.completed.get(name, 0) + len(body)
-                self.served[name] = self.served.get(name, 0) + len(body)
-            return
+        if crawl:
+            return self.crawl(handler, name, body, self.slow)
         try:
-            for pos in range(0, len(body), 16 * 1024):
-                chunk = body[pos:pos + 16 * 1024]
-                with self.lock:
-                    self.served[name] = self.served.get(name, 0) + len(chunk)
-                handler.wfile.write(chunk)
-                handler.wfile.flush()
-                time.sleep(len(chunk) / self.slow)
+            for pos in range(0, len(body), 256 * 1024):
+                handler.wfile.write(body[pos:pos + 256 * 1024])
+            handler.wfile.flush()
         except OSError:
-            pass  # cut by the client: the rest is fetched by another connection
+            return  # (cut by the client: a stalled or hedged request; its bytes were not used)
+        with self.lock:
+            self.completed[name] = self.completed.get(name, 0) + len(body)
+            self.served[name] = self.served.get(name, 0) + len(body)
 
 
 @pytest.fixture
@@ -108,6 +99,15 @@ def _fetch(items, tmp_path, **kw):
     return rep
 
 
+def _fetch_slow_start(tmp_path) -> tuple[SlowStart, RecordingReporter]:
+    """``_fetch`` of FILES from a SlowStart server; the server (closed) and the reporter."""
+    srv = SlowStart()
+    try:
+        return srv, _fetch(_serve(srv), tmp_path)
+    finally:
+        srv.close()
+
+
 def _check(tmp_path, rep=None):
     for name, data in FILES.items():
         assert (tmp_path / "dest" / name).read_bytes() == data, name
@@ -117,11 +117,7 @@ def _check(tmp_path, rep=None):
 
 
 def test_this_process_takes_over_the_tail_of_the_helpers_share(always, helpers, tmp_path):
-    srv = SlowStart()
-    try:
-        rep = _fetch(_serve(srv), tmp_path)
-    finally:
-        srv.close()
+    srv, rep = _fetch_slow_start(tmp_path)
     _check(tmp_path, rep)
     borrowed = sum(sum(h._lent_counted.values()) for h in helpers)
     assert borrowed >= MIB, "this process downloaded part of the helper's file"
@@ -136,11 +132,7 @@ def test_a_borrowed_write_that_fails_goes_back_and_the_helper_finishes_the_range
     """A full disk on this process's first write of a lent range: it gives the range back with what it had
     written (nothing), and the helper downloads it itself; the run succeeds."""
     monkeypatch.setenv("WH_FAULT", "fetch.borrow.written:enospc")
-    srv = SlowStart()
-    try:
-        rep = _fetch(_serve(srv), tmp_path)
-    finally:
-        srv.close()
+    srv, rep = _fetch_slow_start(tmp_path)
     _check(tmp_path, rep)
     assert any(h._lent_counted for h in helpers), "a range was lent"
 
@@ -149,11 +141,7 @@ def test_a_helper_killed_as_it_lends_leaves_its_file_to_this_process(always, hel
     """SIGKILL in the helper right after it recorded the splits it lends, before it answered: this process
     downloads the helper's file itself, from the record it left, and counts each byte once."""
     monkeypatch.setenv("WH_FAULT_HELPER", "fetch.lend:kill")
-    srv = SlowStart()
-    try:
-        rep = _fetch(_serve(srv), tmp_path)
-    finally:
-        srv.close()
+    srv, rep = _fetch_slow_start(tmp_path)
     _check(tmp_path, rep)
     notes = [e[1] for e in rep.events if e[0] == "note"]
     assert any("second download process stopped" in n for n in notes), notes
@@ -315,11 +303,7 @@ def test_a_disk_error_as_the_helper_lends_lends_nothing_and_the_run_succeeds(alw
     """The splits are recorded, then the lend fails (ENOSPC injected there): the helper downloads those
     ranges itself. Before, the error ended the helper's listener, which cancelled its whole share."""
     monkeypatch.setenv("WH_FAULT_HELPER", "fetch.lend:enospc")
-    srv = SlowStart()
-    try:
-        rep = _fetch(_serve(srv), tmp_path)
-    finally:
-        srv.close()
+    srv, rep = _fetch_slow_start(tmp_path)
     _check(tmp_path, rep)
     assert not any(h._lent_counted for h in helpers)
     notes = [e[1] for e in rep.events if e[0] == "note"]
@@ -367,18 +351,10 @@ def test_a_watch_the_watchdog_has_cut_cannot_be_given_a_new_deadline():
 
     dog = Watchdog(tick=0.05)
     w = dog.watch(None, 0.05, "hedge")
-    assert _wait(lambda: w.expired, 2)
+    assert wait_for(lambda: w.expired, 2)
     assert dog.extend(w, 60, "headers") is False  # (the answer that came as it was cut is resent)
     fresh = dog.watch(None, 60, "headers")
     assert dog.extend(fresh, 60, "headers") is True
     dog.unwatch(w)
     dog.unwatch(fresh)
 
-
-def _wait(cond, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()

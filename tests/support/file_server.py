@@ -8,6 +8,7 @@ per connection (a slow link), knobs to misbehave, and counts of what it served.
     srv.ignore_range = True                 # answer 200 with the whole file to a Range request
     srv.auth = "user:password"              # Basic auth required (401 otherwise, counted in srv.unauthorized)
     srv.served[name]; srv.ranges; srv.close()
+    srv.crawl(handler, name, body, rate)    # (a subclass's _send: one answer at its own rate)
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ class FileServer:
                     time.sleep(len(chunk) / self.rate)
         except OSError:
             pass  # the client went away (killed, interrupted)
+
+    def crawl(self, handler, name: str, body: bytes, rate: float, counted=None) -> None:
+        """Write ``body`` at ``rate`` bytes/s in 16 KiB pieces, each counted (``served[name]``, and
+        ``counted(n)`` where given) before it is written; a client that went away ends it quietly."""
+        try:
+            for pos in range(0, len(body), 16 * 1024):
+                chunk = body[pos:pos + 16 * 1024]
+                with self.lock:
+                    self.served[name] = self.served.get(name, 0) + len(chunk)
+                    if counted is not None:
+                        counted(len(chunk))
+                handler.wfile.write(chunk)
+                handler.wfile.flush()
+                time.sleep(len(chunk) / rate)
+        except OSError:
+            pass  # cut by the client: the rest is fetched by another connection
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
