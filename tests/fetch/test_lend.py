@@ -238,61 +238,58 @@ def _holding_server(hold: set[int], delay: float):
     return httpd, state
 
 
+@pytest.fixture
+def holding(monkeypatch):
+    """``start(hold, delay)`` -> (url, state) of a ``_holding_server``, shut down after the test."""
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    servers = []
+
+    def start(hold: set[int], delay: float):
+        httpd, state = _holding_server(hold, delay)
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}/f", state
+
+    yield start
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def _read(client, url, **kw) -> bytes:
     with client.stream(url, **kw) as resp:
         return b"".join(resp.iter_chunks())
 
 
-def test_a_download_without_headers_long_after_the_others_is_sent_again(monkeypatch):
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    httpd, state = _holding_server({5}, delay=4.0)
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/f"
+def test_a_download_without_headers_long_after_the_others_is_sent_again(holding):
+    url, state = holding({5}, delay=4.0)
     client = HttpClient(retries=0)
-    try:
-        for _ in range(4):  # (the client learns how soon this index answers)
-            _read(client, url, hedge=True)
-        t = time.monotonic()
-        assert _read(client, url, hedge=True) == b"x" * 1000
-        took = time.monotonic() - t
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    for _ in range(4):  # (the client learns how soon this index answers)
+        _read(client, url, hedge=True)
+    t = time.monotonic()
+    assert _read(client, url, hedge=True) == b"x" * 1000
+    took = time.monotonic() - t
     assert client.hedged == 1 and state["count"] == 6
     assert took < 3.0, took  # (the held request would have answered after 4 s)
 
 
-def test_without_hedge_a_slow_answer_is_waited_for(monkeypatch):
+def test_without_hedge_a_slow_answer_is_waited_for(holding):
     """Index pages and metadata (no ``hedge``) are never sent twice: a slow index stays correct."""
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    httpd, state = _holding_server({5}, delay=1.2)
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/f"
+    url, state = holding({5}, delay=1.2)
     client = HttpClient(retries=0)
-    try:
-        for _ in range(5):
-            _read(client, url)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    for _ in range(5):
+        _read(client, url)
     assert client.hedged == 0 and state["count"] == 5
 
 
-def test_a_ticket_cuts_a_request_waiting_for_headers_and_it_is_not_retried(monkeypatch):
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    httpd, state = _holding_server({1}, delay=5.0)
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/f"
+def test_a_ticket_cuts_a_request_waiting_for_headers_and_it_is_not_retried(holding):
+    url, state = holding({1}, delay=5.0)
     client = HttpClient(retries=3)
     ticket = Ticket()
     threading.Timer(0.5, ticket.cut).start()
     t = time.monotonic()
-    try:
-        with pytest.raises(HttpError) as err:
-            _read(client, url, ticket=ticket)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with pytest.raises(HttpError) as err:
+        _read(client, url, ticket=ticket)
     assert time.monotonic() - t < 3.0
     assert err.value.reason == "cut" and state["count"] == 1
 
