@@ -442,7 +442,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 if not failures:  # after a failure nothing more goes to dest: the run is failing
                     downloaded(_key(item), fut.result())
             if failures and inbox is not None:
-                inbox.accepting = False  # nothing more lent from a failing collect
+                s.lender.seal(inbox)  # nothing more lent from a failing collect
         if not pending and fallback:
             for job, why in fallback.items():
                 _give_up_ranges(job, why, s)
