@@ -134,3 +134,42 @@ def test_limits_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("WH_HTTP_STALL", "-1")
     monkeypatch.setenv("WH_MAX_PAGE_MB", "0")
     assert (body_deadline(), stall_seconds(), max_body_bytes()) == (300.0, 30.0, 64 << 20)
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_a_response_cut_as_its_headers_came_closes_its_socket_at_once(monkeypatch, keep_alive):
+    """The watchdog can cut a request in the instant its headers arrive (a hedge's deadline, a ticket):
+    the request fails, and the answer's socket is closed then, not left to the garbage collector (an
+    HTTP/1.0 answer owns its socket once http.client has it; under load this was a ResourceWarning)."""
+    import gc
+
+    from file_server import FileServer
+    from wheelhouse.index.http import HttpClient, HttpError
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    srv = FileServer()
+    if keep_alive:
+        srv.httpd.RequestHandlerClass.protocol_version = "HTTP/1.1"
+    item = srv.add("a-1.0-py3-none-any.whl", b"x" * 1000)
+    answers: list[http.client.HTTPResponse] = []
+    real = http.client.HTTPConnection.getresponse
+
+    def getresponse(self):
+        answers.append(real(self))
+        return answers[-1]
+
+    monkeypatch.setattr(http.client.HTTPConnection, "getresponse", getresponse)
+    client = HttpClient(retries=0)
+    real_extend = client._watchdog.extend
+    monkeypatch.setattr(client._watchdog, "extend",
+                        lambda w, s, what: False if what == "headers" else real_extend(w, s, what))
+    gc.disable()  # only an explicit close may close it
+    try:
+        with pytest.raises(HttpError):
+            client.get(item.url)
+        assert answers and all(a.fp is None for a in answers), "an answer's socket was left open"
+    finally:
+        gc.enable()
+        client.close()
+        srv.close()

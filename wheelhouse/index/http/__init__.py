@@ -288,6 +288,7 @@ class HttpClient:
         conn, was_idle = self._acquire(key)
         hedged = hedge is not None and hedge < self.timeout
         while True:
+            resp = None
             try:
                 watch = self._watchdog.watch(conn, self.timeout, "headers")
             except InterruptedError:  # aborted (Ctrl-C): no new request starts
@@ -313,9 +314,16 @@ class HttpClient:
                 with self._lock:
                     self._to_headers.append(time.monotonic() - sent)
                 return conn, resp, watch
-            except (OSError, http.client.HTTPException) as exc:
+            except BaseException as exc:
+                # A response that will close owns the socket (http.client hands it over): closing the
+                # connection alone leaves its descriptor to the garbage collector.
+                if resp is not None:
+                    with contextlib.suppress(Exception):
+                        resp.close()
                 conn.close()
                 self._watchdog.unwatch(watch)
+                if not isinstance(exc, (OSError, http.client.HTTPException)):
+                    raise
                 if watch.expired:
                     raise _HeadersDeadline(watch.what) from exc
                 if not was_idle:
