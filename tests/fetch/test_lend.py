@@ -19,7 +19,8 @@ from file_server import FileServer
 from helper_procs import wait_for
 
 from wheelhouse.fetch import FetchItem, fetch_all, procs
-from wheelhouse.fetch.ranges import _covers, plan_cut, plan_segments
+from wheelhouse.fetch.ranges import _covers, plan_segments
+from wheelhouse.fetch.spans import Spans, plan_cut
 from wheelhouse.index.http import HttpClient, HttpError, Ticket
 from wheelhouse.progress import RecordingReporter
 
@@ -308,7 +309,7 @@ def test_a_disk_error_as_the_helper_lends_lends_nothing_and_the_run_succeeds(alw
 
 
 def test_no_byte_yet_is_not_a_stall_until_a_second_has_passed():
-    from wheelhouse.fetch.ranges import request_rate
+    from wheelhouse.fetch.spans import request_rate
 
     assert request_rate(100.0, 0, 100.2) is None  # (too young for any speed)
     assert request_rate(100.0, 0, 100.6) is None  # a far index's handshake and first answer: not stalled
@@ -335,12 +336,12 @@ def test_a_borrowed_piece_that_failed_is_not_cut_and_what_follows_it_is_not_coun
     from wheelhouse.fetch.lend import _Loan, _split_loan
 
     loan = _Loan(_Peer(), "k", 0, 0, 40 * MIB)
-    loan.pieces = [[0, 20 * MIB, 5 * MIB], [20 * MIB, 40 * MIB, 20 * MIB]]  # the first failed at 5 MiB
-    loan.began, loan.moved, loan.writing = [1.0, 1.0], [5 * MIB, 20 * MIB], [0, 0]
-    loan.tickets, loan.ended, loan.running = [None, None], [True, True], 0
+    loan.pieces = Spans.of([(0, 20 * MIB), (20 * MIB, 40 * MIB)], [5 * MIB, 20 * MIB])  # the first failed at 5 MiB
+    loan.pieces.began, loan.pieces.moved = [1.0, 1.0], [5 * MIB, 20 * MIB]
+    loan.ended, loan.running = [True, True], 0
     assert loan.written() == 5 * MIB  # what goes back: the bytes from the range's start on
     loan.running = 1
-    assert _split_loan([loan], 100.0) is None  # an ended piece has no writer to cut
+    assert _split_loan([loan], 100.0, 4 * MIB) is None  # an ended piece has no writer to cut
 
 
 def test_a_watch_the_watchdog_has_cut_cannot_be_given_a_new_deadline():

@@ -27,7 +27,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
 from . import procs
-from .lend import borrow, split_minimum
+from .lend import borrow
 from .cache import (
     HashMismatch,
     NoSpace,
@@ -46,6 +46,7 @@ from .cache import (
 from .ranges import (SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments,
                      split_range)
 from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
+from .spans import split_minimum
 from .stream import download
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
 
         def steal() -> tuple[Segmented, int] | None:
             # An idle connection takes all a stalled transfer had left, else half of the range with the
-            # most left (ranges.split_range), in pieces of at least lend.split_minimum.
+            # most left (ranges.split_range), in pieces of at least spans.split_minimum.
             return split_range(split, split_minimum(segment))
 
         tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]

@@ -43,13 +43,14 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.index.http import HttpError, Ticket
 
 from .cache import partial_path
-from .ranges import Segmented, _cut, split_range
+from .ranges import Segmented, split_range
 from .session import Cancelled, Session, body_batches, write_blocks
+from .spans import Spans, cut_blocks, plan_cut, split_minimum
 
 if TYPE_CHECKING:
     from .procs import Helper
 
-__all__ = ["Lender", "Inbox", "borrow", "split_minimum"]
+__all__ = ["Lender", "Inbox", "borrow"]
 
 _ASK_AGAIN = 0.5  # after an empty answer, the same helper is asked again no sooner than this
 _POLL = 0.1
@@ -193,10 +194,7 @@ def _take_back(job: Segmented, idx: int, written: int, s: Session):
     from .ranges import _U64, fetch_range
 
     with job.guard:
-        a, b = job.segments[idx]
-        n = max(0, min(int(written), b - a))
-        job.have[idx] = n
-        job.writing[idx] = 0
+        n = job.spans.returned(idx, written)
     if job.record_fd >= 0:
         os.pwrite(job.record_fd, _U64.pack(n), _U64.size * idx)  # (after the bytes: they were written there)
     return fetch_range(job, idx, s)
@@ -210,9 +208,7 @@ class _Loan:
 
     def __init__(self, h: "Helper", key: str, idx: int, a: int, b: int):
         self.h, self.key, self.idx, self.a = h, key, idx, a
-        self.pieces = [[a, b, 0]]  # [start, end, bytes written]
-        self.began, self.moved, self.writing = [0.0], [0], [0]
-        self.tickets: list[Ticket | None] = [None]
+        self.pieces = Spans.of([(a, b)])
         self.ended = [False]  # a piece whose writer has stopped (done, or failed: it is not cut again)
         self.running = 1  # pieces not yet ended (counted as each is made, under the guard)
         self.fd = -1
@@ -220,29 +216,13 @@ class _Loan:
 
     def cut(self) -> None:
         with self.guard:
-            tickets = [t for t in self.tickets if t is not None]
+            tickets = [t for t in self.pieces.tickets if t is not None]
         for t in tickets:
             t.cut()
 
-    def left(self, j: int) -> int:
-        a, b, have = self.pieces[j]
-        return b - max(a + have, self.writing[j])
-
     def written(self) -> int:
         """Bytes on disk from the range's start, up to the first piece that did not finish."""
-        n = 0
-        for a, b, have in sorted(self.pieces):
-            n += have
-            if have < b - a:
-                break
-        return n
-
-
-def split_minimum(segment: int) -> int:
-    """The smallest piece a split cuts (half of a range at least twice this): an eighth of a segment
-    (4 MiB by default), never under 1 MiB; a new request, and the bytes on their way to the cut
-    connection, cost more than a smaller piece saves."""
-    return max(1 << 20, segment // 8)
+        return self.pieces.prefix_end() - self.a
 
 
 def borrow(helpers: Sequence["Helper"], s: Session, pool, jobs: int, segment: int) -> None:
@@ -285,7 +265,7 @@ def borrow(helpers: Sequence["Helper"], s: Session, pool, jobs: int, segment: in
                     max(askable, key=lambda h: h.outstanding()).ask_lend(free)
                 elif not any(h.asking for h in running):
                     for _ in range(free):
-                        cut = _split_loan(loans, now)
+                        cut = _split_loan(loans, now, split_minimum(segment))
                         if cut is None:
                             break
                         start(*cut)
@@ -312,41 +292,30 @@ def _open_body(loan: _Loan, s: Session) -> bool:
     return True
 
 
-def _split_loan(loans: Sequence[_Loan], now: float) -> tuple[_Loan, int] | None:
-    """Cut the borrowed piece that would end last, for an idle connection here (``ranges.plan_cut``)."""
-    from .ranges import _PIECE_MIN, plan_cut, request_rate
-
+def _split_loan(loans: Sequence[_Loan], now: float, minimum: int) -> tuple[_Loan, int] | None:
+    """Cut the borrowed piece that would end last, for an idle connection here (``spans.plan_cut``),
+    in pieces of at least ``minimum``."""
     pieces = []
     for loan in loans:
         with loan.guard:
-            if loan.h.done.is_set():
-                continue
-            for j in range(len(loan.pieces)):
-                if not loan.ended[j]:
-                    pieces.append((loan, j, loan.left(j), request_rate(loan.began[j], loan.moved[j], now)))
-    cut = plan_cut([(left, rate) for _, _, left, rate in pieces], 4 << 20)
+            if not loan.h.done.is_set():
+                pieces += [(loan, j, left, rate) for j, left, rate in loan.pieces.open_ranges(now, loan.ended)]
+    cut = plan_cut([(left, rate) for _, _, left, rate in pieces], minimum)
     if cut is None:
         return None
     loan, j, _, _ = pieces[cut[0]]
     with loan.guard:
-        left = loan.left(j)
-        keep = min(cut[1], left // 2)
-        if left - keep < _PIECE_MIN or not loan.running or loan.ended[j]:
-            return None  # (its writer moved on; or its last piece ended meanwhile: given back)
-        b = loan.pieces[j][1]
-        mid = b - left + keep
-        loan.pieces[j][1] = mid
-        loan.pieces.append([mid, b, 0])
-        loan.began.append(0.0)
-        loan.moved.append(0)
-        loan.writing.append(0)
-        loan.tickets.append(None)
+        if not loan.running or loan.ended[j]:
+            return None  # (its last piece ended meanwhile: given back)
+        made = loan.pieces.split(j, cut[1])
+        if made is None:
+            return None  # (its writer moved on)
+        new, abandoned = made
         loan.ended.append(False)
         loan.running += 1
-        abandoned = loan.tickets[j] if keep == 0 else None
     if abandoned is not None:
         abandoned.cut()  # (nothing left to wait for: a request with no headers yet)
-    return loan, len(loan.pieces) - 1
+    return loan, new
 
 
 def _fetch_piece(loan: _Loan, j: int, s: Session, wake: threading.Event) -> None:
@@ -376,8 +345,8 @@ def _write_piece(loan: _Loan, j: int, s: Session) -> None:
     assert item is not None
     ticket = Ticket()
     with loan.guard:
-        a, b, have = loan.pieces[j]
-        loan.began[j], loan.moved[j], loan.tickets[j] = time.monotonic(), 0, ticket
+        (a, b), have = loan.pieces.segments[j], loan.pieces.have[j]
+        loan.pieces.sent(j, ticket)
     start = a + have
     if start >= b:
         return
@@ -389,17 +358,14 @@ def _write_piece(loan: _Loan, j: int, s: Session) -> None:
             if loan.h.done.is_set() or s.cancel.is_set():
                 return  # (the helper ended: its files are redone here; or Ctrl-C)
             with loan.guard:
-                a, b, have = loan.pieces[j]  # (a split may have moved its end)
-                offset = a + have
-                if offset + n > b:
-                    blocks, n = _cut(blocks, b - offset), b - offset
-                loan.writing[j] = offset + n
+                offset, kept = loan.pieces.claim(j, n)  # (a split may have moved its end)
+                end = loan.pieces.segments[j][1]
+            if kept < n:
+                blocks, n = cut_blocks(blocks, kept), kept
             if n:
                 write_blocks(loan.fd, blocks, offset)
             with loan.guard:
-                loan.pieces[j][2] += n
-                loan.moved[j] += n
-                loan.writing[j] = 0
+                loan.pieces.wrote(j, n)
             checkpoint("fetch.borrow.written")
-            if offset + n >= b:
+            if offset + n >= end:
                 return  # (cut at a split: the rest is another piece's)

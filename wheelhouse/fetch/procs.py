@@ -474,7 +474,8 @@ def serve(cfg: dict) -> None:
     from wheelhouse.index.http import HttpClient
 
     from . import _download_all
-    from .lend import Lender, split_minimum
+    from .lend import Lender
+    from .spans import split_minimum
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for_helper()

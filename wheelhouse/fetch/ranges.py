@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import struct
 import threading
 import time
@@ -45,6 +44,7 @@ from wheelhouse.index.http import HttpError, Ticket
 
 from .cache import HashMismatch, commit_part, is_no_space, partial_path, remove_part_files, try_entry_lock
 from .session import DiskFull, FetchError, FetchItem, Session, body_batches, write_blocks
+from .spans import Spans, cut_blocks, plan_cut
 
 __all__ = ["Segmented", "NoRanges", "KeptBytesUnverified", "plan_segments", "fetch_range", "finish_segmented",
            "bytes_kept", "split_range", "SEGMENT_MIN"]
@@ -69,19 +69,13 @@ class KeptBytesUnverified(NoRanges):
 
 @dataclass(eq=False)  # identity: a download in progress is one thing
 class Segmented:
-    """A segmented download in progress; ``have[i]``: bytes of range ``i`` written and recorded."""
+    """A segmented download in progress: its ranges (``spans``; ``have[i]``: bytes of range ``i``
+    written and recorded), its files, and the running hash."""
 
     item: FetchItem
     part: Path  # <key>.part: the names of this download's files derive from it
-    segments: list[tuple[int, int]]
-    have: list[int]
     lock_fd: int
-    # writing[i]: where the block range i is writing right now ends (0: none); a split cuts beyond it.
-    writing: list[int] = field(default_factory=list)
-    # Range i's current request: when it was sent, and the bytes written since (its speed, for a split).
-    began: list[float] = field(default_factory=list)
-    moved: list[int] = field(default_factory=list)
-    tickets: list = field(default_factory=list)  # range i's request, to cut when another connection takes it all
+    spans: Spans = field(default_factory=Spans)
     no_ranges: bool = False
     remaining: int = 0
     resumed: bool = False  # some bytes came from an earlier run
@@ -92,6 +86,14 @@ class Segmented:
     hashed: int = 0
     hashing: bool = False
     guard: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def segments(self) -> list[tuple[int, int]]:
+        return self.spans.segments
+
+    @property
+    def have(self) -> list[int]:
+        return self.spans.have
 
     @property
     def layout(self) -> Path:
@@ -136,7 +138,7 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
         return None
     part = partial_path(cache, item.sha256)
     part.parent.mkdir(parents=True, exist_ok=True)
-    job = Segmented(item, part, [], [], fd)
+    job = Segmented(item, part, fd)
     try:
         loaded = _load_layout(job)
         if loaded is None:
@@ -153,9 +155,6 @@ def plan_segments(item: FetchItem, cache: Path, segment: int) -> Segmented | Non
         job.release()
         raise
     job.remaining = sum(1 for (a, b), h in zip(job.segments, job.have) if h < b - a)
-    job.writing = [0] * len(job.segments)
-    job.began, job.moved = [0.0] * len(job.segments), [0] * len(job.segments)
-    job.tickets = [None] * len(job.segments)
     job.resumed = job.on_disk() > 0
     return job
 
@@ -176,7 +175,7 @@ def _load_layout(job: Segmented) -> bool | None:
         return None
     have = [_U64.unpack_from(raw, _U64.size * i)[0] for i in range(len(segments))]
     # A record past its range cannot be right: that range starts again.
-    job.segments, job.have = segments, [h if h <= b - a else 0 for h, (a, b) in zip(have, segments)]
+    job.spans = Spans.of(segments, [h if h <= b - a else 0 for h, (a, b) in zip(have, segments)])
     return True
 
 
@@ -193,7 +192,7 @@ def _covers(segments: list[tuple[int, int]], size: int) -> bool:
 
 def _new_layout(job: Segmented, segment: int) -> None:
     size = job.item.size or 0
-    job.segments = [(a, min(size, a + segment)) for a in range(0, size, segment)]
+    segments = [(a, min(size, a + segment)) for a in range(0, size, segment)]
     for stale in job.part.parent.glob(job.part.name + ".*"):  # files of another split or version
         stale.unlink(missing_ok=True)
     # A single-stream partial from an earlier run is a valid prefix: it becomes the body, in place.
@@ -210,7 +209,7 @@ def _new_layout(job: Segmented, segment: int) -> None:
         os.posix_fallocate(fd, 0, size)
     finally:
         os.close(fd)
-    job.have = [max(0, min(b, prefix) - a) for a, b in job.segments]
+    job.spans = Spans.of(segments, [max(0, min(b, prefix) - a) for a, b in segments])
     write_atomic(job.record, b"".join(_U64.pack(h) for h in job.have), mode=0o600)
     write_atomic(job.layout, json.dumps({"v": _LAYOUT_VERSION, "size": size, "segments": job.segments}), mode=0o600)
 
@@ -260,7 +259,7 @@ def _fetch_range(job: Segmented, idx: int, s: Session) -> None:
             raise NoRanges()
         ticket = Ticket()
         with job.guard:
-            job.began[idx], job.moved[idx], job.tickets[idx] = time.monotonic(), 0, ticket
+            job.spans.sent(idx, ticket)
         try:
             with s.client.stream(job.item.url, {"Range": f"bytes={start}-{b - 1}", "Accept-Encoding": "identity"},
                                  ticket=ticket, hedge=True) as resp:
@@ -292,35 +291,19 @@ def _write_blocks(job: Segmented, idx: int, blocks: list, n: int) -> int:
     """Write ``blocks`` at their offset (cut at the range's end, which a split may have moved), then
     record them, then hash them if they extend the prefix. Returns the bytes kept."""
     with job.guard:
-        a, b = job.segments[idx]
-        offset = a + job.have[idx]
-        if offset + n > b:
-            blocks, n = _cut(blocks, b - offset), b - offset
-        job.writing[idx] = offset + n  # a split now cuts beyond this block
+        offset, kept = job.spans.claim(idx, n)  # a split now cuts beyond this block
+    if kept < n:
+        blocks, n = cut_blocks(blocks, kept), kept
     if n:
         checkpoint("fetch.write")
         write_blocks(job.body_fd, blocks, offset)
     with job.guard:
-        job.have[idx] += n
-        job.moved[idx] += n
-        job.writing[idx] = 0
-        done = job.have[idx]
+        done = job.spans.wrote(idx, n)
     # Only after the data's pwrite returned: the record never runs ahead of the bytes.
     os.pwrite(job.record_fd, _U64.pack(done), _U64.size * idx)
     checkpoint("fetch.range.recorded")
     _hash_prefix(job, offset, blocks)
     return n
-
-
-def _cut(blocks: list, n: int) -> list:
-    """The first ``n`` bytes of ``blocks``."""
-    out = []
-    for block in blocks:
-        if n <= 0:
-            break
-        out.append(memoryview(block)[:n])
-        n -= len(out[-1])
-    return out
 
 
 def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) -> tuple[Segmented, int] | None:
@@ -338,24 +321,15 @@ def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) 
     if cut is None:
         return None
     job, i, _, _ = ranges[cut[0]]
-    with job.guard:
-        left = _left(job, i)  # (re-read under the lock: its writer moved on while the plan was made)
-        keep = min(cut[1], left // 2)
-        if job.no_ranges or job.body_fd < 0 or left - keep < _PIECE_MIN:
+    with job.guard:  # (re-read under the lock: its writer moved on while the plan was made)
+        if job.no_ranges or job.body_fd < 0:
             return None
-        a, b = job.segments[i]
-        mid = b - left + keep
-        job.segments[i] = (a, mid)
-        job.segments.append((mid, b))
-        job.have.append(0)
-        job.writing.append(b if lend else 0)
-        job.began.append(0.0)
-        job.moved.append(0)
+        made = job.spans.split(i, cut[1], writing_elsewhere=lend)
+        if made is None:
+            return None
+        new, abandoned = made
         job.remaining += 1
-        job.tickets.append(None)
-        new = len(job.segments) - 1
         segments = list(job.segments)
-        abandoned = job.tickets[i] if keep == 0 else None
     # The record grows by one (zero) entry, then the layout names the split: a process killed between
     # the two leaves a record that fits no layout, and that download starts again (never a wrong byte).
     # Neither write failing stops the split (it is already in memory, and the range's writer follows):
@@ -371,59 +345,13 @@ def split_range(jobs: Sequence[Segmented], minimum: int, *, lend: bool = False) 
     return job, new
 
 
-_PIECE_MIN = 1 << 20  # a stalled transfer with less than this left is waited for
-_RATE_AFTER = 0.3  # a request this young has no speed yet (its first bytes include the round trip)
-# No byte yet is not stalled before this: a far index's connect, TLS and first answer take several round trips,
-# and a late answer is the hedge's to resend first (index.http, HEDGE_MIN).
-_STALL_AFTER = 1.0
-
-
-def request_rate(began: float, moved: int, now: float) -> float | None:
-    """Bytes/s of a request sent at ``began`` that has written ``moved`` bytes; None while too young to tell."""
-    age = now - began if began else 0.0
-    if age < _RATE_AFTER or (moved == 0 and age < _STALL_AFTER):
-        return None
-    return moved / age
-
-
-def plan_cut(ranges: Sequence[tuple[int, float | None]], minimum: int) -> tuple[int, int] | None:
-    """Of ``ranges`` ((bytes left, bytes/s so far or None)), which to cut and how many bytes its transfer
-    keeps: (index, keep), or None. A transfer at under an eighth of the median speed (stalled: no byte
-    for ``_STALL_AFTER`` s) that would end last keeps nothing: its request is cut and all it had left
-    goes to the idle connection. Else the range with the most bytes left, in half, each half at least
-    ``minimum``: pieces no smaller, as every new request risks the index's slow answer (1-5 s, a few
-    times a run here), and cutting down to 1 MiB pieces made more of them (docs/benchmarks.md, Fetch)."""
-    ranges = [(left, None if rate is None else max(rate, 1.0)) for left, rate in ranges]  # (0: stalled)
-    rates = [r for _, r in ranges if r is not None]
-    typical = statistics.median(rates) if rates else None
-    slow = [(left / rate, n) for n, (left, rate) in enumerate(ranges)
-            if typical and rate is not None and rate < typical / 8 and left >= _PIECE_MIN]
-    if slow:
-        return max(slow)[1], 0
-    most = max(range(len(ranges)), key=lambda n: ranges[n][0], default=None)
-    if most is None or ranges[most][0] < 2 * max(minimum, 1):
-        return None
-    return most, ranges[most][0] // 2
-
-
 def _ranges_left(job: Segmented, now: float) -> list[tuple[int, int, float | None]]:
     """(index, bytes left, bytes/s of its request so far or None) of the ranges a split may cut; none for a
     download that cannot be split now (the server ignores ranges, or its files are closed)."""
     with job.guard:
         if job.no_ranges or job.body_fd < 0 or job.record_fd < 0:
             return []
-        out = []
-        for i in range(len(job.segments)):
-            left = _left(job, i)
-            if left > 0:
-                out.append((i, left, request_rate(job.began[i], job.moved[i], now)))
-        return out
-
-
-def _left(job: Segmented, i: int) -> int:
-    """Bytes of range ``i`` not yet written nor being written (the block being written stays with it)."""
-    a, b = job.segments[i]
-    return b - max(a + job.have[i], job.writing[i])
+        return job.spans.open_ranges(now)
 
 
 def _write_layout(job: Segmented, segments: list[tuple[int, int]], version: int) -> None:
@@ -441,15 +369,6 @@ def _write_layout(job: Segmented, segments: list[tuple[int, int]], version: int)
         tmp.unlink(missing_ok=True)
 
 
-def _prefix_end(job: Segmented) -> int:
-    """Where the file's complete prefix ends: the first range (in offset order: split ranges are
-    appended) not yet complete, how far it got."""
-    for (a, b), h in sorted(zip(job.segments, job.have)):
-        if h < b - a:
-            return a + h
-    return job.item.size or 0
-
-
 def _hash_prefix(job: Segmented, offset: int = -1, blocks: list[bytes] = ()) -> None:
     """Extend the running hash: ``blocks`` (just written at ``offset``) from memory when they are next
     in file order, then whatever complete prefix is already on disk, read back from the file.
@@ -459,14 +378,14 @@ def _hash_prefix(job: Segmented, offset: int = -1, blocks: list[bytes] = ()) -> 
             for block in blocks:
                 job.sha.update(block)
                 job.hashed += len(block)
-        if job.hashing or _prefix_end(job) <= job.hashed:
+        if job.hashing or job.spans.prefix_end() <= job.hashed:
             return
         job.hashing = True
     buf = memoryview(bytearray(_READ_BACK))  # one buffer per catch-up, not a new object per read
     try:
         while True:
             with job.guard:
-                end, pos = _prefix_end(job), job.hashed
+                end, pos = job.spans.prefix_end(), job.hashed
                 if end <= pos:
                     return
             while pos < end:
