@@ -166,7 +166,9 @@ class PackageSource:
         for index in self.index_urls:
             files = self._index_files(index, name, keep)
             if files is not None:
-                found = files
+                # A page may list files of other projects (a lying or misconfigured index): they are
+                # not releases of this one, as pip and find-links below judge them.
+                found = [d for d in files if d.name == name]
                 break
         for loc in self.find_links:
             found += [d for d in self._links_memo.get(loc, lambda loc=loc: self._find_links(loc))
