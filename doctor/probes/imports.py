@@ -10,9 +10,12 @@ hang or crash a finished probe.
 that name only if that is how the package gets it: when find_spec(MOD) does not
 resolve to FILE, or the package's own import already initialised FILE as a
 module under another name (cv2's loader imports cv2/cv2.abi3.so as ``cv2``),
-the record says so (``covered``) and nothing is imported by that name. A module
-that fails only as a circular import back into itself is imported again through
-the sibling module the cycle runs through (``via``), as its package does.
+the record says so (``covered``) and nothing is imported by that name. Where
+FILE's folder is not one the import system searches for MOD (another copy of
+the package, earlier on sys.path, serves the name), MOD is imported: that copy
+is what the engine gets. A module that fails only as a circular import back
+into itself is imported again through the sibling module the cycle runs through
+(``via``), as its package does.
 """
 
 import os
@@ -73,6 +76,37 @@ def _initialised_from(real, top):
     return None
 
 
+def _search_path_of(name):
+    """Where the import system looks for ``name``: its parent package's ``__path__``, else ``sys.path``."""
+    parent = name.rpartition(".")[0]
+    if not parent:
+        return list(sys.path)
+    try:
+        locations = vars(sys.modules[parent]).get("__path__")  # find_spec imported the parent already
+    except Exception:  # noqa: BLE001 - sys.modules can hold anything
+        return None
+    try:
+        return list(locations) if locations is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _shadowing_copy(name, spec, path):
+    """Where ``import name`` looks instead of file ``path``'s folder, when that folder is not one the import
+    system searches for ``name``: another copy of its package (earlier on sys.path: PYTHONPATH, a .pth, a
+    second site folder, a checkout) is what the engine gets. None where ``path`` is the file it finds."""
+    if spec is not None and spec.origin and _real(spec.origin) == _real(path):
+        return None
+    locations = _search_path_of(name)
+    if not locations:
+        return None
+    folder = _real(os.path.dirname(os.path.abspath(path)))
+    mine = [p for p in locations if isinstance(p, str)]
+    if any(_real(p) == folder for p in mine):
+        return None
+    return mine[0] if mine else None
+
+
 def _covered(name, spec, path):
     """Why extension module file ``path`` is not to be imported as ``name`` (None: import it)."""
     if name in sys.modules:
@@ -102,7 +136,8 @@ def _probe(name, path=None):
         rec["found"] = None
         rec["find_spec_error"] = "%s: %s" % (type(exc).__name__, exc)
     if path is not None and "find_spec_error" not in rec:
-        covered = _covered(name, spec, path)
+        rec["shadowed"] = _shadowing_copy(name, spec, path)
+        covered = None if rec["shadowed"] else _covered(name, spec, path)
         if covered:
             rec.update(ok=True, covered=covered, seconds=0.0)
             return rec

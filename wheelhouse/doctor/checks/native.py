@@ -20,7 +20,9 @@ dynamic symbols lack ``PyInit_<name>`` is a library its package loads by path
 the evidence lists it as such. Nor is a module imported by a name the package
 never uses for it: when find_spec does not resolve that name to that file, or
 the package's import already loaded the file under another name (cv2's loader
-imports ``cv2/cv2.abi3.so`` as ``cv2``), the top-level import is what covers it.
+imports ``cv2/cv2.abi3.so`` as ``cv2``), the top-level import is what covers it. A
+name served by another copy of the package (earlier on sys.path) is imported all the same: that copy is
+what the engine loads.
 A module that, imported first, is a circular import back into itself is loaded
 through the sibling the cycle runs through (``scipy.linalg._matfuncs_sqrtm_triu``
 through ``_matfuncs_sqrtm``), as its package loads it; the evidence names it.
@@ -199,6 +201,8 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], warnings: dict
             line += f" -- find_spec({o.module!r}) succeeds ({o.origin}) but the import fails"
         elif o.found is False:
             line += f" -- find_spec({o.module!r}) is None"
+        if o.shadowed:
+            line += f" -- another copy of its package is imported instead, from {o.shadowed}"
         detail = o.traceback or o.output
         why = warnings.get(o.module)
         parts.append(line + ("\n" + detail.rstrip() if detail else "") + (f"\na warning: {why}" if why else ""))
