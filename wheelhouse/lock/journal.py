@@ -19,7 +19,7 @@ from typing import Sequence
 
 from wheelhouse.atomic import write_atomic
 
-__all__ = ["UndoJournal", "recover_journals"]
+__all__ = ["UndoJournal", "recover_journals", "inside_wheelhouse"]
 
 _PREFIX = ".wh-undo-"
 _JOURNAL = "journal.json"
@@ -83,8 +83,9 @@ class UndoJournal:
 _INDEX_FILES = ("pylock.toml", "wh.json", "simple")
 
 
-def _inside(root: Path, rel: str) -> bool:
-    """A journal read from disk only ever names paths inside the wheelhouse (no .., no symlinked parent out)."""
+def inside_wheelhouse(root: Path, rel: str) -> bool:
+    """Whether ``rel``, a path read from the wheelhouse's own files (a journal, wh.json), names a path inside
+    ``root``: relative, no .., no symlinked parent leading out. What was read from disk may have been edited."""
     p = Path(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
         return False
@@ -107,20 +108,20 @@ def _rollback(root: Path, saved: Path, index: Sequence[str], had: Sequence[str],
         if rel in had:
             os.replace(saved / rel, cur)
     for rel in made:
-        if rel.endswith("/") or not _inside(root, rel):
+        if rel.endswith("/") or not inside_wheelhouse(root, rel):
             continue
         try:
             (root / rel).unlink()
         except FileNotFoundError:
             pass
     for rel in reversed(made):  # the folders the change added, deepest first, once empty again
-        if rel.endswith("/") and _inside(root, rel.rstrip("/")):
+        if rel.endswith("/") and inside_wheelhouse(root, rel.rstrip("/")):
             try:
                 (root / rel).rmdir()
             except OSError:
                 pass
     for rel in kept:
-        if _inside(root, rel) and (saved / "files" / rel).is_file():
+        if inside_wheelhouse(root, rel) and (saved / "files" / rel).is_file():
             os.replace(saved / "files" / rel, root / rel)
     shutil.rmtree(saved, ignore_errors=True)
 

@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
 from wheelhouse.lock import LockedFile, read_pylock
+from wheelhouse.lock.journal import inside_wheelhouse
 from wheelhouse.lock.output import read_meta
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import Reporter
@@ -89,9 +90,11 @@ def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[Lock
     """The engine to carry over, or the sentence saying why it cannot be (its wheel is gone or damaged)."""
     rel = str(record["wheel"])
     wheel = out / rel
-    if not wheel.is_file() or sha256_of(wheel) != record["sha256"]:
+    # wh.json may have been edited: a path outside the wheelhouse is never read, linked or replaced
+    if not inside_wheelhouse(out, rel) or not wheel.is_file() or sha256_of(wheel) != record["sha256"]:
         return f"leaving out the engine {Path(rel).name}: its wheel is missing or damaged (run `wh build` again)"
     entry = next((f for f in lock_files if f.filename == wheel.name), None)
+    record = _inside_only(out, record)
     extra_paths = [record.get("log"), *[a.get("path") for a in record.get("artifacts") or () if isinstance(a, dict)]]
     paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
     reqs: tuple[str, ...] = ()
@@ -105,3 +108,16 @@ def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[Lock
         tool=dict(entry.tool) if entry else {"source": "build", "commit": record.get("commit")},
     )
     return KeptEngine(record, file, paths, reqs)
+
+
+def _inside_only(out: Path, record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The engine's record without the log or exported files it names outside the wheelhouse (an edited wh.json)."""
+    def outside(p: object) -> bool:
+        return isinstance(p, str) and not inside_wheelhouse(out, p)
+
+    cleaned = dict(record)
+    if outside(cleaned.get("log")):
+        cleaned["log"] = None
+    if isinstance(cleaned.get("artifacts"), list):
+        cleaned["artifacts"] = [a for a in cleaned["artifacts"] if not (isinstance(a, dict) and outside(a.get("path")))]
+    return cleaned
