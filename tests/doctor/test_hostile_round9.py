@@ -1,15 +1,15 @@
-"""Hostile round 9: a copy of a package that shadows the installed one.
+"""Hostile round 9: the doctor's false greens and lost reports.
 
-The engine imports whichever copy comes first on ``sys.path`` (PYTHONPATH, a second site folder, a
-checkout): the doctor must judge that copy, not call the installed distribution's extension modules
-"loaded by its package" because ``find_spec`` resolves their names to the other copy's files.
+Real gcc-built extension modules in real venvs, a second copy of a package earlier on sys.path, and a
+report file that cannot be written. Each was a false green (the doctor said ok about a module the
+engine cannot load) or a doctor run that lost its JSON.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -21,10 +21,10 @@ pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Pyth
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 
-def _shadowed_install(tmp_path, exts, shadow_ext: bytes | None):
-    """``shadowed`` installed whole (a good lazily loaded ``shadowed.sub._ext``), and a bare copy of the
-    package in another folder, with ``shadow_ext`` as its ``_ext`` (None: none); the copy's folder, as
-    PYTHONPATH puts it first, is in the returned environment."""
+def _shadowed_install(tmp_path: Path, exts: dict[str, bytes], stray_ext: bytes | None) -> tuple[Path, dict]:
+    """``shadowed`` 1.0 installed healthy in a venv, and a stray copy of its package (no .dist-info, as a
+    source checkout or a ``--target`` folder) first on sys.path through PYTHONPATH; ``stray_ext``: the
+    copy's build of the lazily loaded ``shadowed.sub._ext`` (None: the copy has none)."""
     py = make_venv(tmp_path / "venv")
     install_dist(py, tmp_path / "w", "shadowed", {"shadowed/__init__.py": "X = 1\n", "shadowed/sub/__init__.py": ""},
                  {f"shadowed/sub/_ext{SUFFIX}": exts["ok"]})
@@ -32,24 +32,40 @@ def _shadowed_install(tmp_path, exts, shadow_ext: bytes | None):
     (stray / "shadowed" / "sub").mkdir(parents=True)
     (stray / "shadowed" / "__init__.py").write_text("X = 2\n")
     (stray / "shadowed" / "sub" / "__init__.py").write_text("")
-    if shadow_ext is not None:
-        (stray / "shadowed" / "sub" / f"_ext{SUFFIX}").write_bytes(shadow_ext)
+    if stray_ext is not None:
+        (stray / "shadowed" / "sub" / f"_ext{SUFFIX}").write_bytes(stray_ext)
     return py, {**os.environ, "PYTHONPATH": str(stray)}
 
 
-@pytest.mark.parametrize("shadow", ["undef", None])
-def test_an_extension_served_by_a_broken_shadowing_copy_is_a_fail(tmp_path, exts, shadow):
-    # The shadowing copy's lazily loaded module has an undefined symbol, or is missing: the engine's
-    # `import shadowed.sub._ext` fails. The doctor said ok ("loaded by its package, not by name").
-    py, env = _shadowed_install(tmp_path, exts, exts[shadow] if shadow else None)
-    engine = subprocess.run([str(py), "-c", "import shadowed.sub._ext"], env=env, capture_output=True, text=True)
-    assert engine.returncode != 0  # (what the engine sees)
+def test_a_lazy_extension_a_shadowing_copy_of_its_package_serves_broken_is_a_fail(tmp_path, exts):
+    # `import shadowed.sub._ext` loads the checkout's build (an undefined symbol): the installed copy's
+    # healthy file is never loaded. The doctor said "loaded by its package, not by name": ok.
+    py, env = _shadowed_install(tmp_path, exts, exts["undef"])
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
     assert r is not None and r.verdict == "fail", r
-    assert "shadowed.sub._ext" in r.evidence and str(tmp_path / "checkout") in r.evidence
+    assert "wh_missing_symbol" in r.evidence and str(tmp_path / "checkout") in r.evidence
 
 
-def test_a_working_shadowing_copy_passes(tmp_path, exts):
+def test_a_lazy_extension_missing_from_a_shadowing_copy_of_its_package_is_a_fail(tmp_path, exts):
+    # The checkout has no build of the extension: the engine's `import shadowed.sub._ext` raises
+    # ModuleNotFoundError. The doctor said "find_spec is None: never loaded by that name": ok.
+    py, env = _shadowed_install(tmp_path, exts, None)
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
+    assert r is not None and r.verdict == "fail", r
+    assert "No module named 'shadowed.sub._ext'" in r.evidence
+
+
+def test_a_healthy_shadowing_copy_and_the_packages_own_choice_of_file_stay_green(tmp_path, exts):
     py, env = _shadowed_install(tmp_path, exts, exts["ok"])
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
     assert r is not None and r.verdict == "ok", r
+
+
+def test_a_broken_shadowing_copy_is_not_mended_by_dropping_the_healthy_one(tmp_path, exts):
+    # `wh drop shadowed` would uninstall the venv's healthy copy and leave the broken checkout in the
+    # engine's way: the hint names the checkout instead, and --fix has nothing to run.
+    py, env = _shadowed_install(tmp_path, exts, exts["undef"])
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
+    assert r is not None and r.verdict == "fail", r
+    assert r.fix is None and "drop" not in (r.data or {})
+    assert str(tmp_path / "checkout") in (r.hint or "") and "sys.path" in r.hint

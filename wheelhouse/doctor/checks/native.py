@@ -268,6 +268,14 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
         return CheckResult(cid, title, "fail", evidence,
                            hint=f"reinstall {d.name}: `wh install` from the wheelhouse that holds it",
                            data={**data, "failures": failures}, seconds=seconds)
+    if red and all(o.shadowed for o in red):
+        # Another copy of the package, earlier on sys.path, is what fails: uninstalling this distribution
+        # (a drop) would take away the healthy copy and leave the broken one in the engine's way.
+        shadows = sorted({o.shadowed for o in red})
+        return CheckResult(cid, title, "fail", evidence,
+                           hint=f"the engine imports {d.name}'s modules from another copy ({', '.join(shadows)}): "
+                                f"take that folder off sys.path (PYTHONPATH, a .pth file) or rebuild it",
+                           data={**data, "failures": failures, "shadowed_by": shadows}, seconds=seconds)
     if any("." not in o.module for o in red) or not red:  # not red: another distribution's package failed
         reason = "import failed"
     else:
