@@ -69,3 +69,25 @@ def test_a_broken_shadowing_copy_is_not_mended_by_dropping_the_healthy_one(tmp_p
     assert r is not None and r.verdict == "fail", r
     assert r.fix is None and "drop" not in (r.data or {})
     assert str(tmp_path / "checkout") in (r.hint or "") and "sys.path" in r.hint
+
+
+def test_a_junit_file_that_cannot_be_written_does_not_cost_the_json(tmp_path, exts):
+    # A disk that fills during the run: the JUnit write fails at the end. The JSON on stdout (the report
+    # CI parses) was never printed, as the error was raised first; now it is, then the error, exit 2.
+    import json
+    import subprocess
+    import sys
+
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "fine", {"fine/__init__.py": "X = 1\n"}, {f"fine/_ext{SUFFIX}": exts["ok"]})
+    junit = tmp_path / "reports" / "doctor.xml"
+    junit.parent.mkdir()
+    env = {**os.environ, "WH_FAULT": "doctor.junit:enospc"}
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                           "--json", "--junit", str(junit), "--timeout", "20"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    report = json.loads(proc.stdout)
+    assert any(r["id"] == "native:fine" and r["verdict"] == "ok" for r in report["results"])
+    assert "--junit" in proc.stderr and "Traceback" not in proc.stderr
+    assert not junit.exists() and not list(junit.parent.iterdir())  # no temp file, no half a JUnit

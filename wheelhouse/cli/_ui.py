@@ -68,13 +68,14 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def write_output(flag: str, path, text: str) -> None:
-    """Write a file the user named with ``flag`` (atomically); a folder we cannot write to is bad input."""
+def write_output(flag: str, path, text: str, *, fault: str | None = None) -> None:
+    """Write a file the user named with ``flag`` (atomically); a folder we cannot write to is bad input.
+    ``fault``: a ``wheelhouse.faults`` point (``write_atomic``)."""
     from wheelhouse.atomic import write_atomic
     from wheelhouse.errors import UsageError
 
     try:
-        write_atomic(path, text)
+        write_atomic(path, text, fault=fault)
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
                          hint="choose a path in a folder you can write to") from exc

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelhouse.doctor.report import DoctorReport, render_junit
+from wheelhouse.errors import WhError
 from ._ui import check_writable, emit_json, plural, sigterm_as_interrupt, write_output
 
 __all__ = ["doctor", "drop", "compare"]
@@ -253,10 +254,18 @@ def _not_stdout(junit: Path) -> None:
 
 
 def _write_reports(report: DoctorReport, junit: Path | None, as_json: bool, strict: bool) -> None:
+    """The JUnit file, then the JSON; a JUnit that cannot be written (a full disk) does not cost the JSON:
+    its error is raised once the JSON is out."""
+    failed = None
     if junit:
-        write_output("--junit", junit, render_junit(report))
+        try:
+            write_output("--junit", junit, render_junit(report), fault="doctor.junit")
+        except WhError as exc:
+            failed = exc
     if as_json:
         emit_json(report.to_json(strict))
+    if failed is not None:
+        raise failed
 
 
 def _no_doctor_options_before(ctx: click.Context) -> None:
