@@ -104,6 +104,13 @@ def check_archive_path(wheel: Path, name: str) -> None:
 def check_archive_paths(wheel: Path, names: list[str]) -> None:
     """``check_archive_path`` for every name: one scan of the whole listing when nothing in it could be
     unsafe (no '/' after a newline or first, no backslash, colon, NUL or '..'), else name by name."""
+    files = [n for n in names if not n.endswith("/")]  # (a folder entry twice writes nothing)
+    if len(set(files)) != len(files):
+        # Two entries of one name: which one lands depends on the reader, and RECORD vouches for one only.
+        seen: set[str] = set()
+        twice = next(n for n in files if n in seen or seen.add(n))
+        raise UnpackError(f"{wheel.name}: {twice} is in the archive twice (a malformed or hostile wheel)",
+                          hint="remove this wheel from the wheelhouse and re-run `wh stage`")
     blob = "\n".join(names)
     if ("\\" in blob or ":" in blob or "\x00" in blob or ".." in blob or blob.startswith("/") or "\n/" in blob):
         for n in names:
