@@ -61,3 +61,22 @@ def test_wh_install_of_a_wheelhouse_holding_it_fails_in_one_line_and_leaves_the_
     r = subprocess.run(wh_command(["install", house, "--venv", venv]), capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "in the archive twice" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert tree_listing(venv) == before
+
+
+def test_the_record_of_a_script_whose_python_line_was_rewritten_matches_the_file_on_disk(tmp_path):
+    # `#!python` in a wheel's .data/scripts is rewritten to this venv's interpreter, so the file differs
+    # from the wheel's: its RECORD row carried the wheel's hash and size, which no file on disk had.
+    import csv
+
+    w = make_wheel(tmp_path / "w", "tooly", "1.0", modules={"tooly/__init__.py": ""},
+                   files={"tooly-1.0.data/scripts/tooly-run": "#!python\nprint('hi')\n"})
+    house = make_wheelhouse(tmp_path / "house", [w])
+    venv = tmp_path / "venv"
+    r = subprocess.run(wh_command(["install", house, "--venv", venv]), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    script = venv / "bin" / "tooly-run"
+    data = script.read_bytes()
+    assert not data.startswith(b"#!python\n")  # (rewritten)
+    (record,) = venv.glob("lib/python*/site-packages/tooly-1.0.dist-info/RECORD")
+    rows = {Path(row[0]).name: row for row in csv.reader(record.read_text().splitlines())}
+    assert rows["tooly-run"][1:] == [f"sha256={_b64(data)}", str(len(data))]

@@ -92,6 +92,11 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
     info_dir = os.path.join(plan.base, plan.dist_info)
     rows: list[tuple[str, str, str]] = []
     for m in plan.members:  # every one exists now: written by this wheel, or (write False) by a later one
+        if m.script:  # its `#!python` line may have been rewritten: RECORD says what is on disk (as pip's does)
+            with open(m.dest, "rb") as fh:
+                data = fh.read()
+            rows.append((m.dest, f"sha256={record_digest(hashlib.sha256(data).digest())}", str(len(data))))
+            continue
         rows.append((m.dest, f"sha256={m.digest}", str(m.size)))
     extra: list[tuple[str, bytes, int]] = []
     for dest, body in plan.launchers:
