@@ -94,8 +94,7 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
     for m in plan.members:  # every one exists now: written by this wheel, or (write False) by a later one
         if m.script:  # its `#!python` line may have been rewritten: RECORD says what is on disk (as pip's does)
             with open(m.dest, "rb") as fh:
-                data = fh.read()
-            rows.append((m.dest, f"sha256={record_digest(hashlib.sha256(data).digest())}", str(len(data))))
+                rows.append(_row_of(m.dest, fh.read()))
             continue
         rows.append((m.dest, f"sha256={m.digest}", str(m.size)))
     extra: list[tuple[str, bytes, int]] = []
@@ -108,11 +107,16 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
         with os.fdopen(create_new(dest, mode), "wb") as out:
             out.write(data)
         os.chmod(dest, mode)
-        rows.append((dest, f"sha256={record_digest(hashlib.sha256(data).digest())}", str(len(data))))
+        rows.append(_row_of(dest, data))
     record = os.path.join(info_dir, "RECORD")
     with os.fdopen(create_new(record, 0o644), "wb") as out:
         out.write(render_record(rows, plan.base, record))
     return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced, linked)
+
+
+def _row_of(dest: str, data: bytes) -> tuple[str, str, str]:
+    """RECORD's row for a file wh wrote with ``data``."""
+    return dest, f"sha256={record_digest(hashlib.sha256(data).digest())}", str(len(data))
 
 
 # ---- the whole batch ----------------------------------------------------------------------------
