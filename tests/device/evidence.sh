@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# The doctor judged by evidence, on the offline H200 box, and the real FreeToken serving a model made there.
+#
+#   PART=A bash tests/device/evidence.sh WHEELHOUSE [MIRROR]    # the stock image only (~1 min)
+#   PART=B bash tests/device/evidence.sh WHEELHOUSE [MIRROR]    # FreeToken built, installed, served (~6 min)
+#
+# WHEELHOUSE: FreeToken's runtime requirements staged on the networked host as a delta against the box's
+# captured profile, flashlib kept and its nvidia-cutlass-dsl left out by the manifest (tests/device/freetoken-h200.toml):
+#   .venv/bin/wh stage tests/device/freetoken-h200.toml -o .device/ft-wh
+# MIRROR: a bare git mirror of FreeToken (`git clone --mirror`), ~3 MB, default .device/freetoken.git.
+#
+# Part A (the stock image, /opt/torch/.venv): `wh doctor` gives 0 fail, and `wh drop --dry-run` drops nothing.
+# Part B: wh bootstrapped from the wheelhouse's bootstrap/; a build venv and a serve venv made by `wh install
+#   --system-site-packages` (the image's torch kept); `wh build` of FreeToken from the mirror (PEP 517 against the
+#   image's torch and nvcc); a tiny random-weight qwen2 checkpoint and a BPE tokenizer written on the box with the
+#   image's transformers/tokenizers (nothing downloaded); `wh doctor` green; `wh serve` ready on FreeToken's own
+#   /health; `wh smoke` streams tokens (TTFT, tok/s); `wh stop`. Then a findable-but-broken `sgl_kernel` is planted
+#   (FreeToken probes it with find_spec and routes RMSNorm through it): the doctor is red, `wh drop` removes it, the
+#   doctor is green again and FreeToken serves again.
+# Evidence in $OUT; PASS/FAIL lines and a summary at the end; exit 1 when anything failed.
+set -u
+WH_DIR=$(realpath "${1:-.device/ft-wh}")
+MIRROR=$(realpath "${2:-.device/freetoken.git}")
+PART=${PART:-AB}
+PY=${PY:-/opt/torch/.venv/bin/python3}
+OUT=${OUT:-/tmp/wh-evidence-out}
+mkdir -p "$OUT"
+WORK=${WORK:-/tmp/wh-evidence}
+mkdir -p "$WORK"
+export WH_STATE_DIR="$WORK/state"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+declare -a SUMMARY=()
+FAIL=0
+say() { SUMMARY+=("$*"); echo "== $*" >&2; }
+bad() { FAIL=1; say "FAIL $*"; }
+pass() { say "PASS $*"; }
+count() {  # count VERDICT REPORT.json -> how many results have that verdict
+  "$PY" -c "import json,sys; print(sum(1 for r in json.load(open(sys.argv[2])).get('results', []) if r.get('verdict') == sys.argv[1]))" "$1" "$2" 2>/dev/null || echo "?"
+}
+fails() {  # fails REPORT.json -> one line per failing check
+  "$PY" -c "
+import json,sys
+for r in json.load(open(sys.argv[1])).get('results', []):
+    if r.get('verdict') in ('fail', 'error'): print(r.get('id'), '::', str(r.get('evidence'))[:300])" "$1" 2>/dev/null
+}
+
+# --- wh itself, offline, from the wheelhouse's bootstrap/ ------------------------------------------------
+WHV="$WORK/whv"
+if [ ! -x "$WHV/bin/wh" ]; then
+  "$PY" -m venv --without-pip "$WHV"
+  (cd "$WH_DIR" && "$PY" -m pip --python "$WHV/bin/python" install -q --no-index --find-links bootstrap/ wh) \
+    >"$OUT/bootstrap.log" 2>&1 || bad "bootstrap: $(tail -3 "$OUT/bootstrap.log")"
+fi
+WH="$WHV/bin/wh"
+say "wh $($WH --version 2>&1); python $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+
+# --- Part A: the stock image -----------------------------------------------------------------------------
+if [[ $PART == *A* ]]; then
+  t0=$(date +%s.%N)
+  $WH doctor --python "$PY" --json --junit "$OUT/a-doctor.junit.xml" >"$OUT/a-doctor.json" 2>"$OUT/a-doctor.stderr"; rc=$?
+  t1=$(date +%s.%N)
+  $WH doctor --python "$PY" --json >"$OUT/a-doctor2.json" 2>/dev/null; rc2=$?
+  t2=$(date +%s.%N)
+  secs=$("$PY" -c "print(f'{$t1-$t0:.1f} s first, {$t2-$t1:.1f} s again')")
+  say "stock image doctor: rc=$rc (again rc=$rc2), $(count ok "$OUT/a-doctor.json") ok, $(count warn "$OUT/a-doctor.json") warn, $(count fail "$OUT/a-doctor.json") fail; $secs"
+  fails "$OUT/a-doctor.json" | head -20 | sed 's/^/    /' >&2
+  [ "$(count fail "$OUT/a-doctor.json")" = 0 ] && [ $rc -ne 1 ] && pass "A1 the stock image has no fail" || bad "A1 stock image: $(fails "$OUT/a-doctor.json" | head -5 | cut -c1-160 | tr '\n' ';')"
+  "$PY" -c "
+import json,sys
+for r in json.load(open(sys.argv[1])).get('results', []):
+    if r.get('verdict') == 'warn': print(r.get('id'), '::', str(r.get('evidence'))[:240])" "$OUT/a-doctor.json" >"$OUT/a-warns.txt" 2>/dev/null
+  $WH drop --dry-run --python "$PY" --json >"$OUT/a-drop.json" 2>"$OUT/a-drop.stderr"; rc=$?
+  WOULD=$("$PY" -c "
+import json,sys
+d = json.load(open(sys.argv[1]))
+items = d.get('dropped') or d.get('would_drop') or d.get('drops') or []
+print(len(items), ' '.join(str(i.get('distribution', i) if isinstance(i, dict) else i) for i in items))" "$OUT/a-drop.json" 2>/dev/null)
+  say "stock image drop --dry-run: rc=$rc would drop: ${WOULD:-?}"
+  [ "${WOULD%% *}" = 0 ] && pass "A2 drop --dry-run drops nothing on the stock image" || bad "A2 drop --dry-run: ${WOULD:-unreadable} $(tail -2 "$OUT/a-drop.stderr")"
+fi
+
+# --- Part B: FreeToken built, installed and served --------------------------------------------------------
+if [[ $PART == *B* ]]; then
+  [ -d "$MIRROR" ] || { bad "no FreeToken mirror at $MIRROR"; PART=; }
+fi
+if [[ $PART == *B* ]]; then
+  COMMIT=$(git --git-dir "$MIRROR" rev-parse HEAD)
+  BV="$WORK/bv"; SV="$WORK/serve"; HOUSE="$WORK/house"
+  rm -rf "$BV" "$SV" "$HOUSE"
+  t0=$(date +%s)
+  $WH install "$WH_DIR" --venv "$BV" --system-site-packages --python "$PY" --json >"$OUT/b-bv.json" 2>"$OUT/b-bv.stderr" \
+    || bad "build venv: wh install rc=$? $(tail -2 "$OUT/b-bv.stderr")"
+  say "build venv from the carried wheelhouse in $(( $(date +%s) - t0 )) s"
+  cat >"$WORK/freetoken.toml" <<EOF
+[engine]
+name = "freetoken"
+repo = "$MIRROR"
+commit = "$COMMIT"
+
+[engine.build]
+subdirectory = "."
+no-build-isolation = true
+link-sonames = true
+[engine.build.env]
+MAX_JOBS = "16"
+EOF
+  cp -a "$WH_DIR" "$HOUSE"
+  t0=$(date +%s)
+  $WH build "$WORK/freetoken.toml" -o "$HOUSE" --python "$BV/bin/python" --cache-dir "$WORK/cache" --json \
+    >"$OUT/b-build.json" 2>"$OUT/b-build.stderr"; rc=$?
+  BUILD_S=$(( $(date +%s) - t0 ))
+  WHEEL=$(ls "$HOUSE"/wheels/freetoken-*.whl 2>/dev/null | head -1)
+  [ $rc = 0 ] && [ -n "$WHEEL" ] && pass "B1 wh build FreeToken $COMMIT in ${BUILD_S} s: $(basename "$WHEEL")" \
+    || bad "B1 wh build rc=$rc: $(grep -iE 'error|missing|hint' "$OUT/b-build.stderr" | head -4 | cut -c1-200 | tr '\n' ';')"
+  cp "$HOUSE"/logs/*.log "$OUT/" 2>/dev/null
+  $WH links --undo --python "$BV/bin/python" >/dev/null 2>&1
+
+  t0=$(date +%s)
+  $WH install "$HOUSE" --venv "$SV" --system-site-packages --python "$PY" --json >"$OUT/b-install.json" 2>"$OUT/b-install.stderr"; rc=$?
+  [ $rc = 0 ] && pass "B2 wh install of engine + delta into $SV in $(( $(date +%s) - t0 )) s: $(grep -E '^installed|installed [0-9]' "$OUT/b-install.stderr" | head -1)" \
+    || bad "B2 wh install rc=$rc: $(tail -3 "$OUT/b-install.stderr" | tr '\n' ';')"
+  SPY="$SV/bin/python"
+  "$SPY" -c "import flashlib, freetoken, torch; print('flashlib', flashlib.__file__); print('torch', torch.__version__, torch.__file__)" >"$OUT/b-imports.txt" 2>&1 \
+    && say "engine imports: $(tr '\n' ' ' <"$OUT/b-imports.txt" | cut -c1-240)" || bad "engine imports: $(tail -2 "$OUT/b-imports.txt")"
+  "$SPY" -c "import importlib.util as u; print(u.find_spec('cutlass'))" >"$OUT/b-cutlass.txt" 2>&1
+  say "nvidia-cutlass-dsl (excluded by the manifest) findable: $(cat "$OUT/b-cutlass.txt")"
+
+  # A tiny random-weight qwen2 checkpoint and tokenizer, written here with the image's libraries.
+  MODEL="$WORK/tiny-qwen2"
+  "$PY" - "$MODEL" >"$OUT/b-model.log" 2>&1 <<'PYEOF'
+import sys, json
+from pathlib import Path
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+words = ("the quick brown fox jumps over the lazy dog offline wheelhouse doctor serve token engine model "
+         "hello world a an of to in is it that for on with as was at by be this from or have not are").split()
+corpus = [" ".join(words[(i * 7 + j) % len(words)] for j in range(24)) for i in range(400)]
+tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=900, special_tokens=special,
+                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+fast.save_pretrained(out)
+vocab = 1024
+cfg = Qwen2Config(vocab_size=vocab, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, eos_token_id=fast.eos_token_id, bos_token_id=fast.pad_token_id,
+                  pad_token_id=fast.pad_token_id)
+cfg.architectures = ["Qwen2ForCausalLM"]
+torch.manual_seed(0)
+model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained(out, safe_serialization=True)
+GenerationConfig(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id).save_pretrained(out)
+print("tokenizer", len(fast), "params", sum(p.numel() for p in model.parameters()))
+PYEOF
+  [ $? = 0 ] && say "tiny model: $(tail -1 "$OUT/b-model.log"), $(du -sh "$MODEL" | cut -f1)" || bad "tiny model: $(tail -3 "$OUT/b-model.log")"
+
+  cat >"$WORK/serve.toml" <<EOF
+[stack]
+name = "freetoken-tiny-h200"
+requirements = []
+[doctor]
+gpus = 1
+sm = "9.0"
+[serve]
+command = ["$SV/bin/ft", "serve", "--model-path", "{model}", "--port", "{port}", "--tensor-parallel-size", "1", "--memory-ratio", "0.5", "--max-running-requests", "8"]
+ready = "health"
+url = "http://127.0.0.1:18919"
+timeout = 540
+EOF
+  doctor_b() {  # doctor_b TAG -> rc; report in $OUT/b-doctor-TAG.json
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    $WH doctor --python "$SPY" --json --junit "$OUT/b-doctor-$1.junit.xml" >"$OUT/b-doctor-$1.json" 2>"$OUT/b-doctor-$1.stderr"; rc=$?
+    t1=$(date +%s.%N)
+    say "doctor ($1): rc=$rc, $(count ok "$OUT/b-doctor-$1.json") ok, $(count warn "$OUT/b-doctor-$1.json") warn, $(count fail "$OUT/b-doctor-$1.json") fail in $("$PY" -c "print(f'{$t1-$t0:.1f}')") s"
+    fails "$OUT/b-doctor-$1.json" | head -8 | sed 's/^/    /' >&2
+    return $rc
+  }
+  serve_b() {  # serve_b TAG -> rc; ready seconds and smoke figures in the summary
+    $WH serve "$WORK/serve.toml" --model "$MODEL" --python "$SPY" --log "$OUT/b-serve-$1.log" --detach --smoke --json \
+      >"$OUT/b-serve-$1.json" 2>"$OUT/b-serve-$1.stderr"; local rc=$?
+    local facts
+    facts=$("$PY" -c "
+import json,sys
+d = json.load(open(sys.argv[1])); s = d.get('smoke') or {}
+print(f\"ready in {d.get('ready_s')} s; model {s.get('model')}; {s.get('tokens')} tokens; TTFT {s.get('ttft_s')} s; decode {s.get('decode_tok_s')} tok/s\")" "$OUT/b-serve-$1.json" 2>/dev/null)
+    say "serve ($1): rc=$rc; ${facts:-$(tail -4 "$OUT/b-serve-$1.stderr" | cut -c1-200 | tr '\n' ';')}"
+    $WH stop --json >"$OUT/b-stop-$1.json" 2>"$OUT/b-stop-$1.stderr"
+    say "stop ($1): $(tail -1 "$OUT/b-stop-$1.stderr" | cut -c1-160)"
+    return $rc
+  }
+  doctor_b clean && pass "B3 doctor green on the FreeToken venv" || bad "B3 doctor on the FreeToken venv"
+  serve_b clean && grep -q '"tokens": [1-9]' "$OUT/b-serve-clean.json" && pass "B4 FreeToken ready on /health and smoke streamed tokens" \
+    || bad "B4 serve: $(grep -iE 'error|Traceback' "$OUT/b-serve-clean.log" | tail -3 | cut -c1-200 | tr '\n' ';')"
+
+  # A findable-but-broken accelerator: sgl_kernel, installed as a distribution, whose import fails.
+  SITE=$("$SPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$WORK/plant/sgl_kernel"
+  printf 'int sgl_kernel_missing_symbol(void);\nint _entry(void) { return sgl_kernel_missing_symbol(); }\n' >"$WORK/plant/k.c"
+  SUFFIX=$("$SPY" -c "import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])")
+  gcc -shared -fPIC -Wl,--no-undefined -o /dev/null "$WORK/plant/k.c" 2>/dev/null  # (it must NOT link cleanly)
+  gcc -shared -fPIC -o "$WORK/plant/sgl_kernel/common_ops$SUFFIX" "$WORK/plant/k.c"
+  printf 'from sgl_kernel import common_ops  # a .so with an undefined symbol: the import fails\n' >"$WORK/plant/sgl_kernel/__init__.py"
+  "$PY" - "$WORK/plant" "$SITE" "$SUFFIX" <<'PYEOF'
+import base64, hashlib, shutil, sys
+from pathlib import Path
+plant, site, suffix = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+shutil.copytree(plant / "sgl_kernel", site / "sgl_kernel", dirs_exist_ok=True)
+di = site / "sglang_kernel-0.4.5.dist-info"; di.mkdir(exist_ok=True)
+(di / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.4.5\n")
+(di / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: planted\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n")
+(di / "INSTALLER").write_text("pip\n")
+rows = []
+for f in sorted([*(site / "sgl_kernel").iterdir(), di / "METADATA", di / "WHEEL", di / "INSTALLER"]):
+    data = f.read_bytes()
+    h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rows.append(f"{f.relative_to(site)},sha256={h},{len(data)}")
+rows.append(f"{di.name}/RECORD,,")
+(di / "RECORD").write_text("\n".join(rows) + "\n")
+PYEOF
+  "$SPY" -c "import importlib.util as u; print('find_spec:', u.find_spec('sgl_kernel') is not None); import sgl_kernel" >"$OUT/b-plant.txt" 2>&1
+  say "planted sgl_kernel: $(grep find_spec "$OUT/b-plant.txt"), import: $(tail -1 "$OUT/b-plant.txt" | cut -c1-120)"
+  doctor_b planted; rc=$?
+  [ $rc = 1 ] && grep -q "sgl" "$OUT/b-doctor-planted.json" && pass "B5 doctor red naming sgl_kernel" || bad "B5 doctor with the planted sgl_kernel: rc=$rc"
+  $WH drop --python "$SPY" --json >"$OUT/b-drop.json" 2>"$OUT/b-drop.stderr"; rc=$?
+  "$SPY" -c "import importlib.util as u; print(u.find_spec('sgl_kernel'))" >"$OUT/b-after-drop.txt" 2>&1
+  [ $rc = 0 ] && grep -q None "$OUT/b-after-drop.txt" && pass "B6 wh drop removed sglang-kernel: $(tail -2 "$OUT/b-drop.stderr" | cut -c1-160 | tr '\n' ' ')" \
+    || bad "B6 wh drop rc=$rc: $(tail -3 "$OUT/b-drop.stderr" | tr '\n' ';') find_spec after: $(cat "$OUT/b-after-drop.txt")"
+  doctor_b dropped && pass "B7 doctor green after the drop" || bad "B7 doctor after the drop"
+  serve_b again && grep -q '"tokens": [1-9]' "$OUT/b-serve-again.json" && pass "B8 FreeToken serves again" || bad "B8 serve again"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >"$OUT/b-gpu-after.txt" 2>&1
+  say "GPU processes after stop: $(cat "$OUT/b-gpu-after.txt" | tr '\n' ' ')"
+fi
+
+echo
+echo "==== evidence on the box ===="
+printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
+[ $FAIL = 0 ] && echo "RESULT: OK" || echo "RESULT: FAILED"
+exit $FAIL
