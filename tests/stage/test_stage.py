@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from index_fixtures import pyindex  # noqa: F401  (fixture)
+from uv_tool import run_uv, uv_binary
 from wheelmaker import make_wheel, sha256_file
 from wheelhouse.cli import cli
 from wheelhouse.errors import UsageError
@@ -359,8 +360,7 @@ def test_manifest_toolchain_group_refuses_skew_and_allows_the_exception(pyindex,
 
 def test_pylock_installs_with_uv_when_wheels_come_from_find_links_and_an_index(pyindex, wheels, tmp_path):
     """PEP 751 `index` must be an index URL: a find-links folder there makes uv refuse the whole lock."""
-    uv = Path(sys.executable).parent / "uv"
-    if not uv.exists():
+    if uv_binary() is None:
         pytest.skip("uv is not installed in the test venv (the [test] extra installs it)")
     idx = pyindex(wheels)
     local = tmp_path / "local"
@@ -371,8 +371,7 @@ def test_pylock_installs_with_uv_when_wheels_come_from_find_links_and_an_index(p
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"
-    r = subprocess.run([str(uv), "pip", "install", "--offline", "--no-cache", "--python", str(py), "-r", str(out / "pylock.toml")],
-                       capture_output=True, text=True, cwd=out)
+    r = run_uv("pip", "install", "--offline", "--no-cache", "-r", str(out / "pylock.toml"), python=py, cwd=out)
     assert r.returncode == 0, r.stderr
     got = subprocess.run([str(py), "-c", "import app, lib, extra_local; print(lib.V, extra_local.Z)"],
                          capture_output=True, text=True, check=True)
