@@ -43,7 +43,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
+from resolvelib import ResolutionImpossible, ResolutionTooDeep, Resolver
 
 from .candidates import Req
 from .explain import (
@@ -63,7 +63,6 @@ from wheelhouse.index.http.cache import sweep_temp
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
-from .rounds import make_resolver
 from wheelhouse.target import TargetProfile
 from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
@@ -246,7 +245,7 @@ def resolve(
     offload = _attach_offload(source, reader) if pool is not None and helpers else None
     try:
         provider.prefetch(roots)
-        result = make_resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
