@@ -374,7 +374,7 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
     if fast:  # the fast extra where the target has its wheels (3-4x faster unpacking on the box); else without
         try:
             boot = resolve([*boot_reqs, *fast], inputs.target, source, constraints=(), toolchains=(),
-                           prereleases=False, reporter=reporter, metadata=reader, helpers=False)
+                           prereleases=False, reporter=reporter, metadata=reader)
             return (tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name)),
                     dataclasses.replace(wh_wheel, extras=(FAST,)))
         except ResolveError:
@@ -382,7 +382,7 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
                           "the box's `wh install` unpacks with the standard zlib")
     try:
         boot = resolve(boot_reqs, inputs.target, source, constraints=(), toolchains=(), prereleases=False,
-                       reporter=reporter, metadata=reader, helpers=False)
+                       reporter=reporter, metadata=reader)
     except ResolveError as exc:
         # The stack resolved; only bootstrap/ did not -- say which, or it reads like the stack failed.
         raise BootstrapError(

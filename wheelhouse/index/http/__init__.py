@@ -40,7 +40,7 @@ from .proxy import proxy_for, via_urllib
 from .resolver import HostResolver
 from .tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .cache import NotCached, get_cached as _get_cached, is_fresh as _is_fresh
+from .cache import NotCached, get_cached as _get_cached
 
 __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent", "Ticket"]
 
@@ -156,23 +156,15 @@ class HttpClient:
 
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
-                   defer_body: bool = False, extra=None, confirmed_after: float | None = None) -> Response:
+                   defer_body: bool = False, extra=None) -> Response:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. With ``refresh`` every
         entry is revalidated; ``offline``, every entry is used whatever its age and a miss raises
         ``NotCached`` without a request (``cache``, docs/cache.md). Without a cache_dir this is ``get``.
         ``defer_body``: an answer from the cache leaves its body unread (``cache.read_deferred_body``);
-        ``extra``: (name, make), kept with the page; ``confirmed_after``: an entry confirmed since
-        then is fresh, even with ``refresh`` (``cache.get_cached``)."""
+        ``extra``: (name, make), kept with the page (``cache.get_cached``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
-                           offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra,
-                           confirmed_after=confirmed_after)
-
-    def is_cached_fresh(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0) -> bool:
-        """Whether ``get_cached`` would answer without a request (always, offline)."""
-        if self.offline:
-            return True
-        return _is_fresh(self.cache_dir, self.credentials.strip(url), headers, max_age=max_age, refresh=self.refresh)
+                           offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
 
 
     def close(self) -> None:
