@@ -36,7 +36,7 @@ from __future__ import annotations
 import gc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -181,7 +181,6 @@ def resolve(
     jobs: int = 16,
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
-    on_pick: Callable[[Distfile], None] | None = None,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -189,8 +188,6 @@ def resolve(
     package names may use shell wildcards (``nvidia-cuda-*``). ``provided``: ``ProvidedDist``
     values (or ``(name, version)`` pairs) the target already has installed; usually
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
-    ``on_pick``: called (from the walk ahead's threads) with each likely pick's wheel as soon as it is
-    known, before it is pinned: a guess (the stage downloads it early: wheelhouse.fetch.early).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
@@ -228,7 +225,7 @@ def resolve(
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image, on_pick=on_pick)
+                        reporter=reporter, pool=pool, provided=image)
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")
