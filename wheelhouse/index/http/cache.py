@@ -340,7 +340,7 @@ STALE_TEMP = 3600.0  # a temp file older than this is a killed writer's (a live 
 
 def sweep_temp(cache_dir: Path | None, *, older_than: float = STALE_TEMP) -> int:
     """Remove the temp files (``.<name>.*.tmp``) that writers killed mid-write left in the page and
-    metadata folders (SIGKILL, a power cut, a helper process killed by its watch); the number
+    metadata folders (SIGKILL, a power cut); the number
     removed. Entries themselves are never touched: they are checked when read."""
     if cache_dir is None:
         return 0
