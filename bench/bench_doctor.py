@@ -31,9 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from broken_packages import _ext, _tags, have_toolchain, make_venv, site_packages  # noqa: E402
 from wheelmaker import make_wheel  # noqa: E402
+from _fair import methodology, order  # noqa: E402
 
 import sysconfig  # noqa: E402
 import zipfile  # noqa: E402
@@ -107,7 +109,8 @@ def main() -> int:
         docs = [timed(lambda: run_doctor(str(py))) for _ in range(max(1, args.rounds))]
         times = [t for t, _ in docs]
         t_doc, report = statistics.median(times), docs[-1][1]
-        t_native, _ = timed(lambda: run_doctor(str(py), checks=["native"]))
+        # the doctor's native check and the naive loop it is compared with: paired rounds, order alternating
+        natives_t, naive_t = [], []
         ndist = report.facts["distributions"]
         nnative = sum(1 for r in report.results if r.group == "native")
         nloaded = sum(len(r.data.get("modules", ())) for r in report.results if r.group == "native")
@@ -120,18 +123,24 @@ def main() -> int:
             for m in natives:
                 subprocess.run([str(py), "-c", f"import {m}"], check=True, capture_output=True)
 
-        t_naive, _ = timed(naive)
+        pair = {"native": (lambda: run_doctor(str(py), checks=["native"]), natives_t), "naive": (naive, naive_t)}
+        for i in range(max(1, args.rounds)):
+            for name in order(list(pair), i):
+                run, into = pair[name]
+                into.append(timed(run)[0])
+        t_native, t_naive = statistics.median(natives_t), statistics.median(naive_t)
         install(py, [hanging_wheel(base / "src")])
         t_hang, hang_report = timed(lambda: run_doctor(str(py), timeout=args.hang_timeout))
         hung = hang_report.get("native:hangpkg")
         print(f"environment: {ndist} distributions, {len(natives) // 2} gcc-built native packages "
               f"(built in {t_build:.1f}s); {os.cpu_count()} cores")
         print(f"load average before the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(methodology(None, cold=False, peers="pip check, one `python -c import X` per module"))
         print(f"wh doctor (all checks; {nnative} native distributions, {nloaded} top-level names and extension "
               f"modules loaded): median {t_doc:.2f}s of {len(times)} ({min(times):.2f}-{max(times):.2f}) "
               f"{'OK' if t_doc <= GOAL_S else f'OVER the {GOAL_S:g} s goal'}")
         print(f"pip check (imports nothing): {t_pip:.2f}s{pip_note} -> doctor/pip-check = {t_doc / t_pip:.1f}x")
-        print(f"wh doctor --check native alone: {t_native:.2f}s; naive sequential `python -c 'import X'` per "
+        print(f"wh doctor --check native alone: {t_native:.2f}s; naive sequential `python -c import X` per "
               f"extension module: {t_naive:.2f}s -> naive/doctor = {t_naive / max(t_native, 1e-9):.1f}x")
         hang_ok = t_hang < args.hang_timeout + 10 and hung is not None and hung.verdict == "fail"
         print(f"wh doctor with one hanging import, --timeout {args.hang_timeout:.0f}: {t_hang:.2f}s "

@@ -8,11 +8,9 @@ Two pinned sets, each resolved once by wh for a cp312 manylinux_2_35 x86_64 targ
 Each round, in alternating order, from empty caches and after ``sync``:
 
 - ``wh fetch``: the stage's download step alone (``wheelhouse.fetch.fetch_all``, the code ``wh stage`` runs,
-  8 jobs, big wheels as parallel ranges, half of the bytes in a second process, every file verified, then
-  hardlinked from the cache into the wheelhouse; the CPU printed includes that process's);
-- ``wh stage``: the whole ``wh stage -r PINS`` (index pages and metadata, the downloads begun during them:
-  wheelhouse.fetch.early);
-- ``wh stage late``: the same with ``WH_EARLY_FETCH=0`` (every download after the resolution);
+  8 jobs, big wheels as parallel ranges, every file verified, then hardlinked from the cache into the
+  wheelhouse);
+- ``wh stage``: the whole ``wh stage -r PINS`` (index pages and metadata, then the downloads);
 - ``curl whole``: one curl, 8 whole files at a time (``--parallel --parallel-max 8``, HTTP/1.1);
 - ``curl ranged``: one curl, every file cut into 8 ranges, 8 ranges at a time (parts left unjoined);
 - ``pip download`` with ``--pip`` (slow; off by default).
@@ -27,7 +25,10 @@ before and around its downloads (index pages, metadata, writing the lock).
     git archive HEAD~3 wheelhouse | tar -x -C /tmp/before
     python bench/bench_fetch.py --only "wh fetch" --baseline /tmp/before --rounds 3   # before/after, same rounds
 
-One index for all: $BENCH_INDEX_URL, else pip's configured index, else pip's default. Scratch space (about
+One index for all, named on every command line: $BENCH_INDEX_URL, else pip's stated default; every tool with a
+clean pip configuration and empty caches each run (bench/_fair.py; the methodology line is printed with the
+table). Note what each row times: ``wh fetch`` is the download step inside the process, the curls whole
+commands; ``wh stage`` (resolve + download + write) / curl is the whole command's ratio. Scratch space (about
 3x the set) goes under --workdir (default /work/bench-data/fetch when it exists, else the temp folder).
 """
 
@@ -44,6 +45,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fair import clean_env, index_url, methodology, order  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SETS = {
@@ -67,17 +71,10 @@ print(time.perf_counter() - t)
 """
 
 
-def _index() -> str:
-    sys.path.insert(0, str(REPO))
-    from wheelhouse.index import default_index_url
-
-    return os.environ.get("BENCH_INDEX_URL") or default_index_url()
-
-
 def _pins(name: str, scratch: Path, index: str) -> list[dict]:
     out = subprocess.run([*WH, "stage", *SETS[name], *TARGET, "--index-url", index, "--dry-run", "--json",
                           "--no-bootstrap", "--cache-dir", str(scratch / "resolve-cache")],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=clean_env(WH_CACHE_DIR=str(scratch / "home")))
     return json.loads(out.stdout)["packages"]
 
 
@@ -98,6 +95,7 @@ def _children_cpu() -> float:
 
 def _timed(cmd: list[str], **kw) -> float:
     c0, t0 = _children_cpu(), time.perf_counter()
+    kw.setdefault("env", clean_env())
     subprocess.run(cmd, check=True, **kw)
     dt = time.perf_counter() - t0
     _last_cpu[0] = _children_cpu() - c0
@@ -110,17 +108,16 @@ def run_wh_fetch(pins_json: Path, work: Path, index: str, tree: Path = REPO) -> 
     _fresh(out, cache)
     c0 = _children_cpu()
     r = subprocess.run([sys.executable, "-c", _FETCH, str(pins_json), str(out), str(cache), str(JOBS)],
-                       capture_output=True, text=True, check=True, cwd=tree)
+                       capture_output=True, text=True, check=True, cwd=tree, env=clean_env())
     _last_cpu[0] = _children_cpu() - c0
     _fresh(out, cache)
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def run_wh_stage(pins_txt: Path, work: Path, index: str, early: str | None = None) -> float:
-    """``early``: WH_EARLY_FETCH for the run (None: as the environment says)."""
+def run_wh_stage(pins_txt: Path, work: Path, index: str) -> float:
     out, cache = work / "stage-out", work / "stage-cache"
-    _fresh(out, cache)
-    env = {**os.environ, "WH_EARLY_FETCH": early} if early is not None else None
+    _fresh(out, cache, work / "stage-home")
+    env = clean_env(WH_CACHE_DIR=str(work / "stage-home"))
     dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *TARGET, "--index-url", index, "-o", str(out),
                  "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], cwd=work, env=env)
     _fresh(out, cache)
@@ -195,7 +192,6 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     tools = {
         "wh fetch": lambda: run_wh_fetch(pins_json, work, index),
         "wh stage": lambda: run_wh_stage(pins_txt, work, index),
-        "wh stage late": lambda: run_wh_stage(pins_txt, work, index, early="0"),
         "curl whole": lambda: run_curl_whole(pins, work),
         "curl ranged": lambda: run_curl_ranged(pins, work),
     }
@@ -208,9 +204,9 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
         tools = {t: f for t, f in tools.items() if t in keep}  # the floor (and a baseline) always run
     runs: dict[str, list[float]] = {t: [] for t in tools}
     cpu: dict[str, list[float]] = {t: [] for t in tools}
-    order = list(tools)
+    names = list(tools)
     for i in range(rounds):
-        for tool in order if i % 2 == 0 else order[::-1]:  # alternate: no tool always gets the warmer path
+        for tool in order(names, i):  # alternate: no tool always gets the warmer path
             dt = tools[tool]()
             runs[tool].append(dt)
             cpu[tool].append(_last_cpu[0])
@@ -222,13 +218,12 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     floor_tool = min(("curl whole", "curl ranged"), key=lambda t: summary[t]["median_s"])
     floor = summary[floor_tool]["median_s"]
     result = {"set": name, "wheels": len(pins), "bytes": total, "tools": summary, "floor": floor_tool}
-    for tool in ("wh fetch", "wh stage", "wh stage late", "wh fetch before"):
+    for tool in ("wh fetch", "wh stage", "wh fetch before"):
         if tool in summary:
             result[f"ratio_{tool.replace(' ', '_')}_over_floor"] = summary[tool]["median_s"] / floor
     if "wh stage" in summary and "wh fetch" in summary:
         result["stage_minus_fetch_s"] = summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]
-    if "wh stage" in summary and "wh stage late" in summary:  # early downloads on / off (WH_EARLY_FETCH)
-        result["early_ratio"] = summary["wh stage"]["median_s"] / summary["wh stage late"]["median_s"]
+    print(methodology(index, peers="curl (8 whole files / 8 ranges at a time)" + (", pip" if with_pip else "")), file=sys.stderr)
     print(f"[{name}] {len(pins)} wheels / {total / 1e6:.0f} MB, medians (min-max):", file=sys.stderr)
     for tool, s in summary.items():
         print(f"  {tool:15s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s"
@@ -236,8 +231,7 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     ratios = ", ".join(f"{k.removeprefix('ratio_').removesuffix('_over_floor').replace('_', ' ')} / floor = {v:.2f}x"
                        for k, v in result.items() if k.startswith("ratio_"))
     print(f"  floor = {floor_tool}; {ratios} (goal <= 1.0)"
-          + (f"; stage - fetch = {result['stage_minus_fetch_s']:.2f} s" if "stage_minus_fetch_s" in result else "")
-          + (f"; stage with early downloads / without = {result['early_ratio']:.2f}x" if "early_ratio" in result else ""),
+          + (f"; stage - fetch = {result['stage_minus_fetch_s']:.2f} s" if "stage_minus_fetch_s" in result else ""),
           file=sys.stderr)
     return result
 
@@ -250,7 +244,7 @@ def main() -> int:
     ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
     ap.add_argument("--json", action="store_true", help="results as JSON on stdout")
     ap.add_argument("--only", nargs="+", metavar="TOOL",
-                    help="time only these wh tools ('wh fetch', 'wh stage', 'wh stage late', 'wh fetch before'); "
+                    help="time only these wh tools ('wh fetch', 'wh stage', 'wh fetch before'); "
                          "the curl floor always runs")
     ap.add_argument("--baseline", type=Path, metavar="TREE",
                     help="also time 'wh fetch before': the download step of the wheelhouse package under TREE "
@@ -260,7 +254,7 @@ def main() -> int:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wh-bench-fetch-", dir=args.workdir))
     try:
-        index = _index()
+        index = index_url()
         load = os.getloadavg()
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
               file=sys.stderr)

@@ -14,7 +14,9 @@ of each wheelhouse; "wh --compile" then writes those .pyc files, "wh --compile -
 the box as before.
 
 Every run gets a fresh venv (made outside the timing) and, for uv, an empty cache
-(UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache). Tools are
+(UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache); every tool a clean pip
+configuration, uv its interpreter (``--python``) and ``--no-config`` (bench/_fair.py; the
+methodology line is printed with the tables). Tools are
 alternated within each round (each round starts with the next tool). ``sync`` runs
 before every timing; each run is timed twice: until the command returns (what a user
 waits for) and until the ``sync`` after it returns too (the dirty pages written out:
@@ -48,7 +50,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
+from _fair import clean_env, methodology, uv_flags  # noqa: E402
 from wheelhouse.install.wheel.inflate import available  # noqa: E402
 from wheelhouse.lock import read_pylock  # noqa: E402
 
@@ -93,9 +97,8 @@ def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[in
         tools[f"wh -j {j}"] = lambda py, env, j=j: wh(py, ["--jobs", str(j)])
     if uv:
         base = [uv, "pip", "install", "--offline", "--no-index", "--find-links", str(wheels), "--no-deps", "-q"]
-        tools["uv"] = lambda py, env: base + ["--python", str(py), "-r", str(reqs)]
-        tools["uv --compile-bytecode"] = lambda py, env: base + ["--compile-bytecode", "--python", str(py), "-r",
-                                                                 str(reqs)]
+        tools["uv"] = lambda py, env: base + [*uv_flags(py), "-r", str(reqs)]
+        tools["uv --compile-bytecode"] = lambda py, env: base + ["--compile-bytecode", *uv_flags(py), "-r", str(reqs)]
     return tools
 
 
@@ -148,7 +151,8 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
         for name in order:
             venv = work / f"venv-{r}-{names.index(name)}"
             py = _venv(venv)
-            env = dict(os.environ, UV_CACHE_DIR=str(work / f"uvcache-{r}-{names.index(name)}"), UV_NO_PROGRESS="1")
+            env = clean_env(UV_CACHE_DIR=str(work / f"uvcache-{r}-{names.index(name)}"),
+                            WH_CACHE_DIR=str(work / f"whcache-{r}-{names.index(name)}"))
             cmd = tools[name](py, env)
             subprocess.run(["sync"])
             (u0, s0), t = _cpu(), time.perf_counter()
@@ -166,6 +170,7 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
                       f"user {u1 - u0:6.2f} s  sys {s1 - s0:6.2f} s  load {_load()}", flush=True)
             shutil.rmtree(venv, ignore_errors=True)
             shutil.rmtree(env["UV_CACHE_DIR"], ignore_errors=True)
+            shutil.rmtree(env["WH_CACHE_DIR"], ignore_errors=True)
     return res
 
 
@@ -180,7 +185,8 @@ def _report(house: Path, res: dict[str, dict[str, list[float]]]) -> None:
         ref = ref_of(k)
         return f"{med[k][m] / med[ref][m]:.2f}x" if ref in med else "  -  "
 
-    print(f"\n{house}: medians over {max((len(v['returned']) for v in res.values()), default=0)} rounds "
+    print(f"\n{methodology(None, peers='uv, pip, parallel unzip')}")
+    print(f"{house}: medians over {max((len(v['returned']) for v in res.values()), default=0)} rounds "
           "(range), ratio to uv (to uv --compile-bytecode for the compiling tools):")
     print(f"  {'tool':<26} {'returned':>22} {'ratio':>6}  {'returned+sync':>22} {'ratio':>6}  "
           f"{'user':>6} {'sys':>6} {'cpu ratio':>9}")

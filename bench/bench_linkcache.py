@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fair import clean_env, methodology  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 # wh's CLI, with the cache-populating calls timed from inside (their threads' CPU, their summed wall time).
@@ -73,7 +76,7 @@ def _venv(path: Path) -> None:
 
 def _row(house: Path, mode: str, n: int, work: Path, r: int, out: dict) -> None:
     cache = work / f"cache-{r}-{mode}"
-    env = dict(os.environ, WH_CACHE_DIR=str(cache), WH_LINK_CACHE="1" if mode == "cache" else "0")
+    env = clean_env(WH_CACHE_DIR=str(cache), WH_LINK_CACHE="1" if mode == "cache" else "0")
     venvs = [work / f"venv-{r}-{mode}-{i}" for i in range(n)]
     for v in venvs:
         _venv(v)
@@ -120,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 _row(args.wheelhouse, mode, args.venvs, work, r, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nmedians (range), seconds; load at the end {_load()}")
+    print(f"\n{methodology(None, cold=False, peers='the same installs without the cache')}")
+    print(f"medians (range), seconds; load at the end {_load()}")
     print("| venv | wall, cache | wall, no cache | ratio | CPU, cache | CPU, no cache | ratio |")
     print("|---|---|---|---|---|---|---|")
     totals = {"cache": [], "off": []}

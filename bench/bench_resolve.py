@@ -1,7 +1,7 @@
-"""Resolution benchmark: wh vs uv vs pip on one real closure, in one run (opt-in: uses the registry).
+"""Resolution benchmark: wh vs uv vs pip on real closures, in one run (opt-in: uses the registry).
 
-    python bench/bench_resolve.py                      # vllm==0.33.0, cp312 manylinux_2_35 x86_64
-    python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0'
+    python bench/bench_resolve.py                      # vllm, jupyterlab, apache-airflow; cp312 manylinux_2_35 x86_64
+    python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0' --requirement jupyterlab
     python bench/bench_resolve.py --json bench-resolve.json
     python bench/bench_resolve.py --runs 3 --skip-pip --modes cold   # cold only: wall and CPU vs uv
 
@@ -14,11 +14,15 @@ alone, like ``uv pip compile --offline``; pip has neither mode). Prints per mode
 ranges (min-max), wh's ratio to uv and to pip, and whether wh's pins equal uv's (and pip's) in
 every mode. wh runs through its CLI (``wh stage --dry-run --json
 --no-bootstrap``). uv is installed with pip into a temporary venv unless ``--uv`` or ``$WH_UV``
-names one; pip is the newest, upgraded in that venv. pip runs ``--isolated`` so local pip
-configuration cannot skew it, with every manylinux tag up to ``--platform`` (pip takes
-``--platform`` literally).
+names one; pip is the newest, upgraded in that venv. pip runs ``--isolated``, with every manylinux
+tag up to ``--platform`` (pip takes ``--platform`` literally).
 
-Goals: pins identical to uv's in every mode; cold <= 0.8x uv; offline warm <= 2x uv (issue 14).
+What each tool is given (bench/_fair.py, printed with the table): the same index on every command
+line, a clean pip configuration, uv its interpreter (``--python``), ``--no-config`` and no
+interpreter downloads; each cold run empty caches for all (wh's home cache too: nothing is asked of
+pip, or seeded, before the timing).
+
+Goals: pins identical to uv's in every mode; cold <= 1.0x uv; offline warm <= 2x uv (issue 30).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fair import clean_env, index_url, methodology, order, uv_flags  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -49,7 +56,7 @@ def _children_cpu() -> float:
 def _run(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
     """Wall seconds and the finished process; its CPU seconds (user + sys) in ``_run.cpu``."""
     t0, c0 = time.perf_counter(), _children_cpu()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(**(env or {})), timeout=timeout)
     elapsed = time.perf_counter() - t0
     _run.cpu = _children_cpu() - c0
     if proc.returncode != 0:
@@ -63,7 +70,8 @@ def _tools_venv(work: Path, uv_given: str | None) -> tuple[str, str]:
     venv = work / "tools-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip", *([] if uv_given else ["uv"])], check=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip", *([] if uv_given else ["uv"])], check=True,
+                   env=clean_env())
     return uv_given or str(venv / "bin" / "uv"), py
 
 
@@ -90,11 +98,11 @@ def _newest_if_missing(requirement: str, index_url: str | None) -> str:
 
 # --- the three tools -----------------------------------------------------------------------------
 def wh_cmd(req: str, a, cache: Path, mode: str = "cold") -> list[str]:
+    # WH_CACHE_DIR beside --cache-dir: a cold run has wh's home cache empty too
     wh = shutil.which("wh", path=str(Path(sys.executable).parent)) or "wh"
-    cmd = [wh, "stage", req, "--python-version", a.python_version, "--platform", a.platform,
-           "--dry-run", "--json", "--no-bootstrap", "--cache-dir", str(cache)]
-    if a.index_url:
-        cmd += ["--index-url", a.index_url]
+    cmd = ["env", f"WH_CACHE_DIR={cache}-home", wh, "stage", req, "--python-version", a.python_version,
+           "--platform", a.platform, "--dry-run", "--json", "--no-bootstrap", "--cache-dir", str(cache),
+           "--index-url", a.index_url]
     return cmd + {"refresh": ["--refresh"], "offline": ["--offline"]}.get(mode, [])
 
 
@@ -106,10 +114,9 @@ def wh_pins(proc) -> dict[str, str]:
 def uv_cmd(uv: str, req_file: Path, a, cache: Path, mode: str = "cold") -> list[str]:
     m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", a.platform)
     plat = f"{m.group(3)}-manylinux_{m.group(1)}_{m.group(2)}" if m else a.platform
-    cmd = [uv, "pip", "compile", str(req_file), "--python-platform", plat, "--python-version", a.python_version,
-           "--cache-dir", str(cache), "--no-header", "--no-annotate", "--quiet", "--no-python-downloads"]
-    if a.index_url:
-        cmd += ["--index-url", a.index_url]
+    cmd = [uv, "pip", "compile", str(req_file), *uv_flags(sys.executable), "--python-platform", plat,
+           "--python-version", a.python_version, "--cache-dir", str(cache), "--no-header", "--no-annotate", "--quiet",
+           "--no-python-downloads", "--index-url", a.index_url]
     return cmd + {"refresh": ["--refresh"], "offline": ["--offline"]}.get(mode, [])
 
 
@@ -130,9 +137,8 @@ def pip_cmd(pip_python: str, req: str, a, cache: Path, mode: str = "cold") -> li
     plats = [x for p in _platforms(a.platform) for x in ("--platform", p)]
     cmd = [pip_python, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-", "--ignore-installed",
            "--only-binary=:all:", *plats, "--python-version", a.python_version,
-           "--target", str(cache / "target"), "--disable-pip-version-check", "--cache-dir", str(cache), req]
-    if a.index_url:
-        cmd += ["--index-url", a.index_url]
+           "--target", str(cache / "target"), "--disable-pip-version-check", "--cache-dir", str(cache), req,
+           "--index-url", a.index_url]
     return cmd
 
 
@@ -149,7 +155,7 @@ _RUN_BASELINE = ("import runpy, sys; sys.path.pop(0); import wheelhouse; "
 
 # --- measuring -----------------------------------------------------------------------------------
 MODES = ("cold", "warm", "refresh", "offline")
-GOALS = {"cold": 0.8, "offline": 2.0}  # wh/uv (issue 14)
+GOALS = {"cold": 1.0, "offline": 2.0}  # wh/uv (issue 30)
 
 
 def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Path, only: tuple[str, ...] = MODES) -> dict:
@@ -160,7 +166,8 @@ def measure(tools: dict, modes: dict[str, tuple[str, ...]], runs: int, work: Pat
     caches: dict[str, Path] = {}
     for mode in (m for m in MODES if m in only):
         for i in range(runs):
-            for name, (make_cmd, parse) in tools.items():
+            for name in order(list(tools), i):  # paired, alternating who goes first
+                make_cmd, parse = tools[name]
                 if mode not in modes[name]:
                     continue
                 cache = work / f"{name}-cold-{i}" if mode == "cold" else caches[name]
@@ -186,9 +193,10 @@ def _load() -> str:
         return "load average unknown"
 
 
-def report(results: dict, runs: int) -> tuple[dict, list[str]]:
+def report(results: dict, runs: int, method: str = "") -> tuple[dict, list[str]]:
     """Print the table; returns the ratios and the pin differences from uv (all modes)."""
-    print(f"\n{'mode':9}{'tool':6}{'median':>9}{'range':>17}{'wh/tool':>9}{'cpu':>8}{'wh/tool':>9}")
+    print(f"\n{method}")
+    print(f"{'mode':9}{'tool':6}{'median':>9}{'range':>17}{'wh/tool':>9}{'cpu':>8}{'wh/tool':>9}")
     ratios: dict[str, float] = {}
     for mode in MODES:
         wh = results["wh"].get(mode)
@@ -224,10 +232,11 @@ def report(results: dict, runs: int) -> tuple[dict, list[str]]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--requirement", default="vllm==0.33.0")
+    p.add_argument("--requirement", action="append", help="a closure to resolve (repeat for several; default: "
+                   "vllm==0.33.0, jupyterlab, apache-airflow: wh's best case and two where it is not)")
     p.add_argument("--python-version", default="3.12")
     p.add_argument("--platform", default="manylinux_2_35_x86_64")
-    p.add_argument("--index-url", default=None, help="default: pip's configured index (wh), the tools' defaults otherwise")
+    p.add_argument("--index-url", default=None, help="the one index of every tool (default: $BENCH_INDEX_URL, else pip's stated default)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--uv", default=os.environ.get("WH_UV"))
     p.add_argument("--skip-pip", action="store_true")
@@ -238,7 +247,20 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="also write the numbers here")
     a = p.parse_args(argv)
 
-    req = _newest_if_missing(a.requirement, a.index_url)
+    a.index_url = index_url(a.index_url)
+    method = methodology(a.index_url, peers="uv" if a.skip_pip else "uv, pip")
+    failed = False
+    summaries = []
+    for requirement in a.requirement or ["vllm==0.33.0", "jupyterlab", "apache-airflow"]:
+        summary = _bench_one(_newest_if_missing(requirement, a.index_url), a, method)
+        failed |= not summary["pins_equal_uv"]
+        summaries.append(summary)
+    if a.json:
+        a.json.write_text(json.dumps(summaries, indent=2))
+    return 1 if failed else 0
+
+
+def _bench_one(req: str, a, method: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="wh-bench-") as tmp:
         work = Path(tmp)
         uv, pip_python = _tools_venv(work, a.uv)
@@ -249,15 +271,7 @@ def main(argv=None) -> int:
         req_file.write_text(req + "\n")
         print(f"resolving {req} for cp{a.python_version.replace('.', '')} {a.platform}; {a.runs} runs of each mode "
               f"({', '.join(MODES)})", file=sys.stderr)
-        # With no index configured, wh asks pip once for its stated default and keeps the answer in
-        # its home cache ($WH_CACHE_DIR), not in --cache-dir. Other wh processes on a shared machine
-        # rewrite that answer for their own pips, so a cold run would pay a pip start-up or not by
-        # chance: the timed runs share a private home cache, asked once here, untimed (uv's
-        # default is built in). Every --cache-dir is still empty.
-        home = ["env", f"WH_CACHE_DIR={work / 'wh-home'}"]
-        subprocess.run([*home, sys.executable, "-c", "from wheelhouse.index.pip_config import default_index_url as d; d()"],
-                       check=True)
-        tools = {"wh": (lambda c, m: [*home, *wh_cmd(req, a, c, m)], wh_pins),
+        tools = {"wh": (lambda c, m: wh_cmd(req, a, c, m), wh_pins),
                  "uv": (lambda c, m: uv_cmd(uv, req_file, a, c, m), uv_pins)}
         modes = {"wh": MODES, "uv": MODES}
         if a.wh_baseline:
@@ -268,7 +282,12 @@ def main(argv=None) -> int:
 
             base = ["env", f"PYTHONPATH={a.wh_baseline.resolve()}{os.pathsep}{sysconfig.get_paths()['purelib']}",
                     sys.executable, "-S", "-c", _RUN_BASELINE]
-            tools["base"] = (lambda c, m: [*home, *base, *wh_cmd(req, a, c, m)[1:]], wh_pins)
+
+            def base_cmd(c, m):
+                cmd = wh_cmd(req, a, c, m)  # env WH_CACHE_DIR=... wh stage ...
+                return [*cmd[:2], *base, *cmd[3:]]
+
+            tools["base"] = (base_cmd, wh_pins)
             modes["base"] = MODES
         if not a.skip_pip:
             tools["pip"] = (lambda c, m: pip_cmd(pip_python, req, a, c, m), pip_pins)
@@ -276,20 +295,18 @@ def main(argv=None) -> int:
         only = tuple(dict.fromkeys(["cold", *(m.strip() for m in a.modes.split(",") if m.strip() in MODES)]))
         results = measure(tools, modes, a.runs, work, only)
 
-    ratios, differences = report(results, a.runs)
-    if a.json:
-        summary = {
-            "requirement": req, "python_version": a.python_version, "platform": a.platform, "runs": a.runs,
-            "uv_version": uv_version, "pip_version": pip_version, "load": _load(),
-            "tools": {name: {mode: {"times": times, "median": statistics.median(times), "min": min(times), "max": max(times)}
-                             for mode, times in r.items() if mode not in ("pins", "cpu") and times}
-                      | {"cpu": {mode: {"times": c, "median": statistics.median(c)} for mode, c in r["cpu"].items()},
-                         "count": len(r["pins"]["cold"])}
-                      for name, r in results.items()},
-            "wh_uv_ratios": ratios, "pins_equal_uv": not differences, "pin_differences_uv": differences,
-        }
-        a.json.write_text(json.dumps(summary, indent=2))
-    return 0 if not differences else 1
+    print(f"\n== {req}")
+    ratios, differences = report(results, a.runs, method)
+    return {
+        "requirement": req, "python_version": a.python_version, "platform": a.platform, "runs": a.runs,
+        "uv_version": uv_version, "pip_version": pip_version, "load": _load(), "methodology": method,
+        "tools": {name: {mode: {"times": times, "median": statistics.median(times), "min": min(times), "max": max(times)}
+                         for mode, times in r.items() if mode not in ("pins", "cpu") and times}
+                  | {"cpu": {mode: {"times": c, "median": statistics.median(c)} for mode, c in r["cpu"].items()},
+                     "count": len(r["pins"]["cold"])}
+                  for name, r in results.items()},
+        "wh_uv_ratios": ratios, "pins_equal_uv": not differences, "pin_differences_uv": differences,
+    }
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ Prints a table of medians and ranges (min-max) and the wh/uv ratios per size, so
     python bench/bench_scaling.py                       # all three sizes, 3 rounds
     python bench/bench_scaling.py --sizes 10 60 --rounds 5 --json > scaling.json
 
-The index: $BENCH_INDEX_URL, else pip's configured index, else pip's default. uv: --uv, else the one beside
-this interpreter, else on PATH.
+The index: $BENCH_INDEX_URL, else pip's stated default, named on every command line; both tools with a clean
+pip configuration, uv given --python and --no-config (bench/_fair.py; the methodology line is printed with the
+table). uv: --uv, else the one beside this interpreter, else on PATH.
 """
 
 from __future__ import annotations
@@ -32,16 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fair import clean_env, index_url, methodology, order, uv_flags  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 PINS = {n: REPO / "bench" / "scaling" / f"closure-{n}.txt" for n in (10, 60, 200)}
 WH = [sys.executable, "-m", "wheelhouse"]
-
-
-def _index() -> str:
-    sys.path.insert(0, str(REPO))
-    from wheelhouse.index import default_index_url
-
-    return os.environ.get("BENCH_INDEX_URL") or default_index_url()
 
 
 def _uv(explicit: str | None) -> str | None:
@@ -65,7 +62,7 @@ def stage_once(n: int, work: Path, index: str) -> Path:
     if not (house / "pylock.toml").is_file():
         print(f"[{n}] staging {PINS[n].name} once into {house} ...", file=sys.stderr, flush=True)
         subprocess.run([*WH, "-q", "stage", "-r", str(PINS[n]), "--index-url", index, "-o", str(house),
-                        "--cache-dir", str(work / "stage-cache"), "--no-bootstrap"], check=True)
+                        "--cache-dir", str(work / "stage-cache"), "--no-bootstrap"], check=True, env=clean_env())
     return house
 
 
@@ -83,27 +80,28 @@ def _scratch(work: Path, name: str) -> Path:
 
 def make_tools(n: int, house: Path, work: Path, index: str, uv: str) -> dict:
     pins = PINS[n]
-    env = dict(os.environ, UV_NO_PROGRESS="1")
+    env = clean_env()
 
     def wh_resolve() -> float:
         cache = _scratch(work, "wh-resolve-cache")
         return _run([*WH, "-q", "stage", "-r", str(pins), "--index-url", index, "--dry-run", "--json",
-                     "--no-bootstrap", "--cache-dir", str(cache)], cwd=work)
+                     "--no-bootstrap", "--cache-dir", str(cache)], cwd=work,
+                    env={**env, "WH_CACHE_DIR": str(_scratch(work, "wh-home"))})
 
     def uv_resolve() -> float:
         cache = _scratch(work, "uv-cache")
-        return _run([uv, "pip", "compile", str(pins), "--python", sys.executable, "--index-url", index,
+        return _run([uv, "pip", "compile", str(pins), *uv_flags(sys.executable), "--index-url", index,
                      "--no-header", "-q", "-o", os.devnull], env={**env, "UV_CACHE_DIR": str(cache)}, cwd=work)
 
     def wh_install() -> float:
         py = _venv(work / "venv-wh")
-        return _run([*WH, "-q", "install", str(house), "--venv", str(py.parent.parent), "--no-links"], cwd=work)
+        return _run([*WH, "-q", "install", str(house), "--venv", str(py.parent.parent), "--no-links"], cwd=work, env=env)
 
     def uv_install() -> float:
         py = _venv(work / "venv-uv")
         cache = _scratch(work, "uv-cache")
         return _run([uv, "pip", "install", "--offline", "--no-index", "--find-links", str(house / "wheels"),
-                     "--no-deps", "-q", "--python", str(py), "-r", str(pins)],
+                     "--no-deps", "-q", *uv_flags(py), "-r", str(pins)],
                     env={**env, "UV_CACHE_DIR": str(cache)}, cwd=work)
 
     return {"resolve wh": wh_resolve, "resolve uv": uv_resolve, "install wh": wh_install, "install uv": uv_install}
@@ -121,7 +119,7 @@ def bench_size(n: int, rounds: int, work: Path, index: str, uv: str) -> dict:
     runs: dict[str, list[float]] = {t: [] for t in tools}
     for i in range(rounds):
         for pair in (("resolve wh", "resolve uv"), ("install wh", "install uv")):
-            for tool in pair if i % 2 == 0 else pair[::-1]:
+            for tool in order(list(pair), i):
                 dt = tools[tool]()
                 runs[tool].append(dt)
                 print(f"[{n}] round {i + 1} {tool:10s} {dt:6.2f} s", file=sys.stderr, flush=True)
@@ -162,13 +160,14 @@ def main() -> int:
         return 2
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="wh-bench-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
-    index = _index()
+    index = index_url()
     load = os.getloadavg()
     version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores; {version}",
           file=sys.stderr)
     results = [bench_size(n, args.rounds, work, index, uv) for n in args.sizes]
-    print(f"\nmedians in seconds (min-max), {args.rounds} rounds, cold resolves, empty uv cache:", file=sys.stderr)
+    print(f"\n{methodology(index, peers='uv')}", file=sys.stderr)
+    print(f"medians in seconds (min-max), {args.rounds} rounds, cold resolves, empty uv cache:", file=sys.stderr)
     print(table(results), file=sys.stderr)
     if args.json:
         json.dump({"load_at_start": load, "uv": version, "rounds": args.rounds, "sizes": results}, sys.stdout, indent=2)

@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fair import methodology, order  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,17 +35,21 @@ def main() -> int:
         cmds[f"{py} -c pass"] = [str(py), "-c", "pass"]
         cmds[f"{wh} --version"] = [wh, "--version"]
         cmds[f"{wh} --help"] = [wh, "--help"]
+        for sub in ("stage", "doctor"):  # a subcommand's start-up (goal of issue 31: <= 0.1 s)
+            cmds[f"{wh} {sub} --help"] = [wh, sub, "--help"]
     cmds[f"{sys.executable} -S -c pass (no site)"] = [sys.executable, "-S", "-c", "pass"]
     uv = Path(sys.executable).parent / "uv"
     if uv.exists() or shutil.which("uv"):
         cmds["uv --version"] = [str(uv) if uv.exists() else "uv", "--version"]
     times: dict[str, list[float]] = {k: [] for k in cmds}
-    for _ in range(args.runs):
-        for name, cmd in cmds.items():
+    for i in range(args.runs):
+        for name in order(list(cmds), i):  # interleaved, the order reversed every other round
+            cmd = cmds[name]
             t = time.perf_counter()
             subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             times[name].append(time.perf_counter() - t)
     load = os.getloadavg()
+    print(methodology(None, cold=False, peers="python -c pass, uv --version"))
     print(f"{args.runs} runs each, interleaved; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
           f"on {os.cpu_count()} cores")
     for name, ts in times.items():

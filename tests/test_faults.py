@@ -46,28 +46,6 @@ def test_unknown_action_is_loud(monkeypatch):
         checkpoint("x.y")
 
 
-def test_an_unknown_helper_action_is_loud_where_the_helper_would_start(monkeypatch, tmp_path):
-    """A typo in WH_FAULT_HELPER fails the run that would start a helper, instead of making only the
-    helper fail, its work silently redone by the main process, and the test pass for the wrong reason."""
-    from file_server import FileServer
-
-    from wheelhouse.fetch import fetch_all
-
-    monkeypatch.setenv("WH_FETCH_PROCESS", "always")
-    monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:explode")
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    srv = FileServer()
-    try:
-        items = [srv.add(f"f{i}-1.0-py3-none-any.whl", os.urandom(1000)) for i in range(2)]
-        with pytest.raises(ValueError, match="explode"):
-            fetch_all(items, tmp_path / "dest", tmp_path / "cache", jobs=2)
-    finally:
-        srv.close()
-    monkeypatch.setenv("WH_FAULT_HELPER", "fetch.write:kill")
-    checkpoint("fetch.write")  # (the main process does not act on it)
-
-
 def test_run_with_fault_helper_runs_wh(tmp_path):
     from faults import run_with_fault
     proc = run_with_fault(["wh", "--version"], "never.reached")

@@ -8,10 +8,7 @@ point, it acts, so a test can run a real ``wh`` process and stop it exactly ther
 - ``kill`` (default): the process sends itself SIGKILL (no cleanup, no finally);
 - ``enospc`` / ``eio``: raises ``OSError(ENOSPC)`` / ``OSError(EIO)`` as the disk would.
 
-``WH_FAULT_HELPER`` does the same in wh's helper processes only (``for_helper``), so a test can
-kill a helper at a point the main process passes too, and see the main process carry on.
-
-This is the only place that reads ``WH_FAULT`` and ``WH_FAULT_HELPER``.
+This is the only place that reads ``WH_FAULT``.
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ import errno
 import os
 import signal
 
-__all__ = ["checkpoint", "for_helper", "check_helper_spec", "ENV", "HELPER_ENV", "ACTIONS"]
+__all__ = ["checkpoint", "ENV", "ACTIONS"]
 
 ENV = "WH_FAULT"
-HELPER_ENV = "WH_FAULT_HELPER"
 ACTIONS = ("kill", "enospc", "eio")
 
 
@@ -49,17 +45,3 @@ def checkpoint(name: str) -> None:
         raise OSError(errno.EIO, f"Input/output error (injected at {name})")
     else:  # a typo in a test must not pass silently as "no fault"
         raise ValueError(f"WH_FAULT action {action!r} is not one of {', '.join(ACTIONS)}")
-
-
-def for_helper() -> None:
-    """In a helper process: its faults are ``WH_FAULT_HELPER``'s (none where that is unset)."""
-    os.environ[ENV] = os.environ.get(HELPER_ENV, "")
-
-
-def check_helper_spec() -> None:
-    """In the main process, before a helper starts: a ``WH_FAULT_HELPER`` action that is not one of
-    ACTIONS raises here (in the helper it would only make the helper fail, and its work be redone)."""
-    raw = os.environ.get(HELPER_ENV, "")
-    action = raw.partition(":")[2]
-    if raw and action and action not in ACTIONS:
-        raise ValueError(f"{HELPER_ENV} action {action!r} is not one of {', '.join(ACTIONS)}")

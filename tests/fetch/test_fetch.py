@@ -219,7 +219,6 @@ def test_ctrl_c_leaves_a_ranges_files_open_until_its_writers_have_stopped(tmp_pa
 
     for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("WH_FETCH_PROCESS", "0")
     srv = FileServer(rate=400_000)
     item = srv.add("slow-1.0-py3-none-any.whl", os.urandom(4 << 20))
     running, events, lock = [0], [], threading.Lock()

@@ -21,6 +21,7 @@ from wheelhouse.resolve import (
     resolve,
 )
 from wheelhouse.target import target_from_flags
+from uv_tool import run_uv, uv_binary
 from wheelmaker import make_wheel
 
 if sys.version_info >= (3, 11):
@@ -346,16 +347,6 @@ def test_scenario(scenario, pyindex, tmp_path):
 
 
 # --- the same scenarios through uv, when uv is installed (loopback only, no registry) ------------
-def _uv() -> str | None:
-    import os
-    import shutil
-    import sys
-    from pathlib import Path
-
-    beside = Path(sys.executable).parent / "uv"  # the [test] extra installs uv into the test venv
-    return os.environ.get("WH_UV") or (str(beside) if beside.exists() else None) or shutil.which("uv")
-
-
 def _uv_platform(platform: str) -> str:
     import re
 
@@ -366,18 +357,17 @@ def _uv_platform(platform: str) -> str:
     return f"{m.group(4)}-manylinux_{m.group(2)}_{m.group(3)}"
 
 
-@pytest.mark.skipif(_uv() is None, reason="uv is not installed (pip install uv, or set WH_UV)")
+@pytest.mark.skipif(uv_binary() is None, reason="uv is not installed (pip install uv, or set WH_UV)")
 @pytest.mark.parametrize("scenario", [s for s in _scenario_ids() if "pins" in tomllib.loads((SCENARIOS / f"{s}.toml").read_text())["expect"]
                                       and not tomllib.loads((SCENARIOS / f"{s}.toml").read_text()).get("toolchain")])
 def test_scenario_pins_equal_uvs(scenario, pyindex, tmp_path):
     """The expected pins are what uv picks for the same index, request and target."""
     import re
-    import subprocess
 
     spec = tomllib.loads((SCENARIOS / f"{scenario}.toml").read_text())
     since = spec["expect"].get("uv-since")
     if since:
-        have = re.search(r"\d+(\.\d+)+", subprocess.run([_uv(), "--version"], capture_output=True, text=True).stdout)
+        have = re.search(r"\d+(\.\d+)+", run_uv("--version").stdout)
         if have is None or Version(have.group()) < Version(since):
             pytest.skip(f"uv {have.group() if have else '?'} predates the behaviour this scenario compares (uv >= {since})")
     folder = tmp_path / "files"
@@ -387,11 +377,11 @@ def test_scenario_pins_equal_uvs(scenario, pyindex, tmp_path):
     idx = pyindex(folder, yanked=knobs.get("yanked", {}), requires_python=knobs.get("requires_python", {}))
     req = tmp_path / "req.in"
     req.write_text("\n".join(spec["request"]["requirements"]) + "\n")
-    args = [_uv(), "pip", "compile", str(req), "--index-url", idx.url, "--python-platform", _uv_platform(spec["target"]["platforms"][0]),
+    args = ["pip", "compile", str(req), "--index-url", idx.url, "--python-platform", _uv_platform(spec["target"]["platforms"][0]),
             "--python-version", spec["target"]["python"], "--no-header", "--no-annotate", "--quiet", "--no-cache"]
     if spec["request"].get("constraints"):
         (tmp_path / "c.txt").write_text("\n".join(spec["request"]["constraints"]) + "\n")
         args += ["-c", str(tmp_path / "c.txt")]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    out = run_uv(*args)  # given the test interpreter: --python-version sets what it resolves for
     assert out.returncode == 0, out.stderr
     assert dict(re.findall(r"^([a-z0-9\-_.]+)==(\S+)", out.stdout, re.M)) == spec["expect"]["pins"]

@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from wheelhouse.index.metapack import _read_pack
 from wheelmaker import make_wheel
 
 TARGET = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
@@ -76,14 +75,6 @@ def test_two_processes_resolving_at_once_share_the_cache(pyindex, published, tmp
         results.append(_pins(subprocess.CompletedProcess(p.args, p.returncode, out, err)))
     assert results == [EXPECTED] * 3
     assert not [p for p in cache.rglob("*.tmp")], list(cache.rglob("*.tmp"))  # no temp file left behind
-    # one pack per run that fetched something (a run that found another's pack fetched only what
-    # that one lacked, maybe nothing); every record of every pack is sound
-    packs = list((cache / "metadata").glob("*.pack"))
-    assert 1 <= len(packs) <= 3
-    for p in packs:
-        line, _, rest = p.read_bytes().partition(b"\n")
-        records = json.loads(rest[: int(line.split()[3])])
-        assert len(_read_pack(p)) == len(records) >= 1, (p.name, records)
     idx.stop()
     assert _run(idx.url, cache, "--offline") == EXPECTED  # what they left is whole
 
@@ -93,10 +84,9 @@ def test_a_cache_cut_short_everywhere_is_fetched_again_never_fewer_candidates(py
     cache = tmp_path / "cache"
     assert _run(idx.url, cache) == EXPECTED
     pages = sorted((cache / "http").glob("*.page"))
-    packs = sorted((cache / "metadata").glob("*.pack"))
-    assert len(pages) >= 3 and len(packs) == 1  # the metadata of one resolution: one file
-    assert not list((cache / "metadata").glob("*.meta"))
-    for f in [*pages, *packs]:  # every entry loses its tail, as after a power cut mid-write
+    metas = sorted((cache / "metadata").glob("*.meta"))
+    assert len(pages) >= 3 and len(metas) >= 3  # one file per page, one per wheel's metadata
+    for f in [*pages, *metas]:  # every entry loses its tail, as after a power cut mid-write
         raw = f.read_bytes()
         f.write_bytes(raw[: max(1, len(raw) - 7)])
     before = idx.page_requests()
@@ -106,28 +96,3 @@ def test_a_cache_cut_short_everywhere_is_fetched_again_never_fewer_candidates(py
     assert idx.page_requests() >= before + len(pages)
     idx.stop()
     assert _run(idx.url, cache, "--offline") == EXPECTED
-
-
-def test_metadata_packs_are_merged_and_a_damaged_one_costs_only_its_records(pyindex, published, tmp_path):
-    from wheelhouse.index.metapack import MAX_PACKS, load_packs, write_pack
-
-    idx = pyindex(published, serve_metadata=False)
-    cache = tmp_path / "cache"
-    assert _run(idx.url, cache) == EXPECTED
-    folder = cache / "metadata"
-    (pack,) = folder.glob("*.pack")
-    real = load_packs(folder)
-    assert len(real) >= 3
-    for i in range(MAX_PACKS):  # other runs' packs, one record each
-        write_pack(folder, {f"k{i}": b"Metadata-Version: 2.1\nName: x\nVersion: %d\n" % i})
-    assert len(list(folder.glob("*.pack"))) == MAX_PACKS + 1
-    write_pack(folder, {"last": b"x"})  # more than MAX_PACKS: all merged into this one
-    (merged,) = folder.glob("*.pack")
-    assert load_packs(folder) == {**real, **{f"k{i}": b"Metadata-Version: 2.1\nName: x\nVersion: %d\n" % i
-                                             for i in range(MAX_PACKS)}, "last": b"x"}
-    # a record edited in place (same length) is dropped, the others still answer
-    raw = merged.read_bytes()
-    merged.write_bytes(raw.replace(b"Version: 3\n", b"Version: 9\n"))
-    assert "k3" not in load_packs(folder) and "k4" in load_packs(folder)
-    idx.stop()
-    assert _run(idx.url, cache, "--offline") == EXPECTED  # the real records are intact

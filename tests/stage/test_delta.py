@@ -64,9 +64,7 @@ def _consistent(out: Path) -> dict[str, str]:
     return {f.name: f.version for f in lock.files}
 
 
-@pytest.mark.parametrize("early", ["0", "always"])
-def test_what_the_image_provides_is_not_downloaded_nor_locked(pyindex, pub, tmp_path, monkeypatch, early):
-    monkeypatch.setenv("WH_EARLY_FETCH", early)  # (not by a guess of the resolver's walk ahead either)
+def test_what_the_image_provides_is_not_downloaded_nor_locked(pyindex, pub, tmp_path, monkeypatch):
     idx = pyindex(pub, serve_metadata=True)
     target = _box(("torch", "2.0"), ("numpy", "2.0"), ("unrelated", "9.9"))
     out = tmp_path / "wh"

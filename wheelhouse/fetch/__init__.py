@@ -20,14 +20,11 @@ from __future__ import annotations
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
-from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
-from . import procs
-from .lend import borrow
 from .cache import (
     HashMismatch,
     NoSpace,
@@ -48,10 +45,6 @@ from .ranges import (SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetc
 from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
 from .spans import split_minimum
 from .stream import download
-
-if TYPE_CHECKING:
-    from .early import Early
-    from .lend import Inbox
 
 __all__ = [
     "FetchItem",
@@ -81,7 +74,6 @@ def fetch_all(
     backoff: float = 0.5,
     task: str = "download",
     segment_size: int | None = None,
-    early: "Early | None" = None,
 ) -> list[Path]:
     """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
 
@@ -92,8 +84,7 @@ def fetch_all(
     the caller). On the first failure the other downloads
     are allowed to finish into the cache (so a re-run does not repeat them) and the error is
     raised; ``dest`` gets only verified files. Files of at least two ``segment_size`` (default
-    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1. ``early``: downloads begun
-    while the items were being resolved (wheelhouse.fetch.early), taken over here.
+    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1.
     """
     from wheelhouse.index.http import HttpClient
 
@@ -113,45 +104,21 @@ def fetch_all(
     placer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wh-place")
     copies: dict[str, Future] = {}
     by_key = {_key(it): it for it in unique}
-    helpers: list[procs.Helper] = []
 
-    def downloaded(key: str, path: Path) -> None:  # (also called from the helper processes' reader threads)
-        if any(h.outcome is not None and h.outcome[0] == "err" for h in helpers):
-            return  # a helper's share failed: the run is failing, nothing more goes to dest (as in _collect)
+    def downloaded(key: str, path: Path) -> None:
         it = by_key[key]
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
     segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
     try:
-        offered = set(early.offered) if early is not None else set()  # (begun early: not read from the cache)
-        placed = _reuse_cached([it for it in unique if _key(it) not in offered], dest, s, pool)
+        placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
         if todo:  # (no empty progress bar where everything came from the cache)
             # No total where a size is unknown: its bytes count too, and the bar ended past the sum of the others.
             known = all(it.size is not None for it in todo)
             s.reporter.start(s.task, total=(sum(it.size or 0 for it in todo) or None) if known else None, unit="B")
             try:
-                ahead: dict[str, Path] = {}
-                if early is not None:
-                    ahead, helpers[:] = early.take(unique, s, downloaded)
-                    if not helpers:  # (stopped: what they filed counts as done; the rest resumes below)
-                        s.advance(sum(by_key[k].size or 0 for k in ahead))
-                    for key, path in ahead.items():
-                        downloaded(key, path)  # verified as it arrived, this run: placed, not hashed again
-                rest = [it for it in todo if _key(it) not in ahead and not any(h.has(it) for h in helpers)]
-                if helpers:  # the early helpers download the rest too, each file to the one with less left
-                    for share, h in zip(procs.split(rest, [h.outstanding() for h in helpers]), helpers):
-                        h.add(share)
-                        h.seal()
-                    _download_shared([], helpers, dest, s, pool, jobs, segment, downloaded, placed)
-                elif rest:
-                    split = procs.shares(rest, s, jobs)
-                    if split is None:
-                        _download_all(rest, s, pool, jobs, segment, downloaded)
-                    else:  # half of the bytes downloaded by a second process (wheelhouse.fetch.procs)
-                        helpers.append(procs.Helper(s, split[1], jobs - jobs // 2, segment, downloaded, _key))
-                        helpers[0].start()
-                        _download_shared(split[0], helpers, dest, s, pool, jobs, segment, downloaded, placed)
+                _download_all(todo, s, pool, jobs, segment, downloaded)
             finally:
                 s.reporter.finish(s.task, "")
         placed.update({key: _result(fut) for key, fut in copies.items()})
@@ -160,7 +127,6 @@ def fetch_all(
         abort = getattr(s.client, "abort", None)
         if isinstance(exc, (KeyboardInterrupt, Cancelled)) and abort is not None:
             abort()  # blocked reads fail now, instead of the pool waiting out the transfers
-        procs.stop_all(helpers)  # they cut their transfers and exit; what they wrote stays for the next run
         pool.shutdown(wait=False, cancel_futures=True)
         # The placer is the only writer into ``dest``: a placement still running when the caller removes
         # ``dest`` would leave a file behind there (a link and a rename: short). Downloads go on into the cache.
@@ -225,7 +191,6 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
            and (jobs > 1 or _ranges_kept(s.cache, it.sha256))]
     split: list[Segmented] = []
     submitted: list[Future] = []  # every task, those _collect adds included
-    inbox = None
     pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
         for it in big:
@@ -247,19 +212,15 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
         work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
 
         def steal() -> tuple[Segmented, int] | None:
-            # An idle connection takes all a stalled transfer had left, else half of the range with the
-            # most left (ranges.split_range), in pieces of at least spans.split_minimum.
+            # An idle connection takes half of the range with the most left (ranges.split_range), in
+            # pieces of at least spans.split_minimum.
             return split_range(split, split_minimum(segment))
 
         tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]
         submitted.extend(fut for _, fut, _ in tasks)
-        if s.lender is not None and split:  # a helper: its ranges may be lent to wh's process (fetch.lend)
-            inbox = s.lender.open(split)
-        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted, inbox)
+        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted)
     finally:
-        # A lent range not yet back is given up (its future fails as Cancelled); one coming back is waited for.
-        backs = s.lender.close(inbox) if inbox is not None else []
-        running = [fut for fut in (*submitted, *backs) if not fut.done()]
+        running = [fut for fut in submitted if not fut.done()]
         if running:
             # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
             # go only once they have stopped (at their next block, or at once as their sockets are shut): a
@@ -336,48 +297,6 @@ def _give_up_ranges(job: Segmented, why: NoRanges, s: Session) -> None:
         if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
 
 
-def _download_shared(mine: list[FetchItem], helpers: list["procs.Helper"], dest: Path, s: Session, pool,
-                     jobs: int, segment: int, downloaded: Callable[[str, Path], None], placed: dict[str, Path]) -> None:
-    """Download ``mine`` here with half the connections while ``helpers`` download their shares; then
-    raise what failed (any side's, a hash mismatch first), or download here what a helper did not
-    file (it could not start, died, or hung). A full disk on any side stops all."""
-    failed: BaseException | None = None
-    try:
-        if mine:
-            _download_all(mine, s, pool, jobs // 2, segment, downloaded)
-        # This share is done: its connections take over ranges of the helpers' (wheelhouse.fetch.lend),
-        # until they have ended and every borrowed range is back.
-        borrow(helpers, s, pool, jobs, segment)
-    except Cancelled:
-        for h in helpers:
-            if h.outcome is not None and h.outcome[0] == "nospace":
-                raise h.outcome[1] from None  # this share was stopped because a helper's disk filled
-        raise
-    except (KeyboardInterrupt, DiskFull):
-        raise
-    except WhError as exc:
-        failed = exc  # the helpers' downloads still finish into the cache, as this share's did,
-        for h in helpers:
-            h.on_filed = lambda key, path: None  # but nothing more goes to dest (as in _collect)
-    outcomes = [h.wait(stop=s.cancel.is_set) for h in helpers]
-    for outcome in outcomes:
-        if outcome[0] == "nospace":
-            raise outcome[1]
-    errors = [e for e in (failed, *(o[1] for o in outcomes if o[0] == "err")) if e is not None]
-    if errors:
-        errors.sort(key=lambda e: not isinstance(e, HashMismatch))
-        raise errors[0]
-    rest = [it for h in helpers for it in h.unfinished()]  # (none after "ok", unless one said so without filing)
-    if rest:
-        s.note(f"the second download process stopped; downloading its {len(rest)} remaining files here")
-        reused = _reuse_cached(rest, dest, s, pool)  # (filed by a helper killed before it said so, or by another wh)
-        placed.update(reused)
-        # (the helpers have ended: nothing else reports on ``s`` while the redo runs)
-        s.reporter = procs.Credit(s.reporter, sum(h.counted_unfiled() for h in helpers))  # counted, resumed here
-        s.advance(sum(it.size or 0 for it in rest if _key(it) in reused))  # (the credit takes what a helper counted)
-        _download_all([it for it in rest if _key(it) not in placed], s, pool, jobs, segment, downloaded)
-
-
 def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[int, int]:
     """How many ranges each big file starts as (id(item) -> count): one each, then one more for each
     connection that would have nothing to do, to the file with the biggest ranges, none under ``segment``.
@@ -400,30 +319,17 @@ def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[
 
 def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
              steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1,
-             submitted: list[Future] | None = None, inbox: "Inbox | None" = None) -> dict[str, Path]:
+             submitted: list[Future] | None = None) -> dict[str, Path]:
     """Wait for every task; ranges refused by the server fall back to one stream. While fewer than
-    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. ``inbox``: the
-    ranges lent to wh's process (a helper's, wheelhouse.fetch.lend), each waited for as a task. The
-    first failure (a hash mismatch before others) is raised once everything else has finished."""
+    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. The first
+    failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
     failures: list[BaseException] = []
     fallback: dict[Segmented, NoRanges] = {}
     pending = {fut: what for _, fut, what in tasks}
-    lent: set[Future] = set()  # (ranges another process writes: they hold no connection here)
-    while True:
-        if inbox is not None:
-            lent.update(taken := inbox.take())
-            pending.update(taken)
-            if not pending:
-                s.lender.seal(inbox)  # nothing more is lent from here; what was, just before, is waited for
-                lent.update(taken := inbox.take())
-                pending.update(taken)
-        if not pending:
-            break
-        done, _ = wait([*pending, inbox.wake] if inbox is not None else list(pending), return_when=FIRST_COMPLETED)
+    while pending:
+        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
-            if fut not in pending:
-                continue  # (the inbox's wake)
             what = pending.pop(fut)
             item = what.item if isinstance(what, Segmented) else what
             exc = fut.exception()
@@ -442,8 +348,6 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 got[_key(item)] = fut.result()
                 if not failures:  # after a failure nothing more goes to dest: the run is failing
                     downloaded(_key(item), fut.result())
-            if failures and inbox is not None:
-                s.lender.seal(inbox)  # nothing more lent from a failing collect
         if not pending and fallback:
             for job, why in fallback.items():
                 _give_up_ranges(job, why, s)
@@ -452,8 +356,7 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 if submitted is not None:
                     submitted.append(fut)
             fallback = {}
-        lent &= pending.keys()
-        while steal is not None and pending and len(pending) - len(lent) < jobs and not failures and not s.cancel.is_set():
+        while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
             try:
                 cut = steal()  # (writes the new split of the file's ranges)
             except OSError as exc:
@@ -476,13 +379,11 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
 
 def _stop(s: Session, pending) -> None:
     """Cancel the run and wait for the tasks still running (they stop at their next block, or
-    at once where the client can cut their sockets; ranges lent to wh's process are given up)."""
+    at once where the client can cut their sockets)."""
     s.cancel.set()
     abort = getattr(s.client, "abort", None)
     if abort is not None:
         abort()
-    if s.lender is not None:
-        s.lender.close_all()
     wait(list(pending))
 
 

@@ -130,8 +130,7 @@ class Client(Protocol):
     """What fetch needs from an HTTP client (wheelhouse.index.http.HttpClient): a streamed GET
     that understands ``Range`` and raises HttpError (with ``status``) on failure."""
 
-    def stream(self, url: str, headers: Mapping[str, str] | None = None, *, ticket=None,
-               hedge: bool = False) -> ContextManager: ...
+    def stream(self, url: str, headers: Mapping[str, str] | None = None) -> ContextManager: ...
 
 
 @dataclass
@@ -145,7 +144,6 @@ class Session:
     retries: int = 4
     backoff: float = 0.5
     cancel: threading.Event = field(default_factory=threading.Event)
-    lender: object = None  # a helper's wheelhouse.fetch.lend.Lender: its ranges may be lent to wh's process
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def advance(self, n: int) -> None:

@@ -102,7 +102,7 @@ def _stream(item: FetchItem, part: Path, have: int, s: Session, counted: list[in
     headers = {"Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
-    with s.client.stream(item.url, headers, hedge=True) as resp:
+    with s.client.stream(item.url, headers) as resp:
         resumed = have > 0 and resp.status == 206
         if resumed:
             update_hash(h, part)  # hash what is already on disk; the rest is hashed as it streams

@@ -32,7 +32,6 @@ from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, add_extra, read_deferred_body
 from .http.deadline import max_body_bytes
-from .offload import OffloadClosed
 from .pages import parse_simple_html, parse_simple_json, parse_simple_json_body
 from .parsed import decode_parsed, encode_parsed, extra_name
 from .pip_config import UNCONFIGURED, NoIndexConfigured, default_index_url, no_index_configured, read_pip_index_config
@@ -84,9 +83,6 @@ class _Memo:
                 fut.set_result(compute())
             except BaseException as exc:
                 fut.set_exception(exc)
-                if isinstance(exc, OffloadClosed):  # a prefetch cut at the run's end: not an answer to keep
-                    with self._lock:
-                        self._futures.pop(key, None)
         return fut.result()
 
 
@@ -116,7 +112,6 @@ class PackageSource:
         self.page_ttl = page_ttl
         self._memo = _Memo()
         self._links_memo = _Memo()
-        self.offload = None  # a resolution's helper process (``offload``): pages that need a request go there
 
     # --- public -------------------------------------------------------------------------
     def files(self, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
@@ -189,20 +184,10 @@ class PackageSource:
             return encode_parsed(digest, resp.url, index, kk, made["files"])
 
         accept = {"Accept": SIMPLE_ACCEPT}
-        confirmed = None
-        off = self.offload
-        if off is not None and (keep is None or keep_key) and not self.client.is_cached_fresh(url, accept, max_age=self.page_ttl):
-            done = off.page(index, name, keep)  # fetched, parsed and stored by the helper: read from the cache below
-            if done is False:
-                return None  # the index does not have the project
-            if isinstance(done, list):
-                return done  # fetched and parsed by the helper, but the cache could not keep it
-            if done:
-                confirmed = off.confirmed_after
         try:
             # The body of a cached page is read only if its pre-parsed form cannot be used (parsed).
             resp = self.client.get_cached(url, accept, max_age=self.page_ttl, defer_body=True,
-                                          extra=(extra_name(index, kk), make), confirmed_after=confirmed)
+                                          extra=(extra_name(index, kk), make))
             files = made.get("files")
             digest = getattr(resp, "sha256", "")
             if files is None and digest:
@@ -212,8 +197,7 @@ class PackageSource:
                     body = read_deferred_body(resp)
                     # gone or torn since the entry was read: a miss, asked again (offline: NotCached)
                     resp = (dataclasses.replace(resp, body=body, deferred=False) if body is not None
-                            else self.client.get_cached(url, accept, max_age=self.page_ttl, extra=(extra_name(index, kk), make),
-                                                        confirmed_after=confirmed))
+                            else self.client.get_cached(url, accept, max_age=self.page_ttl, extra=(extra_name(index, kk), make)))
                 files = made.get("files")
                 if files is None:
                     files = self._parse_page(resp, url, index, parse_keep)

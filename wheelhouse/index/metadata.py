@@ -41,7 +41,6 @@ from .distfile import Distfile
 from wheelhouse.errors import WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, store_entry
-from .metapack import load_packs, write_pack
 
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 
@@ -126,23 +125,6 @@ class MetadataReader:
         self._memo: dict[str, CoreMetadata] = {}
         self._inflight: dict[str, threading.Event] = {}
         self.stats = {"cache": 0, "pep658": 0, "range": 0, "local": 0, "download": 0}
-        self._packed: dict[str, bytes] | None = None  # the cache's packs, loaded on first use
-        self._pending: dict[str, bytes] | None = None  # between begin_batch and flush: what to pack
-        self.offload = None  # a resolution's helper process (``offload``): what needs a request goes there
-
-    def begin_batch(self) -> None:
-        """From now until ``flush``, what is fetched is kept in memory and written as one pack
-        (``metapack``) instead of one cache file each."""
-        with self._lock:
-            if self._pending is None:
-                self._pending = {}
-
-    def flush(self) -> None:
-        """Write what was fetched since ``begin_batch`` as one pack, and stop batching."""
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending and self.cache_dir is not None:
-            write_pack(self.cache_dir / "metadata", pending)
 
     def read(self, distfile: Distfile) -> CoreMetadata:
         # Keyed by URL AND sha256: the sha256 is what the index claims, not yet checked (the body is
@@ -177,12 +159,10 @@ class MetadataReader:
             raise MetadataError(f"{d.filename} is not a wheel", hint="wh reads metadata of wheels only")
         # A local file may change under the same path: read it, never cache it (it is cheap).
         cached = self._cache_path(key) if d.local_path is None else None
-        # Packs first (one file per resolution: metapack), then a file of its own in one folder,
-        # then the sharded layout of earlier wh versions.
+        # A file of its own in one folder, then the sharded layout of earlier wh versions.
         raw = None
         if cached is not None:
-            raw = (self._from_packs(key) or _load_entry(cached)
-                   or _load_entry(cached.parent / cached.name[:2] / cached.name))
+            raw = _load_entry(cached) or _load_entry(cached.parent / cached.name[:2] / cached.name)
         hit = raw is not None
         if hit:
             self.stats["cache"] += 1
@@ -192,15 +172,7 @@ class MetadataReader:
         elif getattr(self.client, "offline", False):  # --offline: from the cache alone, never a request
             raise NotCached(f"the metadata of {d.filename}")
         else:
-            off = self.offload
-            got = off.metadata(d) if off is not None else None
-            if got is None:
-                raw = self.fetch(d)
-            else:
-                raw, counts = got
-                with self._lock:
-                    for how, n in counts.items():
-                        self.stats[how] = self.stats.get(how, 0) + n
+            raw = self.fetch(d)
         meta = parse_metadata(raw)
         if meta.name != d.name or not _same_version(meta.version, d.version):
             raise MetadataError(
@@ -208,16 +180,11 @@ class MetadataReader:
                 hint="the file name and its contents disagree; report it to the index operator",
             )
         if cached is not None and not hit:
-            with self._lock:
-                pending = self._pending
-                if pending is not None:
-                    pending[key] = raw
-            if pending is None:
-                try:
-                    checkpoint("index.cache-write")
-                    store_entry(cached, _ENTRY_MAGIC + hashlib.sha256(raw).hexdigest().encode() + b"\n" + raw)
-                except OSError:
-                    pass  # a cache that cannot be written costs a request next time, never the run
+            try:
+                checkpoint("index.cache-write")
+                store_entry(cached, _ENTRY_MAGIC + hashlib.sha256(raw).hexdigest().encode() + b"\n" + raw)
+            except OSError:
+                pass  # a cache that cannot be written costs a request next time, never the run
         return meta
 
     def fetch(self, d: Distfile) -> bytes:
@@ -228,14 +195,6 @@ class MetadataReader:
             self.stats["pep658"] += 1
             return raw
         return self._from_ranges(d)
-
-    def _from_packs(self, key: str) -> bytes | None:
-        if self._packed is None:
-            packed = load_packs(self.cache_dir / "metadata")  # type: ignore[operator]
-            with self._lock:
-                if self._packed is None:
-                    self._packed = packed
-        return self._packed.get(key)
 
     def _cache_path(self, key: str) -> Path | None:
         if self.cache_dir is None:

@@ -36,14 +36,14 @@ from __future__ import annotations
 import gc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
+from resolvelib import ResolutionImpossible, ResolutionTooDeep, Resolver
 
 from .candidates import Req
 from .explain import (
@@ -63,7 +63,6 @@ from wheelhouse.index.http.cache import sweep_temp
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
-from .rounds import make_resolver
 from wheelhouse.target import TargetProfile
 from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
@@ -182,8 +181,6 @@ def resolve(
     jobs: int = 16,
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
-    helpers: bool = True,
-    on_pick: Callable[[Distfile], None] | None = None,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -191,10 +188,6 @@ def resolve(
     package names may use shell wildcards (``nvidia-cuda-*``). ``provided``: ``ProvidedDist``
     values (or ``(name, version)`` pairs) the target already has installed; usually
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
-    ``helpers``: a cold resolve may hand its index work to helper processes (``index.offload``);
-    False for one that runs beside other work (the stage's bootstrap/, during the downloads).
-    ``on_pick``: called (from the walk ahead's threads) with each likely pick's wheel as soon as it is
-    known, before it is pinned: a guess (the stage downloads it early: wheelhouse.fetch.early).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
@@ -232,7 +225,7 @@ def resolve(
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image, on_pick=on_pick)
+                        reporter=reporter, pool=pool, provided=image)
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")
@@ -241,12 +234,9 @@ def resolve(
     # measured with perf); what is garbage here is freed by reference counting.
     gc_was_on = gc.isenabled()
     gc.disable()
-    reader.begin_batch()  # the metadata this resolution fetches is cached as one file, at its end
-    # A cold resolve's index work in a second process (its own GIL): wheelhouse.index.offload.
-    offload = _attach_offload(source, reader) if pool is not None and helpers else None
     try:
         provider.prefetch(roots)
-        result = make_resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -264,12 +254,8 @@ def resolve(
             hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
         ) from None
     finally:
-        if offload is not None:  # before the pool: prefetches still waiting on the helper give up
-            source.offload = reader.offload = None
-            offload.close()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        reader.flush()
         sweep_temp(getattr(source.client, "cache_dir", None))  # what killed writers left (never a live one's)
         if gc_was_on:
             gc.enable()
@@ -284,24 +270,10 @@ def resolve(
         requirements=tuple(requirements),
         constraints=tuple(constraints),
         skipped=tuple(skipped),
-        stats={"requests": source.client.requests, **reader.stats,
-               "helpers": offload.started if offload is not None else 0,
-               "offloaded": offload.sent if offload is not None else 0},
+        stats={"requests": source.client.requests, **reader.stats},
         changes=image_changes(pins, image),
         unknown_deps=_kept_blind(pins, provider.unknown_deps),
     )
-
-
-def _attach_offload(source: PackageSource, reader: MetadataReader):
-    """The helper process for this resolution, attached to its source and reader (None: none)."""
-    from wheelhouse.index.offload import Offload
-
-    if getattr(source, "offload", True) is not None or getattr(reader, "offload", True) is not None:
-        return None  # another resolution on the same source holds one, or a source of another kind
-    offload = Offload.for_run(source, reader)
-    if offload is not None:
-        source.offload = reader.offload = offload
-    return offload
 
 
 def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.version import InvalidVersion, Version
-from resolvelib.resolvers import ResolutionImpossible
+from resolvelib import ResolutionImpossible
 
 from .candidates import Req, spec_of
 from wheelhouse.errors import UsageError, WhError

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -27,7 +27,6 @@ from resolvelib import AbstractProvider, BaseReporter
 from .candidates import IMAGE, PYTHON, Cand, CandidateFinder, Req, exact_pins, spec_of
 from wheelhouse.errors import WhError
 from wheelhouse.index import PackageSource
-from wheelhouse.index.distfile import Distfile
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import Reporter
 from wheelhouse.target import TargetProfile
@@ -44,10 +43,8 @@ class Provider(AbstractProvider):
 
     def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
                  constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
-                 reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None,
-                 on_pick: Callable[[Distfile], None] | None = None):
+                 reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None):
         self.target = target
-        self.on_pick = on_pick  # each likely pick's wheel, as the walk ahead finds it (early downloads)
         self.source = source
         self.reader = reader
         self.constraints = constraints
@@ -301,8 +298,6 @@ class Provider(AbstractProvider):
             best = cands[0]
             if best.distfile.origin == IMAGE:
                 return
-            if self.on_pick is not None and best.provided is None:  # (the image's: nothing to download)
-                self.on_pick(best.distfile)
             meta = self.reader.read(best.distfile)
             nxt = []
             for line in meta.requires_dist:

@@ -34,14 +34,12 @@ from typing import Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
 from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
-from wheelhouse.fetch.early import Early
 from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
 from wheelhouse.index.http import HttpClient
 from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
@@ -262,26 +260,16 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
          recovered: tuple[str, ...], compiler=None) -> StageResult:
     previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
     own: list[_Background] = []  # wh's own wheel, then bootstrap/'s resolution: waited for on every way out
-    # The stack's downloads begin while it is resolved (wheelhouse.fetch.early); not those the cache or
-    # the previous wheelhouse already has.
-    early = Early.for_stage(cache, client, inputs.jobs, reporter, have=set(previous.wheels.values())) \
-        if out is not None else None
     try:
         with tempfile.TemporaryDirectory(prefix="wh-stage-") as scratch:
-            plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter, own, early)
+            plan = _resolve_stack(inputs, previous, Path(scratch), cache, client, reporter, own)
             if out is None:
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
                                    indexes=plan.indexes, image=plan.image)
-            return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler, early)
-    except BaseException as exc:
-        if early is not None:  # (Ctrl-C keeps unfinished downloads for the next run, as everywhere)
-            early.close(keep=isinstance(exc, KeyboardInterrupt))
-        raise
+            return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
-        if early is not None:
-            early.close()
         for job in own:
             job.wait()
 
@@ -289,7 +277,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
 # --- resolution ------------------------------------------------------------------------------------
 
 def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache: Path, client,
-                   reporter: Reporter, own: list[_Background], early: Early | None = None) -> _Plan:
+                   reporter: Reporter, own: list[_Background]) -> _Plan:
     """Resolve the stack; bootstrap/ (wh's own wheel built, its dependencies resolved) goes on in the
     background, so that the stack's downloads do not wait for it. ``own`` collects those jobs."""
     from wheelhouse.index import PackageSource
@@ -317,8 +305,7 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image,
-                         on_pick=_guesses(early, hash_rules) if early else None)
+                         reporter=reporter, metadata=reader, provided=image)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
@@ -330,19 +317,6 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
                  tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
                  delta_of(target, inputs.full, resolution, never))
-
-
-def _guesses(early: Early, hash_rules: Sequence[RequirementLine]) -> Callable[[Any], None]:
-    """The resolver's likely picks, offered for early download; never a file a --hash line refuses."""
-    rules = [line for line in hash_rules if line.hashes]
-
-    def pick(d) -> None:
-        name = canonicalize_name(d.name)
-        if any(rule.name == name and (d.sha256 or "").lower() not in rule.hashes for rule in rules):
-            return
-        early.offer(d.url, d.filename, d.sha256, d.size)
-
-    return pick
 
 
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
@@ -374,7 +348,7 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
     if fast:  # the fast extra where the target has its wheels (3-4x faster unpacking on the box); else without
         try:
             boot = resolve([*boot_reqs, *fast], inputs.target, source, constraints=(), toolchains=(),
-                           prereleases=False, reporter=reporter, metadata=reader, helpers=False)
+                           prereleases=False, reporter=reporter, metadata=reader)
             return (tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name)),
                     dataclasses.replace(wh_wheel, extras=(FAST,)))
         except ResolveError:
@@ -382,7 +356,7 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
                           "the box's `wh install` unpacks with the standard zlib")
     try:
         boot = resolve(boot_reqs, inputs.target, source, constraints=(), toolchains=(), prereleases=False,
-                       reporter=reporter, metadata=reader, helpers=False)
+                       reporter=reporter, metadata=reader)
     except ResolveError as exc:
         # The stack resolved; only bootstrap/ did not -- say which, or it reads like the stack failed.
         raise BootstrapError(
@@ -408,15 +382,13 @@ def _command(inputs: StageInputs, wh_wheel) -> str | None:
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
 
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
-           reporter: Reporter, recovered: tuple[str, ...], compiler=None, early: Early | None = None) -> StageResult:
+           reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
     engine = previous.engine
-    # (not those downloaded early: in the cache because this run put them there)
-    reused = _seed_cache_from(out, previous.wheels, [f for f in plan.files if not (early and f.sha256 in early.offered)],
-                              cache)
+    reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
-        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter, early)
+        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter)
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
         boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
@@ -541,12 +513,11 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
 
 
 def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: Path, jobs: int, client,
-                reporter, early: Early | None = None) -> tuple[StagedFile, ...]:
+                reporter) -> tuple[StagedFile, ...]:
     """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
     published none (find-links folders)."""
     items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
-    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download",
-                      early=early)
+    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
     done = []
     for f, path in zip(files, paths):
         p = place(path, dest / f.filename)

@@ -21,7 +21,6 @@ caller's reused buffer) in ``body``, TLS trust in ``tls``, ``file://`` in ``file
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import http.client
 import ssl
@@ -34,18 +33,16 @@ from typing import Iterator, Mapping
 
 from .body import BodyReader
 from .credentials import CredentialStore
-from .deadline import Ticket, Watchdog, body_deadline, max_body_bytes, stall_seconds
+from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .proxy import proxy_for, via_urllib
 from .resolver import HostResolver
 from .tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .cache import NotCached, get_cached as _get_cached, is_fresh as _is_fresh
+from .cache import NotCached, get_cached as _get_cached
 
-__all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent", "Ticket"]
+__all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
-HEDGE_MIN = 0.75  # the soonest a hedged request is sent again (this host's index: ~30 ms, 0.4 s under load)
-_HEDGE_SEEN = 4  # requests timed before any is hedged
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
@@ -73,8 +70,6 @@ class HttpClient:
         self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
         self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)
-        self.hedged = 0  # requests sent again for want of headers (``hedge``)
-        self._to_headers: collections.deque[float] = collections.deque(maxlen=32)  # seconds, last requests
         # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
         weakref.finalize(self, _close_pool, self._idle)
 
@@ -111,14 +106,9 @@ class HttpClient:
         self._watchdog.abort_all()
 
     @contextlib.contextmanager
-    def stream(self, url: str, headers: Mapping[str, str] | None = None, *, whole: bool = False,
-               ticket: Ticket | None = None, hedge: bool = False) -> Iterator[StreamResponse]:
+    def stream(self, url: str, headers: Mapping[str, str] | None = None, *, whole: bool = False) -> Iterator[StreamResponse]:
         """Open ``url``; yields a StreamResponse. Connection errors before the body are retried;
         a connection dropped mid-body raises HttpError with ``received`` set, for resuming.
-        ``ticket``: another thread may cut this request (``deadline.Ticket``): it fails as "cut".
-        ``hedge``: a request with no headers after ``hedge_after()`` is sent once more on a new connection
-        (the downloads: this host's index answers a few requests a run 1-5 s late, where it answers
-        the rest in ~30 ms; docs/benchmarks.md, Fetch).
 
         Deadlines (wheelhouse.index.http.deadline): headers within ``timeout``; then a ``whole``
         body within WH_HTTP_DEADLINE seconds, a streamed one never WH_HTTP_STALL seconds without
@@ -133,7 +123,7 @@ class HttpClient:
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
         if self.offline:  # --offline: nothing leaves this machine; what is not cached is named
             raise NotCached(url)
-        conn, resp, final, watch = self._open(url, hdrs, ticket, self.hedge_after() if hedge else None)
+        conn, resp, final, watch = self._open(url, hdrs)
         window = stall_seconds()
         if whole:
             watch.set(body_deadline(), "body")
@@ -156,23 +146,15 @@ class HttpClient:
 
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
-                   defer_body: bool = False, extra=None, confirmed_after: float | None = None) -> Response:
+                   defer_body: bool = False, extra=None) -> Response:
         """GET with an on-disk cache: fresh (younger than ``max_age``) entries are used as is,
         older ones revalidated with If-None-Match / If-Modified-Since. With ``refresh`` every
         entry is revalidated; ``offline``, every entry is used whatever its age and a miss raises
         ``NotCached`` without a request (``cache``, docs/cache.md). Without a cache_dir this is ``get``.
         ``defer_body``: an answer from the cache leaves its body unread (``cache.read_deferred_body``);
-        ``extra``: (name, make), kept with the page; ``confirmed_after``: an entry confirmed since
-        then is fresh, even with ``refresh`` (``cache.get_cached``)."""
+        ``extra``: (name, make), kept with the page (``cache.get_cached``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
-                           offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra,
-                           confirmed_after=confirmed_after)
-
-    def is_cached_fresh(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0) -> bool:
-        """Whether ``get_cached`` would answer without a request (always, offline)."""
-        if self.offline:
-            return True
-        return _is_fresh(self.cache_dir, self.credentials.strip(url), headers, max_age=max_age, refresh=self.refresh)
+                           offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
 
 
     def close(self) -> None:
@@ -202,7 +184,7 @@ class HttpClient:
         conn.close()
 
     def _deadline_reason(self, watch, received: int) -> str:
-        if watch.what in ("interrupted", "cut"):
+        if watch.what == "interrupted":
             return watch.what
         if watch.what == "headers":
             return f"no response headers within {self.timeout:g} s"
@@ -210,35 +192,17 @@ class HttpClient:
             return f"the response was not complete within {body_deadline():g} s (WH_HTTP_DEADLINE) after {received} bytes"
         return f"the download stalled: less than 16 KiB in {stall_seconds():g} s (WH_HTTP_STALL) after {received} bytes"
 
-    def hedge_after(self) -> float | None:
-        """Seconds without headers after which a hedged request is sent again: 4x the median time to
-        headers of this client's last requests, at least ``HEDGE_MIN``; None before ``_HEDGE_SEEN`` of them."""
-        with self._lock:
-            seen = list(self._to_headers)
-        if len(seen) < _HEDGE_SEEN:
-            return None
-        return max(HEDGE_MIN, 4 * sorted(seen)[len(seen) // 2])
-
-    def _open(self, url: str, headers: dict[str, str], ticket: Ticket | None = None, hedge: float | None = None):
-        """Send the request, following redirects and retrying; returns (conn, response, final url, watch).
-        ``hedge``: the first attempt's headers are waited for this long, then it is sent again at once."""
+    def _open(self, url: str, headers: dict[str, str]):
+        """Send the request, following redirects and retrying; returns (conn, response, final url, watch)."""
         attempt = 0
         redirects = 0
         while True:
             parts = urllib.parse.urlsplit(url)
             try:
-                conn, resp, watch = self._request_once(parts, headers, ticket, hedge)
+                conn, resp, watch = self._request_once(parts, headers)
             except (OSError, http.client.HTTPException) as exc:
                 if self._watchdog.aborted:
                     raise HttpError(url, None, "interrupted") from exc
-                if ticket is not None and ticket.cancelled:
-                    raise HttpError(url, None, "cut") from exc
-                if isinstance(exc, _HeadersDeadline) and hedge is not None and exc.args[:1] == ("hedge",):
-                    hedge = None  # once more at once, on a new connection, waiting the full timeout
-                    with self._lock:
-                        self.hedged += 1
-                    continue
-                hedge = None
                 if isinstance(exc, _HeadersDeadline):  # a server this slow is not retried
                     raise HttpError(url, None, f"no response headers within {self.timeout:g} s") from exc
                 if attempt >= self.retries:
@@ -266,8 +230,7 @@ class HttpClient:
                 continue
             raise HttpError(url, status, reason)
 
-    def _request_once(self, parts: urllib.parse.SplitResult, headers: dict[str, str], ticket: Ticket | None = None,
-                      hedge: float | None = None):
+    def _request_once(self, parts: urllib.parse.SplitResult, headers: dict[str, str]):
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
@@ -280,13 +243,10 @@ class HttpClient:
             self.requests += 1
             resp = via_urllib(parts, hdrs, self.timeout, self._ssl_or_new(), self.resolver)
             watch = self._watchdog.watch(None, self.timeout, "headers")
-            if ticket is not None:
-                ticket.attach(watch)  # (no socket of its own to cut: a cut one fails as its body is read)
             return None, resp, watch
         self.requests += 1
         key = self._conn_key(parts)
         conn, was_idle = self._acquire(key)
-        hedged = hedge is not None and hedge < self.timeout
         while True:
             resp = None
             try:
@@ -294,25 +254,16 @@ class HttpClient:
             except InterruptedError:  # aborted (Ctrl-C): no new request starts
                 conn.close()
                 raise
-            if ticket is not None:
-                ticket.attach(watch)
             try:
-                if ticket is not None and ticket.cancelled:
-                    raise OSError("cut")
-                if conn.sock is None:  # connected (and TLS) within the timeout, not the hedge: a far index's
-                    conn.connect()     # handshake is not a late answer
+                if conn.sock is None:
+                    conn.connect()
                 watch.bind()
-                sent = time.monotonic()
-                if hedged and not self._watchdog.extend(watch, hedge, "hedge"):
-                    raise OSError("cut")
                 conn.request("GET", path, headers=hdrs)
                 resp = conn.getresponse()
                 # The caller sets the body's deadline next; a watch the watchdog cut just as the headers came
-                # is a late answer (resent where hedged), not a body that stalled after 0 bytes.
+                # is a late answer, not a body that stalled after 0 bytes.
                 if not self._watchdog.extend(watch, self.timeout, "headers"):
                     raise OSError("cut as its headers came")
-                with self._lock:
-                    self._to_headers.append(time.monotonic() - sent)
                 return conn, resp, watch
             except BaseException as exc:
                 # A response that will close owns the socket (http.client hands it over): closing the

@@ -45,7 +45,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "is_fresh", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
+__all__ = ["get_cached", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
            "OFFLINE_HINT", "PACK_FORMAT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
@@ -102,15 +102,13 @@ class _Entry:
 
 def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, headers: Mapping[str, str] | None = None,
                *, max_age: float = 600.0, offline: bool = False, refresh: bool = False,
-               defer_body: bool = False, extra: Extra | None = None, confirmed_after: float | None = None) -> Response:
+               defer_body: bool = False, extra: Extra | None = None) -> Response:
     """GET with an on-disk cache (see the module docstring for the rules). Without a cache_dir
     this is ``get`` (offline: ``NotCached``); ``file://`` URLs are read as they are, never cached.
 
     ``defer_body``: an answer from the cache does not read its body (a caller that keeps what it
     makes of a page as an extra may never need it). ``extra``: (name, make): the answer carries
-    the extra stored under ``name``; a page fetched now is stored with ``make(response, sha256)``.
-    ``confirmed_after``: an entry confirmed since this time is used as is, even with ``refresh``
-    (this run confirmed it: ``wheelhouse.index.offload``'s helper process)."""
+    the extra stored under ``name``; a page fetched now is stored with ``make(response, sha256)``."""
     if urllib.parse.urlsplit(url).scheme == "file":
         return get(url, headers)
     if cache_dir is None:
@@ -123,7 +121,7 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
             raise HttpError(url, 404, "not found (remembered from an online run)")
         ent = None  # a remembered 404 is only for offline runs: online it is asked again
     name = extra[0] if extra else None
-    if ent is not None and (offline or _fresh(ent, max_age, refresh, confirmed_after)):
+    if ent is not None and (offline or _fresh(ent, max_age, refresh)):
         answer = _answer(ent, name, revalidated=False, defer_body=defer_body)
         if answer is not None:
             return answer
@@ -159,18 +157,6 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
                           revalidated=True, extra=made)
 
 
-def is_fresh(cache_dir: Path | None, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
-             refresh: bool = False) -> bool:
-    """Whether ``get_cached`` would answer ``url`` from the cache without a request (online):
-    a page entry (not a remembered 404) young enough. Reads the entry's header, nothing more."""
-    if urllib.parse.urlsplit(url).scheme == "file":
-        return True  # read as it is: no request
-    if cache_dir is None:
-        return False
-    ent = _lookup(cache_dir, url, headers)[1]
-    return ent is not None and ent.meta["status"] != 404 and _fresh(ent, max_age, refresh, None)
-
-
 def _lookup(cache_dir: Path, url: str, headers: Mapping[str, str] | None) -> tuple[Path, "_Entry | None"]:
     """The packed entry's path for (url, headers), and its checked header (None: no usable entry)."""
     key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
@@ -178,9 +164,7 @@ def _lookup(cache_dir: Path, url: str, headers: Mapping[str, str] | None) -> tup
     return path, _load(path) or _load_legacy(cache_dir / "http" / key[:2] / key)
 
 
-def _fresh(ent: "_Entry", max_age: float, refresh: bool, confirmed_after: float | None) -> bool:
-    if confirmed_after is not None and ent.stored >= confirmed_after:
-        return True
+def _fresh(ent: "_Entry", max_age: float, refresh: bool) -> bool:
     return not refresh and time.time() - ent.stored < max_age
 
 
@@ -356,7 +340,7 @@ STALE_TEMP = 3600.0  # a temp file older than this is a killed writer's (a live 
 
 def sweep_temp(cache_dir: Path | None, *, older_than: float = STALE_TEMP) -> int:
     """Remove the temp files (``.<name>.*.tmp``) that writers killed mid-write left in the page and
-    metadata folders (SIGKILL, a power cut, a helper process killed by its watch); the number
+    metadata folders (SIGKILL, a power cut); the number
     removed. Entries themselves are never touched: they are checked when read."""
     if cache_dir is None:
         return 0

@@ -56,15 +56,6 @@ class CredentialStore:
                 self._by_origin[_origin(urllib.parse.urlsplit(clean))] = cred
         return clean
 
-    def snapshot(self) -> dict[tuple[str, str, int], str]:
-        """What was learnt so far (for ``restore`` in a helper process; never written anywhere)."""
-        with self._lock:
-            return dict(self._by_origin)
-
-    def restore(self, learnt: dict[tuple[str, str, int], str]) -> None:
-        with self._lock:
-            self._by_origin.update(learnt)
-
     def authorization(self, parts: urllib.parse.SplitResult) -> str | None:
         """The ``Authorization`` value for a request to ``parts``: credentials learnt for its host,
         else ~/.netrc's; None without any."""

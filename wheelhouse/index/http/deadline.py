@@ -12,8 +12,7 @@ whose deadline passed, whatever the request is blocked in, so the blocked read f
   A big wheel on a slow link is fine; a trickle is not.
 
 ``abort_all`` shuts down every watched socket: Ctrl-C stops in-flight downloads at once instead
-of waiting for them. A ``Ticket`` does the same for one request (``HttpClient.stream(ticket=)``): a
-download whose bytes another connection took over is cut while it waits for headers or body. Sizes: ``max_body_bytes()`` bounds what is read into memory (default 64 MiB,
+of waiting for them. Sizes: ``max_body_bytes()`` bounds what is read into memory (default 64 MiB,
 ``WH_MAX_PAGE_MB``).
 """
 
@@ -24,7 +23,7 @@ import socket
 import threading
 import time
 
-__all__ = ["Watch", "Watchdog", "Ticket", "body_deadline", "stall_seconds", "max_body_bytes", "LOW_SPEED_BYTES"]
+__all__ = ["Watch", "Watchdog", "body_deadline", "stall_seconds", "max_body_bytes", "LOW_SPEED_BYTES"]
 
 LOW_SPEED_BYTES = 16 * 1024
 
@@ -88,37 +87,6 @@ class Watch:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-
-class Ticket:
-    """A handle on one request, for another thread: ``cut`` shuts its socket down (it fails at once
-    with the reason "cut") and keeps a retry or redirect of it from starting."""
-
-    def __init__(self):
-        self.cancelled = False
-        self._watch: Watch | None = None
-        self._lock = threading.Lock()
-
-    def attach(self, watch: Watch) -> None:
-        """The request's current watch (each attempt and redirect has one); cut at once if already cut."""
-        with self._lock:
-            self._watch = watch
-            cut = self.cancelled
-        if cut:
-            self._cut(watch)
-
-    def cut(self) -> None:
-        with self._lock:
-            self.cancelled = True
-            watch = self._watch
-        if watch is not None:
-            self._cut(watch)
-
-    @staticmethod
-    def _cut(watch: Watch) -> None:
-        watch.expired = True
-        watch.what = "cut"
-        watch.cut()
 
 
 class Watchdog:

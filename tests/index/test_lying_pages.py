@@ -36,5 +36,5 @@ def test_a_project_page_listing_another_projects_wheel_does_not_pin_it(pyindex, 
     idx.script("/simple/alpha/", (200, body, {"Content-Type": ctype}))
     src = PackageSource([idx.url])
     assert [d.filename for d in src.files("alpha")] == ["alpha-1.0-py3-none-any.whl"]
-    res = resolve(["alpha"], CP312, PackageSource([idx.url]), helpers=False)
+    res = resolve(["alpha"], CP312, PackageSource([idx.url]))
     assert res.pin("alpha").distfile.filename == "alpha-1.0-py3-none-any.whl"
