@@ -25,8 +25,9 @@ def _common(fn):
                      help="Target interpreter to examine (default: the one running wh)."),
         click.option("--manifest", "manifest_path", metavar="FILE",
                      help="Stack manifest: [doctor] expectations, [[toolchain]] pins, [[drop]] entries."),
-        click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
-                     help="Wheelhouse whose target the interpreter is compared with (default: the install state)."),
+        click.option("--wheelhouse", callback=_wheelhouse_arg, metavar="SOURCE",
+                     help="Wheelhouse whose facts (target, [doctor], [[toolchain]], [[drop]]) the doctor uses: a "
+                          "folder, an archive or an oci:// reference (default: the install records)."),
         click.option("--jobs", "-j", type=click.IntRange(1, 256), help="Probe processes at once (default: CPU count)."),
         click.option("--timeout", type=click.FloatRange(0.1), default=60, show_default=True,
                      help="Seconds one probe (one import) may take before it is killed and failed."),
@@ -37,6 +38,13 @@ def _common(fn):
     return fn
 
 
+
+
+def _wheelhouse_arg(ctx, param, value):
+    """A folder or an archive as a Path; an oci:// reference as it was written (a Path would fold its //)."""
+    if not value:
+        return None
+    return value if value.startswith("oci://") else Path(value)
 
 
 def _check_python(python: str | None, command: str) -> None:

@@ -383,12 +383,14 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
     """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
+    # Read before the transaction begins: it moves the record aside with everything it will write.
+    previous = read_install_state(interp.platlib)
     try:
         dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs,
                                    verified) if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
-        state_file = write_install_state(interp.platlib, chosen, houses)
+        state_file = write_install_state(interp.platlib, chosen, houses, previous)
         checkpoint("install.before-commit")
         if txn.active:
             txn.commit()
