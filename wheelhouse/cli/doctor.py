@@ -165,9 +165,11 @@ class _DoctorGroup(click.Group):
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
+@click.option("--thorough", is_flag=True, help="stack:files: hash every installed file again, not only those whose "
+                                               "identity (inode, size, mtime, ctime) changed since they were hashed.")
 @click.pass_context
 def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
-           include_forced, model, tp) -> None:
+           include_forced, model, tp, thorough) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
     Every top-level name and every extension module of each native
@@ -210,7 +212,7 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
-              model=model, tp=tp, reporter=reporter)
+              model=model, tp=tp, reporter=reporter, thorough=thorough)
     first, fixes = None, None
     try:
         with sigterm_as_interrupt():

@@ -27,6 +27,7 @@ from wheelhouse.manifest import StackManifest
 from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, run_probe
 from wheelhouse.progress import NullReporter, Reporter
 from .inventory import installed_inventory, node_identity
+from wheelhouse.install.digests import FileDigests
 from .report import CheckResult, DoctorReport, Fix
 from wheelhouse import __version__
 from wheelhouse.resources import doctor_dir
@@ -36,7 +37,7 @@ __all__ = ["DoctorCannotRun", "DoctorInterrupted", "interrupted_report", "run_do
            "manifest_from_wh_json", "merge_facts", "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
-GROUPS = ("platform", "install", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule",
+GROUPS = ("platform", "install", "stack", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule",
           "model")
 
 
@@ -62,11 +63,12 @@ def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str
     from .checks import native
     from .checks import platform
     from .checks import sharedlibs
+    from .checks import stack
     from .checks import toolchain
 
     env = os.environ if environ is None else environ
     out: list[tuple[str, str]] = []
-    for mod in (platform, install, gpu, toolchain, links, native, deps, sharedlibs, kernels):
+    for mod in (platform, install, stack, gpu, toolchain, links, native, deps, sharedlibs, kernels):
         out += list(mod.CHECKS.items())
     out += [(f"jit:{p.id}", p.title) for p in jit.load_jit_probes(env)]
     out += [(f"rule:{r.id}", r.title) for r in load_rules(_rule_dirs(env))]
@@ -243,8 +245,11 @@ def gather_context(
     facts_override: Mapping[str, Any] | None = None,
     reporter: Reporter = NullReporter(),
     environ: Mapping[str, str] | None = None,
+    thorough: bool = False,
 ) -> DoctorContext:
-    """Run the facts probe in ``python`` and query the GPUs: everything checks share."""
+    """Run the facts probe in ``python`` and query the GPUs: everything checks share.
+
+    ``thorough``: hash every installed file again (``stack:files``), not only those changed since hashed."""
     env = dict(os.environ if environ is None else environ)
     if checks:
         _check_patterns(checks, env, "--check")
@@ -294,6 +299,7 @@ def gather_context(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
         site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
         jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
+        digests=FileDigests(thorough=thorough, environ=env),
     )
 
 
@@ -409,7 +415,7 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     """Run the doctor against ``python`` (default: this interpreter) and return the report.
 
     ``options`` are :func:`gather_context`'s (manifest, wheelhouse, checks, jobs, timeout, model, tp,
-    facts_override, reporter).
+    facts_override, reporter, thorough).
     """
     started = time.time()
     t0 = time.monotonic()
@@ -419,7 +425,10 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         results = run_checks(ctx)
     except _ChecksInterrupted as exc:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0)) from None
-    return _report(ctx, results, started, t0)
+    report = _report(ctx, results, started, t0)
+    for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
+        ctx.reporter.note(note)
+    return report
 
 
 def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float) -> DoctorReport:
@@ -436,7 +445,7 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
         # For `wh doctor compare` (reports from many nodes): who this is, and what is installed, with hashes.
         "node": node_identity(ctx.environ),
         "wh_version": __version__,
-        "installed": installed_inventory(ctx.distributions, ctx.site_dirs),
+        "installed": installed_inventory(ctx.distributions, ctx.site_dirs, ctx.digests),
         # Manifest [[drop]] force = true entries that are installed. Issue 4: a passing probe keeps them;
         # only `wh drop --include-forced` / `--fix --include-forced` drop them without a failed probe.
         "forced_drops": [

@@ -52,6 +52,7 @@ from .bytecode import ByteCompiler
 from .pycs import Precompiled
 from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
+from .digests import record_installed
 from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, drop_bytecode, find_installed
@@ -534,6 +535,9 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
     if pycs is not None:
         notes += pycs.finished()
+    if installer == "wh" and dists:
+        # What was just written, by RECORD's digest: the doctor's stack:files check hashes none of it again.
+        record_installed(d.dist_info for d in dists if d.dist_info)
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))
