@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from broken_packages import _ext, _tags, have_toolchain, install_wheel, site_packages
+from carry_fixtures import PAYLOAD, staged_wheelhouse
+from index_fixtures import pyindex  # noqa: F401  (fixture)
 from nvidia_fixtures import make_wheelhouse
 from wheelmaker import make_wheel
 
@@ -167,3 +169,20 @@ def test_a_plain_environment_is_judged_whole(wheels, tmp_path):
     (site_packages(py) / "richish" / "console.py").write_text("")
     code, res = doctor(py)
     assert code == 1 and "no wheelhouse recorded" in res["stack:files"]["evidence"]
+
+
+def test_a_file_wh_patch_changed_holds_the_payload(tmp_path, pyindex):
+    """The staged wheelhouse's [[patch]] rewrites app/__init__.py at install: its patch record vouches for it."""
+    house = staged_wheelhouse(tmp_path, pyindex)
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    target = site_packages(py) / "app" / "__init__.py"
+    assert target.read_text() == PAYLOAD
+    code, res = doctor(py)
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res["stack:files"]
+    assert res["stack:files"]["data"]["hashed"] == 1  # the patched file: the install left it out of the cache
+    target.write_text(PAYLOAD + "# edited after the patch\n")
+    code, res = doctor(py)
+    assert code == 1 and "app/__init__.py" in res["stack:files"]["evidence"], res["stack:files"]

@@ -299,7 +299,7 @@ def gather_context(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
         site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
         jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
-        digests=FileDigests(thorough=thorough, environ=env),
+        digests=FileDigests(thorough=thorough, environ=env, jobs=jobs or default_jobs()),
     )
 
 

@@ -67,6 +67,20 @@ def files_sha256(record_text: str, actual: Callable[[str], Any] | None = None) -
     return hashlib.sha256("".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
 
 
+def _site_rows(dist_info: str) -> list[str]:
+    """The RECORD paths ``files_sha256`` covers (read once more: RECORDs are small, and in the page cache)."""
+    try:
+        text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
+        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
+            out.append(row[0])
+    return out
+
+
 def _record_hash(dist_info: str | None, digests: Any) -> tuple[str | None, int | None]:
     if not dist_info:
         return None, None
@@ -98,6 +112,9 @@ def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Pa
     ``digests``: an ``install.digests.FileDigests`` (the files' real digests; None: RECORD's).
     """
     wheels = _wheel_hashes(site_dirs)
+    if digests is not None:  # hashed in parallel first (none when stack:files did it, or nothing changed)
+        digests.states([(os.path.dirname(os.path.abspath(d.dist_info)), rel) for d in distributions.values()
+                        if getattr(d, "dist_info", None) for rel in _site_rows(d.dist_info)])
     out = []
     for key in sorted(distributions):
         d = distributions[key]

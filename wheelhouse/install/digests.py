@@ -24,8 +24,9 @@ import json
 import os
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.cachedir import default_cache_dir
@@ -61,8 +62,9 @@ FileState = tuple[str, int] | None
 class FileDigests:
     """The digests of files under site folders, cached by file identity; thread-safe; saved once per run."""
 
-    def __init__(self, thorough: bool = False, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, thorough: bool = False, environ: Mapping[str, str] | None = None, jobs: int = 1) -> None:
         self.thorough = thorough
+        self.jobs = max(1, jobs)
         self.hashed = 0  # files read and hashed this run (an unchanged tree: 0)
         self.hashed_bytes = 0
         self._environ = environ
@@ -70,6 +72,7 @@ class FileDigests:
         self._sites: dict[str, dict[str, list]] = {}  # site -> {RECORD path: [*identity, digest]}
         self._dirty: set[str] = set()
         self._memo: dict[str, FileState] = {}  # absolute path -> state, this run
+        self._seen: dict[str, set[str]] = {}  # site -> RECORD paths looked up this run (the others are pruned)
 
     def _entries(self, site: str) -> dict[str, list]:
         with self._lock:
@@ -84,8 +87,10 @@ class FileDigests:
 
     def state(self, site: str, rel: str) -> FileState:
         """The digest and size of the file ``rel`` (a RECORD path) under ``site``; None when it is not a file."""
+        site = os.path.abspath(site)  # one spelling per folder: one cache
         full = os.path.normpath(os.path.join(site, rel))
         with self._lock:
+            self._seen.setdefault(site, set()).add(rel)
             if full in self._memo:
                 return self._memo[full]
         try:
@@ -114,6 +119,21 @@ class FileDigests:
                 self._dirty.add(site)
         return self._remember(full, (digest, st.st_size))
 
+    def states(self, items: Sequence[tuple[str, str]]) -> list[FileState]:
+        """:meth:`state` of each ``(site, RECORD path)``, by ``jobs`` threads (hashlib and reads release the GIL).
+
+        In chunks, not one task per file: a future per file would cost more than a cached file's stat."""
+        items = list(items)
+        if self.jobs == 1 or len(items) < 64:
+            return [self.state(site, rel) for site, rel in items]
+        chunks = [items[i::self.jobs * 4] for i in range(self.jobs * 4)]  # strided: big files spread out
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            done = list(pool.map(lambda chunk: [self.state(site, rel) for site, rel in chunk], chunks))
+        out: list[FileState] = [None] * len(items)
+        for i, states in enumerate(done):
+            out[i::self.jobs * 4] = states
+        return out
+
     def _remember(self, full: str, state: FileState) -> FileState:
         with self._lock:
             self._memo[full] = state
@@ -125,8 +145,11 @@ class FileDigests:
         Returns a note per cache that could not be written."""
         notes = []
         for site in sorted(self._dirty):
+            seen = self._seen.get(site, set())
+            # Only what this run looked up is kept: entries of files uninstalled or replaced since go.
+            entries = {rel: e for rel, e in self._sites[site].items() if rel in seen}
             try:
-                _store(cache_path(site, self._environ), site, self._sites[site])
+                _store(cache_path(site, self._environ), site, entries)
             except OSError as exc:
                 notes.append(f"digest cache of {site} not written: {exc.strerror or exc}")
         self._dirty.clear()

@@ -22,7 +22,6 @@ Digests come from ``install.digests`` (cached by file identity: an unchanged tre
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -237,8 +236,7 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
     # Biggest files first: a 600 MB library does not start last on a busy pool.
     tasks = sorted(((d, rel, digest, size) for d, rows in judged for rel, digest, size in rows),
                    key=lambda t: -(t[3] or 0))
-    with ThreadPoolExecutor(max_workers=max(1, ctx.jobs)) as pool:
-        states = list(pool.map(lambda t: digests.state(t[0].location, t[1]), tasks))
+    states = digests.states([(d.location, rel) for d, rel, _, _ in tasks])
     bad: dict[str, list[str]] = {}
     for (d, rel, digest, size), state in zip(tasks, states):
         why = _judge(d.location, rel, digest, size, state, patched, stubs)
