@@ -48,6 +48,7 @@ CHECKS = {
 # Installers that write RECORD of what they wrote (as install:records); another (rpm, conda) owns its files.
 _WRITES_RECORD = frozenset({"", "pip", "uv", "wh", "installer", "poetry", "pdm", "pipenv", "hatch", "pex"})
 _SHOWN = 5  # files named per distribution before "and N more"
+_DATA_SHOWN = 50  # in the JSON: a package emptied whole must not make the report megabytes
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,9 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
         (fails if e or whole else warns).append(line)
     data: dict[str, Any] = {"files": len(tasks), "distributions": len(judged), "hashed": digests.hashed,
                             "hashed_bytes": digests.hashed_bytes, "thorough": digests.thorough,
-                            "not_judged": foreign, "changed": {k: v for k, v in bad.items()}}
+                            "not_judged": foreign,
+                            "changed": {k: v[:_DATA_SHOWN] for k, v in bad.items()},
+                            "changed_count": {k: len(v) for k, v in bad.items()}}
     tail = (f"; {len(foreign)} installed by a system package manager, not judged by RECORD: {', '.join(foreign[:5])}"
             if foreign else "")
     if fails or warns:
