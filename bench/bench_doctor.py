@@ -106,9 +106,12 @@ def main() -> int:
         py = make_venv(base / "venv", with_pip=False)
         install(py, wheels)
         load = os.getloadavg()
+        cache = base / "digest-cache"  # the stack:files digest cache of this venv (a foreign site: wh's user cache)
+        os.environ["WH_CACHE_DIR"] = str(cache)
         docs = [timed(lambda: run_doctor(str(py))) for _ in range(max(1, args.rounds))]
         times = [t for t, _ in docs]
         t_doc, report = statistics.median(times), docs[-1][1]
+        first_files, last_files = docs[0][1].get("stack:files"), report.get("stack:files")
         # the doctor's native check and the naive loop it is compared with: paired rounds, order alternating
         natives_t, naive_t = [], []
         ndist = report.facts["distributions"]
@@ -139,6 +142,11 @@ def main() -> int:
         print(f"wh doctor (all checks; {nnative} native distributions, {nloaded} top-level names and extension "
               f"modules loaded): median {t_doc:.2f}s of {len(times)} ({min(times):.2f}-{max(times):.2f}) "
               f"{'OK' if t_doc <= GOAL_S else f'OVER the {GOAL_S:g} s goal'}")
+        if first_files is not None and last_files is not None:
+            print(f"first run (digest cache empty): {times[0]:.2f}s, stack:files hashed {first_files.data['hashed']} "
+                  f"file(s), {first_files.data['hashed_bytes'] / 2**20:.1f} MiB in {first_files.seconds:.2f}s; "
+                  f"re-run with nothing changed: {statistics.median(times[1:] or times):.2f}s, stack:files hashed "
+                  f"{last_files.data['hashed']} of {last_files.data['files']} in {last_files.seconds:.2f}s")
         print(f"pip check (imports nothing): {t_pip:.2f}s{pip_note} -> doctor/pip-check = {t_doc / t_pip:.1f}x")
         print(f"wh doctor --check native alone: {t_native:.2f}s; naive sequential `python -c import X` per "
               f"extension module: {t_naive:.2f}s -> naive/doctor = {t_naive / max(t_native, 1e-9):.1f}x")

@@ -622,7 +622,8 @@ def test_a_damaged_install_state_reads_as_none(tmp_path, state):
 
     state_path(tmp_path).parent.mkdir()
     state_path(tmp_path).write_text(state)
-    assert read_install_state(tmp_path) == {"wheelhouses": [], "packages": {}, "installed_at": None}
+    assert read_install_state(tmp_path) == {"schema": "wh-installed/2", "wheelhouses": [], "sources": {},
+                                            "packages": {}, "installed_at": None}
 
 
 @pytest.mark.parametrize("body, needle", [

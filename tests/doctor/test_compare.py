@@ -329,3 +329,21 @@ def test_the_doctor_report_lists_every_distribution_with_its_hashes(tmp_path):
     a["facts"]["node"]["name"], b["facts"]["node"]["name"] = "one", "two"
     c = compare(tmp_path, {"one": a, "two": b})
     assert [d.key for d in c.differences if d.aspect == "hashes"] == ["fleetpkg 1.0 files"]
+
+
+def test_a_changed_file_shows_though_its_record_says_otherwise(tmp_path, monkeypatch):
+    """Before: files_sha256 hashed the RECORD text, so bytes changed on one node (RECORD untouched) compared as
+    "hashes: same on every node" (issue 28.9)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    wheel = make_wheel(tmp_path / "w", "fleetpkg", "1.0", modules={"fleetpkg/__init__.py": "X = 1\n"})
+    pys = []
+    for name in ("one", "two"):
+        py = make_venv(tmp_path / name)
+        install_wheel(py, wheel)
+        pys.append(py)
+    (site_packages(pys[1]) / "fleetpkg" / "__init__.py").write_text("X = 2\n")  # same size, RECORD as it was
+    a, b = (run_doctor(str(py), checks=["platform"]).to_json() for py in pys)
+    a["facts"]["node"]["name"], b["facts"]["node"]["name"] = "one", "two"
+    c = compare(tmp_path, {"one": a, "two": b})
+    assert [d.key for d in c.differences if d.aspect == "hashes"] == ["fleetpkg 1.0 files"]
+    assert not c.identical

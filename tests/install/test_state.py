@@ -30,7 +30,8 @@ def test_a_damaged_state_reads_as_empty(tmp_path):
     path.parent.mkdir()
     for body in ("not json", json.dumps({"wheelhouses": "x"}), json.dumps({"packages": {"a": 1}})):
         path.write_text(body)
-        assert read_install_state(tmp_path) == {"wheelhouses": [], "packages": {}, "installed_at": None}
+        assert read_install_state(tmp_path) == {"schema": "wh-installed/2", "wheelhouses": [], "sources": {},
+                                                "packages": {}, "installed_at": None}
 
 
 def test_state_vouches_for_nothing_while_a_journal_is_there(tmp_path):

@@ -25,8 +25,9 @@ def _common(fn):
                      help="Target interpreter to examine (default: the one running wh)."),
         click.option("--manifest", "manifest_path", metavar="FILE",
                      help="Stack manifest: [doctor] expectations, [[toolchain]] pins, [[drop]] entries."),
-        click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
-                     help="Wheelhouse whose target the interpreter is compared with (default: the install state)."),
+        click.option("--wheelhouse", callback=_wheelhouse_arg, metavar="SOURCE",
+                     help="Wheelhouse whose facts (target, [doctor], [[toolchain]], [[drop]]) the doctor uses: a "
+                          "folder, an archive or an oci:// reference (default: the install records)."),
         click.option("--jobs", "-j", type=click.IntRange(1, 256), help="Probe processes at once (default: CPU count)."),
         click.option("--timeout", type=click.FloatRange(0.1), default=60, show_default=True,
                      help="Seconds one probe (one import) may take before it is killed and failed."),
@@ -37,6 +38,13 @@ def _common(fn):
     return fn
 
 
+
+
+def _wheelhouse_arg(ctx, param, value):
+    """A folder or an archive as a Path; an oci:// reference as it was written (a Path would fold its //)."""
+    if not value:
+        return None
+    return value if value.startswith("oci://") else Path(value)
 
 
 def _check_python(python: str | None, command: str) -> None:
@@ -157,9 +165,11 @@ class _DoctorGroup(click.Group):
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
+@click.option("--thorough", is_flag=True, help="stack:files: hash every installed file again, not only those whose "
+                                               "identity (inode, size, mtime, ctime) changed since they were hashed.")
 @click.pass_context
 def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
-           include_forced, model, tp) -> None:
+           include_forced, model, tp, thorough) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
     Every top-level name and every extension module of each native
@@ -202,7 +212,7 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     manifest = _manifest(manifest_path)
     reporter = ui.reporter()
     kw = dict(manifest=manifest, wheelhouse=wheelhouse, checks=list(checks) or None, jobs=jobs, timeout=timeout,
-              model=model, tp=tp, reporter=reporter)
+              model=model, tp=tp, reporter=reporter, thorough=thorough)
     first, fixes = None, None
     try:
         with sigterm_as_interrupt():

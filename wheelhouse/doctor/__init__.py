@@ -27,16 +27,17 @@ from wheelhouse.manifest import StackManifest
 from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, run_probe
 from wheelhouse.progress import NullReporter, Reporter
 from .inventory import installed_inventory, node_identity
+from wheelhouse.install.digests import FileDigests
 from .report import CheckResult, DoctorReport, Fix
 from wheelhouse import __version__
 from wheelhouse.resources import doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
 __all__ = ["DoctorCannotRun", "DoctorInterrupted", "interrupted_report", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes", "with_fixes",
-           "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
+           "manifest_from_wh_json", "merge_facts", "RULES_ENV", "GROUPS"]
 
 RULES_ENV = "WH_DOCTOR_RULES"  # extra rule folders (os.pathsep-separated), searched after doctor/rules
-GROUPS = ("platform", "install", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule",
+GROUPS = ("platform", "install", "stack", "gpu", "toolchain", "links", "native", "deps", "sharedlibs", "kernels", "jit", "rule",
           "model")
 
 
@@ -62,11 +63,12 @@ def list_checks(environ: Mapping[str, str] | None = None) -> list[tuple[str, str
     from .checks import native
     from .checks import platform
     from .checks import sharedlibs
+    from .checks import stack
     from .checks import toolchain
 
     env = os.environ if environ is None else environ
     out: list[tuple[str, str]] = []
-    for mod in (platform, install, gpu, toolchain, links, native, deps, sharedlibs, kernels):
+    for mod in (platform, install, stack, gpu, toolchain, links, native, deps, sharedlibs, kernels):
         out += list(mod.CHECKS.items())
     out += [(f"jit:{p.id}", p.title) for p in jit.load_jit_probes(env)]
     out += [(f"rule:{r.id}", r.title) for r in load_rules(_rule_dirs(env))]
@@ -120,21 +122,84 @@ def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapp
     return facts, gpu
 
 
-def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tuple[Mapping[str, Any] | None, str | None]:
-    """wh.json of the wheelhouse: from --wheelhouse, else the newest one in the install state."""
+def _wheelhouse_meta(wheelhouse: Path | str | None, site_dirs: Sequence[Path]) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The wheelhouse facts (``wh.json``'s shape): from --wheelhouse, else from the install records.
+
+    The records carry a copy of each installed wheelhouse's facts (an archive or oci:// install too);
+    a record written by an older wh has none, and then a folder wheelhouse's wh.json is read where it is.
+    """
+    if wheelhouse:
+        return _given_meta(wheelhouse, site_dirs), f"--wheelhouse {wheelhouse}"
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    where = []
+    for site in reversed(site_dirs):  # the environment's own site folder last: its wheelhouse speaks last
+        sources = _recorded_sources(site)
+        found += sources
+        if sources:
+            where.append(f"{site}/.wh/installed.json -> {', '.join(o for o, _ in sources)}")
+    if not found:
+        return None, None
+    return merge_facts([f for _, f in found]), "; ".join(reversed(where))
+
+
+def _recorded_sources(site: Path) -> list[tuple[str, Mapping[str, Any]]]:
+    from wheelhouse.install.state import installed_sources, read_install_state
     from wheelhouse.lock import read_wh_json
 
-    if wheelhouse:
-        return read_wh_json(wheelhouse), f"--wheelhouse {wheelhouse}"  # not a wheelhouse: a usage error
-    from wheelhouse.install import read_install_state
-
-    for site in site_dirs:
-        for w in reversed(read_install_state(site).get("wheelhouses", [])):
+    out = []
+    for origin, facts in installed_sources(read_install_state(site)):
+        if not facts:  # a record older than the copied facts
             try:
-                return read_wh_json(w), f"{site}/.wh/installed.json -> {w}"
+                facts = read_wh_json(origin)
             except WhError:
                 continue  # moved or removed since the install: nothing to compare with
-    return None, None
+        out.append((origin, facts))
+    return out
+
+
+def _given_meta(wheelhouse: Path | str, site_dirs: Sequence[Path]) -> Mapping[str, Any]:
+    """``--wheelhouse``: a folder, an archive or an oci:// reference (what ``wh install`` takes)."""
+    from contextlib import ExitStack
+
+    from wheelhouse.carry import OCI_SCHEME, is_archive, materialize
+    from wheelhouse.lock import read_wh_json
+
+    given = os.fspath(wheelhouse)
+    remote = given.startswith(OCI_SCHEME)
+    if not remote and is_archive(given) is None:
+        return read_wh_json(given)  # not a wheelhouse: a usage error
+    origin = given if remote else os.path.abspath(given)
+    for site in site_dirs:  # installed from it: the record holds its facts, nothing to unpack or pull
+        for o, facts in _recorded_sources(site):
+            if o == origin:
+                return facts
+    with ExitStack() as held:
+        return read_wh_json(materialize([given], held)[0])
+
+
+def merge_facts(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several wheelhouses' facts as one: the latest target, name and ``[doctor]`` win; ``[[toolchain]]``
+    groups and ``[[drop]]`` rules of all of them hold (the latest wins for one name)."""
+    out: dict[str, Any] = {}
+    drops: dict[str, Any] = {}
+    groups: dict[str, Any] = {}
+    assumed: dict[str, Any] = {}
+    for f in facts:
+        for key in ("name", "target", "doctor", "created"):
+            if f.get(key):
+                out[key] = f[key]
+        for d in f.get("drops") or ():
+            if isinstance(d, Mapping) and d.get("distribution"):
+                drops[canonicalize_name(str(d["distribution"])) + "/" + str(d.get("module") or "")] = d
+        for t in ((f.get("inputs") or {}).get("toolchains") or ()):
+            if isinstance(t, Mapping) and t.get("name"):
+                groups[str(t["name"])] = t
+        for a in f.get("assumed_present") or ():
+            if isinstance(a, Mapping) and a.get("name"):
+                assumed[canonicalize_name(str(a["name"]))] = a
+    out.update(drops=list(drops.values()), inputs={"toolchains": list(groups.values())},
+               assumed_present=list(assumed.values()))
+    return out
 
 
 def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
@@ -171,7 +236,7 @@ def gather_context(
     python: str | None = None,
     *,
     manifest: StackManifest | None = None,
-    wheelhouse: Path | None = None,
+    wheelhouse: Path | str | None = None,
     checks: Sequence[str] | None = None,
     jobs: int | None = None,
     timeout: float = 60,
@@ -180,8 +245,11 @@ def gather_context(
     facts_override: Mapping[str, Any] | None = None,
     reporter: Reporter = NullReporter(),
     environ: Mapping[str, str] | None = None,
+    thorough: bool = False,
 ) -> DoctorContext:
-    """Run the facts probe in ``python`` and query the GPUs: everything checks share."""
+    """Run the facts probe in ``python`` and query the GPUs: everything checks share.
+
+    ``thorough``: hash every installed file again (``stack:files``), not only those changed since hashed."""
     env = dict(os.environ if environ is None else environ)
     if checks:
         _check_patterns(checks, env, "--check")
@@ -231,6 +299,7 @@ def gather_context(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
         site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
         jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
+        digests=FileDigests(thorough=thorough, environ=env, jobs=jobs or default_jobs()),
     )
 
 
@@ -346,7 +415,7 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     """Run the doctor against ``python`` (default: this interpreter) and return the report.
 
     ``options`` are :func:`gather_context`'s (manifest, wheelhouse, checks, jobs, timeout, model, tp,
-    facts_override, reporter).
+    facts_override, reporter, thorough).
     """
     started = time.time()
     t0 = time.monotonic()
@@ -356,7 +425,10 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         results = run_checks(ctx)
     except _ChecksInterrupted as exc:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0)) from None
-    return _report(ctx, results, started, t0)
+    report = _report(ctx, results, started, t0)
+    for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
+        ctx.reporter.note(note)
+    return report
 
 
 def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float) -> DoctorReport:
@@ -373,7 +445,7 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
         # For `wh doctor compare` (reports from many nodes): who this is, and what is installed, with hashes.
         "node": node_identity(ctx.environ),
         "wh_version": __version__,
-        "installed": installed_inventory(ctx.distributions, ctx.site_dirs),
+        "installed": installed_inventory(ctx.distributions, ctx.site_dirs, ctx.digests),
         # Manifest [[drop]] force = true entries that are installed. Issue 4: a passing probe keeps them;
         # only `wh drop --include-forced` / `--fix --include-forced` drop them without a failed probe.
         "forced_drops": [

@@ -3,11 +3,13 @@
 Written into the doctor's JSON report (``facts.node``, ``facts.installed``, ``facts.wh_version``) so that
 reports gathered from many nodes can be compared without going back to the nodes.
 
-A distribution's ``files_sha256`` is one sha256 over its RECORD entries inside the site folder (path and
-hash, sorted), leaving out what the installer writes for itself (INSTALLER, REQUESTED, direct_url.json,
-RECORD), byte code and anything outside the site folder (launchers carry the venv's path in their
-shebang). Two venvs installed from the same wheel give the same value on any node; one changed file
-changes it. ``wheel_sha256`` is the sha256 of the wheel file wh installed it from (the install state),
+A distribution's ``files_sha256`` is one sha256 over the files its RECORD lists inside the site folder
+(path and the sha256 of the file ON DISK, sorted; a missing file counts as missing), leaving out what the
+installer writes for itself (INSTALLER, REQUESTED, direct_url.json, RECORD), byte code and anything
+outside the site folder (launchers carry the venv's path in their shebang). Two venvs installed from the
+same wheel give the same value on any node; one changed file changes it, whatever its RECORD says (the
+digests come from ``install.digests``: the doctor's ``stack:files`` check has hashed them already, or
+their identity is unchanged since they were). ``wheel_sha256`` is the sha256 of the wheel file wh installed it from (the install state),
 when wh installed it.
 """
 
@@ -18,7 +20,7 @@ import hashlib
 import os
 import platform
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["NODE_ENV", "node_identity", "installed_inventory", "files_sha256"]
 
@@ -46,26 +48,48 @@ def _recorded(path: str, digest: str) -> bool:
     return not (head.endswith(".dist-info") and "/" not in head and base in _INSTALLER_FILES)
 
 
-def files_sha256(record_text: str) -> tuple[str, int]:
-    """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers."""
+def files_sha256(record_text: str, actual: Callable[[str], Any] | None = None) -> tuple[str, int]:
+    """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers.
+
+    ``actual(path)``: the file's ``(digest, size)`` on disk, or None when it is missing; without it, the
+    digests RECORD records stand in (what the file should hold)."""
     rows = []
     for line in record_text.splitlines():
         # A path with a comma or a quote is CSV-quoted (PEP 376); every other line splits at its last two commas.
         row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
         if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
-            rows.append(f"{row[0]} {row[1]}\n")
+            if actual is None:
+                rows.append(f"{row[0]} {row[1]}\n")
+                continue
+            state = actual(row[0])
+            rows.append(f"{row[0]} sha256={state[0]}\n" if state else f"{row[0]} missing\n")
     rows.sort()
     return hashlib.sha256("".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
 
 
-def _record_hash(dist_info: str | None) -> tuple[str | None, int | None]:
+def _site_rows(dist_info: str) -> list[str]:
+    """The RECORD paths ``files_sha256`` covers (read once more: RECORDs are small, and in the page cache)."""
+    try:
+        text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
+        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
+            out.append(row[0])
+    return out
+
+
+def _record_hash(dist_info: str | None, digests: Any) -> tuple[str | None, int | None]:
     if not dist_info:
         return None, None
     try:
         text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return None, None  # no RECORD (an egg-info, a develop install): nothing to vouch for
-    return files_sha256(text)
+    site = os.path.dirname(os.path.abspath(dist_info))
+    return files_sha256(text, None if digests is None else (lambda rel: digests.state(site, rel)))
 
 
 def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
@@ -80,16 +104,21 @@ def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Path]) -> list[dict[str, Any]]:
+def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Path],
+                        digests: Any = None) -> list[dict[str, Any]]:
     """One entry per distribution the interpreter imports: name, version, files_sha256, files, wheel_sha256.
 
-    ``distributions`` maps canonical names to the doctor's ``Distribution`` (name, version, dist_info).
+    ``distributions`` maps canonical names to the doctor's ``Distribution`` (name, version, dist_info);
+    ``digests``: an ``install.digests.FileDigests`` (the files' real digests; None: RECORD's).
     """
     wheels = _wheel_hashes(site_dirs)
+    if digests is not None:  # hashed in parallel first (none when stack:files did it, or nothing changed)
+        digests.states([(os.path.dirname(os.path.abspath(d.dist_info)), rel) for d in distributions.values()
+                        if getattr(d, "dist_info", None) for rel in _site_rows(d.dist_info)])
     out = []
     for key in sorted(distributions):
         d = distributions[key]
-        digest, count = _record_hash(getattr(d, "dist_info", None))
+        digest, count = _record_hash(getattr(d, "dist_info", None), digests)
         wheel = wheels.get(key)
         out.append({"name": d.name, "version": d.version, "files_sha256": digest, "files": count,
                     "wheel_sha256": wheel[1] if wheel and wheel[0] == d.version else None})

@@ -52,6 +52,7 @@ from .bytecode import ByteCompiler
 from .pycs import Precompiled
 from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
+from .digests import record_installed
 from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, drop_bytecode, find_installed
@@ -383,12 +384,14 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
     """
     txn = Transaction(interp.platlib, [p.name for p in paths], extra=[str(state_path(interp.platlib))])
+    # Read before the transaction begins: it moves the record aside with everything it will write.
+    previous = read_install_state(interp.platlib)
     try:
         dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs,
                                    verified) if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
-        state_file = write_install_state(interp.platlib, chosen, houses)
+        state_file = write_install_state(interp.platlib, chosen, houses, previous)
         checkpoint("install.before-commit")
         if txn.active:
             txn.commit()
@@ -532,6 +535,9 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
     if pycs is not None:
         notes += pycs.finished()
+    if installer == "wh" and dists:
+        # What was just written, by RECORD's digest: the doctor's stack:files check hashes none of it again.
+        record_installed(d.dist_info for d in dists if d.dist_info)
     link_changes: list[LinkChange] = []
     if links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))

@@ -1,9 +1,19 @@
-"""The install state: ``<site-packages>/.wh/installed.json``, what wh installed from which wheelhouse.
+"""The install record: ``<site-packages>/.wh/installed.json``, what wh installed from which wheelhouse.
 
-Read by later installs (the same version with the same sha256 is skipped), by
-``wh doctor`` and by drops. It is written last, inside the install's transaction: an
-install that did not finish is never recorded; ``unfinished_transaction`` tells a doctor
-about its journal (see ``transaction``).
+One record per site folder that accumulates: each ``wh install`` (also ``--only``, and the
+reinstall of ``wh drop --restore``) adds or updates the entries of the distributions it chose
+and of the wheelhouses it installed from, and never forgets the others. Each wheelhouse's entry
+(``sources``) carries a copy of the ``wh.json`` facts the doctor needs (the target, ``[doctor]``
+expectations, ``[[toolchain]]`` groups, ``[[drop]]`` rules, what a delta assumed present), so a
+wheelhouse installed from an archive or an ``oci://`` reference (a temporary folder, gone after the
+install) keeps its expectations.
+
+Read by later installs (the same version with the same sha256 is skipped), by ``wh doctor`` (the
+stack: every distribution recorded here must be installed at its version, each with the wheelhouse
+it came from) and by drops. It is written last, inside the install's transaction: an install that
+did not finish is never recorded; ``unfinished_transaction`` tells a doctor about its journal
+(see ``transaction``). A record written by an older wh (no ``sources``) is read as it is: the
+doctor then reads a folder wheelhouse's ``wh.json`` where it still is.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from wheelhouse.atomic import write_atomic
 from .installed import canonical_name
@@ -19,22 +29,33 @@ from .transaction import UnfinishedInstall, journal_path, unfinished_transaction
 from wheelhouse.lock import LockedFile
 from .wheelhouses import Wheelhouse
 
-__all__ = ["state_path", "read_install_state", "write_install_state", "unfinished_transaction", "UnfinishedInstall"]
+__all__ = ["SCHEMA", "state_path", "read_install_state", "write_install_state", "merged_state", "source_facts",
+           "installed_sources", "unfinished_transaction", "UnfinishedInstall"]
+
+SCHEMA = "wh-installed/2"
+
+# The wh.json keys the doctor reads, copied into the record per wheelhouse (inputs: its toolchains only).
+_FACT_KEYS = ("name", "created", "target", "doctor", "drops", "assumed_present")
 
 
 def state_path(site_dir: str | Path) -> Path:
-    """Where the install state of the environment with ``site_dir`` lives."""
+    """Where the install record of the environment with ``site_dir`` lives."""
     return Path(site_dir) / ".wh" / "installed.json"
 
 
-def read_install_state(site_dir: str | Path) -> dict[str, Any]:
-    """``{wheelhouses: [...], packages: {name: {version, filename, sha256, wheelhouse}}, installed_at}``.
+def _empty() -> dict[str, Any]:
+    return {"schema": SCHEMA, "wheelhouses": [], "sources": {}, "packages": {}, "installed_at": None}
 
-    While an install's journal is there (running, or killed before its commit), the state vouches for
-    nothing: it reads as empty, and the next install rolls the journal back.
+
+def read_install_state(site_dir: str | Path) -> dict[str, Any]:
+    """``{schema, wheelhouses: [origin], sources: {origin: facts}, packages: {name: entry}, installed_at}``.
+
+    A package entry: ``{version, filename, sha256, wheelhouse (its origin), path, installed_at}``.
+    While an install's journal is there (running, or killed before its commit), the record vouches
+    for nothing: it reads as empty, and the next install rolls the journal back.
     """
     if journal_path(site_dir).exists():
-        return {"wheelhouses": [], "packages": {}, "installed_at": None}
+        return _empty()
     return _read(site_dir)
 
 
@@ -43,34 +64,70 @@ def _read(site_dir: str | Path) -> dict[str, Any]:
         data = json.loads(state_path(site_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = None
-    # A damaged state is read like a missing one (as unreadable JSON always was): it is only a cache of
-    # what wh did, and the next install rewrites it.
+    # A damaged record is read like a missing one (as unreadable JSON always was): the next install
+    # writes it again, and the doctor says it found none.
     if not (isinstance(data, dict) and isinstance(data.get("wheelhouses", []), list)
             and all(isinstance(w, str) for w in data.get("wheelhouses", []))
             and isinstance(data.get("packages", {}), dict)
-            and all(isinstance(p, dict) for p in data.get("packages", {}).values())):
-        return {"wheelhouses": [], "packages": {}, "installed_at": None}
+            and all(isinstance(p, dict) for p in data.get("packages", {}).values())
+            and isinstance(data.get("sources", {}), dict)
+            and all(isinstance(s, dict) for s in data.get("sources", {}).values())):
+        return _empty()
     data.setdefault("wheelhouses", [])
     data.setdefault("packages", {})
+    data.setdefault("sources", {})  # wh-installed/1 (no schema key): no facts copied in
     return data
 
 
-def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
-                        houses: Sequence[Wheelhouse]) -> Path:
-    """Add ``houses`` and the ``chosen`` files to the state of ``site_dir`` (written atomically).
+def source_facts(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a wheelhouse's ``wh.json`` the record keeps, in ``wh.json``'s own shape."""
+    facts = {k: meta[k] for k in _FACT_KEYS if meta.get(k) is not None}
+    toolchains = (meta.get("inputs") or {}).get("toolchains") if isinstance(meta.get("inputs"), Mapping) else None
+    if toolchains:
+        facts["inputs"] = {"toolchains": toolchains}
+    return facts
 
-    Called inside the install's transaction (its journal is there), as its last write.
-    """
+
+def merged_state(previous: Mapping[str, Any], chosen: Sequence[tuple[Wheelhouse, LockedFile]],
+                 houses: Sequence[Wheelhouse], now: str | None = None) -> dict[str, Any]:
+    """``previous`` with ``houses`` and the ``chosen`` files added or updated; every other entry kept."""
     from wheelhouse.carry import origin_of  # an archive or oci:// source is recorded, not its temporary folder
 
-    state = _read(site_dir)
+    now = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    state = {**_empty(), **json.loads(json.dumps(previous))}  # a deep copy: the caller's value is not changed
+    state["schema"] = SCHEMA
     for h in houses:
-        if origin_of(h.path) not in state["wheelhouses"]:
-            state["wheelhouses"].append(origin_of(h.path))
+        origin = origin_of(h.path)
+        if origin not in state["wheelhouses"]:
+            state["wheelhouses"].append(origin)
+        state["sources"][origin] = {**source_facts(h.meta), "installed_at": now}
     for h, f in chosen:
         state["packages"][canonical_name(f.name)] = {
             "version": f.version, "filename": f.filename, "sha256": f.sha256, "wheelhouse": origin_of(h.path),
-            "path": f.path,
+            "path": f.path, "installed_at": now,
         }
-    state["installed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    state["installed_at"] = now
+    return state
+
+
+def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
+                        houses: Sequence[Wheelhouse], previous: Mapping[str, Any] | None = None) -> Path:
+    """Add ``houses`` and the ``chosen`` files to the record of ``site_dir`` (written atomically).
+
+    ``previous``: the record as it was before the install's transaction began. The transaction moves
+    the record aside with everything else it will write, so reading it here would find none and
+    forget every distribution installed before; the caller reads it first (``read_install_state``).
+    Called inside the install's transaction (its journal is there), as its last write.
+    """
+    state = merged_state(_read(site_dir) if previous is None else previous, chosen, houses)
     return write_atomic(state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+def installed_sources(state: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The wheelhouses at least one recorded distribution still comes from, oldest install first,
+    each with its copied facts (empty for a record older than ``sources``)."""
+    live = {p.get("wheelhouse") for p in state.get("packages", {}).values()}
+    sources = state.get("sources", {})
+    order = sorted(enumerate(w for w in state.get("wheelhouses", []) if w in live),
+                   key=lambda iw: (str((sources.get(iw[1]) or {}).get("installed_at") or ""), iw[0]))
+    return [(w, dict(sources.get(w) or {})) for _, w in order]

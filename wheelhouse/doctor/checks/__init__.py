@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.install.digests import FileDigests
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target.gpu import GpuFacts
 from wheelhouse.manifest import StackManifest
@@ -73,6 +74,7 @@ class DoctorContext:
     tp: int | None = None
     reporter: Reporter = field(default_factory=NullReporter)
     extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. extra JIT probes
+    digests: FileDigests = field(default_factory=FileDigests)  # installed files' sha256, cached by identity
 
     def dist(self, name: str) -> Distribution | None:
         return self.distributions.get(canonicalize_name(name))

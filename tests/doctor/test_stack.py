@@ -1,0 +1,188 @@
+"""stack: every locked distribution installed at its version, every RECORD file with its sha256 and size;
+judged from a digest cache keyed by file identity, so an unchanged tree hashes nothing (issue 28.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _tags, have_toolchain, install_wheel, site_packages
+from carry_fixtures import PAYLOAD, staged_wheelhouse
+from index_fixtures import pyindex  # noqa: F401  (fixture)
+from nvidia_fixtures import make_wheelhouse
+from wheelmaker import make_wheel
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+CONSOLE = "def render(x):\n    return '[' + str(x) + ']'\n" * 20
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """The doctor's digest cache of a foreign site folder goes to wh's user cache: this test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+def wh(*args, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WH_")} | {"NO_COLOR": "1", "COLUMNS": "400"}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def doctor(py: Path, *extra: str, check: str = "stack") -> tuple[int, dict]:
+    r = wh("doctor", "--python", py, "--check", check, "--json", *extra)
+    assert r.stdout, r.stderr
+    return r.returncode, {c["id"]: c for c in json.loads(r.stdout)["results"]}
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """richish (pure, a console script and a `#!python` .data script) and numpyish (a gcc-built core)."""
+    folder = tmp_path_factory.mktemp("stack-wheels")
+    core = _ext(folder, "_core")
+    rich = make_wheel(folder, "richish", "1.0", modules={"richish/__init__.py": "from .console import render\n",
+                                                         "richish/console.py": CONSOLE},
+                      entry_points={"console_scripts": {"richish-tool": "richish:render"}},
+                      files={"richish-1.0.data/scripts/richish-raw": "#!python\nimport richish\n"})
+    numpy = make_wheel(folder, "numpyish", "1.0", tags=_tags(), modules={"numpyish/__init__.py": "from ._core import answer\n"},
+                       files={f"numpyish/_core{SUFFIX}": core})
+    return rich, numpy
+
+
+@pytest.fixture
+def installed(wheels, tmp_path):
+    """The two installed by `wh install` from one wheelhouse into a new venv: (python, site, wheelhouse)."""
+    house = make_wheelhouse(tmp_path / "house", list(wheels))
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    return py, site_packages(py), house
+
+
+def test_a_clean_install_is_ok_and_hashes_nothing(installed):
+    py, site, house = installed
+    code, res = doctor(py)
+    assert code == 0, res
+    files = res["stack:files"]
+    assert files["verdict"] == "ok" and files["data"]["hashed"] == 0, files  # install wrote the cache
+    launcher_rows = [r for r in (site / "richish-1.0.dist-info" / "RECORD").read_text().splitlines()
+                     if r.startswith("../")]
+    assert len(launcher_rows) == 2  # the console script and the rewritten .data script are judged too
+    dists = res["stack:distributions"]
+    assert dists["verdict"] == "ok" and str(house) in dists["evidence"], dists
+    code, res = doctor(py, "--thorough")
+    assert code == 0 and res["stack:files"]["data"]["hashed"] == res["stack:files"]["data"]["files"]
+
+
+def test_an_emptied_file_fails_naming_it_and_its_wheelhouse(installed):
+    """Before: emptying a module passed `wh doctor --strict`."""
+    py, site, house = installed
+    (site / "richish" / "console.py").write_text("")
+    code, res = doctor(py)
+    assert code == 1
+    files = res["stack:files"]
+    assert files["verdict"] == "fail" and "richish/console.py: 0 bytes" in files["evidence"], files
+    assert f"wheelhouse {house}" in files["evidence"] and "emptied" in files["evidence"]
+
+
+def test_bytes_changed_in_place_are_found_even_with_the_old_mtime(installed):
+    """Four bytes overwritten inside the extension, its size and mtime put back: the ctime still tells."""
+    py, site, _ = installed
+    assert doctor(py)[0] == 0  # the cache now holds every file
+    so = site / "numpyish" / f"_core{SUFFIX}"
+    st = so.stat()
+    with open(so, "r+b") as fh:
+        fh.seek(st.st_size // 2)
+        old = fh.read(4)
+        fh.seek(st.st_size // 2)
+        fh.write(bytes(b ^ 0xFF for b in old))
+    os.utime(so, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, res = doctor(py)
+    assert code == 1
+    assert f"numpyish/_core{SUFFIX}: sha256 differs" in res["stack:files"]["evidence"], res["stack:files"]
+
+
+def test_a_missing_file_and_a_changed_launcher_fail(installed):
+    py, site, _ = installed
+    (site / "richish" / "__init__.py").unlink()
+    launcher = py.parent / "richish-tool"
+    launcher.write_text(launcher.read_text() + "# edited\n")
+    code, res = doctor(py)
+    ev = res["stack:files"]["evidence"]
+    assert code == 1 and "richish/__init__.py: missing" in ev and "bin/richish-tool" in ev, ev
+
+
+def test_fix_that_drops_a_locked_distribution_is_not_green(installed):
+    """Before: --fix dropped numpyish (its core truncated), the re-run found nothing broken: exit 0."""
+    py, site, house = installed
+    so = site / "numpyish" / f"_core{SUFFIX}"
+    so.write_bytes(so.read_bytes()[:100])
+    r = wh("doctor", "--python", py, "--fix", "--json")
+    out = json.loads(r.stdout)
+    assert any(f["action"] == "drop" and f["what"].startswith("numpyish") for f in out["fixes"]), out["fixes"]
+    assert r.returncode == 1, r.stderr
+    [dists] = [c for c in out["results"] if c["id"] == "stack:distributions"]
+    assert dists["verdict"] == "fail", dists
+    assert f"numpyish 1.0 (wheelhouse {house}) is not installed: dropped by `wh drop`" in dists["evidence"]
+    assert "wh drop --restore numpyish" in dists["hint"]
+
+
+def test_another_version_fails_and_a_base_distribution_only_warns(installed, tmp_path):
+    py, site, house = installed
+    other = make_wheel(tmp_path / "w2", "richish", "2.0", modules={"richish/__init__.py": "", "richish/console.py": ""})
+    r = wh("install", make_wheelhouse(tmp_path / "h2", [other]), "--python", py)
+    assert r.returncode == 0, r.stderr
+    state = json.loads((site / ".wh" / "installed.json").read_text())
+    state["packages"]["richish"]["version"] = "1.0"  # as if pip had replaced wh's 1.0 with 2.0
+    (site / ".wh" / "installed.json").write_text(json.dumps(state))
+    base = make_wheel(tmp_path / "w3", "basepkg", "1.0", modules={"basepkg/__init__.py": "X = 1\n"})
+    install_wheel(py, base)  # not from any wheelhouse: the base system
+    (site / "basepkg" / "__init__.py").write_text("X = 2\n")
+    code, res = doctor(py)
+    assert code == 1
+    assert "locks 1.0, 2.0 is installed" in res["stack:distributions"]["evidence"], res["stack:distributions"]
+    assert "basepkg 1.0 (not part of an installed wheelhouse: a warning)" in res["stack:files"]["evidence"]
+    code, res = doctor(py, check="stack:files")
+    assert code == 0 and res["stack:files"]["verdict"] == "warn", res["stack:files"]
+
+
+def test_a_plain_environment_is_judged_whole(wheels, tmp_path):
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "plain")
+    install_wheel(py, wheels[0])
+    code, res = doctor(py)
+    assert code == 0 and res["stack:distributions"]["verdict"] == "skip" and res["stack:files"]["verdict"] == "ok"
+    assert res["stack:files"]["data"]["hashed"] > 0  # nothing cached yet: hashed, then cached (user cache)
+    code, res = doctor(py)
+    assert code == 0 and res["stack:files"]["data"]["hashed"] == 0
+    assert len(list((tmp_path / "xdg-cache" / "wh" / "digests").iterdir())) == 1
+    assert not (site_packages(py) / ".wh").exists()  # a site folder wh never installed into gets no .wh/
+    (site_packages(py) / "richish" / "console.py").write_text("")
+    code, res = doctor(py)
+    assert code == 1 and "no wheelhouse recorded" in res["stack:files"]["evidence"]
+
+
+def test_a_file_wh_patch_changed_holds_the_payload(tmp_path, pyindex):
+    """The staged wheelhouse's [[patch]] rewrites app/__init__.py at install: its patch record vouches for it."""
+    house = staged_wheelhouse(tmp_path, pyindex)
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    target = site_packages(py) / "app" / "__init__.py"
+    assert target.read_text() == PAYLOAD
+    code, res = doctor(py)
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res["stack:files"]
+    assert res["stack:files"]["data"]["hashed"] == 1  # the patched file: the install left it out of the cache
+    target.write_text(PAYLOAD + "# edited after the patch\n")
+    code, res = doctor(py)
+    assert code == 1 and "app/__init__.py" in res["stack:files"]["evidence"], res["stack:files"]

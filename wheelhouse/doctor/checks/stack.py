@@ -1,0 +1,271 @@
+"""stack: what is installed is what was staged (the anchors: ``rpm -V``, ``debsums``).
+
+``stack:distributions``: every distribution the install records (``<site>/.wh/installed.json`` of each
+site folder the interpreter imports from) lists is installed, at the version its wheelhouse locked; and
+what a delta wheelhouse assumed the image provides is there at that version. A locked distribution
+that is missing (dropped by ``wh drop``, uninstalled by hand) or at another version is a fail naming it
+and its wheelhouse; one a ``[[drop]]`` rule of the wheelhouse's manifest names may be absent (ok, said).
+
+``stack:files``: every file a distribution's RECORD lists with a sha256 has that sha256 and size (byte
+code aside: the interpreter rewrites it). wh's RECORD records the files wh wrote itself (launchers,
+rewritten ``#!python`` lines) as written, so those must match too; a file ``wh patch`` changed must hold
+the patch's payload; a ``libcuda.so`` stub ``wh links --fix`` moved aside is not missing. Emptied,
+changed and missing files fail for the distributions of the stack (a wheelhouse's, or every one where no
+wh install is recorded), and warn for the others (the base system's, beside a recorded stack), each named
+with its distribution and wheelhouse. A distribution a system package manager installed (``INSTALLER``
+rpm, conda, ...: it may rewrite files, e.g. conda's prefix replacement) is not judged by RECORD.
+
+Digests come from ``install.digests`` (cached by file identity: an unchanged tree hashes nothing;
+``--thorough`` hashes every file again).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.utils import canonicalize_name
+
+from wheelhouse.doctor.report import CheckResult
+from wheelhouse.install.digests import patched_files
+from wheelhouse.install.state import installed_sources, read_install_state
+from wheelhouse.install.wheel.record import read_record
+from wheelhouse.target.interpreter import distinct_dirs
+
+from . import DoctorContext, Distribution
+
+__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack", "record_rows"]
+
+GROUP = "stack"
+CHECKS = {
+    "stack:distributions": "every distribution the install records list is installed at the version its "
+                           "wheelhouse locked (and what a delta wheelhouse assumed the image provides)",
+    "stack:files": "every file a RECORD lists has the recorded sha256 and size",
+}
+
+# Installers that write RECORD of what they wrote (as install:records); another (rpm, conda) owns its files.
+_WRITES_RECORD = frozenset({"", "pip", "uv", "wh", "installer", "poetry", "pdm", "pipenv", "hatch", "pex"})
+_SHOWN = 5  # files named per distribution before "and N more"
+_DATA_SHOWN = 50  # in the JSON: a package emptied whole must not make the report megabytes
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    """One distribution of the stack: what the install record of ``site`` says it must be."""
+
+    name: str
+    version: str
+    wheelhouse: str
+    site: str
+
+
+def _sites(ctx: DoctorContext) -> list[str]:
+    return distinct_dirs([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
+                          *map(str, ctx.site_dirs)])
+
+
+def recorded_stack(ctx: DoctorContext) -> tuple[dict[str, StackEntry], list[tuple[str, str, Mapping[str, Any]]]]:
+    """Every recorded distribution (the first site folder on sys.path that records a name wins, as an
+    import would) and every recorded wheelhouse as (site, origin, facts)."""
+    entries: dict[str, StackEntry] = {}
+    sources = []
+    for site in _sites(ctx):
+        state = read_install_state(site)
+        for key, p in state.get("packages", {}).items():
+            entries.setdefault(canonicalize_name(key), StackEntry(key, str(p.get("version") or ""),
+                                                                   str(p.get("wheelhouse") or "?"), site))
+        sources += [(site, origin, facts) for origin, facts in installed_sources(state)]
+    return entries, sources
+
+
+def run(ctx: DoctorContext) -> list[CheckResult]:
+    stack, sources = recorded_stack(ctx)
+    out = []
+    if ctx.wants("stack:distributions"):
+        out.append(_distributions(ctx, stack, sources))
+    if ctx.wants("stack:files"):
+        out.append(_files(ctx, stack))
+    return out
+
+
+# ---- stack:distributions --------------------------------------------------------------------------------
+
+
+def _dropped(site: str) -> dict[str, Mapping[str, Any]]:
+    from wheelhouse.doctor.drop import read_dropped
+    from wheelhouse.errors import WhError
+
+    try:
+        return {canonicalize_name(e["name"]): e for e in read_dropped(site)}
+    except WhError:
+        return {}
+
+
+def _allowed_drops(ctx: DoctorContext) -> dict[str, str]:
+    return {canonicalize_name(r.distribution): r.reason for r in (ctx.manifest.drops if ctx.manifest else ())}
+
+
+def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
+                   sources: list[tuple[str, str, Mapping[str, Any]]]) -> CheckResult:
+    cid, title = "stack:distributions", CHECKS["stack:distributions"]
+    if not stack:
+        return CheckResult(cid, title, "skip", f"no wh install is recorded in the {len(_sites(ctx))} site folder(s) "
+                                               f"{ctx.python} imports from: no lock to compare with")
+    allowed = _allowed_drops(ctx)
+    problems, notes, missing = [], [], []
+    dropped_by_site: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for key in sorted(stack):
+        e = stack[key]
+        d = ctx.dist(key)
+        if d is None:
+            if key in allowed:
+                notes.append(f"{e.name} {e.version} ({e.wheelhouse}) is not installed, as the manifest's [[drop]] "
+                             f"allows ({allowed[key] or 'no reason given'})")
+                continue
+            drop = dropped_by_site.setdefault(e.site, _dropped(e.site)).get(key)
+            how = (f": dropped by `wh drop` at {drop.get('time')} ({drop.get('reason') or 'no reason recorded'})"
+                   if drop else "")
+            problems.append(f"{e.name} {e.version} (wheelhouse {e.wheelhouse}) is not installed{how}")
+            missing.append((e, bool(drop)))
+        elif d.version != e.version:
+            problems.append(f"{e.name}: wheelhouse {e.wheelhouse} locks {e.version}, {d.version} is installed "
+                            f"(in {d.location})")
+    for site, origin, facts in sources:
+        for a in facts.get("assumed_present") or ():
+            if not isinstance(a, Mapping) or not a.get("name"):
+                continue
+            d = ctx.dist(str(a["name"]))
+            have = "is not installed" if d is None else f"{d.version} is installed"
+            if d is None or d.version != str(a.get("version")):
+                problems.append(f"{a['name']}: wheelhouse {origin} assumed the image provides {a.get('version')}; "
+                                f"{have}")
+    houses = sorted({e.wheelhouse for e in stack.values()})
+    data = {"distributions": len(stack), "wheelhouses": houses, "problems": problems, "notes": notes}
+    if problems:
+        return CheckResult(cid, title, "fail", "\n".join(problems + notes), hint=_hint(ctx, missing), data=data)
+    per = {h: sum(1 for e in stack.values() if e.wheelhouse == h) for h in houses}
+    return CheckResult(cid, title, "ok", f"{len(stack)} distribution(s) at their locked versions, from "
+                       + "; ".join(f"{h} ({n})" for h, n in per.items()) + "".join(f"\n{n}" for n in notes), data=data)
+
+
+def _hint(ctx: DoctorContext, missing: list[tuple[StackEntry, bool]]) -> str:
+    dropped = [e.name for e, was in missing if was]
+    if dropped:
+        return (f"restore what was dropped: `wh drop --restore {dropped[0]} --python {ctx.python}`; a distribution "
+                "the stack may do without is named in the manifest's [[drop]] rules")
+    return f"install the wheelhouse again: `wh install WHEELHOUSE --python {ctx.python}`"
+
+
+# ---- stack:files -------------------------------------------------------------------------------------------
+
+
+def record_rows(dist_info: str) -> list[tuple[str, str, int | None]] | None:
+    """The (path, sha256, size) rows of a RECORD that name a file to check; None without a RECORD."""
+    try:
+        text = Path(dist_info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+    return [(rel, digest, size) for rel, digest, size in read_record(text)
+            if digest and not rel.endswith((".pyc", ".pyo")) and "__pycache__/" not in rel.replace("\\", "/")]
+
+
+def _installer(dist_info: str) -> str:
+    try:
+        return Path(dist_info, "INSTALLER").read_text(encoding="utf-8", errors="replace").strip().lower()
+    except OSError:
+        return ""
+
+
+def _moved_stubs(sites: list[str]) -> set[str]:
+    """libcuda.so stubs `wh links --fix` moved aside (its record): not missing, removed on purpose."""
+    from wheelhouse.env.links import read_record as read_links, record_path
+
+    out: set[str] = set()
+    for site in sites:
+        try:
+            out |= {os.path.normpath(c.path) for c in read_links(record_path(Path(site))) if c.action == "remove-stub"}
+        except Exception:  # noqa: BLE001 - an unreadable links record moves nothing aside
+            continue
+    return out
+
+
+def _b64_to_hex(digest: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+
+
+def _judge(site: str, rel: str, digest: str, size: int | None, state, patched, stubs) -> str | None:
+    """What is wrong with one RECORD row's file (None: it matches, or differs on purpose)."""
+    full = os.path.normpath(os.path.join(site, rel))
+    if state is None:
+        return None if full in stubs else f"{rel}: missing"
+    have, have_size = state
+    if have == digest and (size is None or size == have_size):
+        return None
+    if full in patched and _b64_to_hex(have) == patched[full][1]:
+        return None  # wh patch's payload, recorded in its journal
+    if size is not None and have_size != size:
+        what = "emptied" if have_size == 0 else "other bytes"
+        return f"{rel}: {have_size} bytes, RECORD records {size} ({what})"
+    return f"{rel}: sha256 differs from RECORD's (same size: bytes changed in place)"
+
+
+def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
+    cid, title = "stack:files", CHECKS["stack:files"]
+    digests = ctx.digests
+    judged: list[tuple[Distribution, list[tuple[str, str, int | None]]]] = []
+    foreign, no_record = [], 0
+    for key in sorted(ctx.distributions):
+        d = ctx.distributions[key]
+        if not d.dist_info or not d.location:
+            continue
+        rows = record_rows(d.dist_info)
+        if not rows:
+            no_record += 1  # install:records says why (none, unreadable, no hashes)
+            continue
+        installer = _installer(d.dist_info)
+        if installer not in _WRITES_RECORD:
+            foreign.append(f"{d.name} ({installer})")
+            continue
+        judged.append((d, rows))
+    sites = sorted({d.location for d, _ in judged if d.location})
+    patched = {p: v for s in sites for p, v in patched_files(s).items()}
+    stubs = _moved_stubs(sites)
+    # Biggest files first: a 600 MB library does not start last on a busy pool.
+    tasks = sorted(((d, rel, digest, size) for d, rows in judged for rel, digest, size in rows),
+                   key=lambda t: -(t[3] or 0))
+    states = digests.states([(d.location, rel) for d, rel, _, _ in tasks])
+    bad: dict[str, list[str]] = {}
+    for (d, rel, digest, size), state in zip(tasks, states):
+        why = _judge(d.location, rel, digest, size, state, patched, stubs)
+        if why:
+            bad.setdefault(d.key, []).append(why)
+    fails, warns = [], []
+    whole = not stack  # no wh install recorded: the environment is the stack, judged whole
+    for key, whys in bad.items():
+        d = ctx.distributions[key]
+        e = stack.get(key)
+        origin = f"wheelhouse {e.wheelhouse}" if e else ("no wheelhouse recorded" if whole else
+                                                          "not part of an installed wheelhouse: a warning")
+        shown = whys[:_SHOWN] + ([f"and {len(whys) - _SHOWN} more"] if len(whys) > _SHOWN else [])
+        line = f"{d.name} {d.version} ({origin}): " + "; ".join(shown)
+        (fails if e or whole else warns).append(line)
+    data: dict[str, Any] = {"files": len(tasks), "distributions": len(judged), "hashed": digests.hashed,
+                            "hashed_bytes": digests.hashed_bytes, "thorough": digests.thorough,
+                            "not_judged": foreign,
+                            "changed": {k: v[:_DATA_SHOWN] for k, v in bad.items()},
+                            "changed_count": {k: len(v) for k, v in bad.items()}}
+    tail = (f"; {len(foreign)} installed by a system package manager, not judged by RECORD: {', '.join(foreign[:5])}"
+            if foreign else "")
+    if fails or warns:
+        return CheckResult(cid, title, "fail" if fails else "warn", "\n".join(fails + warns) + tail,
+                           hint=f"reinstall what is named (`wh install WHEELHOUSE --python {ctx.python}`, or "
+                                "`pip install --force-reinstall --no-deps NAME==VERSION` for one outside the stack)",
+                           data=data)
+    how = ("every file hashed (--thorough)" if digests.thorough else
+           f"{digests.hashed} hashed this run, the others unchanged since they were hashed (digest cache)")
+    return CheckResult(cid, title, "ok", f"{len(tasks)} file(s) of {len(judged)} distribution(s) match their RECORD "
+                                         f"({how}){tail}", data=data)
