@@ -8,7 +8,7 @@ never from hints such as ``top_level.txt``:
   healthy ``_rust.abi3.so``), the import system takes the one whose suffix comes first in that list, so that
   is the file the module's verdict is about, and the others are never loaded;
 - ``lib*.so`` is a module when it exports ``PyInit_<stem>`` (triton's ``libtriton.so``), else a library;
-- a file built for another target (another CPython or ABI by its name; another architecture or libc by its
+- a file built for another target (another CPython, ABI or libc by its name; another architecture by its
   ELF header) is a module the interpreter can never load: "built for cp312/aarch64; this interpreter is
   cp311/x86_64". Such a file beside a loadable build of the same module is only another build, never loaded.
 """
@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .elf import BadElf, ElfInfo, exports_pyinit, read_elf
+from .elf import BadElf, exports_pyinit
 
 __all__ = ["TargetInterpreter", "ForeignFile", "target_interpreter", "by_import_order", "foreign_by_name",
-           "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension"]
+           "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension", "elf_header"]
 
 # e_machine -> the name platform.machine() and wheel tags use.
-_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64le", "EM_S390": "s390x",
-             "EM_386": "i686", "EM_ARM": "armv7l", "EM_RISCV": "riscv64"}
+_MACHINES = {62: "x86_64", 183: "aarch64", 21: "ppc64le", 22: "s390x", 3: "i686", 40: "armv7l", 243: "riscv64"}
 _ARCHES = ("x86_64", "aarch64", "arm64", "ppc64le", "ppc64", "s390x", "i686", "i386", "armv7l", "riscv64")
 
 
@@ -40,7 +39,7 @@ class TargetInterpreter:
     machine: str  # "x86_64"
     libc: str  # "gnu" | "musl"
     suffixes: tuple[str, ...]  # EXTENSION_SUFFIXES, in the order the import system tries them
-    elf: ElfInfo | None = None  # the interpreter binary (its class and machine)
+    elf: tuple[int, str] | None = None  # the interpreter binary's ELF class (32/64) and machine
 
     def describe(self) -> str:
         return f"{self.tag}/{self.machine}" + ("/musl" if self.libc == "musl" else "")
@@ -77,11 +76,8 @@ def _tag_of_soabi(soabi: str | None, implementation: str | None, version: str | 
 
 def target_interpreter(facts: Mapping[str, Any], python: str) -> TargetInterpreter:
     """The target interpreter's loading rules, from the facts probe and its own ELF header."""
-    try:
-        elf = read_elf(os.path.realpath(python))
-    except (BadElf, OSError):
-        elf = None
-    machine = _MACHINES.get(elf.machine, "") if elf else ""
+    elf = elf_header(os.path.realpath(python))
+    machine = elf[1] if elf else ""
     return TargetInterpreter(
         tag=_tag_of_soabi(facts.get("soabi"), facts.get("implementation"), facts.get("python_version")),
         machine=machine or str(facts.get("machine") or "?"),
@@ -113,23 +109,34 @@ def foreign_by_name(relpath: str, tag: str, module: str, here: TargetInterpreter
     return ForeignFile(relpath, module, describe_tag(tag), here.describe())
 
 
+def elf_header(path: str | Path) -> tuple[int, str] | None:
+    """(ELF class, machine) from the file's first 20 bytes; None when it is no ELF file (importing it says why).
+
+    Only the header: reading every .so's dynamic section here cost more than the imports on a real stack.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        return None
+    number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return (32 if head[4] == 1 else 64), _MACHINES.get(number, f"machine {number}")
+
+
 def foreign_by_elf(relpath: str, path: str | Path, module: str, here: TargetInterpreter) -> ForeignFile | None:
-    """The file's ELF header says another machine, class or libc than the interpreter's; None: it could load."""
+    """The file's ELF header says another machine or class than the interpreter's; None: it could load.
+
+    Another libc shows in the file name (``linux-musl``), which :func:`foreign_by_name` reads.
+    """
     if here.elf is None:
         return None
-    try:
-        info = read_elf(path)
-    except (BadElf, OSError):
-        return None  # importing it shows the real error (empty, truncated, not ELF)
-    arch = _MACHINES.get(info.machine, info.machine.removeprefix("EM_").lower())
-    bits = "" if info.elf_class == here.elf.elf_class else f" ({info.elf_class}-bit)"
-    musl = any(n.startswith("libc.musl-") for n in info.needed)
-    glibc = "libc.so.6" in info.needed
-    wrong_libc = (musl and here.libc == "gnu") or (glibc and here.libc == "musl")
-    if here.elf.compatible(info) and not wrong_libc:
+    header = elf_header(path)
+    if header is None or header == here.elf:
         return None
-    libc = "/musl" if musl else ""
-    return ForeignFile(relpath, module, f"{here.tag}/{arch}{bits}{libc}", here.describe())
+    bits = "" if header[0] == here.elf[0] else f" ({header[0]}-bit)"
+    return ForeignFile(relpath, module, f"{here.tag}/{header[1]}{bits}", here.describe())
 
 
 def by_import_order(files: Iterable[tuple[str, str]], suffixes: Sequence[str]) -> dict[str, list[str]]:
