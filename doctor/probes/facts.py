@@ -67,7 +67,8 @@ def _library_candidate(relpath):
 # A Python extension module's file name for any interpreter: ``name.cpython-312-aarch64-linux-gnu.so``,
 # ``name.abi3.so``, ``name.pypy310-pp73-x86_64-linux-gnu.so``, ``name.cp312-win_amd64.pyd``,
 # ``name.cpython-312-darwin.so``. One this interpreter's suffixes do not load is for another target.
-_ANY_EXTENSION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.((?:cpython|pypy|cp|graalpy)[-0-9a-z_]*|abi3)\.(so|pyd)$")
+_ANY_EXTENSION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.((?:cpython-\d+[a-z]*|pypy\d+-pp\d+|cp\d+[a-z]*|graalpy\d+)"
+                            r"(?:-[0-9a-z_]+)*|abi3)\.(so|pyd)$")
 
 
 def _loadable_name(base):

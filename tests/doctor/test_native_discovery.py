@@ -140,3 +140,16 @@ def test_wh_doctor_json_exits_1_for_a_wheelhouse_staged_for_another_target(tmp_p
     assert proc.returncode == 1, proc.stderr
     (r,) = [c for c in json.loads(proc.stdout)["results"] if c["id"] == "native:wrongarch"]
     assert r["verdict"] == "fail" and "staged for another target" in r["evidence"]
+
+
+@pytest.mark.parametrize("tag, built_for", [
+    ("cpython-312-aarch64-linux-gnu.so", "cp312/aarch64"),
+    ("cpython-311-x86_64-linux-musl.so", "cp311/x86_64/musl"),
+    ("cpython-313t-x86_64-linux-gnu.so", "cp313t/x86_64"),
+    ("pypy310-pp73-x86_64-linux-gnu.so", "pp310/x86_64"),
+    ("cp312-win_amd64.pyd", "cp312/win_amd64"),
+])
+def test_the_target_a_file_name_was_built_for_is_named_as_wheel_tags_name_it(tag, built_for):
+    from wheelhouse.doctor.extensions import describe_tag
+
+    assert describe_tag(tag) == built_for

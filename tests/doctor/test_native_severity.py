@@ -171,3 +171,16 @@ def test_an_optional_module_the_stacks_entry_imports_fails_the_stack(tmp_path, i
     assert report.exit_code() == 1
     # Without the entry, nothing in the stack loads the pool: a warning.
     assert run_doctor(str(image), checks=["native:numba"], timeout=20).exit_code() == 0
+
+
+def test_by_default_the_top_level_names_of_what_the_stack_requests_are_its_entries(tmp_path, image):
+    from broken_packages import install_wheel
+    from wheelmaker import make_wheel
+
+    install_wheel(image, make_wheel(tmp_path / "w", "poolengine", "1.0",
+                                    modules={"poolengine/__init__.py": _ENGINE}))
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "pool"\nrequirements = ["poolengine>=1"]\n')
+    r = run_doctor(str(image), checks=["native"], timeout=20, manifest=load_manifest(manifest)).get(
+        "native:entry:poolengine")
+    assert r.verdict == "fail" and "libtbb.so.12: cannot open shared object file" in r.evidence, r

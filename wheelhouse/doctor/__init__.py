@@ -147,6 +147,8 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     groups = ((data.get("inputs") or {}).get("toolchains")) or []
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
+        # What was requested: its top-level names are the stack's entry modules (native) unless [doctor] entry says.
+        requirements=tuple(str(r) for r in (data.get("inputs") or {}).get("requirements") or ()),
         toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
                                         tuple(t.get("exceptions") or ())) for t in groups),
         drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))
