@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_c
 from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib.machinery  # noqa: E402
+import re  # noqa: E402
 import importlib.metadata  # noqa: E402
 import sysconfig  # noqa: E402
 
@@ -28,19 +29,60 @@ def _glibc():
     return version if name == "glibc" and version else None
 
 
+def _suffixes():
+    """The interpreter's extension suffixes, in the order its import system tries them (FileFinder)."""
+    return list(importlib.machinery.EXTENSION_SUFFIXES)
+
+
 def _is_extension(relpath):
     """An importable extension module: python-ABI suffix, or a bare .so/.pyd not named lib*."""
     base = relpath.rsplit("/", 1)[-1]
-    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+    for suffix in sorted(_suffixes(), key=len, reverse=True):
         if base.endswith(suffix):
             stem = base[: -len(suffix)]
             if not stem.isidentifier():
                 return False
             if suffix in (".so", ".pyd") and stem.startswith("lib"):
-                return False  # a plain shared library (libfoo.so), not a module
+                return False  # a plain shared library (libfoo.so), unless it exports PyInit_ (wh reads that)
             parts = relpath.split("/")[:-1]
             return all(p.isidentifier() for p in parts)
     return False
+
+
+def _importable_folder(relpath):
+    return all(p.isidentifier() for p in relpath.split("/")[:-1])
+
+
+def _library_candidate(relpath):
+    """``pkg/libfoo.so``: a library by its name, an extension module if it exports ``PyInit_libfoo``
+    (triton's ``libtriton.so``). wh reads its symbols; this probe only names it."""
+    base = relpath.rsplit("/", 1)[-1]
+    for suffix in (".so", ".pyd"):
+        if suffix in _suffixes() and base.endswith(suffix):
+            stem = base[: -len(suffix)]
+            return stem.startswith("lib") and stem.isidentifier() and _importable_folder(relpath)
+    return False
+
+
+# A Python extension module's file name for any interpreter: ``name.cpython-312-aarch64-linux-gnu.so``,
+# ``name.abi3.so``, ``name.pypy310-pp73-x86_64-linux-gnu.so``, ``name.cp312-win_amd64.pyd``,
+# ``name.cpython-312-darwin.so``. One this interpreter's suffixes do not load is for another target.
+_ANY_EXTENSION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.((?:cpython-\d+[a-z]*|pypy\d+-pp\d+|cp\d+[a-z]*|graalpy\d+)"
+                            r"(?:-[0-9a-z_]+)*|abi3)\.(so|pyd)$")
+
+
+def _loadable_name(base):
+    """Does a suffix of this interpreter make ``base`` a module name (``_ext`` + ``.abi3.so``, not ``_ext.cp312``)?"""
+    return any(base.endswith(s) and base[: -len(s)].isidentifier() for s in _suffixes())
+
+
+def _foreign_extension(relpath):
+    """The tag part of an extension module file name no suffix of this interpreter loads; None otherwise."""
+    base = relpath.rsplit("/", 1)[-1]
+    m = _ANY_EXTENSION.match(base)
+    if not m or not _importable_folder(relpath) or _loadable_name(base):
+        return None
+    return m.group(2) + "." + m.group(3)
 
 
 def _module_of(relpath):
@@ -120,7 +162,8 @@ def _dist_info(dist, meta):
     name = meta["Name"] or ""
     path = getattr(dist, "_path", None)
     files, record = _record_facts(dist, path)
-    ext = [f for f in files if not f.startswith("..") and ".dist-info/" not in f and _is_extension(f)]
+    own = [f for f in files if not f.startswith("..") and ".dist-info/" not in f]
+    ext = [f for f in own if _is_extension(f)]
     tops = []
     try:
         text = dist.read_text("top_level.txt")
@@ -136,9 +179,11 @@ def _dist_info(dist, meta):
         if top and top != "__pycache__" and top not in seen:
             seen.append(top)
     if files:
-        # top_level.txt can be stale (xxhash lists `_xxhash`, which moved into xxhash/): a name with no
-        # file behind it is not a name this distribution provides.
-        tops = [t for t in tops if t.split(".", 1)[0] in seen] or seen
+        # The names a distribution provides are the ones its files provide (RECORD: what is on disk).
+        # top_level.txt is a hint only: it can be stale (xxhash lists `_xxhash`, which moved into xxhash/)
+        # or incomplete (a package in RECORD it leaves out is importable all the same), so it only orders.
+        tops = [t for t in tops if t.split(".", 1)[0] in seen]
+        tops = tops + [t for t in seen if t not in tops]
     elif not tops:
         tops = seen
     ext_tops = []
@@ -156,6 +201,8 @@ def _dist_info(dist, meta):
         "extension_sample": ext[:5],
         "extension_top_level": ext_tops,
         "extensions": [[f, _module_of(f)] for f in ext],
+        "library_candidates": [[f, _module_of(f)] for f in own if _library_candidate(f)],
+        "foreign_extensions": [[f, tag] for f in own for tag in [_foreign_extension(f)] if tag],
         "has_record": bool(files),
         **record,
         "requires": list(meta.get_all("Requires-Dist") or []),

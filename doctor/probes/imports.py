@@ -15,7 +15,8 @@ FILE's folder is not one the import system searches for MOD (another copy of
 the package, earlier on sys.path, serves the name), MOD is imported: that copy
 is what the engine gets. A module that fails only as a circular import back
 into itself is imported again through the sibling module the cycle runs through
-(``via``), as its package does.
+(``via``), as its package does. A module imported by name alone (no FILE) also
+reports what its import loaded (``reached``: the names new in sys.modules).
 """
 
 import os
@@ -142,9 +143,13 @@ def _probe(name, path=None):
             rec.update(ok=True, covered=covered, seconds=0.0)
             return rec
     t0 = time.monotonic()
+    before = set(sys.modules) if path is None else None
     try:
         importlib.import_module(name)
         rec["ok"] = True
+        if before is not None:
+            # What importing it loads: the modules of the stack its entries reach (a verdict's severity).
+            rec["reached"] = sorted(k for k in list(sys.modules) if k not in before)
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an import is a failure too
         via = _cycle_entry(name, spec, exc)
         if via is not None and _import_through(via, name):

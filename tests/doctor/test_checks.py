@@ -88,10 +88,12 @@ def test_checks_package_is_what_list_checks_shows():
 def test_an_extension_under_another_distributions_failed_package_is_a_fail_not_a_crash():
     from wheelhouse.doctor.checks.native import LoadPlan, _verdict
     from wheelhouse.doctor.imports import ImportOutcome
+    from wheelhouse.doctor.optional import OptionalData
+    from wheelhouse.doctor.severity import StackReach
 
     plugin = Distribution("host-plugin", "1.0", "/site", None, (), 1, ("host",),
                           extensions=(("host/plugins/_fast.so", "host.plugins._fast"),))
     outcomes = {"host": ImportOutcome("host", ok=False, error_type="ImportError", error="host is broken")}
-    r = _verdict(plugin, LoadPlan(("host.plugins._fast",), {}), outcomes)
+    r = _verdict(plugin, LoadPlan(("host.plugins._fast",), {}), outcomes, StackReach(), OptionalData(), {})
     assert r.verdict == "fail" and r.evidence == "not loaded, as host does not import: host.plugins._fast"
     assert r.data["drop"]["reason"] == "import failed"

@@ -94,6 +94,8 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
             extension_sample=tuple(r.get("extension_sample") or ()),
             extensions=tuple((str(f), str(m)) for f, m in (r.get("extensions") or ()) if f and m),
             requires=tuple(str(x) for x in (r.get("requires") or ())),
+            library_candidates=tuple((str(f), str(m)) for f, m in (r.get("library_candidates") or ()) if f and m),
+            foreign_extensions=tuple((str(f), str(t)) for f, t in (r.get("foreign_extensions") or ()) if f and t),
         )
         out.setdefault(d.key, d)
     return out
@@ -210,13 +212,15 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     groups = ((data.get("inputs") or {}).get("toolchains")) or []
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
+        # What was requested: its top-level names are the stack's entry modules (native) unless [doctor] entry says.
+        requirements=tuple(str(r) for r in (data.get("inputs") or {}).get("requirements") or ()),
         toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
                                         tuple(t.get("exceptions") or ())) for t in groups),
         drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))
                     for d in data.get("drops") or []),
         doctor=DoctorExpectations(gpus=doc.get("gpus"), sm=doc.get("sm"), max_used_mib=doc.get("max_used_mib"),
                                   toolchain_exact=bool(doc.get("toolchain_exact")),
-                                  checks=tuple(doc.get("checks") or ())),
+                                  checks=tuple(doc.get("checks") or ()), entry=tuple(doc.get("entry") or ())),
     )
 
 

@@ -33,6 +33,7 @@ class ImportOutcome:
     covered: str | None = None  # why an extension module file was not imported by its dotted name (still ok)
     via: str | None = None  # imported through this sibling: imported first, it is a circular import back into itself
     shadowed: str | None = None  # the folder another copy of the package serves this name from (imported instead)
+    reached: tuple[str, ...] = ()  # the modules its import loaded (new in sys.modules), for a name without a file
     traceback: str | None = None
     crash: str | None = None  # "killed by SIGSEGV (signal 11)", "timed out after 5s (killed)"
     output: str = ""  # stderr tail of the process that crashed
@@ -101,6 +102,7 @@ class _ImportRun:
                     module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
                     error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
                     covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
+                    reached=tuple(str(m) for m in rec.get("reached") or ()),
                     seconds=float(rec.get("seconds") or 0), isolated=isolated,
                 )
                 if outcome.ok or isolated:

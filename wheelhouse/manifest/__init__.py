@@ -53,6 +53,7 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
     max-used-mib = 4096
     toolchain-exact = true
     checks = []                                  # default: all
+    entry = ["freetoken.server"]                 # modules the engine imports at start-up (default: top-level names)
 
     [serve]
     command = ["ft", "serve", "--model-path", "{model}"]
@@ -129,6 +130,7 @@ class DoctorExpectations:
     max_used_mib: int | None = None
     toolchain_exact: bool = False
     checks: tuple[str, ...] = ()
+    entry: tuple[str, ...] = ()  # the modules the engine imports at start-up (native: what they load must load)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
     "engine": frozenset({"recipe"}),
     "drop": frozenset({"distribution", "module", "reason", "force"}),
     "patch": frozenset({"spec"}),
-    "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks"}),
+    "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks", "entry"}),
     "serve": frozenset({"command", "ready", "url", "path", "timeout", "env", "forbid-flags"}),
 }
 _TOP = set(MANIFEST_KEYS)
@@ -329,6 +331,7 @@ def _doctor(data: Mapping[str, Any], where: str) -> DoctorExpectations:
         max_used_mib=_value(doc, "max-used-mib", (int,), f"{where}doctor.max-used-mib"),
         toolchain_exact=_value(doc, "toolchain-exact", (bool,), f"{where}doctor.toolchain-exact", False),
         checks=_strs(doc.get("checks"), f"{where}doctor.checks"),
+        entry=_strs(doc.get("entry"), f"{where}doctor.entry"),
     )
 
 

@@ -38,6 +38,8 @@ class Distribution:
     extension_sample: tuple[str, ...] = ()
     extensions: tuple[tuple[str, str], ...] = ()  # (path relative to location, dotted module name)
     requires: tuple[str, ...] = ()  # Requires-Dist, as written
+    library_candidates: tuple[tuple[str, str], ...] = ()  # (path, dotted name) of each lib*.so: a module if PyInit_
+    foreign_extensions: tuple[tuple[str, str], ...] = ()  # (path, its tag) of extension files for another target
 
     @property
     def key(self) -> str:

@@ -27,13 +27,15 @@ A module that, imported first, is a circular import back into itself is loaded
 through the sibling the cycle runs through (``scipy.linalg._matfuncs_sqrtm_triu``
 through ``_matfuncs_sqrtm``), as its package loads it; the evidence names it.
 
-Which failures are red: any top-level name that does not import, and any
-extension module of a distribution wh installed (``<site>/.wh/installed.json``;
-every distribution when wh installed nothing here). An extension module of the
-image's own distributions (the image's matplotlib lacking tkinter), or one that
-fails only because a Python module its distribution does not require is absent
-(``No module named '_tkinter'``), is a warning with the same evidence. A missing
-shared library, an undefined symbol or a truncated file of the stack is red.
+Discovery comes from the files (:mod:`wheelhouse.doctor.extensions`): RECORD and the target interpreter's
+suffixes, in its order; a ``lib*.so`` exporting ``PyInit_`` is a module; a file built for another target is a
+fail naming both targets (no drop: the wheelhouse is to be staged again).
+
+Which failures are red (:mod:`wheelhouse.doctor.severity`): what the stack loads (its entry modules, what
+importing them loads, every top-level name), and any lazily loaded module whose failure no data calls
+optional. A lazily loaded module nothing reaches whose failure is an optional dependency named in
+``doctor/optional.toml`` (the image's matplotlib lacking tkinter, numba's TBB pool) is a warning with the
+reason. Who installed a distribution never changes a verdict.
 """
 
 from __future__ import annotations
@@ -48,11 +50,16 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.elf import BadElf, exports_pyinit
+from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
+                                          foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.doctor.fatbin import device_code, sm_number
 from wheelhouse.doctor.imports import ImportOutcome, import_modules
+from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.doctor.severity import Judgement, StackReach, judge_failure
 from wheelhouse.target.gpu import Gpu
-from . import DoctorContext, Distribution, installed_by_wh
+from . import DoctorContext, Distribution
+from .sharedlibs import load_optional
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
            "is_extension_module", "load_plan"]
@@ -61,7 +68,9 @@ _SHOWN = 6  # extension modules named in an ok verdict; the JSON data lists ever
 
 GROUP = "native"
 CHECKS = {"native:<distribution>": "every top-level name and every extension module of the distribution loads "
-                                   "(executed, batched, each failure confirmed in a process of its own)"}
+                                   "(executed, batched, each failure confirmed in a process of its own)",
+          "native:entry:<module>": "an entry module of the stack (manifest [doctor] entry) that no distribution's "
+                                   "check covers imports"}
 _ARCH_FOLDER = re.compile(r"^sm_?(\d{2,3})[af]?$")  # sm90, sm_90a, sm100, sm100f
 
 
@@ -79,8 +88,13 @@ class NotLoaded:
 
 
 def native_distributions(ctx: DoctorContext) -> list[Distribution]:
-    """Installed distributions with at least one extension module in their RECORD."""
-    return sorted((d for d in ctx.distributions.values() if d.extension_modules), key=lambda d: d.key)
+    """Installed distributions with at least one extension module on disk (for this interpreter or another)."""
+    return sorted((d for d in ctx.distributions.values()
+                   if d.extension_modules or d.foreign_extensions or _pyinit_libraries(d)), key=lambda d: d.key)
+
+
+def _pyinit_libraries(d: Distribution) -> list[tuple[str, str]]:
+    return pyinit_modules(Path(d.location or ""), d.library_candidates) if d.library_candidates else []
 
 
 def _gpus_here(gpus: Sequence[Gpu]) -> str:
@@ -120,6 +134,11 @@ class LoadPlan:
     skipped: tuple[NotLoaded, ...] = ()
     libraries: tuple[str, ...] = ()  # .so files without PyInit_ (RECORD paths): loaded by path, link-checked
     missing: dict[str, str] = field(default_factory=dict)  # extension module -> its RECORD path, not on disk
+    relpaths: dict[str, str] = field(default_factory=dict)  # extension module -> the RECORD path of the file loaded
+    foreign: tuple[ForeignFile, ...] = ()  # modules whose only file is built for another target: never loadable
+    other_builds: tuple[str, ...] = ()  # another target's build beside a loadable one (RECORD paths): never loaded
+    shadowed: tuple[tuple[str, str], ...] = ()  # (file never loaded, the file the import system takes instead)
+    count: int = 0  # extension module files (for this interpreter or another), libraries not counted
 
 
 def is_extension_module(path: str | Path) -> bool:
@@ -133,70 +152,79 @@ def is_extension_module(path: str | Path) -> bool:
         return True
 
 
-def load_plan(ctx: DoctorContext, d: Distribution) -> LoadPlan:
-    """What to load for ``d``: its top-level names (and manifest-named modules), then its extension modules."""
+def _module_of_path(relpath: str) -> str:
+    """``pkg/sub/_ext.cpython-312-aarch64-linux-gnu.so`` -> ``pkg.sub._ext``."""
+    folder, _, base = relpath.rpartition("/")
+    return ".".join([*(folder.split("/") if folder else []), base.split(".", 1)[0]])
+
+
+def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | None = None) -> LoadPlan:
+    """What to load for ``d``: its top-level names (and manifest-named modules), then its extension modules.
+
+    ``here``: the target interpreter's loading rules (suffix order, machine); read from ``ctx`` when not given.
+    """
+    here = here or target_interpreter(ctx.facts, ctx.python)
     named = [r.module for r in (ctx.manifest.drops if ctx.manifest else ())
              if r.module and r.distribution.lower().replace("_", "-") == d.key]
     location = Path(d.location or "")
     libraries = [rel for rel, _ in d.extensions if not is_extension_module(location / rel)]
+    extensions = [*d.extensions, *_pyinit_libraries(d)]
     # A top-level name that only a library at the top provides (no package folder, no .py) is no module.
-    at_top = {m: rel for rel, m in d.extensions if "/" not in rel}
+    at_top = {m: rel for rel, m in extensions if "/" not in rel}
     library_names = {m for m, rel in at_top.items() if rel in libraries
-                     and not any(r not in libraries for r, n in d.extensions if n == m)
+                     and not any(r not in libraries for r, n in extensions if n == m)
                      and not (location / m).is_dir() and not (location / f"{m}.py").is_file()}
     modules = [n for n in dict.fromkeys([*d.import_names, *named]) if n not in library_names]
     skipped: list[NotLoaded] = []
     files: dict[str, str] = {}
     missing: dict[str, str] = {}
-    for relpath, module in d.extensions:
-        if relpath in libraries or module in modules or not all(p.isidentifier() for p in module.split(".")):
+    relpaths: dict[str, str] = {}
+    foreign: list[ForeignFile] = []
+    shadowed: list[tuple[str, str]] = []
+    # Where several files serve one name, the import system takes the first suffix in its order: that file.
+    ordered = by_import_order([(rel, m) for rel, m in extensions if rel not in libraries], here.suffixes)
+    for module, (relpath, *others) in ordered.items():
+        shadowed += [(o, relpath) for o in others]
+        if not all(p.isidentifier() for p in module.split(".")):
             continue
         if not os.path.lexists(location / relpath):
             # find_spec of its name is None then, which is no reason to call it covered by its package.
             missing[module] = relpath
-            modules.append(module)
+            if module not in modules:
+                modules.append(module)
             continue
+        alien = foreign_by_elf(relpath, location / relpath, module, here)
+        if alien is not None:
+            foreign.append(alien)
+            continue
+        if module in modules:
+            continue  # a top-level extension module: its top-level import loads it
         variant = variant_for_other_gpu(module, location / relpath, relpath, ctx.gpu.gpus, ctx.gpu.cuda_version)
         if variant is not None:
             skipped.append(variant)
         else:
             modules.append(module)
             files[module] = str(location / relpath)
-    return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing)
+            relpaths[module] = relpath
+    other_builds = []
+    for relpath, tag in d.foreign_extensions:
+        module = _module_of_path(relpath)
+        if module in ordered:
+            other_builds.append(relpath)  # this interpreter's build of the same module is what loads
+        else:
+            foreign.append(foreign_by_name(relpath, tag, module, here))
+    return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing, relpaths, tuple(foreign),
+                    tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions))
 
 
-def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
-    """Is module ``missing`` the distribution's own, or one a requirement of it provides?"""
-    top = missing.split(".", 1)[0]
-    if top in d.import_names:
-        return True
-    wanted = set()
-    for text in d.requires:
-        try:
-            wanted.add(canonicalize_name(Requirement(text).name))
-        except InvalidRequirement:
-            continue
-    providers = {k for k, other in installed.items() if top in other.import_names}
-    return canonicalize_name(top) in wanted or bool(providers & wanted)
-
-
-def _warning(d: Distribution, o: ImportOutcome, installed: Mapping[str, Distribution], vouched: bool) -> str | None:
-    """Why the failure of extension module ``o`` is only a warning; None: it is a fail."""
-    if "." not in o.module or o.module in d.import_names:
-        return None  # a top-level name that does not import is red whoever installed it
-    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed):
-        return (f"only {o.module} needs {o.missing}, which is not installed and which {d.name} does not require "
-                f"(an optional module)")
-    if not vouched:
-        return f"{d.name} was not installed by wh (it was in this environment before); a lazily loaded module"
-    return None
-
-
-def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], warnings: dict[str, str]) -> list[str]:
+def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mapping[str, Judgement],
+                   plan: LoadPlan) -> list[str]:
     """One paragraph per failed module, then the extension modules whose top-level package did not import."""
-    parts = []
+    parts = [f"{f.module} cannot load: {f.reason}" for f in plan.foreign]
     for o in bad:
         line = f"import {o.module}: {o.summary}"
+        if o.module in plan.relpaths and o.module in {m for m, _ in _shadowing(plan)}:
+            line += f" ({plan.relpaths[o.module]})"
         if o.found:
             line += f" -- find_spec({o.module!r}) succeeds ({o.origin}) but the import fails"
         elif o.found is False:
@@ -204,13 +232,20 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], warnings: dict
         if o.shadowed:
             line += f" -- another copy of its package is imported instead, from {o.shadowed}"
         detail = o.traceback or o.output
-        why = warnings.get(o.module)
-        parts.append(line + ("\n" + detail.rstrip() if detail else "") + (f"\na warning: {why}" if why else ""))
+        j = judged.get(o.module)
+        why = f"\na {'warning' if j.severity == 'warn' else 'fail'}: {j.reason}" if j else ""
+        parts.append(line + ("\n" + detail.rstrip() if detail else "") + why)
     by_top: dict[str, list[str]] = {}
     for m in unloaded:
         by_top.setdefault(m.split(".", 1)[0], []).append(m)
     parts += [f"not loaded, as {top} does not import: {', '.join(mods)}" for top, mods in by_top.items()]
     return parts
+
+
+def _shadowing(plan: LoadPlan) -> list[tuple[str, str]]:
+    """(module, the file it is loaded from) for each module another file of the same name stands behind."""
+    chosen = {rel: m for m, rel in plan.relpaths.items()}
+    return [(chosen[first], first) for _, first in plan.shadowed if first in chosen]
 
 
 def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[ImportOutcome]) -> list[str]:
@@ -219,19 +254,23 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
     out += [f"loaded by its package, not by name: {o.module} ({o.covered})" for o in covered]
     out += [f"loaded through {o.via}: {o.module} (imported first, it is a circular import back into itself)"
             for o in through]
+    out += [f"never loaded: the import system takes {first} for that name (its suffix comes first): {rel}"
+            for rel, first in plan.shadowed]
+    if plan.other_builds:
+        out.append("another target's build, never loaded here: " + ", ".join(plan.other_builds))
     if plan.libraries:
         out.append("library, link-checked by sharedlibs (no PyInit_, not imported by name): "
                    + ", ".join(plan.libraries))
     return out
 
 
-def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], vouched: bool = True,
-             installed: Mapping[str, Distribution] | None = None) -> CheckResult:
-    """``vouched``: wh installed ``d`` (or nothing here); ``installed``: every distribution, by canonical name."""
+def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
+             data: OptionalData, installed: Mapping[str, Distribution]) -> CheckResult:
+    """``installed``: every distribution, by canonical name; ``reach``: what the stack loads."""
     cid = f"native:{d.key}"
     mods = list(plan.modules)
     nlib = len(plan.libraries)
-    title = f"{d.name} {d.version} loads ({d.extension_modules - nlib} extension module(s)" + (
+    title = f"{d.name} {d.version} loads ({plan.count} extension module(s)" + (
         f", {nlib} librar{'y' if nlib == 1 else 'ies'})" if nlib else ")")
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
     unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
@@ -240,34 +279,47 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
     exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
     notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
-    data = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
-            "covered": [{"module": o.module, "reason": o.covered} for o in covered], "installed_by_wh": vouched,
-            "through": {m: outcomes[m].via for m in mods if m in outcomes and outcomes[m].via}}
-    if not mods:
+    data_out = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
+                "covered": [{"module": o.module, "reason": o.covered} for o in covered],
+                "through": {m: outcomes[m].via for m in mods if m in outcomes and outcomes[m].via},
+                "foreign": [f.to_json() for f in plan.foreign],
+                "shadowed": [{"path": rel, "loaded_instead": first} for rel, first in plan.shadowed]}
+    if not mods and not plan.foreign:
         return CheckResult(cid, title, "skip", "no importable top-level name found in its RECORD"
-                           + "".join(f"; {n}" for n in notes), data=data)
-    if not bad and not unloaded:
+                           + "".join(f"; {n}" for n in notes), data=data_out)
+    if not bad and not unloaded and not plan.foreign:
         shown = ", ".join(exts[:_SHOWN]) + (f", and {len(exts) - _SHOWN} more" if len(exts) > _SHOWN else "")
         ev = (f"imported {', '.join(tops) or 'nothing at top level'} and loaded {len(exts)} extension module(s) "
               f"in separate processes{': ' + shown if exts else ''}" + "".join(f"; {n}" for n in notes))
-        return CheckResult(cid, title, "ok", ev, data=data, seconds=seconds)
-    warnings = {o.module: w for o in bad if (w := _warning(d, o, installed or {}, vouched))}
+        return CheckResult(cid, title, "ok", ev, data=data_out, seconds=seconds)
+    judged = {o.module: judge_failure(d, o, plan.relpaths.get(o.module) or plan.missing.get(o.module), reach, data,
+                                      installed, plan.relpaths) for o in bad}
     failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
-                 "missing": o.missing, "crash": o.crash, "severity": "warn" if o.module in warnings else "fail",
-                 **({"warning": warnings[o.module]} if o.module in warnings else {})} for o in bad]
-    evidence = "\n".join(_failure_lines(bad, unloaded, warnings) + notes)
-    red = [o for o in bad if o.module not in warnings]
+                 "missing": o.missing, "crash": o.crash, "severity": judged[o.module].severity,
+                 "why": judged[o.module].reason} for o in bad]
+    failures += [{"module": f.module, "error_type": "ForeignBuild", "error": f.reason, "severity": "fail",
+                  "why": "the interpreter can never load it"} for f in plan.foreign]
+    evidence = "\n".join(_failure_lines(bad, unloaded, judged, plan) + notes)
+    red = [o for o in bad if judged[o.module].severity == "fail"]
+    payload = {**data_out, "failures": failures}
+    if plan.foreign:
+        # Files for another CPython, ABI, machine or libc: a drop would not mend the stack, a wheelhouse for
+        # this interpreter would.
+        return CheckResult(cid, title, "fail", evidence,
+                           hint=f"stage the wheelhouse for this interpreter ({plan.foreign[0].here}): `wh target "
+                                "capture` here, then `wh stage --target <that profile>` and `wh install` again",
+                           data=payload, seconds=seconds)
     if not red and not unloaded:
         return CheckResult(cid, title, "warn", evidence,
-                           hint=f"only code that uses {', '.join(warnings)} is affected; install what it needs "
+                           hint=f"only code that uses {', '.join(judged)} is affected; install what it needs "
                                 f"(or rebuild the image) if the engine takes that path",
-                           data={**data, "failures": failures}, seconds=seconds)
+                           data=payload, seconds=seconds)
     if red and not unloaded and all(o.module in plan.missing for o in red):
         # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
         # away a distribution that works once it is whole (install:records names the files too).
         return CheckResult(cid, title, "fail", evidence,
                            hint=f"reinstall {d.name}: `wh install` from the wheelhouse that holds it",
-                           data={**data, "failures": failures}, seconds=seconds)
+                           data=payload, seconds=seconds)
     if red and all(o.shadowed for o in red):
         # Another copy of the package, earlier on sys.path, is what fails: uninstalling this distribution
         # (a drop) would take away the healthy copy and leave the broken one in the engine's way.
@@ -275,7 +327,7 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
         return CheckResult(cid, title, "fail", evidence,
                            hint=f"the engine imports {d.name}'s modules from another copy ({', '.join(shadows)}): "
                                 f"take that folder off sys.path (PYTHONPATH, a .pth file) or rebuild it",
-                           data={**data, "failures": failures, "shadowed_by": shadows}, seconds=seconds)
+                           data={**payload, "shadowed_by": shadows}, seconds=seconds)
     if any("." not in o.module for o in red) or not red:  # not red: another distribution's package failed
         reason = "import failed"
     else:
@@ -284,7 +336,7 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     return CheckResult(cid, title, "fail", evidence,
                        hint=f"`wh drop` uninstalls {d.name} so code that checks find_spec falls back cleanly "
                             f"(`wh drop --restore {d.key}` brings it back)",
-                       fix=f"wh drop {d.key}", data={**data, "drop": drop, "failures": failures}, seconds=seconds)
+                       fix=f"wh drop {d.key}", data={**payload, "drop": drop}, seconds=seconds)
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
@@ -292,19 +344,89 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     if not dists:
         return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
-    plans = {d.key: load_plan(ctx, d) for d in dists}
+    here = target_interpreter(ctx.facts, ctx.python)
+    plans = {d.key: load_plan(ctx, d, here) for d in dists}
+    entries = _entries(ctx)
     modules = [m for p in plans.values() for m in p.modules]
     files = {m: f for p in plans.values() for m, f in p.files.items()}
-    # Top-level names first: an extension module under one that fails (or hangs) fails the same way, so it is
-    # not loaded at all (a hang then costs one timeout, not one per module under it).
-    outcomes = _load([m for m in modules if "." not in m], ctx, files)
+    # Top-level names (and the stack's entry modules) first: what their import loads is what the stack reaches.
+    # An extension module under one that fails (or hangs) fails the same way, so it is not loaded at all (a hang
+    # then costs one timeout, not one per module under it).
+    outcomes = _load(list(dict.fromkeys([*[m for m in modules if "." not in m], *entries])), ctx, files)
     failed = {m for m, o in outcomes.items() if not o.ok}
     gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
-    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone],
-                          ctx, files))
+    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone
+                           and m not in outcomes], ctx, files))
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
-    by_wh = installed_by_wh(ctx)
-    return [_verdict(d, plans[d.key], outcomes, not by_wh or d.key in by_wh, ctx.distributions) for d in dists]
+    reach = _reach(ctx, entries, outcomes)
+    data = _optional_data()
+    results = [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions) for d in dists]
+    return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules})
+
+
+def _entries(ctx: DoctorContext) -> list[str]:
+    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests."""
+    named = list(ctx.manifest.doctor.entry) if ctx.manifest else []
+    for text in (ctx.manifest.requirements if ctx.manifest else ()):
+        try:
+            d = ctx.dist(Requirement(text).name)
+        except InvalidRequirement:
+            continue
+        named += list(d.import_names) if d is not None else []
+    return list(dict.fromkeys(named))
+
+
+def _reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[str, ImportOutcome]) -> StackReach:
+    """What importing the entry modules and every top-level name loaded, and the stack's CUDA major."""
+    reached: dict[str, str] = {}
+    for name, o in outcomes.items():
+        if "." not in name or name in entries:
+            for m in o.reached:
+                reached.setdefault(m, name)
+    major, source = _cuda_major(ctx)
+    return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
+                      major, source)
+
+
+_CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                "nvidia-cuda-runtime-cu11")
+
+
+def _cuda_major(ctx: DoctorContext) -> tuple[int | None, str | None]:
+    """The CUDA major the stack's packages pick their builds by: its cuda-bindings or CUDA runtime wheel."""
+    for name in _CUDA_WHEELS:
+        d = ctx.dist(name)
+        head = (d.version.split(".", 1)[0] if d else "")
+        if head.isdigit():
+            return int(head), f"{d.name} {d.version}"
+    cuda = getattr(ctx.target, "cuda_version", None) if ctx.target else None
+    if cuda and str(cuda).split(".", 1)[0].isdigit():
+        return int(str(cuda).split(".", 1)[0]), f"the wheelhouse target's CUDA {cuda}"
+    return None, None
+
+
+def _optional_data() -> OptionalData:
+    return load_optional_modules().with_objects(load_optional(), "doctor/sharedlibs.toml")
+
+
+def _entry_results(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[str, ImportOutcome],
+                   judged: set[str]) -> list[CheckResult]:
+    """A verdict for each entry module no native distribution's verdict covers (a pure-Python engine's)."""
+    out = []
+    for name in entries:
+        o = outcomes.get(name)
+        if o is None or name in judged or not ctx.wants(f"native:entry:{name}"):
+            continue
+        title = f"entry module {name} imports (the stack loads it at start-up)"
+        if o.ok:
+            out.append(CheckResult(f"native:entry:{name}", title, "ok",
+                                   f"imported {name}; it loaded {len(o.reached)} module(s)", seconds=o.seconds))
+        else:
+            out.append(CheckResult(f"native:entry:{name}", title, "fail",
+                                   f"import {name}: {o.summary}" + (f"\n{o.traceback.rstrip()}" if o.traceback else ""),
+                                   hint="the engine cannot start: fix what the traceback names, then run "
+                                        "`wh doctor` again", data={"module": name, "error": o.error}, seconds=o.seconds))
+    return out
 
 
 def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
+from wheelhouse.doctor.extensions import is_python_extension
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.doctor.report import CheckResult
@@ -229,7 +230,11 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
             bad.append(f"{rel}: {s.error}")
             continue
         if s.foreign:
-            foreign += 1
+            if is_python_extension(path):  # issue 28.5: the interpreter can never load it, so it is no "ok"
+                bad.append(f"{rel}: built for another machine ({s.info.machine.removeprefix('EM_').lower()}), a Python "
+                           "extension module this interpreter can never load: the wheelhouse was staged for another target")
+            else:
+                foreign += 1
             continue
         checked += 1
         if all(f.path is not None for f in s.found):

@@ -1,0 +1,186 @@
+"""native: fail or warn follows from what the stack loads and what the data names optional (issue 28, finding 10).
+
+The stock H200 image failed native for cupy (optional cuTENSOR), numba (``tbbpool`` without libtbb), numba-cuda
+and cuda-core (builds for CUDA 12 beside CUDA 13), matplotlib (``_tkagg`` raising "initialization failed"
+without tkinter) and jaxlib (``_sdy_mpmd``), and ``wh drop --dry-run`` would have uninstalled all of them,
+though each runs there. Each is made here as a small real package of the same name and layout, with a
+gcc-built module that fails the same way; nothing records who installed them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _gcc, have_toolchain, install_dist, make_venv
+from wheelhouse.doctor import run_doctor
+from wheelhouse.manifest import load_manifest
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+_INIT_FAILS = r"""
+#include <Python.h>
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+PyMODINIT_FUNC CAT(PyInit_, MODNAME)(void) {  /* as pybind11 reports an exception thrown in its module init */
+    PyErr_SetString(PyExc_ImportError, "initialization failed");
+    return NULL;
+}
+"""
+
+
+def _needs(build: Path, modname: str, soname: str) -> bytes:
+    """An extension module linked against ``soname``, which is then deleted: 'cannot open shared object file'."""
+    lib = build / soname
+    (build / "dep.c").write_text("int whgone_value(void) { return 7; }\n")
+    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{soname}", str(build / "dep.c"), "-o", str(lib)])
+    out = _ext(build, modname, "WH_NEEDLIB", extra=[f"-L{build}", f"-l:{soname}"])
+    lib.unlink()
+    return out
+
+
+def _init_fails(build: Path, modname: str) -> bytes:
+    src = build / f"{modname}-initfails.c"
+    src.write_text(_INIT_FAILS)
+    out = build / f"{modname}-initfails.so"
+    _gcc(["-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", f"-DMODNAME={modname}", str(src), "-o", str(out)])
+    return out.read_bytes()
+
+
+def _pkgs(*folders: str) -> dict[str, str]:
+    return {f"{f}/__init__.py": "" for f in folders}
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    """A venv like the stock H200 image's, in small: every package imports, one lazily loaded module each fails."""
+    root = tmp_path_factory.mktemp("h200-like")
+    build = root / "build"
+    build.mkdir()
+    py = make_venv(root / "venv")
+    w = root / "wheels"
+    install_dist(py, w, "numba", {"numba/__init__.py": "X = 1\n", **_pkgs("numba/np", "numba/np/ufunc")},
+                 {f"numba/np/ufunc/tbbpool{SUFFIX}": _needs(build, "tbbpool", "libtbb.so.12"),
+                  f"numba/np/ufunc/omppool{SUFFIX}": _ext(build, "omppool")})
+    install_dist(py, w, "cupy-cuda13x", {"cupy/__init__.py": "X = 1\n",
+                                         **_pkgs("cupy_backends", "cupy_backends/cuda", "cupy_backends/cuda/libs")},
+                 {f"cupy_backends/cuda/libs/cutensor{SUFFIX}": _needs(build, "cutensor", "libcutensor.so.2")})
+    install_dist(py, w, "matplotlib", {"matplotlib/__init__.py": "X = 1\n", **_pkgs("matplotlib/backends")},
+                 {f"matplotlib/backends/_tkagg{SUFFIX}": _init_fails(build, "_tkagg"),
+                  f"matplotlib/backends/_backend_agg{SUFFIX}": _ext(build, "_backend_agg")})
+    install_dist(py, w, "jaxlib", {"jaxlib/__init__.py": "X = 1\n", **_pkgs("jaxlib/mlir", "jaxlib/mlir/_mlir_libs")},
+                 {f"jaxlib/mlir/_mlir_libs/_sdy_mpmd{SUFFIX}": _ext(build, "_sdy_mpmd", "WH_UNDEF")})
+    # numba-cuda ships a build per CUDA major; the stack's CUDA is 13 (its cuda-bindings wheel says so).
+    install_dist(py, w, "numba-cuda", {"numba_cuda/__init__.py": "X = 1\n",
+                                       **_pkgs("numba_cuda/cext", "numba_cuda/cext/cu12", "numba_cuda/cext/cu13")},
+                 {f"numba_cuda/cext/cu12/_devices{SUFFIX}": _needs(build, "_devices", "libcudart.so.12"),
+                  f"numba_cuda/cext/cu13/_devices{SUFFIX}": _ext(build, "_devices")})
+    _cuda_bindings(py, w)
+    return py
+
+
+def _cuda_bindings(py: Path, folder: Path) -> None:
+    from broken_packages import install_wheel
+    from wheelmaker import make_wheel
+
+    install_wheel(py, make_wheel(folder, "cuda-bindings", "13.0.1", modules={"cuda/bindings/__init__.py": "X = 1\n"}))
+
+
+@pytest.fixture(scope="module")
+def report(image):
+    return run_doctor(str(image), checks=["native"], timeout=20)
+
+
+@pytest.mark.parametrize("check_id, module, why", [
+    ("native:numba", "numba.np.ufunc.tbbpool", "optional (doctor/optional.toml): numba's TBB threading layer"),
+    ("native:cupy-cuda13x", "cupy_backends.cuda.libs.cutensor", "an optional CuPy backend (cuTENSOR"),
+    ("native:matplotlib", "matplotlib.backends._tkagg", "the Tk backend (TkAgg)"),
+    ("native:jaxlib", "jaxlib.mlir._mlir_libs._sdy_mpmd", "Shardy's MPMD"),
+    ("native:numba-cuda", "numba_cuda.cext.cu12._devices",
+     "a build for CUDA 12 (cu12/); the stack's CUDA is 13 (cuda-bindings 13.0.1)"),
+])
+def test_an_optional_lazily_loaded_module_of_the_h200_image_is_a_warning_with_its_reason(report, check_id, module, why):
+    r = report.get(check_id)
+    assert r.verdict == "warn", r.evidence
+    assert f"import {module}:" in r.evidence and why in r.evidence
+    assert "a warning: nothing in the stack reaches it (a lazily loaded module)" in r.evidence
+    assert [(f["module"], f["severity"]) for f in r.data["failures"]] == [(module, "warn")]
+    assert "drop" not in r.data
+
+
+def test_the_h200_like_image_gives_no_fail_and_wh_drop_dry_run_drops_nothing(image, report):
+    assert not report.failed, [(r.id, r.evidence) for r in report.failed]
+    assert report.get("native:numba-cuda").data["modules"].count("numba_cuda.cext.cu13._devices") == 1
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "drop", "--python", str(image), "--dry-run", "--json",
+                           "--timeout", "20"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["dry_run"] is True and out["dropped"] == [], out
+
+
+def test_a_failure_the_data_does_not_name_stays_a_fail(tmp_path):
+    # numba's TBB pool with an undefined symbol is no missing optional library: a broken numba, red.
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "numba", {"numba/__init__.py": "X = 1\n", **_pkgs("numba/np", "numba/np/ufunc")},
+                 {f"numba/np/ufunc/tbbpool{SUFFIX}": _ext(build, "tbbpool", "WH_UNDEF")})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:numba")
+    assert r.verdict == "fail", r.evidence
+    assert "a fail: its package loads it by this name when that code runs" in r.evidence
+    assert r.data["drop"]["distribution"] == "numba"
+
+
+def test_without_a_known_cuda_major_a_variant_whose_other_build_loads_is_a_warning(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "cuda-core", {"cuda/core/__init__.py": "X = 1\n",
+                                                   **_pkgs("cuda/core/cu12", "cuda/core/cu13")},
+                 {f"cuda/core/cu12/_resource{SUFFIX}": _needs(build, "_resource", "libcudart.so.12"),
+                  f"cuda/core/cu13/_resource{SUFFIX}": _ext(build, "_resource")})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:cuda-core")
+    assert r.verdict == "warn", r.evidence
+    assert "its build for CUDA 13 (cuda/core/cu13/_resource" in r.evidence
+
+
+_ENGINE = """from numba.np.ufunc import tbbpool  # the engine needs the TBB pool: what it loads must load
+"""
+
+
+def test_an_optional_module_the_stacks_entry_imports_fails_the_stack(tmp_path, image):
+    # The manifest's [doctor] entry names the engine's start-up module: it imports the TBB pool, which cannot load.
+    from broken_packages import install_wheel
+    from wheelmaker import make_wheel
+
+    install_wheel(image, make_wheel(tmp_path / "w", "tbbengine", "1.0", modules={"tbbengine/__init__.py": "",
+                                                                                "tbbengine/server.py": _ENGINE}))
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "tbb"\nrequirements = ["tbbengine"]\n\n[doctor]\nentry = ["tbbengine.server"]\n')
+    report = run_doctor(str(image), checks=["native"], timeout=20, manifest=load_manifest(manifest))
+    r = report.get("native:entry:tbbengine.server")
+    assert r.verdict == "fail", r.evidence
+    assert "import tbbengine.server: ImportError: libtbb.so.12: cannot open shared object file" in r.evidence
+    assert report.exit_code() == 1
+    # Without the entry, nothing in the stack loads the pool: a warning.
+    assert run_doctor(str(image), checks=["native:numba"], timeout=20).exit_code() == 0
+
+
+def test_by_default_the_top_level_names_of_what_the_stack_requests_are_its_entries(tmp_path, image):
+    from broken_packages import install_wheel
+    from wheelmaker import make_wheel
+
+    install_wheel(image, make_wheel(tmp_path / "w", "poolengine", "1.0",
+                                    modules={"poolengine/__init__.py": _ENGINE}))
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "pool"\nrequirements = ["poolengine>=1"]\n')
+    r = run_doctor(str(image), checks=["native"], timeout=20, manifest=load_manifest(manifest)).get(
+        "native:entry:poolengine")
+    assert r.verdict == "fail" and "libtbb.so.12: cannot open shared object file" in r.evidence, r

@@ -1,0 +1,111 @@
+"""Whether a module that failed to load is a fail or a warning: by what the stack loads, never by who installed it.
+
+What the engine will load must load. A failure is a **fail** when the module is
+
+- a top-level name (an engine finds it with ``find_spec`` and imports it: the reference deployment's trap),
+- one of the stack's entry modules (the manifest's ``[doctor] entry``; else the top-level names imported),
+- reached from them: importing the entries loaded it (``sys.modules`` after their import, in the target), or
+- a lazily loaded module whose failure no data calls optional: its package loads it by name when used.
+
+It is a **warning** only when nothing in the stack reaches the module *and* the failure is an optional
+dependency: named in ``doctor/optional.toml`` or ``doctor/sharedlibs.toml`` (tkinter, libtbb, cuTENSOR,
+MPI/RDMA plugins), a build for another CUDA major than the stack's (``cu12/`` beside CUDA 13), or a
+Python module its distribution does not require (its own metadata says so). The reason is the evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from .checks import Distribution
+from .imports import ImportOutcome
+from .optional import OptionalData
+
+__all__ = ["StackReach", "Judgement", "judge_failure"]
+
+
+@dataclass(frozen=True)
+class StackReach:
+    """What the stack loads: its entry modules and, for each module their import loaded, the entry that did."""
+
+    entries: tuple[str, ...] = ()
+    reached: Mapping[str, str] = field(default_factory=dict)  # module -> the entry whose import loaded it
+    loaded: frozenset[str] = frozenset()  # modules that loaded when imported by name (a variant's sibling)
+    cuda_major: int | None = None  # the stack's CUDA major (its cuda-bindings / CUDA runtime wheel)
+    cuda_source: str | None = None  # where that came from
+
+
+@dataclass(frozen=True)
+class Judgement:
+    severity: Literal["fail", "warn"]
+    reason: str
+
+
+def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
+    """Is module ``missing`` the distribution's own, or one a requirement of it provides?"""
+    top = missing.split(".", 1)[0]
+    if top in d.import_names:
+        return True
+    wanted = set()
+    for text in d.requires:
+        try:
+            wanted.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    providers = {k for k, other in installed.items() if top in other.import_names}
+    return canonicalize_name(top) in wanted or bool(providers & wanted)
+
+
+def _failure_text(o: ImportOutcome) -> str:
+    return f"{o.error_type}: {o.error}" if o.error_type else f"import {o.crash or 'failed'}"
+
+
+def _variant(o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
+             files: Mapping[str, str]) -> str | None:
+    hit = data.variant_of(relpath) if relpath else None
+    if hit is None:
+        return None
+    rule, folder, major = hit
+    if reach.cuda_major is not None:
+        if major == reach.cuda_major:
+            return None
+        return (f"a build for CUDA {major} ({folder}/); the stack's CUDA is {reach.cuda_major} "
+                f"({reach.cuda_source}): {rule.reason}")
+    # No CUDA major known: a build for another major that loads is the one the package picks.
+    for module, rel in files.items():
+        sibling = data.variant_of(rel)
+        if module == o.module or sibling is None or sibling[2] == major or module not in reach.loaded:
+            continue
+        if rel.replace(f"/{sibling[1]}/", f"/{folder}/") == relpath:
+            return f"a build for CUDA {major} ({folder}/); its build for CUDA {sibling[2]} ({rel}) loads: {rule.reason}"
+    return None
+
+
+def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
+                  installed: Mapping[str, Distribution], files: Mapping[str, str]) -> Judgement:
+    """Fail or warn for module ``o`` of ``d`` that did not load (``relpath``: its file, for an extension module).
+
+    ``files``: every extension module being judged -> its RECORD path (a variant's siblings).
+    """
+    if "." not in o.module or o.module in d.import_names:
+        return Judgement("fail", "a top-level name: find_spec finds it, so code that probes for it imports it")
+    if o.module in reach.entries:
+        return Judgement("fail", "an entry module of the stack: the engine imports it at start-up")
+    if o.module in reach.reached:
+        return Judgement("fail", f"the stack loads it: importing {reach.reached[o.module]} imports it")
+    rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
+    lazily = "nothing in the stack reaches it (a lazily loaded module)"
+    if rule is not None:
+        return Judgement("warn", f"{lazily}, and this failure is optional ({rule.source}): {rule.reason}")
+    variant = _variant(o, relpath, reach, data, files)
+    if variant:
+        return Judgement("warn", f"{lazily}: {variant}")
+    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed):
+        return Judgement("warn", f"{lazily}: only {o.module} needs {o.missing}, which is not installed and which "
+                                 f"{d.name} does not require (an optional module)")
+    return Judgement("fail", "its package loads it by this name when that code runs (a lazily loaded module), "
+                             "and no data names this failure optional")
