@@ -35,7 +35,8 @@ from wheelhouse.progress import NullReporter, Reporter
 from .listener import describe, listening_pids, owned_by_engine
 from .readiness import Readiness
 from .log import TAIL_LINES, LogFollower, log_tail
-from .state import Engine, default_log_path, engine_alive, read_state, remove_state, state_dir, state_path, write_state
+from .state import (DamagedState, Engine, check_not_ours, default_log_path, engine_alive, leader_matches, read_state,
+                    remove_state, state_dir, state_path, write_state)
 
 __all__ = [
     "ServeError",
@@ -45,6 +46,7 @@ __all__ = [
     "PortBusy",
     "StopFailed",
     "NotServing",
+    "DamagedState",
     "LaunchSpec",
     "Engine",
     "StopReport",
@@ -350,9 +352,17 @@ def stop_detached(path: Path | None = None, *, grace: float = 15.0) -> tuple[Eng
     if engine is None:
         raise NotServing(f"no detached engine is recorded ({p} does not exist)",
                          hint="start one with `wh serve --detach ...`; for other engines stop them by their own means")
-    if engine_alive(engine):
+    check_not_ours(engine, p)  # a damaged or hand-edited record: an error, never a signal
+    if leader_matches(engine):
         report = stop_engine(engine.pgid, grace=grace)
     else:
+        if start_ticks(engine.pid) is None and group_members(engine.pgid):
+            # The leader is gone, so its start time can no longer vouch for the group: wh does not signal it.
+            left = ", ".join(map(str, group_members(engine.pgid)))
+            raise NotServing(f"the engine's leader (pid {engine.pid}) is gone but process group {engine.pgid} still "
+                             f"has {left}; wh stops only a group whose leader it can verify",
+                             hint=f"check them with `ps -o pid,lstart,cmd -g {engine.pgid}`; if they are the engine's "
+                                  f"ranks, `kill -TERM -- -{engine.pgid}`, then delete {p}")
         report = StopReport(engine.pgid, was_running=False)
     remove_state(p)  # the recorded engine is gone; a port held by someone else is a separate problem
     _confirm_port_free(engine.url)
