@@ -66,6 +66,7 @@ class Engine:
     command: tuple[str, ...]
     started: float
     start_ticks: int | None = None  # /proc/<pid>/stat starttime: tells a reused pid apart
+    tag: str | None = None  # listener.TAG_VARIABLE's value in the engine's environment (this launch's)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -84,8 +85,11 @@ class Engine:
         started = d.get("started", 0)
         if not isinstance(started, (int, float)) or isinstance(started, bool):
             raise ValueError(f"started must be a number, not {started!r}")
+        tag = d.get("tag")
+        if tag is not None and not isinstance(tag, str):
+            raise ValueError(f"tag must be a string, not {tag!r}")
         return cls(_whole(d, "pid"), _whole(d, "pgid"), d["url"], d["log"], tuple(command), float(started),
-                   _whole(d, "start_ticks", required=False))
+                   _whole(d, "start_ticks", required=False), tag)
 
 
 def state_dir() -> Path:
