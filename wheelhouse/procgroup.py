@@ -24,6 +24,7 @@ from .errors import WhError
 __all__ = [
     "StopFailed",
     "StopReport",
+    "UnsafeGroup",
     "spawn_group",
     "start_ticks",
     "proc_stat",
@@ -32,6 +33,21 @@ __all__ = [
     "stop_group",
     "no_interrupts",
 ]
+
+
+class UnsafeGroup(WhError):
+    """A group no stop may signal: 0 (the caller's own), 1 (init's), negative, or the caller's own group."""
+
+    code = "unsafe-group"
+
+    def __init__(self, pgid: int):
+        super().__init__(f"refusing to signal process group {pgid}: it is not a group wh started",
+                         hint="this is a bug in the caller; stop the engine by its own means")
+
+
+def _check_signallable(pgid: int) -> None:
+    if not isinstance(pgid, int) or isinstance(pgid, bool) or pgid <= 1 or pgid == os.getpgrp():
+        raise UnsafeGroup(pgid)
 
 
 class StopFailed(WhError):
@@ -100,6 +116,7 @@ def group_members(pgid: int) -> list[int]:
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     """Send ``sig`` to the whole group at once; False when it is already gone (or not ours to signal)."""
+    _check_signallable(pgid)
     try:
         os.killpg(pgid, sig)
         return True
@@ -110,7 +127,10 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
 def stop_group(
     pgid: int, *, leader: subprocess.Popen | None = None, grace: float = 15.0, sleep: Callable[[float], None] = time.sleep
 ) -> StopReport:
-    """SIGTERM the whole group, wait ``grace`` seconds, SIGKILL what is left; raise StopFailed if anything survives."""
+    """SIGTERM the whole group, wait ``grace`` seconds, SIGKILL what is left; raise StopFailed if anything survives.
+
+    Group 0 (the caller's own), 1, a negative one or the caller's own group is refused (UnsafeGroup)."""
+    _check_signallable(pgid)
     t0 = time.monotonic()
 
     def alive() -> list[int]:

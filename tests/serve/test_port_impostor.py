@@ -131,7 +131,8 @@ def test_the_engine_itself_listening_is_ready(tmp_path):
 
 
 def test_stop_says_so_when_a_worker_that_escaped_the_group_keeps_the_port(tmp_path):
-    """A worker started with setsid outlives the group's SIGKILL: `wh stop` must not claim the port is free."""
+    """A worker started with setsid outlives the group's SIGKILL: `wh stop` must not claim the port is free.
+    (It drops the launch's tag from its environment: one that keeps it is stopped too.)"""
     port = _free_port()
     script = tmp_path / "srv.py"
     script.write_text(_health_ok_server(port, pid_file=tmp_path / "srv.pid"))
@@ -141,7 +142,7 @@ def test_stop_says_so_when_a_worker_that_escaped_the_group_keeps_the_port(tmp_pa
     try:
         r = subprocess.run([*wh, "serve", "--no-preflight", "--detach", "--interval", "0.1", "--timeout", "20",
                             "--url", f"http://127.0.0.1:{port}", "--log", str(tmp_path / "s.log"), "--",
-                            "sh", "-c", f"setsid {PY} {script} & wait"], env=env, capture_output=True, text=True, timeout=60)
+                            "sh", "-c", f"setsid env -u WH_SERVE_LAUNCH {PY} {script} & wait"], env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         s = subprocess.run([*wh, "stop", "--grace", "1"], env=env, capture_output=True, text=True, timeout=60)
         assert s.returncode == 1 and f"port {port}" in s.stderr and "still held" in s.stderr, s.stderr

@@ -453,9 +453,12 @@ def test_cli_preflight_with_injected_gpus_blocks_the_launch(monkeypatch, tmp_pat
 
 def test_stop_with_a_stale_state_file_removes_it(tmp_path):
     dead = subprocess.Popen([PY, "-c", "pass"], start_new_session=True)
+    from wheelhouse.procgroup import start_ticks
+    ticks = start_ticks(dead.pid)  # (a zombie until reaped: its start time is still there)
     dead.wait()
     state = tmp_path / "serve.json"
-    engine = srv.Engine(dead.pid, dead.pid, f"http://127.0.0.1:{free_port()}", str(tmp_path / "x.log"), ("x",), time.time())
+    engine = srv.Engine(dead.pid, dead.pid, f"http://127.0.0.1:{free_port()}", str(tmp_path / "x.log"), ("x",), time.time(),
+                        ticks)
     srv.write_state(engine, state)
     got, report = srv.stop_detached(state, grace=1)
     assert got.pid == dead.pid and report.was_running is False

@@ -12,6 +12,10 @@ Stdlib only. It behaves like the engines of the reference deployments, on a know
 - ``wedged``: no /health (404); /v1/models answers at once; completions never finish.
 - ``error``: halfway through loading, /health reports ``status: error`` with a message.
 - any mode with ``--exit-after S``: the leader crashes (exit 3) S seconds after listening.
+- ``--endless-health``: /health answers 200 and streams its body forever (never a whole reply).
+- ``--echo-argv``: the first log line is the command line, as engines that print their arguments do.
+- ``--daemonize``: the leader forks a child that leaves the session (``setsid``) and serves; the leader
+  exits 0 at once, as a server that daemonizes does.
 
 Pacing of a streamed chat: a role-only chunk at once, the first token after ``--ttft``
 seconds, then one token every ``--token-interval`` seconds.
@@ -91,6 +95,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self._unauthorized():
             return
+        if self.path == "/health" and ARGS.endless_health:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"status": "loading", "pad": "')
+            while True:
+                self.wfile.write(b"x" * 512)
+                self.wfile.flush()
+                time.sleep(0.01)
         if self.path == "/health":
             code, body = health()
             self._json(code, body)
@@ -172,7 +185,16 @@ def main() -> None:
     p.add_argument("--api-key", help="require this bearer key on /v1/* (401 otherwise)")
     p.add_argument("--exit-after", type=float, default=0, help="exit 3 this many seconds after listening (a crash after ready)")
     p.add_argument("--rank-gpu-mib", type=int, default=0, help="the rank holds this much GPU memory (needs torch)")
+    p.add_argument("--endless-health", action="store_true", help="/health streams an endless body")
+    p.add_argument("--echo-argv", action="store_true", help="print the command line first")
+    p.add_argument("--daemonize", action="store_true", help="fork, setsid and serve in the child; the leader exits 0")
     ARGS = p.parse_args()
+    if ARGS.echo_argv:
+        log("args: " + " ".join(sys.argv))
+    if ARGS.daemonize and os.fork():
+        os._exit(0)
+    if ARGS.daemonize:
+        os.setsid()
     log(f"fake-engine pid {os.getpid()} mode {ARGS.mode} port {ARGS.port}")
     time.sleep(ARGS.listen_delay)
     server = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)

@@ -216,6 +216,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         except BaseException:
             if not detached:  # nothing half-started: a failed smoke stops the group
                 stop_group(engine.pgid, leader=proc, grace=grace)
+                srv.stop_strays(engine, grace=grace)
             raise
         ui.info(f"stopped process group {report.pgid}" + (" (SIGKILL needed)" if report.sigkill else "") + "; port is free")
 

@@ -21,6 +21,9 @@ __all__ = [
     "find_installed",
     "installed_paths",
     "inside_scheme",
+    "real_roots",
+    "stays_inside",
+    "venv_own_file",
     "drop_bytecode",
     "prune_empty_dirs",
 ]
@@ -65,10 +68,41 @@ def installed_paths(dist_info: Path) -> list[str]:
     return paths
 
 
+def real_roots(scheme: Mapping[str, str], *more: str | os.PathLike) -> tuple[str, ...]:
+    """The real paths (each ending in a separator) of the environment's folders: what :func:`stays_inside` allows."""
+    return tuple(sorted({os.path.join(os.path.realpath(r), "") for r in (*scheme.values(), *more)}))
+
+
+def stays_inside(path: str, roots: Sequence[str]) -> bool:
+    """True when ``path`` is below one of ``roots`` (from :func:`real_roots`) with every link in its parent
+    folders followed and the leaf itself not: ``pkg/sub -> /elsewhere`` makes ``pkg/sub/victim.txt`` a path
+    outside, and a leaf that is a link is removed as the link (``os.unlink``), never what it points to."""
+    parent, leaf = os.path.split(os.path.normpath(path))
+    if leaf in ("", ".", ".."):
+        return False
+    real = os.path.join(os.path.realpath(parent), leaf)
+    return any(real.startswith(r) for r in roots)
+
+
+def venv_own_file(path: str, scheme: Mapping[str, str]) -> bool:
+    """The venv's interpreter (under any of its names), its activation scripts and ``pyvenv.cfg``: no
+    distribution's, so no RECORD, journal or rollback may move or remove them (pip's scripts are pip's)."""
+    from .wheel.launchers import protected_script  # here: the wheel package imports this module
+
+    p = os.path.normpath(path)
+    folder, name = os.path.split(p)
+    if "data" in scheme and p == os.path.join(os.path.normpath(scheme["data"]), "pyvenv.cfg"):
+        return True
+    return "scripts" in scheme and folder == os.path.normpath(scheme["scripts"]) \
+        and protected_script(name, "pip") is not None
+
+
 def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None = None) -> list[str]:
     """Only paths inside the environment, never wh's state folder, never the venv's interpreter, pyvenv.cfg or
     activation scripts (nor pip's, unless ``dist`` is pip): a RECORD naming ``../../outside.txt``, /etc/passwd,
-    ``.wh/links.json`` or ``../../../bin/python`` must not make wh move or remove it."""
+    ``.wh/links.json`` or ``../../../bin/python`` must not make wh move or remove it. A path is judged with the
+    links of its parent folders followed (``pkg/sub -> /elsewhere``: ``pkg/sub/x`` is outside) and its leaf not
+    (a leaf that is a link is the link)."""
     from .wheel.launchers import protected_script  # here: the wheel package imports this module
 
     roots = [os.path.normpath(r) + os.sep for r in scheme.values()]
@@ -95,7 +129,8 @@ def inside_scheme(paths: list[str], scheme: Mapping[str, str], dist: str | None 
             continue
         parent, base = os.path.split(os.path.normpath(p))
         rq = os.path.join(real(parent), base) + os.sep  # (the path itself not followed: a link is removed as one)
-        if rq in real_roots or any(rq.startswith(s) for s in real_state):
+        if rq in real_roots or any(rq.startswith(s) for s in real_state) \
+                or not any(rq.startswith(r) for r in real_roots):
             continue
         if scripts and os.path.dirname(os.path.normpath(p)) == scripts \
                 and protected_script(os.path.basename(os.path.normpath(p)), dist or "") is not None:
@@ -110,6 +145,8 @@ def _bytecode_of(path: str) -> list[str]:
     """The ``__pycache__/<stem>.*.pyc`` files of the module at ``path``."""
     cache = os.path.join(os.path.dirname(path), "__pycache__")
     stem = os.path.basename(path)[:-3] + "."
+    if os.path.islink(cache):  # a __pycache__ that is a link out is not this module's bytecode to remove
+        return []
     try:
         names = os.listdir(cache)
     except OSError:

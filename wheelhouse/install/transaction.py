@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
-from .installed import drop_bytecode
+from .installed import drop_bytecode, real_roots, stays_inside, venv_own_file
 from .target_lock import is_locked
 
 __all__ = ["Transaction", "UnfinishedInstall", "UnfinishedInstallError", "journal_path", "unfinished_transaction", "recover", "clean_leftovers"]
@@ -97,6 +97,8 @@ def _bytecode_files(path: str, listing: dict[str, list[str]]) -> list[str]:
     if not path.endswith(".py"):
         return []
     cache = os.path.join(os.path.dirname(path), "__pycache__")
+    if os.path.islink(cache):  # a __pycache__ that is a link out: not this module's bytecode to move
+        return []
     names = listing.get(cache)
     if names is None:
         try:
@@ -281,27 +283,24 @@ def unfinished_transaction(site: str | os.PathLike) -> UnfinishedInstall | None:
 _TXN_ID = re.compile(r"^\d+-\d+\Z")  # Transaction.id: pid-time_ns
 
 
-def _trusted(data: dict, roots: Sequence[str] | None) -> tuple[str, list, list[str]]:
+def _trusted(data: dict, roots: Sequence[str] | None, scheme: Mapping[str, str] | None) -> tuple[str, list, list[str]]:
     """The id, entries and folders of a journal read from disk, only as far as they stay inside the
-    environment (``roots``, real paths; None: anywhere): anyone who can write into a venv could plant one,
+    environment (``roots``, from ``real_roots``; None: anywhere) and are not the venv's own files (its
+    interpreter, activation scripts, ``pyvenv.cfg``): anyone who can write into a venv could plant one,
     and the rollback removes what it names (a transaction id of ``../../..`` made its backup folder
-    someone's home). A parent folder that is a link out counts as out."""
-    real: dict[str, str] = {}
+    someone's home). A parent folder that is a link out counts as out (``installed.stays_inside``)."""
 
     def inside(path: object) -> bool:
-        if not isinstance(path, str):
+        if not isinstance(path, str) or not path:
             return False
-        if roots is None:
-            return True
-        parent = os.path.dirname(os.path.normpath(path))
-        if parent not in real:
-            real[parent] = os.path.join(os.path.realpath(parent), "")
-        return any(real[parent].startswith(r) for r in roots)
+        if scheme is not None and venv_own_file(path, scheme):
+            return False
+        return roots is None or stays_inside(path, roots)
 
     txn_id = str(data.get("id") or "")
     txn_id = txn_id if _TXN_ID.match(txn_id) else ""
     entries = [e for e in (data.get("entries") or [])
-               if isinstance(e, list) and len(e) == 3 and inside(e[0])
+               if isinstance(e, list) and len(e) == 3 and inside(e[0]) and isinstance(e[1], bool)
                and (e[2] is None or (isinstance(e[2], str) and e[2].isdigit()))]
     dirs = [d for d in (data.get("dirs") or []) if inside(d)]
     return txn_id, entries, dirs
@@ -316,8 +315,8 @@ def recover(site: str | os.PathLike, scheme: Mapping[str, str] | None = None) ->
     found = unfinished_transaction(site)
     if found is not None:
         found = replace(found, running=False)  # the caller holds the lock: its writer is gone
-        roots = [os.path.join(os.path.realpath(r), "") for r in (site, *scheme.values())] if scheme else None
-        txn_id, entries, dirs = _trusted(_read_journal(site) or {}, roots)
+        roots = real_roots(scheme, site) if scheme else None
+        txn_id, entries, dirs = _trusted(_read_journal(site) or {}, roots, scheme)
         _roll_back(Path(site), txn_id, entries, dirs)
     clean_leftovers(site)
     return found

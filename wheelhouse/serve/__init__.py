@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -32,10 +34,12 @@ from wheelhouse.procgroup import (
     stop_group,
 )
 from wheelhouse.progress import NullReporter, Reporter
-from .listener import describe, listening_pids, owned_by_engine
+from wheelhouse.redact import known_secrets, redact
+from .listener import TAG_VARIABLE, describe, listening_pids, owned_by_engine, tagged_pids
 from .readiness import Readiness
 from .log import TAIL_LINES, LogFollower, log_tail
-from .state import Engine, default_log_path, engine_alive, read_state, remove_state, state_dir, state_path, write_state
+from .state import (DamagedState, Engine, check_not_ours, default_log_path, engine_alive, leader_matches, read_state,
+                    remove_state, state_dir, state_path, write_state)
 
 __all__ = [
     "ServeError",
@@ -44,7 +48,10 @@ __all__ = [
     "ReadyTimeout",
     "PortBusy",
     "StopFailed",
+    "StrayEngine",
+    "stop_strays",
     "NotServing",
+    "DamagedState",
     "LaunchSpec",
     "Engine",
     "StopReport",
@@ -74,7 +81,8 @@ class ServeError(WhError):
 
 
 def _tail_detail(log: Path) -> str:
-    """An error's detail: the log's last lines, where the engine says what went wrong."""
+    """An error's detail: the log's last lines, where the engine says what went wrong (redacted of every
+    secret wh knows: an engine that echoes its argv shows --api-key)."""
     return f"--- last {TAIL_LINES} lines of {log} ---\n{log_tail(log)}"
 
 
@@ -126,10 +134,13 @@ class ReadyTimeout(ServeError):
 class PortBusy(ServeError):
     code = "port-busy"
 
-    def __init__(self, url: str, *, after_stop: bool = False, holder: str | None = None):
+    def __init__(self, url: str, *, after_stop: bool = False, holder: str | None = None, held_by: str | None = None):
         host, port = _host_port(url)
         what = "is still held by another process after the engine's group was stopped" if after_stop else (
             "is already in use: readiness would be judged on whatever answers there")
+        if after_stop and held_by:
+            what = (f"is still held by another process ({held_by}) after the engine's group was stopped (not "
+                    "started by this launch, or not wh's to stop: a daemon the engine asked to serve?)")
         if holder:
             what = (f"is answered by {holder}, not the engine (it bound the port after wh found it free); "
                     "the engine was stopped")
@@ -193,11 +204,10 @@ def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
         raise _not_found(spec.command[0])
     log = Path(spec.log)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}}
+    tag = uuid.uuid4().hex
+    env = {**os.environ, **{k: str(v) for k, v in spec.env.items()}, TAG_VARIABLE: tag}
     with open(log, "ab") as fh:
-        header = " ".join(spec.command)
-        for secret in spec.redact:
-            header = header.replace(secret, "***")
+        header = redact(" ".join(spec.command), (*spec.redact, *known_secrets()))
         fh.write(f"# wh serve: {header}\n".encode())
         fh.flush()
         try:
@@ -206,8 +216,48 @@ def start_engine(spec: LaunchSpec) -> tuple[Engine, subprocess.Popen]:
             raise _not_found(spec.command[0]) from exc
         except PermissionError as exc:
             raise UsageError(f"cannot start the engine: {spec.command[0]!r} is not executable", hint="chmod +x it or run it through its interpreter") from exc
-    engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), start_ticks(proc.pid))
+    engine = Engine(proc.pid, proc.pid, spec.url, str(log), tuple(spec.command), time.time(), start_ticks(proc.pid), tag)
     return engine, proc
+
+
+class StrayEngine(ServeError):
+    """A process this launch started is still running after its group was stopped, and wh could not stop it."""
+
+    code = "stray-engine"
+
+
+def stop_strays(engine: Engine, *, grace: float = 15.0) -> list[int]:
+    """After the group is stopped: stop every process that still carries this launch's tag (a daemon that left
+    the session, a rank started with setsid), each in its own group; returns their pids. Where one cannot be
+    stopped, StrayEngine names it and the command to stop it."""
+    if not engine.tag:
+        return []
+    strays, _ = tagged_pids(engine.tag)
+    stuck = []
+    for pid in strays:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if pgid > 1 and pgid != os.getpgrp() and pgid == pid:
+                stop_group(pgid, grace=grace)
+            else:  # not the leader of a group of its own: that one process only
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + grace
+                while start_ticks(pid) is not None and time.monotonic() < deadline and pid in tagged_pids(engine.tag)[0]:
+                    time.sleep(0.05)
+                if pid in tagged_pids(engine.tag)[0]:
+                    os.kill(pid, signal.SIGKILL)
+        except (PermissionError, StopFailed):
+            stuck.append(pid)
+        except ProcessLookupError:
+            pass
+    if stuck:
+        raise StrayEngine(f"the engine left {', '.join(describe(p) for p in stuck)} running outside its process group, "
+                          "and wh could not stop it",
+                          hint=f"stop it with `kill -TERM {' '.join(map(str, stuck))}` (then -KILL if it stays)")
+    return strays
 
 
 def _not_found(program: str) -> UsageError:
@@ -224,7 +274,8 @@ def _confirm_port_free(url: str, sleep: Callable[[float], None] = time.sleep) ->
         if not port_open(url, timeout=0.2):
             return
         sleep(0.1)
-    raise PortBusy(url, after_stop=True)
+    holders = listening_pids(_host_port(url)[1]) or set()
+    raise PortBusy(url, after_stop=True, held_by=", ".join(describe(pid) for pid in sorted(holders)) or None)
 
 
 # --- the readiness loop ----------------------------------------------------------------------
@@ -306,6 +357,7 @@ def launch(
         reporter.note(f"stopping process group {engine.pgid} ...")
         with no_interrupts():  # a second Ctrl-C must not leave the group half-stopped
             stop_engine(engine.pgid, leader=proc, grace=grace)
+            stop_strays(engine, grace=grace)  # nothing half-started: a daemon it spawned goes too
         if not isinstance(exc, PortBusy):  # an impostor holds it: that is the error already
             _confirm_port_free(spec.url)
         raise
@@ -316,6 +368,7 @@ def shutdown(engine: Engine, proc: subprocess.Popen | None = None, *, grace: flo
     """Stop the engine's whole group and confirm its port is free (PortBusy if something else holds it)."""
     with no_interrupts():
         report = stop_engine(engine.pgid, leader=proc, grace=grace)
+        stop_strays(engine, grace=grace)
     _confirm_port_free(engine.url)
     return report
 
@@ -337,6 +390,7 @@ def serve_until_exit(
     except KeyboardInterrupt:
         return shutdown(engine, proc, grace=grace)
     stop_engine(engine.pgid, leader=proc, grace=grace)  # ranks outliving their leader
+    stop_strays(engine, grace=grace)
     raise EngineExited(proc.returncode, Path(engine.log), after_ready=True)
 
 
@@ -350,9 +404,18 @@ def stop_detached(path: Path | None = None, *, grace: float = 15.0) -> tuple[Eng
     if engine is None:
         raise NotServing(f"no detached engine is recorded ({p} does not exist)",
                          hint="start one with `wh serve --detach ...`; for other engines stop them by their own means")
-    if engine_alive(engine):
+    check_not_ours(engine, p)  # a damaged or hand-edited record: an error, never a signal
+    if leader_matches(engine):
         report = stop_engine(engine.pgid, grace=grace)
+        stop_strays(engine, grace=grace)
     else:
+        if start_ticks(engine.pid) is None and group_members(engine.pgid):
+            # The leader is gone, so its start time can no longer vouch for the group: wh does not signal it.
+            left = ", ".join(map(str, group_members(engine.pgid)))
+            raise NotServing(f"the engine's leader (pid {engine.pid}) is gone but process group {engine.pgid} still "
+                             f"has {left}; wh stops only a group whose leader it can verify",
+                             hint=f"check them with `ps -o pid,lstart,cmd -g {engine.pgid}`; if they are the engine's "
+                                  f"ranks, `kill -TERM -- -{engine.pgid}`, then delete {p}")
         report = StopReport(engine.pgid, was_running=False)
     remove_state(p)  # the recorded engine is gone; a port held by someone else is a separate problem
     _confirm_port_free(engine.url)

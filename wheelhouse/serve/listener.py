@@ -14,7 +14,11 @@ from pathlib import Path
 
 from wheelhouse.procgroup import proc_stat
 
-__all__ = ["listening_pids", "owned_by_engine", "describe"]
+__all__ = ["listening_pids", "owned_by_engine", "describe", "TAG_VARIABLE", "tagged_pids"]
+
+# Set in the engine's environment by ``wh serve``: a process that carries it (a daemon that left the
+# group, a rank started with setsid) was started by this launch, whatever its parent or group now is.
+TAG_VARIABLE = "WH_SERVE_LAUNCH"
 
 _PROC = Path("/proc")
 _LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN
@@ -86,3 +90,30 @@ def describe(pid: int) -> str:
     except OSError:
         cmd = ""
     return f"pid {pid}" + (f" ({cmd[:120]})" if cmd else "")
+
+
+def tagged_pids(tag: str) -> tuple[list[int], bool]:
+    """Pids whose environment holds ``TAG_VARIABLE=tag`` (not wh's own), and whether every process's
+    environment could be read (False: some are not ours to read, so a stray may be hidden)."""
+    want = f"{TAG_VARIABLE}={tag}".encode()
+    found, complete = [], True
+    me = os.getpid()
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return [], False
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            complete = False
+            continue
+        if want in environ.split(b"\0"):
+            st = proc_stat(int(entry.name))
+            if st and st[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return sorted(found), complete

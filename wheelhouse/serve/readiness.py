@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 READY_MODES = ("health", "http", "generate")
+
+# A readiness answer is a few hundred bytes; a bigger body is not one (and an endless one must not hang wh).
+MAX_BODY = 1 << 20
 
 State = Literal["waiting", "loading", "ready", "error"]
 
@@ -75,19 +79,38 @@ class Transport(Protocol):
     ) -> HttpReply: ...
 
 
+def _read_bounded(resp, deadline: float, limit: int = MAX_BODY) -> bytes:
+    """At most ``limit`` bytes of ``resp``'s body, all of it before ``deadline`` (time.monotonic), else
+    TimeoutError: a body that streams forever (or trickles) is no answer. One socket read at a time
+    (``read1``), so a slow trickle cannot hold a read past the deadline by more than the socket timeout."""
+    chunks, size = [], 0
+    read = getattr(resp, "read1", resp.read)
+    while size <= limit:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the reply's body did not end within the attempt timeout")
+        chunk = read(min(65536, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    raise TimeoutError(f"the reply's body is more than {limit} bytes")
+
+
 class UrllibTransport:
-    """The stdlib transport: any HTTP status is a reply; no reply is an OSError."""
+    """The stdlib transport: any HTTP status is a reply; no reply is an OSError (a body that does not end
+    within ``timeout``, or is larger than MAX_BODY, is a TimeoutError)."""
 
     def request(self, method, url, *, body=None, headers=None, timeout=5.0) -> HttpReply:
+        deadline = time.monotonic() + timeout
         req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
         # Loopback engines must not be routed through a proxy from the environment.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
             with opener.open(req, timeout=timeout) as resp:
-                return HttpReply(resp.status, resp.read())
+                return HttpReply(resp.status, _read_bounded(resp, deadline))
         except urllib.error.HTTPError as exc:
             with exc:  # an error reply still owns the socket
-                return HttpReply(exc.code, exc.read() or b"")
+                return HttpReply(exc.code, _read_bounded(exc, deadline) if exc.fp is not None else b"")
         except urllib.error.URLError as exc:
             reason = exc.reason if isinstance(exc.reason, OSError) else OSError(str(exc.reason))
             raise reason from exc
