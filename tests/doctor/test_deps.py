@@ -96,20 +96,25 @@ def test_cli_reports_missing_dependency_in_json(tmp_path):
     assert r["id"] == "deps:eng" and "apache-tvm-ffi" in r["evidence"]
 
 
-def test_what_wh_did_not_install_is_a_warning_once_wh_has_installed_here(tmp_path):
-    # A base image (Kaggle's) carries hundreds of packages whose own metadata conflicts; they are not the
-    # stack's. Once wh has installed into this environment, unmet requirements of what wh installed fail,
-    # and those of what was there before are warnings (still listed).
+def _wh_installed(tmp_path: Path, wheel: Path) -> Path:
+    """A venv that `wh install` made from a wheelhouse holding ``wheel`` (its requirements left out)."""
     from faults import wh_command
     from nvidia_fixtures import make_wheelhouse
 
-    w = tmp_path / "w"
-    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "eng", "0.1", requires=["pyzmq>=25"])])
+    house = make_wheelhouse(tmp_path / "house", [wheel])
     venv = tmp_path / "venv"
     done = subprocess.run(wh_command(["install", str(house), "--venv", str(venv), "--python", sys.executable,
                                       "--allow-missing"]), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    py = venv / "bin" / "python"
+    return venv / "bin" / "python"
+
+
+def test_what_is_not_part_of_the_installed_stack_is_a_warning(tmp_path):
+    # A base image (Kaggle's) carries hundreds of packages whose own metadata conflicts; they are not the
+    # stack's. Once wh has installed into this environment, unmet requirements of what wh installed fail,
+    # and those of what was there before are warnings (still listed).
+    w = tmp_path / "w"
+    py = _wh_installed(tmp_path, make_wheel(w, "eng", "0.1", requires=["pyzmq>=25"]))
     install_wheel(py, make_wheel(w, "preexisting", "1.0", requires=["gone-from-the-image"]))
     report = run_doctor(str(py), checks=["deps"])
     assert report.get("deps:eng").verdict == "fail" and "pyzmq>=25: not installed" in report.get("deps:eng").evidence
@@ -120,16 +125,8 @@ def test_what_wh_did_not_install_is_a_warning_once_wh_has_installed_here(tmp_pat
 def test_what_the_installed_stack_requires_fails_whoever_installed_it(tmp_path):
     # The engine wh installed needs `helper`, which was in the image before: helper's unmet requirement breaks
     # the engine all the same, so it fails (who installed a distribution never changes a verdict).
-    from faults import wh_command
-    from nvidia_fixtures import make_wheelhouse
-
     w = tmp_path / "w"
-    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "eng", "0.1", requires=["helper"])])
-    venv = tmp_path / "venv"
-    done = subprocess.run(wh_command(["install", str(house), "--venv", str(venv), "--python", sys.executable,
-                                      "--allow-missing"]), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    py = venv / "bin" / "python"
+    py = _wh_installed(tmp_path, make_wheel(w, "eng", "0.1", requires=["helper"]))
     install_wheel(py, make_wheel(w, "helper", "1.0", requires=["gone-from-the-image"]))
     r = run_doctor(str(py), checks=["deps"]).get("deps:helper")
     assert r.verdict == "fail", r.evidence

@@ -188,3 +188,18 @@ def test_cli_exit_code(venv, tmp_path):
     assert verdicts == {"kernels:blackwellonly": "fail", "kernels:hopperonly": "fail", "kernels:ptxonly": "ok",
                         "kernels:variants": "ok", "kernels:turingonly": "fail", "kernels:fftlike": "ok",
                         "kernels:ampereonly": "ok", "kernels:nvidia-cufft": "ok"}
+
+
+def test_the_harmless_data_file_refuses_an_entry_without_a_reason(tmp_path):
+    from wheelhouse.doctor.checks.kernels import load_harmless
+
+    bad = tmp_path / "kernels.toml"
+    bad.write_text('[[harmless]]\ndistribution = "nvidia-cufft*"\nobjects = "*/libcufftw.so*"\nimages = ["sm_75"]\n')
+    with pytest.raises(Exception) as info:
+        load_harmless(bad)
+    assert info.value.code == "kernels-data" and "reason" in str(info.value)
+    bad.write_text('[[harmless]]\ndistribution = "x"\nobject = "y"\n')
+    with pytest.raises(Exception) as info:
+        load_harmless(bad)
+    assert "'object' (did you mean 'objects'?)" in str(info.value)
+    assert load_harmless()  # the bundled file reads

@@ -26,7 +26,7 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelhouse.datafile import check_keys, get_value, load_toml
+from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, sm_number
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
@@ -62,20 +62,16 @@ class HarmlessGap:
 def load_harmless(path: Path | None = None) -> tuple[HarmlessGap, ...]:
     """The ``[[harmless]]`` entries of ``doctor/kernels.toml`` (or ``path``)."""
     path = path or doctor_dir() / "kernels.toml"
-    data = load_toml(path, what="kernels data file", error=KernelsDataError)
-    check_keys(data, ["harmless"], str(path), error=KernelsDataError)
     out = []
-    for i, t in enumerate(data.get("harmless") or ()):
-        where = f"{path} [[harmless]] #{i + 1}"
-        check_keys(t, ["distribution", "objects", "images", "reason"], where, error=KernelsDataError)
-
-        def value(key: str, kinds: tuple[type, ...]):
-            return get_value(t, key, kinds, where, error=KernelsDataError)
-
-        if not value("reason", (str,)):
-            raise KernelsDataError(f"{where} has no reason", hint="say why the gap is harmless: it is the evidence")
-        out.append(HarmlessGap(str(value("distribution", (str,))), str(value("objects", (str,))),
-                               tuple(str(x) for x in value("images", (list,)) or ()), str(value("reason", (str,)))))
+    for where, t in load_tables(path, "harmless", ["distribution", "objects", "images", "reason"],
+                                what="kernels data file", error=KernelsDataError):
+        dist, objects, images, reason = (get_value(t, k, kinds, where, error=KernelsDataError) for k, kinds in
+                                         (("distribution", (str,)), ("objects", (str,)), ("images", (list,)),
+                                          ("reason", (str,))))
+        if not (dist and objects and images and reason):
+            raise KernelsDataError(f"{where} needs distribution, objects, images and reason",
+                                   hint="the reason is the evidence: say why the gap is harmless")
+        out.append(HarmlessGap(dist, objects, tuple(str(x) for x in images), reason))
     return tuple(out)
 
 

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelhouse.datafile import check_keys, get_value, load_toml
+from wheelhouse.datafile import get_value, load_tables, load_toml
 from wheelhouse.doctor.elf import BadElf, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
@@ -60,12 +60,9 @@ class LinkBuild:
 def load_link_builds(path: Path | None = None) -> tuple[LinkBuild, ...]:
     """The ``[[build]]`` entries of ``doctor/links.toml`` (or ``path``)."""
     path = path or doctor_dir() / "links.toml"
-    data = load_toml(path, what="links data file", error=LinksDataError)
-    check_keys(data, ["build"], str(path), error=LinksDataError)
     out = []
-    for i, t in enumerate(data.get("build") or ()):
-        where = f"{path} [[build]] #{i + 1}"
-        check_keys(t, ["distribution", "needs", "reason"], where, error=LinksDataError)
+    for where, t in load_tables(path, "build", ["distribution", "needs", "reason"], what="links data file",
+                                error=LinksDataError):
         needs = tuple(str(x) for x in get_value(t, "needs", (list,), where, error=LinksDataError) or ())
         if not needs or any(n not in DOCTOR_LINKS for n in needs):
             raise LinksDataError(f"{where}: needs must list {' and/or '.join(DOCTOR_LINKS)}", hint='needs = ["sonames"]')

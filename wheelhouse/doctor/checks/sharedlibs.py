@@ -38,7 +38,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.env.cuda import engine_environment
 from wheelhouse.doctor.probes import probe_script, run_probe
-from wheelhouse.datafile import check_keys, get_value, load_toml
+from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
@@ -219,12 +219,9 @@ class SharedlibsDataError(WhError):
 def load_optional(path: Path | None = None) -> tuple[OptionalObject, ...]:
     """The ``[[optional]]`` entries of ``doctor/sharedlibs.toml`` (or ``path``)."""
     path = path or doctor_dir() / "sharedlibs.toml"
-    data = load_toml(path, what="sharedlibs data file", error=SharedlibsDataError)
-    check_keys(data, ["optional"], str(path), error=SharedlibsDataError)
     out = []
-    for i, t in enumerate(data.get("optional") or ()):
-        where = f"{path} [[optional]] #{i + 1}"
-        check_keys(t, ["distribution", "objects", "libraries", "reason"], where, error=SharedlibsDataError)
+    for where, t in load_tables(path, "optional", ["distribution", "objects", "libraries", "reason"],
+                                what="sharedlibs data file", error=SharedlibsDataError):
         out.append(OptionalObject(str(get_value(t, "distribution", (str,), where, error=SharedlibsDataError)),
                                   str(get_value(t, "objects", (str,), where, error=SharedlibsDataError)),
                                   tuple(get_value(t, "libraries", (list,), where, error=SharedlibsDataError) or ()),
