@@ -283,6 +283,42 @@ def _where_else(name: str, dirs: Sequence[str]) -> str | None:
     return next((d for d in dirs if os.path.exists(os.path.join(d, name))), None)
 
 
+@dataclass
+class _Misses:
+    """A distribution's missing libraries, sorted by what they mean for the stack."""
+
+    hard: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # library -> (object, lookup): fail
+    soft: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # the driver's, no GPU here: warn
+    warns: list[str] = field(default_factory=list)  # optional (data) or loaded on demand: warn, with the reason
+    notes: list[str] = field(default_factory=list)  # an alternative build finds everything: a note
+    on_demand: dict[str, list[str]] = field(default_factory=dict)  # library -> the plugins that lack it
+
+
+def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list[tuple[str, Found]]],
+                 clean: set[str], paths: Mapping[str, Path], scans: Mapping[Path, _Scan], stack: _Stack) -> _Misses:
+    out = _Misses()
+    plugins: dict[str, list[str]] = {}  # object -> what it lacks
+    for name, needers in missing.items():
+        for rel, found in needers:
+            rule = next((o for o in stack.optional if o.covers(d.key, rel, name)), None)
+            sibling = None if rule else _variant_of(rel, clean, stack.suffixes)
+            if rule:
+                out.warns.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
+            elif sibling:
+                out.notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
+            elif not ctx.gpu.gpus and _is_driver_lib(name):
+                out.soft.setdefault(name, []).append((rel, found))
+            elif _on_demand(d, rel, paths[rel], scans[paths[rel]].info, stack):
+                out.on_demand.setdefault(name, []).append(rel)
+                plugins.setdefault(rel, []).append(name)
+            else:
+                out.hard.setdefault(name, []).append((rel, found))
+    out.warns += [f"{rel} needs {', '.join(names)}: not found -- loaded on demand: no shipped object names "
+                  f"{rel.rpartition('/')[2]} in DT_NEEDED (a plugin its package loads by name, only when that "
+                  "feature is used)" for rel, names in plugins.items()]
+    return out
+
+
 def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]], scans: Mapping[Path, _Scan],
              stack: _Stack) -> CheckResult:
     cid = f"sharedlibs:{d.key}"
@@ -292,7 +328,6 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     via: dict[str, int] = {}
     foreign = checked = 0
     clean: set[str] = set()
-    paths = dict(objects)
     for rel, path in objects:
         s = scans[path]
         if s.error is not None:
@@ -309,48 +344,28 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
-    no_driver = not ctx.gpu.gpus
-    hard: dict[str, list[tuple[str, Found]]] = {}
-    soft: dict[str, list[tuple[str, Found]]] = {}
-    warns: list[str] = []
-    notes: list[str] = []
-    on_demand: dict[str, list[str]] = {}
-    for name, needers in missing.items():
-        for rel, found in needers:
-            rule = next((o for o in stack.optional if o.covers(d.key, rel, name)), None)
-            sibling = None if rule else _variant_of(rel, clean, stack.suffixes)
-            base = rel.rpartition("/")[2]
-            if rule:
-                warns.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
-            elif sibling:
-                notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
-            elif _on_demand(d, rel, paths[rel], scans[paths[rel]].info, stack):
-                on_demand.setdefault(name, []).append(rel)
-                warns.append(f"{rel} needs {name}: not found -- loaded on demand: no shipped object names {base} in "
-                             f"DT_NEEDED (a plugin its package loads by name, only when that feature is used)")
-            else:
-                (soft if no_driver and _is_driver_lib(name) else hard).setdefault(name, []).append((rel, found))
+    m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
     lines = list(bad)
-    for name, needers in {**hard, **soft}.items():
+    for name, needers in {**m.hard, **m.soft}.items():
         shown = ", ".join(rel for rel, _ in needers[:_SHOWN]) + (f" (+{len(needers) - _SHOWN} more)"
                                                                  if len(needers) > _SHOWN else "")
         where = ", ".join(needers[0][1].searched) or "nowhere to search"
-        extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in soft else ""
+        extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in m.soft else ""
         lines.append(f"{shown} needs {name}: not found{extra}; searched {where}")
     caller = [f"note: the caller's LD_LIBRARY_PATH adds {d_}, which the engine's environment does not have "
               f"({name} is there)" for name in missing for d_ in [_where_else(name, stack.caller_extra)] if d_]
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,
-            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": notes,
-            "on_demand": on_demand, "caller_ld_library_path": list(stack.caller_extra)}
-    if bad or hard:
-        return CheckResult(cid, title, "fail", "\n".join(lines + warns + notes + caller) + stack.note,
+            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": m.notes,
+            "on_demand": m.on_demand, "caller_ld_library_path": list(stack.caller_extra)}
+    if bad or m.hard:
+        return CheckResult(cid, title, "fail", "\n".join(lines + m.warns + m.notes + caller) + stack.note,
                            hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
                                 "the system package) and re-run `wh doctor --check sharedlibs`; a folder the engine "
                                 "needs goes in the manifest's [serve] env LD_LIBRARY_PATH; an empty or truncated "
                                 f".so is a broken install of {d.name}: install it again with `wh install`", data=data)
-    if soft or warns:
-        return CheckResult(cid, title, "warn", "\n".join(lines + warns + notes + caller),
-                           hint="on the GPU box the driver provides it; run `wh doctor` there" if soft else
+    if m.soft or m.warns:
+        return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller),
+                           hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else
                            "fine unless the engine uses that feature; install the library it names to use it",
                            data=data)
     total = sum(via.values())
@@ -359,7 +374,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
         f": {how}" if how else "")
     if foreign:
         ev += f"; {foreign} built for another machine, not checked"
-    return CheckResult(cid, title, "ok", "\n".join([ev, *notes]), data=data)
+    return CheckResult(cid, title, "ok", "\n".join([ev, *m.notes]), data=data)
 
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
