@@ -89,7 +89,7 @@ def _recipe_links(ctx: DoctorContext) -> str | None:
 
 
 def link_needs(ctx: DoctorContext, plan) -> dict[str, list[str]]:
-    """"sonames" / "lib64" -> what in the stack needs the links ``plan`` would add (empty: nothing does)."""
+    """What in the stack needs the links ``plan`` would add, per kind (``"sonames"``, ``"lib64"``); empty: nothing."""
     needs: dict[str, list[str]] = {n: [] for n in DOCTOR_LINKS}
     m = ctx.manifest
     if m is not None:
@@ -97,28 +97,38 @@ def link_needs(ctx: DoctorContext, plan) -> dict[str, list[str]]:
         for n in m.doctor.links:
             needs[n].append(f"{where} asks for them ([doctor] links = {', '.join(m.doctor.links)})")
     recipe = _recipe_links(ctx)
-    for n in DOCTOR_LINKS:
-        if recipe:
+    if recipe:
+        for n in DOCTOR_LINKS:
             needs[n].append(recipe)
     for rule in load_link_builds():
         for d in ctx.distributions.values():
             if fnmatch.fnmatchcase(d.key, rule.distribution):
                 for n in rule.needs:
                     needs[n].append(f"{d.name} {d.version}: {rule.reason}")
+    for n, why in _object_needs(ctx, plan).items():
+        needs[n] += why
+    return needs
+
+
+def _object_needs(ctx: DoctorContext, plan) -> dict[str, list[str]]:
+    """Installed shared objects that name a missing link: the unversioned soname in DT_NEEDED, the missing
+    ``lib64`` folder in RUNPATH/RPATH."""
     names = {c.path.rpartition("/")[2] for c in plan if c.action == "symlink"}
     lib64s = {os.path.normpath(c.path) for c in plan if c.action == "lib64"}
-    if names or lib64s:
-        for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
-            for rel, path in shared_objects(d):
-                try:
-                    info = read_elf(path)
-                except BadElf:
-                    continue
-                needs["sonames"] += [f"{d.name}'s {rel} needs {n} (DT_NEEDED)" for n in info.needed if n in names]
-                for kind, entries in (("RUNPATH", info.runpath), ("RPATH", info.rpath)):
-                    needs["lib64"] += [f"{d.name}'s {rel} searches {e} ({kind})" for e in entries
-                                       if _expand(e, info.origin) in lib64s]
-    return needs
+    out: dict[str, list[str]] = {"sonames": [], "lib64": []}
+    if not (names or lib64s):
+        return out
+    for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
+        for rel, path in shared_objects(d):
+            try:
+                info = read_elf(path)
+            except BadElf:
+                continue
+            out["sonames"] += [f"{d.name}'s {rel} needs {n} (DT_NEEDED)" for n in info.needed if n in names]
+            for kind, entries in (("RUNPATH", info.runpath), ("RPATH", info.rpath)):
+                out["lib64"] += [f"{d.name}'s {rel} searches {e} ({kind})" for e in entries
+                                 if _expand(e, info.origin) in lib64s]
+    return out
 
 
 def _expand(entry: str, origin: str) -> str:
