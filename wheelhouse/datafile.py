@@ -41,6 +41,7 @@ __all__ = [
     "check_keys",
     "get_value",
     "did_you_mean",
+    "load_tables",
 ]
 
 # No manifest, recipe, rule file, profile or requirements file comes near this; a bigger one is
@@ -202,3 +203,22 @@ def get_value(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where
                 else f"give {key} {what}")
         raise error(f"{where} must be {what}, not {value!r}", hint=hint)
     return value
+
+
+def load_tables(path: str | Path, key: str, allowed: Iterable[str], *, what: str,
+                error: type[WhError] = UsageError) -> list[tuple[str, Mapping[str, Any]]]:
+    """The ``[[key]]`` tables of the TOML data file ``path``, each checked for unknown keys, with where it is
+    (``"<path> [[key]] #2"``, for the errors its values raise)."""
+    data = load_toml(path, what=what, error=error)
+    check_keys(data, [key], str(path), error=error)
+    tables = data.get(key) or []
+    if not isinstance(tables, list):
+        raise error(f"{path}: {key} must be a list of tables", hint=f"write each entry as [[{key}]]")
+    out = []
+    for i, table in enumerate(tables):
+        where = f"{path} [[{key}]] #{i + 1}"
+        if not isinstance(table, Mapping):
+            raise error(f"{where} must be a table", hint=f"write each entry as [[{key}]]")
+        check_keys(table, allowed, where, error=error)
+        out.append((where, table))
+    return out

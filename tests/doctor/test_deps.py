@@ -50,7 +50,9 @@ def test_a_wrong_version_and_an_installed_extra_are_judged(tmp_path):
     ])
     report = run_doctor(str(py), checks=["deps"])
     app = report.get("deps:app")
-    assert app.verdict == "fail" and app.evidence == "app 1.0 requires other>=4: 3.0 installed"
+    assert app.verdict == "fail" and app.evidence.splitlines() == [
+        "app 1.0 requires other>=4: 3.0 installed",
+        "app is part of the stack (wh installed nothing here: the distributions in this interpreter's own site folders)"]
     lib = report.get("deps:lib")  # lib[fast] was asked for by app: its fast extra's requirement counts
     assert lib.verdict == "fail" and "speedup" in lib.evidence and "slowdep" not in lib.evidence
     assert report.get("deps:other") is None
@@ -94,22 +96,80 @@ def test_cli_reports_missing_dependency_in_json(tmp_path):
     assert r["id"] == "deps:eng" and "apache-tvm-ffi" in r["evidence"]
 
 
-def test_what_wh_did_not_install_is_a_warning_once_wh_has_installed_here(tmp_path):
-    # A base image (Kaggle's) carries hundreds of packages whose own metadata conflicts; they are not the
-    # stack's. Once wh has installed into this environment, unmet requirements of what wh installed fail,
-    # and those of what was there before are warnings (still listed).
+def _wh_installed(tmp_path: Path, wheel: Path) -> Path:
+    """A venv that `wh install` made from a wheelhouse holding ``wheel`` (its requirements left out)."""
     from faults import wh_command
     from nvidia_fixtures import make_wheelhouse
 
-    w = tmp_path / "w"
-    house = make_wheelhouse(tmp_path / "house", [make_wheel(w, "eng", "0.1", requires=["pyzmq>=25"])])
+    house = make_wheelhouse(tmp_path / "house", [wheel])
     venv = tmp_path / "venv"
     done = subprocess.run(wh_command(["install", str(house), "--venv", str(venv), "--python", sys.executable,
                                       "--allow-missing"]), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    py = venv / "bin" / "python"
+    return venv / "bin" / "python"
+
+
+def test_what_is_not_part_of_the_installed_stack_is_a_warning(tmp_path):
+    # A base image (Kaggle's) carries hundreds of packages whose own metadata conflicts; they are not the
+    # stack's. Once wh has installed into this environment, unmet requirements of what wh installed fail,
+    # and those of what was there before are warnings (still listed).
+    w = tmp_path / "w"
+    py = _wh_installed(tmp_path, make_wheel(w, "eng", "0.1", requires=["pyzmq>=25"]))
     install_wheel(py, make_wheel(w, "preexisting", "1.0", requires=["gone-from-the-image"]))
     report = run_doctor(str(py), checks=["deps"])
     assert report.get("deps:eng").verdict == "fail" and "pyzmq>=25: not installed" in report.get("deps:eng").evidence
     pre = report.get("deps:preexisting")
-    assert pre.verdict == "warn" and "gone-from-the-image" in pre.evidence and "not installed by wh" in pre.evidence
+    assert pre.verdict == "warn" and "gone-from-the-image" in pre.evidence and "not part of the stack" in pre.evidence
+
+
+def test_what_the_installed_stack_requires_fails_whoever_installed_it(tmp_path):
+    # The engine wh installed needs `helper`, which was in the image before: helper's unmet requirement breaks
+    # the engine all the same, so it fails (who installed a distribution never changes a verdict).
+    w = tmp_path / "w"
+    py = _wh_installed(tmp_path, make_wheel(w, "eng", "0.1", requires=["helper"]))
+    install_wheel(py, make_wheel(w, "helper", "1.0", requires=["gone-from-the-image"]))
+    r = run_doctor(str(py), checks=["deps"]).get("deps:helper")
+    assert r.verdict == "fail", r.evidence
+    assert "required by the stack: eng 0.1 -> helper" in r.evidence
+
+
+def _with_base_system(tmp_path: Path, venv_wheels, base_wheels) -> Path:
+    """A venv (the stack) over a base site folder the interpreter also imports (Debian's dist-packages, reached
+    like a --system-site-packages venv sees it): nothing wh installed, a plain environment."""
+    w = tmp_path / "w"
+    py = _venv(tmp_path, [make_wheel(w, *a, **k) for a, k in venv_wheels])
+    base = tmp_path / "dist-packages"
+    for a, k in base_wheels:
+        install_wheel_into(make_wheel(w, *a, **k), base)
+    (site_packages(py) / "base-system.pth").write_text(f"{base}\n")
+    return py
+
+
+def test_a_base_system_distribution_nothing_in_the_stack_requires_is_a_warn(tmp_path):
+    # Debian's python3-gi (PyGObject) without pycairo: not the stack's, and nothing in the stack needs it.
+    py = _with_base_system(tmp_path, [(("app", "1.0"), {"requires": ["lib>=1"]}), (("lib", "1.0"), {})],
+                           [(("PyGObject", "3.42.2"), {"requires": ["pycairo>=1.16.0"]})])
+    report = run_doctor(str(py), checks=["deps"])
+    r = report.get("deps:pygobject")
+    assert r.verdict == "warn", r.evidence
+    assert "PyGObject 3.42.2 requires pycairo>=1.16.0: not installed" in r.evidence
+    assert "not part of the stack" in r.evidence and "nothing in the stack requires it" in r.evidence
+    assert r.data["part_of_stack"] is False
+    assert report.exit_code() == 0
+
+
+def test_a_base_system_distribution_the_stack_requires_fails(tmp_path):
+    py = _with_base_system(tmp_path, [(("app", "1.0"), {"requires": ["pygobject"]})],
+                           [(("PyGObject", "3.42.2"), {"requires": ["pycairo>=1.16.0"]})])
+    r = run_doctor(str(py), checks=["deps"]).get("deps:pygobject")
+    assert r.verdict == "fail", r.evidence
+    assert "required by the stack: app 1.0 -> PyGObject" in r.evidence
+
+
+def test_a_base_system_requirement_does_not_block_the_serve_preflight(tmp_path):
+    from wheelhouse.serve.preflight import run_preflight
+
+    py = _with_base_system(tmp_path, [(("app", "1.0"), {})],
+                           [(("PyGObject", "3.42.2"), {"requires": ["pycairo>=1.16.0"]})])
+    run_preflight(gpus=[], expected_gpus=None, max_used_mib=None,
+                  doctor=lambda: run_doctor(str(py), checks=["deps"]).failed)  # raises PreflightFailed if blocked

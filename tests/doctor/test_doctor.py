@@ -324,7 +324,8 @@ def test_links_check_reports_missing_sonames_and_fix_adds_them(tmp_path, broken_
     (lib / "libcudart.so.13").write_bytes(b"\x7fELF" + b"\0" * 64)
     report = run_doctor(str(py), checks=["links:sonames"])
     r = report.get("links:sonames")
-    assert r.verdict in ("warn", "fail") and "nvidia/cu13/lib lacks libcudart.so" in r.evidence
+    # nothing in this stack links -lcudart: ok with the missing link named (issue 28.11); --fix still adds it
+    assert r.verdict == "ok" and "nvidia/cu13/lib lacks libcudart.so" in r.evidence
     assert r.fix == "wh links --fix"
     wh("doctor", "--python", str(py), "--check", "links:sonames", "--fix", check=0)
     assert os.readlink(lib / "libcudart.so") == "libcudart.so.13"

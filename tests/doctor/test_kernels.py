@@ -47,6 +47,11 @@ def venv(tmp_path_factory) -> Path:
                    files={"turingonly/lib/libturing.so": sm75}),
         make_wheel(folder, "fftlike", "1.0", tags=_tags(), modules={"fftlike/__init__.py": ""},
                    files={"fftlike/lib/libfftlike.so.12": cufftlike}),
+        make_wheel(folder, "ampereonly", "1.0", tags=_tags(), modules={"ampereonly/__init__.py": ""},
+                   files={"ampereonly/lib/libampere.so": sm80}),
+        # nvidia-cufft's layout: cuFFTW (the FFTW interface) carries an sm_75-only fatbin beside libcufft.
+        make_wheel(folder, "nvidia-cufft", "12.0.0.61", tags=_tags(),
+                   files={"nvidia/cu13/lib/libcufftw.so.12": sm75, "nvidia/cu13/lib/libcufft.so.12": cufftlike}),
     ]
     py = make_venv(tmp_path_factory.mktemp("kernels-venv") / "venv")
     for w in wheels:
@@ -94,11 +99,31 @@ def test_an_architecture_variant_beside_one_that_runs_is_not_a_false_red(venv, t
     assert r.data["variants"][0]["object"] == f"variants/sm100/common_ops{SUFFIX}"
 
 
-def test_sass_for_older_gpus_only_is_a_warning(venv, tmp_path):
-    # cuFFTW ships an sm_75-only fatbin and runs on every GPU: such kernels may be kept for those GPUs alone.
+def test_sass_for_an_older_major_fails_as_its_launch_would(venv, tmp_path):
+    # SASS runs only on its own major: sm_80 SASS on an sm_90 card launches with cudaError 209 (no kernel image).
+    r = run_doctor(str(venv), checks=["kernels:ampereonly"], environ=gpus(tmp_path, "9.0")).get("kernels:ampereonly")
+    assert r.verdict == "fail", r.evidence
+    assert "ampereonly/lib/libampere.so has kernels for sm_80 only; this GPU is sm_90" in r.evidence
+    assert "sm_90" in r.hint
     r = run_doctor(str(venv), checks=["kernels:turingonly"], environ=gpus(tmp_path, "8.9")).get("kernels:turingonly")
-    assert r.verdict == "warn"
-    assert "turingonly/lib/libturing.so has kernels for sm_75 only; this GPU is sm_89 (older GPUs only" in r.evidence
+    assert r.verdict == "fail"
+    assert "turingonly/lib/libturing.so has kernels for sm_75 only; this GPU is sm_89" in r.evidence
+
+
+def test_cufftw_sm75_only_kernels_are_ok_with_the_reason_from_data(venv, tmp_path):
+    r = run_doctor(str(venv), checks=["kernels:nvidia-cufft"], environ=gpus(tmp_path, "9.0")).get("kernels:nvidia-cufft")
+    assert r.verdict == "ok", r.evidence
+    assert "nvidia/cu13/lib/libcufftw.so.12 has kernels for sm_75 only; this GPU is sm_90 -- harmless: cuFFTW" in r.evidence
+    (entry,) = r.data["harmless"]
+    assert entry["object"] == "nvidia/cu13/lib/libcufftw.so.12" and "cuFFTW" in entry["reason"]
+
+
+def test_strict_passes_on_a_cufft_wheel(venv, tmp_path):
+    # The README's CI example runs `wh doctor --strict`: stock torch CUDA wheels bring nvidia-cufft.
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(venv), "--check",
+                           "kernels:nvidia-cufft", "--strict"], capture_output=True, text=True,
+                          env=gpus(tmp_path, "9.0"), timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_device_code_a_library_loads_itself_counts(venv, tmp_path):
@@ -123,10 +148,58 @@ def test_no_gpu_is_skip_and_still_lists_the_architectures(venv, tmp_path):
     assert not [x for x in rep.results if x.id == "kernels:cpuonly"]
 
 
+def _no_gpu(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "WH_DOCTOR_FAKE_GPUS"}
+    env["PATH"] = str(tmp_path)  # no nvidia-smi
+    return env
+
+
+def test_no_gpu_judges_against_the_manifests_sm_and_says_so(venv, tmp_path):
+    from wheelhouse.manifest import parse_manifest
+
+    manifest = parse_manifest('[doctor]\nsm = "9.0"\n')
+    rep = run_doctor(str(venv), checks=["kernels"], environ=_no_gpu(tmp_path), manifest=manifest)
+    r = rep.get("kernels:ampereonly")
+    assert r.verdict == "fail", r.evidence
+    assert "has kernels for sm_80 only; the manifest's GPU is sm_90" in r.evidence
+    assert "no GPU here: judged against the manifest's [doctor] sm = 9.0" in r.evidence
+    assert rep.get("kernels:hopperonly").verdict == "ok"
+    assert r.data["judged_against"] == {"source": "manifest", "sms": ["sm_90"]}
+
+
+def test_no_gpu_judges_against_the_wheelhouse_targets_gpus(venv, tmp_path):
+    from nvidia_fixtures import make_wheelhouse
+    from wheelhouse.target import host_target
+
+    target = {**host_target().to_json(), "gpus": [{"index": 0, "name": "NVIDIA L4", "compute_capability": "8.9"}]}
+    house = make_wheelhouse(tmp_path / "house", [], target=target)
+    rep = run_doctor(str(venv), checks=["kernels"], environ=_no_gpu(tmp_path), wheelhouse=house)
+    r = rep.get("kernels:hopperonly")
+    assert r.verdict == "fail" and "the target's GPU is sm_89" in r.evidence
+    assert "no GPU here: judged against the GPUs of the wheelhouse's target profile" in r.evidence
+    assert rep.get("kernels:ptxonly").verdict == "ok"
+
+
 def test_cli_exit_code(venv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(venv), "--check", "kernels",
                            "--json"], capture_output=True, text=True, env=gpus(tmp_path, "8.9"), timeout=300)
     assert proc.returncode == 1, proc.stderr
     verdicts = {r["id"]: r["verdict"] for r in json.loads(proc.stdout)["results"]}
     assert verdicts == {"kernels:blackwellonly": "fail", "kernels:hopperonly": "fail", "kernels:ptxonly": "ok",
-                        "kernels:variants": "ok", "kernels:turingonly": "warn", "kernels:fftlike": "ok"}
+                        "kernels:variants": "ok", "kernels:turingonly": "fail", "kernels:fftlike": "ok",
+                        "kernels:ampereonly": "ok", "kernels:nvidia-cufft": "ok"}
+
+
+def test_the_harmless_data_file_refuses_an_entry_without_a_reason(tmp_path):
+    from wheelhouse.doctor.checks.kernels import load_harmless
+
+    bad = tmp_path / "kernels.toml"
+    bad.write_text('[[harmless]]\ndistribution = "nvidia-cufft*"\nobjects = "*/libcufftw.so*"\nimages = ["sm_75"]\n')
+    with pytest.raises(Exception) as info:
+        load_harmless(bad)
+    assert info.value.code == "kernels-data" and "reason" in str(info.value)
+    bad.write_text('[[harmless]]\ndistribution = "x"\nobject = "y"\n')
+    with pytest.raises(Exception) as info:
+        load_harmless(bad)
+    assert "'object' (did you mean 'objects'?)" in str(info.value)
+    assert load_harmless()  # the bundled file reads

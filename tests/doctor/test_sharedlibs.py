@@ -88,6 +88,29 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     drv = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{build / 'drv'}", "-lcuda"])
     out["needsdriver"] = make_wheel(folder, "needsdriver", "1.0", tags=_tags(),
                                     modules={"needsdriver/__init__.py": ""}, files={f"needsdriver/_core{SUFFIX}": drv})
+    # nvidia-cufile's layout: libcufile.so.0, which an extension links, and libcufile_rdma.so.1, a plugin that
+    # libcufile dlopens by name when RDMA is asked for; it needs the RDMA verbs library this host lacks.
+    rdma = _lib(build, "whrdma")
+    cufile = _lib(build, "cufile", "-Wl,-soname,libcufile.so.0")
+    plugin = _lib(build, "cufile_rdma", "-Wl,-soname,libcufile_rdma.so.1", f"-L{build}", "-Wl,--no-as-needed",
+                  "-lwhrdma")
+    rdma.unlink()
+    out["nvidia-cufile"] = make_wheel(folder, "nvidia-cufile", "1.15.1.6", tags=_tags(),
+                                      files={"nvidia/cu13/lib/libcufile.so.0": cufile.read_bytes(),
+                                             "nvidia/cu13/lib/libcufile_rdma.so.1": plugin.read_bytes()})
+    shutil.copy(cufile, build / "libcufile.so.0")
+    user = _ext(build, "_core", extra=[f"-L{build}", "-Wl,--no-as-needed", "-l:libcufile.so.0",
+                                       "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../nvidia/cu13/lib"])
+    out["cufileuser"] = make_wheel(folder, "cufileuser", "1.0", tags=_tags(), modules={"cufileuser/__init__.py": ""},
+                                   files={f"cufileuser/_core{SUFFIX}": user})
+    # The same kind of library, but linked by the package's own extension: its miss breaks the import path.
+    gone3 = _lib(build, "gone3")
+    chain = _lib(build, "chain", f"-L{build}", "-Wl,--no-as-needed", "-lgone3")
+    gone3.unlink()
+    linked = _ext(build, "_core", extra=[f"-L{build}", "-Wl,--no-as-needed", "-lchain", "-Wl,--enable-new-dtags",
+                                         "-Wl,-rpath,$ORIGIN/lib"])
+    out["chained"] = make_wheel(folder, "chained", "1.0", tags=_tags(), modules={"chained/__init__.py": ""},
+                                files={f"chained/_core{SUFFIX}": linked, "chained/lib/libchain.so": chain.read_bytes()})
     return out
 
 
@@ -118,9 +141,26 @@ def test_the_same_so_with_the_library_beside_it_via_runpath_origin_is_ok(report)
 
 
 def test_plain_libraries_beside_the_modules_are_checked_too(report):
+    # Nothing links libplain.so: what loads it, loads it by name, on demand; its miss is a warn saying so.
     r = report.get("sharedlibs:plainlib")
-    assert r.verdict == "fail"
+    assert r.verdict == "warn", r.evidence
     assert "plainlib/lib/libplain.so needs libgone2.so: not found" in r.evidence
+
+
+def test_a_plugin_loaded_on_demand_is_a_warn_with_the_reason(report):
+    # nvidia-cufile on a host without RDMA: libcufile_rdma is dlopened by name, no shipped object links it.
+    r = report.get("sharedlibs:nvidia-cufile")
+    assert r.verdict == "warn", r.evidence
+    assert ("nvidia/cu13/lib/libcufile_rdma.so.1 needs libwhrdma.so: not found -- loaded on demand: no shipped "
+            "object names libcufile_rdma.so.1 in DT_NEEDED") in r.evidence
+    assert r.data["on_demand"] == {"libwhrdma.so": ["nvidia/cu13/lib/libcufile_rdma.so.1"]}
+    assert report.get("sharedlibs:cufileuser").verdict == "ok"  # libcufile.so.0 itself is found, via RUNPATH
+
+
+def test_a_library_that_a_shipped_object_links_still_fails(report):
+    r = report.get("sharedlibs:chained")
+    assert r.verdict == "fail", r.evidence
+    assert "chained/lib/libchain.so needs libgone3.so: not found" in r.evidence
 
 
 def test_an_empty_so_is_a_fail(report):
@@ -145,9 +185,9 @@ def test_the_build_import_picks_is_never_excused_by_a_sibling(report):
     assert r.verdict == "fail" and f"twobuilds/_core{SUFFIX} needs libwhgone.so: not found" in r.evidence
 
 
-def test_a_known_optional_backend_is_a_note_from_the_data_file(report):
+def test_a_known_optional_backend_is_a_warn_with_the_reason_from_the_data_file(report):
     r = report.get("sharedlibs:numba")
-    assert r.verdict == "ok", r.evidence
+    assert r.verdict == "warn", r.evidence
     assert f"numba/np/ufunc/tbbpool{SUFFIX} needs libtbb.so.12: not found -- optional: numba's TBB threading layer" \
         in r.evidence
 
@@ -164,12 +204,31 @@ def test_a_missing_driver_library_is_a_warning_without_a_gpu_and_a_fail_with_one
     assert with_gpu.get("sharedlibs:needsdriver").verdict == "fail"
 
 
-def test_ld_library_path_of_the_engine_environment_counts(venv, wheels, tmp_path):
+def test_the_callers_ld_library_path_never_decides_the_verdict(venv, wheels, tmp_path):
+    # The same .so was ok in one run and fail in the next on the box, depending on the caller's shell: the
+    # loader is asked with the engine's environment (`wh env`'s, plus the manifest's [serve] env) only.
     libdir = tmp_path / "extra"
     libdir.mkdir()
     _lib(libdir, "whgone")
-    rep = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30,
-                     environ={**os.environ, "LD_LIBRARY_PATH": str(libdir)})
+    plain_env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    bare = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30, environ=plain_env).get("sharedlibs:lazylib")
+    shell = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30,
+                       environ={**plain_env, "LD_LIBRARY_PATH": str(libdir)}).get("sharedlibs:lazylib")
+    assert bare.verdict == shell.verdict == "fail", shell.evidence
+    assert (f"note: the caller's LD_LIBRARY_PATH adds {libdir}, which the engine's environment does not have "
+            f"(libwhgone.so is there)") in shell.evidence
+    assert shell.data["caller_ld_library_path"] == [str(libdir)]
+
+
+def test_ld_library_path_the_manifest_gives_the_engine_counts(venv, wheels, tmp_path):
+    from wheelhouse.manifest import parse_manifest
+
+    libdir = tmp_path / "extra"
+    libdir.mkdir()
+    _lib(libdir, "whgone")
+    manifest = parse_manifest(f'[serve]\ncommand = ["ft", "serve"]\nenv = {{ LD_LIBRARY_PATH = "{libdir}" }}\n')
+    rep = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30, manifest=manifest,
+                     environ={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
     r = rep.get("sharedlibs:lazylib")
     assert r.verdict == "ok", r.evidence
     assert "via LD_LIBRARY_PATH" in r.evidence

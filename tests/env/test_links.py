@@ -187,7 +187,7 @@ def test_libs_of_a_parent_venv_count_for_a_child_with_system_site_packages(tmp_p
     assert str(parent_lib) in json.dumps(json.loads(r.stdout))
     r = wh("doctor", "--python", child_py, "--check", "links:sonames", "--json")
     result = next(x for x in json.loads(r.stdout)["results"] if x["id"] == "links:sonames")
-    assert result["verdict"] in ("fail", "warn") and str(parent_lib) in result["evidence"]
+    assert result["verdict"] == "ok" and str(parent_lib) in result["evidence"]  # named; nothing here needs it
     # --fix records the change in the child's own record, and --undo restores the parent exactly.
     before = tree_listing(parent)
     assert wh("links", "--fix", "--python", child_py).returncode == 0

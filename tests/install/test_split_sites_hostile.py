@@ -134,5 +134,5 @@ def test_the_doctor_lists_a_folder_reached_by_two_names_once(linked):
     doc = wh("doctor", "--python", linked / "bin" / "python", "--json")
     report = json.loads(doc.stdout)
     check = next(c for c in report["results"] if c["id"] == "links:lib64")
-    assert check["verdict"] == "warn", check
+    assert check["verdict"] == "ok", check  # nothing here searches lib64: named, not failed (issue 28.11)
     assert check["evidence"].count("nvidia/cublas/lib64 missing") == 1, check["evidence"]

@@ -210,6 +210,10 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
 
     doc = data.get("doctor") or {}
     groups = ((data.get("inputs") or {}).get("toolchains")) or []
+    engine = data.get("engine") if isinstance(data.get("engine"), Mapping) else {}
+    # An engine built by `wh build` with link-sonames links -lcudart from lib and lib64 (its run-time kernel
+    # builds too): named as the manifest's engine recipe, which the links check reads as needing them.
+    built = bool((engine.get("build") or {}).get("link_sonames"))
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
         # What was requested: its top-level names are the stack's entry modules (native) unless [doctor] entry says.
@@ -220,7 +224,9 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
                     for d in data.get("drops") or []),
         doctor=DoctorExpectations(gpus=doc.get("gpus"), sm=doc.get("sm"), max_used_mib=doc.get("max_used_mib"),
                                   toolchain_exact=bool(doc.get("toolchain_exact")),
-                                  checks=tuple(doc.get("checks") or ()), entry=tuple(doc.get("entry") or ())),
+                                  checks=tuple(doc.get("checks") or ()), entry=tuple(doc.get("entry") or ()),
+                                  links=tuple(doc.get("links") or ())),
+        engine_recipe=Path(str(engine.get("recipe") or "engine")) if built else None,
     )
 
 

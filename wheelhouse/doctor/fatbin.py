@@ -176,8 +176,9 @@ class KernelGap:
 
     @property
     def older_only(self) -> bool:
-        """Only SASS for older majors, no PTX: nothing runs here, but a library may keep such images for those
-        GPUs alone and never launch them elsewhere (cuFFTW's sm_75-only fatbin): a warning, not a failure."""
+        """Only SASS for older majors, no PTX: nothing runs here (a launch returns cudaError 209). The doctor
+        fails it unless ``doctor/kernels.toml`` names the gap as harmless (cuFFTW's sm_75-only fatbin); staging
+        only warns (the wheelhouse may serve older GPUs too)."""
         return not self.code.ptx and bool(self.code.sass) and all(a // 10 < self.sm // 10 for a in self.code.sass)
 
     def sentence(self, gpu: str = "this GPU") -> str:

@@ -54,6 +54,7 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
     toolchain-exact = true
     checks = []                                  # default: all
     entry = ["freetoken.server"]                 # modules the engine imports at start-up (default: top-level names)
+    links = ["sonames", "lib64"]                 # the stack's builds need `wh links` (-lcudart, -L.../lib64)
 
     [serve]
     command = ["ft", "serve", "--model-path", "{model}"]
@@ -84,6 +85,7 @@ __all__ = [
     "ReleaseManifest",
     "DropRule",
     "DoctorExpectations",
+    "DOCTOR_LINKS",
     "ServeSpec",
     "StackManifest",
     "MANIFEST_KEYS",
@@ -131,6 +133,10 @@ class DoctorExpectations:
     toolchain_exact: bool = False
     checks: tuple[str, ...] = ()
     entry: tuple[str, ...] = ()  # the modules the engine imports at start-up (native: what they load must load)
+    links: tuple[str, ...] = ()  # "sonames" / "lib64": what the stack's builds need from `wh links`
+
+
+DOCTOR_LINKS = ("sonames", "lib64")
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,7 @@ MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
     "engine": frozenset({"recipe"}),
     "drop": frozenset({"distribution", "module", "reason", "force"}),
     "patch": frozenset({"spec"}),
-    "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks", "entry"}),
+    "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks", "entry", "links"}),
     "serve": frozenset({"command", "ready", "url", "path", "timeout", "env", "forbid-flags"}),
 }
 _TOP = set(MANIFEST_KEYS)
@@ -332,7 +338,17 @@ def _doctor(data: Mapping[str, Any], where: str) -> DoctorExpectations:
         toolchain_exact=_value(doc, "toolchain-exact", (bool,), f"{where}doctor.toolchain-exact", False),
         checks=_strs(doc.get("checks"), f"{where}doctor.checks"),
         entry=_strs(doc.get("entry"), f"{where}doctor.entry"),
+        links=_links(doc, where),
     )
+
+
+def _links(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    links = _strs(doc.get("links"), f"{where}doctor.links")
+    bad = [x for x in links if x not in DOCTOR_LINKS]
+    if bad:
+        raise ManifestError(f"{where}doctor.links: {', '.join(bad)} is not one of {', '.join(DOCTOR_LINKS)}",
+                            hint='links = ["sonames", "lib64"]: what the stack\'s builds need from `wh links`')
+    return links
 
 
 def _serve(data: Mapping[str, Any], where: str) -> ServeSpec | None:

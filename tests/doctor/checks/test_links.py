@@ -75,18 +75,99 @@ def test_no_nvidia_libraries_skips_the_folder_checks(tmp_path):
     assert (r["links:sonames"].verdict, r["links:lib64"].verdict, r["links:stubs"].verdict) == ("skip", "skip", "ok")
 
 
-def test_a_missing_unversioned_soname_is_a_warning_and_a_failure_where_something_builds(tmp_path):
+def _needer(site: Path, tmp_path: Path, *, needed: str | None = None, runpath: str | None = None) -> Distribution:
+    """A distribution laid out in ``site`` whose gcc-built ``needer/_ext.so`` names ``needed`` in DT_NEEDED
+    (linked against a stand-in of that name) and/or carries ``runpath``."""
+    from nvidia_fixtures import build_cudart
+
+    pkg = site / "needer"
+    pkg.mkdir(parents=True, exist_ok=True)
+    src = tmp_path / "needer.c"
+    src.write_text("int needer(void) { return 1; }\n")
+    args = ["gcc", "-shared", "-fPIC", str(src), "-o", str(pkg / "_ext.so")]
+    if needed:
+        build_cudart(tmp_path / "link", soname=needed)
+        args += [f"-L{tmp_path / 'link'}", "-Wl,--no-as-needed", f"-l:{needed}"]
+    if runpath:
+        args += [f"-Wl,-rpath,{runpath}", "-Wl,--enable-new-dtags"]
+    subprocess.run(args, check=True, capture_output=True)
+    info = site / "needer-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "RECORD").write_text("needer/_ext.so,,\nneeder-1.0.dist-info/RECORD,,\n")
+    return Distribution("needer", "1.0", str(site), str(info), ("needer",), 1, ("needer",))
+
+
+def _with(ctx, *dists: Distribution, manifest=None):
+    return dataclasses.replace(ctx, distributions={**ctx.distributions, **{d.key: d for d in dists}},
+                               manifest=manifest if manifest is not None else ctx.manifest)
+
+
+def test_missing_unversioned_sonames_that_nothing_needs_are_ok_with_a_note(tmp_path):
+    # Stock torch CUDA wheels ship only libcudart.so.13; torch.compile through Triton ran on the H200 with that.
     lib = _nvidia_lib(tmp_path / "site", "libcudart.so.13", "libcudart.so.13.0.96")
-    plain = _results(_ctx(tmp_path / "site"))["links:sonames"]
-    assert plain.verdict == "warn" and f"{lib} lacks libcudart.so -> libcudart.so.13" in plain.evidence
-    assert plain.fix == "wh links --fix" and plain.data["missing"][0]["target"] == "libcudart.so.13"
     r = _results(_ctx(tmp_path / "site", builds=True))
+    plain = r["links:sonames"]
+    assert plain.verdict == "ok", plain.evidence
+    assert f"{lib} lacks libcudart.so -> libcudart.so.13" in plain.evidence
+    assert "nothing in the stack needs them" in plain.evidence
+    assert plain.fix == "wh links --fix" and plain.data["missing"][0]["target"] == "libcudart.so.13"
+    assert plain.data["needed_by"] == []
+    assert r["links:lib64"].verdict == "ok" and str(lib.parent / "lib64") in r["links:lib64"].evidence
+
+
+def test_a_so_whose_dt_needed_names_the_unversioned_soname_fails_naming_it(tmp_path):
+    site = tmp_path / "site"
+    lib = _nvidia_lib(site, "libcudart.so.13")
+    ctx = _with(_ctx(site), _needer(site, tmp_path, needed="libcudart.so"))
+    r = _results(ctx)["links:sonames"]
+    assert r.verdict == "fail", r.evidence
+    assert f"{lib} lacks libcudart.so -> libcudart.so.13" in r.evidence
+    assert "needer's needer/_ext.so needs libcudart.so (DT_NEEDED)" in r.evidence
+    os.symlink("libcudart.so.13", lib / "libcudart.so")
+    assert _results(ctx)["links:sonames"].verdict == "ok"
+
+
+def test_a_runpath_naming_the_lib64_path_fails_lib64(tmp_path):
+    site = tmp_path / "site"
+    lib = _nvidia_lib(site, "libcudart.so.13")
+    ctx = _with(_ctx(site), _needer(site, tmp_path, runpath="$ORIGIN/../nvidia/cu13/lib64"))
+    r = _results(ctx)
+    assert r["links:lib64"].verdict == "fail", r["links:lib64"].evidence
+    assert "needer's needer/_ext.so searches $ORIGIN/../nvidia/cu13/lib64 (RUNPATH)" in r["links:lib64"].evidence
+    assert r["links:sonames"].verdict == "ok"  # its RUNPATH names a folder, not the unversioned name
+    os.symlink("lib", lib.parent / "lib64")
+    assert _results(ctx)["links:lib64"].verdict == "ok"
+
+
+def test_a_manifest_or_engine_build_that_asks_for_the_links_makes_them_fail(tmp_path):
+    from wheelhouse.doctor import manifest_from_wh_json
+    from wheelhouse.manifest import parse_manifest
+
+    lib = _nvidia_lib(tmp_path / "site", "libcudart.so.13")
+    ctx = _ctx(tmp_path / "site")
+    said = _with(ctx, manifest=parse_manifest('[doctor]\nlinks = ["sonames", "lib64"]\n'))
+    r = _results(said)
+    assert (r["links:sonames"].verdict, r["links:lib64"].verdict) == ("fail", "fail")
+    assert "[doctor] links" in r["links:sonames"].evidence
+    # wh.json of a wheelhouse with an engine built by `wh build` from a recipe with link-sonames = true.
+    built = manifest_from_wh_json({"engine": {"recipe": "freetoken-pr70.toml", "build": {"link_sonames": True}}})
+    r = _results(_with(ctx, manifest=built))
     assert r["links:sonames"].verdict == "fail"
-    assert r["links:lib64"].verdict == "warn" and str(lib.parent / "lib64") in r["links:lib64"].evidence
+    assert "the engine freetoken-pr70.toml was built with link-sonames" in r["links:sonames"].evidence
     os.symlink("libcudart.so.13", lib / "libcudart.so")
     os.symlink("lib", lib.parent / "lib64")
-    r = _results(_ctx(tmp_path / "site", builds=True))
+    r = _results(_with(ctx, manifest=built))
     assert (r["links:sonames"].verdict, r["links:lib64"].verdict) == ("ok", "ok")
+
+
+def test_a_distribution_whose_runtime_build_links_cudart_is_named_by_data(tmp_path):
+    # flashinfer's JIT links its kernels with -L$CUDA_HOME/lib64 -lcudart.
+    _nvidia_lib(tmp_path / "site", "libcudart.so.13")
+    ctx = _ctx(tmp_path / "site")
+    jit = Distribution("flashinfer-python", "0.5.0", str(tmp_path / "site"), None, ("flashinfer",), 0, ())
+    r = _results(_with(ctx, jit))
+    assert r["links:sonames"].verdict == "fail" and "flashinfer-python 0.5.0: " in r["links:sonames"].evidence
+    assert r["links:lib64"].verdict == "fail"
 
 
 def test_a_stub_libcuda_inside_the_environment_fails(tmp_path):

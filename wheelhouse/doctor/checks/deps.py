@@ -9,29 +9,104 @@ is judged: markers for that interpreter (its full marker environment, asked of
 it), extras once something that is installed asks for them, the version against
 the specifier, with ``packaging`` in wh's process (the target may not have it).
 
-A base image (Kaggle's) carries hundreds of packages whose metadata conflicts
-among themselves; they are not the stack. Once wh has installed into one of the
-interpreter's site folders, the requirements of what wh installed fail, those of
-what was there before are warnings (listed all the same). Where wh installed
-nothing, every distribution counts.
+A base system carries packages whose metadata is not the stack's concern (Debian's
+``python3-gi`` without ``pycairo``, Kaggle's hundreds of conflicting packages). The
+verdict follows from what the stack is and what it requires, not from who installed what:
+
+- the stack: every distribution in the install record or in the lock of a wheelhouse
+  installed here (``<site>/.wh/installed.json``); where wh installed nothing, the
+  distributions in the interpreter's own site folders (a base or parent site folder is
+  the base system); where those hold nothing either, everything;
+- an unmet requirement of the stack, or of a distribution the stack requires (directly
+  or not, markers and extras judged for this interpreter), fails;
+- one of a distribution outside the stack that nothing in the stack requires is a warn
+  (listed, with where it lives): it does not block ``wh serve``'s preflight.
 """
 
 from __future__ import annotations
 
+import os
+from typing import Mapping
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.errors import WhError
 from wheelhouse.install.closure import Dist, unmet
-from wheelhouse.target.installed import InstalledListError, installed_distributions
+from wheelhouse.install.state import read_install_state
+from wheelhouse.target import TargetProfile
+from wheelhouse.target.installed import InstalledDistribution, InstalledListError, installed_distributions
 from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
 from . import DoctorContext, installed_by_wh
 
-__all__ = ["GROUP", "CHECKS", "run"]
+__all__ = ["GROUP", "CHECKS", "run", "stack_names", "required_by"]
 
 GROUP = "deps"
 CHECKS = {
     "deps:requirements": "every installed distribution's Requires-Dist is met (markers and extras judged for this "
                          "interpreter), by what it imports",
-    "deps:<distribution>": "the requirements this distribution declares that nothing installed meets",
+    "deps:<distribution>": "the requirements this distribution declares that nothing installed meets (fail for the "
+                           "stack and what it requires, warn for the base system's)",
 }
+
+
+def _locked(ctx: DoctorContext) -> frozenset[str]:
+    """Canonical names in the lock of every wheelhouse the install record names (that is still readable)."""
+    from wheelhouse.lock import read_pylock
+
+    sites = dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
+                           *map(str, ctx.site_dirs)])
+    names: set[str] = set()
+    for house in dict.fromkeys(w for site in sites for w in read_install_state(site).get("wheelhouses", [])):
+        try:
+            names |= {canonicalize_name(f.name) for f in read_pylock(house).files}
+        except (WhError, OSError):
+            continue  # an archive, an oci:// reference, or moved since: the record's packages still count
+    return frozenset(names)
+
+
+def stack_names(ctx: DoctorContext, dists: Mapping[str, InstalledDistribution]) -> tuple[frozenset[str], str]:
+    """(the stack's canonical names, how they were found: for the evidence)."""
+    recorded = installed_by_wh(ctx) | _locked(ctx)
+    if recorded:
+        return frozenset(recorded), "the install record and lock of the wheelhouses installed here"
+    own = {os.path.realpath(p) for p in (ctx.facts.get("purelib"), ctx.facts.get("platlib")) if p}
+    mine = frozenset(k for k, d in dists.items() if d.location and os.path.realpath(d.location) in own)
+    if mine:
+        return mine, "wh installed nothing here: the distributions in this interpreter's own site folders"
+    return frozenset(dists), "wh installed nothing here: every distribution"
+
+
+def required_by(roots: frozenset[str], view: Mapping[str, Dist], target: TargetProfile) -> dict[str, str]:
+    """Every installed name the ``roots`` require, directly or not -> the chain that reaches it (``a 1 -> b``)."""
+    chain = {k: "" for k in roots if k in view}
+    extras: dict[str, set[str]] = {k: set() for k in view}
+    queue = list(chain)
+    while queue:
+        key = queue.pop(0)
+        dist = view[key]
+        for text in dist.requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            try:
+                if req.marker is not None and not any(target.evaluate(req.marker, extra=e)
+                                                      for e in ("", *sorted(extras[key]))):
+                    continue
+            except ValueError:
+                pass  # a marker that cannot be judged counts: a false red over a false green
+            dep = canonicalize_name(req.name)
+            if dep not in view:
+                continue
+            new = set(req.extras) - extras[dep]
+            if dep not in chain or new:
+                extras[dep] |= new
+                chain.setdefault(dep, (chain[key] + " -> " if chain[key] else f"{dist.name} {dist.version} -> ")
+                                 + view[dep].name)
+                queue.append(dep)
+    return chain
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
@@ -56,17 +131,27 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     for (who, req), why in sorted(problems.items()):
         by_dist.setdefault(who, []).append((req, why))
     key_of = {d.name: k for k, d in view.items()}
-    by_wh = installed_by_wh(ctx)
+    stack, how = stack_names(ctx, dists)
+    reached = required_by(stack, view, target)
     out = []
     for who, reqs in by_dist.items():
         d, key = view[key_of[who]], key_of[who]
-        ours = not by_wh or key in by_wh
+        part = key in stack
+        chain = reached.get(key)
         lines = [f"{d.name} {d.version} requires {req}: {why}" for req, why in reqs]
-        if not ours:
-            lines.append(f"{d.name} was not installed by wh (it was in this environment before): a warning")
+        if part:
+            lines.append(f"{d.name} is part of the stack ({how})")
+        elif chain:
+            lines.append(f"{d.name} is required by the stack: {chain}")
+        else:
+            lines.append(f"{d.name} is not part of the stack ({how}; it lives in {dists[key].location or '?'}) and "
+                         "nothing in the stack requires it: a requirement of the base system, a warning")
         out.append(CheckResult(
-            f"deps:{key}", f"{d.name} {d.version}: requirements met", "fail" if ours else "warn", "\n".join(lines),
+            f"deps:{key}", f"{d.name} {d.version}: requirements met", "fail" if part or chain else "warn",
+            "\n".join(lines),
             hint="stage the missing distributions into the wheelhouse (`wh stage` on the networked host), then "
-                 f"`wh install` it into {ctx.python}",
-            data={"unmet": [{"requirement": req, "why": why} for req, why in reqs], "installed_by_wh": ours}))
+                 f"`wh install` it into {ctx.python}" if part or chain else
+                 f"fine for the stack; install what {d.name} lacks with the system's package manager to use {d.name}",
+            data={"unmet": [{"requirement": req, "why": why} for req, why in reqs], "part_of_stack": part,
+                  "required_by_stack": chain or None}))
     return out

@@ -1,68 +1,155 @@
-"""kernels: every shared object with CUDA device code has SASS or PTX that the GPUs of this machine can run.
+"""kernels: every shared object with CUDA device code has SASS or PTX that the GPUs of the stack can run.
 
 A library built for sm_100 imports fine on an sm_89 card and fails at its
 first kernel launch ("no kernel image is available for execution on the
-device"), deep in serving. This check reads the fatbin of every ``.so`` a
-distribution ships (:mod:`wheelhouse.doctor.fatbin`; nothing is loaded) and
-judges it against the GPUs nvidia-smi reports: SASS of the same major with a
-minor <= the GPU's, or PTX of an arch <= the GPU's that the driver can JIT.
-An object whose same-named sibling in the same distribution runs on the GPU
-is an architecture variant the package chooses between (``sgl_kernel/sm100/``
-beside ``sgl_kernel/``): reported, not failed. An object whose fatbin covers
-no GPU here is read whole for fatbin containers it loads itself (cuFFT keeps
-its PTX in ``.ldata``). SASS for older majors only (and no PTX) is a warning:
-cuFFTW ships an sm_75-only fatbin and runs everywhere.
+device", cudaError 209), deep in serving. This check reads the fatbin of every
+``.so`` a distribution ships (:mod:`wheelhouse.doctor.fatbin`; nothing is
+loaded) and judges it by the driver's own rule: SASS runs only on the same
+major with a minor <= the GPU's; else PTX of an arch <= the GPU's that the
+driver can JIT; otherwise the object fails (sm_80-only SASS on sm_90 included:
+its launch returns cudaError 209 on the H200).
+
+The GPUs judged against: those nvidia-smi reports; with no GPU here, the
+manifest's ``[doctor] sm``, else the GPUs of the wheelhouse's target profile
+(the evidence says which). An object whose same-named sibling in the same
+distribution runs on the GPU is an architecture variant the package chooses
+between (``sgl_kernel/sm100/`` beside ``sgl_kernel/``): reported, not failed.
+An object whose fatbin covers no GPU is read whole for fatbin containers it
+loads itself (cuFFT keeps its PTX in ``.ldata``). A gap known to be harmless
+(cuFFTW's sm_75-only fatbin) is named in ``doctor/kernels.toml`` with its
+reason: ok, the reason in the evidence and data.
 """
 
 from __future__ import annotations
 
-from wheelhouse.doctor.fatbin import DeviceCode, device_code, kernel_gaps, sm_number
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelhouse.datafile import get_value, load_tables
+from wheelhouse.doctor.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, sm_number
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.errors import WhError
+from wheelhouse.resources import doctor_dir
 from . import DoctorContext, Distribution
 from .sharedlibs import shared_objects
 
-__all__ = ["GROUP", "CHECKS", "run"]
+__all__ = ["GROUP", "CHECKS", "run", "HarmlessGap", "load_harmless", "JudgedGpus", "judged_gpus"]
 
 GROUP = "kernels"
-CHECKS = {"kernels:<distribution>": "every .so with CUDA device code has SASS or PTX the GPUs here can run "
-                                    "(read from its fatbin, not loaded)"}
+CHECKS = {"kernels:<distribution>": "every .so with CUDA device code has SASS or PTX the GPUs here (or the "
+                                    "manifest's / target's) can run (read from its fatbin, not loaded)"}
 
 
-def _gpu_sms(ctx: DoctorContext) -> dict[int, list[int]]:
-    """sm -> GPU indexes."""
+class KernelsDataError(WhError):
+    code = "kernels-data"
+
+
+@dataclass(frozen=True)
+class HarmlessGap:
+    """A ``[[harmless]]`` entry of ``doctor/kernels.toml``: an object whose gap the distribution never hits."""
+
+    distribution: str
+    objects: str
+    images: tuple[str, ...]
+    reason: str
+
+    def covers(self, dist_key: str, rel: str, code: DeviceCode) -> bool:
+        return (fnmatch.fnmatchcase(dist_key, self.distribution) and fnmatch.fnmatchcase(rel, self.objects)
+                and set(code.names()) == set(self.images))
+
+
+def load_harmless(path: Path | None = None) -> tuple[HarmlessGap, ...]:
+    """The ``[[harmless]]`` entries of ``doctor/kernels.toml`` (or ``path``)."""
+    path = path or doctor_dir() / "kernels.toml"
+    out = []
+    for where, t in load_tables(path, "harmless", ["distribution", "objects", "images", "reason"],
+                                what="kernels data file", error=KernelsDataError):
+        dist, objects, images, reason = (get_value(t, k, kinds, where, error=KernelsDataError) for k, kinds in
+                                         (("distribution", (str,)), ("objects", (str,)), ("images", (list,)),
+                                          ("reason", (str,))))
+        if not (dist and objects and images and reason):
+            raise KernelsDataError(f"{where} needs distribution, objects, images and reason",
+                                   hint="the reason is the evidence: say why the gap is harmless")
+        out.append(HarmlessGap(dist, objects, tuple(str(x) for x in images), reason))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class JudgedGpus:
+    """The compute capabilities the fatbins are judged against, and where they come from."""
+
+    sms: dict[int, list[int]]  # sm -> GPU indexes (empty for an expectation)
+    source: str  # "nvidia-smi" | "manifest" | "target" | "none"
+    label: str  # how a sentence names one: "this GPU", "the manifest's GPU"
+    driver_cuda: str | None = None
+    note: str = ""  # said in the evidence when the GPUs are not this machine's
+
+
+def _sms_of(values) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
-    for g in ctx.gpu.gpus:
-        if g.compute_capability:
-            try:
-                out.setdefault(sm_number(g.compute_capability), []).append(g.index)
-            except ValueError:
-                continue
+    for index, cc in values:
+        try:
+            out.setdefault(sm_number(str(cc)), []).append(index)
+        except ValueError:
+            continue
     return out
 
 
-def _which(sm: int, sms: dict[int, list[int]]) -> str:
+def judged_gpus(ctx: DoctorContext) -> JudgedGpus:
+    """nvidia-smi's GPUs; with none, the manifest's ``[doctor] sm``, else the wheelhouse target's GPUs."""
+    here = _sms_of((g.index, g.compute_capability) for g in ctx.gpu.gpus if g.compute_capability)
+    if here:
+        return JudgedGpus(here, "nvidia-smi", "this GPU", ctx.gpu.cuda_version)
+    target = ctx.target
+    driver = target.cuda_version if target else None
+    sm = ctx.manifest.doctor.sm if ctx.manifest else None
+    wanted = _sms_of([(0, sm)]) if sm is not None else {}
+    if wanted:
+        return JudgedGpus({k: [] for k in wanted}, "manifest", "the manifest's GPU", driver,
+                          f"no GPU here: judged against the manifest's [doctor] sm = {sm}")
+    wanted = _sms_of((g.index, g.compute_capability) for g in (target.gpus if target else ()) if g.compute_capability)
+    if wanted:
+        return JudgedGpus(wanted, "target", "the target's GPU", driver,
+                          "no GPU here: judged against the GPUs of the wheelhouse's target profile "
+                          f"({ctx.target_source}): " + ", ".join(f"sm_{s}" for s in wanted))
+    return JudgedGpus({}, "none", "this GPU")
+
+
+def _which(sm: int, judged: JudgedGpus) -> str:
+    sms = judged.sms
     idx = sms.get(sm, [])
+    if judged.source != "nvidia-smi":
+        return judged.label
     if len(sms) == 1:
         return "this GPU" if len(idx) <= 1 else "every GPU here"
     return f"GPU {', '.join(map(str, idx))}"
 
 
-def _verdict(ctx: DoctorContext, d: Distribution, codes: dict[str, DeviceCode], sms: dict[int, list[int]]) -> CheckResult:
+def _verdict(d: Distribution, codes: dict[str, DeviceCode], judged: JudgedGpus,
+             harmless: tuple[HarmlessGap, ...]) -> CheckResult:
     cid = f"kernels:{d.key}"
+    sms = judged.sms
     title = f"{d.name} {d.version}: its {len(codes)} .so file(s) with CUDA device code run on the GPUs here"
-    data = {"objects": {rel: c.to_json() for rel, c in codes.items()}, "gpu_sms": [f"sm_{s}" for s in sms]}
+    data = {"objects": {rel: c.to_json() for rel, c in codes.items()}, "gpu_sms": [f"sm_{s}" for s in sms],
+            "judged_against": {"source": judged.source, "sms": [f"sm_{s}" for s in sms]}}
     listing = [f"{rel}: {c.describe()}" for rel, c in codes.items()]
     if not sms:
-        return CheckResult(cid, title, "skip", "no GPU to judge against; embedded: " + "; ".join(listing), data=data)
-    gaps = kernel_gaps(codes, sms, ctx.gpu.cuda_version)
-    hard = [g for g in gaps if not g.variant_of and not g.older_only]
-    older = [g for g in gaps if not g.variant_of and g.older_only]
+        return CheckResult(cid, title, "skip", "no GPU to judge against (none here, no [doctor] sm in the manifest, "
+                           "no GPUs in the wheelhouse's target profile); embedded: " + "; ".join(listing), data=data)
+    gaps = kernel_gaps(codes, sms, judged.driver_cuda)
     variants = [g for g in gaps if g.variant_of]
-    data["missing"] = [{"object": g.path, "sm": f"sm_{g.sm}", **g.code.to_json()} for g in hard + older]
+    known = [(g, rule) for g in gaps if not g.variant_of
+             for rule in [next((h for h in harmless if h.covers(d.key, g.path, g.code)), None)] if rule]
+    hard = [g for g in gaps if not g.variant_of and g not in {k for k, _ in known}]
+    data["missing"] = [{"object": g.path, "sm": f"sm_{g.sm}", **g.code.to_json()} for g in hard]
     data["variants"] = [{"object": g.path, "sm": f"sm_{g.sm}", "runs_instead": g.variant_of} for g in variants]
-    notes = [g.sentence(_which(g.sm, sms)) for g in variants]
+    data["harmless"] = [{"object": g.path, "sm": f"sm_{g.sm}", "reason": rule.reason} for g, rule in known]
+    notes = [g.sentence(_which(g.sm, judged)) for g in variants]
+    notes += [f"{g.sentence(_which(g.sm, judged))} -- harmless: {rule.reason}" for g, rule in known]
+    said = [judged.note] if judged.note else []
     if hard:
-        lines = [g.sentence(_which(g.sm, sms)) for g in hard + older] + notes
+        lines = [_failed(g, judged) for g in hard] + notes + said
         return CheckResult(cid, title, "fail", "\n".join(lines),
                            hint=f"install a build of {d.name} made for "
                                 f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in hard}))} (or with PTX the driver "
@@ -78,15 +165,17 @@ def _verdict(ctx: DoctorContext, d: Distribution, codes: dict[str, DeviceCode], 
             lines.append(f"{rel}: LTO-IR only (linked at run time, not judged)")
             continue
         runs = [f"sm_{sm}: {r.name}" + (" (PTX, JIT)" if r.kind == "ptx" else "")
-                for sm in sms for r in [c.runner(sm, ctx.gpu.cuda_version)] if r is not None]
+                for sm in sms for r in [c.runner(sm, judged.driver_cuda)] if r is not None]
         lines.append(f"{rel}: {c.describe()} -> " + "; ".join(runs))
-    if older:
-        lines = [g.sentence(_which(g.sm, sms)) + " (older GPUs only: a library may keep such kernels for those GPUs "
-                 "alone and never launch them here)" for g in older] + lines + notes
-        return CheckResult(cid, title, "warn", "\n".join(lines),
-                           hint=f"if {d.name} fails with 'no kernel image is available', install a build made for "
-                                f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in older}))}", data=data)
-    return CheckResult(cid, title, "ok", "\n".join(lines + notes), data=data)
+    return CheckResult(cid, title, "ok", "\n".join(lines + notes + said), data=data)
+
+
+def _failed(gap: KernelGap, judged: JudgedGpus) -> str:
+    text = gap.sentence(_which(gap.sm, judged))
+    if gap.older_only:
+        text += (f" (SASS runs only on its own major: a launch on sm_{gap.sm} returns cudaError 209, "
+                 "no kernel image; there is no PTX to JIT)")
+    return text
 
 
 def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None) -> dict[str, DeviceCode]:
@@ -104,12 +193,14 @@ def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None) 
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
-    sms = _gpu_sms(ctx)
+    judged = judged_gpus(ctx)
+    harmless: tuple[HarmlessGap, ...] | None = None
     out = []
     for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
         if not ctx.wants(f"kernels:{d.key}"):
             continue
-        codes = _codes(d, sms, ctx.gpu.cuda_version)
+        codes = _codes(d, judged.sms, judged.driver_cuda)
         if codes:
-            out.append(_verdict(ctx, d, codes, sms))
+            harmless = load_harmless() if harmless is None else harmless
+            out.append(_verdict(d, codes, judged, harmless))
     return out

@@ -7,8 +7,20 @@ reads each ``.so`` of every installed distribution (from its RECORD) and
 resolves its DT_NEEDED entries the way the target's loader would
 (:mod:`wheelhouse.doctor.elf`), with the facts of the target environment from
 ``doctor/probes/loader.py``: the loader cache, the loader's default folders,
-LD_LIBRARY_PATH as ``wh env`` computes it, and the libraries the interpreter
-and ``import torch`` have already mapped. No code of the distributions runs.
+LD_LIBRARY_PATH, and the libraries the interpreter and ``import torch`` have
+already mapped. No code of the distributions runs.
+
+The environment is the engine's: ``wh env``'s over the caller's environment
+less its LD_LIBRARY_PATH, plus the manifest's ``[serve] env``; never the
+doctor's own shell LD_LIBRARY_PATH (a verdict must not depend on who ran the
+doctor). What the caller's LD_LIBRARY_PATH adds is said as a note.
+
+Verdicts: a missing library of an object that something links (DT_NEEDED of
+a shipped object) or that is a Python extension module fails. A miss in an
+object that nothing links (a plugin its package dlopens by name on demand:
+nvidia-cufile's ``libcufile_rdma``, nvshmem's bootstrap plugins), or that
+``doctor/sharedlibs.toml`` names as optional, is a warn with that reason; one
+with an alternative build beside it that finds everything is a note.
 """
 
 from __future__ import annotations
@@ -25,8 +37,9 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.extensions import is_python_extension
+from wheelhouse.env.cuda import engine_environment
 from wheelhouse.doctor.probes import probe_script, run_probe
-from wheelhouse.datafile import check_keys, get_value, load_toml
+from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
@@ -34,7 +47,7 @@ from wheelhouse.install.wheel.record import read_record
 from . import DoctorContext, Distribution
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
-           "load_optional"]
+           "load_optional", "engine_loader_environment"]
 
 GROUP = "sharedlibs"
 CHECKS = {
@@ -102,10 +115,31 @@ def loader_facts(record: Mapping[str, Any]) -> LoaderFacts:
     )
 
 
-def gather_loader_facts(ctx: DoctorContext) -> tuple[LoaderFacts | None, Mapping[str, Any], str | None]:
+def _paths(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(os.pathsep) if p]
+
+
+def engine_loader_environment(ctx: DoctorContext) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(the environment the engine's loader sees, the caller's LD_LIBRARY_PATH entries it does not have).
+
+    ``wh env``'s variables computed over the caller's environment less its LD_LIBRARY_PATH, then the
+    manifest's ``[serve] env`` (what ``wh serve`` adds for the engine).
+    """
+    base = {k: v for k, v in ctx.environ.items() if k != "LD_LIBRARY_PATH"}
+    env = {**base, **engine_environment(list(ctx.site_dirs), base)}
+    serve = ctx.manifest.serve if ctx.manifest else None
+    env.update({k: str(v) for k, v in (serve.env if serve else {}).items()})
+    have = set(_paths(env.get("LD_LIBRARY_PATH")))
+    extra = tuple(dict.fromkeys(p for p in _paths(ctx.environ.get("LD_LIBRARY_PATH")) if p not in have))
+    return env, extra
+
+
+def gather_loader_facts(ctx: DoctorContext, env: Mapping[str, str] | None = None
+                        ) -> tuple[LoaderFacts | None, Mapping[str, Any], str | None]:
     """(facts, the probe's record, why not) from the loader probe run in the engine environment."""
     timeout = max(ctx.timeout, 120) if ctx.dist("torch") else max(ctx.timeout, 30)
-    res = run_probe(ctx.python, probe_script("loader"), timeout=timeout, env=ctx.engine_env, name="loader")
+    env = env if env is not None else engine_loader_environment(ctx)[0]
+    res = run_probe(ctx.python, probe_script("loader"), timeout=timeout, env=env, name="loader")
     if not res.records:
         return None, {}, f"the loader probe {res.failure(timeout)}\n{res.tail()}"
     return loader_facts(res.data), res.data, None
@@ -186,12 +220,9 @@ class SharedlibsDataError(WhError):
 def load_optional(path: Path | None = None) -> tuple[OptionalObject, ...]:
     """The ``[[optional]]`` entries of ``doctor/sharedlibs.toml`` (or ``path``)."""
     path = path or doctor_dir() / "sharedlibs.toml"
-    data = load_toml(path, what="sharedlibs data file", error=SharedlibsDataError)
-    check_keys(data, ["optional"], str(path), error=SharedlibsDataError)
     out = []
-    for i, t in enumerate(data.get("optional") or ()):
-        where = f"{path} [[optional]] #{i + 1}"
-        check_keys(t, ["distribution", "objects", "libraries", "reason"], where, error=SharedlibsDataError)
+    for where, t in load_tables(path, "optional", ["distribution", "objects", "libraries", "reason"],
+                                what="sharedlibs data file", error=SharedlibsDataError):
         out.append(OptionalObject(str(get_value(t, "distribution", (str,), where, error=SharedlibsDataError)),
                                   str(get_value(t, "objects", (str,), where, error=SharedlibsDataError)),
                                   tuple(get_value(t, "libraries", (list,), where, error=SharedlibsDataError) or ()),
@@ -215,8 +246,82 @@ def _variant_of(rel: str, clean: set[str], suffixes: Sequence[str]) -> str | Non
     return None
 
 
+@dataclass(frozen=True)
+class _Stack:
+    """What the verdicts share: who links what, the extension modules, the optional data, the caller's extras."""
+
+    linked: frozenset[str]  # realpaths and names (sonames, file names) some shipped object has in DT_NEEDED
+    optional: tuple[OptionalObject, ...]
+    suffixes: tuple[str, ...]
+    caller_extra: tuple[str, ...]  # the caller's LD_LIBRARY_PATH entries the engine's environment lacks
+    note: str  # import errors of the loader probe
+
+
+def _linked(scans: Mapping[Path, _Scan]) -> frozenset[str]:
+    out: set[str] = set()
+    for s in scans.values():
+        for f in s.found:
+            out.add(f.name)
+            if f.path:
+                out.add(os.path.realpath(f.path))
+    return frozenset(out)
+
+
+def _on_demand(d: Distribution, rel: str, path: Path, info: ElfInfo | None, stack: _Stack) -> bool:
+    """Nothing links this object and it is no Python extension module: its package dlopens it by name."""
+    if rel in {f for f, _ in d.extensions}:
+        return False
+    base = rel.rpartition("/")[2]
+    if any(base.endswith(sfx) for sfx in stack.suffixes if sfx != ".so"):
+        return False
+    if not base.startswith("lib") and base.endswith(".so") and ".so" in stack.suffixes:
+        return False  # ``_core.so``: importable by that name
+    names = {base, os.path.realpath(path), *([info.soname] if info and info.soname else [])}
+    return not (names & stack.linked)
+
+
+def _where_else(name: str, dirs: Sequence[str]) -> str | None:
+    return next((d for d in dirs if os.path.exists(os.path.join(d, name))), None)
+
+
+@dataclass
+class _Misses:
+    """A distribution's missing libraries, sorted by what they mean for the stack."""
+
+    hard: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # library -> (object, lookup): fail
+    soft: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # the driver's, no GPU here: warn
+    warns: list[str] = field(default_factory=list)  # optional (data) or loaded on demand: warn, with the reason
+    notes: list[str] = field(default_factory=list)  # an alternative build finds everything: a note
+    on_demand: dict[str, list[str]] = field(default_factory=dict)  # library -> the plugins that lack it
+
+
+def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list[tuple[str, Found]]],
+                 clean: set[str], paths: Mapping[str, Path], scans: Mapping[Path, _Scan], stack: _Stack) -> _Misses:
+    out = _Misses()
+    plugins: dict[str, list[str]] = {}  # object -> what it lacks
+    for name, needers in missing.items():
+        for rel, found in needers:
+            rule = next((o for o in stack.optional if o.covers(d.key, rel, name)), None)
+            sibling = None if rule else _variant_of(rel, clean, stack.suffixes)
+            if rule:
+                out.warns.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
+            elif sibling:
+                out.notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
+            elif not ctx.gpu.gpus and _is_driver_lib(name):
+                out.soft.setdefault(name, []).append((rel, found))
+            elif _on_demand(d, rel, paths[rel], scans[paths[rel]].info, stack):
+                out.on_demand.setdefault(name, []).append(rel)
+                plugins.setdefault(rel, []).append(name)
+            else:
+                out.hard.setdefault(name, []).append((rel, found))
+    out.warns += [f"{rel} needs {', '.join(names)}: not found -- loaded on demand: no shipped object names "
+                  f"{rel.rpartition('/')[2]} in DT_NEEDED (a plugin its package loads by name, only when that "
+                  "feature is used)" for rel, names in plugins.items()]
+    return out
+
+
 def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]], scans: Mapping[Path, _Scan],
-             note: str, optional: Sequence[OptionalObject]) -> CheckResult:
+             stack: _Stack) -> CheckResult:
     cid = f"sharedlibs:{d.key}"
     title = f"{d.name} {d.version}: its {len(objects)} shared object(s) find the libraries they need (read, not loaded)"
     bad: list[str] = []
@@ -244,44 +349,37 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
-    no_driver = not ctx.gpu.gpus
-    hard: dict[str, list[tuple[str, Found]]] = {}
-    soft: dict[str, list[tuple[str, Found]]] = {}
-    notes: list[str] = []
-    for name, needers in missing.items():
-        for rel, found in needers:
-            rule = next((o for o in optional if o.covers(d.key, rel, name)), None)
-            sibling = None if rule else _variant_of(rel, clean, ctx.facts.get("extension_suffixes") or (".so",))
-            if rule:
-                notes.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
-            elif sibling:
-                notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
-            else:
-                (soft if no_driver and _is_driver_lib(name) else hard).setdefault(name, []).append((rel, found))
+    m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
     lines = list(bad)
-    for name, needers in {**hard, **soft}.items():
+    for name, needers in {**m.hard, **m.soft}.items():
         shown = ", ".join(rel for rel, _ in needers[:_SHOWN]) + (f" (+{len(needers) - _SHOWN} more)"
                                                                  if len(needers) > _SHOWN else "")
         where = ", ".join(needers[0][1].searched) or "nowhere to search"
-        extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in soft else ""
+        extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in m.soft else ""
         lines.append(f"{shown} needs {name}: not found{extra}; searched {where}")
+    caller = [f"note: the caller's LD_LIBRARY_PATH adds {d_}, which the engine's environment does not have "
+              f"({name} is there)" for name in missing for d_ in [_where_else(name, stack.caller_extra)] if d_]
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,
-            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": notes}
-    if bad or hard:
-        return CheckResult(cid, title, "fail", "\n".join(lines + notes) + note,
+            "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": m.notes,
+            "on_demand": m.on_demand, "caller_ld_library_path": list(stack.caller_extra)}
+    if bad or m.hard:
+        return CheckResult(cid, title, "fail", "\n".join(lines + m.warns + m.notes + caller) + stack.note,
                            hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
-                                "the system package) and re-run `wh doctor --check sharedlibs`; an empty or truncated "
+                                "the system package) and re-run `wh doctor --check sharedlibs`; a folder the engine "
+                                "needs goes in the manifest's [serve] env LD_LIBRARY_PATH; an empty or truncated "
                                 f".so is a broken install of {d.name}: install it again with `wh install`", data=data)
-    if soft:
-        return CheckResult(cid, title, "warn", "\n".join(lines + notes),
-                           hint="on the GPU box the driver provides it; run `wh doctor` there", data=data)
+    if m.soft or m.warns:
+        return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller),
+                           hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else
+                           "fine unless the engine uses that feature; install the library it names to use it",
+                           data=data)
     total = sum(via.values())
     how = ", ".join(f"{n} {_VIA.get(k, k)}" for k, n in sorted(via.items(), key=lambda kv: -kv[1]))
     ev = f"{checked} shared object(s), {total} needed librar{'y' if total == 1 else 'ies'} found" + (
         f": {how}" if how else "")
     if foreign:
         ev += f"; {foreign} built for another machine, not checked"
-    return CheckResult(cid, title, "ok", "\n".join([ev, *notes]), data=data)
+    return CheckResult(cid, title, "ok", "\n".join([ev, *m.notes]), data=data)
 
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
@@ -293,12 +391,17 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
              if ctx.wants(f"sharedlibs:{d.key}") for objs in [shared_objects(d)] if objs]
     if not dists:
         return []
-    facts, record, why = gather_loader_facts(ctx)
+    env, caller_extra = engine_loader_environment(ctx)
+    facts, record, why = gather_loader_facts(ctx, env)
     if facts is None:
         return [CheckResult("sharedlibs:loader", CHECKS["sharedlibs:loader"], "fail", why or "",
                             hint="check that the interpreter starts in the engine environment: `eval \"$(wh env)\"`")]
     note = "".join(f"\n(import {mod} failed in the loader probe: {err}; the libraries it would have loaded are "
                    f"not counted as loaded, see native:{mod})" for mod, err in (record.get("import_errors") or {}).items())
-    scans = _scan([path for _, objs in dists for _, path in objs], facts)
-    optional = load_optional()
-    return [_verdict(ctx, d, objs, scans, note, optional) for d, objs in dists]
+    # Every distribution's objects are read (not only the selected ones): who links a plugin may live elsewhere.
+    every = dists if not ctx.patterns else [
+        (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
+    scans = _scan([path for _, objs in every for _, path in objs], facts)
+    stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
+                   caller_extra, note)
+    return [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
