@@ -172,8 +172,12 @@ def main() -> None:
     p.add_argument("--api-key", help="require this bearer key on /v1/* (401 otherwise)")
     p.add_argument("--exit-after", type=float, default=0, help="exit 3 this many seconds after listening (a crash after ready)")
     p.add_argument("--rank-gpu-mib", type=int, default=0, help="the rank holds this much GPU memory (needs torch)")
-    ARGS = p.parse_args()
+    # Any other flag is an engine setting it does not model (--gpu-memory-utilization 0.97): logged, so a
+    # test can see what the engine was launched with.
+    ARGS, settings = p.parse_known_args()
     log(f"fake-engine pid {os.getpid()} mode {ARGS.mode} port {ARGS.port}")
+    if settings:
+        log(f"engine settings: {json.dumps(settings)}")
     time.sleep(ARGS.listen_delay)
     server = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
     server.daemon_threads = True

@@ -41,16 +41,18 @@ class Engine:
     command: tuple[str, ...]
     started: float
     start_ticks: int | None = None  # /proc/<pid>/stat starttime: tells a reused pid apart
+    allowed_flags: tuple[str, ...] = ()  # flag rules overridden with `wh serve --allow-flag` for this launch
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["command"] = list(self.command)
+        d["allowed_flags"] = list(self.allowed_flags)
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Engine":
         return cls(int(d["pid"]), int(d["pgid"]), str(d["url"]), str(d["log"]), tuple(d.get("command", ())),
-                   float(d.get("started", 0)), d.get("start_ticks"))
+                   float(d.get("started", 0)), d.get("start_ticks"), tuple(d.get("allowed_flags", ())))
 
 
 def state_dir() -> Path:
