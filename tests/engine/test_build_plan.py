@@ -80,8 +80,11 @@ def _vllm_recipe_for(tmp_path: Path, repo: str, **replace) -> Path:
 def test_vllm_recipe_names_the_tag_invents_no_commit_and_carries_the_build_settings():
     r = load_recipe("vllm-dsv41-pp5")
     assert r.repo == "https://github.com/344303947/dsv41-flash-pp5-170hx"
-    assert r.tag == TAG and r.commit is None and r.refs_to_fetch() == (f"refs/tags/{TAG}",)
-    assert "could not be read" in r.path.read_text()  # says so instead of inventing a sha
+    assert r.tag == TAG and r.refs_to_fetch() == (f"refs/tags/{TAG}",)
+    # The commit is the tag's HEAD as the fork's CHANGELOG names it (2b652f14dd), in full; what could not
+    # be read is said, not invented, and the build checks the tag against it.
+    assert r.commit == "2b652f14dd4a3d2794b31431d40b591e7f2ad189"
+    assert "The tag itself could not be read" in r.path.read_text()
     assert r.build.no_build_isolation
     env = r.build.env
     assert env["VLLM_TARGET_DEVICE"] == "cuda" and env["TORCH_CUDA_ARCH_LIST"] == "8.0" and env["NVCC_THREADS"] == "1"
@@ -128,8 +131,8 @@ def test_dry_run_of_a_bundled_recipe_plans_without_network_and_writes_nothing(tm
         assert plan["backports"][0]["ref"] == "pull/243/head" and plan["backports"][0]["sha256"] is None
         assert "(sha256 not pinned)" in proc.stderr
     else:
-        assert plan["commit"] is None and plan["tag"] == TAG and plan["fetch"] == [f"refs/tags/{TAG}"]
-        assert f"not pinned: tag {TAG} is resolved when the mirror is fetched" in proc.stderr
+        assert plan["commit"] == "2b652f14dd4a3d2794b31431d40b591e7f2ad189" and plan["tag"] == TAG
+        assert plan["fetch"] == [f"refs/tags/{TAG}"]
         assert plan["env"]["TORCH_CUDA_ARCH_LIST"] == "8.0" and "VLLM_TARGET_DEVICE=cuda" in proc.stderr
         assert any(x.startswith("torch==") for x in plan["lacks"])  # wh's own venv has no torch
         assert plan["network"]["during_build"] is None and "during the build: unknown" in proc.stderr
@@ -149,7 +152,8 @@ def test_dry_run_env_override_is_planned(tmp_path):
 # --- dry run with the mirror cached: the tree's CMake files and pyproject are read -------------------
 def test_dry_run_reads_the_cached_tree_fetch_content_tag_commit_and_build_requires(tmp_path, fork):
     cache = tmp_path / "cache"
-    recipe = _vllm_recipe_for(tmp_path, fork["repo"])
+    # A tag-only copy (the commit line dropped): the plan reads the tag's commit from the cached mirror.
+    recipe = _vllm_recipe_for(tmp_path, fork["repo"], **{'commit = "2b652f14dd4a3d2794b31431d40b591e7f2ad189"': ""})
     ensure_mirror(load_recipe(recipe), cache)  # a mirror from an earlier (networked) run, local here
     before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     proc = wh("build", recipe, "--dry-run", "--json", "-o", tmp_path / "out", "--cache-dir", cache,
@@ -168,7 +172,7 @@ def test_dry_run_reads_the_cached_tree_fetch_content_tag_commit_and_build_requir
 
 def test_dry_run_with_fetch_content_disconnected_says_no_network(tmp_path, fork):
     cache = tmp_path / "cache"
-    recipe = _vllm_recipe_for(tmp_path, fork["repo"])
+    recipe = _vllm_recipe_for(tmp_path, fork["repo"], **{'commit = "2b652f14dd4a3d2794b31431d40b591e7f2ad189"': ""})
     ensure_mirror(load_recipe(recipe), cache)
     proc = wh("build", recipe, "--dry-run", "--json", "-o", tmp_path / "out", "--cache-dir", cache,
               "--env", "FETCHCONTENT_FULLY_DISCONNECTED=ON")

@@ -59,6 +59,8 @@ def _show_plan(ui, plan) -> None:
     commit = plan["commit"] or f"not pinned: tag {plan['tag']} is resolved when the mirror is fetched"
     if plan["commit"] and not plan["commit_pinned"]:
         commit += f" (tag {plan['tag']} in the cached mirror; not pinned in the recipe)"
+    elif plan["commit"] and plan["tag"]:
+        commit += f" (tag {plan['tag']}: checked to point here when fetched)"
     lines = [
         f"dry run: nothing is fetched, linked or written",
         f"recipe     {plan['recipe']}",
@@ -124,7 +126,9 @@ def build(ui, recipe, wheelhouse, python, cache_dir, index_url, extra_index_url,
     exact commit, applies the backports (checking their sha256), links the
     unversioned NVIDIA sonames and puts the pinned toolchain on PATH, then runs
     the PEP 517 backend with the TARGET interpreter (--python) and its installed
-    build dependencies -- never `pip wheel`. Compiler output streams to stderr and
+    build dependencies (those it lacks, of the recipe's [engine.build] requires and the
+    project's [build-system], are staged into it first from -i/-f or the wheelhouse's
+    indexes) -- never `pip wheel`. Compiler output streams to stderr and
     to WHEELHOUSE/logs/. The wheel, its hash and provenance go into pylock.toml,
     simple/ and wh.json. A re-run with nothing changed reuses the wheel.
 
@@ -133,6 +137,10 @@ def build(ui, recipe, wheelhouse, python, cache_dir, index_url, extra_index_url,
     from the indexes it was staged from (or --index-url/--find-links); when
     they cannot be, each is listed and the build fails, unless
     --allow-incomplete. A later `wh stage` into WHEELHOUSE keeps the engine.
+
+    --dry-run prints the plan (commit and refs, backports, what the interpreter
+    lacks, env, whether the build needs the network, the wheelhouse it writes)
+    and fetches, links and writes nothing.
 
     Exit codes: 0 built or reused; 1 fetch/checkout/build failed (the compiler's
     error lines and the log path are printed), or requirements missing; 2 bad
