@@ -115,6 +115,14 @@ def test_allow_flag_overrides_one_rule_and_is_recorded_in_the_serve_state(env, l
     assert_group_gone(log, port)
 
 
+def test_a_refusal_never_quotes_the_api_key(env, manifest):
+    m, _port = manifest
+    r = wh(["serve", str(m), "--no-preflight", "--", "--gpu-memory-utilization", "{api_key}"],
+           {**env, "WH_API_KEY": "0.99"})
+    assert r.returncode == 2 and "--gpu-memory-utilization *** is not a number" in r.stderr
+    assert "0.99" not in r.stderr
+
+
 def test_allow_flag_naming_no_rule_is_refused(env, manifest):
     m, _port = manifest
     r = wh(["serve", str(m), "--no-preflight", "--allow-flag", "--gpu-memory-utilisation", "--",

@@ -155,7 +155,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     argv = fill_placeholders(argv, values)
     secret = values["api_key"]
     shown = tuple(a.replace(secret, "***") for a in argv) if secret else argv  # never print or record the key
-    overridden = lint_command(argv, spec.rules if spec else None, allow=allow_flags)
+    # Judged as shown: a refusal quotes values, and the key must never be one of them.
+    overridden = lint_command(shown, spec.rules if spec else None, allow=allow_flags)
     for v in overridden:
         ui.info(f"allowed by --allow-flag {v.rule.name}: {v.why} (rule from {v.rule.source}: {v.rule.reason})")
     ready_mode = ready_mode or (spec.ready if spec else "health")
