@@ -9,8 +9,8 @@ that a tag-only recipe builds the tag's commit and records it.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +145,9 @@ def test_dry_run_env_override_is_planned(tmp_path):
     plan = json.loads(proc.stdout)
     assert plan["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0a"
     assert plan["network"]["during_build"] is True and "VLLM_USE_PRECOMPILED is set" in proc.stderr
+    # Without --json the plan is the data asked for: on stdout, for `> plan.txt`.
+    text = wh("build", "vllm-dsv41-pp5", "--dry-run", "-q", "-o", tmp_path / "o", "--cache-dir", tmp_path / "c")
+    assert text.returncode == 0 and "TORCH_CUDA_ARCH_LIST=8.0" in text.stdout and text.stderr == ""
     bad = wh("build", "vllm-dsv41-pp5", "--dry-run", "-o", tmp_path / "o", "--env", "NOEQUALS")
     assert bad.returncode == 2 and "is not NAME=VALUE" in bad.stderr
 

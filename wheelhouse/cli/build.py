@@ -53,8 +53,8 @@ def _env_pairs(pairs) -> dict[str, str]:
     return out
 
 
-def _show_plan(ui, plan) -> None:
-    """The dry run for people (stderr); --json carries the same as data."""
+def _show_plan(say, plan) -> None:
+    """The dry run for people, one line per ``say`` (stdout; stderr when --json carries it as data)."""
     net = plan["network"]
     commit = plan["commit"] or f"not pinned: tag {plan['tag']} is resolved when the mirror is fetched"
     if plan["commit"] and not plan["commit_pinned"]:
@@ -91,7 +91,7 @@ def _show_plan(ui, plan) -> None:
     state = "existing wheelhouse" if wh_["has_wh_json"] else ("a folder without wh.json" if wh_["exists"] else "new")
     lines.append(f"wheelhouse {wh_['path']} ({state}): writes {', '.join(wh_['writes'])}")
     for line in lines:
-        ui.info(line)
+        say(line)
 
 
 @click.command("build")
@@ -153,7 +153,7 @@ def build(ui, recipe, wheelhouse, python, cache_dir, index_url, extra_index_url,
         from wheelhouse.engine.plan import plan_build
 
         plan = plan_build(rec, Path(wheelhouse), python=python, cache_dir=Path(cache_dir), env_overrides=overrides)
-        _show_plan(ui, plan)
+        _show_plan(ui.info if as_json else ui.data, plan)  # the plan is the data asked for, unless --json is
         if as_json:
             emit_json(plan)
         return

@@ -217,23 +217,10 @@ def _build_or_reuse(recipe: EngineRecipe, interp, wheelhouse: Path, cache_dir: P
     return recipe, Built(wheel, key, False, refs, backports, tree_status, env, log_rel, tuple(made_links))
 
 
-def project_build_requires(src: Path) -> tuple[str, ...]:
-    """``[build-system] requires`` of the project at ``src`` (empty without a pyproject.toml)."""
-    from wheelhouse.datafile import parse_toml
-
-    pyproject = src / "pyproject.toml"
-    if not pyproject.is_file():
-        return ()
-    data = parse_toml(pyproject.read_text(encoding="utf-8"), source=str(pyproject), what="pyproject.toml",
-                      error=RecipeError)
-    requires = (data.get("build-system") or {}).get("requires") or []
-    return tuple(str(r) for r in requires if isinstance(r, str))
-
-
 def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_path: Path, reporter, sink, where,
            client):
     """Check out, stage the build requirements into the interpreter, build through the PEP 517 backend."""
-    from .build_deps import stage_build_tools
+    from .build_deps import build_system_requires, stage_build_tools
     from .pep517 import build_wheel
 
     work = cached_dir.parents[1] / "src" / f"{recipe.name}-{recipe.commit[:12]}"
@@ -244,7 +231,9 @@ def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_p
     if not src.is_dir():
         raise RecipeError(f"[engine.build] subdirectory {recipe.build.subdirectory!r} is not in the tree", hint="fix it in the recipe")
     if recipe.build.no_build_isolation:
-        tools = tuple(dict.fromkeys((*recipe.build.requires, *project_build_requires(src))))
+        pyproject = src / "pyproject.toml"
+        own = build_system_requires(pyproject.read_bytes() if pyproject.is_file() else None)
+        tools = tuple(dict.fromkeys((*recipe.build.requires, *own)))
         stage_build_tools(tools, interp, index_urls=where[0], find_links=where[1], cache_dir=cached_dir.parents[1],
                           reporter=reporter, client=client)
     partial = cached_dir.with_name(cached_dir.name + ".partial")

@@ -24,7 +24,24 @@ from packaging.utils import canonicalize_name
 from wheelhouse.progress import NullReporter, Reporter
 from .pep517 import BuildDepsMissing, missing_build_requirements
 
-__all__ = ["installed_versions", "missing_build_tools", "stage_build_tools"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["build_system_requires", "installed_versions", "missing_build_tools", "stage_build_tools"]
+
+
+def build_system_requires(pyproject: bytes | None) -> tuple[str, ...]:
+    """``[build-system] requires`` of a pyproject.toml's bytes (None or unreadable: none)."""
+    if pyproject is None:
+        return ()
+    try:
+        data = tomllib.loads(pyproject.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return ()  # the backend itself refuses a broken pyproject, with its own words
+    reqs = (data.get("build-system") or {}).get("requires") or []
+    return tuple(r for r in reqs if isinstance(r, str))
 
 
 def installed_versions(python: str, env: Mapping[str, str] | None = None) -> dict[str, str]:

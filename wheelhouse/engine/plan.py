@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
 from .recipe import EngineRecipe
 from .source import cached_refs, tree_files
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["plan_build", "fetch_content_sources"]
 
@@ -76,7 +70,7 @@ def plan_build(recipe: EngineRecipe, wheelhouse: Path, *, python: str | None, ca
     from wheelhouse.env.links import plan_links
     from wheelhouse.target.interpreter import inspect_interpreter
 
-    from .build_deps import installed_versions, missing_build_tools
+    from .build_deps import build_system_requires, installed_versions, missing_build_tools
 
     interp = inspect_interpreter(python)
     mirror, refs = cached_refs(recipe, Path(cache_dir))
@@ -89,7 +83,7 @@ def plan_build(recipe: EngineRecipe, wheelhouse: Path, *, python: str | None, ca
         sub = recipe.build.subdirectory.strip("/")
         proj = tree_files(mirror, commit, (), ("pyproject.toml",)).get(
             "pyproject.toml" if sub in ("", ".") else f"{sub}/pyproject.toml")
-        pyproject_requires = _requires_of(proj) if proj else ()
+        pyproject_requires = build_system_requires(proj)
     sites = [Path(s) for s in interp.visible_site_dirs]
     env = dict(base_env if base_env is not None else os.environ)
     cuda = engine_environment(sites, env)
@@ -124,13 +118,3 @@ def plan_build(recipe: EngineRecipe, wheelhouse: Path, *, python: str | None, ca
                                   f"logs/build-{recipe.name}-{short}.log",
                                   *(b.export for b in recipe.backports if b.export)]},
     }
-
-
-def _requires_of(body: bytes) -> tuple[str, ...]:
-    """``[build-system] requires`` of a pyproject.toml's bytes (the same list the build stages)."""
-    try:
-        data = tomllib.loads(body.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return ()
-    reqs = (data.get("build-system") or {}).get("requires") or []
-    return tuple(r for r in reqs if isinstance(r, str))

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from wheelhouse.datafile import check_keys
 from wheelhouse.errors import UsageError
 
-__all__ = ["FlagRule", "RULE_KEYS", "parse_flag_rules", "forbid_rules"]
+__all__ = ["FlagRule", "RULE_KEYS", "parse_flag_rules", "forbid_rules", "number_text"]
 
 RULE_KEYS = frozenset({"flag", "key", "forbid", "max", "min", "values", "multiple-of", "reason", "hint", "source"})
 _KINDS = ("forbid", "max", "min", "values", "multiple-of")
@@ -56,9 +56,9 @@ class FlagRule:
         if self.forbid:
             parts.append("absent")
         if self.min is not None:
-            parts.append(f"at least {_num(self.min)}")
+            parts.append(f"at least {number_text(self.min)}")
         if self.max is not None:
-            parts.append(f"at most {_num(self.max)}")
+            parts.append(f"at most {number_text(self.max)}")
         if self.multiple_of is not None:
             parts.append(f"a multiple of {self.multiple_of}")
         if self.values:
@@ -73,7 +73,8 @@ class FlagRule:
         return f"set {self.name} to {self.limit()}"
 
 
-def _num(x: float) -> str:
+def number_text(x: float) -> str:
+    """A limit as the manifest wrote it: 2048, not 2048.0."""
     return str(int(x)) if float(x).is_integer() else str(x)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from wheelhouse.errors import UsageError
-from wheelhouse.manifest.flag_rules import FlagRule, forbid_rules
+from wheelhouse.manifest.flag_rules import FlagRule, forbid_rules, number_text
 
 __all__ = [
     "BUILTIN_RULES",
@@ -213,16 +213,12 @@ def _judge(rule: FlagRule, shown: str | None, value: Any) -> str | None:
     if number is None:
         return f"{label} is not a number, so it cannot be checked against the limit ({rule.limit()})"
     if rule.max is not None and number > rule.max:
-        return f"{label} is above the limit {_num(rule.max)}"
+        return f"{label} is above the limit {number_text(rule.max)}"
     if rule.min is not None and number < rule.min:
-        return f"{label} is below the limit {_num(rule.min)}"
+        return f"{label} is below the limit {number_text(rule.min)}"
     if rule.multiple_of is not None and (not number.is_integer() or int(number) % rule.multiple_of):
         return f"{label} is not a multiple of {rule.multiple_of}"
     return None
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _violations(argv: Sequence[str], rule: FlagRule) -> list[Violation]:
