@@ -157,6 +157,14 @@ def test_rule_tables_are_checked_when_the_manifest_is_read():
 
 def test_bundled_vllm_manifest_carries_the_three_value_traps():
     v = load_manifest("vllm-dsv41-pp5-5x170hx")
+    assert v.engine_recipe.name == "vllm-dsv41-pp5.toml" and v.engine_recipe.is_file()  # the engine it serves
+    assert {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+            "HF_HUB_OFFLINE": "1"}.items() <= dict(v.serve.env).items()
+    assert "--trust-remote-code" in v.serve.command
+    cfg = json.loads(v.serve.command[v.serve.command.index("--compilation-config") + 1])
+    assert cfg["cudagraph_mode"] == "FULL_AND_PIECEWISE" and cfg["cudagraph_capture_sizes"] == [1, 2, 4, 8]
+    key = v.serve.command[v.serve.command.index("--api-key") + 1]
+    assert key == "{api_key}"  # from WH_API_KEY, never a literal
     argv = [a.replace("{model}", "/m").replace("{api_key}", "k") for a in v.serve.command]
     assert lint_command(argv, v.serve.rules) == ()  # its own command keeps its rules
     for extra, name in [(["--gpu-memory-utilization", "0.98"], "--gpu-memory-utilization"),
