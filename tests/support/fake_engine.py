@@ -188,7 +188,9 @@ def main() -> None:
     p.add_argument("--endless-health", action="store_true", help="/health streams an endless body")
     p.add_argument("--echo-argv", action="store_true", help="print the command line first")
     p.add_argument("--daemonize", action="store_true", help="fork, setsid and serve in the child; the leader exits 0")
-    ARGS = p.parse_args()
+    # Any other flag is an engine setting it does not model (--gpu-memory-utilization 0.97): logged, so a
+    # test can see what the engine was launched with.
+    ARGS, settings = p.parse_known_args()
     if ARGS.echo_argv:
         log("args: " + " ".join(sys.argv))
     if ARGS.daemonize and os.fork():
@@ -196,6 +198,8 @@ def main() -> None:
     if ARGS.daemonize:
         os.setsid()
     log(f"fake-engine pid {os.getpid()} mode {ARGS.mode} port {ARGS.port}")
+    if settings:
+        log(f"engine settings: {json.dumps(settings)}")
     time.sleep(ARGS.listen_delay)
     server = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
     server.daemon_threads = True

@@ -96,6 +96,9 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("--smoke", "do_smoke", is_flag=True, help="Once ready, run `wh smoke` against it.")
 @click.option("--model", help="Fills {model} in the manifest's command.")
 @click.option("--no-preflight", is_flag=True, help="Skip doctor, GPU and patch preflight.")
+@click.option("--allow-flag", "allow_flags", multiple=True, metavar="NAME",
+              help="Override one flag rule by its name (--gpu-memory-utilization, "
+                   "--speculative-config.num_speculative_tokens); recorded in the serve state. Repeatable.")
 @click.option("--max-used-mib", type=click.IntRange(0), help="Refuse a GPU with more memory than this already in use "
                                                "(default: manifest [doctor] max-used-mib, else 4096).")
 @click.option("--gpus", "gpus_flag", type=click.IntRange(0), help="Exact GPU count required (default: manifest [doctor] gpus).")
@@ -107,7 +110,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("-v", "--verbose", count=True, help="Tail the engine's log while it loads and serves (same as `wh -v serve`).")
 @click.pass_context
 def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach, do_smoke, model, no_preflight,
-          max_used_mib, gpus_flag, python, grace, interval, attempt_timeout, as_json, verbose) -> None:
+          allow_flags, max_used_mib, gpus_flag, python, grace, interval, attempt_timeout, as_json, verbose) -> None:
     """Launch the engine in its own process group and wait until it is really ready.
 
     \b
@@ -152,7 +155,10 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     argv = fill_placeholders(argv, values)
     secret = values["api_key"]
     shown = tuple(a.replace(secret, "***") for a in argv) if secret else argv  # never print or record the key
-    lint_command(argv, spec.forbid_flags if spec else None)
+    # Judged as shown: a refusal quotes values, and the key must never be one of them.
+    overridden = lint_command(shown, spec.rules if spec else None, allow=allow_flags)
+    for v in overridden:
+        ui.info(f"allowed by --allow-flag {v.rule.name}: {v.why} (rule from {v.rule.source}: {v.rule.reason})")
     ready_mode = ready_mode or (spec.ready if spec else "health")
     timeout = timeout if timeout is not None else (spec.timeout if spec else 7200.0)
     env = dict(spec.env) if spec else {}
@@ -194,13 +200,15 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         try:
             ui.info(f"ready in {seconds:.0f} s: {url}  (pid {engine.pid}, process group {engine.pgid})")
             result = {"url": url, "pid": engine.pid, "pgid": engine.pgid, "log": str(log), "ready": ready_mode,
-                      "ready_s": round(seconds, 3), "command": list(shown), "detached": detach}
+                      "ready_s": round(seconds, 3), "command": list(shown), "detached": detach,
+                      "allowed_flags": list(dict.fromkeys(allow_flags))}
             if do_smoke:
                 sm = run_smoke(url, timeout=max(attempt_timeout, 300.0))
                 ui.info(sm.summary())
                 result["smoke"] = sm.to_json()
             if detach:
-                path = state.write_state(dataclasses.replace(engine, command=shown))
+                path = state.write_state(dataclasses.replace(engine, command=shown,
+                                                             allowed_flags=tuple(dict.fromkeys(allow_flags))))
                 detached = True
                 ui.info(f"detached; state in {path}. Stop it with `wh stop`.")
             if as_json:

@@ -15,6 +15,7 @@ callers import them from.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from .source import (
     checkout_source,
     ensure_mirror,
     mirror_path,
+    pin_commit,
     read_backports,
     sha256_bytes,
 )
@@ -128,12 +130,16 @@ def build_engine(
     allow_incomplete: bool = False,
     lock_timeout: float = 600.0,
     client=None,
+    env_overrides: Mapping[str, str] | None = None,
 ) -> EngineBuild:
     """Fetch, check out, backport, build (or reuse), complete and record the engine wheel in ``wheelhouse``.
 
     ``index_urls``/``find_links``: where the engine's missing requirements are staged from
     (default: what the wheelhouse was staged from, in its wh.json). ``allow_incomplete``:
-    record the missing ones (wh.json["engine"]["incomplete"]) instead of failing.
+    record the missing ones (wh.json["engine"]["incomplete"]) instead of failing. The same indexes
+    serve the build requirements the interpreter lacks (``[engine.build] requires`` and the
+    project's ``[build-system]``), which are installed into it before the build.
+    ``env_overrides`` (``wh build --env``) replace the recipe's env entries of the same name.
     """
     from wheelhouse.lock.output import hold_output, real_output
     from wheelhouse.target.interpreter import inspect_interpreter
@@ -147,7 +153,14 @@ def build_engine(
         for note in notes:
             reporter.note(note)
         data = _open_wheelhouse(wheelhouse, interp)
-        built = _build_or_reuse(recipe, interp, wheelhouse, cache_dir, reporter, sink, base_env)
+        if env_overrides:
+            recipe = dataclasses.replace(recipe, build=dataclasses.replace(
+                recipe.build, env={**recipe.build.env, **env_overrides}))
+        inputs = data.get("inputs") or {}
+        where = (list(index_urls if index_urls is not None else inputs.get("indexes") or ()),
+                 list(find_links if find_links is not None else inputs.get("find_links") or ()))
+        recipe, built = _build_or_reuse(recipe, interp, wheelhouse, cache_dir, reporter, sink, base_env, where,
+                                        client)
         _check_target(data, built.wheel.name, wheelhouse)
         return add_to_wheelhouse(recipe, built, interp, wheelhouse, data, cache_dir, reporter, index_urls,
                                  find_links, allow_incomplete, client)
@@ -165,12 +178,17 @@ def _check_writable(wheelhouse: Path, cache_dir: Path) -> None:
 
 
 def _build_or_reuse(recipe: EngineRecipe, interp, wheelhouse: Path, cache_dir: Path, reporter: Reporter, sink,
-                    base_env: Mapping[str, str] | None) -> Built:
-    """The wheel for this recipe and interpreter: from the build cache when the key is unchanged, else built."""
+                    base_env: Mapping[str, str] | None, where, client) -> tuple[EngineRecipe, Built]:
+    """The recipe at its exact commit, and its wheel for this interpreter: from the build cache when the key
+    is unchanged, else built."""
     from wheelhouse.env.cuda import engine_environment
     from wheelhouse.env.links import apply_links, plan_links, record_path
 
     mirror, refs = ensure_mirror(recipe, cache_dir, reporter)
+    pinned = pin_commit(recipe, refs)
+    if pinned.commit != recipe.commit:
+        reporter.note(f"tag {recipe.tag} is commit {pinned.commit}; pin it in the recipe: commit = \"{pinned.commit}\"")
+    recipe = pinned
     backports = read_backports(recipe, mirror, refs)
     # The toolchain and links come first: they are part of what the build sees.
     sites = [Path(s) for s in interp.visible_site_dirs]
@@ -193,14 +211,16 @@ def _build_or_reuse(recipe: EngineRecipe, interp, wheelhouse: Path, cache_dir: P
         status_file = cached_dir / "tree-status.txt"
         tree_status = tuple(status_file.read_text().splitlines()) if status_file.exists() else ()
         reporter.note(f"reusing {cached[0].name}: commit, backports, build env and interpreter are unchanged")
-        return Built(cached[0], key, True, refs, backports, tree_status, env, log_rel, tuple(made_links))
+        return recipe, Built(cached[0], key, True, refs, backports, tree_status, env, log_rel, tuple(made_links))
     wheel, tree_status = _build(recipe, mirror, refs, backports, interp, env, cached_dir, wheelhouse / log_rel,
-                                reporter, sink)
-    return Built(wheel, key, False, refs, backports, tree_status, env, log_rel, tuple(made_links))
+                                reporter, sink, where, client)
+    return recipe, Built(wheel, key, False, refs, backports, tree_status, env, log_rel, tuple(made_links))
 
 
-def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_path: Path, reporter, sink):
-    """Check out and build through the PEP 517 backend; the wheel lands in the build cache."""
+def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_path: Path, reporter, sink, where,
+           client):
+    """Check out, stage the build requirements into the interpreter, build through the PEP 517 backend."""
+    from .build_deps import build_system_requires, stage_build_tools
     from .pep517 import build_wheel
 
     work = cached_dir.parents[1] / "src" / f"{recipe.name}-{recipe.commit[:12]}"
@@ -210,6 +230,12 @@ def _build(recipe, mirror, refs, backports, interp, env, cached_dir: Path, log_p
     src = tree.path / recipe.build.subdirectory
     if not src.is_dir():
         raise RecipeError(f"[engine.build] subdirectory {recipe.build.subdirectory!r} is not in the tree", hint="fix it in the recipe")
+    if recipe.build.no_build_isolation:
+        pyproject = src / "pyproject.toml"
+        own = build_system_requires(pyproject.read_bytes() if pyproject.is_file() else None)
+        tools = tuple(dict.fromkeys((*recipe.build.requires, *own)))
+        stage_build_tools(tools, interp, index_urls=where[0], find_links=where[1], cache_dir=cached_dir.parents[1],
+                          reporter=reporter, client=client)
     partial = cached_dir.with_name(cached_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     reporter.start(f"build {recipe.name}")

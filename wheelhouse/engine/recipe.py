@@ -7,7 +7,8 @@ are at another ref (a backport), and how to build the tree::
     [engine]
     name = "freetoken"
     repo = "https://github.com/FlashML-org/FreeToken"   # or a local path / file:// URL
-    commit = "c066b38e1c9981c8c8adb0efb328049fe87aa8c0"  # full 40-hex sha, required
+    commit = "c066b38e1c9981c8c8adb0efb328049fe87aa8c0"  # full 40-hex sha
+    tag = "v1.0"                   # optional; without a commit, wh builds the commit the tag names
     fetch = ["pull/70/head"]
 
     [[engine.backport]]
@@ -19,8 +20,12 @@ are at another ref (a backport), and how to build the tree::
     [engine.build]
     subdirectory = "."
     no-build-isolation = true      # build with the target interpreter's installed build deps
-    env = { FREETOKEN_KERNEL_CACHE_ARCHES = "8.9" }
+    env = { FREETOKEN_KERNEL_CACHE_ARCHES = "8.9" }   # `wh build --env NAME=VALUE` overrides one
     link-sonames = true
+    requires = ["cmake>=3.26", "ninja"]   # build requirements wh stages into --python when it lacks them
+
+A recipe needs a ``commit``, or a ``tag`` when the commit could not be read while writing it
+(the tag is then resolved at fetch time and the commit recorded; with both, they must agree).
 
 
 Parsing is pure (``parse_recipe``); ``load_recipe`` reads the file (or a bundled
@@ -49,9 +54,9 @@ __all__ = [
 ]
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-_ENGINE_KEYS = {"name", "repo", "commit", "fetch", "backport", "build"}
+_ENGINE_KEYS = {"name", "repo", "commit", "tag", "fetch", "backport", "build"}
 _BACKPORT_KEYS = {"path", "ref", "sha256", "export"}
-_BUILD_KEYS = {"subdirectory", "no-build-isolation", "env", "link-sonames"}
+_BUILD_KEYS = {"subdirectory", "no-build-isolation", "env", "link-sonames", "requires"}
 
 
 class RecipeError(UsageError):
@@ -74,22 +79,25 @@ class BuildSettings:
     no_build_isolation: bool = True  # offline, an isolated env cannot get its build deps
     env: Mapping[str, str] = field(default_factory=dict)
     link_sonames: bool = True
+    requires: tuple[str, ...] = ()  # staged into the build interpreter by `wh build` when it lacks them
 
 
 @dataclass(frozen=True)
 class EngineRecipe:
     name: str
     repo: str
-    commit: str
+    commit: str | None  # None: the tag's commit, resolved when the mirror is fetched
     fetch: tuple[str, ...] = ()
     backports: tuple[Backport, ...] = ()
     build: BuildSettings = BuildSettings()
     path: Path | None = None  # where the recipe was read from
+    tag: str | None = None
 
     def refs_to_fetch(self) -> tuple[str, ...]:
-        """The extra refs plus every backport's ref, in order, without repeats."""
+        """The tag, the extra refs and every backport's ref, in order, without repeats."""
         out: list[str] = []
-        for ref in (*self.fetch, *(b.ref for b in self.backports)):
+        tag = (f"refs/tags/{self.tag}",) if self.tag else ()
+        for ref in (*tag, *self.fetch, *(b.ref for b in self.backports)):
             if ref not in out:
                 out.append(ref)
         return tuple(out)
@@ -117,11 +125,17 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
     if not isinstance(engine, Mapping):
         raise RecipeError(f"{where}no [engine] table", hint="see `wh build --help`, and docs/manifest.md#engine-recipes in wh's source repository for the recipe format")
     _unknown(engine, _ENGINE_KEYS, f"{where}[engine]")
-    for key in ("name", "repo", "commit"):
+    for key in ("name", "repo"):
         if not isinstance(engine.get(key), str) or not engine[key]:
             raise RecipeError(f"{where}[engine] needs {key} (a string)", hint="see `wh build --help`, and docs/manifest.md#engine-recipes in wh's source repository for the recipe format")
-    commit = engine["commit"].strip().lower()
-    if not _SHA.match(commit):
+    tag = engine.get("tag")
+    if tag is not None and (not isinstance(tag, str) or not tag or tag.startswith("-")):
+        raise RecipeError(f"{where}[engine] tag must be a tag name", hint='tag = "v1.0"')
+    if engine.get("commit") is None and tag is None:
+        raise RecipeError(f"{where}[engine] needs commit (a full 40-hex sha) or a tag",
+                          hint="pin the exact commit: `git rev-parse <ref>` gives the full sha")
+    commit = str(engine["commit"]).strip().lower() if engine.get("commit") is not None else None
+    if commit is not None and not _SHA.match(commit):
         raise RecipeError(
             f"{where}[engine] commit {engine['commit']!r} is not a full 40-hex sha",
             hint="pin the exact commit: `git rev-parse <ref>` gives the full sha",
@@ -165,11 +179,23 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
     if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
         raise RecipeError(f"{where}[engine.build] subdirectory {sub!r} must be a path inside the repository",
                           hint='subdirectory = "." (or the folder holding pyproject.toml)')
+    requires = build.get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, str) and r for r in requires):
+        raise RecipeError(f"{where}[engine.build] requires must be a list of requirements", hint='requires = ["cmake>=3.26"]')
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for r in requires:
+        try:
+            Requirement(r)
+        except InvalidRequirement as exc:
+            raise RecipeError(f"{where}[engine.build] requires: {r!r} is not a requirement ({exc})",
+                              hint='write it like "cmake>=3.26"') from exc
     settings = BuildSettings(
         subdirectory=str(build.get("subdirectory", ".")),
         no_build_isolation=bool(build.get("no-build-isolation", True)),
         env={str(k): str(v) for k, v in env.items()},
         link_sonames=bool(build.get("link-sonames", True)),
+        requires=tuple(requires),
     )
     return EngineRecipe(
         name=engine["name"],
@@ -179,6 +205,7 @@ def parse_recipe(data: Mapping[str, Any], path: Path | None = None) -> EngineRec
         backports=tuple(backports),
         build=settings,
         path=path,
+        tag=tag,
     )
 
 

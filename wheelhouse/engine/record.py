@@ -66,6 +66,7 @@ def _engine_record(recipe: EngineRecipe, built: Built, interp, sha: str, artifac
         "recipe": recipe.path.name if recipe.path else recipe.name,
         "repo": recipe.repo,
         "commit": recipe.commit,
+        **({"tag": recipe.tag} if recipe.tag else {}),
         "fetched_refs": dict(built.refs),
         "backports": [b.to_json() for b in built.backports],
         "tree_status": list(built.tree_status),

@@ -29,6 +29,9 @@ __all__ = [
     "BackportMismatch",
     "mirror_path",
     "ensure_mirror",
+    "pin_commit",
+    "cached_refs",
+    "tree_files",
     "read_backports",
     "checkout_source",
     "sha256_bytes",
@@ -163,28 +166,73 @@ def ensure_mirror(recipe: EngineRecipe, cache_dir: Path, reporter: Reporter | No
             missing.append(r)
         else:
             resolved[r] = sha
-    if _resolve(mirror, recipe.commit) is None and not fetch_error:
+    # A recipe that names only a tag builds the commit the tag points at (pin_commit records it).
+    want = recipe.commit or resolved.get(f"refs/tags/{recipe.tag}", "")
+    if want and _resolve(mirror, want) is None and not fetch_error:
         # Some servers let a client ask for one commit directly (GitHub does).
-        _git(["fetch", "--quiet", "origin", recipe.commit], git_dir=mirror, check=False)
+        _git(["fetch", "--quiet", "origin", want], git_dir=mirror, check=False)
     if fetch_error:
-        if missing or _resolve(mirror, recipe.commit) is None:
+        if missing or _resolve(mirror, want) is None:
             if created:  # an empty mirror is not a cache: the next run would start from it
                 shutil.rmtree(mirror, ignore_errors=True)
             raise GitError(
                 f"fetching {url} failed and the cached mirror lacks "
-                + (", ".join(missing) if missing else f"commit {recipe.commit}"),
+                + (", ".join(missing) if missing else f"commit {want}"),
                 hint="run `wh build` where the repository is reachable once; later runs reuse the mirror",
                 detail=fetch_error,
             )
         reporter.note(f"fetch from {url} failed; using the cached mirror at {mirror}")
     elif missing:
         raise GitError(f"{url} has no ref {', '.join(missing)}", hint="check the refs in the recipe's fetch and backport lists")
-    if _resolve(mirror, recipe.commit) is None:
+    if _resolve(mirror, want) is None:
         raise CommitNotFound(
-            f"commit {recipe.commit} is not in {url} (fetched: {', '.join(refs) or 'branches and tags only'})",
+            f"commit {want} is not in {url} (fetched: {', '.join(refs) or 'branches and tags only'})",
             hint="check the sha, or add the pull request ref that holds it to fetch = [...]",
         )
     return mirror, resolved
+
+
+def pin_commit(recipe: EngineRecipe, refs: Mapping[str, str]) -> EngineRecipe:
+    """The recipe at an exact commit: its own, or its tag's; a tag that moved off the pinned commit is refused."""
+    import dataclasses
+
+    if not recipe.tag:
+        return recipe
+    tagged = refs.get(f"refs/tags/{recipe.tag}")
+    if tagged is None:  # pragma: no cover - ensure_mirror refuses a missing ref first
+        raise GitError(f"tag {recipe.tag} is not in the mirror", hint="check the tag in the recipe")
+    if recipe.commit and recipe.commit != tagged:
+        raise WrongCommit(f"tag {recipe.tag} points at {tagged}, the recipe pins {recipe.commit}",
+                          hint="the tag moved: check which commit you mean, then fix commit or tag in the recipe")
+    return dataclasses.replace(recipe, commit=tagged)
+
+
+def cached_refs(recipe: EngineRecipe, cache_dir: Path) -> tuple[Path | None, dict[str, str]]:
+    """Read-only: the cached mirror (None when there is none) and what each recipe ref points at in it."""
+    mirror = mirror_path(cache_dir, recipe)
+    if not (mirror / "HEAD").exists():
+        return None, {}
+    out = {}
+    for r in recipe.refs_to_fetch():
+        sha = _resolve(mirror, _local_ref(r))
+        if sha:
+            out[r] = sha
+    return mirror, out
+
+
+def tree_files(mirror: Path, commit: str, suffixes: tuple[str, ...], names: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Read-only: the files at ``commit`` whose name ends with one of ``suffixes`` or is one of ``names``."""
+    listing = _git(["ls-tree", "-r", "--name-only", commit], git_dir=mirror, check=False)
+    if listing.returncode != 0:
+        return {}
+    out = {}
+    for path in listing.stdout.decode(errors="replace").splitlines():
+        base = path.rsplit("/", 1)[-1]
+        if base in names or path.endswith(suffixes):
+            blob = _blob(mirror, commit, path)
+            if blob is not None:
+                out[path] = blob
+    return out
 
 
 def _blob(mirror: Path, rev: str, path: str) -> bytes | None:

@@ -63,7 +63,16 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
     path = "/health"
     timeout = 7200
     env = { }
-    forbid-flags = { "--num-tokens" = "why" }
+    forbid-flags = { "--num-tokens" = "why" }    # short for [[serve.rule]] forbid = true
+
+    rule = [...]                                 # written as [[serve.rule]] tables:
+    [[serve.rule]]                               # a limit on a flag's value (flag_rules.py)
+    flag = "--gpu-memory-utilization"
+    max = 0.97                                   # or min, values = [...], multiple-of, forbid = true
+    key = "..."                                  # optional: a key of the flag's JSON value
+    reason = "why"                               # shown on refusal, with the manifest as the source
+    hint = "..."                                 # optional: the next step (default: from the limit)
+    source = "..."                               # optional: who found it (shown with the manifest's path)
 """
 
 from __future__ import annotations
@@ -77,6 +86,7 @@ from typing import Any, Mapping
 from wheelhouse.datafile import check_keys, find_bundled, get_value, load_toml, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.resources import data_dir, manifests_dir
+from .flag_rules import FlagRule, forbid_rules, parse_flag_rules
 from .requirements_file import RequirementLine, RequirementsFileError, parse_requirements_text
 
 __all__ = [
@@ -87,6 +97,7 @@ __all__ = [
     "DoctorExpectations",
     "DOCTOR_LINKS",
     "ServeSpec",
+    "FlagRule",
     "StackManifest",
     "MANIFEST_KEYS",
     "parse_manifest",
@@ -148,6 +159,8 @@ class ServeSpec:
     timeout: float = 7200.0
     env: Mapping[str, str] = field(default_factory=dict)
     forbid_flags: Mapping[str, str] = field(default_factory=dict)
+    # Every rule on the command's flags: forbid-flags as forbid rules, then the [[serve.rule]] tables.
+    rules: tuple[FlagRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,7 +207,7 @@ MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
     "drop": frozenset({"distribution", "module", "reason", "force"}),
     "patch": frozenset({"spec"}),
     "doctor": frozenset({"gpus", "sm", "max-used-mib", "toolchain-exact", "checks", "entry", "links"}),
-    "serve": frozenset({"command", "ready", "url", "path", "timeout", "env", "forbid-flags"}),
+    "serve": frozenset({"command", "ready", "url", "path", "timeout", "env", "forbid-flags", "rule"}),
 }
 _TOP = set(MANIFEST_KEYS)
 
@@ -371,6 +384,16 @@ def _serve(data: Mapping[str, Any], where: str) -> ServeSpec | None:
         env=_str_table(srv, "env", f"{where}serve.env"),
         forbid_flags=_str_table(srv, "forbid-flags", f"{where}serve.forbid-flags"),
     )
+    source = where[:-2] if where.endswith(": ") else "the manifest"  # its path, named on refusal
+    rules = (*forbid_rules(serve.forbid_flags, f"{source} [serve.forbid-flags]"),
+             *parse_flag_rules(srv.get("rule", []), f"{where}[[serve.rule]]", f"{source} [[serve.rule]]",
+                               error=ManifestError))
+    names = [r.name for r in rules]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ManifestError(f"{where}serve: {', '.join(twice)} has a rule in forbid-flags and in [[serve.rule]]",
+                            hint="keep one: [[serve.rule]] with forbid = true can carry a hint")
+    serve = dataclasses.replace(serve, rules=rules)
     if serve.ready not in ("health", "http", "generate"):
         raise ManifestError(f"{where}serve.ready is {serve.ready!r}", hint="use health, http or generate")
     return serve

@@ -67,10 +67,12 @@ class Engine:
     started: float
     start_ticks: int | None = None  # /proc/<pid>/stat starttime: tells a reused pid apart
     tag: str | None = None  # listener.TAG_VARIABLE's value in the engine's environment (this launch's)
+    allowed_flags: tuple[str, ...] = ()  # flag rules overridden with `wh serve --allow-flag` for this launch
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["command"] = list(self.command)
+        d["allowed_flags"] = list(self.allowed_flags)
         return d
 
     @classmethod
@@ -88,8 +90,11 @@ class Engine:
         tag = d.get("tag")
         if tag is not None and not isinstance(tag, str):
             raise ValueError(f"tag must be a string, not {tag!r}")
+        allowed = d.get("allowed_flags", [])
+        if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
+            raise ValueError(f"allowed_flags must be a list of strings, not {allowed!r}")
         return cls(_whole(d, "pid"), _whole(d, "pgid"), d["url"], d["log"], tuple(command), float(started),
-                   _whole(d, "start_ticks", required=False), tag)
+                   _whole(d, "start_ticks", required=False), tag, tuple(allowed))
 
 
 def state_dir() -> Path:

@@ -78,11 +78,13 @@ def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, 
     from wheelhouse.engine.recipe import load_recipe
 
     recipe = load_recipe(str(manifest.engine_recipe))
-    if (recipe.name, recipe.commit) == (record.get("name"), record.get("commit")):
+    # A tag-only recipe (no commit could be pinned) keeps the engine built from that tag.
+    same = recipe.commit == record.get("commit") if recipe.commit else recipe.tag == record.get("tag")
+    if recipe.name == record.get("name") and same:
         return None
     return (f"leaving out the engine {Path(str(record['wheel'])).name} built at commit "
             f"{str(record.get('commit', ''))[:12]}: the manifest's engine is now {recipe.name} at "
-            f"{recipe.commit[:12]} (build it: wh build {manifest.engine_recipe} -o {out})")
+            f"{recipe.commit[:12] if recipe.commit else 'tag ' + str(recipe.tag)} (build it: wh build {manifest.engine_recipe} -o {out})")
 
 
 def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[LockedFile],
