@@ -21,7 +21,7 @@ from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
 from packaging.utils import canonicalize_name
 
-from . import DoctorContext, installed_by_wh
+from . import DoctorContext, installed_by_wh, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run"]
 
@@ -64,20 +64,21 @@ def _records(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["install:records"]
     records = [r for r in ctx.facts.get("distributions") or () if isinstance(r, dict)]
     by_wh = installed_by_wh(ctx)
-    fails, warns = [], []
+    fails, warns, names = [], [], []
     for rec in records:
         why = _damage(rec)
         if why is None:
             continue
         key = canonicalize_name(str(rec.get("name") or ""))
         (fails if rec.get("error") or not by_wh or key in by_wh else warns).append(why)
+        names.append(str(rec.get("name") or key))
     if not fails and not warns:
         return CheckResult("install:records", title, "ok",
                            f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk")
     lines = fails + [f"{w} (not installed by wh: a warning)" for w in warns]
     return CheckResult("install:records", title, "fail" if fails else "warn", "\n".join(lines),
-                       hint=f"reinstall what is named (`wh install WHEELHOUSE --python {ctx.python}`)",
-                       data={"damaged": lines})
+                       hint=f"reinstall what is named: `{reinstall_command(ctx, *names)}`",
+                       data={"damaged": lines, "reinstall": [canonicalize_name(n) for n in names]})
 
 
 def _transaction(ctx: DoctorContext) -> CheckResult:

@@ -52,7 +52,7 @@ from wheelhouse.doctor.fatbin import device_code, sm_number
 from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.gpu import Gpu
-from . import DoctorContext, Distribution, installed_by_wh
+from . import DoctorContext, Distribution, installed_by_wh, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
            "is_extension_module", "load_plan"]
@@ -226,7 +226,7 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
 
 
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], vouched: bool = True,
-             installed: Mapping[str, Distribution] | None = None) -> CheckResult:
+             installed: Mapping[str, Distribution] | None = None, reinstall: str | None = None) -> CheckResult:
     """``vouched``: wh installed ``d`` (or nothing here); ``installed``: every distribution, by canonical name."""
     cid = f"native:{d.key}"
     mods = list(plan.modules)
@@ -266,8 +266,8 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
         # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
         # away a distribution that works once it is whole (install:records names the files too).
         return CheckResult(cid, title, "fail", evidence,
-                           hint=f"reinstall {d.name}: `wh install` from the wheelhouse that holds it",
-                           data={**data, "failures": failures}, seconds=seconds)
+                           hint=f"reinstall {d.name}: `{reinstall or f'wh install WHEELHOUSE --reinstall {d.key}'}`",
+                           data={**data, "failures": failures, "reinstall": [d.key]}, seconds=seconds)
     if red and all(o.shadowed for o in red):
         # Another copy of the package, earlier on sys.path, is what fails: uninstalling this distribution
         # (a drop) would take away the healthy copy and leave the broken one in the engine's way.
@@ -304,7 +304,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                           ctx, files))
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     by_wh = installed_by_wh(ctx)
-    return [_verdict(d, plans[d.key], outcomes, not by_wh or d.key in by_wh, ctx.distributions) for d in dists]
+    return [_verdict(d, plans[d.key], outcomes, not by_wh or d.key in by_wh, ctx.distributions,
+                     reinstall_command(ctx, d.name)) for d in dists]
 
 
 def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:

@@ -30,7 +30,7 @@ from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 from wheelhouse.install.wheel.record import read_record
-from . import DoctorContext, Distribution
+from . import DoctorContext, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional"]
@@ -264,9 +264,12 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
             "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": notes}
     if bad or hard:
         return CheckResult(cid, title, "fail", "\n".join(lines + notes) + note,
-                           hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
-                                "the system package) and re-run `wh doctor --check sharedlibs`; an empty or truncated "
-                                f".so is a broken install of {d.name}: install it again with `wh install`", data=data)
+                           hint=("install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
+                                 "the system package) and re-run `wh doctor --check sharedlibs`" if hard else "")
+                           + ("; " if hard and bad else "")
+                           + (f"an empty or truncated .so is a broken install of {d.name}: reinstall it: "
+                              f"`{reinstall_command(ctx, d.name)}`" if bad else ""),
+                           data={**data, **({"reinstall": [d.key]} if bad else {})})
     if soft:
         return CheckResult(cid, title, "warn", "\n".join(lines + notes),
                            hint="on the GPU box the driver provides it; run `wh doctor` there", data=data)
