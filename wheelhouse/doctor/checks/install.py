@@ -52,12 +52,15 @@ def _damage(rec: dict) -> str | None:
         return f"{who}: no RECORD in {rec.get('dist_info')} (installers write it last: an install that did not finish)"
     if rec.get("record") == "unreadable":
         return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
-    n = int(rec.get("missing_count") or 0)
-    if n:
-        shown = list(rec.get("missing_files") or [])
-        more = f", and {n - len(shown)} more" if n > len(shown) else ""
-        return f"{who}: {n} file(s) its RECORD lists are not on disk: {', '.join(shown)}{more}"
-    return None
+    out = []
+    for key, what in (("missing", "its RECORD lists are not on disk"),
+                      ("resized", "differ in size from their RECORD row (cut short or replaced)")):
+        n = int(rec.get(f"{key}_count") or 0)
+        if n:
+            shown = list(rec.get(f"{key}_files") or [])
+            more = f", and {n - len(shown)} more" if n > len(shown) else ""
+            out.append(f"{who}: {n} file(s) {what}: {', '.join(shown)}{more}")
+    return "; ".join(out) or None
 
 
 def _records(ctx: DoctorContext) -> CheckResult:
@@ -74,7 +77,7 @@ def _records(ctx: DoctorContext) -> CheckResult:
         names.append(str(rec.get("name") or key))
     if not fails and not warns:
         return CheckResult("install:records", title, "ok",
-                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk")
+                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk at its size")
     lines = fails + [f"{w} (not installed by wh: a warning)" for w in warns]
     return CheckResult("install:records", title, "fail" if fails else "warn", "\n".join(lines),
                        hint=f"reinstall what is named: `{reinstall_command(ctx, *names)}`",
