@@ -17,6 +17,15 @@ checks what a user would:
     python bench/soak.py [--rounds 50] [--seed 1] [--kill-rate 0.8] [--keep DIR]
 
 Prints one line per round and a summary: rounds, kills, repairs, corruptions.
+
+``--drop``: rounds of `wh drop` and `wh drop --restore` instead, on a venv holding a broken ``raiser``
+(a gcc-built extension that loads, an ``__init__`` that raises; 300 modules, so kills land inside the
+uninstall), each SIGKILLed at a fault point of the drop or the install transaction (or at a random moment)
+with probability --kill-rate. After every kill, `wh drop --list` must say what is true: raiser installed
+and not recorded, or gone and recorded (then `--restore` must bring it back). Gone and not recorded is a
+"lost record"; a half-installed raiser, an unreadable record or a restore that fails is a corruption.
+
+    python bench/soak.py --drop [--rounds 50] [--seed 1]
 """
 
 from __future__ import annotations
@@ -100,16 +109,119 @@ def _wheelhouse_problems(out: Path) -> list[str]:
     return bad
 
 
+_DROP_POINTS = ("drop.recorded", "install.journal-written", "install.backed-up", "install.committed",
+                "drop.uninstalled", None)  # None: a random moment
+_RESTORE_POINTS = ("install.journal-written", "install.backed-up", "install.before-commit", "install.committed",
+                   "drop.restored", None)
+
+
+def _run_fault(args, point: str | None, kill_after: float) -> tuple[int | None, bool]:
+    """Run ``wh args`` killed at fault ``point`` (WH_FAULT), or after ``kill_after`` s when ``point`` is None."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WH_")}
+    if point is not None:
+        proc = subprocess.run(wh_command(args), capture_output=True, text=True, env={**env, "WH_FAULT": point},
+                              timeout=600)
+        return proc.returncode, proc.returncode == -signal.SIGKILL
+    return _run(args, kill_after, env=env)
+
+
+def _drop_state(site: Path, python: Path) -> tuple[str, str]:
+    """("installed" | "recorded" | "lost" | "corrupt", detail) after `wh drop --list` reconciled the record."""
+    listed = subprocess.run(wh_command(["drop", "--python", python, "--list", "--json"]), capture_output=True,
+                            text=True, timeout=300)
+    if listed.returncode != 0:
+        return "corrupt", f"drop --list exit {listed.returncode}: {listed.stderr.strip().splitlines()[-1:]}"
+    import json
+
+    names = [e.get("name") for e in json.loads(listed.stdout)]
+    infos = list(site.glob("raiser-*.dist-info"))
+    if infos:
+        problems = [rel for rel in (line.split(",")[0] for line in (infos[0] / "RECORD").read_text().splitlines())
+                    if rel and not (site / rel).exists()]
+        if problems:
+            return "corrupt", f"raiser half-installed: {problems[:3]}"
+        return ("installed", "") if not names else ("corrupt", f"installed and still recorded: {names}")
+    if (site / "raiser").exists() and any((site / "raiser").rglob("*.py")):
+        return "corrupt", "raiser's files without its .dist-info"
+    return ("recorded", "") if names == ["raiser"] else ("lost", f"gone, record lists {names}")
+
+
+def drop_soak(a, rng: random.Random, work: Path) -> dict[str, int]:
+    from broken_packages import make_venv
+    from repair_fixtures import raiser_house
+
+    house = raiser_house(work, modules=300)
+    venv = work / "venv"
+    make_venv(venv)
+    python, site = venv / "bin" / "python", venv / "lib" / PY / "site-packages"
+    rc, _ = _run(["install", house, "--venv", venv, "--no-links"], None)
+    assert rc == 0, "the first install failed"
+    counts = {"rounds": 0, "drop kills": 0, "restore kills": 0, "restores": 0, "lost records": 0, "corruptions": 0}
+    drop_time = restore_time = 2.0
+    for r in range(a.rounds):
+        counts["rounds"] += 1
+        what = []
+        for cmd, points, key in ((["drop", "--python", python], _DROP_POINTS, "drop"),
+                                 (["drop", "--python", python, "--restore", "raiser"], _RESTORE_POINTS, "restore")):
+            state, detail = _drop_state(site, python)
+            if (key == "drop") != (state == "installed"):  # a drop needs raiser there, a restore needs it recorded
+                if state not in ("installed", "recorded"):
+                    break
+                continue
+            point = rng.choice(points) if rng.random() < a.kill_rate else "none"
+            t0 = time.monotonic()
+            if point == "none":
+                rc, killed = _run(cmd, None)
+            else:
+                rc, killed = _run_fault(cmd, point, rng.uniform(0, drop_time if key == "drop" else restore_time))
+            if not killed:
+                elapsed = time.monotonic() - t0
+                drop_time, restore_time = (elapsed, restore_time) if key == "drop" else (drop_time, elapsed)
+            if killed:
+                counts[f"{key} kills"] += 1
+            state, detail = _drop_state(site, python)
+            what.append(f"{key}{' killed at ' + (point or 'a random moment') if killed else ''}: {state}")
+            if state == "lost":
+                counts["lost records"] += 1
+                print(f"round {r}: LOST: {detail}")
+                break
+            if state == "corrupt":
+                counts["corruptions"] += 1
+                print(f"round {r}: CORRUPT: {detail}")
+                break
+        state, detail = _drop_state(site, python)
+        if state == "recorded":  # back to the start: raiser installed, nothing recorded
+            rc, _ = _run(["drop", "--python", python, "--restore", "raiser"], None)
+            state, detail = _drop_state(site, python)
+            if rc == 0 and state == "installed":
+                counts["restores"] += 1
+            else:
+                counts["corruptions"] += 1
+                print(f"round {r}: restore failed (exit {rc}): {state} {detail}")
+                break
+        print(f"round {r}: {'; '.join(what)}", flush=True)
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-rate", type=float, default=0.8)
     ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temp folder, removed)")
+    ap.add_argument("--drop", action="store_true", help="kill `wh drop` and `wh drop --restore` instead")
     a = ap.parse_args(argv)
     rng = random.Random(a.seed)
     work = a.keep or Path(tempfile.mkdtemp(prefix="wh-soak-"))
     work.mkdir(parents=True, exist_ok=True)
+    if a.drop:
+        try:
+            counts = drop_soak(a, rng, work)
+        finally:
+            if a.keep is None:
+                shutil.rmtree(work, ignore_errors=True)
+        print("summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return 1 if counts["corruptions"] or counts["lost records"] else 0
     # A stage killed mid-download drops its connections: the index's "Broken pipe" tracebacks are expected.
     ThreadingHTTPServer.handle_error = lambda self, request, client_address: None
     gen = _pyindex()

@@ -1,5 +1,6 @@
 """The one redaction function: URL credentials are replaced by ``***`` before anything is printed,
-logged, cached or written.
+logged, cached or written; ``redact_config`` does the same, and more, for a configuration file that
+is copied (a stack manifest into a wheelhouse).
 
 Index credentials (``https://user:token@host/simple``, a ``-f`` URL, ``name @ https://...``) are
 used for requests (wheelhouse.index.http keeps them in memory only) and never recorded: a
@@ -14,7 +15,8 @@ import re
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["redact", "redact_data", "known_secrets", "MASK", "SECRET_VARIABLES"]
+__all__ = ["redact", "redact_data", "redact_config", "redact_settings", "is_secret_name", "known_secrets", "MASK",
+           "SECRET_VARIABLES"]
 
 MASK = "***"
 
@@ -72,4 +74,73 @@ def redact_data(data: Any) -> Any:
         return {redact_data(k): redact_data(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(redact_data(v) for v in data)
+    return data
+
+
+# Names of variables and flags that hold a secret: a word of the name (split at _ or -) is one of these.
+_SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "APIKEY", "CREDENTIAL", "CREDENTIALS"})
+_SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("SECRET", "KEY"), ("AUTH", "KEY")})
+# A TOML key (bare or quoted), "=", then a quoted string value: ``HF_TOKEN = "hf_..."`` (also inside an inline table).
+_TOML_PAIR = re.compile(r"""(?P<key>(?<![\w\-])[A-Za-z0-9_\-]+|"[^"\n]*"|'[^'\n]*')(?P<eq>\s*=\s*)"""
+                        r"""(?P<q>"|')(?P<value>(?:\\.|(?!(?P=q)).)*)(?P=q)""")
+# A flag in an argv array followed by its value: ``"--api-key", "sk-..."``.
+_ARGV_PAIR = re.compile(r"""(?P<flag>(?P<q1>"|')--?(?P<name>[A-Za-z0-9_\-]+)(?P=q1)\s*,\s*)"""
+                        r"""(?P<q>"|')(?P<value>(?:\\.|(?!(?P=q)).)*)(?P=q)""")
+# ``--api-key=sk-...`` inside one string, and a URL query parameter ``?token=...``.
+_FLAG_VALUE = re.compile(r"(?P<head>(?:--?|[?&;])(?P<name>[A-Za-z0-9_\-]+)=)(?P<value>[^\s\"'&#]+)")
+# A value that names where the secret comes from is no secret: "{api_key}", "${HF_TOKEN}", "".
+_PLACEHOLDER = re.compile(r"\A(?:\{[\w.\-]*\}|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)?\Z")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, key or flag name says it holds a secret (``HF_TOKEN``, ``api-key``, ``--password``)."""
+    words = [w for w in re.split(r"[_\-\s.]+", name.strip("\"' -").upper()) if w]
+    return any(w in _SECRET_WORDS for w in words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:]))
+
+
+def _mask_value(value: str) -> str:
+    return value if _PLACEHOLDER.match(value) else MASK
+
+
+def redact_config(text: str) -> str:
+    """``text`` of a TOML configuration with every secret in it replaced by ``***``.
+
+    URL credentials (``redact``), the value of every key that names a secret (``HF_TOKEN = "..."``,
+    ``api-key = "..."``), the value after such a flag in an argv array (``"--api-key", "..."``) or
+    after ``=`` (``--token=...``, ``?token=...``). A placeholder (``"{api_key}"``, ``"${HF_TOKEN}"``)
+    is kept: it names where the secret comes from. The text stays valid TOML of the same shape.
+    """
+    text = redact(text)
+    text = _TOML_PAIR.sub(lambda m: (m.group("key") + m.group("eq") + m.group("q") + _mask_value(m.group("value"))
+                                     + m.group("q")) if is_secret_name(m.group("key")) else m.group(0), text)
+    text = _ARGV_PAIR.sub(lambda m: (m.group("flag") + m.group("q") + _mask_value(m.group("value")) + m.group("q"))
+                          if is_secret_name(m.group("name")) else m.group(0), text)
+    return _mask_flag_value(text)
+
+
+def _mask_flag_value(text: str) -> str:
+    return _FLAG_VALUE.sub(lambda m: m.group("head") + _mask_value(m.group("value"))
+                           if is_secret_name(m.group("name")) else m.group(0), redact(text))
+
+
+def redact_settings(data: Any) -> Any:
+    """A copy of parsed settings (a manifest's ``[serve]``: dicts, lists, strings) with every secret masked.
+
+    What ``redact_config`` masks in the text, in the data: URL credentials, the value of a key that
+    names a secret, the argv item after such a flag (``["--api-key", "..."]``) and ``--token=...``.
+    """
+    if isinstance(data, str):
+        return _mask_flag_value(data)
+    if isinstance(data, dict):
+        return {k: (_mask_value(v) if isinstance(v, str) and isinstance(k, str) and is_secret_name(k)
+                    else redact_settings(v)) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        out, secret_next = [], False
+        for v in data:
+            if secret_next and isinstance(v, str):
+                out.append(_mask_value(v))
+            else:
+                out.append(redact_settings(v))
+            secret_next = isinstance(v, str) and v.startswith("-") and "=" not in v and is_secret_name(v)
+        return type(data)(out)
     return data

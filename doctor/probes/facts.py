@@ -6,6 +6,7 @@ imports no installed distribution: everything comes from metadata on disk.
 """
 
 import os
+import stat
 import platform
 import sys
 
@@ -143,19 +144,26 @@ def _record_facts(dist, path):
     # A RECORD path is relative to the folder that holds the .dist-info (what f.locate() computes, at twice
     # the cost: ~100k rows for a serving stack).
     base = str(path.parent) if path is not None else None
-    missing = []
+    missing, resized = [], []
     for f, rel in zip(listed, rels):
         if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or not _top_of(rel):
             # Byte code is the installer's cache, and only what is under an importable name is imported:
             # launchers and distutils' stray paths (``../scripts/pip``, ``scripts-3.10/distro``) are not.
             continue
         try:
-            if not os.path.lexists(os.path.join(base, rel) if base else str(f.locate())):
-                missing.append(rel)
+            st = os.lstat(os.path.join(base, rel) if base else str(f.locate()))
+        except FileNotFoundError:
+            missing.append(rel)
+            continue
         except Exception:  # noqa: BLE001
             continue
+        # The same stat tells the size: a file cut short (a truncated .so) no longer matches its RECORD row.
+        size = getattr(f, "size", None)
+        if size is not None and stat.S_ISREG(st.st_mode) and st.st_size != size:
+            resized.append("%s (%d bytes, RECORD: %d)" % (rel, st.st_size, size))
     return rels, {"record": "ok" if listed else "empty", "missing_files": missing[:_MISSING_SHOWN],
-                  "missing_count": len(missing)}
+                  "missing_count": len(missing), "resized_files": resized[:_MISSING_SHOWN],
+                  "resized_count": len(resized)}
 
 
 def _dist_info(dist, meta):

@@ -128,3 +128,71 @@ def test_redact_replaces_url_credentials_only(text, want):
 
     assert redact(text) == want
     assert redact_data({"k": [text, (text,)], text: 1}) == {"k": [want, (want,)], want: 1}
+
+
+HF = "hf_planted-" + TOKEN[::-1]
+
+
+def test_a_manifest_copied_into_the_wheelhouse_is_redacted_everywhere_it_travels(private_index, tmp_path):
+    """Before: WH/manifest.toml was a verbatim copy: the index token (and the serve env's HF_TOKEN) went into
+    the wheelhouse, every `wh pack` archive and every pushed OCI layer."""
+    from registry import start_registry
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "stack.toml").write_text(
+        '[stack]\nname = "secret-demo"\nrequirements = ["app"]\n'
+        f'index-url = "{_with_token(private_index.url)}"\n'
+        '[serve]\ncommand = ["ft", "serve", "--model", "{model}", "--api-key", "' + TOKEN + '"]\n'
+        f'env = {{ HF_TOKEN = "{HF}", CUDA_VISIBLE_DEVICES = "0" }}\n')
+    out, cache = tmp_path / "house", tmp_path / "cache"
+    outputs = [_wh("stage", src / "stack.toml", "-o", out, "--cache-dir", cache, "--no-bootstrap",
+                   "--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}")]
+    assert outputs[0].returncode == 0, outputs[0].stderr
+    copied = (out / "manifest.toml").read_text()
+    assert TOKEN not in copied and HF not in copied and "***@127.0.0.1" in copied
+    import tomllib
+
+    parsed = tomllib.loads(copied)  # still the manifest: same shape, the secrets masked
+    assert parsed["serve"]["env"] == {"HF_TOKEN": "***", "CUDA_VISIBLE_DEVICES": "0"}
+    assert parsed["serve"]["command"][-2:] == ["--api-key", "***"] and parsed["serve"]["command"][3] == "{model}"
+    archive = tmp_path / "carried" / "wh.tar"
+    outputs.append(_wh("pack", out, "-o", archive))
+    assert outputs[-1].returncode == 0, outputs[-1].stderr
+    outputs.append(_wh("verify", out, "--json"))
+    assert outputs[-1].returncode == 0, outputs[-1].stderr
+    folders = [out, archive.parent]
+    try:
+        reg = start_registry(tmp_path / "registry")
+    except pytest.skip.Exception:
+        reg = None  # no docker-registry here: the wheelhouse, the archive and the outputs are still checked
+    if reg is not None:
+        try:
+            outputs.append(_wh("push", out, reg.ref("ml/secret:v1"), "--json"))
+            assert outputs[-1].returncode == 0, outputs[-1].stderr
+            folders.append(reg.storage)
+        finally:
+            reg.stop()
+    needles = (TOKEN, HF)
+    for proc in outputs:
+        assert not any(n in proc.stdout + proc.stderr for n in needles), proc.args
+    leaked = [str(p) for f in folders for p in Path(f).rglob("*")
+              if p.is_file() and not p.is_symlink() and any(n.encode() in p.read_bytes() for n in needles)]
+    assert leaked == []
+
+
+@pytest.mark.parametrize("text, want", [
+    ('index-url = "https://u:TOK@h/simple"', 'index-url = "https://***@h/simple"'),
+    ('env = { HF_TOKEN = "hf_x", CUDA_VISIBLE_DEVICES = "0" }', 'env = { HF_TOKEN = "***", CUDA_VISIBLE_DEVICES = "0" }'),
+    ("\"WH_API_KEY\" = 'k'", "\"WH_API_KEY\" = '***'"),
+    ('command = ["ft", "--api-key", "sk-1", "--token=t2"]', 'command = ["ft", "--api-key", "***", "--token=***"]'),
+    ('url = "https://h/simple?token=abc&x=1"', 'url = "https://h/simple?token=***&x=1"'),
+    ('command = ["ft", "--api-key", "{api_key}"]', 'command = ["ft", "--api-key", "{api_key}"]'),  # a placeholder
+    ('"--num-tokens" = "overrides the memory solver"', '"--num-tokens" = "overrides the memory solver"'),
+])
+def test_redact_config_masks_credentials_and_secret_values(text, want):
+    from wheelhouse.redact import redact_config, redact_settings
+
+    assert redact_config(text) == want
+    assert redact_settings({"env": {"HF_TOKEN": "x"}, "command": ["--password", "p", "--model", "m"]}) == \
+        {"env": {"HF_TOKEN": "***"}, "command": ["--password", "***", "--model", "m"]}

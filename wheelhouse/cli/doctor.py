@@ -135,11 +135,17 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
     for f in report.fixes:
         if f.action == "not-dropped":
             con.print(f"not dropped: {f.what}: {f.reason}", markup=False, highlight=False)
+        elif f.action == "not-repaired":
+            con.print(f"not repaired: {f.what}: {f.reason}", markup=False, highlight=False)
+        elif f.action == "reinstall":
+            con.print(f"fixed: reinstalled {f.what} from the wheelhouse: {f.reason}", markup=False, highlight=False)
         elif f.action == "drop" and f.confirmed is False:
             con.print(f"dropped {f.what}, NOT confirmed: find_spec still finds {', '.join(f.still_found)}",
                       markup=False, highlight=False)
         else:
             con.print(f"fixed: {f.action} {f.what}", markup=False, highlight=False)
+            if f.dependents:
+                con.print(f"  required by {', '.join(f.dependents)}: they lose it", markup=False, highlight=False)
 
 
 class _DoctorGroup(click.Group):
@@ -158,10 +164,14 @@ class _DoctorGroup(click.Group):
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write a JUnit XML file (one testcase per check) for CI.")
 @click.option("--strict", is_flag=True, help="Exit 2 when there are warnings (and no failures).")
-@click.option("--fix", is_flag=True, help="Drop distributions whose executed probe failed and add missing soname "
-                                          "links (`wh links --fix`), then check again.")
+@click.option("--fix", is_flag=True, help="Add missing soname links (`wh links --fix`), reinstall damaged installs "
+                                          "and the owners of missing files from the wheelhouse (`wh install "
+                                          "--reinstall`), drop only what cannot work in a correct install, then "
+                                          "check again (docs/doctor.md#fix).")
 @click.option("--include-forced", is_flag=True,
               help="With --fix: also drop manifest [[drop]] entries with force = true whose probe passed.")
+@click.option("--include-requested", is_flag=True,
+              help="With --fix: also drop what the wheelhouse requested (a stack requirement, or required by one).")
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
@@ -169,7 +179,7 @@ class _DoctorGroup(click.Group):
                                                "identity (inode, size, mtime, ctime) changed since they were hashed.")
 @click.pass_context
 def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
-           include_forced, model, tp, thorough) -> None:
+           include_forced, include_requested, model, tp, thorough) -> None:
     """Run executed probes and known-bug rules against an interpreter; gate CI on the exit code.
 
     Every top-level name and every extension module of each native
@@ -204,6 +214,8 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     _check_python(python, "wh doctor")
     if include_forced and not fix:
         raise click.UsageError("--include-forced needs --fix (doctor drops nothing without it)")
+    if include_requested and not fix:
+        raise click.UsageError("--include-requested needs --fix (doctor drops nothing without it)")
     if tp is not None and model is None:
         raise click.UsageError("--tp needs --model (the checkpoint whose heads it must divide)")
     if junit:
@@ -219,7 +231,7 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
             report = first = run_doctor(python, **kw)
             if fix:
                 fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
-                                    reporter=reporter)
+                                    include_requested=include_requested, reporter=reporter)
                 if any(f.changed for f in fixes):  # something changed: check again
                     report = run_doctor(python, **kw)
                 report = with_fixes(report, fixes)
@@ -367,7 +379,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     was installed from. Exit codes: 0 done (or nothing to drop); 1 a drop could not
     be confirmed; 2 bad input; 3 the probes could not run.
     """
-    from wheelhouse.doctor.drop import FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept, plan_drops
+    from wheelhouse.doctor.drop import FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
@@ -390,9 +402,14 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         with sigterm_as_interrupt():
             report = run_doctor(python, manifest=manifest, wheelhouse=wheelhouse, checks=["native", "jit"],
                                 jobs=jobs, timeout=timeout, reporter=reporter)
-        plans = plan_drops(report, include_forced=include_forced)
+        from wheelhouse.doctor.repair import plan_repair
+        from wheelhouse.target.interpreter import inspect_interpreter
+
+        interp = inspect_interpreter(python or sys.executable)
+        # The owner of a broken file, a missing requirement, a failing requirement, a shadowing copy: not drops.
+        plan = plan_repair(report, interp, include_forced=include_forced, wheelhouse=wheelhouse)
         kept = [] if include_forced else forced_kept(report)
-        records = drop_distributions(python or sys.executable, plans, dry_run=dry_run, wheelhouse=wheelhouse,
+        records = drop_distributions(interp.executable, plan.drops, dry_run=dry_run, wheelhouse=wheelhouse,
                                      reporter=reporter)
     finally:
         reporter.close()
@@ -402,17 +419,29 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         tag = " (--include-forced)" if r.forced else ""
         first = (r.evidence.splitlines() or [""])[0]
         show(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
+        if r.dependents:
+            show(f"  required by {', '.join(r.dependents)}: they lose it")
         if not dry_run:
             ui.info(f"  find_spec is None for {', '.join(r.modules)}: {'confirmed' if r.confirmed else 'NO: ' + ', '.join(r.still_found)}")
+    for k in plan.kept:
+        ui.info(f"not dropped: {k.distribution} {k.version}: {k.reason}")
     for p in kept:
         ui.info(f"kept {p.distribution} {p.version}: {FORCED_NOT_DROPPED}")
-    if not records:
+    names = ",".join(r.name for r in plan.reinstall)
+    if names:  # `wh drop` uninstalls only; the repair is one command (`wh doctor --fix` runs it)
+        ui.info(f"to repair: `wh install --reinstall {names} --python {interp.executable}` "
+                f"({'; '.join(f'{r.name}: {r.reason}' for r in plan.reinstall)})")
+    if not records and not plan.kept and not plan.reinstall:
         ui.info("nothing to drop: every executed probe passed")
+    elif not records:
+        ui.info("nothing to drop")
     if as_json:
         emit_json({"dry_run": dry_run, "dropped": [r.to_json() for r in records],
-                   "not_dropped": [{"name": p.distribution, "version": p.version, "modules": list(p.modules),
-                                    "forced": True, "reason": FORCED_NOT_DROPPED, "evidence": p.evidence}
-                                   for p in kept]})
+                   "not_dropped": [{"name": k.distribution, "version": k.version, "forced": False,
+                                    "reason": k.reason, "check": k.check_id} for k in plan.kept]
+                   + [{"name": p.distribution, "version": p.version, "modules": list(p.modules),
+                       "forced": True, "reason": FORCED_NOT_DROPPED, "evidence": p.evidence} for p in kept],
+                   "reinstall": [{"name": r.name, "reason": r.reason, "check": r.check_id} for r in plan.reinstall]})
     unconfirmed = [r.name for r in records if not dry_run and not r.confirmed]
     if unconfirmed:
         raise DropFailed(f"{', '.join(unconfirmed)} still found by find_spec after uninstalling",

@@ -11,6 +11,8 @@ from ._ui import emit_json
 
 __all__ = ["install"]
 
+_ALL = ":all:"
+
 
 @click.command()
 @click.argument("wheelhouses", nargs=-1)
@@ -22,6 +24,11 @@ __all__ = ["install"]
 @click.option("--python", "python", envvar="WH_PYTHON",
               help="Interpreter to install into (or to create the venv with). wh's own is used only when named here.")
 @click.option("--only", multiple=True, help="Install only this package (repeatable), e.g. to restore a dropped one.")
+@click.option("--reinstall", "reinstall", multiple=True, is_flag=False, flag_value=_ALL, metavar="NAME",
+              help="Install NAME again from the wheelhouse even when its version is there (a damaged install: a "
+                   "truncated .so, a file that no longer matches RECORD); repeatable or comma-separated. Alone "
+                   "(`--reinstall` before another option or at the end): every distribution of the wheelhouse. "
+                   "Without a WHEELHOUSE, the one each NAME was installed from (installed.json).")
 @click.option("--installer", type=click.Choice(["wh", "pip"]), default="wh", show_default=True,
               help="wh: parallel unpacker; pip: `pip install --no-index --no-deps` on the verified files.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
@@ -41,8 +48,8 @@ __all__ = ["install"]
               help="Install even when a requirement of the result would be unmet (listed as a note).")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
-def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, recompile,
-            link_cache, jobs, no_links, no_patches, allow_missing, as_json) -> None:
+def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, reinstall, installer, compile_,
+            recompile, link_cache, jobs, no_links, no_patches, allow_missing, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
     of its parts; an oci:// reference) with no index and no network.
 
@@ -63,13 +70,20 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install /media/stick/wh.tar.part-0001 --venv /opt/venv
       wh install ./wheelhouse --venv /opt/venv-a --link-cache
       wh install ./wheelhouse --venv /opt/venv-b --link-cache    # links what venv-a wrote
+      wh install --reinstall msgpack --venv /opt/venv            # from the wheelhouse it came from
     """
     from wheelhouse.carry import materialize
     from wheelhouse.errors import UsageError
-    from wheelhouse.install import find_wheelhouses, install_wheelhouses, require_target
+    from wheelhouse.install import find_wheelhouses, install_wheelhouses, recorded_wheelhouses, require_target
     from wheelhouse.install.wheel import linkcache
 
     require_target(venv, python)
+    names = [n.strip() for r in reinstall if r != _ALL for n in r.split(",") if n.strip()]
+    again: bool | list[str] = names if names else bool(reinstall)
+    if names and not wheelhouses and not search_roots:
+        wheelhouses = tuple(recorded_wheelhouses(venv, python, names))
+        for w in wheelhouses:
+            ui.info(f"reinstalling from the recorded wheelhouse {w}")
     if venv is not None and python and Path(venv, "bin", "python").exists():
         ui.info(f"note: {venv} exists; --python is only used to create a venv")
     if not wheelhouses and not search_roots:
@@ -90,7 +104,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
             only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
             links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
             link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
-            precompiled=not recompile,
+            precompiled=not recompile, reinstall=again,
         )
     finally:
         reporter.close()

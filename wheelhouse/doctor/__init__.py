@@ -471,13 +471,17 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
 
 
 def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
-                include_forced: bool = False, reporter: Reporter = NullReporter()) -> list[Fix]:
-    """``--fix``: add the missing soname links (``wh links --fix``), then drop what failed its executed probe.
+                include_forced: bool = False, include_requested: bool = False,
+                reporter: Reporter = NullReporter()) -> list[Fix]:
+    """``--fix``: add the missing soname links (``wh links --fix``), reinstall what is damaged, then drop what
+    cannot work even in a correct install (``repair``: the owner of a broken file is reinstalled, a missing
+    requirement installed, a shadowing copy or a failing requirement never drops the installed one).
 
-    Manifest ``force = true`` entries whose probe passed are dropped only with ``include_forced``;
-    otherwise each is returned as a ``not-dropped`` entry saying so (issue 4: never on a guess).
+    Manifest ``force = true`` entries whose probe passed are dropped only with ``include_forced``; what the
+    wheelhouse requested only with ``include_requested``; each kept one is a ``not-dropped`` entry saying why.
     """
-    from .drop import FORCED_NOT_DROPPED, drop_distributions, forced_kept, plan_drops
+    from .drop import FORCED_NOT_DROPPED, drop_distributions, forced_kept
+    from .repair import plan_repair, reinstall_distributions
     from wheelhouse.target.interpreter import inspect_interpreter
     from wheelhouse.env.links import apply_links, plan_links, record_path
 
@@ -486,10 +490,22 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
     if any(r.fix == "wh links --fix" for r in report.results):
         changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(Path(interp.platlib)))
         done += [Fix("links", f"{c.action} {c.path}" + (f" -> {c.target}" if c.target else "")) for c in changes]
-    plans = plan_drops(report, include_forced=include_forced)
-    for r in drop_distributions(interp.executable, plans, wheelhouse=wheelhouse, reporter=reporter):
+    plan = plan_repair(report, interp, include_forced=include_forced, protect_requested=True,
+                       include_requested=include_requested, wheelhouse=wheelhouse)
+    why = {r.name: r for r in plan.reinstall}
+    for r in (reinstall_distributions(interp.executable, plan.reinstall, wheelhouse=wheelhouse, reporter=reporter)
+              if plan.reinstall else ()):
+        if r.error:
+            done.append(Fix("not-repaired", r.name, reason=f"{why[r.name].reason}; could not reinstall: {r.error}",
+                            check=why[r.name].check_id))
+        else:
+            done.append(Fix("reinstall", f"{r.name} {r.version or ''}".strip(), reason=why[r.name].reason,
+                            check=why[r.name].check_id))
+    done += [Fix("not-dropped", f"{k.distribution} {k.version}", reason=k.reason, check=k.check_id)
+             for k in plan.kept]
+    for r in drop_distributions(interp.executable, plan.drops, wheelhouse=wheelhouse, reporter=reporter):
         done.append(Fix("drop", f"{r.name} {r.version}", forced=r.forced, confirmed=r.confirmed, reason=r.reason,
-                        check=r.check_id, still_found=r.still_found))
+                        check=r.check_id, still_found=r.still_found, dependents=r.dependents))
     if not include_forced:
         done += [Fix("not-dropped", f"{p.distribution} {p.version}", forced=True, reason=FORCED_NOT_DROPPED)
                  for p in forced_kept(report)]

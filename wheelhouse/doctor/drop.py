@@ -31,6 +31,8 @@ from packaging.utils import canonicalize_name
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
 from wheelhouse.install.target_lock import FolderLock, lockable
+from wheelhouse.faults import checkpoint
+from wheelhouse.install.transaction import recover
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
@@ -65,6 +67,7 @@ class DropPlan:
     evidence: str
     check_id: str | None
     forced: bool = False
+    dependents: tuple[str, ...] = ()  # installed distributions that require it (directly or not)
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,13 @@ class DropRecord:
     check_id: str | None = None
     confirmed: bool = False  # find_spec is None for every module, in a new process
     still_found: tuple[str, ...] = field(default=())
+    dependents: tuple[str, ...] = ()  # installed distributions that required it: they lose it
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["modules"] = list(self.modules)
         d["still_found"] = list(self.still_found)
+        d["dependents"] = list(self.dependents)
         return d
 
 
@@ -261,21 +266,38 @@ def drop_distributions(
                     records.append(record)
                 reporter.advance("drop")
         finally:
-            # Also when a later uninstall fails (or Ctrl-C): what is gone is recorded, so it can be restored.
+            # Also when a later uninstall fails (or Ctrl-C): what is gone is recorded (it was, before it went).
             if not dry_run and records:
-                records = _confirm_and_record(interp, records)
+                records = _confirm(interp, records)
     reporter.finish("drop")
     return records
 
 
 def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) -> DropRecord | None:
-    """Uninstall ``p``'s distribution (unless ``dry_run``); None when it is not installed."""
+    """Record, then uninstall ``p``'s distribution (unless ``dry_run``); None when it is not installed.
+
+    The record comes first, like a journal (issue 29.5): a kill at any point after it leaves an entry, either
+    for a distribution that is gone (``--restore`` brings it back) or for one still installed, because the
+    uninstall had not begun or was rolled back (the entry is reconciled away: ``_reconcile``). Written after
+    the uninstall, a kill between the two lost it: the distribution gone, ``--restore`` saying "was not dropped".
+    """
     info = _dist_info(list(interp.site_dirs), p.distribution)
     if info is None:
         return None
     method = "pip" if interp.has_pip else "record"
     modules = _confirm_names(info, p.modules)  # read before the RECORD goes
-    if not dry_run:
+    record = DropRecord(
+        name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=modules,
+        method=method, forced=p.forced, check_id=p.check_id, dependents=p.dependents,
+    )
+    if dry_run:
+        return record
+    before = read_dropped(interp.platlib)
+    _write_dropped(interp.platlib, before + [record.to_json()])  # unconfirmed until find_spec says so
+    checkpoint("drop.recorded")
+    try:
         if method == "pip":
             proc = subprocess.run([interp.executable, "-m", "pip", "uninstall", "-y", p.distribution],
                                   capture_output=True, text=True, timeout=600)
@@ -286,26 +308,23 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
             # The one guarded uninstaller (install's): only paths inside the environment, never
             # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
             remove_distribution(p.distribution, interp.scheme())
-    return DropRecord(
-        name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],
-        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=modules,
-        method=method, forced=p.forced, check_id=p.check_id,
-    )
-
-
-def _confirm_and_record(interp, records: list[DropRecord]) -> list[DropRecord]:
-    """Ask a new process whether find_spec is None for each record's names; append them to dropped.json."""
-    try:
-        found = find_spec_many(interp.executable, [m for r in records for m in r.modules])
     except BaseException:
-        _write_dropped(interp.platlib, read_dropped(interp.platlib) + [r.to_json() for r in records])  # unconfirmed
+        if _dist_info(list(interp.site_dirs), p.distribution) is not None:  # nothing was uninstalled
+            _write_dropped(interp.platlib, before)
         raise
+    checkpoint("drop.uninstalled")
+    return record
+
+
+def _confirm(interp, records: list[DropRecord]) -> list[DropRecord]:
+    """Ask a new process whether find_spec is None for each record's names; note it in their entries."""
+    found = find_spec_many(interp.executable, [m for r in records for m in r.modules])  # failing: left unconfirmed
     confirmed = []
     for r in records:
         still = tuple(m for m in r.modules if found.get(m))
         confirmed.append(DropRecord(**{**asdict(r), "modules": r.modules, "confirmed": not still, "still_found": still}))
-    _write_dropped(interp.platlib, read_dropped(interp.platlib) + [r.to_json() for r in confirmed])
+    mine = {(r.name, r.time): r.to_json() for r in confirmed}
+    _write_dropped(interp.platlib, [mine.get((e.get("name"), e.get("time")), e) for e in read_dropped(interp.platlib)])
     return confirmed
 
 
@@ -332,12 +351,18 @@ class RestoreResult:
 
 
 def _reconcile(interp) -> DroppedList:
-    """Drop entries whose distribution is installed again (a manual pip install): the record follows reality."""
-    entries = read_dropped(interp.platlib)
+    """Drop entries whose distribution is installed again (a manual pip install, or an uninstall that a kill
+    stopped and the next run rolled back): the record follows reality. Under the target's lock: a drop
+    records its entry before it uninstalls."""
     site_dirs = list(interp.site_dirs)
-    back = [e for e in entries if _dist_info(site_dirs, e["name"]) is not None]
-    if back:
-        entries = _forget(interp, {canonicalize_name(e["name"]) for e in back})
+    with FolderLock(lockable(interp.platlib)):
+        recover(interp.platlib, interp.scheme())  # an uninstall a kill left half-done is rolled back first
+        entries = read_dropped(interp.platlib)
+        back = [e for e in entries if _dist_info(site_dirs, e["name"]) is not None]
+        if back:
+            keys = {canonicalize_name(e["name"]) for e in back}
+            entries = [e for e in entries if canonicalize_name(e["name"]) not in keys]
+            _write_dropped(interp.platlib, entries)
     return DroppedList(tuple(entries), tuple(e["name"] for e in back))
 
 
@@ -396,6 +421,8 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
     from wheelhouse.target.interpreter import inspect_interpreter
 
     interp = inspect_interpreter(python)
+    with FolderLock(lockable(interp.platlib)):
+        recover(interp.platlib, interp.scheme())  # a drop a kill stopped mid-uninstall: rolled back, then judged
     entries = read_dropped(interp.platlib)
     key = canonicalize_name(name)
     match = [e for e in entries if canonicalize_name(e["name"]) == key]
@@ -412,6 +439,7 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
         result = install_wheelhouses([source], python=interp.executable, only={entry["name"]},
                                      links=False, patches=False, reporter=reporter)
         recorded = origin_of(source)
+    checkpoint("drop.restored")  # installed, still recorded: a kill here is reconciled by the next list or restore
     if _dist_info(list(interp.site_dirs), entry["name"]) is None:
         raise NotDropped(f"{entry['name']} is not in {source}: nothing was restored",
                          hint=f"give the wheelhouse it came from: `wh drop --restore {entry['name']} --wheelhouse "

@@ -63,7 +63,7 @@ class BadElf(WhError):
     code = "bad-elf"
 
     def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}", hint="reinstall the distribution that ships it (`wh install`)")
+        super().__init__(f"{path}: {reason}", hint="reinstall the distribution that ships it (`wh install WHEELHOUSE --reinstall NAME`)")
         self.path = path
         self.reason = reason
 

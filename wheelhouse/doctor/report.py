@@ -56,9 +56,10 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Fix:
-    """One thing ``--fix`` did (``links``, ``drop``) or deliberately did not do (``not-dropped``)."""
+    """One thing ``--fix`` did (``links``, ``reinstall``, ``drop``) or did not do (``not-dropped``: deliberately;
+    ``not-repaired``: a reinstall that could not run, with why)."""
 
-    action: Literal["links", "drop", "not-dropped"]
+    action: Literal["links", "reinstall", "drop", "not-dropped", "not-repaired"]
     what: str  # "symlink .../libcudart.so -> libcudart.so.13", "undefsym 1.0"
     forced: bool = False  # a manifest force = true entry
     confirmed: bool | None = None  # drop: find_spec is None afterwards, in a new process
@@ -66,14 +67,16 @@ class Fix:
     check: str | None = None  # the check whose failure caused it
     still_found: tuple[str, ...] = ()  # drop: names find_spec still finds afterwards (another copy); the check
     # that caused the drop then fails in the report (``with_fixes``)
+    dependents: tuple[str, ...] = ()  # drop: the installed distributions that required it
 
     @property
     def changed(self) -> bool:
-        return self.action != "not-dropped"
+        return self.action not in ("not-dropped", "not-repaired")
 
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "what": self.what, "forced": self.forced, "confirmed": self.confirmed,
-                "reason": self.reason, "check": self.check, "still_found": list(self.still_found)}
+                "reason": self.reason, "check": self.check, "still_found": list(self.still_found),
+                "dependents": list(self.dependents)}
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ __all__ = [
     "find_wheelhouses",
     "load_wheelhouse",
     "install_wheelhouses",
+    "recorded_wheelhouses",
     "read_install_state",
     "state_path",
     "check_target",
@@ -138,6 +139,26 @@ def require_target(venv: Path | None, python: str | None) -> None:
         raise NoTarget("no target: pass --venv PATH (created if missing) or --python PATH",
                        hint="`wh install WHEELHOUSE --venv /opt/venv`; to install into wh's own environment, "
                             f"name it: `wh install WHEELHOUSE --python {sys.executable}`")
+
+
+def recorded_wheelhouses(venv: Path | None, python: str | None, names: Sequence[str]) -> list[str]:
+    """The wheelhouses ``names`` were installed from into the target (``installed.json``), for a reinstall
+    that names no wheelhouse; each one once, in the order of ``names``."""
+    exe = str(venv_python(Path(venv).absolute())) if venv is not None else python
+    if venv is not None and not Path(exe).exists():
+        raise UsageError(f"--venv {venv} has no interpreter: nothing is installed there to reinstall",
+                         hint=f"install it first: `wh install WHEELHOUSE --venv {venv}`")
+    packages = read_install_state(inspect_interpreter(exe).platlib).get("packages", {})
+    target = f"--venv {venv}" if venv is not None else f"--python {python}"
+    out: list[str] = []
+    for name in names:
+        rec = packages.get(canonical_name(name))
+        if not rec or not rec.get("wheelhouse"):
+            raise UsageError(f"{name} was not installed into {exe} by wh: no wheelhouse is recorded for it",
+                             hint=f"name the wheelhouse: `wh install WHEELHOUSE --reinstall {name} {target}`")
+        if rec["wheelhouse"] not in out:
+            out.append(rec["wheelhouse"])
+    return out
 
 
 # ---- the steps ------------------------------------------------------------------------------------
@@ -268,8 +289,12 @@ def _recover(interp: Interpreter) -> list[str]:
 
 
 def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | None, existing: bool,
-          system_site_packages: bool) -> tuple[list, list, list, list[str], list[str]]:
-    """Files chosen for ``interp`` (target checked), those to install, those already there, and notes."""
+          system_site_packages: bool, reinstall: bool | frozenset[str] = False
+          ) -> tuple[list, list, list, list[str], list[str]]:
+    """Files chosen for ``interp`` (target checked), those to install, those already there, and notes.
+
+    ``reinstall``: these names (True: every chosen one) are installed again even when their version is
+    there: a damaged install (a truncated ``.so``, a file that no longer matches RECORD) is replaced whole."""
     houses, notes = fitting_wheelhouses(houses, interp)
     check_unambiguous(houses)
     chosen = select_files(houses, interp, only)
@@ -287,7 +312,8 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
         installed = [(d, v) for d, v in (find_installed(visible, f.name) if visible else [])
                      if os.path.normpath(d.parent) not in own or ((d / "RECORD").is_file() and (d / "METADATA").is_file())]
         rec = state["packages"].get(canonical_name(f.name))
-        if any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
+        again = reinstall is True or (reinstall and canonical_name(f.name) in reinstall)
+        if not again and any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
             skipped.append(f"{canonical_name(f.name)}=={f.version}")
         else:
             todo.append((h, f))
@@ -422,14 +448,20 @@ def install_wheelhouses(
     reporter: Reporter | None = None,
     link_cache: Path | None = None,
     precompiled: bool = True,
+    reinstall: bool | Sequence[str] = False,
 ) -> InstallReport:
     """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment.
 
     One of them must be given: wh's own environment is only installed into when ``python`` names it.
     ``precompiled``: with ``compile``, write the .pyc files the wheelhouse carries (``wh stage
     --bytecode``) where they fit, instead of compiling those modules again.
+    ``reinstall``: install these names again (and only these, with ``only``), or with True every chosen
+    one, even where the same version is there: hash-verified, one transaction, like any install.
     """
     require_target(venv, python)
+    reinstall = reinstall if isinstance(reinstall, bool) else frozenset(canonical_name(n) for n in reinstall)
+    if reinstall and reinstall is not True:
+        only = set(only or ()) | set(reinstall)
     reporter = reporter or NullReporter()
     started = time.monotonic()
     houses = [load_wheelhouse(p) for p in wheelhouses]
@@ -440,7 +472,7 @@ def install_wheelhouses(
         report = _install_all(houses, python=python, venv=venv, system_site_packages=system_site_packages, only=only,
                               installer=installer, compile=compile, jobs=jobs, links=links, patches=patches,
                               allow_missing=allow_missing, reporter=reporter, link_cache=link_cache, reading=reading,
-                              asked=asked, precompiled=precompiled)
+                              asked=asked, precompiled=precompiled, reinstall=reinstall)
     finally:
         for f in reading:  # refused early: stop reading what will not be installed
             f.cancel()
@@ -448,7 +480,7 @@ def install_wheelhouses(
 
 
 def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
-                 allow_missing, reporter, link_cache, reading, asked, precompiled=True) -> InstallReport:
+                 allow_missing, reporter, link_cache, reading, asked, precompiled=True, reinstall=False) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
     require_intact([h.path for h in houses], patches=patches)
     if not houses:
@@ -469,7 +501,8 @@ def _install_all(houses, *, python, venv, system_site_packages, only, installer,
             return _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
                                    only=only, installer=installer, compile=compile, jobs=jobs, links=links,
                                    patches=patches, allow_missing=allow_missing, reporter=reporter,
-                                   link_cache=link_cache, reading=reading, asked=asked, precompiled=precompiled)
+                                   link_cache=link_cache, reading=reading, asked=asked, precompiled=precompiled,
+                                   reinstall=reinstall)
         except BaseException:
             if fresh:  # no half-made venv: the next run would take it for a finished one
                 _remove_venv(venv, made_folder=venv_lock.created)
@@ -489,14 +522,15 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
 
 def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
                     jobs, links, patches, allow_missing, reporter, link_cache=None, reading=(),
-                    asked=None, precompiled=True) -> InstallReport:
+                    asked=None, precompiled=True, reinstall=False) -> InstallReport:
     jobs = jobs or default_jobs()
     interp, existing = _receiving(venv, python, asked)
     notes: list[str] = []
     if existing:
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
         notes += _recover(interp)
-    houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages)
+    houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages,
+                                                        reinstall)
     notes += target_notes
     notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages,
                            incoming=[(f.name, f.version) for _, f in todo])

@@ -33,6 +33,7 @@ from wheelhouse.lock.writer import (
     write_index_files,
 )
 from wheelhouse.manifest import StackManifest
+from wheelhouse.redact import redact_config, redact_settings
 from wheelhouse.resources import capture_script
 from wheelhouse.target import TargetProfile
 
@@ -135,7 +136,9 @@ def write_stage_tree(
     patch_paths = _copy_patches(manifest.patches if manifest else (), new / PATCHES)
     owned += [p for p in patch_paths]
     if manifest and manifest.path:
-        shutil.copyfile(manifest.path, new / "manifest.toml")
+        # Carried and shared like wh.json: an index token, a user:password@ or an HF_TOKEN in it stays home.
+        (new / "manifest.toml").write_text(redact_config(Path(manifest.path).read_text(encoding="utf-8")),
+                                           encoding="utf-8")
         owned.append("manifest.toml")
     meta = _provenance(
         manifest, target, inputs["requirements"], inputs["constraints"], inputs["indexes"], inputs["find_links"],
@@ -217,8 +220,10 @@ def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patc
     """wh.json: what was staged from what, for whom, by which wh, and what the box must do with it."""
     serve = None
     if manifest and manifest.serve:
-        serve = {k: (list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v))
-                 for k, v in dataclasses.asdict(manifest.serve).items()}
+        # An API key or an HF_TOKEN written into the manifest's command or env stays home (wheelhouse.redact):
+        # `wh serve` fills "{api_key}" from $WH_API_KEY, and the engine reads its token from the environment.
+        serve = redact_settings({k: (list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v))
+                                 for k, v in dataclasses.asdict(manifest.serve).items()})
     return {
         "tool": {"name": "wh", "version": __version__, "python": sys.version.split()[0]},
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

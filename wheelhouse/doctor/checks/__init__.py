@@ -21,7 +21,7 @@ from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile
 
-__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh"]
+__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,14 @@ def installed_by_wh(ctx: DoctorContext) -> frozenset[str]:
     sites = dict.fromkeys([*(p for p in (ctx.facts.get("platlib"), ctx.facts.get("purelib")) if p),
                            *map(str, ctx.site_dirs)])
     return frozenset(canonicalize_name(k) for site in sites for k in read_install_state(site).get("packages", {}))
+
+
+def reinstall_command(ctx: DoctorContext, *names: str) -> str:
+    """The command that installs ``names`` again from the wheelhouse (the repair of a damaged install).
+
+    A name wh installed here is reinstalled from the wheelhouse its record names; another one needs it named.
+    """
+    keys = [canonicalize_name(n) for n in names]
+    recorded = installed_by_wh(ctx)
+    house = "" if keys and all(k in recorded for k in keys) else "WHEELHOUSE "
+    return f"wh install {house}--reinstall {','.join(keys)} --python {ctx.python}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
-from . import DoctorContext
+from . import DoctorContext, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "DEFAULT_MAX_USED_MIB"]
 
@@ -93,7 +93,7 @@ def _driver_vs_torch(ctx: DoctorContext) -> CheckResult:
     if not res.ok:
         return CheckResult("gpu:driver-cuda", title, "fail",
                            f"asking torch failed: {res.failure(max(ctx.timeout, 120))}\n{res.tail()}",
-                           hint="see native:torch; reinstall torch from the wheelhouse with `wh install`")
+                           hint=f"see native:torch; reinstall torch from the wheelhouse: `{reinstall_command(ctx, 'torch')}`")
     d = res.data
     torch_cuda, driver_cuda = d.get("cuda"), ctx.gpu.cuda_version
     ev = f"torch {d.get('version')} built for CUDA {torch_cuda}; driver {ctx.gpu.driver_version} supports CUDA {driver_cuda}"

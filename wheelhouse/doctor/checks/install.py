@@ -21,7 +21,7 @@ from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
 from packaging.utils import canonicalize_name
 
-from . import DoctorContext, installed_by_wh
+from . import DoctorContext, installed_by_wh, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run"]
 
@@ -52,32 +52,36 @@ def _damage(rec: dict) -> str | None:
         return f"{who}: no RECORD in {rec.get('dist_info')} (installers write it last: an install that did not finish)"
     if rec.get("record") == "unreadable":
         return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
-    n = int(rec.get("missing_count") or 0)
-    if n:
-        shown = list(rec.get("missing_files") or [])
-        more = f", and {n - len(shown)} more" if n > len(shown) else ""
-        return f"{who}: {n} file(s) its RECORD lists are not on disk: {', '.join(shown)}{more}"
-    return None
+    out = []
+    for key, what in (("missing", "its RECORD lists are not on disk"),
+                      ("resized", "differ in size from their RECORD row (cut short or replaced)")):
+        n = int(rec.get(f"{key}_count") or 0)
+        if n:
+            shown = list(rec.get(f"{key}_files") or [])
+            more = f", and {n - len(shown)} more" if n > len(shown) else ""
+            out.append(f"{who}: {n} file(s) {what}: {', '.join(shown)}{more}")
+    return "; ".join(out) or None
 
 
 def _records(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["install:records"]
     records = [r for r in ctx.facts.get("distributions") or () if isinstance(r, dict)]
     by_wh = installed_by_wh(ctx)
-    fails, warns = [], []
+    fails, warns, names = [], [], []
     for rec in records:
         why = _damage(rec)
         if why is None:
             continue
         key = canonicalize_name(str(rec.get("name") or ""))
         (fails if rec.get("error") or not by_wh or key in by_wh else warns).append(why)
+        names.append(str(rec.get("name") or key))
     if not fails and not warns:
         return CheckResult("install:records", title, "ok",
-                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk")
+                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk at its size")
     lines = fails + [f"{w} (not installed by wh: a warning)" for w in warns]
     return CheckResult("install:records", title, "fail" if fails else "warn", "\n".join(lines),
-                       hint=f"reinstall what is named (`wh install WHEELHOUSE --python {ctx.python}`)",
-                       data={"damaged": lines})
+                       hint=f"reinstall what is named: `{reinstall_command(ctx, *names)}`",
+                       data={"damaged": lines, "reinstall": [canonicalize_name(n) for n in names]})
 
 
 def _transaction(ctx: DoctorContext) -> CheckResult:

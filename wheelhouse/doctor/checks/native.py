@@ -58,7 +58,7 @@ from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, judge_failure
 from wheelhouse.target.gpu import Gpu
-from . import DoctorContext, Distribution
+from . import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import load_optional
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
@@ -265,7 +265,7 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
 
 
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
-             data: OptionalData, installed: Mapping[str, Distribution]) -> CheckResult:
+             data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
     """``installed``: every distribution, by canonical name; ``reach``: what the stack loads."""
     cid = f"native:{d.key}"
     mods = list(plan.modules)
@@ -318,8 +318,8 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
         # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
         # away a distribution that works once it is whole (install:records names the files too).
         return CheckResult(cid, title, "fail", evidence,
-                           hint=f"reinstall {d.name}: `wh install` from the wheelhouse that holds it",
-                           data=payload, seconds=seconds)
+                           hint=f"reinstall {d.name}: `{reinstall or f'wh install WHEELHOUSE --reinstall {d.key}'}`",
+                           data={**payload, "reinstall": [d.key]}, seconds=seconds)
     if red and all(o.shadowed for o in red):
         # Another copy of the package, earlier on sys.path, is what fails: uninstalling this distribution
         # (a drop) would take away the healthy copy and leave the broken one in the engine's way.
@@ -360,7 +360,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     reach = _reach(ctx, entries, outcomes)
     data = _optional_data()
-    results = [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions) for d in dists]
+    results = [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name))
+               for d in dists]
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules})
 
 

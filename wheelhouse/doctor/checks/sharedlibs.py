@@ -44,7 +44,7 @@ from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 from wheelhouse.install.wheel.record import read_record
-from . import DoctorContext, Distribution
+from . import DoctorContext, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional", "engine_loader_environment"]
@@ -367,7 +367,8 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                            hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
                                 "the system package) and re-run `wh doctor --check sharedlibs`; a folder the engine "
                                 "needs goes in the manifest's [serve] env LD_LIBRARY_PATH; an empty or truncated "
-                                f".so is a broken install of {d.name}: install it again with `wh install`", data=data)
+                                f".so is a broken install of {d.name}: reinstall it: `{reinstall_command(ctx, d.name)}`",
+                           data={**data, **({"reinstall": [d.key]} if bad else {})})
     if m.soft or m.warns:
         return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller),
                            hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else

@@ -1,0 +1,130 @@
+"""`wh doctor --fix` and `wh drop` repair before they drop, and drop the right distribution (issue 29.8, 29.9).
+
+Before: a truncated ``.so`` was "fixed" by dropping its distribution (or not at all); torch was dropped when
+nvidia-cublas's library was gone, scikit-learn when threadpoolctl was uninstalled, every dependent of a broken
+numpy with it, and the healthy installed copy when a shadowing copy on PYTHONPATH crashed with a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broken_packages import have_toolchain
+from repair_fixtures import damage_so, fastpack_house, so_path, stack_house
+from wheelhouse.doctor.drop import read_dropped
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def wh(*args, env=None):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("WH_", "PYTHONPATH"))}
+    return subprocess.run([sys.executable, "-m", "wheelhouse", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env={**base, "NO_COLOR": "1", "COLUMNS": "400", **(env or {})})
+
+
+def _installed(venv: Path) -> set[str]:
+    site = venv / "lib" / PY / "site-packages"
+    return {p.name.split("-", 1)[0] for p in site.glob("*.dist-info")}
+
+
+def _setup(tmp_path, house):
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    return venv, venv / "lib" / PY / "site-packages", venv / "bin" / "python"
+
+
+def _fixes(stdout: str) -> list[dict]:
+    return json.loads(stdout)["fixes"]
+
+
+def test_fix_reinstalls_a_truncated_extension_byte_identical(tmp_path):
+    venv, site, py = _setup(tmp_path, fastpack_house(tmp_path))
+    whole = damage_so(site)
+    before = wh("doctor", "--python", py)
+    assert before.returncode == 1
+    assert f"wh install --reinstall fastpack --python {py}" in before.stdout  # the hint is the repair
+    r = wh("doctor", "--python", py, "--fix", "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert so_path(site).read_bytes() == whole
+    actions = {(f["action"], f["what"]) for f in _fixes(r.stdout)}
+    assert ("reinstall", "fastpack 1.0") in actions and not any(a == "drop" for a, _ in actions)
+    assert "fastpack" in _installed(venv) and read_dropped(site) == []
+
+
+def test_the_owner_of_a_missing_library_is_reinstalled_not_its_consumer_dropped(tmp_path):
+    venv, site, py = _setup(tmp_path, stack_house(tmp_path))
+    lib = site / "ownerlib" / "lib" / "libwhgone.so.1"
+    whole = lib.read_bytes()
+    lib.unlink()
+    dry = wh("drop", "--python", py, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    out = json.loads(dry.stdout)
+    assert "consumer" not in [d["name"] for d in out["dropped"]]
+    assert any(k["name"] == "consumer" and "ownerlib" in k["reason"] for k in out["not_dropped"])
+    assert any(r["name"] == "ownerlib" for r in out["reinstall"])
+    r = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:consumer", "--check", "native:ownerlib")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert lib.read_bytes() == whole and {"consumer", "ownerlib"} <= _installed(venv)
+    assert ("reinstall", "ownerlib 1.0") in {(f["action"], f["what"]) for f in _fixes(r.stdout)}
+
+
+def test_a_missing_requirement_is_installed_not_its_consumer_dropped(tmp_path):
+    venv, site, py = _setup(tmp_path, stack_house(tmp_path))
+    subprocess.run([str(py), "-c", "import shutil, glob, sys; [shutil.rmtree(p) for p in "
+                    f"glob.glob({str(site)!r} + '/reqlib*')]"], check=True)
+    assert "reqlib" not in _installed(venv)
+    r = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:needsreq", "--check", "deps")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert {"needsreq", "reqlib"} <= _installed(venv)
+    assert ("reinstall", "reqlib 1.0") in {(f["action"], f["what"]) for f in _fixes(r.stdout)}
+
+
+def test_a_requirement_that_fails_is_dropped_with_its_dependents_named_and_they_are_kept(tmp_path):
+    venv, site, py = _setup(tmp_path, stack_house(tmp_path))
+    r = wh("drop", "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [(d["name"], d["dependents"]) for d in out["dropped"]] == [("basepkg", ["midpkg"])]
+    assert any(k["name"] == "midpkg" and "basepkg" in k["reason"] for k in out["not_dropped"])
+    assert "basepkg" not in _installed(venv) and "midpkg" in _installed(venv)
+    assert "required by midpkg" in r.stderr
+    assert [e["name"] for e in read_dropped(site)] == ["basepkg"]
+    assert read_dropped(site)[0]["dependents"] == ["midpkg"]
+
+
+def test_fix_keeps_what_the_wheelhouse_requested_unless_told(tmp_path):
+    venv, site, py = _setup(tmp_path, stack_house(tmp_path, requested=("midpkg",)))
+    r = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:basepkg", "--check", "native:midpkg")
+    assert r.returncode == 1
+    kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
+    assert "requested by the wheelhouse" in kept["basepkg 1.0"] and "basepkg" in _installed(venv)
+    assert not any(f["action"] == "drop" for f in _fixes(r.stdout))
+    r = wh("doctor", "--python", py, "--fix", "--include-requested", "--json", "--check", "native:basepkg")
+    assert ("drop", "basepkg 1.0") in {(f["action"], f["what"]) for f in _fixes(r.stdout)}
+    assert "basepkg" not in _installed(venv)
+
+
+@pytest.mark.parametrize("how", ["raise", "signal"])
+def test_a_broken_shadow_copy_never_drops_the_installed_one(tmp_path, how):
+    venv, site, py = _setup(tmp_path, fastpack_house(tmp_path))
+    shadow = tmp_path / "checkout"
+    (shadow / "fastpack").mkdir(parents=True)
+    body = "raise ImportError('the checkout is broken')\n" if how == "raise" else "import os\nos.kill(os.getpid(), 11)\n"
+    (shadow / "fastpack" / "__init__.py").write_text(body)
+    env = {"PYTHONPATH": str(shadow)}
+    r = wh("drop", "--python", py, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["dropped"] == [] and "fastpack" in _installed(venv)
+    assert any(k["name"] == "fastpack" and str(shadow) in k["reason"] for k in out["not_dropped"])
+    fix = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:fastpack", env=env)
+    assert not any(f["action"] == "drop" for f in _fixes(fix.stdout)) and "fastpack" in _installed(venv)

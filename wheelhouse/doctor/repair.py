@@ -1,0 +1,417 @@
+"""Repairs before drops: who is to blame for a failure, and what mends it (``wh doctor --fix``, ``wh drop``).
+
+The doctor says what fails; a drop takes a distribution away, so it must take the right one, and only
+when nothing else mends it (DESIGN: "a repair names the owner of the broken file and reinstalls before
+it drops"). For each distribution a report would drop (its executed probe failed):
+
+- **a damaged install** (a file its RECORD lists is gone, or no longer has RECORD's sha256: a truncated
+  ``.so``) is reinstalled from the wheelhouse (``wh install --reinstall``), not dropped; so is every
+  distribution a check names as damaged (``install:records``, an unloadable ``.so`` in ``sharedlibs``);
+- **a library another distribution owns** (``libcublasLt.so.13: cannot open shared object file``, listed in
+  nvidia-cublas's RECORD, gone from disk): that owner is reinstalled; the consumer (torch) is kept;
+- **an unmet requirement** (threadpoolctl uninstalled under scikit-learn): the requirement is installed from
+  the wheelhouse; the consumer is kept;
+- **a requirement that fails itself** (scipy, when numpy's OpenBLAS is gone): the consumer is kept and listed
+  as a dependent of the one that is mended or dropped;
+- **another copy** of the package on ``sys.path`` (PYTHONPATH, a ``.pth``, a checkout) is what the import
+  finds: the installed distribution is kept, whatever way that copy fails (an exception, a signal, a hang);
+- with ``protect_requested`` (``--fix``): what the wheelhouse requested (wh.json's requirements) and what
+  those require is kept, unless ``include_requested``.
+
+What is left is dropped (``drop``), each with the installed distributions that require it (its
+dependents), so the report says what loses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from wheelhouse.digest import record_digest
+from wheelhouse.errors import WhError
+from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.script_answer import PRINT_ANSWER, read_answer
+from .drop import DropPlan, _dist_info, _recorded_source, plan_drops
+from .report import DoctorReport
+
+__all__ = ["Reinstall", "Reinstalled", "Kept", "RepairPlan", "plan_repair", "reinstall_distributions", "dependents_of",
+           "damage_of", "requested_names", "describe", "REQUESTED_KEPT"]
+
+REQUESTED_KEPT = ("requested by the wheelhouse (a stack requirement, or required by one): not dropped by --fix; "
+                  "pass --include-requested to drop it")
+_NO_LIB = re.compile(r"([\w.+\-]+\.so(?:\.[\w.]+)?): cannot open shared object file")
+
+
+@dataclass(frozen=True)
+class Reinstall:
+    """A distribution to install (again) from the wheelhouse, and why."""
+
+    name: str
+    reason: str
+    check_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A distribution a report would have dropped that stays installed, and why."""
+
+    distribution: str
+    version: str
+    reason: str
+    check_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    reinstall: tuple[Reinstall, ...]
+    drops: tuple[DropPlan, ...]
+    kept: tuple[Kept, ...]
+
+
+@dataclass(frozen=True)
+class _Installed:
+    name: str
+    version: str
+    requires: tuple[str, ...]  # canonical names of the requirements that apply here (markers judged)
+    unmet: tuple[str, ...]  # of those, the ones nothing installed satisfies (canonical names)
+    info: Path | None  # its .dist-info folder
+
+
+# ---- what is installed ---------------------------------------------------------------------------
+
+
+def _graph(interp) -> dict[str, _Installed]:
+    """Every distribution ``interp`` imports, with the requirements that apply to it and those not met."""
+    from wheelhouse.install.closure import Dist, unmet
+    from wheelhouse.target.installed import installed_distributions
+
+    dists = installed_distributions(interp.executable)
+    problems = unmet({k: Dist(d.name, d.version, d.requires) for k, d in dists.items()}, interp.target)
+    missing: dict[str, list[str]] = {}
+    for (who, text), _why in problems.items():
+        missing.setdefault(canonicalize_name(who), []).append(canonicalize_name(Requirement(text).name))
+    site_dirs = list(interp.site_dirs)
+    out = {}
+    for key, d in dists.items():
+        reqs = []
+        for text in d.requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is None or _evaluate(interp.target, req.marker):
+                reqs.append(canonicalize_name(req.name))
+        info = _dist_info([d.location] if d.location else site_dirs, d.name)
+        out[key] = _Installed(d.name, d.version, tuple(dict.fromkeys(reqs)), tuple(missing.get(key, ())), info)
+    return out
+
+
+def _evaluate(target, marker) -> bool:
+    try:
+        return bool(target.evaluate(marker, extra=""))
+    except Exception:  # noqa: BLE001 - an odd marker counts as applying (as the deps check reads it)
+        return True
+
+
+def _closure(graph: Mapping[str, _Installed], roots: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = [canonicalize_name(r) for r in roots]
+    while todo:
+        key = todo.pop()
+        if key in seen or key not in graph:
+            continue
+        seen.add(key)
+        todo += graph[key].requires
+    return seen
+
+
+def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
+    """The installed distributions that require ``key``, directly or through others (reverse dependencies)."""
+    seen: set[str] = set()
+    todo = [key]
+    while todo:
+        k = todo.pop()
+        for other, d in graph.items():
+            if k in d.requires and other not in seen and other != key:
+                seen.add(other)
+                todo.append(other)
+    return sorted(graph[k].name for k in seen)
+
+
+def _record_rows(info: Path | None) -> list[tuple[str, str | None, int | None]]:
+    from wheelhouse.install.wheel.record import read_record
+
+    if info is None:
+        return []
+    try:
+        return read_record((info / "RECORD").read_text("utf-8", "replace"))
+    except OSError:
+        return []
+
+
+def damage_of(info: Path | None) -> list[str]:
+    """The files ``info``'s RECORD lists that are gone or differ from its sha256 (byte code aside)."""
+    if info is None:
+        return []
+    base = info.parent
+    out = []
+    for rel, digest, _size in _record_rows(info):
+        if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or rel.startswith(("/", "..")) or digest is None:
+            continue
+        path = base / rel
+        try:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        except FileNotFoundError:
+            out.append(f"{rel} is gone")
+            continue
+        except OSError:
+            continue
+        if record_digest(h.digest()) != digest:
+            out.append(f"{rel} does not match its RECORD sha256")
+    return out
+
+
+def _owner_of(graph: Mapping[str, _Installed], soname: str) -> tuple[str, str] | None:
+    """The distribution whose RECORD lists a file named ``soname`` that is not on disk, and that path."""
+    for key, d in graph.items():
+        if d.info is None:
+            continue
+        for rel, _, _ in _record_rows(d.info):
+            if rel.rsplit("/", 1)[-1] == soname and not os.path.lexists(d.info.parent / rel):
+                return key, rel
+    return None
+
+
+_ORIGINS = (
+    "import importlib.util, json, sys\n"
+    "answer = {}\n"
+    "for m in sys.argv[1:]:\n"
+    "    try:\n"
+    "        s = importlib.util.find_spec(m)\n"
+    "    except BaseException as exc:\n"
+    "        answer[m] = None\n"
+    "        continue\n"
+    "    if s is None:\n"
+    "        answer[m] = None\n"
+    "    elif s.origin and s.origin != 'namespace':\n"
+    "        answer[m] = s.origin\n"
+    "    else:\n"
+    "        answer[m] = (list(s.submodule_search_locations or []) or [None])[0]\n" + PRINT_ANSWER + "\n"
+)
+
+
+def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
+    """``{module: where}`` for each of the plan's names that the import system finds outside the distribution's
+    own files (another copy earlier on sys.path). Asked of a new process: only ``find_spec``, nothing imported
+    (the copy may crash the interpreter)."""
+    if info is None or not plan.modules:
+        return {}
+    own = {os.path.normpath(info.parent / rel) for rel, _, _ in _record_rows(info)}
+    own_dirs = {os.path.dirname(p) for p in own}
+    try:
+        with tempfile.TemporaryDirectory(prefix="wh-origins-") as cwd:
+            proc = subprocess.run([python, "-c", _ORIGINS, *plan.modules], capture_output=True, text=True,
+                                  timeout=120, cwd=cwd)
+        origins = read_answer(proc.stdout) if proc.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    out = {}
+    for module, origin in (origins or {}).items():
+        if not origin:
+            continue
+        where = os.path.normpath(origin)
+        if where not in own and where not in own_dirs:
+            out[module] = os.path.dirname(where) if os.path.isfile(where) else where
+    return out
+
+
+def requested_names(interp, wheelhouse: Path | None) -> list[str]:
+    """The requirements of the wheelhouse (given, else those installed.json records): wh.json's inputs."""
+    from wheelhouse.install import read_install_state
+
+    houses = [str(wheelhouse)] if wheelhouse else read_install_state(interp.platlib).get("wheelhouses", [])
+    names = []
+    for h in houses:
+        try:
+            meta = json.loads((Path(h) / "wh.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        inputs = meta.get("inputs") if isinstance(meta, dict) else None
+        for text in (inputs or {}).get("requirements") or () if isinstance(inputs, dict) else ():
+            try:
+                names.append(canonicalize_name(Requirement(str(text)).name))
+            except InvalidRequirement:
+                continue
+    return names
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+
+
+def _damaged_by_checks(report: DoctorReport) -> dict[str, Reinstall]:
+    out: dict[str, Reinstall] = {}
+    for r in report.results:
+        if r.verdict != "fail":
+            continue
+        for name in (r.data or {}).get("reinstall") or ():
+            key = canonicalize_name(str(name))
+            out.setdefault(key, Reinstall(key, f"a damaged install ({r.first_line})", r.id))
+    return out
+
+
+def _failure_text(report: DoctorReport, check_id: str | None) -> str:
+    for r in report.results:
+        if r.id == check_id:
+            errors = [str(f.get("error") or "") for f in (r.data or {}).get("failures") or () if isinstance(f, dict)]
+            return "\n".join([r.evidence, *errors])
+    return ""
+
+
+def plan_repair(report: DoctorReport, interp, *, include_forced: bool = False, protect_requested: bool = False,
+                include_requested: bool = False, wheelhouse: Path | None = None) -> RepairPlan:
+    """What to reinstall, what to drop and what to keep, for ``report``'s failures (see the module docstring)."""
+    plans = plan_drops(report, include_forced=include_forced)
+    reinstall = _damaged_by_checks(report)
+    if not plans:
+        return RepairPlan(tuple(reinstall.values()), (), ())
+    graph = _graph(interp)
+    failing = {canonicalize_name(p.distribution) for p in plans} | set(reinstall)
+    requested = _closure(graph, requested_names(interp, wheelhouse)) if protect_requested and not include_requested \
+        else set()
+    drops, kept = [], []
+    for p in plans:
+        key = canonicalize_name(p.distribution)
+        d = graph.get(key)
+        info = d.info if d is not None else _dist_info(list(interp.site_dirs), p.distribution)
+        why = _not_a_drop(p, key, d, info, graph, failing, reinstall, report, interp)
+        if why is not None:
+            kept.append(Kept(p.distribution, p.version, why, p.check_id))
+        elif key in requested and not p.forced:
+            kept.append(Kept(p.distribution, p.version, REQUESTED_KEPT, p.check_id))
+        else:
+            drops.append(replace(p, dependents=tuple(dependents_of(graph, key))))
+    return RepairPlan(tuple(reinstall.values()), tuple(drops), tuple(kept))
+
+
+def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, graph, failing: set[str],
+                reinstall: dict[str, Reinstall], report: DoctorReport, interp) -> str | None:
+    """Why ``p``'s distribution is not to be dropped (adding what mends it to ``reinstall``), or None."""
+    if key in reinstall:
+        return "a damaged install: reinstalled from the wheelhouse, not dropped"
+    damage = damage_of(info)
+    if damage:
+        reinstall[key] = Reinstall(key, "a damaged install: " + "; ".join(damage[:3])
+                                   + (f"; and {len(damage) - 3} more" if len(damage) > 3 else ""), p.check_id)
+        return f"a damaged install ({'; '.join(damage[:3])}): reinstalled instead"
+    for soname in dict.fromkeys(_NO_LIB.findall(_failure_text(report, p.check_id))):
+        owner = _owner_of(graph, soname)
+        if owner is not None and owner[0] != key:
+            name = graph[owner[0]].name
+            reinstall.setdefault(owner[0], Reinstall(owner[0], f"{owner[1]}, listed in its RECORD, is gone "
+                                                               f"({p.distribution} needs it)", p.check_id))
+            return f"{soname} is missing from {name} (its RECORD lists {owner[1]}): {name} is reinstalled instead"
+    if d is not None and d.unmet:
+        for req in d.unmet:
+            reinstall.setdefault(req, Reinstall(req, f"required by {d.name} and not installed", p.check_id))
+        return f"its requirement {', '.join(d.unmet)} is not met: installed from the wheelhouse instead"
+    upstream = sorted((_closure(graph, d.requires) & failing) - {key}) if d is not None else []
+    if upstream:
+        return (f"it fails because its requirement {', '.join(graph[u].name for u in upstream)} fails: "
+                "that one is mended or dropped, not this one")
+    shadows = _shadows(interp.executable, p, info)
+    if shadows:
+        where = ", ".join(sorted(set(shadows.values())))
+        return (f"the failing copy of {', '.join(sorted(shadows))} is {where}, not the installed one: take that "
+                "folder off sys.path (PYTHONPATH, a .pth file); the installed distribution is kept")
+    return None
+
+
+# ---- mending -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reinstalled:
+    name: str
+    version: str | None
+    wheelhouse: str | None
+    error: str | None = None  # why it could not be reinstalled (then nothing changed for it)
+
+
+def _wheelhouses_for(interp, names: Sequence[str], wheelhouse: Path | None) -> dict[str, list[str]]:
+    """``{wheelhouse: [names]}``: the given one, else the one installed.json records for each name, else the
+    first recorded wheelhouse whose lock holds it (a requirement that was never installed)."""
+    from wheelhouse.install import read_install_state
+
+    if wheelhouse is not None:
+        return {str(wheelhouse): list(names)}
+    state = read_install_state(interp.platlib)
+    out: dict[str, list[str]] = {}
+    for name in names:
+        rec = state.get("packages", {}).get(name) or {}
+        house = rec.get("wheelhouse") or next((h for h in state.get("wheelhouses", []) if _holds(h, name)), None)
+        out.setdefault(house or "", []).append(name)
+    return out
+
+
+def _holds(house: str, name: str) -> bool:
+    from wheelhouse.install import load_wheelhouse
+
+    try:
+        return any(canonicalize_name(f.name) == name for f in load_wheelhouse(Path(house)).files)
+    except (WhError, OSError):
+        return False
+
+
+def reinstall_distributions(python: str, items: Sequence[Reinstall], *, wheelhouse: Path | None = None,
+                            reporter: Reporter = NullReporter()) -> list[Reinstalled]:
+    """Install each item again from its wheelhouse (``wh install --reinstall``), one transaction per wheelhouse.
+
+    A failure (no wheelhouse, not in it, a hash that does not match) leaves that wheelhouse's names as they were
+    and is returned as an ``error``, for the report; the others go on.
+    """
+    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    interp = inspect_interpreter(python)
+    out: list[Reinstalled] = []
+    for house, names in _wheelhouses_for(interp, [i.name for i in items], wheelhouse).items():
+        if not house:
+            out += [Reinstalled(n, None, None, f"no wheelhouse holds it: `wh install WHEELHOUSE --reinstall {n} "
+                                               f"--python {python}`") for n in names]
+            continue
+        try:
+            with ExitStack() as held:
+                source = _recorded_source(house, held) or Path(house)
+                result = install_wheelhouses([source], python=interp.executable, reinstall=names, links=False,
+                                             reporter=reporter)
+        except WhError as exc:
+            out += [Reinstalled(n, None, house, f"{exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""))
+                    for n in names]
+            continue
+        versions = {canonicalize_name(d.name): d.version for d in result.installed}
+        out += [Reinstalled(n, versions.get(n), house) for n in names]
+    return out
+
+
+def describe(plan: RepairPlan) -> dict[str, Any]:
+    """The plan as JSON (``--dry-run``, reports)."""
+    return {"reinstall": [{"name": r.name, "reason": r.reason, "check": r.check_id} for r in plan.reinstall],
+            "drop": [{"name": p.distribution, "version": p.version, "dependents": list(p.dependents)}
+                     for p in plan.drops],
+            "kept": [{"name": k.distribution, "version": k.version, "reason": k.reason, "check": k.check_id}
+                     for k in plan.kept]}
+
