@@ -138,8 +138,9 @@ def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tupl
 
 
 def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
-    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]])."""
-    from wheelhouse.manifest import DoctorExpectations, DropRule, ToolchainGroup
+    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]],
+    [serve] command and env: the environment the engine gets)."""
+    from wheelhouse.manifest import DoctorExpectations, DropRule, ServeSpec, ToolchainGroup
 
     doc = data.get("doctor") or {}
     groups = ((data.get("inputs") or {}).get("toolchains")) or []
@@ -147,6 +148,7 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     # An engine built by `wh build` with link-sonames links -lcudart from lib and lib64 (its run-time kernel
     # builds too): named as the manifest's engine recipe, which the links check reads as needing them.
     built = bool((engine.get("build") or {}).get("link_sonames"))
+    serve = data.get("serve") if isinstance(data.get("serve"), Mapping) else None
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
         toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
@@ -158,6 +160,8 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
                                   checks=tuple(doc.get("checks") or ()),
                                   links=tuple(doc.get("links") or ())),
         engine_recipe=Path(str(engine.get("recipe") or "engine")) if built else None,
+        serve=ServeSpec(command=tuple(str(c) for c in serve.get("command") or ()),
+                        env={str(k): str(v) for k, v in (serve.get("env") or {}).items()}) if serve else None,
     )
 
 
