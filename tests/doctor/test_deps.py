@@ -6,6 +6,7 @@ Real wheels unpacked into real venvs; the verdicts come from the doctor run agai
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,30 @@ def test_a_base_system_requirement_does_not_block_the_serve_preflight(tmp_path):
                            [(("PyGObject", "3.42.2"), {"requires": ["pycairo>=1.16.0"]})])
     run_preflight(gpus=[], expected_gpus=None, max_used_mib=None,
                   doctor=lambda: run_doctor(str(py), checks=["deps"]).failed)  # raises PreflightFailed if blocked
+
+
+def test_wh_serve_launches_past_a_base_system_requirement(tmp_path):
+    # The preflight runs the whole doctor on the engine's interpreter; the base system's unmet requirement
+    # is said as a warning and the engine starts (no --no-preflight needed).
+    import socket
+
+    py = _with_base_system(tmp_path, [(("app", "1.0"), {})],
+                           [(("PyGObject", "3.42.2"), {"requires": ["pycairo>=1.16.0"]})])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake = Path(__file__).parents[1] / "support" / "fake_engine.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("WH_DOCTOR_FAKE_GPUS", "CUDA_VISIBLE_DEVICES", "WH_SERVE_URL")}
+    env.update({"WH_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"})
+
+    def wh(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "wheelhouse", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    r = wh("serve", "--detach", "--json", "--interval", "0.1", "--log", str(tmp_path / "serve.log"), "--",
+           str(py), str(fake), "--port", str(port))
+    try:
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["detached"] is True
+    finally:
+        wh("stop", "--grace", "5")

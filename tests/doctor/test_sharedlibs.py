@@ -252,3 +252,18 @@ def test_the_optional_data_file_refuses_a_typo(tmp_path):
         load_optional(bad)
     assert info.value.code == "sharedlibs-data" and "object" in str(info.value) and "objects" in str(info.value)
     assert load_optional()  # the bundled file reads
+
+
+def test_ld_library_path_of_the_installed_wheelhouses_serve_env_counts(venv, wheels, tmp_path):
+    # Installed from a wheelhouse: its wh.json carries the manifest's [serve] env, which wh serve gives the engine.
+    from nvidia_fixtures import make_wheelhouse
+
+    libdir = tmp_path / "extra"
+    libdir.mkdir()
+    _lib(libdir, "whgone")
+    house = make_wheelhouse(tmp_path / "house", [], extra_meta={
+        "serve": {"command": ["ft", "serve"], "env": {"LD_LIBRARY_PATH": str(libdir)}}})
+    rep = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30, wheelhouse=house,
+                     environ={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
+    r = rep.get("sharedlibs:lazylib")
+    assert r.verdict == "ok", r.evidence

@@ -205,8 +205,9 @@ def merge_facts(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
-    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]])."""
-    from wheelhouse.manifest import DoctorExpectations, DropRule, ToolchainGroup
+    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]],
+    [serve] command and env: the environment the engine gets)."""
+    from wheelhouse.manifest import DoctorExpectations, DropRule, ServeSpec, ToolchainGroup
 
     doc = data.get("doctor") or {}
     groups = ((data.get("inputs") or {}).get("toolchains")) or []
@@ -214,6 +215,7 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     # An engine built by `wh build` with link-sonames links -lcudart from lib and lib64 (its run-time kernel
     # builds too): named as the manifest's engine recipe, which the links check reads as needing them.
     built = bool((engine.get("build") or {}).get("link_sonames"))
+    serve = data.get("serve") if isinstance(data.get("serve"), Mapping) else None
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
         # What was requested: its top-level names are the stack's entry modules (native) unless [doctor] entry says.
@@ -227,6 +229,8 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
                                   checks=tuple(doc.get("checks") or ()), entry=tuple(doc.get("entry") or ()),
                                   links=tuple(doc.get("links") or ())),
         engine_recipe=Path(str(engine.get("recipe") or "engine")) if built else None,
+        serve=ServeSpec(command=tuple(str(c) for c in serve.get("command") or ()),
+                        env={str(k): str(v) for k, v in (serve.get("env") or {}).items()}) if serve else None,
     )
 
 
