@@ -179,6 +179,8 @@ def test_bundled_vllm_manifest_carries_the_three_value_traps():
     dspark = ["--speculative-config", '{"method":"dspark","num_speculative_tokens":5}']
     with pytest.raises(ForbiddenFlag, match="--speculative-config is forbidden"):
         lint_command(argv + dspark, v.serve.rules)
+    with pytest.raises(ForbiddenFlag, match="--speculative-config is forbidden"):  # given in pieces, vLLM-style
+        lint_command(argv + ["--speculative-config.method", "dspark"], v.serve.rules)
     assert [x.rule.name for x in lint_command(argv + dspark, v.serve.rules, allow=["--speculative-config"])] == \
         ["--speculative-config"]
 
