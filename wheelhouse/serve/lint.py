@@ -164,13 +164,19 @@ def _occurrences(argv: Sequence[str], rule: FlagRule) -> list[tuple[str | None, 
         head, eq, inline = arg.partition("=")
         name = _flag_name(head)
         piece = name[len(flag) + 1:].replace("-", "_") if name.startswith(flag + ".") else None
-        if name != flag and piece is None:
+        if not _names(name, flag) and piece is None:
             continue
         if piece is not None and not (rule.forbid or (key and piece == key.replace("-", "_"))):
             continue
         value = inline if eq else (args[i + 1] if i + 1 < len(args) and not _is_flag(args[i + 1]) else None)
         out.append((value, value if piece is not None and not rule.forbid else None))
     return out
+
+
+def _names(name: str, flag: str) -> bool:
+    """``name`` reaches ``flag``: the flag itself, or a prefix of it (argparse takes an unambiguous prefix,
+    and vLLM's parser leaves abbreviations on: --gpu-memory-util is --gpu-memory-utilization)."""
+    return name == flag or (name.startswith("--") and len(name) >= 5 and "." not in name and flag.startswith(name))
 
 
 def _is_flag(arg: str) -> bool:
