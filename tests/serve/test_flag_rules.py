@@ -59,6 +59,7 @@ def manifest(tmp_path):
                                             "OOMs on a 383K-token prompt", "dsv41-320e-dspark known issues",
                                             "set --gpu-memory-utilization to at most 0.97"]),
     (["--max_num_batched_tokens=8192"], ["--max-num-batched-tokens 8192 is above the limit 2048", "wedges"]),
+    (["--gpu-memory-util", "0.98"], ["--gpu-memory-utilization 0.98 is above the limit 0.97"]),  # argparse prefix
     (["--speculative-config", '{"method":"dspark","num_speculative_tokens":7}'],
      ["--speculative-config.num_speculative_tokens 7 is not a multiple of 5", "shared memory", "use 5 draft tokens"]),
     (["--speculative-config.num_speculative_tokens", "6"], ["num_speculative_tokens 6 is not a multiple of 5"]),
@@ -179,6 +180,8 @@ def test_bundled_vllm_manifest_carries_the_three_value_traps():
     dspark = ["--speculative-config", '{"method":"dspark","num_speculative_tokens":5}']
     with pytest.raises(ForbiddenFlag, match="--speculative-config is forbidden"):
         lint_command(argv + dspark, v.serve.rules)
+    with pytest.raises(ForbiddenFlag, match="--speculative-config is forbidden"):  # given in pieces, vLLM-style
+        lint_command(argv + ["--speculative-config.method", "dspark"], v.serve.rules)
     assert [x.rule.name for x in lint_command(argv + dspark, v.serve.rules, allow=["--speculative-config"])] == \
         ["--speculative-config"]
 

@@ -151,23 +151,32 @@ def _flag_name(arg: str) -> str:
     return "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
 
 
-def _occurrences(argv: Sequence[str], flag: str, key: str | None) -> list[tuple[str | None, str | None]]:
-    """Each place ``flag`` appears: (its value, the key's value when it was given as ``--flag.key V``)."""
+def _occurrences(argv: Sequence[str], rule: FlagRule) -> list[tuple[str | None, str | None]]:
+    """Each place ``rule.flag`` appears: (its value, the key's value when it was given as ``--flag.key V``).
+
+    vLLM also takes a JSON flag in pieces (``--speculative-config.num_speculative_tokens 7``): such a
+    piece is the key's value for a key rule, and the flag's presence for a forbid rule.
+    """
+    flag, key = rule.flag, rule.key
     out: list[tuple[str | None, str | None]] = []
     args = list(argv[1:])
     for i, arg in enumerate(args):
         head, eq, inline = arg.partition("=")
         name = _flag_name(head)
-        dotted = None
-        if name != flag and key and name.startswith(flag + "."):
-            dotted = name[len(flag) + 1:].replace("-", "_")  # vLLM: --speculative-config.num_speculative_tokens 7
-            if dotted != key.replace("-", "_"):
-                continue
-        elif name != flag:
+        piece = name[len(flag) + 1:].replace("-", "_") if name.startswith(flag + ".") else None
+        if not _names(name, flag) and piece is None:
+            continue
+        if piece is not None and not (rule.forbid or (key and piece == key.replace("-", "_"))):
             continue
         value = inline if eq else (args[i + 1] if i + 1 < len(args) and not _is_flag(args[i + 1]) else None)
-        out.append((value, value) if dotted else (value, None))
+        out.append((value, value if piece is not None and not rule.forbid else None))
     return out
+
+
+def _names(name: str, flag: str) -> bool:
+    """``name`` reaches ``flag``: the flag itself, or a prefix of it (argparse takes an unambiguous prefix,
+    and vLLM's parser leaves abbreviations on: --gpu-memory-util is --gpu-memory-utilization)."""
+    return name == flag or (name.startswith("--") and len(name) >= 5 and "." not in name and flag.startswith(name))
 
 
 def _is_flag(arg: str) -> bool:
@@ -223,7 +232,7 @@ def _judge(rule: FlagRule, shown: str | None, value: Any) -> str | None:
 
 def _violations(argv: Sequence[str], rule: FlagRule) -> list[Violation]:
     found = []
-    for value, dotted in _occurrences(argv, rule.flag, rule.key):
+    for value, dotted in _occurrences(argv, rule):
         if rule.key is None or rule.forbid:
             why = _judge(rule, value, value)
             shown = value
