@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from broken_packages import _ext, _tags, have_toolchain, make_venv, site_packages  # noqa: E402
 from wheelmaker import make_wheel  # noqa: E402
-from _fair import methodology, order  # noqa: E402
+from _fair import clean_env, methodology, order  # noqa: E402
 
 import sysconfig  # noqa: E402
 import zipfile  # noqa: E402
@@ -119,7 +119,7 @@ def main() -> int:
         nloaded = sum(len(r.data.get("modules", ())) for r in report.results if r.group == "native")
         bad = [r.id for r in report.results if r.verdict in ("fail", "error")]
         t_pip, proc = timed(lambda: subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "check"],
-                                                    capture_output=True, text=True))
+                                                    capture_output=True, text=True, env=clean_env()))
         pip_note = "" if proc.returncode == 0 else f" (pip check exit {proc.returncode}: {proc.stdout.strip()[:80]})"
 
         def naive():

@@ -7,6 +7,7 @@ answered by ``wheelhouse.cli._fast`` without importing click or rich.
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
@@ -59,10 +60,17 @@ class _LazyGroup(click.Group):
         try:
             mod = importlib.import_module(f"wheelhouse.cli.{module}")
             return _with_verbosity(getattr(mod, attr))
-        except (ImportError, AttributeError):
-            @click.command(name=name, help=short + " (not available in this build)")
-            def _missing() -> None:
-                raise WhError(f"`wh {name}` is not available in this build", hint="upgrade wh")
+        except (ImportError, AttributeError) as exc:
+            if os.environ.get("WH_DEBUG"):
+                raise  # with its traceback (wheelhouse.cli.main re-raises under WH_DEBUG)
+            why = f"{type(exc).__name__}: {exc}"
+
+            @click.command(name=name, help=f"{short} (could not be loaded: {why})",
+                           context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+            @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+            def _missing(args) -> None:  # (whatever was asked of it: the command itself is what failed)
+                raise WhError(f"`wh {name}` could not be loaded: {why}",
+                              hint="re-run with WH_DEBUG=1 for the traceback; a missing dependency: reinstall wh")
 
             return _with_verbosity(_missing)
 
