@@ -20,7 +20,9 @@ _ALL = ":all:"
               help="Look for wheelhouses (wh.json) under this folder, e.g. a read-only mount. Repeatable.")
 @click.option("--venv", type=click.Path(file_okay=False, path_type=Path),
               help="Install into this venv (created with --python if missing).")
-@click.option("--system-site-packages", is_flag=True, help="A created venv sees the base interpreter's packages.")
+@click.option("--system-site-packages", is_flag=True,
+              help="A created venv sees the packages of the interpreter it is made with (--python, else the "
+                   "python3 on PATH that is not wh's own), never wh's own environment.")
 @click.option("--python", "python", envvar="WH_PYTHON",
               help="Interpreter to install into (or to create the venv with). wh's own is used only when named here.")
 @click.option("--only", multiple=True, help="Install only this package (repeatable), e.g. to restore a dropped one.")

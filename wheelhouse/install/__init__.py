@@ -161,6 +161,44 @@ def recorded_wheelhouses(venv: Path | None, python: str | None, names: Sequence[
     return out
 
 
+def _venv_root(exe: str) -> str | None:
+    """The venv ``exe`` belongs to (``bin/python`` below a ``pyvenv.cfg``), real path; None for an installation."""
+    root = Path(exe).absolute().parent.parent
+    return os.path.realpath(root) if (root / "pyvenv.cfg").is_file() else None
+
+
+def _own_base() -> str:
+    """The interpreter wh's own venv was made from (its ``home``): a venv made with it knows nothing of wh's."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def venv_base(venv: Path | None, python: str | None, system_site_packages: bool) -> tuple[str | None, str | None]:
+    """The interpreter to make a NEW ``venv`` with, and a note that says which, when it is not ``python`` as given.
+
+    The engine's venv is the engine's (issue 29.10): it never depends on wh's own environment. With
+    ``--system-site-packages`` it sees the packages of the interpreter it is made with: ``--python``, else the
+    ``python3`` on PATH that is not wh's own. Made from wh's own venv interpreter, it would have seen wh's
+    packages (a parent-venv ``.pth``), and a wheelhouse's rich or click at wh's version been skipped as "already
+    there" and loaded from wh's folder: its base interpreter is taken instead.
+    """
+    if venv is None or venv_python(Path(venv).absolute()).exists() or not system_site_packages:
+        return python, None
+    own = os.path.realpath(sys.prefix) if sys.prefix != sys.base_prefix else None
+    if python is None:
+        for name in ("python3", "python"):
+            for folder in os.environ.get("PATH", "").split(os.pathsep):
+                exe = os.path.join(folder or ".", name)
+                if os.path.isfile(exe) and os.access(exe, os.X_OK) and (own is None or _venv_root(exe) != own):
+                    return exe, (f"the venv is made with {exe} (the {name} on PATH, not wh's own interpreter): "
+                                 "--system-site-packages gives it that interpreter's packages; name another with --python")
+        return _own_base(), (f"the venv is made with {_own_base()} (no python3 on PATH but wh's own): "
+                             "--system-site-packages gives it that interpreter's packages, not wh's")
+    if own is not None and _venv_root(python) == own:
+        return _own_base(), (f"--python {python} is wh's own environment: the venv is made with its base "
+                             f"{_own_base()} and does not see wh's packages")
+    return python, None
+
+
 # ---- the steps ------------------------------------------------------------------------------------
 
 
@@ -459,6 +497,7 @@ def install_wheelhouses(
     one, even where the same version is there: hash-verified, one transaction, like any install.
     """
     require_target(venv, python)
+    python, base_note = venv_base(venv, python, system_site_packages)
     reinstall = reinstall if isinstance(reinstall, bool) else frozenset(canonical_name(n) for n in reinstall)
     if reinstall and reinstall is not True:
         only = set(only or ()) | set(reinstall)
@@ -476,6 +515,8 @@ def install_wheelhouses(
     finally:
         for f in reading:  # refused early: stop reading what will not be installed
             f.cancel()
+    if base_note:
+        report = replace(report, notes=(base_note, *report.notes))
     return replace(report, seconds=time.monotonic() - started)
 
 
