@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +40,37 @@ def _image_lines(ui, result) -> None:
     ui.info(result.image.summary(len(result.files), "would stage" if result.dry_run else "staged"))
     for line in result.image.lines():
         ui.info(line)
+
+
+def _pin_lines(result, table: bool) -> list[str]:
+    """A dry run's pins: ``name==version`` lines a tool reads back (the image's as comments), or a table."""
+    provided = result.image.assumed if result.image else ()
+    if table:
+        pins = [(f.name, f"{f.name}=={f.version}  {f.filename}  {_human(f.size) if f.size is not None else '?'}")
+                for f in result.files]
+        pins += [(n, f"{n}=={v}  (provided by the image)") for n, v in provided]
+    else:
+        pins = [(f.name, f"{f.name}=={f.version}") for f in result.files]
+        pins += [(n, f"# {n}=={v}  (provided by the image)") for n, v in provided]
+    return [line for _, line in sorted(pins)]
+
+
+def _rewrite_lines(ui, result) -> None:
+    """What the overrides replaced and the exclusions left out (stderr); an exclusion nothing required, said too."""
+    for line in result.rewrite_lines():
+        ui.info(line)
+    hit = {r.name for r in result.rewritten}
+    from packaging.utils import canonicalize_name
+
+    for e in result.excludes:
+        if canonicalize_name(e.distribution) not in hit:
+            ui.info(f"exclusion of {e.distribution} changed nothing: nothing in the closure requires it")
+
+
+def _exclusion(name: str):
+    from wheelhouse.manifest import exclusion
+
+    return exclusion(name, "given with --exclude", "--exclude", error=UsageError)
 
 
 def export_pins(result, fmt: str) -> str:
@@ -125,6 +157,12 @@ def _split_manifest(args: tuple[str, ...]):
               help="Folder of wheels or an HTML page of links; added to the manifest's. Repeatable.")
 @click.option("-c", "--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False),
               help="Constraints file (--hash options enforced, as for -r). Repeatable.")
+@click.option("--override", "override_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Overrides file: each line replaces every requirement on its project, wherever it appears "
+                   "(uv's --override); added to the manifest's overrides. Repeatable.")
+@click.option("--exclude", "excludes", multiple=True, metavar="NAME",
+              help="Leave this distribution out of the closure wherever it is required; added to the manifest's "
+                   "[[exclude]]. Repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
               help="Parallel downloads.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="WH_CACHE_DIR",
@@ -132,9 +170,11 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--pre", is_flag=True, help="Allow pre-releases.")
 @click.option("--dry-run", is_flag=True, help="Resolve and list the pins; download no wheel and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--format", "fmt", type=click.Choice(["requirements", "pylock"]), metavar="requirements|pylock",
-              help="With --dry-run: export the pins as a hashed requirements file (for pip install "
-                   "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE.")
+@click.option("--format", "fmt", type=click.Choice(["requirements", "pylock", "table"]),
+              metavar="FORMAT",
+              help="With --dry-run, one of requirements|pylock|table: export the pins as a hashed requirements file (for pip install "
+                   "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE; `table` lists each pin's "
+                   "wheel and size (the default on a terminal; off one, stdout is `name==version` lines).")
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
 @click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
@@ -153,7 +193,7 @@ def _split_manifest(args: tuple[str, ...]):
               "or pythonX.Y on PATH).")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
-          index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
+          index_url, extra_index_url, find_links, constraint_files, override_files, excludes, jobs, cache_dir, pre, dry_run, as_json, fmt,
           no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
@@ -170,7 +210,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 
     \b
     Manifest and command line: lists ADD to the manifest's (requirements, -r,
-    -c, --extra-index-url, -f); single values REPLACE it (--index-url or
+    -c, --override, --exclude, --extra-index-url, -f); single values REPLACE it (--index-url or
     WH_INDEX_URL replaces its index-url, target flags its [target]).
 
     \b
@@ -190,6 +230,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     manifest, reqs = _split_manifest(tuple(inputs))
     req_lines = _read_requirement_files(req_files)
     con_lines = _read_requirement_files(constraint_files, "-c")
+    override_lines = _read_requirement_files(override_files, "--override")
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if fmt and not dry_run:
@@ -200,6 +241,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     export_to = None
     if dry_run and out == "-":  # -o - with --dry-run: the pins to stdout, as without -o
         out = None
+    table = fmt == "table" or (fmt is None and sys.stdout.isatty())
+    fmt = None if fmt == "table" else fmt
     if fmt:  # -o names the exported file ("-" or none: stdout), not a wheelhouse
         export_to, out = (None if out in (None, "-") else out), None
         if export_to:
@@ -212,6 +255,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         requirements=tuple([*reqs, *(line.text for line in req_lines)]),
         constraints=tuple(line.text for line in con_lines),
         hashed_requirements=tuple(line for line in (*req_lines, *con_lines) if line.hashes),
+        overrides=tuple(line.text for line in override_lines),
+        excludes=tuple(_exclusion(name) for name in excludes),
         index_url=index_url or None,
         extra_index_urls=tuple(extra_index_url),
         find_links=tuple(find_links),
@@ -246,17 +291,16 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
             else:
                 click.echo(text, nl=False)
         elif not as_json:
-            pins = [(f.name, f"{f.name}=={f.version}  {f.filename}  {_human(f.size) if f.size is not None else '?'}")
-                    for f in result.files]
-            pins += [(n, f"{n}=={v}  (provided by the image)") for n, v in (result.image.assumed if result.image else ())]
-            for _, line in sorted(pins):  # the pins are the data asked for: stdout (`> pins.txt`)
+            for line in _pin_lines(result, table):  # the pins are the data asked for: stdout (`> pins.txt`)
                 click.echo(line)
         ui.info(f"{_count(len(result.files), 'wheel')} for {target.describe()}, {_human(result.total_size)} "
                 "(dry run: nothing downloaded)")
         _image_lines(ui, result)
+        _rewrite_lines(ui, result)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
     _image_lines(ui, result)
+    _rewrite_lines(ui, result)
     if result.reused:  # wheels/ and bootstrap/ together; the notes above counted each download on its own
         total = len(result.files) + len(result.bootstrap)
         ui.info(f"{result.reused} of {total} files (wheels/ and bootstrap/) were not downloaded again: "

@@ -138,13 +138,18 @@ def _wheelhouse_meta(wheelhouse: Path | None, site_dirs: Sequence[Path]) -> tupl
 
 
 def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
-    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]])."""
-    from wheelhouse.manifest import DoctorExpectations, DropRule, ToolchainGroup
+    """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]],
+    overrides and [[exclude]])."""
+    from wheelhouse.manifest import DoctorExpectations, DropRule, Exclusion, ToolchainGroup
 
     doc = data.get("doctor") or {}
-    groups = ((data.get("inputs") or {}).get("toolchains")) or []
+    inputs = data.get("inputs") or {}
+    groups = inputs.get("toolchains") or []
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
+        overrides=tuple(str(t) for t in inputs.get("overrides") or ()),
+        excludes=tuple(Exclusion(str(e["distribution"]), str(e.get("reason") or ""))
+                       for e in inputs.get("excludes") or () if isinstance(e, Mapping) and e.get("distribution")),
         toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
                                         tuple(t.get("exceptions") or ())) for t in groups),
         drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))

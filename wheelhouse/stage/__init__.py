@@ -61,6 +61,8 @@ from .writer import (
     requires_python_for,
     write_stage_tree,
 )
+from wheelhouse.manifest import Exclusion
+from wheelhouse.resolve.overrides import Rewritten
 from wheelhouse.target import TargetProfile
 
 __all__ = [
@@ -92,6 +94,22 @@ class StageResult:
     engine: str | None = None  # the built engine wheel kept from the previous wheelhouse
     notes: tuple[str, ...] = ()  # what the run recovered, kept or left out, in a sentence each
     image: ImageDelta | None = None  # what the target's image provides and this stage assumed of it
+    rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
+    excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
+
+    def rewrite_lines(self) -> list[str]:
+        """A sentence for each override and exclusion that changed what a requirement asked for."""
+        reasons = {canonicalize_name(e.distribution): e.reason for e in self.excludes}
+        out = []
+        for r in self.rewritten:
+            who = ", ".join(dict.fromkeys(p if p != "(requested)" else "the stack" for p, _ in r.requested))
+            if r.excluded:
+                why = reasons.get(r.name)
+                out.append(f"excluded {r.name} (required by {who}){': ' + why if why else ''}")
+            else:
+                asked = ", ".join(dict.fromkeys(t for _, t in r.requested))
+                out.append(f"override {' and '.join(r.by)} replaced {asked} (required by {who})")
+        return out
 
     @property
     def total_size(self) -> int:
@@ -124,6 +142,8 @@ class StageResult:
             "provided": [{"name": n, "version": v, "provided": True} for n, v in (self.image.assumed if self.image else ())],
             "changes": [c.to_json() for c in (self.image.changes if self.image else ())],
             "image": self.image.to_json() if self.image else None,
+            "excludes": [dataclasses.asdict(e) for e in self.excludes],
+            "rewritten": [r.to_json() for r in self.rewritten],
         }
 
 
@@ -171,6 +191,7 @@ class _Plan:
     bootstrap: _Background  # -> (bootstrap files, wh's own wheel or None)
     hash_rules: tuple[RequirementLine, ...]
     image: ImageDelta | None = None
+    rewritten: tuple[Rewritten, ...] = ()  # what the overrides replaced and the exclusions removed
 
 
 # --- requirements --------------------------------------------------------------------------------
@@ -201,7 +222,7 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     """Resolve ``inputs`` for its target and write the wheelhouse at ``inputs.out``.
 
     With ``dry_run`` nothing is downloaded but index pages and metadata, and nothing is
-    written; the result lists the pins. ``hashed_requirements``: lines whose ``--hash``
+    written; the result lists the stack's pins (bootstrap/ is neither built nor resolved). ``hashed_requirements``: lines whose ``--hash``
     options a pinned file of their project must match (those whose marker holds for the
     target); checked after resolution and again once downloaded, before anything is written.
     """
@@ -209,8 +230,8 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     cache = Path(inputs.cache_dir) if inputs.cache_dir else default_cache_dir()
     client = client or HttpClient(cache_dir=cache, offline=inputs.offline, refresh=inputs.refresh)
     _check_inputs(inputs)
-    if inputs.dry_run:
-        return _run(inputs, None, cache, client, reporter, ())
+    if inputs.dry_run:  # the stack's pins only: bootstrap/ (wh's own dependencies) is resolved when writing
+        return _run(dataclasses.replace(inputs, bootstrap=False), None, cache, client, reporter, ())
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
     compiler = None
     if inputs.bytecode:  # before anything is downloaded: no Python of the target's version is a usage error
@@ -236,6 +257,7 @@ def _check_inputs(inputs: StageInputs) -> None:
                                   "then under engine_src/)")
     _parse_requirements(inputs.requirements, "requirement")
     _parse_requirements(inputs.constraints, "constraint")
+    _parse_requirements(inputs.overrides, "override")
     if not inputs.requirements and not (manifest and manifest.release_manifests):
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
@@ -273,7 +295,8 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
-                                   indexes=plan.indexes, image=plan.image)
+                                   indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
+                                   excludes=inputs.excludes)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler, early)
     except BaseException as exc:
         if early is not None:  # (Ctrl-C keeps unfinished downloads for the next run, as everywhere)
@@ -318,7 +341,8 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
                          reporter=reporter, metadata=reader, provided=image,
-                         on_pick=_guesses(early, hash_rules) if early else None)
+                         on_pick=_guesses(early, hash_rules) if early else None,
+                         overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
@@ -329,7 +353,7 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
                            "wh-bootstrap"))
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
                  tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
-                 delta_of(target, inputs.full, resolution, never))
+                 delta_of(target, inputs.full, resolution, never), resolution.rewritten)
 
 
 def _guesses(early: Early, hash_rules: Sequence[RequirementLine]) -> Callable[[Any], None]:
@@ -443,6 +467,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
+            "overrides": inputs.overrides, "excludes": inputs.excludes, "rewritten": plan.rewritten,
         }, kept, plan.image)
         if compiler is not None:
             from .bytecode import compile_wheelhouse
@@ -458,6 +483,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
+        rewritten=plan.rewritten, excludes=inputs.excludes,
     )
 
 

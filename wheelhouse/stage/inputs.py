@@ -3,7 +3,8 @@
 The rule (``merge_inputs``), also stated in ``wh stage --help``:
 
 - lists ADD to the manifest's: requirements, constraints (and their ``--hash`` lines),
-  ``--extra-index-url``, ``--find-links``; the manifest's come first, repeats are dropped;
+  overrides (``--override FILE``), exclusions (``--exclude NAME``), ``--extra-index-url``,
+  ``--find-links``; the manifest's come first, repeats are dropped;
 - single values REPLACE the manifest's: ``--index-url`` (or ``WH_INDEX_URL``) replaces the
   manifest's ``index-url`` (its ``extra-index-urls`` stay); target flags (``--target``,
   ``--python-version``/``--platform``) replace the manifest's ``[target]``; ``--pre`` turns
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from wheelhouse.errors import UsageError
-from wheelhouse.manifest import StackManifest
+from wheelhouse.manifest import Exclusion, StackManifest
 from wheelhouse.manifest.requirements_file import RequirementLine
 from wheelhouse.target import TargetProfile
 
@@ -35,6 +36,8 @@ class StageFlags:
     requirements: tuple[str, ...] = ()
     constraints: tuple[str, ...] = ()
     hashed_requirements: tuple[RequirementLine, ...] = ()
+    overrides: tuple[str, ...] = ()
+    excludes: tuple[Exclusion, ...] = ()
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
@@ -54,6 +57,8 @@ class StageInputs:
     find_links: tuple[str, ...] = ()
     manifest: StackManifest | None = None
     hashed_requirements: tuple[RequirementLine, ...] = ()
+    overrides: tuple[str, ...] = ()  # replace every requirement on their project (wheelhouse.resolve.overrides)
+    excludes: tuple[Exclusion, ...] = ()  # left out of the closure wherever required
     prereleases: bool = False
     jobs: int = 8
     dry_run: bool = False
@@ -70,6 +75,16 @@ class StageInputs:
 
 def _joined(*lists: Iterable) -> tuple:
     return tuple(dict.fromkeys(x for items in lists for x in items))
+
+
+def _excluded(*lists: Iterable[Exclusion]) -> tuple[Exclusion, ...]:
+    """One exclusion per project (the first, which carries the manifest's reason)."""
+    from packaging.utils import canonicalize_name
+
+    out: dict[str, Exclusion] = {}
+    for e in (e for items in lists for e in items):
+        out.setdefault(canonicalize_name(e.distribution), e)
+    return tuple(out.values())
 
 
 def _check_index_urls(urls: Sequence[str]) -> None:
@@ -123,6 +138,8 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
         find_links=find_links,
         manifest=m,
         hashed_requirements=_joined(m.hashed_requirements if m else (), flags.hashed_requirements),
+        overrides=_joined(m.overrides if m else (), flags.overrides),
+        excludes=_excluded(m.excludes if m else (), flags.excludes),
         prereleases=flags.prereleases or bool(m and m.prereleases),
         **run,
     )
