@@ -13,6 +13,7 @@ from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
+from wheelhouse.manifest.pyproject import is_pyproject_name
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
 from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
@@ -126,19 +127,48 @@ def _refuse_requirements_file(arg: str) -> None:
                          hint=f"give it with -r: wh stage -r {arg} ...")
 
 
-def _split_manifest(args: tuple[str, ...]):
-    """The first argument is a manifest when it is a .toml file or a bundled name; the rest are requirements."""
+def _split_manifest(args: tuple[str, ...], extras=(), groups=()):
+    """The first argument is a manifest when it is a .toml file or a bundled name (a ``pyproject.toml`` is read
+    as one: its dependencies, extras and groups), or a PEP 751 lock staged as it is; the rest are requirements.
+    Returns (manifest, requirements, lock file or None)."""
+    from wheelhouse.manifest.pyproject import load_pyproject
     from wheelhouse.resources import manifests_dir
+    from wheelhouse.stage.locked import is_pylock_name
 
     if not args:
-        return None, []
+        return None, [], None
     for arg in args:
         _refuse_requirements_file(arg)
     first = args[0]
+    if Path(first).name == "uv.lock":
+        raise UsageError(f"{first} is uv's own lock format, which wh does not read",
+                         hint="export it as PEP 751 first: uv export --format pylock.toml -o pylock.toml && "
+                              "wh stage pylock.toml ... (docs/inputs.md)")
+    if is_pylock_name(first):
+        return None, list(args[1:]), Path(first)
+    if is_pyproject_name(first):
+        return load_pyproject(first, extras, groups), list(args[1:]), None
     if first.endswith(".toml") or (not any(c in first for c in "=<>!~[;@ ") and (manifests_dir() / f"{first}.toml").is_file()
                                    and not Path(first).exists()):
-        return load_manifest(first), list(args[1:])
-    return None, list(args)
+        return load_manifest(first), list(args[1:]), None
+    return None, list(args), None
+
+
+def _check_lock_input(lock, reqs, req_lines, con_lines, override_lines, excludes) -> None:
+    """A lock is staged as it is: nothing may add to it or rewrite it."""
+    more = [flag for flag, given in (("requirements", reqs or req_lines), ("-c", con_lines),
+                                     ("--override", override_lines), ("--exclude", excludes)) if given]
+    if more:
+        raise UsageError(f"{lock} is staged exactly as locked; {', '.join(more)} cannot be added to it",
+                         hint="lock again with them (pip lock, uv lock && uv export --format pylock.toml), or stage "
+                              "requirements instead of the lock")
+
+
+def _source_record(path: Path, kind: str, extras, groups) -> dict:
+    from wheelhouse.digest import sha256_of
+
+    return {"kind": kind, "path": str(path.resolve()), "sha256": sha256_of(path), "extras": list(extras),
+            "groups": list(groups)}
 
 
 @click.command("stage")
@@ -163,6 +193,11 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--exclude", "excludes", multiple=True, metavar="NAME",
               help="Leave this distribution out of the closure wherever it is required; added to the manifest's "
                    "[[exclude]]. Repeatable.")
+@click.option("--extra", "extras", multiple=True, metavar="NAME",
+              help="With a pyproject.toml or pylock.toml: also stage this extra's requirements. Repeatable.")
+@click.option("--group", "groups", multiple=True, metavar="NAME",
+              help="With a pyproject.toml (PEP 735 [dependency-groups], include-group expanded) or pylock.toml: "
+                   "also stage this dependency group. Repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
               help="Parallel downloads.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="WH_CACHE_DIR",
@@ -193,13 +228,15 @@ def _split_manifest(args: tuple[str, ...]):
               "or pythonX.Y on PATH).")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
-          index_url, extra_index_url, find_links, constraint_files, override_files, excludes, jobs, cache_dir, pre, dry_run, as_json, fmt,
+          index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs, cache_dir, pre, dry_run, as_json, fmt,
           no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
     wh stage manifests/demo.toml -o demo-wheelhouse
     wh stage freetoken-dsv4-kaggle-4xl4 -o wh-kaggle
+    wh stage pylock.toml --target box.json -o wh        # a PEP 751 lock, as locked
+    wh stage pyproject.toml --extra cuda --group serve -o wh
     wh stage 'rich==14.*' markupsafe --python-version 3.12 --platform manylinux_2_35_x86_64 -o wh
     wh stage -r requirements.txt --target box.json --dry-run --json
     wh stage freetoken-dsv4-kaggle-4xl4 --target box.json -o wh-delta   # only what the image lacks
@@ -227,10 +264,18 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     ui = ctx.obj
-    manifest, reqs = _split_manifest(tuple(inputs))
+    manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
     req_lines = _read_requirement_files(req_files)
     con_lines = _read_requirement_files(constraint_files, "-c")
     override_lines = _read_requirement_files(override_files, "--override")
+    is_pyproject = bool(inputs) and is_pyproject_name(inputs[0])
+    if (extras or groups) and not (lock or is_pyproject):
+        raise UsageError("--extra and --group select from a pyproject.toml or a pylock.toml",
+                         hint="give one first: wh stage pyproject.toml --extra cuda -o DIR")
+    if lock is not None:
+        _check_lock_input(lock, reqs, req_lines, con_lines, override_lines, excludes)
+    source = _source_record(Path(inputs[0]), "pylock" if lock else "pyproject", extras, groups) \
+        if lock or is_pyproject else None
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if fmt and not dry_run:
@@ -247,7 +292,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         export_to, out = (None if out in (None, "-") else out), None
         if export_to:
             check_writable("-o", export_to)
-    if not (manifest or reqs or req_lines):
+    if not (manifest or reqs or req_lines or lock):
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     flags_given = bool(target_file or python_version or platforms)
@@ -267,7 +312,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
-                       bytecode_python=bytecode_python)
+                       bytecode_python=bytecode_python, lock_input=lock, extras=tuple(extras), groups=tuple(groups),
+                       source=source)
     target = run.target
     reporter = ui.reporter()
     try:

@@ -258,7 +258,7 @@ def _check_inputs(inputs: StageInputs) -> None:
     _parse_requirements(inputs.requirements, "requirement")
     _parse_requirements(inputs.constraints, "constraint")
     _parse_requirements(inputs.overrides, "override")
-    if not inputs.requirements and not (manifest and manifest.release_manifests):
+    if not inputs.requirements and not (manifest and manifest.release_manifests) and inputs.lock_input is None:
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 
@@ -317,7 +317,6 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     background, so that the stack's downloads do not wait for it. ``own`` collects those jobs."""
     from wheelhouse.index import PackageSource
     from wheelhouse.index.metadata import MetadataReader
-    from wheelhouse.resolve import resolve
 
     manifest, target = inputs.manifest, inputs.target
     if inputs.bootstrap:  # a PEP 517 build from a checkout (~1.5 s): beside the resolution, not after it
@@ -326,9 +325,32 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     cons = _parse_requirements(inputs.constraints, "constraint")
     links = list(inputs.find_links)
     artifacts, release_prov = _release_artifacts(manifest, scratch, client, reporter, links, reqs)
-    engine = previous.engine
     source = PackageSource(list(inputs.index_urls), links, client=client)
     reader = MetadataReader(client, cache_dir=cache)
+    if inputs.lock_input is not None:  # a PEP 751 lock, staged as it is: nothing resolved
+        from .locked import locked_files, read_lock_input
+
+        files = locked_files(read_lock_input(inputs.lock_input), inputs.lock_input, target, inputs.extras,
+                             inputs.groups or None)
+        reporter.note(f"{len(files)} of the lock's packages for {target.describe()} (staged as locked)")
+        reqs = [f"{f.name}=={f.version}" for f in files]  # wh.json's requirements: what the lock pinned
+        plan = (files, (), None, ())
+    else:
+        plan = _resolved(inputs, previous, artifacts, reqs, cons, source, reader, reporter, early)
+    files, hash_rules, delta, rewritten = plan
+    own_wheel = own[0] if own else None
+    own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
+                           "wh-bootstrap"))
+    return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
+                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules, delta, rewritten)
+
+
+def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str], cons: list[str], source, reader,
+              reporter: Reporter, early: Early | None):
+    """The stack resolved for the target: (files to stage, --hash rules, image delta, rewritten requirements)."""
+    from wheelhouse.resolve import resolve
+
+    manifest, target, engine = inputs.manifest, inputs.target, previous.engine
     # A file the stack names (a release wheel, the built engine, a --hash line) is staged, image or not.
     named = [*(a.project for a in artifacts), *([engine.file.name] if engine else ()),
              *(line.name for line in inputs.hashed_requirements if line.hashes)]
@@ -348,12 +370,7 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
     check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
-    own_wheel = own[0] if own else None
-    own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
-                           "wh-bootstrap"))
-    return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
-                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
-                 delta_of(target, inputs.full, resolution, never), resolution.rewritten)
+    return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
 
 
 def _guesses(early: Early, hash_rules: Sequence[RequirementLine]) -> Callable[[Any], None]:
@@ -468,6 +485,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
             "overrides": inputs.overrides, "excludes": inputs.excludes, "rewritten": plan.rewritten,
+            "source": inputs.source,
         }, kept, plan.image)
         if compiler is not None:
             from .bytecode import compile_wheelhouse

@@ -19,7 +19,7 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from wheelhouse.errors import UsageError
 from wheelhouse.manifest import Exclusion, StackManifest
@@ -71,6 +71,10 @@ class StageInputs:
     refresh: bool = False  # revalidate every cached index page, however fresh
     bytecode: bool = False  # compile every wheel's modules for the target's Python (wheelhouse.stage.bytecode)
     bytecode_python: str | None = None  # the interpreter that compiles them (default: found by version)
+    lock_input: Path | None = None  # a PEP 751 lock staged as it is, nothing resolved (wheelhouse.stage.locked)
+    extras: tuple[str, ...] = ()  # of the lock (or pyproject.toml) to stage
+    groups: tuple[str, ...] = ()  # dependency groups of the lock (or pyproject.toml); none: the lock's defaults
+    source: Mapping[str, Any] | None = None  # the file staged from when not a manifest (wh.json inputs.source)
 
 
 def _joined(*lists: Iterable) -> tuple:

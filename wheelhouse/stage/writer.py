@@ -147,6 +147,8 @@ def write_stage_tree(
         inputs["release_manifests"], patch_paths, files, wh_wheel, boot_files,
     )
     meta["inputs"].update(rewrites)
+    if inputs.get("source"):  # staged from a pylock.toml or a pyproject.toml, not a manifest
+        meta["inputs"]["source"] = dict(inputs["source"])
     # The contract with `wh install`: every one of these, at this version, or it refuses.
     meta["assumed_present"] = image.assumed_json() if image else []
     meta["image"] = image.to_json() if image else None
