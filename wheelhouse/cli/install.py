@@ -39,10 +39,13 @@ __all__ = ["install"]
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
 @click.option("--allow-missing", is_flag=True,
               help="Install even when a requirement of the result would be unmet (listed as a note).")
+@click.option("--dry-run", is_flag=True,
+              help="Say what would be added, upgraded, downgraded or kept, and run every check the install runs "
+                   "first (target, files, the image's assumptions, requirements); write nothing, make no venv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
 def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, installer, compile_, recompile,
-            link_cache, jobs, no_links, no_patches, allow_missing, as_json) -> None:
+            link_cache, jobs, no_links, no_patches, allow_missing, dry_run, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
     of its parts; an oci:// reference) with no index and no network.
 
@@ -85,15 +88,24 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         found = find_wheelhouses(materialize(list(wheelhouses), held, reporter), list(search_roots))
         for h in found:
             ui.info(f"wheelhouse: {h}")
-        report = install_wheelhouses(
-            found, python=python, venv=venv, system_site_packages=system_site_packages,
-            only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
-            links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
-            link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
-            precompiled=not recompile,
-        )
+        if dry_run:
+            from wheelhouse.install.dry_run import plan_install
+
+            plan = plan_install(found, python=python, venv=venv, system_site_packages=system_site_packages,
+                                only=set(only) if only else None, jobs=jobs, reporter=reporter)
+        else:
+            report = install_wheelhouses(
+                found, python=python, venv=venv, system_site_packages=system_site_packages,
+                only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
+                links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
+                link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
+                precompiled=not recompile,
+            )
     finally:
         reporter.close()
+    if dry_run:
+        _print_plan(ui, plan, as_json)
+        return
     if as_json:
         emit_json(report.to_json())
     for d in report.installed:
@@ -117,3 +129,23 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     )
     if report.activation:
         ui.info(f"environment for the engine: source {report.activation} (hooked into bin/activate)")
+
+
+def _print_plan(ui, plan, as_json: bool) -> None:
+    """``--dry-run``: the plan is the data (stdout), one line per distribution, then one per check."""
+    if as_json:
+        emit_json(plan.to_json())
+    else:
+        for d in plan.dists:
+            was = f" (now {d.installed})" if d.installed and d.action != "keep" else ""
+            click.echo(f"{d.action:<9} {d.name} {d.version}{was}" + (f": {d.why}" if d.action == "refused" else ""))
+        for c in plan.checks:
+            click.echo(f"check {c.check}: {'ok' if c.ok else 'FAIL'}: {c.detail.splitlines()[0] if c.detail else ''}")
+    for note in plan.notes:
+        ui.info(f"note: {note}")
+    counts = {a: sum(d.action == a for d in plan.dists) for a in ("add", "upgrade", "downgrade", "reinstall", "keep",
+                                                                   "refused")}
+    ui.info("dry run, nothing written: " + ", ".join(f"{n} {a}" for a, n in counts.items() if n) + f" into "
+            f"{plan.interpreter}" + ("" if plan.ok else "; the install would be refused"))
+    if not plan.ok:
+        raise click.exceptions.Exit(1)
