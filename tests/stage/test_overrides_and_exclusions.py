@@ -149,3 +149,21 @@ def test_the_bundled_freetoken_manifest_excludes_nvidia_cutlass_dsl_with_its_rea
     m = load_manifest("freetoken-dsv4-kaggle-4xl4", read_files=False)
     (e,) = [e for e in m.excludes if e.distribution == "nvidia-cutlass-dsl"]
     assert "flashlib" in e.reason and "never imported" in e.reason
+
+
+@pytest.mark.registry
+def test_the_real_freetoken_for_the_h200_image_stages_flashlib_without_nvidia_cutlass_dsl(tmp_path):
+    from wheelhouse.manifest import load_manifest
+    from wheelhouse.resources import manifests_dir
+
+    # The bundled manifest's exclusion, with the released runtime from the index in place of its nightly release
+    # manifest (whose host not every stager reaches): as tests/stage/test_delta.py stages FreeToken.
+    (e,) = load_manifest("freetoken-dsv4-kaggle-4xl4", read_files=False).excludes
+    m = _manifest(tmp_path, f'[stack]\nrequirements = ["freetoken==0.1.2"]\n[[exclude]]\n'
+                            f'distribution = "{e.distribution}"\nreason = "{e.reason}"\n')
+    r = wh("stage", m, "--target", manifests_dir() / "targets" / "h200-offline.json", "--dry-run", "--json",
+           "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    names = {p["name"] for p in json.loads(r.stdout)["packages"]}
+    assert "flashlib" in names and not names & {"nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu12"}
+    assert "excluded nvidia-cutlass-dsl (required by flashlib==0.3.0)" in r.stderr

@@ -56,6 +56,10 @@ class Rewrites:
     def __bool__(self) -> bool:
         return bool(self.overrides or self.overridden_by or self.excludes)
 
+    def touches(self, name: str) -> bool:
+        """Whether a requirement on ``name`` is replaced or removed."""
+        return name in self.excludes or name in self.overridden_by
+
     def apply(self, req: Req, parent: str) -> list[Req]:
         """What stands in the place of ``req`` (required by ``parent``): itself, its overrides, or nothing."""
         if req.kind != "pkg":

@@ -309,8 +309,7 @@ class Provider(AbstractProvider):
             nxt = []
             for line in meta.requires_dist:
                 r = self._parse_dep(line, Cand("pkg", best.name, best.version, best.distfile, req.extras))
-                if r is not None and not (self.rewrites and r.name in (*self.rewrites.excludes,
-                                                                       *self.rewrites.overridden_by)):
+                if r is not None and not self.rewrites.touches(r.name):  # (what replaces it is walked as asked)
                     nxt.append(r)
             self.prefetch(nxt)
         except Exception:  # a guess that failed; the resolver will ask again and report it
