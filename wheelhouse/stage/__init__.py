@@ -30,7 +30,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -62,8 +62,10 @@ from .writer import (
     write_stage_tree,
 )
 from wheelhouse.manifest import Exclusion
-from wheelhouse.resolve.overrides import Rewritten
 from wheelhouse.target import TargetProfile
+
+if TYPE_CHECKING:  # the resolver (resolvelib, the index client) is imported when a stage resolves, not before
+    from wheelhouse.resolve.overrides import Rewritten
 
 __all__ = [
     "StageError",
