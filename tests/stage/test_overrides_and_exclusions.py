@@ -100,6 +100,19 @@ def test_exclude_flag_and_override_file_on_the_command_line(index, tmp_path):
     assert "excluded cutlass-dsl (required by flashlib==0.3.0): given with --exclude" in r.stderr
 
 
+def test_exported_pins_say_what_the_stack_excludes(index, tmp_path):
+    m = _manifest(tmp_path, EXCLUDING)
+    args = ["stage", m, "--dry-run", "--index-url", index.url, "--no-bootstrap", "--cache-dir", tmp_path / "cache"]
+    r = wh(*args, "--format", "requirements")
+    assert r.returncode == 0, r.stderr
+    assert "# excluded by the stack (not listed): cutlass-dsl (never imported on the engine's path)" in r.stdout
+    assert "cutlass-dsl==" not in r.stdout
+    r = wh(*args, "--format", "pylock")
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(r.stdout)["tool"]["wh"]["excludes"] == [{"distribution": "cutlass-dsl",
+                                                                 "reason": "never imported on the engine's path"}]
+
+
 def test_an_override_replaces_a_requirement_of_the_stack_itself_and_install_judges_by_it(index, tmp_path):
     out, venv = tmp_path / "house", tmp_path / "venv"
     m = _manifest(tmp_path, EXCLUDING.replace('requirements = ["engine==0.1.2"]',

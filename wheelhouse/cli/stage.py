@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -88,11 +89,16 @@ def export_pins(result, fmt: str) -> str:
         from wheelhouse.stage.writer import to_locked
 
         files = tuple(replace(to_locked(f, f.filename), url=f.url) for f in result.files)
+        tool = {k: v for k, v in (("overrides", list(result.overrides)),
+                                  ("excludes", [dataclasses.asdict(e) for e in result.excludes])) if v}
         return render_pylock(Lock(files=files, environments=(environment_marker(result.target),),
-                                  requires_python=requires_python_for(result.target), created_by=f"wh {__version__}"))
+                                  requires_python=requires_python_for(result.target), created_by=f"wh {__version__}",
+                                  tool=tool))
     lines = [f"# This file was written by wh {_version()} (wh stage --dry-run --format requirements)",
              f"# for {result.target.describe()}"]
     lines += [f"# provided by the image (not listed): {n}=={v}" for n, v in (result.image.assumed if result.image else ())]
+    lines += [f"# excluded by the stack (not listed): {e.distribution}" + (f" ({e.reason})" if e.reason else "")
+              for e in result.excludes]
     for f in sorted(result.files, key=lambda f: f.name):
         lines += [f"{f.name}=={f.version} \\", f"    --hash=sha256:{f.sha256}"]
         via = sorted({p.split("==")[0] for p in f.parents})

@@ -98,6 +98,7 @@ class StageResult:
     image: ImageDelta | None = None  # what the target's image provides and this stage assumed of it
     rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
     excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
+    overrides: tuple[str, ...] = ()  # the overrides asked for
 
     def rewrite_lines(self) -> list[str]:
         """A sentence for each override and exclusion that changed what a requirement asked for."""
@@ -144,6 +145,7 @@ class StageResult:
             "provided": [{"name": n, "version": v, "provided": True} for n, v in (self.image.assumed if self.image else ())],
             "changes": [c.to_json() for c in (self.image.changes if self.image else ())],
             "image": self.image.to_json() if self.image else None,
+            "overrides": list(self.overrides),
             "excludes": [dataclasses.asdict(e) for e in self.excludes],
             "rewritten": [r.to_json() for r in self.rewritten],
         }
@@ -298,7 +300,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
                                    indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
-                                   excludes=inputs.excludes)
+                                   excludes=inputs.excludes, overrides=inputs.overrides)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler, early)
     except BaseException as exc:
         if early is not None:  # (Ctrl-C keeps unfinished downloads for the next run, as everywhere)
@@ -503,7 +505,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
-        rewritten=plan.rewritten, excludes=inputs.excludes,
+        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides,
     )
 
 
