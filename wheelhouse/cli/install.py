@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -67,7 +68,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install ./wheelhouse --venv /opt/venv-a --link-cache
       wh install ./wheelhouse --venv /opt/venv-b --link-cache    # links what venv-a wrote
     """
-    from wheelhouse.carry import materialize
+    from wheelhouse.carry import materialize, origin_of
     from wheelhouse.errors import UsageError
     from wheelhouse.install import find_wheelhouses, install_wheelhouses, require_target
     from wheelhouse.install.wheel import linkcache
@@ -86,13 +87,14 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     try:
         # An archive (or a part of one) is checked against its sidecar and unpacked first; an oci:// ref pulled.
         found = find_wheelhouses(materialize(list(wheelhouses), held, reporter), list(search_roots))
-        for h in found:
-            ui.info(f"wheelhouse: {h}")
+        for h in found:  # an archive's or an oci:// reference's name, never the folder it was unpacked into
+            ui.info(f"wheelhouse: {origin_of(h)}")
         if dry_run:
             from wheelhouse.install.dry_run import plan_install
 
             plan = plan_install(found, python=python, venv=venv, system_site_packages=system_site_packages,
                                 only=set(only) if only else None, jobs=jobs, reporter=reporter)
+            plan = replace(plan, wheelhouses=tuple(origin_of(p) for p in plan.wheelhouses))
         else:
             report = install_wheelhouses(
                 found, python=python, venv=venv, system_site_packages=system_site_packages,
@@ -101,6 +103,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
                 link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
                 precompiled=not recompile,
             )
+            report = replace(report, wheelhouses=tuple(origin_of(p) for p in report.wheelhouses))
     finally:
         reporter.close()
     if dry_run:
