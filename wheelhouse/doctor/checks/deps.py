@@ -22,10 +22,10 @@ reason (``deps:excluded``), never missing; one on an overridden project is judge
 
 from __future__ import annotations
 
-from wheelhouse.doctor.report import CheckResult
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.closure import EXCLUDED, Dist, unmet
 from wheelhouse.target.installed import InstalledListError, installed_distributions
 from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
