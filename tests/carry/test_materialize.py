@@ -191,6 +191,16 @@ def test_install_from_parts_end_to_end(packed, tmp_path, private_tmp):
     assert list(private_tmp.iterdir()) == []  # the unpacked copy is gone
 
 
+def test_install_from_an_archive_names_the_archive_never_its_unpack_folder(packed, tmp_path, private_tmp):
+    # issue 32 (10): "wheelhouse: /tmp/wh-unpacked-.../wheelhouse" named a folder gone once the command returned
+    _, _, parts = packed
+    for extra in ((), ("--dry-run",)):
+        r = wh("install", parts[0], "--venv", tmp_path / "venv", "--json", *extra, env=_env(private_tmp))
+        assert r.returncode == 0, r.stderr
+        assert "wh-unpacked-" not in r.stdout + r.stderr
+        assert json.loads(r.stdout)["wheelhouses"] == [str(Path(parts[0]).absolute())]  # as the user named it
+
+
 def test_install_refuses_a_tampered_archive_and_leaves_nothing(packed, tmp_path, private_tmp):
     _, base, parts = packed
     _flip(parts[1])

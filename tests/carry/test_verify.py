@@ -239,3 +239,14 @@ def test_the_summary_names_each_gpu_s_compute_capability():
     _print_summary(Ui(), {"target": {"describe": "cp312", "platform": "linux_x86_64", "driver_version": "580",
                                      "gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]}})
     assert "GPUs: NVIDIA H200 sm 9.0, driver 580" in lines[0]
+
+
+def test_an_archive_verdict_names_no_temporary_folder(house, tmp_path):
+    # issue 32 (10): `wh verify X.tar --json` reported /tmp/wh-unpacked-.../wheelhouse, gone once it returned
+    tar = tmp_path / "house.tar"
+    assert wh("pack", house, "-o", tar).returncode == 0
+    ok = wh("verify", tar, "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    data = json.loads(ok.stdout)
+    assert "wh-unpacked-" not in ok.stdout + ok.stderr
+    assert data["archive"] == str(tar) and data["wheelhouse"].startswith(f"{tar}:")  # the folder inside it

@@ -53,6 +53,60 @@ def test_dry_run_pins_go_to_stdout_and_the_rest_to_stderr(index, tmp_path):
     assert "==" not in r.stderr.replace("app==1.0", "")  # no pin lines on stderr
 
 
+def test_dry_run_stdout_off_a_tty_is_a_requirements_file_wh_reads_back(index, tmp_path):
+    # issue 32 (3): `wh stage ... --dry-run > pins.txt` is a file pip, uv and wh read (name==version lines)
+    r = dry(index, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "app==1.0\nlib==1.0\n"
+    pins = tmp_path / "pins.txt"
+    pins.write_text(r.stdout)
+    again = wh(["stage", "-r", str(pins), "--dry-run", "--index-url", index.url, "--cache-dir",
+                str(tmp_path / "cache"), *PLATFORM])
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == r.stdout
+
+
+def test_dry_run_table_with_format_table_or_on_a_tty(index, tmp_path):
+    import pty
+
+    r = dry(index, tmp_path, "--format", "table")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["app-1.0-py3-none-any.whl", "lib-1.0-py3-none-any.whl"]
+    main, child = pty.openpty()
+    try:
+        proc = subprocess.run(wh_command(["stage", "app==1.0", "--dry-run", "--index-url", index.url, "--cache-dir",
+                                          str(tmp_path / "cache"), *PLATFORM]),
+                              stdout=child, stderr=subprocess.PIPE, text=True, timeout=300,
+                              env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"})
+        os.close(child)
+        child = None
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if child is not None:
+            os.close(child)
+        os.close(main)
+    assert proc.returncode == 0, proc.stderr
+    assert "app-1.0-py3-none-any.whl" in out.decode()
+
+
+def test_dry_run_never_needs_wh_own_dependencies(index, tmp_path):
+    # the index has the stack and nothing of wh's own dependencies (click, rich, ...): bootstrap/ is not resolved
+    r = wh(["stage", "app==1.0", "--dry-run", "--index-url", index.url, "--cache-dir", str(tmp_path / "cache"),
+            "--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "app==1.0\nlib==1.0\n"
+    assert "bootstrap" not in r.stderr
+
+
 def test_dry_run_of_one_wheel_says_wheel(index, tmp_path):
     r = dry(index, tmp_path, reqs=("lib==1.0",))
     assert r.returncode == 0, r.stderr

@@ -169,11 +169,14 @@ def test_dry_run_marks_the_provided_pins(pyindex, pub, tmp_path):
     assert data["provided"] == [{"name": "numpy", "version": "1.0", "provided": True},
                                 {"name": "torch", "version": "2.0", "provided": True}]
     assert data["image"]["kept"] == 2 and data["changes"] == []
-    text = CliRunner().invoke(cli, args)
+    text = CliRunner().invoke(cli, [*args, "--format", "table"])
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()  # the pins, one a line, the image's among them and marked
     assert lines[0].startswith("app==1.0  app-1.0-py3-none-any.whl  ")
     assert lines[1:] == ["numpy==1.0  (provided by the image)", "torch==2.0  (provided by the image)"]
+    pins = CliRunner().invoke(cli, args)  # off a terminal: a requirements file, the image's as comments
+    assert pins.stdout.splitlines() == ["app==1.0", "# numpy==1.0  (provided by the image)",
+                                        "# torch==2.0  (provided by the image)"]
     assert "would stage 1 of 3 (2 provided by the image: numpy 1.0, torch 2.0)" in text.stderr
     assert all(idx.bytes_served(f) == 0 for f in idx.files)
     exported = CliRunner().invoke(cli, [*args, "--format", "requirements"])
@@ -315,3 +318,51 @@ def test_a_delta_installs_on_its_image_and_is_refused_once_the_image_changed(pyi
     refused = wh("install", str(out), "--venv", str(tmp_path / "serve2"), "--system-site-packages", "--python", str(py))
     assert refused.returncode != 0 and "lib" in refused.stderr
     assert not list((tmp_path / "serve2").rglob("app/__init__.py"))  # nothing of the stack was written
+
+
+# --- a delta the image provides whole (issue 32, finding 9) -------------------------------------------------
+
+def _wh(*args, **kw):
+    import os
+    import subprocess
+
+    from faults import wh_command
+
+    return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"}, **kw)
+
+
+def test_a_delta_the_image_provides_whole_is_a_valid_wheelhouse_that_installs_nothing(pyindex, tmp_path):
+    from broken_packages import install_wheel, make_venv
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["lib"], modules={"app/__init__.py": "import lib\n"})
+    make_wheel(d, "lib", "1.0", modules={"lib/__init__.py": "V = 1\n"})
+    idx = pyindex(d)
+    image = make_venv(tmp_path / "image")  # the box's image already has the whole stack
+    for w in sorted(d.iterdir()):
+        install_wheel(image, w)
+    box = dataclasses.replace(inspect_interpreter(str(image)).target, source="captured",
+                              provided=(ProvidedDist("app", "1.0", "venv", str(tmp_path)),
+                                        ProvidedDist("lib", "1.0", "venv", str(tmp_path))))
+    prof = tmp_path / "box.json"
+    prof.write_text(json.dumps(box.to_json()))
+    out = tmp_path / "house"
+    r = _wh("stage", "app", "--target", prof, "-o", out, "--index-url", idx.url, "--cache-dir", tmp_path / "c",
+            "--no-bootstrap")
+    assert r.returncode == 0, r.stderr
+    assert read_pylock(out).files == () and list((out / "wheels").iterdir()) == []
+    assert read_wh_json(out)["assumed_present"] == [{"name": "app", "version": "1.0"}, {"name": "lib", "version": "1.0"}]
+    r = _wh("verify", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _wh("pack", out, "-o", tmp_path / "house.tar")
+    assert r.returncode == 0, r.stderr
+    r = _wh("verify", tmp_path / "house.tar")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _wh("install", out, "--python", image, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["installed"] == []
+    bare = make_venv(tmp_path / "bare")  # an image without them: the assumptions are checked, and refused
+    r = _wh("install", out, "--python", bare)
+    assert r.returncode != 0 and "app" in r.stderr

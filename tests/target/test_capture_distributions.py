@@ -291,3 +291,24 @@ def test_every_bundled_profile_loads_and_round_trips(profile, tmp_path):
 def test_the_script_refuses_an_unknown_flag(tmp_path):
     r = subprocess.run([sys.executable, str(capture_script()), "--distributions-only"], capture_output=True, text=True)
     assert r.returncode == 2 and "usage: python capture_target.py" in r.stderr and r.stdout == ""
+
+
+def test_wh_target_capture_python_captures_that_interpreter_not_wh_s_own(tmp_path):
+    # issue 32 (4): run from ~/wh-venv as BOOTSTRAP.txt sets it up, capture must describe the image's python
+    from faults import wh_command
+
+    image = make_venv(tmp_path / "image")
+    install_wheel(image, _wheel(tmp_path, "imagepkg", "3.1"))
+    out = tmp_path / "box.json"
+    r = subprocess.run(wh_command(["target", "capture", "--python", str(image), "--no-gpus", "-o", str(out)]),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    names = {d["name"] for d in data["distributions"]}
+    assert "imagepkg" in names and "wh" not in names  # the image's, not wh's own venv's
+    assert ("imagepkg", "3.1") in {(d.name, d.version) for d in load_target(out).provided}
+    own = subprocess.run(wh_command(["target", "capture", "--no-gpus"]), capture_output=True, text=True, timeout=300)
+    assert "wh" in {d["name"] for d in json.loads(own.stdout)["distributions"]}  # without --python: wh's own
+    bad = subprocess.run(wh_command(["target", "capture", "--python", str(tmp_path / "nope")]),
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr

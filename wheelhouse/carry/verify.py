@@ -34,6 +34,7 @@ from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
 from wheelhouse.lock import Lock, LockedFile, read_pylock, read_wh_json
 from wheelhouse.lock.writer import SIMPLE, WHEELS, environment_marker
+from wheelhouse.lock.rewrites import rewrites_of
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile, target_from_json
 
@@ -182,6 +183,7 @@ def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | N
     assumed = _assumed(meta, target)
     # an engine `wh build` made from source replaces the staged release on purpose (a dev version)
     built = {canonicalize_name(f.name) for f in lock.files if f.tool.get("source") == "build"}
+    excluded, overrides = rewrites_of([meta])  # the stack replaced or left these out on purpose
     problems = []
     for kind in ("requirements", "constraints"):
         for text in _list(inputs.get(kind)):
@@ -192,7 +194,7 @@ def _pin_problems(lock: Lock, meta: Mapping[str, Any], target: TargetProfile | N
             except (InvalidRequirement, ValueError):
                 continue  # a wheel path or URL: nothing to compare
             name = canonicalize_name(req.name)
-            if name in built:
+            if name in built or name in excluded or name in overrides:
                 continue
             versions = pins.get(name)
             if not versions:

@@ -123,8 +123,11 @@ def verify(ui, source, no_hashes, jobs, as_json) -> None:
         try:
             folder = unpack_into(archive, held, reporter) if archive else Path(source)
             verdict = verify_wheelhouse(folder, hashes=not no_hashes, jobs=jobs, reporter=reporter)
-            if archive:
-                verdict = replace(verdict, archive=str(archive.whole))
+            if archive:  # named by the archive: the private folder it was unpacked into is gone once this returns
+                inside = f"{archive.whole}:{folder.name}"
+                verdict = replace(verdict, archive=str(archive.whole), wheelhouse=inside,
+                                  problems=tuple(p.replace(str(folder), inside) for p in verdict.problems),
+                                  notes=tuple(n.replace(str(folder), inside) for n in verdict.notes))
         except (ArchiveError, UnsafeArchive) as exc:
             lines = (exc.detail or exc.message).splitlines()
             verdict = Verdict(Path(source), tuple(lines), archive=str(archive.whole) if archive else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -48,10 +49,13 @@ _ALL = ":all:"
 @click.option("--no-patches", is_flag=True, help="Do not apply the wheelhouse's patches afterwards.")
 @click.option("--allow-missing", is_flag=True,
               help="Install even when a requirement of the result would be unmet (listed as a note).")
+@click.option("--dry-run", is_flag=True,
+              help="Say what would be added, upgraded, downgraded or kept, and run every check the install runs "
+                   "first (target, files, the image's assumptions, requirements); write nothing, make no venv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the install report as JSON on stdout.")
 @click.pass_obj
 def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, only, reinstall, installer, compile_,
-            recompile, link_cache, jobs, no_links, no_patches, allow_missing, as_json) -> None:
+            recompile, link_cache, jobs, no_links, no_patches, allow_missing, dry_run, as_json) -> None:
     """Install WHEELHOUSE... (folders holding wh.json, or folders to search; an archive from `wh pack` or any
     of its parts; an oci:// reference) with no index and no network.
 
@@ -74,7 +78,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
       wh install ./wheelhouse --venv /opt/venv-b --link-cache    # links what venv-a wrote
       wh install --reinstall msgpack --venv /opt/venv            # from the wheelhouse it came from
     """
-    from wheelhouse.carry import materialize
+    from wheelhouse.carry import materialize, origin_of
     from wheelhouse.errors import UsageError
     from wheelhouse.install import find_wheelhouses, install_wheelhouses, recorded_wheelhouses, require_target
     from wheelhouse.install.wheel import linkcache
@@ -99,17 +103,28 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     try:
         # An archive (or a part of one) is checked against its sidecar and unpacked first; an oci:// ref pulled.
         found = find_wheelhouses(materialize(list(wheelhouses), held, reporter), list(search_roots))
-        for h in found:
-            ui.info(f"wheelhouse: {h}")
-        report = install_wheelhouses(
-            found, python=python, venv=venv, system_site_packages=system_site_packages,
-            only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
-            links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
-            link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
-            precompiled=not recompile, reinstall=again,
-        )
+        for h in found:  # an archive's or an oci:// reference's name, never the folder it was unpacked into
+            ui.info(f"wheelhouse: {origin_of(h)}")
+        if dry_run:
+            from wheelhouse.install.dry_run import plan_install
+
+            plan = plan_install(found, python=python, venv=venv, system_site_packages=system_site_packages,
+                                only=set(only) if only else None, jobs=jobs, reporter=reporter)
+            plan = replace(plan, wheelhouses=tuple(origin_of(p) for p in plan.wheelhouses))
+        else:
+            report = install_wheelhouses(
+                found, python=python, venv=venv, system_site_packages=system_site_packages,
+                only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
+                links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
+                link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
+                precompiled=not recompile, reinstall=again,
+            )
+            report = replace(report, wheelhouses=tuple(origin_of(p) for p in report.wheelhouses))
     finally:
         reporter.close()
+    if dry_run:
+        _print_plan(ui, plan, as_json)
+        return
     if as_json:
         emit_json(report.to_json())
     for d in report.installed:
@@ -133,3 +148,23 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     )
     if report.activation:
         ui.info(f"environment for the engine: source {report.activation} (hooked into bin/activate)")
+
+
+def _print_plan(ui, plan, as_json: bool) -> None:
+    """``--dry-run``: the plan is the data (stdout), one line per distribution, then one per check."""
+    if as_json:
+        emit_json(plan.to_json())
+    else:
+        for d in plan.dists:
+            was = f" (now {d.installed})" if d.installed and d.action != "keep" else ""
+            click.echo(f"{d.action:<9} {d.name} {d.version}{was}" + (f": {d.why}" if d.action == "refused" else ""))
+        for c in plan.checks:
+            click.echo(f"check {c.check}: {'ok' if c.ok else 'FAIL'}: {c.detail.splitlines()[0] if c.detail else ''}")
+    for note in plan.notes:
+        ui.info(f"note: {note}")
+    counts = {a: sum(d.action == a for d in plan.dists) for a in ("add", "upgrade", "downgrade", "reinstall", "keep",
+                                                                   "refused")}
+    ui.info("dry run, nothing written: " + ", ".join(f"{n} {a}" for a, n in counts.items() if n) + f" into "
+            f"{plan.interpreter}" + ("" if plan.ok else "; the install would be refused"))
+    if not plan.ok:
+        raise click.exceptions.Exit(1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
+from wheelhouse.manifest.pyproject import is_pyproject_name
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
 from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
@@ -41,6 +44,37 @@ def _image_lines(ui, result) -> None:
         ui.info(line)
 
 
+def _pin_lines(result, table: bool) -> list[str]:
+    """A dry run's pins: ``name==version`` lines a tool reads back (the image's as comments), or a table."""
+    provided = result.image.assumed if result.image else ()
+    if table:
+        pins = [(f.name, f"{f.name}=={f.version}  {f.filename}  {_human(f.size) if f.size is not None else '?'}")
+                for f in result.files]
+        pins += [(n, f"{n}=={v}  (provided by the image)") for n, v in provided]
+    else:
+        pins = [(f.name, f"{f.name}=={f.version}") for f in result.files]
+        pins += [(n, f"# {n}=={v}  (provided by the image)") for n, v in provided]
+    return [line for _, line in sorted(pins)]
+
+
+def _rewrite_lines(ui, result) -> None:
+    """What the overrides replaced and the exclusions left out (stderr); an exclusion nothing required, said too."""
+    for line in result.rewrite_lines():
+        ui.info(line)
+    hit = {r.name for r in result.rewritten}
+    from packaging.utils import canonicalize_name
+
+    for e in result.excludes:
+        if canonicalize_name(e.distribution) not in hit:
+            ui.info(f"exclusion of {e.distribution} changed nothing: nothing in the closure requires it")
+
+
+def _exclusion(name: str):
+    from wheelhouse.manifest import exclusion
+
+    return exclusion(name, "given with --exclude", "--exclude", error=UsageError)
+
+
 def export_pins(result, fmt: str) -> str:
     """The dry run's pins as ``requirements`` (as `uv pip compile --generate-hashes` writes them) or ``pylock``."""
     missing = [f"{f.name}=={f.version}" for f in result.files if not f.sha256]
@@ -55,11 +89,16 @@ def export_pins(result, fmt: str) -> str:
         from wheelhouse.stage.writer import to_locked
 
         files = tuple(replace(to_locked(f, f.filename), url=f.url) for f in result.files)
+        tool = {k: v for k, v in (("overrides", list(result.overrides)),
+                                  ("excludes", [dataclasses.asdict(e) for e in result.excludes])) if v}
         return render_pylock(Lock(files=files, environments=(environment_marker(result.target),),
-                                  requires_python=requires_python_for(result.target), created_by=f"wh {__version__}"))
+                                  requires_python=requires_python_for(result.target), created_by=f"wh {__version__}",
+                                  tool=tool))
     lines = [f"# This file was written by wh {_version()} (wh stage --dry-run --format requirements)",
              f"# for {result.target.describe()}"]
     lines += [f"# provided by the image (not listed): {n}=={v}" for n, v in (result.image.assumed if result.image else ())]
+    lines += [f"# excluded by the stack (not listed): {e.distribution}" + (f" ({e.reason})" if e.reason else "")
+              for e in result.excludes]
     for f in sorted(result.files, key=lambda f: f.name):
         lines += [f"{f.name}=={f.version} \\", f"    --hash=sha256:{f.sha256}"]
         via = sorted({p.split("==")[0] for p in f.parents})
@@ -94,19 +133,48 @@ def _refuse_requirements_file(arg: str) -> None:
                          hint=f"give it with -r: wh stage -r {arg} ...")
 
 
-def _split_manifest(args: tuple[str, ...]):
-    """The first argument is a manifest when it is a .toml file or a bundled name; the rest are requirements."""
+def _split_manifest(args: tuple[str, ...], extras=(), groups=()):
+    """The first argument is a manifest when it is a .toml file or a bundled name (a ``pyproject.toml`` is read
+    as one: its dependencies, extras and groups), or a PEP 751 lock staged as it is; the rest are requirements.
+    Returns (manifest, requirements, lock file or None)."""
+    from wheelhouse.manifest.pyproject import load_pyproject
     from wheelhouse.resources import manifests_dir
+    from wheelhouse.stage.locked import is_pylock_name
 
     if not args:
-        return None, []
+        return None, [], None
     for arg in args:
         _refuse_requirements_file(arg)
     first = args[0]
+    if Path(first).name == "uv.lock":
+        raise UsageError(f"{first} is uv's own lock format, which wh does not read",
+                         hint="export it as PEP 751 first: uv export --format pylock.toml -o pylock.toml && "
+                              "wh stage pylock.toml ... (docs/inputs.md)")
+    if is_pylock_name(first):
+        return None, list(args[1:]), Path(first)
+    if is_pyproject_name(first):
+        return load_pyproject(first, extras, groups), list(args[1:]), None
     if first.endswith(".toml") or (not any(c in first for c in "=<>!~[;@ ") and (manifests_dir() / f"{first}.toml").is_file()
                                    and not Path(first).exists()):
-        return load_manifest(first), list(args[1:])
-    return None, list(args)
+        return load_manifest(first), list(args[1:]), None
+    return None, list(args), None
+
+
+def _check_lock_input(lock, reqs, req_lines, con_lines, override_lines, excludes) -> None:
+    """A lock is staged as it is: nothing may add to it or rewrite it."""
+    more = [flag for flag, given in (("requirements", reqs or req_lines), ("-c", con_lines),
+                                     ("--override", override_lines), ("--exclude", excludes)) if given]
+    if more:
+        raise UsageError(f"{lock} is staged exactly as locked; {', '.join(more)} cannot be added to it",
+                         hint="lock again with them (pip lock, uv lock && uv export --format pylock.toml), or stage "
+                              "requirements instead of the lock")
+
+
+def _source_record(path: Path, kind: str, extras, groups) -> dict:
+    from wheelhouse.digest import sha256_of
+
+    return {"kind": kind, "path": str(path.resolve()), "sha256": sha256_of(path), "extras": list(extras),
+            "groups": list(groups)}
 
 
 @click.command("stage")
@@ -125,6 +193,17 @@ def _split_manifest(args: tuple[str, ...]):
               help="Folder of wheels or an HTML page of links; added to the manifest's. Repeatable.")
 @click.option("-c", "--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False),
               help="Constraints file (--hash options enforced, as for -r). Repeatable.")
+@click.option("--override", "override_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Overrides file: each line replaces every requirement on its project, wherever it appears "
+                   "(uv's --override); added to the manifest's overrides. Repeatable.")
+@click.option("--exclude", "excludes", multiple=True, metavar="NAME",
+              help="Leave this distribution out of the closure wherever it is required; added to the manifest's "
+                   "[[exclude]]. Repeatable.")
+@click.option("--extra", "extras", multiple=True, metavar="NAME",
+              help="With a pyproject.toml or pylock.toml: also stage this extra's requirements. Repeatable.")
+@click.option("--group", "groups", multiple=True, metavar="NAME",
+              help="With a pyproject.toml (PEP 735 [dependency-groups], include-group expanded) or pylock.toml: "
+                   "also stage this dependency group. Repeatable.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True, envvar="WH_JOBS",
               help="Parallel downloads.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="WH_CACHE_DIR",
@@ -132,9 +211,11 @@ def _split_manifest(args: tuple[str, ...]):
 @click.option("--pre", is_flag=True, help="Allow pre-releases.")
 @click.option("--dry-run", is_flag=True, help="Resolve and list the pins; download no wheel and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--format", "fmt", type=click.Choice(["requirements", "pylock"]), metavar="requirements|pylock",
-              help="With --dry-run: export the pins as a hashed requirements file (for pip install "
-                   "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE.")
+@click.option("--format", "fmt", type=click.Choice(["requirements", "pylock", "table"]),
+              metavar="FORMAT",
+              help="With --dry-run, one of requirements|pylock|table: export the pins as a hashed requirements file (for pip install "
+                   "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE; `table` lists each pin's "
+                   "wheel and size (the default on a terminal; off one, stdout is `name==version` lines).")
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
 @click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
@@ -153,13 +234,15 @@ def _split_manifest(args: tuple[str, ...]):
               "or pythonX.Y on PATH).")
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
-          index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
+          index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs, cache_dir, pre, dry_run, as_json, fmt,
           no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
     wh stage manifests/demo.toml -o demo-wheelhouse
     wh stage freetoken-dsv4-kaggle-4xl4 -o wh-kaggle
+    wh stage pylock.toml --target box.json -o wh        # a PEP 751 lock, as locked
+    wh stage pyproject.toml --extra cuda --group serve -o wh
     wh stage 'rich==14.*' markupsafe --python-version 3.12 --platform manylinux_2_35_x86_64 -o wh
     wh stage -r requirements.txt --target box.json --dry-run --json
     wh stage freetoken-dsv4-kaggle-4xl4 --target box.json -o wh-delta   # only what the image lacks
@@ -170,7 +253,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 
     \b
     Manifest and command line: lists ADD to the manifest's (requirements, -r,
-    -c, --extra-index-url, -f); single values REPLACE it (--index-url or
+    -c, --override, --exclude, --extra-index-url, -f); single values REPLACE it (--index-url or
     WH_INDEX_URL replaces its index-url, target flags its [target]).
 
     \b
@@ -187,9 +270,18 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     ui = ctx.obj
-    manifest, reqs = _split_manifest(tuple(inputs))
+    manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
     req_lines = _read_requirement_files(req_files)
     con_lines = _read_requirement_files(constraint_files, "-c")
+    override_lines = _read_requirement_files(override_files, "--override")
+    is_pyproject = bool(inputs) and is_pyproject_name(inputs[0])
+    if (extras or groups) and not (lock or is_pyproject):
+        raise UsageError("--extra and --group select from a pyproject.toml or a pylock.toml",
+                         hint="give one first: wh stage pyproject.toml --extra cuda -o DIR")
+    if lock is not None:
+        _check_lock_input(lock, reqs, req_lines, con_lines, override_lines, excludes)
+    source = _source_record(Path(inputs[0]), "pylock" if lock else "pyproject", extras, groups) \
+        if lock or is_pyproject else None
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if fmt and not dry_run:
@@ -200,11 +292,13 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     export_to = None
     if dry_run and out == "-":  # -o - with --dry-run: the pins to stdout, as without -o
         out = None
+    table = fmt == "table" or (fmt is None and sys.stdout.isatty())
+    fmt = None if fmt == "table" else fmt
     if fmt:  # -o names the exported file ("-" or none: stdout), not a wheelhouse
         export_to, out = (None if out in (None, "-") else out), None
         if export_to:
             check_writable("-o", export_to)
-    if not (manifest or reqs or req_lines):
+    if not (manifest or reqs or req_lines or lock):
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     flags_given = bool(target_file or python_version or platforms)
@@ -212,6 +306,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         requirements=tuple([*reqs, *(line.text for line in req_lines)]),
         constraints=tuple(line.text for line in con_lines),
         hashed_requirements=tuple(line for line in (*req_lines, *con_lines) if line.hashes),
+        overrides=tuple(line.text for line in override_lines),
+        excludes=tuple(_exclusion(name) for name in excludes),
         index_url=index_url or None,
         extra_index_urls=tuple(extra_index_url),
         find_links=tuple(find_links),
@@ -222,7 +318,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
-                       bytecode_python=bytecode_python)
+                       bytecode_python=bytecode_python, lock_input=lock, extras=tuple(extras), groups=tuple(groups),
+                       source=source)
     target = run.target
     reporter = ui.reporter()
     try:
@@ -246,17 +343,16 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
             else:
                 click.echo(text, nl=False)
         elif not as_json:
-            pins = [(f.name, f"{f.name}=={f.version}  {f.filename}  {_human(f.size) if f.size is not None else '?'}")
-                    for f in result.files]
-            pins += [(n, f"{n}=={v}  (provided by the image)") for n, v in (result.image.assumed if result.image else ())]
-            for _, line in sorted(pins):  # the pins are the data asked for: stdout (`> pins.txt`)
+            for line in _pin_lines(result, table):  # the pins are the data asked for: stdout (`> pins.txt`)
                 click.echo(line)
         ui.info(f"{_count(len(result.files), 'wheel')} for {target.describe()}, {_human(result.total_size)} "
                 "(dry run: nothing downloaded)")
         _image_lines(ui, result)
+        _rewrite_lines(ui, result)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
     _image_lines(ui, result)
+    _rewrite_lines(ui, result)
     if result.reused:  # wheels/ and bootstrap/ together; the notes above counted each download on its own
         total = len(result.files) + len(result.bootstrap)
         ui.info(f"{result.reused} of {total} files (wheels/ and bootstrap/) were not downloaded again: "

@@ -61,7 +61,10 @@ def target() -> None:
 @click.option("--no-gpus", is_flag=True, help="Skip the nvidia-smi query.")
 @click.option("--no-distributions", is_flag=True,
               help="Leave out the distributions this interpreter imports (then a stage against it is a full one).")
-def capture_cmd(output, no_gpus, no_distributions) -> None:
+@click.option("--python", "python", metavar="PY", envvar="WH_PYTHON",
+              help="Capture this interpreter (the image's python), not the one running wh: run from ~/wh-venv, "
+                   "wh's own venv would otherwise be captured.")
+def capture_cmd(output, no_gpus, no_distributions, python) -> None:
     """Print this interpreter's profile as JSON: tags, markers, libc, GPUs, driver, and the
     distributions it imports (what `wh stage --target` then treats as already on the box).
 
@@ -70,9 +73,15 @@ def capture_cmd(output, no_gpus, no_distributions) -> None:
     \b
     Example (on the box, with the interpreter that will receive the wheelhouse):
       /opt/venv/bin/python capture_target.py -o h200.json
-      wh target capture -o h200.json --no-gpus
+      wh target capture --python /opt/venv/bin/python -o h200.json
+      wh target capture -o h200.json --no-gpus          # wh's own interpreter
     """
-    data = capture(include_gpus=not no_gpus, include_distributions=not no_distributions)
+    if python:
+        from wheelhouse.target.interpreter import capture_in
+
+        data = capture_in(python, include_gpus=not no_gpus, include_distributions=not no_distributions)
+    else:
+        data = capture(include_gpus=not no_gpus, include_distributions=not no_distributions)
     if output:
         write_output("-o", output, json.dumps(data, indent=2) + "\n")
         click.echo(f"wrote {output} ({len(data.get('distributions') or [])} distributions)", err=True)

@@ -206,11 +206,12 @@ def merge_facts(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     """The doctor-relevant parts of the manifest a wheelhouse was staged from ([doctor], [[drop]], [[toolchain]],
-    [serve] command and env: the environment the engine gets)."""
-    from wheelhouse.manifest import DoctorExpectations, DropRule, ServeSpec, ToolchainGroup
+    [serve] command and env: the environment the engine gets; overrides and [[exclude]])."""
+    from wheelhouse.manifest import DoctorExpectations, DropRule, Exclusion, ServeSpec, ToolchainGroup
 
     doc = data.get("doctor") or {}
-    groups = ((data.get("inputs") or {}).get("toolchains")) or []
+    inputs = data.get("inputs") or {}
+    groups = inputs.get("toolchains") or []
     engine = data.get("engine") if isinstance(data.get("engine"), Mapping) else {}
     # An engine built by `wh build` with link-sonames links -lcudart from lib and lib64 (its run-time kernel
     # builds too): named as the manifest's engine recipe, which the links check reads as needing them.
@@ -219,7 +220,10 @@ def manifest_from_wh_json(data: Mapping[str, Any]) -> StackManifest:
     return StackManifest(
         path=None, name=str(data.get("name") or "stack"),
         # What was requested: its top-level names are the stack's entry modules (native) unless [doctor] entry says.
-        requirements=tuple(str(r) for r in (data.get("inputs") or {}).get("requirements") or ()),
+        requirements=tuple(str(r) for r in inputs.get("requirements") or ()),
+        overrides=tuple(str(t) for t in inputs.get("overrides") or ()),
+        excludes=tuple(Exclusion(str(e["distribution"]), str(e.get("reason") or ""))
+                       for e in inputs.get("excludes") or () if isinstance(e, Mapping) and e.get("distribution")),
         toolchains=tuple(ToolchainGroup(str(t["name"]), tuple(t["packages"]), bool(t.get("exact")),
                                         tuple(t.get("exceptions") or ())) for t in groups),
         drops=tuple(DropRule(str(d["distribution"]), d.get("module"), str(d.get("reason") or ""), bool(d.get("force")))

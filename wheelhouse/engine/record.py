@@ -135,7 +135,8 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
         new_lock = Lock(files=tuple(files),
                         environments=lock.environments if lock else (environment_marker(target),),
                         requires_python=lock.requires_python if lock else requires_python_for(target),
-                        created_by=(lock.created_by if lock else "") or "wh")
+                        created_by=(lock.created_by if lock else "") or "wh",
+                        tool=lock.tool if lock else {})  # the stage's overrides and exclusions stay recorded
         owned = ["wheels", "capture_target.py", *(a["path"] for a in artifacts), *([record["log"]] if record["log"] else [])]
         write_index_files(wheelhouse, new_lock, with_owned({**data, "engine": record}, owned))
     except BaseException:

@@ -53,7 +53,7 @@ from .pycs import Precompiled
 from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .digests import record_installed
-from .closure import Dist, MissingRequirements, check_closure, installed_view, wheel_dist
+from .closure import Dist, MissingRequirements, check_closure, installed_view, rewrites_of, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, drop_bytecode, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
@@ -401,7 +401,9 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
     if existing or system_site_packages:
         view = installed_view(interp.executable)
     incoming = [wheel_dist(h.path / f.path) for h, f in todo]
-    check_closure(view, incoming, interp.target)
+    houses = {id(h): h for h, _ in todo}.values()  # the wheelhouses' overrides and exclusions hold here too
+    excluded, overrides = rewrites_of(h.meta for h in houses)
+    check_closure(view, incoming, interp.target, excluded=excluded, overrides=overrides)
 
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,

@@ -8,6 +8,10 @@ extras other requirements ask for. It refuses when an installed-to-be distributi
 misses a requirement, or when the install would break one that holds today (wh's own
 ``click>=8.1`` when installing into wh's own environment, say). Requirements that were
 already unmet before the install are not this install's doing and are left to the doctor.
+
+The stack's overrides and exclusions (wh.json's ``inputs``) are honoured as the resolver honoured
+them: a requirement on an excluded project is ``EXCLUDED`` (never missing), and one on an
+overridden project is judged by the override(s) instead.
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
+from wheelhouse.lock.rewrites import rewrites_of
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledListError, installed_distributions
 from .wheel.archive import read_wheel
 
-__all__ = ["Dist", "MissingRequirements", "installed_view", "wheel_dist", "unmet", "check_closure"]
+__all__ = ["Dist", "MissingRequirements", "EXCLUDED", "installed_view", "wheel_dist", "unmet", "check_closure",
+           "rewrites_of"]
+
+EXCLUDED = "excluded by the manifest"
 
 
 class MissingRequirements(UsageError):
@@ -115,11 +123,16 @@ def _requirement(text: str) -> Requirement | None:
         return None
 
 
-def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, str], str]:
+def unmet(view: Mapping[str, Dist], target: TargetProfile, *, excluded: Iterable[str] = (),
+          overrides: Mapping[str, Sequence[str]] | None = None) -> dict[tuple[str, str], str]:
     """``{(requirer, requirement): why}`` for every requirement ``view`` does not satisfy.
 
     Extras count once something asks for them (``torch[opt]`` turns on torch's ``opt`` requirements).
+    A requirement on an ``excluded`` project is reported with why ``EXCLUDED`` (the caller says so;
+    it is not missing); one on an ``overrides`` project is judged by the override texts instead.
     """
+    excluded = frozenset(canonicalize_name(n) for n in excluded)
+    overrides = overrides or {}
     extras: dict[str, set[str]] = {k: set() for k in view}
     problems: dict[tuple[str, str], str] = {}
     changed = True
@@ -132,25 +145,47 @@ def unmet(view: Mapping[str, Dist], target: TargetProfile) -> dict[tuple[str, st
                     continue
                 if not _applies(req, target, extras[key]):
                     continue
-                found = view.get(canonicalize_name(req.name))
-                if found is None:
-                    problems[(dist.name, str(req))] = "not installed"
-                elif not _satisfied(req, found.version):
-                    problems[(dist.name, str(req))] = f"{found.version} installed" + (
-                        "" if _is_version(found.version) else ", not a PEP 440 version: it cannot be judged")
-                elif not req.extras <= extras[canonicalize_name(req.name)]:
-                    extras[canonicalize_name(req.name)] |= req.extras
-                    changed = True
+                name = canonicalize_name(req.name)
+                if name in excluded:
+                    problems[(dist.name, str(req))] = EXCLUDED
+                    continue
+                for req in _judged_by(req, overrides.get(name), target):
+                    changed = _judge(req, view, dist, extras, problems) or changed
     return problems
 
 
-def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], target: TargetProfile) -> None:
-    """Raise MissingRequirements naming what ``incoming`` lacks and what installing it would break."""
+def _judged_by(req: Requirement, overrides: Sequence[str] | None, target: TargetProfile) -> list[Requirement]:
+    if overrides is None:
+        return [req]
+    out = [r for r in map(_requirement, overrides) if r is not None]
+    return [r for r in out if r.marker is None or _applies(r, target, ())]
+
+
+def _judge(req: Requirement, view: Mapping[str, Dist], dist: Dist, extras: dict[str, set[str]],
+           problems: dict[tuple[str, str], str]) -> bool:
+    """Record why ``req`` of ``dist`` is unmet, if it is; True when it turned on more extras."""
+    found = view.get(canonicalize_name(req.name))
+    if found is None:
+        problems[(dist.name, str(req))] = "not installed"
+    elif not _satisfied(req, found.version):
+        problems[(dist.name, str(req))] = f"{found.version} installed" + (
+            "" if _is_version(found.version) else ", not a PEP 440 version: it cannot be judged")
+    elif not req.extras <= extras[canonicalize_name(req.name)]:
+        extras[canonicalize_name(req.name)] |= req.extras
+        return True
+    return False
+
+
+def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], target: TargetProfile, *,
+                  excluded: Iterable[str] = (), overrides: Mapping[str, Sequence[str]] | None = None) -> None:
+    """Raise MissingRequirements naming what ``incoming`` lacks and what installing it would break
+    (``excluded``/``overrides``: the wheelhouse's, as ``unmet`` takes them)."""
     final = dict(installed)
     for d in incoming:
         final[canonicalize_name(d.name)] = d
     before = unmet(installed, target)
-    new = {k: v for k, v in unmet(final, target).items() if k not in before}
+    new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides).items()
+           if k not in before and v != EXCLUDED}
     if not new:
         return
     ours = {canonicalize_name(d.name) for d in incoming}

@@ -1,13 +1,16 @@
 """Finding wheelhouses on the box: folders holding ``wh.json`` and a ``pylock.toml``.
 
 Mounts move, so nothing is hard-coded: a wheelhouse is looked for below the paths
-given, the same one mounted twice counts once, and two that disagree on a
-package's version are refused.
+given, the same one mounted twice counts once, and two staged for the same target
+that disagree on a package's version are refused. Two staged for different targets
+(one stack for cp311 and cp312 under one root) are not a disagreement here: the
+install keeps those that fit its interpreter, then asks again (``check_unambiguous``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,8 +112,18 @@ def find_wheelhouses(paths: Sequence[str | Path], search_roots: Sequence[str | P
     for p in found:
         unique.setdefault(_fingerprint(p), p)  # the same wheelhouse mounted twice
     result = list(dict.fromkeys(p.resolve() for p in unique.values()))
-    check_unambiguous([load_wheelhouse(p) for p in result])
+    houses = [load_wheelhouse(p) for p in result]
+    for group in _by_target(houses):  # which target is this box's is the install's to say (fitting_wheelhouses)
+        check_unambiguous(group)
     return result
+
+
+def _by_target(houses: Sequence[Wheelhouse]) -> list[list[Wheelhouse]]:
+    """Wheelhouses grouped by the target they were staged for (wh.json's target, as recorded)."""
+    groups: dict[str, list[Wheelhouse]] = {}
+    for h in houses:
+        groups.setdefault(json.dumps(h.meta.get("target"), sort_keys=True, default=str), []).append(h)
+    return list(groups.values())
 
 
 _loaded: dict[Path, tuple[tuple, Wheelhouse]] = {}

@@ -83,6 +83,7 @@ class Lock:
     environments: tuple[str, ...] = ()
     requires_python: str | None = None
     created_by: str = "wh"
+    tool: Mapping[str, Any] = field(default_factory=dict)  # the top-level [tool.wh] table (overrides, excludes)
 
     def by_name(self) -> dict[str, LockedFile]:
         return {f.name: f for f in self.files}
@@ -118,6 +119,8 @@ def render_pylock(lock: Lock) -> str:
     if lock.requires_python:
         out.append(f"requires-python = {_toml_str(lock.requires_python)}")
     out.append(f"created-by = {_toml_str(lock.created_by)}")
+    if lock.tool:
+        out.append(f"tool.wh = {_toml_value(dict(lock.tool))}")
     if not lock.files:  # PEP 751 requires the key; [[packages]] tables cannot say "none"
         out.append("packages = []")
     for f in sorted(lock.files, key=lambda f: (f.name, f.version, f.filename)):
@@ -192,6 +195,7 @@ def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
         environments=tuple(data.get("environments", ())),
         requires_python=data.get("requires-python"),
         created_by=data.get("created-by", ""),
+        tool=(data.get("tool") or {}).get("wh", {}) if isinstance(data.get("tool"), Mapping) else {},
     )
 
 

@@ -12,11 +12,17 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
     requirements-files = ["requirements.txt"]   # relative to the manifest; --hash options enforced
     constraints = ["numpy<3"]
     constraints-files = []
+    overrides = ["nvidia-cudnn-cu12==9.10.2.21"]  # replace every requirement on the project (uv's
+                                                 # override-dependencies); a marker limits where
     index-url = "https://..."                   # default: pip's configured/default index
     extra-index-urls = []
     find-links = ["./wheels"]
     target = "targets/kaggle-4xl4.json"         # or a [target] table of flags
     prereleases = false
+
+    [[exclude]]                                  # removed from the closure wherever it is required
+    distribution = "nvidia-cutlass-dsl"
+    reason = "..."                               # said by `wh stage` and the doctor's deps check
 
     [target]                                     # instead of stack.target
     python-version = "3.12"
@@ -83,6 +89,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from wheelhouse.datafile import check_keys, find_bundled, get_value, load_toml, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.resources import data_dir, manifests_dir
@@ -94,6 +102,8 @@ __all__ = [
     "ToolchainGroup",
     "ReleaseManifest",
     "DropRule",
+    "Exclusion",
+    "exclusion",
     "DoctorExpectations",
     "DOCTOR_LINKS",
     "ServeSpec",
@@ -137,6 +147,14 @@ class DropRule:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """A distribution left out of the closure wherever it is required, and why."""
+
+    distribution: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class DoctorExpectations:
     gpus: int | None = None
     sm: str | None = None
@@ -169,6 +187,8 @@ class StackManifest:
     name: str
     requirements: tuple[str, ...] = ()
     constraints: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    excludes: tuple[Exclusion, ...] = ()
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
@@ -199,7 +219,8 @@ class StackManifest:
 # `requirement-files` must never silently drop the requirements it names).
 MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
     "stack": frozenset({"name", "requirements", "requirements-files", "constraints", "constraints-files", "index-url",
-                        "extra-index-urls", "find-links", "target", "prereleases"}),
+                        "extra-index-urls", "find-links", "target", "prereleases", "overrides"}),
+    "exclude": frozenset({"distribution", "reason"}),
     "target": frozenset({"python-version", "platforms", "implementation", "abi"}),
     "toolchain": frozenset({"name", "packages", "exact", "exceptions"}),
     "manifest": frozenset({"url", "keys", "sha256"}),
@@ -332,6 +353,30 @@ def _drops(data: Mapping[str, Any], where: str) -> tuple[DropRule, ...]:
     return tuple(drops)
 
 
+def exclusion(name: str, reason: str = "", where: str = "exclude", error: type[UsageError] = ManifestError) -> Exclusion:
+    """An Exclusion of the project ``name``; anything but a bare project name is refused (``error``)."""
+    try:
+        req = Requirement(name)
+    except InvalidRequirement:
+        req = None
+    if req is None or req.specifier or req.marker or req.extras or req.url:
+        raise error(f"{where} {name!r} is not a project name",
+                    hint="an exclusion names a project (no version): `nvidia-cutlass-dsl`; to change a version, "
+                         "use an override")
+    return Exclusion(name, reason)
+
+
+def _excludes(data: Mapping[str, Any], where: str) -> tuple[Exclusion, ...]:
+    out = []
+    for i, d in enumerate(_tables(data, "exclude", where)):
+        w = f"{where}exclude[{i}]"
+        name = _value(d, "distribution", (str,), f"{w}.distribution")
+        if not name:
+            raise ManifestError(f"{w} has no distribution", hint='set distribution = "name"')
+        out.append(exclusion(name, _value(d, "reason", (str,), f"{w}.reason", ""), f"{w}.distribution"))
+    return tuple(out)
+
+
 def _patches(data: Mapping[str, Any], base: Path, where: str) -> tuple[Path, ...]:
     patches = []
     for i, p in enumerate(_tables(data, "patch", where)):
@@ -419,6 +464,8 @@ def parse_manifest(data: Mapping[str, Any] | str, path: Path | None = None) -> S
         name=_value(stack, "name", (str,), f"{where}stack.name") or (path.stem if path else "stack"),
         requirements=_strs(stack.get("requirements"), f"{where}stack.requirements"),
         constraints=_strs(stack.get("constraints"), f"{where}stack.constraints"),
+        overrides=_strs(stack.get("overrides"), f"{where}stack.overrides"),
+        excludes=_excludes(data, where),
         requirement_files=tuple(base / f for f in _strs(stack.get("requirements-files"), f"{where}stack.requirements-files")),
         constraint_files=tuple(base / f for f in _strs(stack.get("constraints-files"), f"{where}stack.constraints-files")),
         index_url=_value(stack, "index-url", (str,), f"{where}stack.index-url"),

@@ -65,12 +65,14 @@ from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
 from .image import ImageChange, image_changes, provided_versions
+from .overrides import Rewrites, Rewritten
 from .toolchain import toolchain_rules
 
 __all__ = [
     "Pin",
     "Resolution",
     "ImageChange",
+    "Rewritten",
     "resolve",
     "ResolveError",
     "InvalidRequirementError",
@@ -126,6 +128,7 @@ class Resolution:
     stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
     changes: tuple[ImageChange, ...] = ()  # image distributions the stack moves to another version
     unknown_deps: tuple[str, ...] = ()  # kept image versions no index has metadata of: no dependencies read
+    rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
 
     def pin(self, name: str) -> Pin | None:
         key = canonicalize_name(name)
@@ -142,6 +145,7 @@ class Resolution:
             "pins": [p.to_json() for p in self.pins],
             "changes": [c.to_json() for c in self.changes],
             "unknown_deps": list(self.unknown_deps),
+            "rewritten": [r.to_json() for r in self.rewritten],
         }
 
     @property
@@ -181,6 +185,8 @@ def resolve(
     jobs: int = 16,
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
+    overrides: Sequence[str] = (),
+    excludes: Sequence[str] = (),
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -188,10 +194,13 @@ def resolve(
     package names may use shell wildcards (``nvidia-cuda-*``). ``provided``: ``ProvidedDist``
     values (or ``(name, version)`` pairs) the target already has installed; usually
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
+    ``overrides``: requirement strings that replace every requirement on their project; ``excludes``:
+    project names removed from the closure wherever required (``wheelhouse.resolve.overrides``).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     """
     reporter = reporter or NullReporter()
     reader = metadata or MetadataReader(source.client)
+    rewrites = _rewrites(overrides, excludes, target, source)
     roots: list[Req] = []
     skipped: list[str] = []
     for text in requirements:
@@ -205,7 +214,7 @@ def resolve(
         if marker is not None and not target.evaluate(marker):
             skipped.append(text)
             continue
-        roots.append(req)
+        roots += rewrites.apply(req, ROOT)
     cons: dict[str, list[Req]] = {}
     for text in constraints:
         try:
@@ -225,7 +234,7 @@ def resolve(
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image)
+                        reporter=reporter, pool=pool, provided=image, rewrites=rewrites)
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")
@@ -273,7 +282,30 @@ def resolve(
         stats={"requests": source.client.requests, **reader.stats},
         changes=image_changes(pins, image),
         unknown_deps=_kept_blind(pins, provider.unknown_deps),
+        rewritten=rewrites.report([ROOT, *(f"{p.name}=={p.version}" for p in pins)]),
     )
+
+
+def _rewrites(overrides: Sequence[str], excludes: Sequence[str], target: TargetProfile,
+              source: PackageSource) -> Rewrites:
+    """The overrides (parsed; those whose marker the target fails left out) and exclusions of one resolution."""
+    by_name: dict[str, list[Req]] = {}
+    texts: dict[str, list[str]] = {}
+    for text in overrides:
+        try:
+            r = Requirement(text)
+        except InvalidRequirement as exc:
+            raise InvalidRequirementError(f"override {text!r} is not valid: {exc}",
+                                          hint="write it like `name==1.2` or `name>=2; python_version >= \"3.11\"`") from exc
+        name = canonicalize_name(r.name)
+        texts.setdefault(name, []).append(text)
+        by_name.setdefault(name, [])
+        if r.marker is None or target.evaluate(r.marker):
+            direct = source.direct(r.url) if r.url else None
+            by_name[name].append(Req("pkg", name, f"{text.split(';')[0].strip()} (override)", r.specifier,
+                                     frozenset(canonicalize_name(e) for e in r.extras), direct))
+    return Rewrites(overrides=by_name, overridden_by={k: tuple(v) for k, v in texts.items()},
+                    excludes=frozenset(canonicalize_name(n) for n in excludes))
 
 
 def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from packaging.version import Version
 from resolvelib import AbstractProvider, BaseReporter
 
 from .candidates import IMAGE, PYTHON, Cand, CandidateFinder, Req, exact_pins, spec_of
+from .overrides import Rewrites
 from wheelhouse.errors import WhError
 from wheelhouse.index import PackageSource
 from wheelhouse.index.metadata import MetadataReader
@@ -43,8 +44,10 @@ class Provider(AbstractProvider):
 
     def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
                  constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
-                 reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None):
+                 reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None,
+                 rewrites: Rewrites | None = None):
         self.target = target
+        self.rewrites = rewrites or Rewrites()  # the stack's overrides and exclusions
         self.source = source
         self.reader = reader
         self.constraints = constraints
@@ -250,7 +253,7 @@ class Provider(AbstractProvider):
         for line in meta.requires_dist:
             req = self._parse_dep(line, candidate)
             if req is not None:
-                deps.append(req)
+                deps += self.rewrites.apply(req, str(candidate)) if self.rewrites else [req]
         self._deps_memo[key] = deps
         return deps
 
@@ -302,7 +305,7 @@ class Provider(AbstractProvider):
             nxt = []
             for line in meta.requires_dist:
                 r = self._parse_dep(line, Cand("pkg", best.name, best.version, best.distfile, req.extras))
-                if r is not None:
+                if r is not None and not self.rewrites.touches(r.name):  # (what replaces it is walked as asked)
                     nxt.append(r)
             self.prefetch(nxt)
         except Exception:  # a guess that failed; the resolver will ask again and report it

@@ -30,7 +30,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -59,7 +59,11 @@ from .writer import (
     requires_python_for,
     write_stage_tree,
 )
+from wheelhouse.manifest import Exclusion
 from wheelhouse.target import TargetProfile
+
+if TYPE_CHECKING:  # the resolver (resolvelib, the index client) is imported when a stage resolves, not before
+    from wheelhouse.resolve.overrides import Rewritten
 
 __all__ = [
     "StageError",
@@ -90,6 +94,23 @@ class StageResult:
     engine: str | None = None  # the built engine wheel kept from the previous wheelhouse
     notes: tuple[str, ...] = ()  # what the run recovered, kept or left out, in a sentence each
     image: ImageDelta | None = None  # what the target's image provides and this stage assumed of it
+    rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
+    excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
+    overrides: tuple[str, ...] = ()  # the overrides asked for
+
+    def rewrite_lines(self) -> list[str]:
+        """A sentence for each override and exclusion that changed what a requirement asked for."""
+        reasons = {canonicalize_name(e.distribution): e.reason for e in self.excludes}
+        out = []
+        for r in self.rewritten:
+            who = ", ".join(dict.fromkeys(p if p != "(requested)" else "the stack" for p, _ in r.requested))
+            if r.excluded:
+                why = reasons.get(r.name)
+                out.append(f"excluded {r.name} (required by {who}){': ' + why if why else ''}")
+            else:
+                asked = ", ".join(dict.fromkeys(t for _, t in r.requested))
+                out.append(f"override {' and '.join(r.by)} replaced {asked} (required by {who})")
+        return out
 
     @property
     def total_size(self) -> int:
@@ -122,6 +143,9 @@ class StageResult:
             "provided": [{"name": n, "version": v, "provided": True} for n, v in (self.image.assumed if self.image else ())],
             "changes": [c.to_json() for c in (self.image.changes if self.image else ())],
             "image": self.image.to_json() if self.image else None,
+            "overrides": list(self.overrides),
+            "excludes": [dataclasses.asdict(e) for e in self.excludes],
+            "rewritten": [r.to_json() for r in self.rewritten],
         }
 
 
@@ -169,6 +193,7 @@ class _Plan:
     bootstrap: _Background  # -> (bootstrap files, wh's own wheel or None)
     hash_rules: tuple[RequirementLine, ...]
     image: ImageDelta | None = None
+    rewritten: tuple[Rewritten, ...] = ()  # what the overrides replaced and the exclusions removed
 
 
 # --- requirements --------------------------------------------------------------------------------
@@ -199,7 +224,7 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     """Resolve ``inputs`` for its target and write the wheelhouse at ``inputs.out``.
 
     With ``dry_run`` nothing is downloaded but index pages and metadata, and nothing is
-    written; the result lists the pins. ``hashed_requirements``: lines whose ``--hash``
+    written; the result lists the stack's pins (bootstrap/ is neither built nor resolved). ``hashed_requirements``: lines whose ``--hash``
     options a pinned file of their project must match (those whose marker holds for the
     target); checked after resolution and again once downloaded, before anything is written.
     """
@@ -207,8 +232,8 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     cache = Path(inputs.cache_dir) if inputs.cache_dir else default_cache_dir()
     client = client or HttpClient(cache_dir=cache, offline=inputs.offline, refresh=inputs.refresh)
     _check_inputs(inputs)
-    if inputs.dry_run:
-        return _run(inputs, None, cache, client, reporter, ())
+    if inputs.dry_run:  # the stack's pins only: bootstrap/ (wh's own dependencies) is resolved when writing
+        return _run(dataclasses.replace(inputs, bootstrap=False), None, cache, client, reporter, ())
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
     compiler = None
     if inputs.bytecode:  # before anything is downloaded: no Python of the target's version is a usage error
@@ -234,7 +259,8 @@ def _check_inputs(inputs: StageInputs) -> None:
                                   "then under engine_src/)")
     _parse_requirements(inputs.requirements, "requirement")
     _parse_requirements(inputs.constraints, "constraint")
-    if not inputs.requirements and not (manifest and manifest.release_manifests):
+    _parse_requirements(inputs.overrides, "override")
+    if not inputs.requirements and not (manifest and manifest.release_manifests) and inputs.lock_input is None:
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 
@@ -267,7 +293,8 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel),
-                                   indexes=plan.indexes, image=plan.image)
+                                   indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
+                                   excludes=inputs.excludes, overrides=inputs.overrides)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
         for job in own:
@@ -282,7 +309,6 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     background, so that the stack's downloads do not wait for it. ``own`` collects those jobs."""
     from wheelhouse.index import PackageSource
     from wheelhouse.index.metadata import MetadataReader
-    from wheelhouse.resolve import resolve
 
     manifest, target = inputs.manifest, inputs.target
     if inputs.bootstrap:  # a PEP 517 build from a checkout (~1.5 s): beside the resolution, not after it
@@ -291,9 +317,32 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     cons = _parse_requirements(inputs.constraints, "constraint")
     links = list(inputs.find_links)
     artifacts, release_prov = _release_artifacts(manifest, scratch, client, reporter, links, reqs)
-    engine = previous.engine
     source = PackageSource(list(inputs.index_urls), links, client=client)
     reader = MetadataReader(client, cache_dir=cache)
+    if inputs.lock_input is not None:  # a PEP 751 lock, staged as it is: nothing resolved
+        from .locked import locked_files, read_lock_input
+
+        files = locked_files(read_lock_input(inputs.lock_input), inputs.lock_input, target, inputs.extras,
+                             inputs.groups or None)
+        reporter.note(f"{len(files)} of the lock's packages for {target.describe()} (staged as locked)")
+        reqs = [f"{f.name}=={f.version}" for f in files]  # wh.json's requirements: what the lock pinned
+        plan = (files, (), None, ())
+    else:
+        plan = _resolved(inputs, previous, artifacts, reqs, cons, source, reader, reporter)
+    files, hash_rules, delta, rewritten = plan
+    own_wheel = own[0] if own else None
+    own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
+                           "wh-bootstrap"))
+    return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
+                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules, delta, rewritten)
+
+
+def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str], cons: list[str], source, reader,
+              reporter: Reporter):
+    """The stack resolved for the target: (files to stage, --hash rules, image delta, rewritten requirements)."""
+    from wheelhouse.resolve import resolve
+
+    manifest, target, engine = inputs.manifest, inputs.target, previous.engine
     # A file the stack names (a release wheel, the built engine, a --hash line) is staged, image or not.
     named = [*(a.project for a in artifacts), *([engine.file.name] if engine else ()),
              *(line.name for line in inputs.hashed_requirements if line.hashes)]
@@ -305,18 +354,14 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image)
+                         reporter=reporter, metadata=reader, provided=image,
+                         overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
     check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
-    own_wheel = own[0] if own else None
-    own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
-                           "wh-bootstrap"))
-    return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
-                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules,
-                 delta_of(target, inputs.full, resolution, never))
+    return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
 
 
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
@@ -415,6 +460,8 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
+            "overrides": inputs.overrides, "excludes": inputs.excludes, "rewritten": plan.rewritten,
+            "source": inputs.source,
         }, kept, plan.image)
         if compiler is not None:
             from .bytecode import compile_wheelhouse
@@ -430,6 +477,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
+        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides,
     )
 
 

@@ -3,7 +3,8 @@
 The rule (``merge_inputs``), also stated in ``wh stage --help``:
 
 - lists ADD to the manifest's: requirements, constraints (and their ``--hash`` lines),
-  ``--extra-index-url``, ``--find-links``; the manifest's come first, repeats are dropped;
+  overrides (``--override FILE``), exclusions (``--exclude NAME``), ``--extra-index-url``,
+  ``--find-links``; the manifest's come first, repeats are dropped;
 - single values REPLACE the manifest's: ``--index-url`` (or ``WH_INDEX_URL``) replaces the
   manifest's ``index-url`` (its ``extra-index-urls`` stay); target flags (``--target``,
   ``--python-version``/``--platform``) replace the manifest's ``[target]``; ``--pre`` turns
@@ -18,10 +19,10 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from wheelhouse.errors import UsageError
-from wheelhouse.manifest import StackManifest
+from wheelhouse.manifest import Exclusion, StackManifest
 from wheelhouse.manifest.requirements_file import RequirementLine
 from wheelhouse.target import TargetProfile
 
@@ -35,6 +36,8 @@ class StageFlags:
     requirements: tuple[str, ...] = ()
     constraints: tuple[str, ...] = ()
     hashed_requirements: tuple[RequirementLine, ...] = ()
+    overrides: tuple[str, ...] = ()
+    excludes: tuple[Exclusion, ...] = ()
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
@@ -54,6 +57,8 @@ class StageInputs:
     find_links: tuple[str, ...] = ()
     manifest: StackManifest | None = None
     hashed_requirements: tuple[RequirementLine, ...] = ()
+    overrides: tuple[str, ...] = ()  # replace every requirement on their project (wheelhouse.resolve.overrides)
+    excludes: tuple[Exclusion, ...] = ()  # left out of the closure wherever required
     prereleases: bool = False
     jobs: int = 8
     dry_run: bool = False
@@ -66,10 +71,24 @@ class StageInputs:
     refresh: bool = False  # revalidate every cached index page, however fresh
     bytecode: bool = False  # compile every wheel's modules for the target's Python (wheelhouse.stage.bytecode)
     bytecode_python: str | None = None  # the interpreter that compiles them (default: found by version)
+    lock_input: Path | None = None  # a PEP 751 lock staged as it is, nothing resolved (wheelhouse.stage.locked)
+    extras: tuple[str, ...] = ()  # of the lock (or pyproject.toml) to stage
+    groups: tuple[str, ...] = ()  # dependency groups of the lock (or pyproject.toml); none: the lock's defaults
+    source: Mapping[str, Any] | None = None  # the file staged from when not a manifest (wh.json inputs.source)
 
 
 def _joined(*lists: Iterable) -> tuple:
     return tuple(dict.fromkeys(x for items in lists for x in items))
+
+
+def _excluded(*lists: Iterable[Exclusion]) -> tuple[Exclusion, ...]:
+    """One exclusion per project (the first, which carries the manifest's reason)."""
+    from packaging.utils import canonicalize_name
+
+    out: dict[str, Exclusion] = {}
+    for e in (e for items in lists for e in items):
+        out.setdefault(canonicalize_name(e.distribution), e)
+    return tuple(out.values())
 
 
 def _check_index_urls(urls: Sequence[str]) -> None:
@@ -123,6 +142,8 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
         find_links=find_links,
         manifest=m,
         hashed_requirements=_joined(m.hashed_requirements if m else (), flags.hashed_requirements),
+        overrides=_joined(m.overrides if m else (), flags.overrides),
+        excludes=_excluded(m.excludes if m else (), flags.excludes),
         prereleases=flags.prereleases or bool(m and m.prereleases),
         **run,
     )

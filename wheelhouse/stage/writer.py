@@ -117,6 +117,8 @@ def write_stage_tree(
     identity, --full or not, what the stack changes of the image).
     """
     owned = [WH_JSON, "pylock.toml", SIMPLE, WHEELS, "capture_target.py"]
+    # A delta the image provides whole stages no wheel: wheels/ is there all the same (verify, pack, install read it)
+    (new / WHEELS).mkdir(exist_ok=True)
     if wh_wheel is not None:
         write_bootstrap(
             new / BOOTSTRAP_DIR,
@@ -126,11 +128,14 @@ def write_stage_tree(
             extras=wh_wheel.extras,
         )
         owned.append(BOOTSTRAP_DIR)
+    rewrites = _rewrites_json(inputs)
     lock = Lock(
         files=tuple(to_locked(f, f"{WHEELS}/{f.filename}") for f in files),
         environments=(environment_marker(target),),
         requires_python=requires_python_for(target),
         created_by=f"wh {__version__}",
+        # [tool.wh]: the lock says what it deliberately leaves out or changes (PEP 751 leaves tool.* to tools)
+        tool={k: rewrites[k] for k in ("overrides", "excludes") if rewrites[k]},
     )
     shutil.copyfile(capture_script(), new / "capture_target.py")
     patch_paths = _copy_patches(manifest.patches if manifest else (), new / PATCHES)
@@ -144,6 +149,9 @@ def write_stage_tree(
         manifest, target, inputs["requirements"], inputs["constraints"], inputs["indexes"], inputs["find_links"],
         inputs["release_manifests"], patch_paths, files, wh_wheel, boot_files,
     )
+    meta["inputs"].update(rewrites)
+    if inputs.get("source"):  # staged from a pylock.toml or a pyproject.toml, not a manifest
+        meta["inputs"]["source"] = dict(inputs["source"])
     # The contract with `wh install`: every one of these, at this version, or it refuses.
     meta["assumed_present"] = image.assumed_json() if image else []
     meta["image"] = image.to_json() if image else None
@@ -152,6 +160,15 @@ def write_stage_tree(
         owned += list(kept["paths"])
     meta["owned"] = sorted(set(owned))
     write_index_files(new, lock, meta)
+
+
+def _rewrites_json(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """wh.json's and the lock's record of the overrides and exclusions, and what each one changed."""
+    return {
+        "overrides": list(inputs.get("overrides") or ()),
+        "excludes": [dataclasses.asdict(e) for e in inputs.get("excludes") or ()],
+        "rewritten": [r.to_json() for r in inputs.get("rewritten") or ()],
+    }
 
 
 def to_locked(f: StagedFile, path: str) -> LockedFile:

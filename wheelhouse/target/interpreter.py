@@ -23,8 +23,8 @@ from wheelhouse.resources import capture_script
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .profile import TargetProfile, target_from_json
 
-__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "create_venv", "venv_python", "visible_site_dirs",
-           "distinct_dirs"]
+__all__ = ["Interpreter", "InterpreterError", "inspect_interpreter", "capture_in", "create_venv", "venv_python",
+           "visible_site_dirs", "distinct_dirs"]
 
 # Runs inside the target interpreter: stdlib only, and nothing that reaches the network.
 _PROBE = r"""
@@ -170,6 +170,45 @@ def inspect_interpreter(python: str | os.PathLike | None = None, timeout: float 
     except (KeyError, TypeError, AttributeError, TargetError) as exc:  # JSON, but not the probe's
         raise InterpreterError(f"interpreter {exe} printed JSON that is not wh's probe answer ({exc!r})",
                                hint="is it a Python >= 3.8?", detail=proc.stdout[-2000:]) from exc
+
+
+def capture_in(python: str | os.PathLike, *, include_gpus: bool = True, include_distributions: bool = True,
+               timeout: float = 120) -> dict:
+    """``python``'s own target profile (``wh target capture --python``): the capture script run by it, as on the box.
+
+    The script runs from a folder of its own (a copy, as ``python capture_target.py`` runs from a wheelhouse),
+    started as that interpreter normally starts (its user site and ``PYTHONPATH`` count: they are what it
+    imports), so the distributions are the ones it imports, never wh's own environment's.
+    """
+    import json
+    import tempfile
+
+    exe = str(python)
+    flags = [*([] if include_gpus else ["--no-gpus"]), *([] if include_distributions else ["--no-distributions"])]
+    with tempfile.TemporaryDirectory(prefix="wh-capture-") as folder:
+        script = Path(folder) / "capture_target.py"
+        shutil.copyfile(capture_script(), script)
+        try:
+            proc = subprocess.run([exe, str(script), *flags], capture_output=True, text=True, timeout=timeout,
+                                  cwd=folder)
+        except (FileNotFoundError, PermissionError) as exc:
+            where = "is not executable" if isinstance(exc, PermissionError) else (
+                "does not exist" if os.sep in exe else "is not on PATH")
+            raise InterpreterError(f"interpreter {exe} {where}",
+                                   hint="pass the interpreter to capture: --python /path/to/python3") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise InterpreterError(f"interpreter {exe} did not answer within {timeout:.0f}s",
+                                   hint=f"check that it starts: {exe} -c 'print(1)'") from exc
+    if proc.returncode != 0:
+        raise InterpreterError(f"interpreter {exe} could not run the capture script (exit {proc.returncode})",
+                               hint=f"check that it runs: {exe} -c 'import sysconfig'", detail=proc.stderr[-2000:])
+    try:
+        data = json.loads(proc.stdout)
+        target_from_json(data, source="captured", where=f"interpreter {exe}")  # a profile, or refused here
+    except (ValueError, TypeError, KeyError, TargetError) as exc:
+        raise InterpreterError(f"interpreter {exe} printed something that is not a target profile",
+                               hint="is it a Python >= 3.8?", detail=proc.stdout[-2000:]) from exc
+    return data
 
 
 def _interpreter_from(d: Mapping, exe: str) -> Interpreter:

@@ -21,6 +21,10 @@ verdict follows from what the stack is and what it requires, not from who instal
   or not, markers and extras judged for this interpreter), fails;
 - one of a distribution outside the stack that nothing in the stack requires is a warn
   (listed, with where it lives): it does not block ``wh serve``'s preflight.
+
+The stack's overrides and exclusions (its manifest, or the wheelhouse's wh.json) hold here as they
+held when it was resolved: a requirement on an excluded project is ok, listed with the manifest's
+reason (``deps:excluded``), never missing; one on an overridden project is judged by the override.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
-from wheelhouse.install.closure import Dist, unmet
+from wheelhouse.install.closure import EXCLUDED, Dist, unmet
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledDistribution, InstalledListError, installed_distributions
@@ -48,6 +52,7 @@ CHECKS = {
                          "interpreter), by what it imports",
     "deps:<distribution>": "the requirements this distribution declares that nothing installed meets (fail for the "
                            "stack and what it requires, warn for the base system's)",
+    "deps:excluded": "requirements on distributions the stack manifest excludes (ok, with the manifest's reason)",
 }
 
 
@@ -120,20 +125,30 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                             "\n".join(x for x in (exc.message, exc.detail) if x),
                             hint=exc.hint)]
     view = {k: Dist(d.name, d.version, d.requires) for k, d in dists.items()}
-    problems = unmet(view, target)
+    manifest = ctx.manifest
+    reasons = {canonicalize_name(e.distribution): e.reason for e in (manifest.excludes if manifest else ())}
+    overrides: dict[str, list[str]] = {}
+    for text in (manifest.overrides if manifest else ()):
+        name = _name(text)
+        if name:
+            overrides.setdefault(name, []).append(text)
+    found = unmet(view, target, excluded=reasons, overrides=overrides)
+    excluded = {k: v for k, v in found.items() if v == EXCLUDED}
+    problems = {k: v for k, v in found.items() if v != EXCLUDED}
+    out = [_excluded_result(excluded, reasons)] if excluded else []
     if not problems:
         nreq = sum(len(d.requires) for d in dists.values())
         return [CheckResult("deps:requirements", CHECKS["deps:requirements"], "ok",
                             f"{len(dists)} distribution{'' if len(dists) == 1 else 's'}, {nreq} declared requirement(s): every one that applies "
-                            f"here is met by what {ctx.python} imports",
-                            data={"distributions": len(dists)})]
+                            f"here is met by what {ctx.python} imports"
+                            + (f" ({len(excluded)} excluded by the manifest: deps:excluded)" if excluded else ""),
+                            data={"distributions": len(dists)}), *out]
     by_dist: dict[str, list[tuple[str, str]]] = {}
     for (who, req), why in sorted(problems.items()):
         by_dist.setdefault(who, []).append((req, why))
     key_of = {d.name: k for k, d in view.items()}
     stack, how = stack_names(ctx, dists)
     reached = required_by(stack, view, target)
-    out = []
     for who, reqs in by_dist.items():
         d, key = view[key_of[who]], key_of[who]
         part = key in stack
@@ -155,3 +170,20 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
             data={"unmet": [{"requirement": req, "why": why} for req, why in reqs], "part_of_stack": part,
                   "required_by_stack": chain or None}))
     return out
+
+
+def _excluded_result(excluded: dict[tuple[str, str], str], reasons: dict[str, str]) -> CheckResult:
+    """One ok verdict naming each requirement the manifest excludes, with its reason."""
+    lines = []
+    for who, req in sorted(excluded):
+        why = reasons.get(_name(req) or "")
+        lines.append(f"{who} requires {req}: {EXCLUDED}" + (f" ({why})" if why else ""))
+    return CheckResult("deps:excluded", CHECKS["deps:excluded"], "ok", "\n".join(lines),
+                       data={"excluded": [{"requirer": who, "requirement": req} for who, req in sorted(excluded)]})
+
+
+def _name(text: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(text).name)
+    except InvalidRequirement:
+        return None
