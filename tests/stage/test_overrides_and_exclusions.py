@@ -180,3 +180,26 @@ def test_the_real_freetoken_for_the_h200_image_stages_flashlib_without_nvidia_cu
     names = {p["name"] for p in json.loads(r.stdout)["packages"]}
     assert "flashlib" in names and not names & {"nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu12"}
     assert "excluded nvidia-cutlass-dsl (required by flashlib==0.3.0)" in r.stderr
+
+
+def test_an_exclusion_holds_for_the_doctor_from_an_archive_and_with_another_manifest(index, tmp_path):
+    """The install record keeps the wheelhouse's exclusions: a doctor run from a `wh pack` archive install, given
+    the serve manifest (which names no exclusion, as `wh serve`'s preflight passes it), still finds the excluded
+    requirement excluded, not missing (seen on the H200 box: the preflight refused FreeToken over flashlib)."""
+    out, venv = tmp_path / "house", tmp_path / "venv"
+    r = wh("stage", _manifest(tmp_path, EXCLUDING), "-o", out, "--index-url", index.url, "--no-bootstrap",
+           "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    archive = tmp_path / "house.tar"
+    assert wh("pack", out, "-o", archive).returncode == 0
+    import shutil
+    shutil.rmtree(out)  # only the archive is left: the doctor must read the facts from the install record
+    r = wh("install", archive, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    serve = tmp_path / "serve.toml"
+    serve.write_text('[stack]\nname = "serve"\n\n[serve]\ncommand = ["engine-serve"]\n')
+    r = wh("doctor", "--python", venv / "bin" / "python", "--manifest", serve, "--check", "deps", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = {c["id"]: c for c in json.loads(r.stdout)["results"]}
+    assert results["deps:excluded"]["verdict"] == "ok"
+    assert "deps:flashlib" not in results

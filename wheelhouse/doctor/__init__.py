@@ -10,6 +10,8 @@ bad input, ``InterpreterError``, exit 2).
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import shutil
 import sys
@@ -180,26 +182,42 @@ def _given_meta(wheelhouse: Path | str, site_dirs: Sequence[Path]) -> Mapping[st
 
 
 def merge_facts(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Several wheelhouses' facts as one: the latest target, name and ``[doctor]`` win; ``[[toolchain]]``
-    groups and ``[[drop]]`` rules of all of them hold (the latest wins for one name)."""
+    """Several wheelhouses' facts as one: the latest target, name, ``[doctor]`` and ``[serve]`` win;
+    ``[[toolchain]]`` groups, ``[[drop]]`` rules and ``[[exclude]]`` entries of all of them hold (the latest
+    wins for one name), and so do every wheelhouse's requirements and overrides; an engine built with
+    link-sonames in any of them is kept (its builds need the links)."""
     out: dict[str, Any] = {}
     drops: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     assumed: dict[str, Any] = {}
+    excludes: dict[str, Any] = {}
+    requirements: list[str] = []
+    overrides: list[str] = []
     for f in facts:
-        for key in ("name", "target", "doctor", "created"):
+        for key in ("name", "target", "doctor", "created", "serve"):
             if f.get(key):
                 out[key] = f[key]
+        engine = f.get("engine")
+        if isinstance(engine, Mapping) and (not out.get("engine") or (engine.get("build") or {}).get("link_sonames")):
+            out["engine"] = engine
         for d in f.get("drops") or ():
             if isinstance(d, Mapping) and d.get("distribution"):
                 drops[canonicalize_name(str(d["distribution"])) + "/" + str(d.get("module") or "")] = d
-        for t in ((f.get("inputs") or {}).get("toolchains") or ()):
+        inputs = f.get("inputs") if isinstance(f.get("inputs"), Mapping) else {}
+        for t in inputs.get("toolchains") or ():
             if isinstance(t, Mapping) and t.get("name"):
                 groups[str(t["name"])] = t
+        requirements += [str(r) for r in inputs.get("requirements") or () if str(r) not in requirements]
+        overrides += [str(r) for r in inputs.get("overrides") or () if str(r) not in overrides]
+        for e in inputs.get("excludes") or ():
+            if isinstance(e, Mapping) and e.get("distribution"):
+                excludes[canonicalize_name(str(e["distribution"]))] = e
         for a in f.get("assumed_present") or ():
             if isinstance(a, Mapping) and a.get("name"):
                 assumed[canonicalize_name(str(a["name"]))] = a
-    out.update(drops=list(drops.values()), inputs={"toolchains": list(groups.values())},
+    out.update(drops=list(drops.values()),
+               inputs={"toolchains": list(groups.values()), "requirements": requirements, "overrides": overrides,
+                       "excludes": list(excludes.values())},
                assumed_present=list(assumed.values()))
     return out
 
@@ -312,6 +330,15 @@ def gather_context(
         target, target_source = target_from_json(meta["target"], where=f"{meta_source} target"), meta_source
     if manifest is None and meta:
         manifest = manifest_from_wh_json(meta)
+    elif manifest is not None and meta:
+        # What the installed wheelhouses left out or replaced stays so whatever manifest is given (the serve
+        # preflight passes the serve manifest): an excluded requirement is never "missing" for one caller only.
+        recorded = manifest_from_wh_json(meta)
+        names = {canonicalize_name(e.distribution) for e in manifest.excludes}
+        manifest = dataclasses.replace(
+            manifest,
+            excludes=(*manifest.excludes, *(e for e in recorded.excludes if canonicalize_name(e.distribution) not in names)),
+            overrides=(*manifest.overrides, *(o for o in recorded.overrides if o not in manifest.overrides)))
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),

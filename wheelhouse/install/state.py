@@ -34,8 +34,11 @@ __all__ = ["SCHEMA", "state_path", "read_install_state", "write_install_state", 
 
 SCHEMA = "wh-installed/2"
 
-# The wh.json keys the doctor reads, copied into the record per wheelhouse (inputs: its toolchains only).
-_FACT_KEYS = ("name", "created", "target", "doctor", "drops", "assumed_present")
+# The wh.json keys the doctor reads, copied into the record per wheelhouse: [doctor] and the target, [[drop]]
+# rules, what a delta assumed, the engine's build facts, [serve] (the engine's environment, for sharedlibs),
+# and of inputs only _INPUT_KEYS (toolchain groups, what was requested, overrides, [[exclude]]).
+_FACT_KEYS = ("name", "created", "target", "doctor", "drops", "assumed_present", "engine", "serve")
+_INPUT_KEYS = ("toolchains", "requirements", "overrides", "excludes")
 
 
 def state_path(site_dir: str | Path) -> Path:
@@ -82,9 +85,10 @@ def _read(site_dir: str | Path) -> dict[str, Any]:
 def source_facts(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What of a wheelhouse's ``wh.json`` the record keeps, in ``wh.json``'s own shape."""
     facts = {k: meta[k] for k in _FACT_KEYS if meta.get(k) is not None}
-    toolchains = (meta.get("inputs") or {}).get("toolchains") if isinstance(meta.get("inputs"), Mapping) else None
-    if toolchains:
-        facts["inputs"] = {"toolchains": toolchains}
+    inputs = meta.get("inputs") if isinstance(meta.get("inputs"), Mapping) else {}
+    kept = {k: inputs[k] for k in _INPUT_KEYS if inputs.get(k)}
+    if kept:
+        facts["inputs"] = kept
     return facts
 
 

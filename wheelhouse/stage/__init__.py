@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
 from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
