@@ -113,3 +113,27 @@ def test_doctor_takes_an_archive_as_its_wheelhouse(tmp_path):
     out = json.loads(r.stdout)
     [check] = [c for c in out["results"] if c["id"] == "gpu:expected"]
     assert check["verdict"] == "fail" and "expects 8" in check["evidence"], check
+
+
+def test_an_oci_install_keeps_its_doctor_expectations(tmp_path):
+    from registry import start_registry
+
+    reg = start_registry(tmp_path / "registry")
+    try:
+        house = _house(tmp_path, "house", [("alpha", "1.0")], doctor={"gpus": 8})
+        ref = reg.ref("ml/stack:v1")
+        r = wh("push", house, ref)
+        assert r.returncode == 0, r.stderr
+        venv = tmp_path / "venv"
+        r = wh("install", ref, "--venv", venv)
+        assert r.returncode == 0, r.stderr
+    finally:
+        reg.stop()
+    [(origin, facts)] = installed_sources(read_install_state(site(venv)))
+    assert origin == ref and facts["doctor"]["gpus"] == 8
+    r = wh("doctor", "--python", venv / "bin" / "python", "--check", "gpu:expected", "--json")  # registry gone
+    [check] = [c for c in json.loads(r.stdout)["results"] if c["id"] == "gpu:expected"]
+    assert check["verdict"] == "fail" and "expects 8" in check["evidence"], check
+    r = wh("doctor", "--python", venv / "bin" / "python", "--wheelhouse", ref, "--check", "gpu:expected", "--json")
+    [check] = [c for c in json.loads(r.stdout)["results"] if c["id"] == "gpu:expected"]
+    assert check["verdict"] == "fail", (check, r.stderr)  # the reference is read from the record: nothing pulled

@@ -48,48 +48,45 @@ def _recorded(path: str, digest: str) -> bool:
     return not (head.endswith(".dist-info") and "/" not in head and base in _INSTALLER_FILES)
 
 
+def _site_rows(record_text: str) -> list[tuple[str, str]]:
+    """The (path, recorded ``algo=digest``) rows ``files_sha256`` covers (see the module docstring)."""
+    out = []
+    for line in record_text.splitlines():
+        # A path with a comma or a quote is CSV-quoted (PEP 376); every other line splits at its last two commas.
+        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
+        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
+            out.append((row[0], row[1]))
+    return out
+
+
+def _rows_sha256(rows: Sequence[tuple[str, str]], actual: Callable[[str], Any] | None) -> tuple[str, int]:
+    lines = []
+    for path, recorded in rows:
+        if actual is None:
+            lines.append(f"{path} {recorded}\n")
+            continue
+        state = actual(path)
+        lines.append(f"{path} sha256={state[0]}\n" if state else f"{path} missing\n")
+    lines.sort()
+    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest(), len(lines)
+
+
 def files_sha256(record_text: str, actual: Callable[[str], Any] | None = None) -> tuple[str, int]:
     """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers.
 
     ``actual(path)``: the file's ``(digest, size)`` on disk, or None when it is missing; without it, the
     digests RECORD records stand in (what the file should hold)."""
-    rows = []
-    for line in record_text.splitlines():
-        # A path with a comma or a quote is CSV-quoted (PEP 376); every other line splits at its last two commas.
-        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
-        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
-            if actual is None:
-                rows.append(f"{row[0]} {row[1]}\n")
-                continue
-            state = actual(row[0])
-            rows.append(f"{row[0]} sha256={state[0]}\n" if state else f"{row[0]} missing\n")
-    rows.sort()
-    return hashlib.sha256("".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
+    return _rows_sha256(_site_rows(record_text), actual)
 
 
-def _site_rows(dist_info: str) -> list[str]:
-    """The RECORD paths ``files_sha256`` covers (read once more: RECORDs are small, and in the page cache)."""
-    try:
-        text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
-        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
-            out.append(row[0])
-    return out
-
-
-def _record_hash(dist_info: str | None, digests: Any) -> tuple[str | None, int | None]:
+def _record_rows(dist_info: str | None) -> list[tuple[str, str]] | None:
     if not dist_info:
-        return None, None
+        return None
     try:
         text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
-        return None, None  # no RECORD (an egg-info, a develop install): nothing to vouch for
-    site = os.path.dirname(os.path.abspath(dist_info))
-    return files_sha256(text, None if digests is None else (lambda rel: digests.state(site, rel)))
+        return None  # no RECORD (an egg-info, a develop install): nothing to vouch for
+    return _site_rows(text)
 
 
 def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
@@ -112,13 +109,18 @@ def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Pa
     ``digests``: an ``install.digests.FileDigests`` (the files' real digests; None: RECORD's).
     """
     wheels = _wheel_hashes(site_dirs)
+    rows = {key: _record_rows(getattr(d, "dist_info", None)) for key, d in distributions.items()}
+    sites = {key: os.path.dirname(os.path.abspath(d.dist_info)) for key, d in distributions.items() if rows[key]}
     if digests is not None:  # hashed in parallel first (none when stack:files did it, or nothing changed)
-        digests.states([(os.path.dirname(os.path.abspath(d.dist_info)), rel) for d in distributions.values()
-                        if getattr(d, "dist_info", None) for rel in _site_rows(d.dist_info)])
+        digests.states([(sites[key], path) for key, r in rows.items() if r for path, _ in r])
     out = []
     for key in sorted(distributions):
         d = distributions[key]
-        digest, count = _record_hash(getattr(d, "dist_info", None), digests)
+        digest, count = None, None
+        if rows[key] is not None:
+            site = sites.get(key, "")
+            digest, count = _rows_sha256(rows[key], None if digests is None else
+                                         (lambda rel, site=site: digests.state(site, rel)))
         wheel = wheels.get(key)
         out.append({"name": d.name, "version": d.version, "files_sha256": digest, "files": count,
                     "wheel_sha256": wheel[1] if wheel and wheel[0] == d.version else None})

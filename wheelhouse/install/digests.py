@@ -55,6 +55,8 @@ def _user_path(site: str, environ: Mapping[str, str] | None = None) -> Path:
     return root / "digests" / f"{hashlib.sha256(site.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.json"
 
 
+_UNKNOWN = object()
+
 # A file's state: its digest (RECORD's urlsafe base64, unpadded) and size, or None when it is not there.
 FileState = tuple[str, int] | None
 
@@ -71,7 +73,7 @@ class FileDigests:
         self._lock = threading.Lock()
         self._sites: dict[str, dict[str, list]] = {}  # site -> {RECORD path: [*identity, digest]}
         self._dirty: set[str] = set()
-        self._memo: dict[str, FileState] = {}  # absolute path -> state, this run
+        self._memo: dict[tuple[str, str], FileState] = {}  # (site, RECORD path) -> state, this run
         self._seen: dict[str, set[str]] = {}  # site -> RECORD paths looked up this run (the others are pruned)
 
     def _entries(self, site: str) -> dict[str, list]:
@@ -87,29 +89,37 @@ class FileDigests:
 
     def state(self, site: str, rel: str) -> FileState:
         """The digest and size of the file ``rel`` (a RECORD path) under ``site``; None when it is not a file."""
+        key = (site, rel)
+        known = self._memo.get(key, _UNKNOWN)  # asked before this run (stack:files, then the inventory)
+        if known is not _UNKNOWN:
+            return known
         site = os.path.abspath(site)  # one spelling per folder: one cache
         full = os.path.normpath(os.path.join(site, rel))
         with self._lock:
             self._seen.setdefault(site, set()).add(rel)
-            if full in self._memo:
-                return self._memo[full]
+        state = self._state(site, rel, full)
+        with self._lock:
+            self._memo[key] = state
+        return state
+
+    def _state(self, site: str, rel: str, full: str) -> FileState:
         try:
             st = os.stat(full)
         except OSError:
-            return self._remember(full, None)
+            return None
         if not stat.S_ISREG(st.st_mode):
-            return self._remember(full, None)
+            return None
         ident = file_identity(st)
         entries = self._entries(site)
         cached = entries.get(rel)
         if not self.thorough and cached is not None and tuple(cached[:5]) == ident:
-            return self._remember(full, (cached[5], st.st_size))
+            return cached[5], st.st_size
         h = hashlib.sha256()
         try:
             update_hash(h, Path(full))
             after = os.stat(full)
         except OSError:
-            return self._remember(full, None)
+            return None
         digest = record_digest(h.digest())
         with self._lock:
             self.hashed += 1
@@ -117,7 +127,7 @@ class FileDigests:
             if file_identity(after) == ident:  # not written to while it was read: the digest is the file's
                 entries[rel] = [*ident, digest]
                 self._dirty.add(site)
-        return self._remember(full, (digest, st.st_size))
+        return digest, st.st_size
 
     def states(self, items: Sequence[tuple[str, str]]) -> list[FileState]:
         """:meth:`state` of each ``(site, RECORD path)``, by ``jobs`` threads (hashlib and reads release the GIL).
@@ -133,11 +143,6 @@ class FileDigests:
         for i, states in enumerate(done):
             out[i::self.jobs * 4] = states
         return out
-
-    def _remember(self, full: str, state: FileState) -> FileState:
-        with self._lock:
-            self._memo[full] = state
-        return state
 
     def save(self) -> list[str]:
         """Write the caches that changed (best-effort: a cache that cannot be written is a slower next run).

@@ -129,7 +129,7 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
                    if drop else "")
             problems.append(f"{e.name} {e.version} (wheelhouse {e.wheelhouse}) is not installed{how}")
             missing.append((e, bool(drop)))
-        elif d.version != e.version:
+        elif not _same_version(d.version, e.version):
             problems.append(f"{e.name}: wheelhouse {e.wheelhouse} locks {e.version}, {d.version} is installed "
                             f"(in {d.location})")
     for site, origin, facts in sources:
@@ -138,7 +138,7 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
                 continue
             d = ctx.dist(str(a["name"]))
             have = "is not installed" if d is None else f"{d.version} is installed"
-            if d is None or d.version != str(a.get("version")):
+            if d is None or not _same_version(d.version, str(a.get("version"))):
                 problems.append(f"{a['name']}: wheelhouse {origin} assumed the image provides {a.get('version')}; "
                                 f"{have}")
     houses = sorted({e.wheelhouse for e in stack.values()})
@@ -150,11 +150,23 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
                        + "; ".join(f"{h} ({n})" for h, n in per.items()) + "".join(f"\n{n}" for n in notes), data=data)
 
 
+def _same_version(installed: str, locked: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(installed) == Version(locked)  # 1.0 is 1.0.0
+    except InvalidVersion:
+        return installed == locked
+
+
 def _hint(ctx: DoctorContext, missing: list[tuple[StackEntry, bool]]) -> str:
     dropped = [e.name for e, was in missing if was]
     if dropped:
         return (f"restore what was dropped: `wh drop --restore {dropped[0]} --python {ctx.python}`; a distribution "
                 "the stack may do without is named in the manifest's [[drop]] rules")
+    first = next((e for e, _ in missing), None)
+    if first is not None:
+        return f"install it again: `wh install {first.wheelhouse} --only {first.name} --python {ctx.python}`"
     return f"install the wheelhouse again: `wh install WHEELHOUSE --python {ctx.python}`"
 
 
