@@ -120,12 +120,42 @@ def test_a_missing_file_and_a_changed_launcher_fail(installed):
     assert code == 1 and "richish/__init__.py: missing" in ev and "bin/richish-tool" in ev, ev
 
 
-def test_fix_that_drops_a_locked_distribution_is_not_green(installed):
-    """Before: --fix dropped numpyish (its core truncated), the re-run found nothing broken: exit 0."""
+def test_fix_reinstalls_a_truncated_core_and_is_green(installed):
+    """Before: --fix dropped numpyish (its core truncated), the re-run found nothing broken: exit 0. A file that
+    does not match RECORD is a damaged install: --fix reinstalls it from the wheelhouse, byte for byte."""
     py, site, house = installed
     so = site / "numpyish" / f"_core{SUFFIX}"
-    so.write_bytes(so.read_bytes()[:100])
+    whole = so.read_bytes()
+    so.write_bytes(whole[:100])
     r = wh("doctor", "--python", py, "--fix", "--json")
+    out = json.loads(r.stdout)
+    assert any(f["action"] == "reinstall" and f["what"].startswith("numpyish") for f in out["fixes"]), out["fixes"]
+    assert not any(f["action"] == "drop" for f in out["fixes"]), out["fixes"]
+    assert so.read_bytes() == whole
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _record_as_is(site: Path, dist_info: str, rel: str) -> None:
+    """Rewrite the RECORD row of ``rel`` to the file as it is now (an install whose files all match RECORD)."""
+    import base64
+    import hashlib
+
+    record = site / dist_info / "RECORD"
+    data = (site / rel).read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rows = [f"{rel},sha256={digest},{len(data)}" if line.split(",")[0] == rel else line
+            for line in record.read_text().splitlines()]
+    record.write_text("\n".join(rows) + "\n")
+
+
+def test_fix_that_drops_a_locked_distribution_is_not_green(installed):
+    """Before: --fix dropped numpyish (its core fails to load), the re-run found nothing broken: exit 0. Here every
+    file matches RECORD, so the drop is the repair --fix makes; the locked distribution is then missing: red."""
+    py, site, house = installed
+    init = site / "numpyish" / "__init__.py"
+    init.write_text("raise ImportError('numpyish: built for another numpy ABI')\n")
+    _record_as_is(site, "numpyish-1.0.dist-info", "numpyish/__init__.py")  # a wheel that is itself broken
+    r = wh("doctor", "--python", py, "--fix", "--include-requested", "--json")
     out = json.loads(r.stdout)
     assert any(f["action"] == "drop" and f["what"].startswith("numpyish") for f in out["fixes"]), out["fixes"]
     assert r.returncode == 1, r.stderr
