@@ -201,6 +201,28 @@ def test_a_plain_environment_is_judged_whole(wheels, tmp_path):
     assert code == 1 and "no wheelhouse recorded" in res["stack:files"]["evidence"]
 
 
+def test_an_image_that_appended_to_a_data_file_is_a_warning_not_a_fail(tmp_path):
+    """The stock H200 image appends its CAs to certifi's cacert.pem (and pip's vendored copy): with no wh install
+    recorded, that changed data file is a warning naming it, not a fail; a changed .py in the same place fails."""
+    from broken_packages import make_venv
+
+    wheel = make_wheel(tmp_path / "w", "certish", "1.0", modules={"certish/__init__.py": "def where():\n    return 1\n"},
+                       files={"certish/cacert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"})
+    py = make_venv(tmp_path / "image")
+    install_wheel(py, wheel)
+    pem = site_packages(py) / "certish" / "cacert.pem"
+    pem.write_text(pem.read_text() + "# the image's own CA\n-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n")
+    code, res = doctor(py, check="stack:files")
+    assert code == 0, res
+    assert res["stack:files"]["verdict"] == "warn"
+    assert "certish/cacert.pem" in res["stack:files"]["evidence"]
+    assert "only data files differ, no code: a warning" in res["stack:files"]["evidence"]
+    (site_packages(py) / "certish" / "__init__.py").write_text("")
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and res["stack:files"]["verdict"] == "fail", res
+    assert "wh install" in res["stack:files"]["hint"] and "--reinstall certish" in res["stack:files"]["hint"]
+
+
 def test_a_file_wh_patch_changed_holds_the_payload(tmp_path, pyindex):
     """The staged wheelhouse's [[patch]] rewrites app/__init__.py at install: its patch record vouches for it."""
     house = staged_wheelhouse(tmp_path, pyindex)

@@ -53,8 +53,9 @@ def _damage(rec: dict) -> str | None:
     if rec.get("record") == "unreadable":
         return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
     out = []
-    for key, what in (("missing", "its RECORD lists are not on disk"),
-                      ("resized", "differ in size from their RECORD row (cut short or replaced)")):
+    # Presence only: whether a file's bytes (size and sha256) are RECORD's is stack:files' verdict, with the
+    # digest cache and the code/data rule; judged here too, a changed CA bundle was two fails.
+    for key, what in (("missing", "its RECORD lists are not on disk"),):
         n = int(rec.get(f"{key}_count") or 0)
         if n:
             shown = list(rec.get(f"{key}_files") or [])
@@ -77,7 +78,7 @@ def _records(ctx: DoctorContext) -> CheckResult:
         names.append(str(rec.get("name") or key))
     if not fails and not warns:
         return CheckResult("install:records", title, "ok",
-                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk at its size")
+                           f"{len(records)} distribution(s): metadata read, every file their RECORD lists is on disk")
     lines = fails + [f"{w} (not installed by wh: a warning)" for w in warns]
     return CheckResult("install:records", title, "fail" if fails else "warn", "\n".join(lines),
                        hint=f"reinstall what is named: `{reinstall_command(ctx, *names)}`",

@@ -34,7 +34,7 @@ from wheelhouse.install.state import installed_sources, read_install_state
 from wheelhouse.install.wheel.record import read_record
 from wheelhouse.target.interpreter import distinct_dirs
 
-from . import DoctorContext, Distribution
+from . import DoctorContext, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack", "record_rows"]
 
@@ -251,20 +251,30 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                    key=lambda t: -(t[3] or 0))
     states = digests.states([(d.location, rel) for d, rel, _, _ in tasks])
     bad: dict[str, list[str]] = {}
+    code: set[str] = set()  # distributions with a changed file the interpreter loads as code
     for (d, rel, digest, size), state in zip(tasks, states):
         why = _judge(d.location, rel, digest, size, state, patched, stubs)
         if why:
             bad.setdefault(d.key, []).append(why)
-    fails, warns = [], []
+            if _is_code(rel):
+                code.add(d.key)
+    fails, warns, damaged = [], [], []
     whole = not stack  # no wh install recorded: the environment is the stack, judged whole
     for key, whys in bad.items():
         d = ctx.distributions[key]
         e = stack.get(key)
-        origin = f"wheelhouse {e.wheelhouse}" if e else ("no wheelhouse recorded" if whole else
-                                                          "not part of an installed wheelhouse: a warning")
+        # Judged whole (no wheelhouse recorded), a changed data file is an image's own edit more often than
+        # damage (the stock H200 image appends its CAs to certifi's cacert.pem): a warning, said so. Code
+        # that differs from RECORD fails there too; in a recorded stack every difference fails.
+        failed = bool(e) or (whole and key in code)
+        origin = (f"wheelhouse {e.wheelhouse}" if e else
+                  "no wheelhouse recorded" + ("" if failed else "; only data files differ, no code: a warning")
+                  if whole else "not part of an installed wheelhouse: a warning")
         shown = whys[:_SHOWN] + ([f"and {len(whys) - _SHOWN} more"] if len(whys) > _SHOWN else [])
         line = f"{d.name} {d.version} ({origin}): " + "; ".join(shown)
-        (fails if e or whole else warns).append(line)
+        (fails if failed else warns).append(line)
+        if failed:
+            damaged.append(d.name)
     data: dict[str, Any] = {"files": len(tasks), "distributions": len(judged), "hashed": digests.hashed,
                             "hashed_bytes": digests.hashed_bytes, "thorough": digests.thorough,
                             "not_judged": foreign,
@@ -273,11 +283,21 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
     tail = (f"; {len(foreign)} installed by a system package manager, not judged by RECORD: {', '.join(foreign[:5])}"
             if foreign else "")
     if fails or warns:
-        return CheckResult(cid, title, "fail" if fails else "warn", "\n".join(fails + warns) + tail,
-                           hint=f"reinstall what is named (`wh install WHEELHOUSE --python {ctx.python}`, or "
-                                "`pip install --force-reinstall --no-deps NAME==VERSION` for one outside the stack)",
-                           data=data)
+        hint = (f"reinstall it: `{reinstall_command(ctx, *damaged)}`" if damaged else "") + \
+            ("; " if damaged and warns else "") + ("outside the stack: `pip install --force-reinstall --no-deps "
+                                                    "NAME==VERSION` where it matters" if warns else "")
+        return CheckResult(cid, title, "fail" if fails else "warn", "\n".join(fails + warns) + tail, hint=hint,
+                           data={**data, **({"reinstall": [canonicalize_name(n) for n in damaged]} if damaged else {})})
     how = ("every file hashed (--thorough)" if digests.thorough else
            f"{digests.hashed} hashed this run, the others unchanged since they were hashed (digest cache)")
     return CheckResult(cid, title, "ok", f"{len(tasks)} file(s) of {len(judged)} distribution(s) match their RECORD "
                                          f"({how}){tail}", data=data)
+
+
+_CODE_SUFFIXES = (".py", ".so", ".pyd", ".pth", ".dylib")
+
+
+def _is_code(rel: str) -> bool:
+    """A file the interpreter or the loader runs: Python sources, extension modules and libraries, .pth files."""
+    name = rel.rsplit("/", 1)[-1]
+    return name.endswith(_CODE_SUFFIXES) or ".so." in name or "/bin/" in f"/{rel}" or "/scripts/" in rel
