@@ -184,3 +184,16 @@ def test_by_default_the_top_level_names_of_what_the_stack_requests_are_its_entri
     r = run_doctor(str(image), checks=["native"], timeout=20, manifest=load_manifest(manifest)).get(
         "native:entry:poolengine")
     assert r.verdict == "fail" and "libtbb.so.12: cannot open shared object file" in r.evidence, r
+
+
+def test_a_file_its_record_lists_that_is_gone_is_a_fail_even_where_the_data_calls_the_module_optional(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "w", "jaxlib", {"jaxlib/__init__.py": "X = 1\n",
+                                                      **_pkgs("jaxlib/mlir", "jaxlib/mlir/_mlir_libs")},
+                        {f"jaxlib/mlir/_mlir_libs/_sdy_mpmd{SUFFIX}": _ext(build, "_sdy_mpmd")})
+    (site / f"jaxlib/mlir/_mlir_libs/_sdy_mpmd{SUFFIX}").unlink()
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:jaxlib")
+    assert r.verdict == "fail", r.evidence
+    assert "a fail: a file its RECORD lists is not on disk" in r.evidence and "reinstall jaxlib" in r.hint

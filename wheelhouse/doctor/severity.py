@@ -3,7 +3,7 @@
 What the engine will load must load. A failure is a **fail** when the module is
 
 - a top-level name (an engine finds it with ``find_spec`` and imports it: the reference deployment's trap),
-- one of the stack's entry modules (the manifest's ``[doctor] entry``; else the top-level names imported),
+- one of the stack's entry modules (the manifest's ``[doctor] entry``, and the top-level names of what it requests),
 - reached from them: importing the entries loaded it (``sys.modules`` after their import, in the target), or
 - a lazily loaded module whose failure no data calls optional: its package loads it by name when used.
 
@@ -97,6 +97,8 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
         return Judgement("fail", "an entry module of the stack: the engine imports it at start-up")
     if o.module in reach.reached:
         return Judgement("fail", f"the stack loads it: importing {reach.reached[o.module]} imports it")
+    if o.error_type == "FileNotFoundError" and o.found is False:
+        return Judgement("fail", "a file its RECORD lists is not on disk: a damaged install, whatever the module")
     rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
     lazily = "nothing in the stack reaches it (a lazily loaded module)"
     if rule is not None:
