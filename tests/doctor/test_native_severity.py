@@ -197,3 +197,21 @@ def test_a_file_its_record_lists_that_is_gone_is_a_fail_even_where_the_data_call
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:jaxlib")
     assert r.verdict == "fail", r.evidence
     assert "a fail: a file its RECORD lists is not on disk" in r.evidence and "reinstall jaxlib" in r.hint
+
+
+def test_what_the_stacks_entries_loaded_is_a_fail_whatever_the_data_says():
+    # The trace (sys.modules after importing the entries) outranks the optional data.
+    from wheelhouse.doctor.checks import Distribution
+    from wheelhouse.doctor.imports import ImportOutcome
+    from wheelhouse.doctor.optional import load_optional_modules
+    from wheelhouse.doctor.severity import StackReach, judge_failure
+
+    numba = Distribution("numba", "1.0", "/site", None, ("numba",), 1, ())
+    o = ImportOutcome("numba.np.ufunc.tbbpool", ok=False, error_type="ImportError",
+                      error="libtbb.so.12: cannot open shared object file: No such file or directory")
+    data = load_optional_modules()
+    lazy = judge_failure(numba, o, "numba/np/ufunc/tbbpool.so", StackReach(), data, {}, {})
+    assert lazy.severity == "warn" and "numba's TBB threading layer" in lazy.reason
+    reached = StackReach(entries=("engine.server",), reached={"numba.np.ufunc.tbbpool": "engine.server"})
+    judged = judge_failure(numba, o, "numba/np/ufunc/tbbpool.so", reached, data, {}, {})
+    assert (judged.severity, judged.reason) == ("fail", "the stack loads it: importing engine.server imports it")
