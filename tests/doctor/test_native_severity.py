@@ -215,3 +215,12 @@ def test_what_the_stacks_entries_loaded_is_a_fail_whatever_the_data_says():
     reached = StackReach(entries=("engine.server",), reached={"numba.np.ufunc.tbbpool": "engine.server"})
     judged = judge_failure(numba, o, "numba/np/ufunc/tbbpool.so", reached, data, {}, {})
     assert (judged.severity, judged.reason) == ("fail", "the stack loads it: importing engine.server imports it")
+
+
+def test_an_optional_entry_that_does_not_say_which_failure_is_refused(tmp_path):
+    from wheelhouse.doctor.optional import OptionalDataError, load_optional_modules
+
+    bad = tmp_path / "optional.toml"
+    bad.write_text('[[optional]]\ndistribution = "numba"\nmodules = ["numba.*"]\nreason = "anything goes"\n')
+    with pytest.raises(OptionalDataError, match="needs modules and libraries or errors"):
+        load_optional_modules(bad)
