@@ -2,7 +2,7 @@
 
 Opt-in (``-m registry`` or ``WH_TEST_REGISTRY=1``): pip installs the real wheels into a fresh venv (torch is
 left out: it is several GB). ``WH_REAL_STACK_VENV=/path/to/venv`` runs it on a venv built earlier with the
-same packages instead. A warning is true when the module it names really fails to import on its own and its
+same packages instead (torch may be in it too). A warning is true when the module it names really fails to import on its own and its
 distribution's top-level names import: what the warning says, executed.
 """
 
@@ -39,6 +39,7 @@ def _imports(py: Path, module: str) -> bool:
 
 
 @pytest.mark.registry
+@pytest.mark.timeout(3600)  # a real stack with torch on a shared 2-core host: minutes
 def test_registry_a_real_stack_gives_no_fail_no_untrue_warning_and_drops_nothing(tmp_path):
     py = _stack_venv(tmp_path)
     report = run_doctor(str(py), timeout=120)

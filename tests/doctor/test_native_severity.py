@@ -184,3 +184,43 @@ def test_by_default_the_top_level_names_of_what_the_stack_requests_are_its_entri
     r = run_doctor(str(image), checks=["native"], timeout=20, manifest=load_manifest(manifest)).get(
         "native:entry:poolengine")
     assert r.verdict == "fail" and "libtbb.so.12: cannot open shared object file" in r.evidence, r
+
+
+def test_a_file_its_record_lists_that_is_gone_is_a_fail_even_where_the_data_calls_the_module_optional(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "w", "jaxlib", {"jaxlib/__init__.py": "X = 1\n",
+                                                      **_pkgs("jaxlib/mlir", "jaxlib/mlir/_mlir_libs")},
+                        {f"jaxlib/mlir/_mlir_libs/_sdy_mpmd{SUFFIX}": _ext(build, "_sdy_mpmd")})
+    (site / f"jaxlib/mlir/_mlir_libs/_sdy_mpmd{SUFFIX}").unlink()
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:jaxlib")
+    assert r.verdict == "fail", r.evidence
+    assert "a fail: a file its RECORD lists is not on disk" in r.evidence and "reinstall jaxlib" in r.hint
+
+
+def test_what_the_stacks_entries_loaded_is_a_fail_whatever_the_data_says():
+    # The trace (sys.modules after importing the entries) outranks the optional data.
+    from wheelhouse.doctor.checks import Distribution
+    from wheelhouse.doctor.imports import ImportOutcome
+    from wheelhouse.doctor.optional import load_optional_modules
+    from wheelhouse.doctor.severity import StackReach, judge_failure
+
+    numba = Distribution("numba", "1.0", "/site", None, ("numba",), 1, ())
+    o = ImportOutcome("numba.np.ufunc.tbbpool", ok=False, error_type="ImportError",
+                      error="libtbb.so.12: cannot open shared object file: No such file or directory")
+    data = load_optional_modules()
+    lazy = judge_failure(numba, o, "numba/np/ufunc/tbbpool.so", StackReach(), data, {}, {})
+    assert lazy.severity == "warn" and "numba's TBB threading layer" in lazy.reason
+    reached = StackReach(entries=("engine.server",), reached={"numba.np.ufunc.tbbpool": "engine.server"})
+    judged = judge_failure(numba, o, "numba/np/ufunc/tbbpool.so", reached, data, {}, {})
+    assert (judged.severity, judged.reason) == ("fail", "the stack loads it: importing engine.server imports it")
+
+
+def test_an_optional_entry_that_does_not_say_which_failure_is_refused(tmp_path):
+    from wheelhouse.doctor.optional import OptionalDataError, load_optional_modules
+
+    bad = tmp_path / "optional.toml"
+    bad.write_text('[[optional]]\ndistribution = "numba"\nmodules = ["numba.*"]\nreason = "anything goes"\n')
+    with pytest.raises(OptionalDataError, match="needs modules and libraries or errors"):
+        load_optional_modules(bad)

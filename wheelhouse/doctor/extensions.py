@@ -16,7 +16,6 @@ never from hints such as ``top_level.txt``:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence

@@ -3,7 +3,7 @@
 What the engine will load must load. A failure is a **fail** when the module is
 
 - a top-level name (an engine finds it with ``find_spec`` and imports it: the reference deployment's trap),
-- one of the stack's entry modules (the manifest's ``[doctor] entry``; else the top-level names imported),
+- one of the stack's entry modules (the manifest's ``[doctor] entry``, and the top-level names of what it requests),
 - reached from them: importing the entries loaded it (``sys.modules`` after their import, in the target), or
 - a lazily loaded module whose failure no data calls optional: its package loads it by name when used.
 
@@ -16,16 +16,16 @@ Python module its distribution does not require (its own metadata says so). The 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from .checks import Distribution
+from .checks import DoctorContext, Distribution
 from .imports import ImportOutcome
 from .optional import OptionalData
 
-__all__ = ["StackReach", "Judgement", "judge_failure"]
+__all__ = ["StackReach", "Judgement", "judge_failure", "entry_modules", "stack_reach"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
         return Judgement("fail", "an entry module of the stack: the engine imports it at start-up")
     if o.module in reach.reached:
         return Judgement("fail", f"the stack loads it: importing {reach.reached[o.module]} imports it")
+    if o.error_type == "FileNotFoundError" and o.found is False:
+        return Judgement("fail", "a file its RECORD lists is not on disk: a damaged install, whatever the module")
     rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
     lazily = "nothing in the stack reaches it (a lazily loaded module)"
     if rule is not None:
@@ -109,3 +111,44 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
                                  f"{d.name} does not require (an optional module)")
     return Judgement("fail", "its package loads it by this name when that code runs (a lazily loaded module), "
                              "and no data names this failure optional")
+
+
+def entry_modules(ctx: DoctorContext) -> list[str]:
+    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests."""
+    named = list(ctx.manifest.doctor.entry) if ctx.manifest else []
+    for text in (ctx.manifest.requirements if ctx.manifest else ()):
+        try:
+            d = ctx.dist(Requirement(text).name)
+        except InvalidRequirement:
+            continue
+        named += list(d.import_names) if d is not None else []
+    return list(dict.fromkeys(named))
+
+
+def stack_reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[str, ImportOutcome]) -> StackReach:
+    """What importing the entry modules and every top-level name loaded, and the stack's CUDA major."""
+    reached: dict[str, str] = {}
+    for name, o in outcomes.items():
+        if "." not in name or name in entries:
+            for m in o.reached:
+                reached.setdefault(m, name)
+    major, source = _cuda_major(ctx)
+    return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
+                      major, source)
+
+
+_CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                "nvidia-cuda-runtime-cu11")
+
+
+def _cuda_major(ctx: DoctorContext) -> tuple[int | None, str | None]:
+    """The CUDA major the stack's packages pick their builds by: its cuda-bindings or CUDA runtime wheel."""
+    for name in _CUDA_WHEELS:
+        d = ctx.dist(name)
+        head = (d.version.split(".", 1)[0] if d else "")
+        if head.isdigit():
+            return int(head), f"{d.name} {d.version}"
+    cuda = getattr(ctx.target, "cuda_version", None) if ctx.target else None
+    if cuda and str(cuda).split(".", 1)[0].isdigit():
+        return int(str(cuda).split(".", 1)[0]), f"the wheelhouse target's CUDA {cuda}"
+    return None, None

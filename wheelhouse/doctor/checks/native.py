@@ -46,8 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.elf import BadElf, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
@@ -56,7 +54,7 @@ from wheelhouse.doctor.fatbin import device_code, sm_number
 from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
-from wheelhouse.doctor.severity import Judgement, StackReach, judge_failure
+from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
 from wheelhouse.target.gpu import Gpu
 from . import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import load_optional
@@ -346,7 +344,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
     here = target_interpreter(ctx.facts, ctx.python)
     plans = {d.key: load_plan(ctx, d, here) for d in dists}
-    entries = _entries(ctx)
+    entries = entry_modules(ctx)
     modules = [m for p in plans.values() for m in p.modules]
     files = {m: f for p in plans.values() for m, f in p.files.items()}
     # Top-level names (and the stack's entry modules) first: what their import loads is what the stack reaches.
@@ -358,52 +356,11 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone
                            and m not in outcomes], ctx, files))
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
-    reach = _reach(ctx, entries, outcomes)
+    reach = stack_reach(ctx, entries, outcomes)
     data = _optional_data()
     results = [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name))
                for d in dists]
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules})
-
-
-def _entries(ctx: DoctorContext) -> list[str]:
-    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests."""
-    named = list(ctx.manifest.doctor.entry) if ctx.manifest else []
-    for text in (ctx.manifest.requirements if ctx.manifest else ()):
-        try:
-            d = ctx.dist(Requirement(text).name)
-        except InvalidRequirement:
-            continue
-        named += list(d.import_names) if d is not None else []
-    return list(dict.fromkeys(named))
-
-
-def _reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[str, ImportOutcome]) -> StackReach:
-    """What importing the entry modules and every top-level name loaded, and the stack's CUDA major."""
-    reached: dict[str, str] = {}
-    for name, o in outcomes.items():
-        if "." not in name or name in entries:
-            for m in o.reached:
-                reached.setdefault(m, name)
-    major, source = _cuda_major(ctx)
-    return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
-                      major, source)
-
-
-_CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
-                "nvidia-cuda-runtime-cu11")
-
-
-def _cuda_major(ctx: DoctorContext) -> tuple[int | None, str | None]:
-    """The CUDA major the stack's packages pick their builds by: its cuda-bindings or CUDA runtime wheel."""
-    for name in _CUDA_WHEELS:
-        d = ctx.dist(name)
-        head = (d.version.split(".", 1)[0] if d else "")
-        if head.isdigit():
-            return int(head), f"{d.name} {d.version}"
-    cuda = getattr(ctx.target, "cuda_version", None) if ctx.target else None
-    if cuda and str(cuda).split(".", 1)[0].isdigit():
-        return int(str(cuda).split(".", 1)[0]), f"the wheelhouse target's CUDA {cuda}"
-    return None, None
 
 
 def _optional_data() -> OptionalData:
