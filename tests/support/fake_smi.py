@@ -7,6 +7,8 @@ proven on a machine without a GPU. Unknown arguments get the header, as the real
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -38,6 +40,29 @@ def h200s(n: int) -> list[Card]:
     return [Card() for _ in range(n)]
 
 
+_SCRIPT = """#!{python}
+import json, sys
+data = json.loads({data!r})
+args = sys.argv[1:]
+def query(prefix, rows):
+    fields = next(a for a in args if a.startswith(prefix))[len(prefix):].split(",")
+    units = "nounits" in " ".join(args)
+    for row in rows:
+        print(", ".join(str(row[f]) + ("" if units or not f.startswith(("memory", "used")) else " MiB") for f in fields))
+if any(a.startswith("--query-gpu=") for a in args):
+    query("--query-gpu=", data["gpus"])
+elif any(a.startswith("--query-compute-apps=") for a in args):
+    query("--query-compute-apps=", data["apps"])
+elif args[:1] == ["topo"]:
+    sys.stdout.write(data["topo"])
+elif args[:1] == ["-L"]:
+    for g in data["gpus"]:
+        print(f"GPU {{g['index']}}: {{g['name']}} (UUID: {{g['uuid']}})")
+else:
+    print(f"| NVIDIA-SMI {{data['driver']}}   Driver Version: {{data['driver']}}   CUDA Version: {{data['cuda']}} |")
+"""
+
+
 def _topo(n: int, link: str) -> str:
     head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity"
     rows = [f"GPU{i}\t" + "\t".join(" X " if i == j else link for j in range(n)) + "\t0-63\t0" for i in range(n)]
@@ -46,20 +71,17 @@ def _topo(n: int, link: str) -> str:
 
 def write_fake_smi(bin_dir: Path, cards: Sequence[Card], *, apps: Sequence[GpuApp] = (), link: str = "NV18",
                    driver: str = DRIVER, cuda: str = "13.0") -> Path:
-    """Write ``bin_dir/nvidia-smi`` answering for ``cards``; returns its path (put ``bin_dir`` first on PATH)."""
+    """Write ``bin_dir/nvidia-smi`` answering for ``cards``; returns its path (put ``bin_dir`` first on PATH).
+
+    ``--query-gpu`` and ``--query-compute-apps`` print the fields asked for, in the order asked, as the real one does.
+    """
+    gpus = [{"index": i, "name": c.name, "compute_cap": c.compute_capability, "memory.total": c.total_mib,
+             "memory.used": c.used_mib, "driver_version": driver, "uuid": f"GPU-fake-{i}"} for i, c in enumerate(cards)]
+    procs = [{"pid": a.pid, "gpu_uuid": f"GPU-fake-{a.gpu}", "used_memory": a.used_mib, "process_name": a.name}
+             for a in apps]
+    data = json.dumps({"gpus": gpus, "apps": procs, "topo": _topo(len(cards), link), "driver": driver, "cuda": cuda})
     bin_dir.mkdir(parents=True, exist_ok=True)
-    gpus = "".join(f"{i}, {c.name}, {c.compute_capability}, {c.total_mib}, {c.used_mib}, {driver}, GPU-fake-{i}\n"
-                   for i, c in enumerate(cards))
-    procs = "".join(f"GPU-fake-{a.gpu}, {a.pid}, {a.used_mib}, {a.name}\n" for a in apps)
-    script = f"""#!/bin/sh
-case "$1" in
-  --query-gpu=*) printf '%s' '{gpus}' ;;
-  --query-compute-apps=*) printf '%s' '{procs}' ;;
-  topo) printf '%s' '{_topo(len(cards), link)}' ;;
-  *) printf '| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: {cuda} |\\n' ;;
-esac
-"""
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(script)
+    smi.write_text(_SCRIPT.format(python=sys.executable, data=data))
     smi.chmod(0o755)
     return smi
