@@ -61,8 +61,8 @@ bootstrap_wh "$WH_DIR" "$WORK/whv"
 if has doctor; then
   nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
   nvidia-smi --query-gpu=index,driver_version,compute_cap --format=csv,noheader >"$OUT/cards.csv" 2>&1
-  DRIVERS=$(cut -d, -f2 "$OUT/cards.csv" | sort -u | tr -d ' ' | tr '\n' ' ')
-  SMS=$(cut -d, -f3 "$OUT/cards.csv" | sort -u | tr -d ' ' | tr '\n' ' ')
+  DRIVERS=$(cut -d, -f2 "$OUT/cards.csv" | sort -u | tr -d ' ' | xargs)
+  SMS=$(cut -d, -f3 "$OUT/cards.csv" | sort -u | tr -d ' ' | xargs)
   SM=${SMS%% *}
   say "nvidia-smi: driver(s) $DRIVERS; sm(s) $SMS; topo -m: $(grep -E '^GPU0' "$OUT/topo.txt" | tr -s '\t ' ' ' | cut -c1-120)"
   for want in $N $((N + 1)); do
@@ -76,7 +76,7 @@ if has doctor; then
   [[ $DEV == "ok :: $N GPU(s)"* ]] && [[ $DEV == *"every card sm $SM"* ]] && [ "$(echo $DRIVERS | wc -w)" = 1 ] \
     && pass "D1 doctor sees $N GPUs, one driver ($DRIVERS) and sm $SM on every card" || bad "D1 doctor cards: $DEV; drivers $DRIVERS"
   check_of "$OUT/d-doctor-$N.json" gpu:interconnect | grep -qE "^info :: (NVLink|PCIe)" \
-    && pass "D2 interconnect reported: $(check_of "$OUT/d-doctor-$N.json" gpu:interconnect | cut -d: -f3- | cut -c1-80)" \
+    && pass "D2 interconnect reported: $(check_of "$OUT/d-doctor-$N.json" gpu:interconnect | cut -d: -f3- | cut -c2-80)" \
     || bad "D2 interconnect: $(check_of "$OUT/d-doctor-$N.json" gpu:interconnect)"
   E1=$(check_of "$OUT/d-doctor-$N.json" gpu:expected); E2=$(check_of "$OUT/d-doctor-$((N + 1)).json" gpu:expected)
   [[ $E1 == ok* ]] && [[ $E2 == "fail :: $N GPU(s), manifest expects $((N + 1))"* ]] \
