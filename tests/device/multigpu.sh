@@ -24,6 +24,7 @@
 # NVLink multicast stays off everywhere (the shared hosts' rule): the three variables are exported here for
 # everything this script starts, and the box's manifest sets them in [serve] env for the engine (docs/serve.md).
 # Evidence in $OUT; PASS/FAIL lines and a summary at the end; exit 1 when anything failed.
+# (REHEARSAL=1, for the CPU rehearsal only: the preflight's doctor runs its gpu checks alone.)
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 N=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c '^[0-9]')
@@ -98,12 +99,14 @@ if { has preflight || has tp; } && [ ! -x "$SV/bin/ft" ]; then
 fi
 
 # The box's manifest: FreeToken over every card, NVLink multicast off for the engine and its ranks.
+DOCTOR_REHEARSAL=""; [ -n "${REHEARSAL:-}" ] && DOCTOR_REHEARSAL='checks = ["gpu"]  # REHEARSAL on a CPU machine'
 cat >"$WORK/serve-tp.toml" <<EOF
 [stack]
 name = "freetoken-tiny-tp$N"
 requirements = []
 [doctor]
 gpus = $N
+$DOCTOR_REHEARSAL
 [serve]
 command = ["$SV/bin/ft", "serve", "--model-path", "{model}", "--port", "{port}", "--gpu", "$GPU_LIST", "--tensor-parallel-size", "$N", "--memory-ratio", "0.5", "--max-running-requests", "8"]
 ready = "health"
@@ -119,8 +122,11 @@ if [ -x "$SV/bin/ft" ]; then
   $WH env --python "$SPY" --json >"$OUT/t-env.json" 2>"$OUT/t-env.stderr"
   eval "$($WH env --python "$SPY" 2>>"$OUT/t-env.stderr")"
   NVCC=$(command -v nvcc)
-  say "wh env: nvcc on PATH = ${NVCC:-none} ($(nvcc --version 2>/dev/null | grep -oE 'release [0-9.]+' | head -1)); wh env --json nvcc: $("$PY" -c "import json,sys; print(json.load(open(sys.argv[1])).get('nvcc'))" "$OUT/t-env.json" 2>/dev/null)"
+  NO_WHEEL_NVCC="none (no nvidia-cuda-nvcc wheel: the nvcc already on PATH is used)"
+  ENV_NVCC=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1])).get('nvcc') or '')" "$OUT/t-env.json" 2>/dev/null)
+  say "wh env: nvcc on PATH = ${NVCC:-none} ($(nvcc --version 2>/dev/null | grep -oE 'release [0-9.]+' | head -1)); wh env --json nvcc: ${ENV_NVCC:-$NO_WHEEL_NVCC}"
   [ -n "$NVCC" ] || bad "T0 no nvcc on PATH after wh env: FreeToken cannot compile pynccl.cu at TP $N"
+  [ -z "$ENV_NVCC" ] || [ "$(realpath "$ENV_NVCC")" = "$(realpath "$NVCC")" ] || bad "T0 wh env names $ENV_NVCC but PATH finds $NVCC first"
 fi
 
 # --- preflight: a card held by another process -------------------------------------------------------
@@ -164,24 +170,30 @@ print(f\"ready in {d.get('ready_s')} s; model {s.get('model')}; {s.get('tokens')
   nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits >"$OUT/t-apps.csv"
   nvidia-smi --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits >"$OUT/t-mem.csv"
   RANKS=$(cut -d, -f1 "$OUT/t-apps.csv" | tr -d ' ' | sort -u | tr '\n' ' ')
+  GROUP=$("$PY" -c "
+import os, sys
+for d in os.listdir('/proc'):
+    try:
+        if d.isdigit() and os.getpgid(int(d)) == int(sys.argv[1]): print(d)
+    except OSError: pass" "${LEADER:-0}" | tr '\n' ' ')  # every process of the engine group: ranks, tokenizer, ...
   MEM=$(cut -d, -f3 "$OUT/t-mem.csv" | tr -d ' ' | tr '\n' ' ')
-  say "per-rank GPU memory (MiB, GPU 0..$LAST): $MEM; rank pids: $RANKS"
+  say "per-rank GPU memory (MiB, GPU 0..$LAST): $MEM; rank pids (nvidia-smi): $RANKS; engine's process group: $GROUP"
   "$PY" -c "import sys; m = [int(x) for x in sys.argv[1].split()]; sys.exit(0 if len(m) == $N and min(m) > 1024 and (max(m) - min(m)) <= 0.05 * max(m) else 1)" "$MEM" \
     && [ "$(echo $RANKS | wc -w)" -ge "$N" ] && pass "T2 the same memory on every rank: $MEM MiB ($(echo $RANKS | wc -w) rank processes)" \
     || bad "T2 per-rank memory $MEM MiB, rank pids $RANKS"
   NV_BAD=""
-  for pid in $LEADER $RANKS; do
+  for pid in $(echo $LEADER $RANKS $GROUP | tr ' ' '\n' | sort -u); do
     envs=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' | sort | tr '\n' ' ')
     [ "$envs" = "NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 " ] || NV_BAD+="pid $pid: '${envs}' "
     nv=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^PATH=//p' | tr ':' '\n' | while read -r d; do [ -x "$d/nvcc" ] && echo "$d/nvcc" && break; done)
     [ "$nv" = "${NVCC:-}" ] || NV_BAD+="pid $pid: nvcc ${nv:-none} "
   done
-  [ -z "$NV_BAD" ] && pass "T3 NVLink multicast off and wh env's nvcc first on PATH in the engine and all its ranks ($LEADER $RANKS)" \
+  [ -z "$NV_BAD" ] && pass "T3 NVLink multicast off and wh env's nvcc first on PATH in the engine and all its processes ($(echo $LEADER $RANKS $GROUP | tr ' ' '\n' | sort -u | wc -l): $GROUP)" \
     || bad "T3 engine environment: $NV_BAD"
   $WH stop --json >"$OUT/t-stop.json" 2>"$OUT/t-stop.stderr"; rc=$?
   say "stop: rc=$rc $(tail -1 "$OUT/t-stop.stderr" | cut -c1-160)"
   sleep 2
-  LEFT=""; for pid in $LEADER $RANKS; do [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && LEFT+="$pid "; done
+  LEFT=""; for pid in $LEADER $RANKS $GROUP; do [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && LEFT+="$pid "; done
   APPS=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')
   AFTER=$(smi_used | cut -d, -f2 | tr '\n' ' ')
   [ $rc = 0 ] && [ -z "$LEFT" ] && [ -z "$APPS" ] && "$PY" -c "import sys; sys.exit(0 if max(int(x) for x in sys.argv[1].split()) < 1024 else 1)" "$AFTER" \
