@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broken_packages import make_venv
-from fake_smi import Card, h200s, write_fake_smi
+from fake_smi import Card, GpuApp, h200s, write_fake_smi
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +83,13 @@ def test_compare_of_all_cards_and_two_of_them_shows_only_the_count(tmp_path, ven
     assert proc.returncode == 1, proc.stderr
     lines = [d["line"] for d in json.loads(proc.stdout)["differences"]]
     assert lines == ["GPU count: 4 on all-gpus; 2 on gpus-0-1"], lines
+
+
+def test_a_busy_card_names_the_processes_holding_it(tmp_path, venv):
+    cards = h200s(4)
+    cards[2] = Card(used_mib=6144)
+    write_fake_smi(tmp_path / "bin", cards, apps=[GpuApp(4182, 2, 6144, "/opt/torch/.venv/bin/python3")])
+    memory = result(doctor(tmp_path, venv), "gpu:memory")
+    assert memory["verdict"] == "warn"
+    assert memory["evidence"] == ("GPU 2 has 6144 MiB in use (> 1024 MiB): another job is on it "
+                                  "(pid 4182 /opt/torch/.venv/bin/python3 6144 MiB)")

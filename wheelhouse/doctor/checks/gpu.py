@@ -66,6 +66,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     out.append(CheckResult(
         "gpu:memory", CHECKS["gpu:memory"], "warn" if busy else "ok",
         ("; ".join(f"GPU {x.index} has {x.memory_used_mib} MiB in use (> {limit} MiB): another job is on it"
+                   + (" (" + ", ".join(f"pid {p.pid} {p.name} {p.used_mib} MiB".replace("  ", " ") for p in x.processes) + ")"
+                      if x.processes else "")
                    for x in busy)) or f"every card uses <= {limit} MiB",
         hint="find the process with `nvidia-smi`, stop it, or pick other cards with CUDA_VISIBLE_DEVICES" if busy else None,
     ))
