@@ -44,7 +44,9 @@ def test_four_cards_the_manifest_count_and_the_interconnect(tmp_path, venv):
     devices = result(report, "gpu:devices")
     assert devices["verdict"] == "ok" and devices["evidence"].startswith("4 GPU(s), driver 580.159.04")
     assert "every card sm 9.0" in devices["evidence"]
-    assert result(report, "gpu:interconnect")["evidence"] == "NVLink between cards"
+    inter = result(report, "gpu:interconnect")
+    assert inter["evidence"] == "NVLink between cards" and inter["data"]["topology"] == "nvlink"
+    assert inter["data"]["matrix"].splitlines()[1].split()[:5] == ["GPU0", "X", "NV18", "NV18", "NV18"]  # topo -m kept
 
 
 def test_a_card_of_another_sm_is_a_fail_naming_it(tmp_path, venv):

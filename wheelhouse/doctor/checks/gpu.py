@@ -78,7 +78,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         topo = {"nvlink": "NVLink between cards", "pcie": "PCIe only (no NVLink): every cross-GPU transfer crosses PCIe"}
         out.append(CheckResult("gpu:interconnect", CHECKS["gpu:interconnect"], "info",
                                topo.get(g.topology or "", "unknown (`nvidia-smi topo -m` gave nothing)"),
-                               data={"topology": g.topology}))
+                               data={"topology": g.topology, "matrix": g.topology_matrix}))
     return out
 
 
