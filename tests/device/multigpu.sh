@@ -111,7 +111,7 @@ $DOCTOR_REHEARSAL
 command = ["$SV/bin/ft", "serve", "--model-path", "{model}", "--port", "{port}", "--gpu", "$GPU_LIST", "--tensor-parallel-size", "$N", "--memory-ratio", "0.5", "--max-running-requests", "8"]
 ready = "health"
 url = "http://127.0.0.1:18933"
-timeout = 540
+timeout = 420
 [serve.env]
 NCCL_NVLS_ENABLE = "0"
 TORCH_SYMM_MEM_DISABLE_MULTICAST = "1"
@@ -155,7 +155,7 @@ fi
 # --- tp: FreeToken over N cards ----------------------------------------------------------------------
 if has tp && [ -x "$SV/bin/ft" ]; then
   T0=$(date +%s)
-  timeout 600 $WH serve "$WORK/serve-tp.toml" --model "$MODEL" --gpus "$N" --python "$SPY" --log "$OUT/t-serve.log" \
+  timeout 480 $WH serve "$WORK/serve-tp.toml" --model "$MODEL" --gpus "$N" --python "$SPY" --log "$OUT/t-serve.log" \
     --detach --smoke --json >"$OUT/t-serve.json" 2>"$OUT/t-serve.stderr"; rc=$?
   FACTS=$("$PY" -c "
 import json,sys
