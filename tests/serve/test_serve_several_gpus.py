@@ -6,10 +6,8 @@ manifest for the shared H200 hosts)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path

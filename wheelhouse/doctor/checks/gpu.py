@@ -84,7 +84,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
 
 def _devices(g: GpuFacts) -> CheckResult:
     """The cards, and whether they agree: a tensor- or pipeline-parallel group runs one kernel build on every rank,
-    so one card of another sm is a fail (the driver is one per host: nvidia-smi reports it once)."""
+    so one card of another sm is a fail (the driver is one per host: the same on every card)."""
     lines = [f"{x.index}: {x.name} sm {x.compute_capability} {x.memory_used_mib}/{x.memory_total_mib} MiB used"
              for x in g.gpus]
     limit = f" (CUDA_VISIBLE_DEVICES={g.visible}: {len(g.gpus)} of {g.total} cards)" if g.visible is not None else ""
