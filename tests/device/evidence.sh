@@ -29,30 +29,10 @@ WORK=${WORK:-/tmp/wh-evidence}
 mkdir -p "$WORK"
 export WH_STATE_DIR="$WORK/state"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-declare -a SUMMARY=()
-FAIL=0
-say() { SUMMARY+=("$*"); echo "== $*" >&2; }
-bad() { FAIL=1; say "FAIL $*"; }
-pass() { say "PASS $*"; }
-count() {  # count VERDICT REPORT.json -> how many results have that verdict
-  "$PY" -c "import json,sys; print(sum(1 for r in json.load(open(sys.argv[2])).get('results', []) if r.get('verdict') == sys.argv[1]))" "$1" "$2" 2>/dev/null || echo "?"
-}
-fails() {  # fails REPORT.json -> one line per failing check
-  "$PY" -c "
-import json,sys
-for r in json.load(open(sys.argv[1])).get('results', []):
-    if r.get('verdict') in ('fail', 'error'): print(r.get('id'), '::', str(r.get('evidence'))[:300])" "$1" 2>/dev/null
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # --- wh itself, offline, from the wheelhouse's bootstrap/ ------------------------------------------------
-WHV="$WORK/whv"
-if [ ! -x "$WHV/bin/wh" ]; then
-  "$PY" -m venv --without-pip "$WHV"
-  (cd "$WH_DIR" && "$PY" -m pip --python "$WHV/bin/python" install -q --no-index --find-links bootstrap/ wh) \
-    >"$OUT/bootstrap.log" 2>&1 || bad "bootstrap: $(tail -3 "$OUT/bootstrap.log")"
-fi
-WH="$WHV/bin/wh"
-say "wh $($WH --version 2>&1); python $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+bootstrap_wh "$WH_DIR" "$WORK/whv"
 
 # --- Part A: the stock image -----------------------------------------------------------------------------
 if [[ $PART == *A* ]]; then
@@ -84,82 +64,16 @@ if [[ $PART == *B* ]]; then
   [ -d "$MIRROR" ] || { bad "no FreeToken mirror at $MIRROR"; PART=; }
 fi
 if [[ $PART == *B* ]]; then
-  COMMIT=$(git --git-dir "$MIRROR" rev-parse HEAD)
   BV="$WORK/bv"; SV="$WORK/serve"; HOUSE="$WORK/house"
-  rm -rf "$BV" "$SV" "$HOUSE"
-  t0=$(date +%s)
-  $WH install "$WH_DIR" --venv "$BV" --system-site-packages --python "$PY" --json >"$OUT/b-bv.json" 2>"$OUT/b-bv.stderr" \
-    || bad "build venv: wh install rc=$? $(tail -2 "$OUT/b-bv.stderr")"
-  say "build venv from the carried wheelhouse in $(( $(date +%s) - t0 )) s"
-  cat >"$WORK/freetoken.toml" <<EOF
-[engine]
-name = "freetoken"
-repo = "$MIRROR"
-commit = "$COMMIT"
+  build_freetoken B1 "$WH_DIR" "$MIRROR" "$BV" "$HOUSE"
 
-[engine.build]
-subdirectory = "."
-no-build-isolation = true
-link-sonames = true
-[engine.build.env]
-MAX_JOBS = "16"
-EOF
-  cp -a "$WH_DIR" "$HOUSE"
-  t0=$(date +%s)
-  $WH build "$WORK/freetoken.toml" -o "$HOUSE" --python "$BV/bin/python" --cache-dir "$WORK/cache" --json \
-    >"$OUT/b-build.json" 2>"$OUT/b-build.stderr"; rc=$?
-  BUILD_S=$(( $(date +%s) - t0 ))
-  WHEEL=$(ls "$HOUSE"/wheels/freetoken-*.whl 2>/dev/null | head -1)
-  [ $rc = 0 ] && [ -n "$WHEEL" ] && pass "B1 wh build FreeToken $COMMIT in ${BUILD_S} s: $(basename "$WHEEL")" \
-    || bad "B1 wh build rc=$rc: $(grep -iE 'error|missing|hint' "$OUT/b-build.stderr" | head -4 | cut -c1-200 | tr '\n' ';')"
-  cp "$HOUSE"/logs/*.log "$OUT/" 2>/dev/null
-  $WH links --undo --python "$BV/bin/python" >/dev/null 2>&1
-
-  t0=$(date +%s)
-  $WH install "$HOUSE" --venv "$SV" --system-site-packages --python "$PY" --json >"$OUT/b-install.json" 2>"$OUT/b-install.stderr"; rc=$?
-  [ $rc = 0 ] && pass "B2 wh install of engine + delta into $SV in $(( $(date +%s) - t0 )) s: $(grep -E '^installed|installed [0-9]' "$OUT/b-install.stderr" | head -1)" \
-    || bad "B2 wh install rc=$rc: $(tail -3 "$OUT/b-install.stderr" | tr '\n' ';')"
-  SPY="$SV/bin/python"
-  "$SPY" -c "import flashlib, freetoken, torch; print('flashlib', flashlib.__file__); print('torch', torch.__version__, torch.__file__)" >"$OUT/b-imports.txt" 2>&1 \
-    && say "engine imports: $(tr '\n' ' ' <"$OUT/b-imports.txt" | cut -c1-240)" || bad "engine imports: $(tail -2 "$OUT/b-imports.txt")"
+  install_engine B2 "$HOUSE" "$SV"
   "$SPY" -c "import importlib.util as u; print(u.find_spec('cutlass'))" >"$OUT/b-cutlass.txt" 2>&1
   say "nvidia-cutlass-dsl (excluded by the manifest) findable: $(cat "$OUT/b-cutlass.txt")"
 
   # A tiny random-weight qwen2 checkpoint and tokenizer, written here with the image's libraries.
   MODEL="$WORK/tiny-qwen2"
-  "$PY" - "$MODEL" >"$OUT/b-model.log" 2>&1 <<'PYEOF'
-import sys, json
-from pathlib import Path
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
-special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-tok = Tokenizer(models.BPE())
-tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-tok.decoder = decoders.ByteLevel()
-words = ("the quick brown fox jumps over the lazy dog offline wheelhouse doctor serve token engine model "
-         "hello world a an of to in is it that for on with as was at by be this from or have not are").split()
-corpus = [" ".join(words[(i * 7 + j) % len(words)] for j in range(24)) for i in range(400)]
-tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=900, special_tokens=special,
-                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-fast.save_pretrained(out)
-vocab = 1024
-cfg = Qwen2Config(vocab_size=vocab, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6,
-                  tie_word_embeddings=False, eos_token_id=fast.eos_token_id, bos_token_id=fast.pad_token_id,
-                  pad_token_id=fast.pad_token_id)
-cfg.architectures = ["Qwen2ForCausalLM"]
-torch.manual_seed(0)
-model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
-model.save_pretrained(out, safe_serialization=True)
-GenerationConfig(eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id).save_pretrained(out)
-print("tokenizer", len(fast), "params", sum(p.numel() for p in model.parameters()))
-PYEOF
-  [ $? = 0 ] && say "tiny model: $(tail -1 "$OUT/b-model.log"), $(du -sh "$MODEL" | cut -f1)" || bad "tiny model: $(tail -3 "$OUT/b-model.log")"
+  make_tiny_model "$MODEL"  # 4 attention heads, 2 kv heads, hidden 512
 
   cat >"$WORK/serve.toml" <<EOF
 [stack]
@@ -239,8 +153,5 @@ PYEOF
   say "GPU processes after stop: $(cat "$OUT/b-gpu-after.txt" | tr '\n' ' ')"
 fi
 
-echo
-echo "==== evidence on the box ===="
-printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
-[ $FAIL = 0 ] && echo "RESULT: OK" || echo "RESULT: FAILED"
+summary "evidence on the box"
 exit $FAIL

@@ -92,11 +92,24 @@ def test_gpu_model_sm_count_cuda_and_a_missing_package(tmp_path):
     assert got == [
         "cuda: 13.0 on a, c; 12.9 on b",
         "GPU count: 8 on a, b; 1 on c",
-        "GPU model: NVIDIA H200 x8 on a; NVIDIA H100 80GB HBM3 x8 on b; NVIDIA L4 x1 on c",
-        "GPU sm: sm_90 x8 on a, b; sm_89 x1 on c",
+        # the count is said once, above: a node of one kind of card names the kind alone
+        "GPU model: NVIDIA H200 on a; NVIDIA H100 80GB HBM3 on b; NVIDIA L4 on c",
+        "GPU sm: sm_90 on a, b; sm_89 on c",
         "interconnect: nvlink on a, b; none on c",
         # native:torch is absent on b because torch is: one line for that, under distributions
         "torch: 2.9.0 on a, c; not installed on b",
+    ]
+
+
+def test_nodes_of_one_count_mixing_other_cards_still_differ(tmp_path):
+    a, b = report("a", gpus=("NVIDIA H200", "9.0", 4)), report("b", gpus=("NVIDIA H200", "9.0", 4))
+    for g in a["facts"]["gpu"]["gpus"][3:]:
+        g.update(name="NVIDIA L4", compute_capability="8.9")
+    for g in b["facts"]["gpu"]["gpus"][2:]:
+        g.update(name="NVIDIA L4", compute_capability="8.9")
+    assert lines(compare(tmp_path, {"a": a, "b": b})) == [
+        "GPU model: NVIDIA H200 x3 + NVIDIA L4 x1 on a; NVIDIA H200 x2 + NVIDIA L4 x2 on b",
+        "GPU sm: sm_89 x1 + sm_90 x3 on a; sm_89 x2 + sm_90 x2 on b",
     ]
 
 

@@ -59,7 +59,8 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
     from wheelhouse.target.gpu import query_gpus
 
     reporter = ui.reporter()
-    gpus = query_gpus()
+    # Every card: check_gpus limits them to the engine's CUDA_VISIBLE_DEVICES ([serve] env over wh's own).
+    gpus = query_gpus(environ={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
 
     def doctor_fn():
         return run_doctor(python=python, manifest=manifest, model=Path(model) if model else None, reporter=reporter).failed

@@ -73,6 +73,14 @@ def _obj(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+def _mix(kinds: Counter) -> str:
+    """``NVIDIA H200`` when every card is one kind (the count is ``GPU count``'s, said once); a mixed node names
+    each kind's count: ``NVIDIA H200 x3 + NVIDIA L4 x1``."""
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    return " + ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
+
+
 def _gpu_facts(gpu: Mapping[str, Any]) -> dict[str, str | None]:
     if not gpu:
         keys = ("GPU query", "GPU count", "GPU model", "GPU sm", "interconnect")
@@ -83,8 +91,8 @@ def _gpu_facts(gpu: Mapping[str, Any]) -> dict[str, str | None]:
     return {
         "GPU query": f"failed: {gpu['error']}" if _str(gpu.get("error")) else "ok",
         "GPU count": str(len(cards)),
-        "GPU model": " + ".join(f"{m} x{n}" for m, n in sorted(models.items())) or "none",
-        "GPU sm": " + ".join(f"{s} x{n}" for s, n in sorted(sms.items())) or "none",
+        "GPU model": _mix(models),
+        "GPU sm": _mix(sms),
         "interconnect": _str(gpu.get("topology")) or ("none" if len(cards) < 2 else "unknown"),
     }
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
-from wheelhouse.target.gpu import Gpu
+from wheelhouse.target.gpu import Gpu, visible_gpus
 from . import ServeError
+from .listener import describe
 
 __all__ = ["DEFAULT_MAX_USED_MIB", "PreflightFailed", "check_gpus", "engine_python", "run_preflight"]
 
@@ -36,17 +37,9 @@ class PreflightFailed(ServeError):
         )
 
 
-def _visible(gpus: Sequence[Gpu], visible: str | None) -> list[Gpu]:
-    """Only the cards the engine will see (CUDA_VISIBLE_DEVICES as indices; UUIDs are not filtered)."""
-    if not visible or not all(p.strip().isdigit() for p in visible.split(",")):
-        return list(gpus)
-    wanted = {int(p) for p in visible.split(",")}
-    return [g for g in gpus if g.index in wanted]
-
-
 def check_gpus(gpus: Sequence[Gpu], *, expected: int | None, max_used_mib: int | None, visible: str | None = None) -> list[str]:
     """Problems with the cards: a wrong count (exact, like the vLLM reference deployment's script) or a card already busy."""
-    cards = _visible(gpus, visible)
+    cards = visible_gpus(gpus, visible)
     problems = []
     if expected is not None and len(cards) != expected:
         where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""
@@ -57,9 +50,20 @@ def check_gpus(gpus: Sequence[Gpu], *, expected: int | None, max_used_mib: int |
         used = g.memory_used_mib
         if used is not None and used > limit:
             problems.append(
-                f"GPU {g.index} ({g.name}) already has {used} MiB in use (limit {limit} MiB): another job holds it; stop it first"
+                f"GPU {g.index} ({g.name}) already has {used} MiB in use (limit {limit} MiB): another job holds it"
+                + (f" ({_holders(g)})" if g.processes else "") + "; stop it first"
             )
     return problems
+
+
+def _holders(g: Gpu) -> str:
+    """``held by pid 4182 (python3 hog.py) with 6144 MiB``: the command line where /proc shows it, else nvidia-smi's name."""
+    def one(p) -> str:
+        who = describe(p.pid)
+        if who == f"pid {p.pid}" and p.name:
+            who += f" ({p.name})"
+        return who + (f" with {p.used_mib} MiB" if p.used_mib is not None else "")
+    return "held by " + ", ".join(one(p) for p in g.processes)
 
 
 def engine_python(argv: Sequence[str]) -> str | None:

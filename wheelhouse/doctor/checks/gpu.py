@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
+from wheelhouse.target.gpu import GpuFacts
 from . import DoctorContext, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "DEFAULT_MAX_USED_MIB"]
 
 GROUP = "gpu"
 CHECKS = {
-    "gpu:devices": "NVIDIA GPUs visible (count, name, sm, memory)",
+    "gpu:devices": "NVIDIA GPUs visible (count, name, sm, memory), all of one sm",
     "gpu:expected": "GPU count and sm match the manifest's [doctor] expectations",
     "gpu:memory": "no card already has memory in use by another job",
     "gpu:driver-cuda": "the driver supports the CUDA version torch was built for (asked torch, executed)",
@@ -41,12 +42,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
             else:
                 out.append(CheckResult(cid, title, "skip", f"no GPU: {why}"))
         return out
-    lines = [f"{x.index}: {x.name} sm {x.compute_capability} {x.memory_used_mib}/{x.memory_total_mib} MiB used"
-             for x in g.gpus]
-    out.append(CheckResult("gpu:devices", CHECKS["gpu:devices"], "ok",
-                           f"{len(g.gpus)} GPU(s), driver {g.driver_version}, CUDA {g.cuda_version} ({g.source}); "
-                           + "; ".join(lines),
-                           data=g.to_json()))
+    out.append(_devices(g))
     # Expectations.
     if exp and (exp.gpus or exp.sm):
         problems = []
@@ -70,6 +66,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     out.append(CheckResult(
         "gpu:memory", CHECKS["gpu:memory"], "warn" if busy else "ok",
         ("; ".join(f"GPU {x.index} has {x.memory_used_mib} MiB in use (> {limit} MiB): another job is on it"
+                   + (" (" + ", ".join(f"pid {p.pid} {p.name} {p.used_mib} MiB".replace("  ", " ") for p in x.processes) + ")"
+                      if x.processes else "")
                    for x in busy)) or f"every card uses <= {limit} MiB",
         hint="find the process with `nvidia-smi`, stop it, or pick other cards with CUDA_VISIBLE_DEVICES" if busy else None,
     ))
@@ -80,8 +78,30 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         topo = {"nvlink": "NVLink between cards", "pcie": "PCIe only (no NVLink): every cross-GPU transfer crosses PCIe"}
         out.append(CheckResult("gpu:interconnect", CHECKS["gpu:interconnect"], "info",
                                topo.get(g.topology or "", "unknown (`nvidia-smi topo -m` gave nothing)"),
-                               data={"topology": g.topology}))
+                               data={"topology": g.topology, "matrix": g.topology_matrix}))
     return out
+
+
+def _devices(g: GpuFacts) -> CheckResult:
+    """The cards, and whether they agree: a tensor- or pipeline-parallel group runs one kernel build on every rank,
+    so one card of another sm is a fail (the driver is one per host: the same on every card)."""
+    lines = [f"{x.index}: {x.name} sm {x.compute_capability} {x.memory_used_mib}/{x.memory_total_mib} MiB used"
+             for x in g.gpus]
+    limit = f" (CUDA_VISIBLE_DEVICES={g.visible}: {len(g.gpus)} of {g.total} cards)" if g.visible is not None else ""
+    by_sm: dict[str | None, list[int]] = {}
+    for x in g.gpus:
+        by_sm.setdefault(x.compute_capability, []).append(x.index)
+    head = f"{len(g.gpus)} GPU(s), driver {g.driver_version}, CUDA {g.cuda_version} ({g.source}){limit}"
+    if len(by_sm) > 1:
+        groups = sorted(by_sm.items(), key=lambda kv: -len(kv[1]))
+        split = "; ".join(f"GPU {', '.join(map(str, ix))} sm {sm}" for sm, ix in groups)
+        return CheckResult("gpu:devices", CHECKS["gpu:devices"], "fail",
+                           f"{head}; the cards disagree: {split}; " + "; ".join(lines), data=g.to_json(),
+                           hint="give the engine cards of one sm with CUDA_VISIBLE_DEVICES="
+                                + ",".join(map(str, groups[0][1])))
+    agree = f"; every card sm {g.gpus[0].compute_capability}" if len(g.gpus) > 1 else ""
+    return CheckResult("gpu:devices", CHECKS["gpu:devices"], "ok", f"{head}{agree}; " + "; ".join(lines),
+                       data=g.to_json())
 
 
 def _driver_vs_torch(ctx: DoctorContext) -> CheckResult:
