@@ -85,6 +85,21 @@ def _variant(o: ImportOutcome, relpath: str | None, reach: StackReach, data: Opt
     return None
 
 
+def _served_by(d: Distribution, o: ImportOutcome, installed: Mapping[str, Distribution]) -> Distribution | None:
+    """The other installed distribution whose folder the import system searches for ``o``'s parent package, when
+    that folder has no such module (not a checkout on PYTHONPATH: one installed distribution replacing another)."""
+    if not (o.shadowed and o.error_type == "ModuleNotFoundError" and o.missing == o.module):
+        return None
+    folder = o.shadowed.rstrip("/")
+    for other in installed.values():
+        if other.key == d.key or not other.location:
+            continue
+        rel = folder[len(other.location.rstrip("/")) + 1:] if folder.startswith(other.location.rstrip("/") + "/") else ""
+        if rel and rel.split("/", 1)[0] in other.import_names:
+            return other
+    return None
+
+
 def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
                   installed: Mapping[str, Distribution], files: Mapping[str, str]) -> Judgement:
     """Fail or warn for module ``o`` of ``d`` that did not load (``relpath``: its file, for an extension module).
@@ -99,8 +114,15 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
         return Judgement("fail", f"the stack loads it: importing {reach.reached[o.module]} imports it")
     if o.error_type == "FileNotFoundError" and o.found is False:
         return Judgement("fail", "a file its RECORD lists is not on disk: a damaged install, whatever the module")
-    rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
     lazily = "nothing in the stack reaches it (a lazily loaded module)"
+    owner = _served_by(d, o, installed)
+    if owner is not None:
+        # numba hands its numba.cuda name to numba-cuda's copy when that is installed: the import system takes
+        # the name from the other distribution's folder, which has no such module, so this file is never loaded.
+        return Judgement("warn", f"{lazily}: {o.module.rpartition('.')[0]} is served by {owner.name} {owner.version} "
+                                 f"({o.shadowed}), an installed distribution that replaces it and has no "
+                                 f"{o.module.rpartition('.')[2]}: this file of {d.name} is never loaded")
+    rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
     if rule is not None:
         return Judgement("warn", f"{lazily}, and this failure is optional ({rule.source}): {rule.reason}")
     variant = _variant(o, relpath, reach, data, files)
