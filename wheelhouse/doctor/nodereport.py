@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.datafile import MAX_DEPTH, too_deep
 from wheelhouse.progress import NullReporter, Reporter
 
 __all__ = ["NodeReport", "BadReport", "load_report", "load_reports"]
@@ -176,6 +177,9 @@ def load_report(path: str | Path) -> NodeReport:
         raise BadReport(file, "is empty: the doctor wrote no report there", rerun)
     try:
         data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise BadReport(file, f"nests deeper than a doctor report does (more than {MAX_DEPTH} levels)",
+                        rerun) from None
     except (UnicodeDecodeError, ValueError) as exc:
         first = raw.lstrip()[:1]
         why = ("JSON followed by other output (stderr, or another node's report, in the same file?)" if first == b"{"
@@ -183,6 +187,8 @@ def load_report(path: str | Path) -> NodeReport:
         raise BadReport(file, f"{why}: {str(exc)[:120]}",
                         "one node's stdout alone per file: `wh doctor --json > FILE 2> FILE.log` "
                         "(under srun: --output='reports/%N.json' --error='reports/%N.log')") from None
+    if too_deep(data):
+        raise BadReport(file, f"nests deeper than a doctor report does (more than {MAX_DEPTH} levels)", rerun)
     try:
         return _parse(file, data)
     except BadReport:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import parse_json
+from wheelhouse.errors import UsageError
 from .installed import canonical_name
 from .transaction import UnfinishedInstall, journal_path, unfinished_transaction
 from wheelhouse.lock import LockedFile
@@ -40,8 +42,8 @@ def read_install_state(site_dir: str | Path) -> dict[str, Any]:
 
 def _read(site_dir: str | Path) -> dict[str, Any]:
     try:
-        data = json.loads(state_path(site_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json(state_path(site_dir).read_text(encoding="utf-8"), source=str(state_path(site_dir)))
+    except (OSError, ValueError, UsageError):  # (nested deeper than MAX_DEPTH included)
         data = None
     # A damaged state is read like a missing one (as unreadable JSON always was): it is only a cache of
     # what wh did, and the next install rewrites it.

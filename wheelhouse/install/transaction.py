@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from wheelhouse.datafile import parse_json
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from .installed import drop_bytecode, real_roots, stays_inside, venv_own_file
@@ -257,10 +258,10 @@ def _only_bytecode(d: str) -> bool:
 
 def _read_journal(site: str | os.PathLike) -> dict | None:
     try:
-        data = json.loads(journal_path(site).read_text(encoding="utf-8"))
+        data = parse_json(journal_path(site).read_text(encoding="utf-8"), source=str(journal_path(site)))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, WhError):  # (nested deeper than MAX_DEPTH: not a journal wh wrote)
         # Written with fsync before anything else: an unreadable journal means no write happened yet.
         return {"schema": _SCHEMA, "id": "", "pid": 0, "started": "?", "wheels": [], "dirs": [], "entries": []}
     return data if isinstance(data, dict) and data.get("schema") == _SCHEMA else None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from wheelhouse.atomic import write_atomic
-from wheelhouse.datafile import MAX_BYTES, load_json, read_text
+from wheelhouse.datafile import MAX_BYTES, load_json, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.redact import redact, redact_data
 
@@ -142,9 +142,11 @@ def render_pylock(lock: Lock) -> str:
 def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
     """Parse PEP 751 text into a Lock (wheels only; sdists are refused: the box builds nothing)."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{origin} is not valid TOML: {exc}", hint="re-run `wh stage` to rewrite it") from exc
+        data = parse_toml(text, source=origin, what="lock", error=LockError, hint="re-run `wh stage` to rewrite it")
+    except LockError as exc:
+        if "is not valid TOML" in exc.message:  # (the message wh always gave for it)
+            raise LockError(f"{origin} is not valid TOML: {exc.__cause__}", hint="re-run `wh stage` to rewrite it") from exc
+        raise
     if str(data.get("lock-version", "")).split(".")[0] != "1":
         raise LockError(f"{origin} has lock-version {data.get('lock-version')!r}, wh reads 1.x", hint="re-run `wh stage`")
     files = []
