@@ -58,10 +58,11 @@ def _read(site_dir: str | Path) -> dict[str, Any]:
 
 
 def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
-                        houses: Sequence[Wheelhouse]) -> Path:
+                        houses: Sequence[Wheelhouse], to: Path | None = None) -> Path:
     """Add ``houses`` and the ``chosen`` files to the state of ``site_dir`` (written atomically).
 
-    Called inside the install's transaction (its journal is there), as its last write.
+    Called inside the install's transaction (its journal is there), as its last write. ``to``: written there
+    instead (the install's pending copy, renamed into place by its commit).
     """
     from wheelhouse.carry import origin_of  # an archive or oci:// source is recorded, not its temporary folder
 
@@ -75,4 +76,4 @@ def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, Locked
             "path": f.path,
         }
     state["installed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return write_atomic(state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
+    return write_atomic(to or state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
