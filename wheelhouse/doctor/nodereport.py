@@ -66,8 +66,16 @@ def _clean(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text)
 
 
+_BREAKS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _str(v: Any) -> str | None:
-    return _clean(str(v)) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) != "" else None
+    """A one-line fact (a node name, a version, a hash): also a line break is shown escaped, so a value can never
+    print as a line of its own (``node-b\\nall nodes identical`` stays on its line)."""
+    if not isinstance(v, (str, int, float)) or isinstance(v, bool) or str(v) == "":
+        return None
+    text = _clean(str(v))
+    return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
 
 
 def _obj(v: Any) -> Mapping[str, Any]:
@@ -117,12 +125,22 @@ def _inventory(facts: Mapping[str, Any]):
         if not name:
             continue
         key = canonicalize_name(name)
-        if key in dists:
+        version, tree, wheel = _str(d.get("version")) or "?", _str(d.get("files_sha256")), _str(d.get("wheel_sha256"))
+        if key in dists:  # two copies installed (two dist-info folders): both are shown, neither hidden
+            dists[key] = (dists[key][0], _joined(dists[key][1], version))
+            files[key], wheels[key] = _joined(files[key], tree), _joined(wheels[key], wheel)
             continue
-        dists[key] = (name, _str(d.get("version")) or "?")
-        files[key] = _str(d.get("files_sha256"))
-        wheels[key] = _str(d.get("wheel_sha256"))
+        dists[key] = (name, version)
+        files[key] = tree
+        wheels[key] = wheel
     return dists, files, wheels
+
+
+def _joined(first: str | None, second: str | None) -> str | None:
+    """One value for a distribution listed twice: ``a + b`` where the copies differ."""
+    if first == second:
+        return first
+    return f"{first or '-'} + {second or '-'}"
 
 
 def _checks(data: Mapping[str, Any]) -> dict[str, str]:
