@@ -132,3 +132,22 @@ def test_a_distribution_listed_twice_shows_both_copies(tmp_path):
     assert any(k.startswith("numpy") for k in keys), data["differences"]
     shown = json.dumps(data["differences"])
     assert "eeeeeeee" in shown, shown
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d["facts"].__setitem__("installed", {"numpy": "2.1.3"}), "facts.installed must be a list"),
+    (lambda d: d["facts"]["installed"][0].__setitem__("version", ["2.1.3"]), "facts.installed[0].version must be a string"),
+    (lambda d: d["results"][0].__setitem__("verdict", 1), "results[0].verdict must be a string"),
+    (lambda d: d["facts"].__setitem__("node", "node-b"), "facts.node must be an object"),
+])
+def test_a_report_field_of_the_wrong_type_is_refused_by_name(tmp_path, edit, named):
+    a = report("node-a")
+    b = report("node-b")
+    edit(b)
+    r = wh("doctor", "compare", "--json", write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    data = json.loads(r.stdout)
+    assert r.returncode == 2 and data["identical"] is False, r.stdout + r.stderr
+    assert any(named in bad["error"] for bad in data["bad_inputs"]), data["bad_inputs"]

@@ -152,6 +152,40 @@ def _checks(data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+_SCALAR = (str, int, float, type(None))
+
+
+def _type_problems(data: Mapping[str, Any]) -> list[str]:
+    """Each field compare reads whose type is not the one the doctor writes, by name (``results[0].verdict must
+    be a string``): a wrong type is refused, never read as "not recorded" (which could hide a difference)."""
+    out = []
+
+    def want(value: Any, kinds: tuple[type, ...], where: str, what: str) -> bool:
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            out.append(f"{where} must be {what}, not {type(value).__name__}")
+            return False
+        return value is not None
+
+    for i, r in enumerate(data.get("results") or []):
+        if want(r, (dict,), f"results[{i}]", "an object"):
+            want(r.get("id"), (str,), f"results[{i}].id", "a string")
+            want(r.get("verdict"), (str,), f"results[{i}].verdict", "a string")
+    facts = data.get("facts")
+    if not want(facts, (dict,), "facts", "an object"):
+        return out
+    for key in ("node", "interpreter", "gpu"):
+        want(facts.get(key), (dict,), f"facts.{key}", "an object")
+    if isinstance(facts.get("node"), dict):
+        for key in ("name", "host"):
+            want(facts["node"].get(key), (str,), f"facts.node.{key}", "a string")
+    if want(facts.get("installed"), (list,), "facts.installed", "a list"):
+        for i, d in enumerate(facts["installed"]):
+            if want(d, (dict,), f"facts.installed[{i}]", "an object"):
+                for key in ("name", "version", "files_sha256", "wheel_sha256"):
+                    want(d.get(key), (str,), f"facts.installed[{i}].{key}", "a string")
+    return out
+
+
 def _parse(file: str, data: Any) -> NodeReport:
     if not isinstance(data, Mapping) or data.get("tool") != "wh doctor" or not isinstance(data.get("results"), list):
         what = "a JSON object" if isinstance(data, Mapping) else f"JSON {type(data).__name__}"
@@ -159,6 +193,10 @@ def _parse(file: str, data: Any) -> NodeReport:
             what = "a `wh doctor compare --json` output"
         raise BadReport(file, f"not a `wh doctor --json` report ({what} without tool = \"wh doctor\" and results)",
                         "give the files `wh doctor --json > FILE` wrote on each node")
+    wrong = _type_problems(data)
+    if wrong:
+        raise BadReport(file, f"not a `wh doctor --json` report: {'; '.join(wrong[:3])}",
+                        "give the files `wh doctor --json > FILE` wrote on each node (this one was edited or forged)")
     facts = _obj(data.get("facts"))
     node = _obj(facts.get("node"))
     host = _str(data.get("host"))
