@@ -247,7 +247,7 @@ def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
 # The fields of wh.json that wh reads, with their JSON types (None: may be null); a hand edit or a forged
 # record with another type is refused by name rather than silently taken as absent.
 _WH_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "tool": (dict,), "created": (str,), "name": (str,), "target": (dict,), "inputs": (dict,),
+    "tool": (dict,), "created": (str,), "name": (str,), "inputs": (dict,),  # (target: target_from_json judges it)
     "count": (int,), "total_size": (int,), "engine": (dict, type(None)), "drops": (list,), "patches": (list,),
     "doctor": (dict,), "serve": (dict, type(None)), "bootstrap": (dict, type(None)), "owned": (list,),
     "bytecode": (dict, type(None)), "assumed_present": (list,), "assumed": (list,),
