@@ -4,7 +4,8 @@ Every data file wh reads (stack manifests, engine recipes, patch specs, doctor r
 registry, target profiles, ``wh.json``, requirements files) goes through here, so each failure
 reads the same and names the file: it does not exist, is a folder, is not a regular file (a FIFO
 or ``/dev/zero`` would block or never end), cannot be read, is larger than the bound, is not
-UTF-8, or does not parse (with the line). Each is raised as the caller's error class (a
+UTF-8, is nested deeper than :data:`MAX_DEPTH` (a file made to exhaust the parser's recursion, e.g. a
+``wh.json`` pulled from a registry), or does not parse (with the line). Each is raised as the caller's error class (a
 :class:`~wheelhouse.errors.WhError` subclass, so its ``code`` and exit status stay the caller's).
 
 Validation helpers for parsed tables live here too: :func:`check_keys` rejects unknown keys
@@ -31,10 +32,13 @@ else:  # pragma: no cover
 
 __all__ = [
     "MAX_BYTES",
+    "MAX_DEPTH",
     "open_regular",
     "read_bytes",
     "read_text",
     "parse_toml",
+    "parse_json",
+    "too_deep",
     "load_toml",
     "load_json",
     "find_bundled",
@@ -47,6 +51,10 @@ __all__ = [
 # No manifest, recipe, rule file, profile or requirements file comes near this; a bigger one is
 # the wrong file (or /dev/zero behind a link), and reading it whole would only grow wh.
 MAX_BYTES = 16 << 20
+
+# No file wh writes or reads nests near this (a doctor report: about 6 levels); deeper is a file made to
+# exhaust the parser (RecursionError) or every recursive walk after it.
+MAX_DEPTH = 64
 
 _KIND = {str: "a string", bool: "true or false", int: "an integer", float: "a number", list: "a list",
          dict: "a table", Mapping: "a table"}
@@ -116,33 +124,72 @@ def read_text(path: str | Path, *, what: str = "file", error: type[WhError] = Us
         raise error(f"{what} {path} is not UTF-8 text (line {line}) and cannot be read", hint="save it as UTF-8") from exc
 
 
-def parse_toml(text: str, *, source: str, what: str = "file", error: type[WhError] = UsageError) -> dict[str, Any]:
-    """Parsed TOML; a syntax error names ``source`` and the line."""
+def too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``data`` (parsed JSON/TOML) nests lists/tables deeper than ``limit`` (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def _deep_error(what: str, source: str, error: type[WhError], hint: str | None) -> WhError:
+    return error(f"{what} {source} nests deeper than the {MAX_DEPTH} levels a {what} may have",
+                 hint=hint or "this is not a file wh wrote: replace it with a good copy")
+
+
+def parse_toml(text: str, *, source: str, what: str = "file", error: type[WhError] = UsageError,
+               hint: str | None = None) -> dict[str, Any]:
+    """Parsed TOML; a syntax error names ``source`` and the line; nesting deeper than MAX_DEPTH is ``error``."""
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # tomllib says "Expected '=' after a key in a key/value pair (at line 3, column 5)"
         raise error(f"{what} {source} is not valid TOML: {exc}", hint="fix the line it names") from exc
+    except RecursionError:
+        raise _deep_error(what, source, error, hint) from None
+    if too_deep(data):
+        raise _deep_error(what, source, error, hint)
+    return data
+
+
+def parse_json(text: str | bytes, *, source: str, what: str = "file", error: type[WhError] = UsageError,
+               hint: str | None = None) -> Any:
+    """Parsed JSON; a syntax error names ``source``, the line and column; nesting deeper than MAX_DEPTH is ``error``."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _deep_error(what, source, error, hint) from None
+    except ValueError as exc:
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise error(f"{what} {source} is not valid JSON: {msg}{where}",
+                    hint=hint or "fix the line it names, or write the file again") from exc
+    if too_deep(data):
+        raise _deep_error(what, source, error, hint)
+    return data
 
 
 def load_toml(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,
               max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Read and parse the TOML file ``path`` (bounded, regular files only)."""
     text = read_text(path, what=what, error=error, hint=hint, max_bytes=max_bytes)
-    return parse_toml(text, source=str(path), what=what, error=error)
+    return parse_toml(text, source=str(path), what=what, error=error, hint=hint)
 
 
 def load_json(path: str | Path, *, what: str = "file", error: type[WhError] = UsageError, hint: str | None = None,
               max_bytes: int = MAX_BYTES, expect: type = dict) -> Any:
     """Read and parse the JSON file ``path``; its top level must be ``expect`` (a dict unless told)."""
     text = read_text(path, what=what, error=error, hint=hint, max_bytes=max_bytes)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise error(f"{what} {path} is not valid JSON: {msg}{where}",
-                    hint=hint or "fix the line it names, or write the file again") from exc
+    data = parse_json(text, source=str(path), what=what, error=error, hint=hint)
     if expect is not object and not isinstance(data, expect):
         held = _KIND.get(type(data), type(data).__name__)
         want = "a JSON object" if expect is dict else _KIND.get(expect, expect.__name__)

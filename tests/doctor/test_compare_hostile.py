@@ -106,3 +106,48 @@ def test_junit_pointed_at_an_input_report_is_refused_and_the_report_kept(tmp_pat
     r = wh("doctor", "compare", "--junit", a, a.parent / "." / a.name, b)
     assert r.returncode == 2 and "would be overwritten" in r.stderr, r.stderr
     assert a.read_bytes() == before
+
+
+def test_a_node_name_with_a_newline_cannot_forge_output_lines(tmp_path):
+    a = report("node-a")
+    b = report("node-b\nall nodes identical: 2 nodes")
+    b["facts"]["gpu"]["driver_version"] = "570.1\nforged: line"
+    r = wh("doctor", "compare", write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    lines = out.splitlines()
+    assert not any(line.startswith(("all nodes identical", "forged: line")) for line in lines), out
+    assert "node-b\\nall nodes identical" in out and "570.1\\nforged: line" in out, out
+
+
+def test_a_distribution_listed_twice_shows_both_copies(tmp_path):
+    a = report("node-a")
+    b = report("node-b")
+    b["facts"]["installed"].append({"name": "NumPy", "version": "2.1.3", "files_sha256": "e" * 64, "files": 10,
+                                    "wheel_sha256": "b" * 64})
+    r = wh("doctor", "compare", "--json", write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    data = json.loads(r.stdout)
+    assert r.returncode == 1 and data["identical"] is False, r.stdout + r.stderr
+    keys = [d["key"] for d in data["differences"]]
+    assert any(k.startswith("numpy") for k in keys), data["differences"]
+    shown = json.dumps(data["differences"])
+    assert "eeeeeeee" in shown, shown
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d["facts"].__setitem__("installed", {"numpy": "2.1.3"}), "facts.installed must be a list"),
+    (lambda d: d["facts"]["installed"][0].__setitem__("version", ["2.1.3"]), "facts.installed[0].version must be a string"),
+    (lambda d: d["results"][0].__setitem__("verdict", 1), "results[0].verdict must be a string"),
+    (lambda d: d["facts"].__setitem__("node", "node-b"), "facts.node must be an object"),
+])
+def test_a_report_field_of_the_wrong_type_is_refused_by_name(tmp_path, edit, named):
+    a = report("node-a")
+    b = report("node-b")
+    edit(b)
+    r = wh("doctor", "compare", "--json", write(tmp_path, "node-a", a), write(tmp_path, "node-b", b))
+    data = json.loads(r.stdout)
+    assert r.returncode == 2 and data["identical"] is False, r.stdout + r.stderr
+    assert any(named in bad["error"] for bad in data["bad_inputs"]), data["bad_inputs"]

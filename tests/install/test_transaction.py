@@ -291,3 +291,23 @@ def test_when_a_later_patch_fails_the_earlier_ones_are_reverted_with_the_wheels(
     r = wh("install", house, "--venv", venv)
     assert r.returncode != 0 and "drifted" in r.stderr, r.stderr
     assert tree_listing(venv) == before  # baseeng/k.py unpatched again, no .wh/patches/a, no neweng
+
+
+def test_killed_just_before_the_commit_installed_json_still_names_the_previous_set(tmp_path):
+    """The record of the new set lands with the commit: a kill at install.before-commit leaves the file on disk
+    naming what is (still, after the rollback) installed, never the set that was being installed."""
+    import json
+
+    old = make_wheelhouse(tmp_path / "old", _stack(tmp_path / "w1", "1.0"))
+    new = make_wheelhouse(tmp_path / "new", _stack(tmp_path / "w2", "2.0"))
+    venv = tmp_path / "venv"
+    assert wh("install", old, "--venv", venv).returncode == 0
+    record = site(venv) / ".wh" / "installed.json"
+    before = record.read_text()
+    assert run_with_fault(["install", new, "--venv", venv], "install.before-commit").returncode == -signal.SIGKILL
+    assert record.read_text() == before
+    assert {p["version"] for p in json.loads(record.read_text())["packages"].values()} == {"1.0"}
+    r = wh("install", new, "--venv", venv)
+    assert r.returncode == 0, r.stderr
+    assert {p["version"] for p in json.loads(record.read_text())["packages"].values()} == {"2.0"}
+    assert not list((site(venv) / ".wh").glob(".installed.json.*"))

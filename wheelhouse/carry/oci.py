@@ -382,6 +382,12 @@ def _check_against_locks(partial: Path, by_path: dict[str, Layer], where: str) -
     """Before any wheel is fetched: each wheel a lock lists is a layer with the lock's sha256 and size."""
     from wheelhouse.lock import read_pylock
 
+    if "bootstrap/pylock.toml" not in by_path:  # staged --no-bootstrap: nothing there is vouched for
+        stray = sorted(p for p in by_path if p.startswith("bootstrap/") and p.lower().endswith(_DIST_SUFFIXES))
+        if stray:
+            raise WhError(f"{where}: {stray[0]} is in bootstrap/, which has no bootstrap/pylock.toml, yet the "
+                          "bootstrap command (pip --find-links bootstrap/) may install it; refused before fetching it",
+                          hint="push a wheelhouse that `wh verify` passes, then pull")
     for lock_path in _LOCKS:
         if lock_path not in by_path:
             continue

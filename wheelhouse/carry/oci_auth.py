@@ -108,6 +108,8 @@ def find_credentials(host: str, config: Path | None = None) -> Credentials | Non
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except RecursionError:
+        raise BadDockerConfig(f"{path} nests too deep to be a docker config", hint=f"fix or remove {path}") from None
     except (OSError, ValueError) as exc:
         raise BadDockerConfig(f"{path} cannot be read as JSON ({exc})", hint=f"fix or remove {path}") from None
     if not isinstance(data, dict):

@@ -241,6 +241,17 @@ def _unpack_stream(stream: _Parts, loc: Located, dest: Path) -> WhError | None:
     return None
 
 
+def _amount(n: int) -> str:
+    """Bytes as a person reads them: a small TMPDIR shows its KiB (or bytes), never "0 MiB"."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1 << 20:
+        return f"{n / 1024:.1f} KiB"
+    if n < 1 << 30:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n / (1 << 30):.2f} GiB"
+
+
 def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -> Path:
     """Unpack the archive at ``loc`` into the empty folder ``dest``; returns the wheelhouse folder in it.
 
@@ -254,7 +265,7 @@ def unpack_archive(loc: Located, dest: Path, reporter: Reporter | None = None) -
     total = sum(p.stat().st_size for p in files)
     free = shutil.disk_usage(dest).free
     if total > free:
-        raise ArchiveError(f"{dest} has {free >> 20} MiB free, unpacking {loc.whole.name} needs {total >> 20} MiB",
+        raise ArchiveError(f"{dest} has {_amount(free)} free, unpacking {loc.whole.name} needs {_amount(total)}",
                            hint="point TMPDIR at a folder with room (TMPDIR=/big/tmp wh ...), or unpack it yourself")
     task = f"unpacking {loc.whole.name}"
     reporter.start(task, total=total, unit="B")

@@ -260,8 +260,16 @@ def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
     from wheelhouse.install.closure import unmet, wheel_dist
 
     record = meta.get("bootstrap")
-    if not isinstance(record, Mapping):
-        return [], [], None
+    if not isinstance(record, Mapping) and os.path.lexists(root / "bootstrap" / "pylock.toml"):
+        record = {}  # a bootstrap/ with its own lock (added after staging): judged against that lock
+    elif not isinstance(record, Mapping):  # staged --no-bootstrap: a bootstrap/ folder holds nothing wh vouches for
+        try:
+            found = sorted(p.name for p in (root / "bootstrap").iterdir() if p.name.lower().endswith(_DIST_SUFFIXES))
+        except OSError:
+            found = []
+        return [f"bootstrap/{name} is there, but neither wh.json nor a bootstrap/pylock.toml vouches for it (staged "
+                "--no-bootstrap), yet the "
+                "bootstrap command (pip --find-links bootstrap/) may install it" for name in found], [], None
     folder, where = root / "bootstrap", "bootstrap/pylock.toml"
     try:
         lock = read_pylock(folder)

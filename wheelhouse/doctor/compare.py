@@ -183,9 +183,13 @@ def _dist_differences(nodes: Sequence[NodeReport]) -> list[Difference]:
             if label == "wheel" and not all(hashes.values()):
                 continue  # a wheel hash is known only where wh installed it: files_sha256 speaks for the rest
             full, cut = {h for h in hashes.values() if h}, 12  # shown short, never so short two hashes look one
-            while len({h[:cut] for h in full}) < len(full):
+
+            def short(h: str, cut: int) -> str:  # a distribution listed twice on a node: "a + b", each cut
+                return " + ".join(part[:cut] for part in h.split(" + "))
+
+            while len({short(h, cut) for h in full}) < len(full):
                 cut += 4
-            shown = {node: f"sha256 {h[:cut]}" if h else "no RECORD" for node, h in hashes.items()}
+            shown = {node: f"sha256 {short(h, cut)}" if h else "no RECORD" for node, h in hashes.items()}
             d = _difference("hashes", f"{name} {with_inv[0].distributions[k][1]} {label}", shown)
             if d:
                 out.append(d)

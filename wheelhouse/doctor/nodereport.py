@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.datafile import MAX_DEPTH, too_deep
 from wheelhouse.progress import NullReporter, Reporter
 
 __all__ = ["NodeReport", "BadReport", "load_report", "load_reports"]
@@ -65,8 +66,16 @@ def _clean(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text)
 
 
+_BREAKS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _str(v: Any) -> str | None:
-    return _clean(str(v)) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) != "" else None
+    """A one-line fact (a node name, a version, a hash): also a line break is shown escaped, so a value can never
+    print as a line of its own (``node-b\\nall nodes identical`` stays on its line)."""
+    if not isinstance(v, (str, int, float)) or isinstance(v, bool) or str(v) == "":
+        return None
+    text = _clean(str(v))
+    return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
 
 
 def _obj(v: Any) -> Mapping[str, Any]:
@@ -124,12 +133,22 @@ def _inventory(facts: Mapping[str, Any]):
         if not name:
             continue
         key = canonicalize_name(name)
-        if key in dists:
+        version, tree, wheel = _str(d.get("version")) or "?", _str(d.get("files_sha256")), _str(d.get("wheel_sha256"))
+        if key in dists:  # two copies installed (two dist-info folders): both are shown, neither hidden
+            dists[key] = (dists[key][0], _joined(dists[key][1], version))
+            files[key], wheels[key] = _joined(files[key], tree), _joined(wheels[key], wheel)
             continue
-        dists[key] = (name, _str(d.get("version")) or "?")
-        files[key] = _str(d.get("files_sha256"))
-        wheels[key] = _str(d.get("wheel_sha256"))
+        dists[key] = (name, version)
+        files[key] = tree
+        wheels[key] = wheel
     return dists, files, wheels
+
+
+def _joined(first: str | None, second: str | None) -> str | None:
+    """One value for a distribution listed twice: ``a + b`` where the copies differ."""
+    if first == second:
+        return first
+    return f"{first or '-'} + {second or '-'}"
 
 
 def _checks(data: Mapping[str, Any]) -> dict[str, str]:
@@ -141,6 +160,40 @@ def _checks(data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+_SCALAR = (str, int, float, type(None))
+
+
+def _type_problems(data: Mapping[str, Any]) -> list[str]:
+    """Each field compare reads whose type is not the one the doctor writes, by name (``results[0].verdict must
+    be a string``): a wrong type is refused, never read as "not recorded" (which could hide a difference)."""
+    out = []
+
+    def want(value: Any, kinds: tuple[type, ...], where: str, what: str) -> bool:
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            out.append(f"{where} must be {what}, not {type(value).__name__}")
+            return False
+        return value is not None
+
+    for i, r in enumerate(data.get("results") or []):
+        if want(r, (dict,), f"results[{i}]", "an object"):
+            want(r.get("id"), (str,), f"results[{i}].id", "a string")
+            want(r.get("verdict"), (str,), f"results[{i}].verdict", "a string")
+    facts = data.get("facts")
+    if not want(facts, (dict,), "facts", "an object"):
+        return out
+    for key in ("node", "interpreter", "gpu"):
+        want(facts.get(key), (dict,), f"facts.{key}", "an object")
+    if isinstance(facts.get("node"), dict):
+        for key in ("name", "host"):
+            want(facts["node"].get(key), (str,), f"facts.node.{key}", "a string")
+    if want(facts.get("installed"), (list,), "facts.installed", "a list"):
+        for i, d in enumerate(facts["installed"]):
+            if want(d, (dict,), f"facts.installed[{i}]", "an object"):
+                for key in ("name", "version", "files_sha256", "wheel_sha256"):
+                    want(d.get(key), (str,), f"facts.installed[{i}].{key}", "a string")
+    return out
+
+
 def _parse(file: str, data: Any) -> NodeReport:
     if not isinstance(data, Mapping) or data.get("tool") != "wh doctor" or not isinstance(data.get("results"), list):
         what = "a JSON object" if isinstance(data, Mapping) else f"JSON {type(data).__name__}"
@@ -148,6 +201,10 @@ def _parse(file: str, data: Any) -> NodeReport:
             what = "a `wh doctor compare --json` output"
         raise BadReport(file, f"not a `wh doctor --json` report ({what} without tool = \"wh doctor\" and results)",
                         "give the files `wh doctor --json > FILE` wrote on each node")
+    wrong = _type_problems(data)
+    if wrong:
+        raise BadReport(file, f"not a `wh doctor --json` report: {'; '.join(wrong[:3])}",
+                        "give the files `wh doctor --json > FILE` wrote on each node (this one was edited or forged)")
     facts = _obj(data.get("facts"))
     node = _obj(facts.get("node"))
     host = _str(data.get("host"))
@@ -184,6 +241,9 @@ def load_report(path: str | Path) -> NodeReport:
         raise BadReport(file, "is empty: the doctor wrote no report there", rerun)
     try:
         data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise BadReport(file, f"nests deeper than a doctor report does (more than {MAX_DEPTH} levels)",
+                        rerun) from None
     except (UnicodeDecodeError, ValueError) as exc:
         first = raw.lstrip()[:1]
         why = ("JSON followed by other output (stderr, or another node's report, in the same file?)" if first == b"{"
@@ -191,6 +251,8 @@ def load_report(path: str | Path) -> NodeReport:
         raise BadReport(file, f"{why}: {str(exc)[:120]}",
                         "one node's stdout alone per file: `wh doctor --json > FILE 2> FILE.log` "
                         "(under srun: --output='reports/%N.json' --error='reports/%N.log')") from None
+    if too_deep(data):
+        raise BadReport(file, f"nests deeper than a doctor report does (more than {MAX_DEPTH} levels)", rerun)
     try:
         return _parse(file, data)
     except BadReport:

@@ -169,7 +169,7 @@ def _load_layout(job: Segmented) -> bool | None:
         raw = job.record.read_bytes()
         if len(raw) != _U64.size * len(segments) or job.body.stat().st_size != job.item.size:
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     have = [_U64.unpack_from(raw, _U64.size * i)[0] for i in range(len(segments))]
     # A record past its range cannot be right: that range starts again.

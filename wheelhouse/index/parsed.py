@@ -49,7 +49,7 @@ def decode_parsed(payload: bytes | None, body_sha256: str, page_url: str, origin
         if obj["body"] != body_sha256 or obj["context"] != [page_url, origin, keep_key]:
             return None
         return [_distfile(row, origin) for row in obj["files"]]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -457,11 +457,21 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
                                    verified) if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
-        state_file = write_install_state(interp.platlib, chosen, houses, previous)
+        # Written beside it and renamed into place by the commit (while the journal is still there, so a kill
+        # in between rolls it back too): until then installed.json names what is installed, not the new set.
+        # (The pending name is one clean_leftovers sweeps after a kill.)
+        state_file = state_path(interp.platlib)
+        pending = write_install_state(interp.platlib, chosen, houses, previous,
+                                      to=state_file.with_name(f".installed.json.{txn.id}.tmp"))
         checkpoint("install.before-commit")
         if txn.active:
+            txn.before_commit.append(lambda: txn.put(pending, state_file))
             txn.commit()
+        else:
+            os.replace(pending, state_file)
     except BaseException as exc:
+        if "pending" in locals():
+            Path(pending).unlink(missing_ok=True)
         if txn.active:
             txn.rollback()
         if isinstance(exc, OSError):  # a full disk while writing the record: one line, environment as it was

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wheelhouse.atomic import write_atomic
+from wheelhouse.datafile import parse_json
+from wheelhouse.errors import UsageError
 from .installed import canonical_name
 from .transaction import UnfinishedInstall, journal_path, unfinished_transaction
 from wheelhouse.lock import LockedFile
@@ -64,8 +66,8 @@ def read_install_state(site_dir: str | Path) -> dict[str, Any]:
 
 def _read(site_dir: str | Path) -> dict[str, Any]:
     try:
-        data = json.loads(state_path(site_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json(state_path(site_dir).read_text(encoding="utf-8"), source=str(state_path(site_dir)))
+    except (OSError, ValueError, UsageError):  # (nested deeper than MAX_DEPTH included)
         data = None
     # A damaged record is read like a missing one (as unreadable JSON always was): the next install
     # writes it again, and the doctor says it found none.
@@ -115,16 +117,18 @@ def merged_state(previous: Mapping[str, Any], chosen: Sequence[tuple[Wheelhouse,
 
 
 def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
-                        houses: Sequence[Wheelhouse], previous: Mapping[str, Any] | None = None) -> Path:
+                        houses: Sequence[Wheelhouse], previous: Mapping[str, Any] | None = None,
+                        to: Path | None = None) -> Path:
     """Add ``houses`` and the ``chosen`` files to the record of ``site_dir`` (written atomically).
 
     ``previous``: the record as it was before the install's transaction began. The transaction moves
     the record aside with everything else it will write, so reading it here would find none and
     forget every distribution installed before; the caller reads it first (``read_install_state``).
-    Called inside the install's transaction (its journal is there), as its last write.
+    Called inside the install's transaction (its journal is there), as its last write. ``to``: written there
+    instead (the install's pending copy, renamed into place by its commit).
     """
     state = merged_state(_read(site_dir) if previous is None else previous, chosen, houses)
-    return write_atomic(state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
+    return write_atomic(to or state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def installed_sources(state: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:

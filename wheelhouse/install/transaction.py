@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from wheelhouse.datafile import parse_json
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from .installed import drop_bytecode, real_roots, stays_inside, venv_own_file
@@ -192,10 +193,26 @@ class Transaction:
         _fsync_dir(path.parent)
         self.active = True
         checkpoint("install.journal-written")
+        extra = {os.path.normpath(p) for p in self.extra}
         for p, existed, backup in self.entries:
-            if existed:
+            if existed and p not in extra:  # the caller's records stay in place until ``put`` replaces them
                 _move(p, str(self.folder / backup))
         checkpoint("install.backed-up")
+
+    def put(self, pending: str | os.PathLike, path: str | os.PathLike) -> None:
+        """Rename ``pending`` over ``path`` (one of ``extra``), its previous content first kept as its backup (a
+        hard link, or a whole copy renamed into place): until then ``path`` is what it was (installed.json names
+        what is installed, not the batch), and a rollback after it puts the previous content back."""
+        path = os.path.normpath(path)
+        entry = next(e for e in self.entries if e[0] == path)
+        if entry[1] and os.path.lexists(path):
+            backup = str(self.folder / entry[2])
+            try:
+                os.link(path, backup)
+            except OSError:
+                shutil.copy2(path, backup + ".wh-part", follow_symlinks=False)
+                os.rename(backup + ".wh-part", backup)
+        os.replace(pending, path)
 
     def commit(self) -> None:
         """The batch is complete: forget the journal, then the backups."""
@@ -257,10 +274,10 @@ def _only_bytecode(d: str) -> bool:
 
 def _read_journal(site: str | os.PathLike) -> dict | None:
     try:
-        data = json.loads(journal_path(site).read_text(encoding="utf-8"))
+        data = parse_json(journal_path(site).read_text(encoding="utf-8"), source=str(journal_path(site)))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, WhError):  # (nested deeper than MAX_DEPTH: not a journal wh wrote)
         # Written with fsync before anything else: an unreadable journal means no write happened yet.
         return {"schema": _SCHEMA, "id": "", "pid": 0, "started": "?", "wheels": [], "dirs": [], "entries": []}
     return data if isinstance(data, dict) and data.get("schema") == _SCHEMA else None

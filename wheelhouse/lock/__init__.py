@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from wheelhouse.atomic import write_atomic
-from wheelhouse.datafile import MAX_BYTES, load_json, read_text
+from wheelhouse.datafile import MAX_BYTES, load_json, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.redact import redact, redact_data
 
@@ -44,6 +44,7 @@ __all__ = [
     "read_pylock",
     "write_pylock",
     "read_wh_json",
+    "wh_json_type_problems",
     "write_wh_json",
 ]
 
@@ -145,9 +146,11 @@ def render_pylock(lock: Lock) -> str:
 def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
     """Parse PEP 751 text into a Lock (wheels only; sdists are refused: the box builds nothing)."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{origin} is not valid TOML: {exc}", hint="re-run `wh stage` to rewrite it") from exc
+        data = parse_toml(text, source=origin, what="lock", error=LockError, hint="re-run `wh stage` to rewrite it")
+    except LockError as exc:
+        if "is not valid TOML" in exc.message:  # (the message wh always gave for it)
+            raise LockError(f"{origin} is not valid TOML: {exc.__cause__}", hint="re-run `wh stage` to rewrite it") from exc
+        raise
     if str(data.get("lock-version", "")).split(".")[0] != "1":
         raise LockError(f"{origin} has lock-version {data.get('lock-version')!r}, wh reads 1.x", hint="re-run `wh stage`")
     files = []
@@ -238,7 +241,46 @@ def read_wh_json(wheelhouse: str | Path) -> dict[str, Any]:
                      hint="check the wheelhouse was copied whole, or re-run `wh stage`")
     if data.get("schema") != WH_JSON_SCHEMA:
         raise LockError(f"{path} has schema {data.get('schema')!r}, wh reads {WH_JSON_SCHEMA}", hint="re-run `wh stage`")
+    wrong = wh_json_type_problems(data)
+    if wrong:
+        raise LockError(f"{path}: {'; '.join(wrong)}", hint="this is not the wh.json wh wrote: re-run `wh stage` "
+                                                              "(or copy the wheelhouse again)")
     return data
+
+
+# The fields of wh.json that wh reads, with their JSON types (None: may be null); a hand edit or a forged
+# record with another type is refused by name rather than silently taken as absent.
+_WH_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "tool": (dict,), "created": (str,), "name": (str,), "inputs": (dict,),  # (target: target_from_json judges it)
+    "count": (int,), "total_size": (int,), "engine": (dict, type(None)), "drops": (list,), "patches": (list,),
+    "doctor": (dict,), "serve": (dict, type(None)), "bootstrap": (dict, type(None)), "owned": (list,),
+    "bytecode": (dict, type(None)), "assumed_present": (list,), "assumed": (list,),
+}
+_INNER_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "inputs": {"requirements": (list,), "constraints": (list,), "indexes": (list,), "find_links": (list,)},
+    "bootstrap": {"command": (str,), "extras": (list,), "wh_wheel": (str,), "count": (int,)},
+    "engine": {"wheel": (str,), "sha256": (str,), "artifacts": (list,)},
+}
+_JSON_KIND = {dict: "an object", list: "a list", str: "a string", int: "an integer", type(None): "null"}
+
+
+def wh_json_type_problems(data: Mapping[str, Any]) -> list[str]:
+    """One line per field of ``data`` (a wh.json) whose type is not the one wh writes (``patches must be a
+    list, not 'x'``); the fields wh does not read are not judged."""
+    def wrong(value: Any, kinds: tuple[type, ...]) -> bool:
+        return not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+
+    out = []
+    for key, kinds in _WH_JSON_TYPES.items():
+        if key in data and wrong(data[key], kinds):
+            out.append(f"{key} must be {' or '.join(_JSON_KIND[k] for k in kinds)}, not {str(data[key])[:40]!r}")
+        elif isinstance(data.get(key), dict):
+            for inner, inner_kinds in _INNER_TYPES.get(key, {}).items():
+                value = data[key].get(inner)
+                if value is not None and wrong(value, inner_kinds):
+                    out.append(f"{key}.{inner} must be {' or '.join(_JSON_KIND[k] for k in inner_kinds)}, "
+                               f"not {str(value)[:40]!r}")
+    return out
 
 
 def write_wh_json(wheelhouse: str | Path, data: Mapping[str, Any]) -> Path:

@@ -134,7 +134,7 @@ def recover_journals(root: Path) -> list[str]:
     for saved in sorted(root.glob(f"{_PREFIX}*")):
         try:
             data = json.loads((saved / _JOURNAL).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             shutil.rmtree(saved, ignore_errors=True)  # killed before the journal existed: nothing changed yet
             continue
         _rollback(root, saved, data.get("index", ()), data.get("had", ()), data.get("created", ()),

@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from wheelhouse.datafile import parse_json
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 
@@ -73,8 +74,8 @@ def real_output(out: Path) -> Path:
 def read_meta(root: Path) -> dict | None:
     """A folder's wh.json as a dict when it is a wh wheelhouse's, else None (no file, or someone else's)."""
     try:
-        data = json.loads((root / WH_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json((root / WH_JSON).read_text(encoding="utf-8"), source=str(root / WH_JSON))
+    except (OSError, ValueError, UsageError):
         return None
     from . import WH_JSON_SCHEMA
 

@@ -111,7 +111,7 @@ def wheel_device_code(wheel: Path, scratch: Path, cache: Path | None = None, sha
     if cached and cached.is_file():
         try:
             hit = _from_cache(json.loads(cached.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             hit = None
         if hit is not None and all(deep or _covers(c, sms, driver_cuda) for c, deep in hit.values()):
             return {m: c for m, (c, _) in hit.items()}

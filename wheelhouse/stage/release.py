@@ -24,6 +24,7 @@ from typing import Sequence
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from wheelhouse.datafile import parse_json
 from wheelhouse.errors import WhError
 from wheelhouse.fetch import FetchItem, fetch_all
 from wheelhouse.index.http import HttpClient, HttpError
@@ -120,9 +121,13 @@ def load_release(release: ReleaseManifest, client: HttpClient) -> tuple[list[Rel
         raise ReleaseError(f"release manifest {release.url} has sha256 {digest}, the stack manifest expects {release.sha256}",
                            hint="the release moved: update [[manifest]] sha256 after checking what changed")
     try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ReleaseError(f"release manifest {release.url} is not valid JSON: {exc}", hint="check [[manifest]] url") from exc
+        data = parse_json(body, source=release.url, what="release manifest", error=ReleaseError,
+                          hint="check [[manifest]] url")
+    except ReleaseError as exc:
+        if isinstance(exc.__cause__, ValueError):  # (the message it always gave)
+            raise ReleaseError(f"release manifest {release.url} is not valid JSON: {exc.__cause__}",
+                               hint="check [[manifest]] url") from exc.__cause__
+        raise
     return parse_release(data, release), digest
 
 

@@ -218,7 +218,7 @@ def _load(path: Path) -> _Entry | None:
         if st.st_size != ent.body_at + meta["size"]:  # cut short (or grown): a miss
             return None
         return ent
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -248,7 +248,7 @@ def _load_legacy(entry: Path) -> _Entry | None:
             return None
         return _Entry(entry, {"url": meta["url"], "status": status, "headers": meta["headers"], "sha256": sha,
                               "size": size, "extras": []}, 0, float(meta["stored"]), legacy=True)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

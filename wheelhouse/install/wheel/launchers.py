@@ -89,7 +89,9 @@ def console_launchers(entry_points: str | None) -> list[tuple[str, str]]:
         for script, ref in cp.items(group):
             ref = ref.split("[", 1)[0].strip()
             module, _, attr = (part.strip() for part in ref.partition(":"))
-            if not _DOTTED.match(module) or not _DOTTED.match(attr) or "/" in script:
+            # A name with "/" (``../evil``, ``sub/dir``) names no file in the scripts folder: kept, so that
+            # check_script_name refuses the wheel (skipping it would install a distribution missing a script).
+            if not _DOTTED.match(module) or not _DOTTED.match(attr):
                 continue
             out.append((script.strip(), _LAUNCHER.format(module=module, head=attr.split(".")[0], call=attr)))
     return out

@@ -158,7 +158,7 @@ class LinkCache:
         folder = self.entry(sha256)
         try:
             data = json.loads((folder / "manifest.json").read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # (nested too deep: not wh's)
             return None
         files = _parse(data, sha256)
         return None if files is None else Manifest(folder / "files", sha256, files)
