@@ -93,7 +93,7 @@ def report(image):
 @pytest.mark.parametrize("check_id, module, why", [
     ("native:cupy-cuda13x", "cupyx._cutensor", "an optional CuPy backend (cuTENSOR"),
     ("native:numba", "numba.cuda.cudadrv._extras", "numba.cuda.cudadrv is served by numba-cuda 1.0"),
-    ("native:numba-cuda", "numba_cuda.numba.cuda.cext._dispatcher", "register numba's CUDA target twice"),
+    ("native:numba-cuda", "numba_cuda.numba.cuda.cext._dispatcher", "run numba.cuda's set-up a second time"),
     ("native:cuda-core", "cuda.core.cu13._tensor_bridge", "cuda.core's bridge to torch tensors"),
 ])
 def test_a_module_of_the_stock_image_that_runs_there_is_a_warning_with_its_reason(report, check_id, module, why):
