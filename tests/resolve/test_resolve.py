@@ -339,6 +339,8 @@ def test_scenario(scenario, pyindex, tmp_path):
         assert getattr(err.value, "code", None) == expect["error"], str(err.value)
         for text in expect.get("message", []):
             assert text in str(err.value)
+        for text in expect.get("absent", []):
+            assert text not in str(err.value), str(err.value)
     else:
         res = run()
         assert versions(res) == expect["pins"]

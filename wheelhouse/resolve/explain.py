@@ -76,25 +76,37 @@ class ToolchainSkew(ResolveError):
 
 
 # --- explaining failure ------------------------------------------------------------------------
-def _chain(provider: Provider, name: str, limit: int = 6) -> str:
-    """"b==2 <- a==1 <- (requested)": who pulled ``name`` in, following the first recorded parent."""
+def _chain(provider: Provider, cand, limit: int = 6) -> str:
+    """"b==2 <- a==1 <- (requested)": who pulled the candidate ``cand`` in.
+
+    Each link is a parent whose requirement admits the version of the link below it (cf-top 2.0,
+    which needs cf-mid-x==2.0, never explains cf-mid-x 1.0); of several, the one recorded last (the
+    search's latest state). A candidate the request names is ``(requested)``.
+    """
     parts: list[str] = []
-    seen = {name}
-    cur = name
+    seen = {cand.name}
+    cur = cand
     while len(parts) < limit:
-        if cur in provider.root_texts:
+        if cur.name in provider.root_texts:
             parts.append(ROOT)
             break
-        recs = provider.parents.get(cur)
-        if not recs:
+        parent = _parent_of(provider, cur)
+        if parent is None:
             break
-        parent = next(iter(recs))[1]
-        parts.append(parent)
-        cur = parent.split("==")[0]
-        if cur in seen:
+        parts.append(str(parent))
+        if parent.name in seen:
             break
-        seen.add(cur)
+        seen.add(parent.name)
+        cur = parent
     return " <- ".join(parts) or ROOT
+
+
+def _parent_of(provider: Provider, cand):
+    """The last recorded parent whose requirement on ``cand``'s project admits ``cand``'s version."""
+    recs = provider.parents.get(cand.ident if cand.kind == "toolchain" else cand.name) or {}
+    # A project's extras depend on its base at the same version: that is not who pulled it in.
+    fitting = [parent for req, parent in recs.values() if parent.name != cand.name and provider.is_satisfied_by(req, cand)]
+    return fitting[-1] if fitting else None
 
 
 def explain_failure(exc: ResolutionImpossible, provider: Provider, target: TargetProfile, source: PackageSource, roots) -> WhError:
@@ -109,7 +121,7 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
             if c.parent is None:
                 continue
             versions[c.parent.name] = str(c.parent.version)
-            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent.name)}")
+            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent)}")
         g = next(g for g in provider.groups if g.name == group)
         rule = "identical versions" if g.exact else "one major.minor release"
         return ToolchainSkew(
@@ -136,7 +148,7 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
                                  hint="pin an older release that supports the target's Python, or stage for another --python-version")
     lines = []
     for c in causes:
-        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent.name)}"
+        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent)}"
         lines.append(f"  {c.requirement.text} <- {who}")
     names = sorted({c.requirement.name for c in causes})
     return ResolutionConflict(
@@ -146,7 +158,7 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
 
 
 def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:
-    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent.name)})"
+    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent)})"
     if req.direct is not None:
         d = req.direct
         if target.wheel_rank(d.filename) is None:

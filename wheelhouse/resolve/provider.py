@@ -56,10 +56,11 @@ class Provider(AbstractProvider):
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
         self.python = Version(target.python_full_version)
         self.order: dict[str, int] = {}
-        # name -> {(requirement text, parent "name==ver"): None}, in the order first seen. A dict, not
-        # a list: resolvelib asks a candidate's dependencies each time it pins it again, and the
-        # repeats made reading the pins' parents a tenth of a cold vllm resolve.
-        self.parents: dict[str, dict[tuple[str, str], None]] = {}
+        # name -> {(requirement text, parent "name==ver"): (the requirement, the parent)}, in the order
+        # first seen. A dict, not a list: resolvelib asks a candidate's dependencies each time it pins
+        # it again, and the repeats made reading the pins' parents a tenth of a cold vllm resolve.
+        # explain follows the requirement values (which versions each parent admits).
+        self.parents: dict[str, dict[tuple[str, str], tuple[Req, Cand]]] = {}
         self._lock = threading.Lock()
         self._satisfies: dict[int, tuple[SpecifierSet, dict[Version, bool]]] = {}  # id(specifier) -> (it, version -> contains)
         self._pair: dict[tuple[int, int], tuple[Req, Cand, bool]] = {}  # (id(req), id(cand)) -> (req, cand, verdict)
@@ -217,9 +218,9 @@ class Provider(AbstractProvider):
         with self._lock:
             for d in deps:
                 if d.kind == "pkg":
-                    self.parents.setdefault(d.name, {})[(d.text, parent)] = None
+                    self.parents.setdefault(d.name, {})[(d.text, parent)] = (d, candidate)
                 elif d.kind == "toolchain":
-                    self.parents.setdefault(toolchain_ident(d.name), {})[(d.text, parent)] = None
+                    self.parents.setdefault(toolchain_ident(d.name), {})[(d.text, parent)] = (d, candidate)
         self.prefetch([d for d in deps if d.kind == "pkg"])
         return deps
 
