@@ -13,7 +13,7 @@ from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
-from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
+from ._ui import check_writable, emit_json, errors_as_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
 
 __all__ = ["stage"]
@@ -183,10 +183,19 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     everything else (NOTES.md, logs/, an engine `wh build` added, unless the
     manifest's engine recipe changed). -o may be a symlink (its target is
     written). One run at a time per -o: a second one waits (--lock-timeout).
+    With --json, a failure prints {"error": {"code", "message", "hint"}} on stdout.
     """
+    with errors_as_json(as_json):
+        _stage(ctx.obj, inputs, req_files, out, target_file, python_version, platforms, implementation, abi, index_url,
+               extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt, no_bootstrap,
+               lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python)
+
+
+def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
+           index_url, extra_index_url, find_links, constraint_files, jobs, cache_dir, pre, dry_run, as_json, fmt,
+           no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
-    ui = ctx.obj
     manifest, reqs = _split_manifest(tuple(inputs))
     req_lines = _read_requirement_files(req_files)
     con_lines = _read_requirement_files(constraint_files, "-c")

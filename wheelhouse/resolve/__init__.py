@@ -64,6 +64,7 @@ from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
+from .caveats import caveats
 from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
 
@@ -126,6 +127,7 @@ class Resolution:
     stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
     changes: tuple[ImageChange, ...] = ()  # image distributions the stack moves to another version
     unknown_deps: tuple[str, ...] = ()  # kept image versions no index has metadata of: no dependencies read
+    warnings: tuple[str, ...] = ()  # what the pins' user should know though nothing failed (``caveats``)
 
     def pin(self, name: str) -> Pin | None:
         key = canonicalize_name(name)
@@ -142,6 +144,7 @@ class Resolution:
             "pins": [p.to_json() for p in self.pins],
             "changes": [c.to_json() for c in self.changes],
             "unknown_deps": list(self.unknown_deps),
+            "warnings": list(self.warnings),
         }
 
     @property
@@ -261,10 +264,9 @@ def resolve(
             gc.enable()
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
-    for p in pins:
-        if p.distfile.yanked and not p.provided:  # PEP 592: only an exact pin gets here; uv warns too
-            reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "
-                          "it is used because it is pinned exactly")
+    warnings = caveats(pins, provider, source)
+    for line in warnings:
+        reporter.note(line)
     return Resolution(
         pins=pins,
         requirements=tuple(requirements),
@@ -273,6 +275,7 @@ def resolve(
         stats={"requests": source.client.requests, **reader.stats},
         changes=image_changes(pins, image),
         unknown_deps=_kept_blind(pins, provider.unknown_deps),
+        warnings=tuple(warnings),
     )
 
 

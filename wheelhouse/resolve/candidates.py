@@ -192,6 +192,9 @@ class CandidateFinder:
         self._file_keys: dict[str, tuple] = {}  # filename -> (rank, build): the ranking key, once
         self._admits_memo: dict[int, tuple[SpecifierSet, Callable[[Version], bool]]] = {}
         self._best_memo: dict[tuple, tuple[tuple[SpecifierSet, ...], list[Cand]]] = {}
+        # name -> {version: Requires-Python}: releases with a wheel for the target's tags whose
+        # Requires-Python the target's Python fails (explain names them when what is left fails)
+        self.python_refused: dict[str, dict[Version, str]] = {}
 
     def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
         """Best wheel of each allowed version, highest version first."""
@@ -286,16 +289,10 @@ class CandidateFinder:
         out: dict[Version, list[Distfile]] = {}
         specs: dict[str, bool] = {}
         versions: dict[str, Version | None] = {}
+        refused: dict[Version, str] = {}  # version -> a Requires-Python the target fails
         for f in self.source.files(name, self._keep):
             if not f.is_wheel or self.target.wheel_rank(f.filename) is None:
                 continue
-            if f.requires_python:
-                ok = specs.get(f.requires_python)
-                if ok is None:
-                    spec = spec_of(f.requires_python)
-                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
-                if not ok:
-                    continue
             v = versions.get(f.version, False)
             if v is False:
                 try:
@@ -304,7 +301,18 @@ class CandidateFinder:
                     v = versions[f.version] = None
             if v is None:
                 continue
+            if f.requires_python:
+                ok = specs.get(f.requires_python)
+                if ok is None:
+                    spec = spec_of(f.requires_python)
+                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
+                if not ok:
+                    refused.setdefault(v, f.requires_python)
+                    continue
             out.setdefault(v, []).append(f)
+        for v, rp in refused.items():
+            if v not in out:
+                self.python_refused.setdefault(name, {})[v] = rp
         out = dict(sorted(out.items(), key=lambda item: item[0], reverse=True))
         self._installable_memo[name] = out
         return out

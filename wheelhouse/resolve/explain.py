@@ -77,13 +77,18 @@ class ToolchainSkew(ResolveError):
 
 # --- explaining failure ------------------------------------------------------------------------
 def _chain(provider: Provider, cand, limit: int = 6) -> str:
-    """"b==2 <- a==1 <- (requested)": who pulled the candidate ``cand`` in.
+    """"b==2 <- a==1 <- (requested)": who pulled the candidate ``cand`` in (``_links``)."""
+    return " <- ".join(str(c) for c in _links(provider, cand, limit)) or ROOT
+
+
+def _links(provider: Provider, cand, limit: int = 6) -> list:
+    """The candidates that pulled ``cand`` in, nearest first, ending with ``ROOT`` when the chain reaches the request.
 
     Each link is a parent whose requirement admits the version of the link below it (cf-top 2.0,
     which needs cf-mid-x==2.0, never explains cf-mid-x 1.0); of several, the one recorded last (the
     search's latest state). A candidate the request names is ``(requested)``.
     """
-    parts: list[str] = []
+    parts: list = []
     seen = {cand.name}
     cur = cand
     while len(parts) < limit:
@@ -93,12 +98,12 @@ def _chain(provider: Provider, cand, limit: int = 6) -> str:
         parent = _parent_of(provider, cur)
         if parent is None:
             break
-        parts.append(str(parent))
+        parts.append(parent)
         if parent.name in seen:
             break
         seen.add(parent.name)
         cur = parent
-    return " <- ".join(parts) or ROOT
+    return parts
 
 
 def _parent_of(provider: Provider, cand):
@@ -110,8 +115,18 @@ def _parent_of(provider: Provider, cand):
 
 
 def explain_failure(exc: ResolutionImpossible, provider: Provider, target: TargetProfile, source: PackageSource, roots) -> WhError:
-    """The ResolveError that says why resolvelib found no consistent set."""
+    """The ResolveError that says why resolvelib found no consistent set.
+
+    When a project on the way (a cause's parent or its chain) had newer releases the target's Python
+    refused, those releases are the reason: the older one left is what failed, so the error leads
+    with them (crewai 0.11.3-1.15.30 skipped for ``Requires-Python <3.14``) instead of blaming the old
+    release's dependency."""
     causes = list(exc.causes)
+    err = _explain(causes, provider, target, source)
+    return _python_refusals(err, causes, provider, target)
+
+
+def _explain(causes: list, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:
     tool = [c for c in causes if c.requirement.kind == "toolchain"]
     if tool:
         group = tool[0].requirement.name
@@ -155,6 +170,50 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
         f"conflicting requirements on {', '.join(names)}:\n" + "\n".join(lines),
         hint="loosen or change one of these requirements (or its parent's version), then run again",
     )
+
+
+def _python_refusals(err: WhError, causes: list, provider: Provider, target: TargetProfile) -> WhError:
+    """``err`` led by the newer releases the target's Python refused, of each project on the failing chains."""
+    refused = provider.finder.python_refused
+    on_chain: dict[str, Version] = {}
+    for c in causes:
+        if c.parent is None or c.parent.kind != "pkg":
+            continue
+        for cand in (c.parent, *_links(provider, c.parent)):
+            # the release that was left (a refused one is a cause of its own, not what failed)
+            if cand != ROOT and cand.name in refused and cand.version not in refused[cand.name]:
+                on_chain[cand.name] = max(on_chain.get(cand.name, cand.version), cand.version)
+    notes, newest = [], None
+    for name, chosen in on_chain.items():
+        newer = {v: rp for v, rp in refused[name].items() if v > chosen}
+        if not newer:
+            continue
+        lo, hi = min(newer), max(newer)
+        clauses = sorted({str(s) for rp in newer.values() for s in (spec_of(rp) or ())
+                          if not s.contains(provider.python, prereleases=True)})
+        span = f"{name} {lo} was" if lo == hi else f"{name} {lo}\u2013{hi} were"
+        notes.append(f"{span} skipped for Requires-Python {','.join(clauses)}")
+        newest = newest or (name, hi, newer[hi])
+    if not notes:
+        return err
+    name, version, rp = newest
+    fits = _python_that_fits(spec_of(rp), target)
+    where = f"stage for Python {fits} (--python-version {fits}), which {name} {version} accepts, or " if fits else ""
+    return NoMatchingVersion(
+        f"{'; '.join(notes)} (the target has Python {target.python_full_version}); what is left fails: {err.message}",
+        hint=f"{where}pin {name} to a release whose dependencies have wheels for the target",
+    )
+
+
+def _python_that_fits(spec, target: TargetProfile) -> str | None:
+    """The newest CPython 3.x below the target's that ``spec`` admits ("3.13"), if any."""
+    if spec is None:
+        return None
+    minor = Version(target.python_full_version).minor
+    for m in range(minor - 1, 6, -1):
+        if spec.contains(Version(f"3.{m}.99"), prereleases=True) or spec.contains(Version(f"3.{m}"), prereleases=True):
+            return f"3.{m}"
+    return None
 
 
 def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:

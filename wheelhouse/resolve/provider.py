@@ -54,6 +54,8 @@ class Provider(AbstractProvider):
         self.pool = pool
         self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided)
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
+        self.undeclared_extras: dict[str, tuple[str, ...]] = {}  # "name==version" -> extras asked that it does not declare
+        self.invalid_requires_python: dict[str, str] = {}  # filename -> the METADATA Requires-Python packaging refuses
         self.python = Version(target.python_full_version)
         self.order: dict[str, int] = {}
         # name -> {(requirement text, parent "name==ver"): (the requirement, the parent)}, in the order
@@ -244,10 +246,21 @@ class Provider(AbstractProvider):
             self._deps_memo[key] = deps
             return deps
         meta = self.reader.read(candidate.distfile)
+        if candidate.extras:
+            declared = {canonicalize_name(e) for e in meta.provides_extra}
+            if candidate.extras - declared:
+                with self._lock:
+                    self.undeclared_extras[str(candidate)] = tuple(sorted(candidate.extras - declared))
         if meta.requires_python and not candidate.extras and candidate.provided is None:
             spec = spec_of(meta.requires_python)
-            if spec is not None:
+            if spec is None:
+                with self._lock:
+                    self.invalid_requires_python[candidate.distfile.filename] = meta.requires_python
+            else:
                 deps.append(Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
+                if not spec.contains(self.python, prereleases=True):
+                    with self._lock:
+                        self.finder.python_refused.setdefault(candidate.name, {})[candidate.version] = meta.requires_python
         for line in meta.requires_dist:
             req = self._parse_dep(line, candidate)
             if req is not None:
