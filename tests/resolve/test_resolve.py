@@ -331,7 +331,8 @@ def test_scenario(scenario, pyindex, tmp_path):
               for g in spec.get("toolchain", [])]
     req = spec["request"]
     run = lambda: resolve(req["requirements"], target, PackageSource([idx.url]), constraints=req.get("constraints", ()),
-                          toolchains=groups, prereleases=req.get("prereleases", False), metadata=MetadataReader())
+                          toolchains=groups, prereleases=req.get("prereleases", False), metadata=MetadataReader(),
+                          **({"max_rounds": req["max_rounds"]} if "max_rounds" in req else {}))
     expect = spec["expect"]
     if "error" in expect:
         with pytest.raises(Exception) as err:

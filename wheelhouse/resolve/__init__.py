@@ -54,8 +54,10 @@ from .explain import (
     PackageNotFound,
     ResolutionConflict,
     ResolveError,
+    SearchLimit,
     ToolchainSkew,
     explain_failure,
+    search_limit,
 )
 from wheelhouse.index.distfile import Distfile
 from wheelhouse.index import PackageSource
@@ -79,6 +81,7 @@ __all__ = [
     "NoCompatibleWheel",
     "NoMatchingVersion",
     "ResolutionConflict",
+    "SearchLimit",
     "ToolchainSkew",
 ]
 
@@ -239,7 +242,8 @@ def resolve(
     gc.disable()
     try:
         provider.prefetch(roots)
-        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        progress = ProgressReporter(reporter)
+        result = Resolver(provider, progress).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -252,10 +256,7 @@ def resolve(
         raise
     except ResolutionTooDeep as exc:
         reporter.finish("resolve")  # the error that follows says what failed
-        raise ResolutionConflict(
-            f"gave up after {exc.round_count} resolution rounds",
-            hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
-        ) from None
+        raise search_limit(exc.round_count, progress.backtracks) from None
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -26,8 +26,10 @@ __all__ = [
     "NoCompatibleWheel",
     "NoMatchingVersion",
     "ResolutionConflict",
+    "SearchLimit",
     "ToolchainSkew",
     "explain_failure",
+    "search_limit",
 ]
 
 ROOT = "(requested)"
@@ -63,6 +65,30 @@ class NoMatchingVersion(ResolveError):
 
 class ResolutionConflict(ResolveError):
     code = "conflict"
+
+
+class SearchLimit(ResolveError):
+    """resolvelib's round limit was reached: the search gave up, which says nothing of whether an answer exists."""
+
+    code = "search-limit"
+
+    def __init__(self, message: str, *, rounds: int, backtracks: Mapping[str, int], hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.rounds = rounds
+        self.backtracks = dict(backtracks)
+
+
+def search_limit(rounds: int, backtracks: Mapping[str, int], shown: int = 5) -> SearchLimit:
+    """The error of a search that gave up after ``rounds``, naming the projects in most conflicts."""
+    top = sorted(backtracks.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
+    named = ", ".join(f"{n} ({k})" for n, k in top)
+    most = f": the packages it backtracked on most (conflicts each took part in) are {named}" if top else ""
+    pin = f"`{top[0][0]}==VERSION`" if top else "`name==version`"
+    return SearchLimit(
+        f"the search gave up after {rounds} rounds without an answer (a search limit, not a proven conflict){most}",
+        rounds=rounds, backtracks=dict(top),
+        hint=f"pin one of them ({pin}) or narrow it with a constraint (-c), then run again",
+    )
 
 
 class ToolchainSkew(ResolveError):

@@ -14,6 +14,7 @@ likely pick are fetched in parallel, so the search itself mostly hits memory.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
@@ -340,10 +341,21 @@ class _Ordered(SequenceABC):
 
 
 class ProgressReporter(BaseReporter):
-    """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project."""
+    """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project, and a count of the
+    conflicts each project took part in (``backtracks``: what a search that gives up names)."""
 
     def __init__(self, reporter: Reporter):
         self.reporter = reporter
+        self.backtracks: Counter[str] = Counter()
+
+    def resolving_conflicts(self, causes):
+        names = set()
+        for c in causes:
+            if c.requirement.kind == "pkg":
+                names.add(c.requirement.name)
+            if c.parent is not None and c.parent.kind == "pkg":
+                names.add(c.parent.name)
+        self.backtracks.update(names)
 
     def pinning(self, candidate):
         if candidate.kind == "pkg" and not candidate.extras:
