@@ -242,7 +242,7 @@ def resolve(
     gc.disable()
     try:
         provider.prefetch(roots)
-        progress = ProgressReporter(reporter)
+        progress = ProgressReporter(reporter, provider)
         result = Resolver(provider, progress).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed

@@ -37,6 +37,10 @@ __all__ = ["Provider", "ProgressReporter"]
 
 
 _READ_AHEAD = 4  # candidates whose metadata is read ahead per disagreeing one (see _decided_first)
+# A project in this many conflicts is "hot" (uv's conflict prioritisation uses 5 too): it is decided
+# before the others, and a candidate whose requirement on it admits only its releases that already
+# failed is tried last (see _decided_first).
+_HOT = 5
 
 
 class Provider(AbstractProvider):
@@ -74,6 +78,11 @@ class Provider(AbstractProvider):
         self._pins: Mapping[str, Cand] | None = None
         self._deps_memo: dict[tuple, list[Req]] = {}
         self._requirements: dict[str, Requirement] = {}  # Requires-Dist line -> parsed
+        # Filled by ProgressReporter as resolvelib backtracks: project -> conflicts it took part in, and
+        # the candidates ("name", version) that were a conflict's parent.
+        self.conflicts: Counter[str] = Counter()
+        self.failed: set[tuple[str, Version]] = set()
+        self.failed_names: set[str] = set()  # the names in ``failed``
 
     # --- resolvelib API -------------------------------------------------------------------
     def identify(self, requirement_or_candidate):
@@ -89,8 +98,9 @@ class Provider(AbstractProvider):
             direct = direct or req.direct is not None
             pinned = pinned or self._pins_exactly(req.specifier)
         in_causes = any(c.requirement.ident == identifier or (c.parent is not None and c.parent.ident == identifier) for c in backtrack_causes)
+        hot = self.conflicts.get(identifier.split("[")[0], 0) >= _HOT
         order = self.order.setdefault(identifier, len(self.order))
-        return (not virtual, not direct, not pinned, not in_causes, order, identifier)
+        return (not virtual, not direct, not pinned, not in_causes, not hot, order, identifier)
 
     def find_matches(self, identifier, requirements, incompatibilities):
         reqs = list(requirements[identifier])
@@ -115,8 +125,12 @@ class Provider(AbstractProvider):
         re-pin when no version agrees. Lazy: resolvelib asks for one candidate at a time, and
         metadata is read only as far as it asks.
         """
-        deferred = []
+        deferred, doomed = [], []
+        hot = any(n >= _HOT for n in self.conflicts.values())
         for i, c in enumerate(cands):
+            if hot and self._only_failed(c):
+                doomed.append(c)
+                continue
             if self._pins and not self._agrees_with_pins(c):
                 deferred.append(c)
                 # Walking past a disagreeing version reads the next one's metadata: read a few
@@ -126,6 +140,34 @@ class Provider(AbstractProvider):
                 continue
             yield c
         yield from deferred
+        yield from doomed
+
+    def _only_failed(self, cand: Cand) -> bool:
+        """Whether a requirement of ``cand`` admits only releases that already failed (or are doomed so).
+
+        uv's answer to a package that backtracks many times: try the releases of the package that
+        requests it whose requirements exclude the conflict. resolvelib names only the innermost
+        conflict (np>=2 <- cv==2.2), so a candidate found doomed joins ``failed`` too: its own
+        requesters (mid needs cv>=2, top needs mid>=2) are then found doomed when they are ordered.
+        Only an ordering (the doomed are tried last, not dropped), so the search stays complete.
+        """
+        key = (cand.name, cand.version)
+        if key in self.failed:
+            return True
+        try:
+            deps = self._deps(cand)
+        except WhError:
+            return False
+        names = self.failed_names
+        for d in deps:
+            if d.kind != "pkg" or d.direct is not None or d.name not in names:
+                continue
+            admitted = self.candidates(d.name, [d])
+            if all((d.name, c.version) in self.failed for c in admitted):
+                self.failed.add(key)
+                names.add(cand.name)
+                return True
+        return False
 
     def _read_ahead(self, cands: Sequence[Cand]) -> None:
         if self.pool is None:
@@ -344,9 +386,10 @@ class ProgressReporter(BaseReporter):
     """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project, and a count of the
     conflicts each project took part in (``backtracks``: what a search that gives up names)."""
 
-    def __init__(self, reporter: Reporter):
+    def __init__(self, reporter: Reporter, provider: Provider | None = None):
         self.reporter = reporter
-        self.backtracks: Counter[str] = Counter()
+        self.provider = provider
+        self.backtracks: Counter[str] = provider.conflicts if provider is not None else Counter()
 
     def resolving_conflicts(self, causes):
         names = set()
@@ -355,6 +398,9 @@ class ProgressReporter(BaseReporter):
                 names.add(c.requirement.name)
             if c.parent is not None and c.parent.kind == "pkg":
                 names.add(c.parent.name)
+                if self.provider is not None:
+                    self.provider.failed.add((c.parent.name, c.parent.version))
+                    self.provider.failed_names.add(c.parent.name)
         self.backtracks.update(names)
 
     def pinning(self, candidate):
