@@ -12,7 +12,7 @@ from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
-from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
+from wheelhouse.manifest.requirements_file import RequirementsFiles, read_requirements_files
 from ._ui import check_writable, emit_json, errors_as_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
 
@@ -75,14 +75,16 @@ def _version() -> str:
     return __version__
 
 
-def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
-    out: list[RequirementLine] = []
-    for p in paths:
-        text = read_text(p, what=flag, error=UsageError,
-                         hint="give the path of a requirements file")
-        out += parse_requirements_text(text, f"{flag} {p}", option_hint="pass indexes and constraints as wh stage "
-                                       "flags (--index-url, --extra-index-url, --find-links, -c)")
-    return out
+def _read_requirement_files(req_files, constraint_files) -> RequirementsFiles:
+    """``-r`` and ``-c`` files as pip writes them (nested files followed; see ``read_requirements_files``)."""
+    def reader(flag):
+        return lambda p: read_text(p, what=flag, error=UsageError, hint="give the path of a requirements file")
+
+    r = read_requirements_files(req_files, reader("-r"))
+    c = read_requirements_files(constraint_files, reader("-c"), constraints=True, flag="-c")
+    return RequirementsFiles(r.requirements, r.constraints + c.constraints, r.prereleases or c.prereleases,
+                             c.index_url or r.index_url, r.extra_index_urls + c.extra_index_urls,
+                             r.find_links + c.find_links, r.notes + c.notes)
 
 
 def _refuse_requirements_file(arg: str) -> None:
@@ -112,7 +114,8 @@ def _split_manifest(args: tuple[str, ...]):
 @click.command("stage")
 @click.argument("inputs", nargs=-1, metavar="[MANIFEST.toml|NAME] [REQUIREMENT]...")
 @click.option("-r", "--requirement", "req_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Requirements file (one requirement a line; --hash=sha256:... options are enforced). Repeatable.")
+              help="Requirements file, as pip writes them (nested -r/-c followed, --pre and index options honoured; "
+                   "--hash=sha256:... options are enforced). Repeatable.")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=True, dir_okay=True),
               help="Wheelhouse folder to write (created; an earlier wheelhouse there is updated in place).")
 @target_options
@@ -197,8 +200,10 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     manifest, reqs = _split_manifest(tuple(inputs))
-    req_lines = _read_requirement_files(req_files)
-    con_lines = _read_requirement_files(constraint_files, "-c")
+    files = _read_requirement_files(req_files, constraint_files)
+    req_lines, con_lines = files.requirements, files.constraints
+    for note in files.notes:
+        ui.info(f"note: {note}")
     if not out and not dry_run:
         raise UsageError("wh stage needs -o DIR (where to write the wheelhouse)", hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     if fmt and not dry_run:
@@ -213,7 +218,7 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
         export_to, out = (None if out in (None, "-") else out), None
         if export_to:
             check_writable("-o", export_to)
-    if not (manifest or reqs or req_lines):
+    if not (manifest or reqs or req_lines or req_files):  # an empty -r file is an empty request (noted above)
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     flags_given = bool(target_file or python_version or platforms)
@@ -221,17 +226,18 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
         requirements=tuple([*reqs, *(line.text for line in req_lines)]),
         constraints=tuple(line.text for line in con_lines),
         hashed_requirements=tuple(line for line in (*req_lines, *con_lines) if line.hashes),
-        index_url=index_url or None,
-        extra_index_urls=tuple(extra_index_url),
-        find_links=tuple(find_links),
+        index_url=index_url or files.index_url or None,  # the command line's before the files' (pip: the same)
+        extra_index_urls=(*extra_index_url, *files.extra_index_urls),
+        find_links=(*find_links, *files.find_links),
         target=target_from_options(target_file, python_version, platforms, implementation, abi) if flags_given else None,
-        prereleases=pre,
+        prereleases=pre or files.prereleases,
     )
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
-                       bytecode_python=bytecode_python)
+                       bytecode_python=bytecode_python,
+                       empty_request=bool(req_files) and not (manifest or reqs or req_lines))
     target = run.target
     reporter = ui.reporter()
     try:

@@ -234,7 +234,7 @@ def _check_inputs(inputs: StageInputs) -> None:
                                   "then under engine_src/)")
     _parse_requirements(inputs.requirements, "requirement")
     _parse_requirements(inputs.constraints, "constraint")
-    if not inputs.requirements and not (manifest and manifest.release_manifests):
+    if not inputs.requirements and not (manifest and manifest.release_manifests) and not inputs.empty_request:
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 

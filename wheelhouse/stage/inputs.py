@@ -68,6 +68,7 @@ class StageInputs:
     refresh: bool = False  # revalidate every cached index page, however fresh
     bytecode: bool = False  # compile every wheel's modules for the target's Python (wheelhouse.stage.bytecode)
     bytecode_python: str | None = None  # the interpreter that compiles them (default: found by version)
+    empty_request: bool = False  # requirements files were given and list none: stage nothing (noted), no error
 
 
 def _joined(*lists: Iterable) -> tuple:
