@@ -16,7 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .candidates import spec_of
+from .candidates import CandidateFinder, spec_of
 from wheelhouse.index import PackageSource
 
 if TYPE_CHECKING:
@@ -24,21 +24,6 @@ if TYPE_CHECKING:
     from .provider import Provider
 
 __all__ = ["caveats"]
-
-_SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
-
-
-class _Sdists:
-    """``keep`` for ``PackageSource.files``: source distributions only (stored pre-parsed under its key)."""
-
-    cache_key = "sdists"
-
-    def __call__(self, filename: str) -> bool:
-        return filename.endswith(_SDIST_SUFFIXES)
-
-
-_SDISTS = _Sdists()
-
 
 def caveats(pins: Sequence[Pin], provider: Provider, source: PackageSource) -> list[str]:
     """One ``warning: ...`` line per caveat of ``pins``, in pin order."""
@@ -59,7 +44,7 @@ def caveats(pins: Sequence[Pin], provider: Provider, source: PackageSource) -> l
             d.requires_python if d.requires_python and spec_of(d.requires_python) is None else None)
         if bad_rp:
             out.append(f"warning: {d.filename} declares an invalid Requires-Python {bad_rp!r}; it is ignored (as pip and uv do)")
-        newer = _newer_sdist_only(p, source)
+        newer = _newer_sdist_only(p, provider.finder, source)
         if newer is not None:
             out.append(f"warning: {key} is the newest release with a wheel for the target; {p.name} {newer} (newer) "
                        "publishes only source distributions, which wh does not stage: build its wheel (`wh build`) "
@@ -67,8 +52,11 @@ def caveats(pins: Sequence[Pin], provider: Provider, source: PackageSource) -> l
     return out
 
 
-def _newer_sdist_only(pin: Pin, source: PackageSource) -> Version | None:
-    """The newest release above ``pin`` that its requirements admit and that has only sdists, if any."""
+def _newer_sdist_only(pin: Pin, finder: CandidateFinder, source: PackageSource) -> Version | None:
+    """The newest release above ``pin`` that its requirements admit and that has only sdists, if any.
+
+    The sdists come with the page as filtered for the run (no page is read again); the whole page only
+    when one above the pin is found, to see whether it has a wheel for another platform."""
     if pin.distfile.origin == "direct":
         return None
     try:
@@ -77,7 +65,9 @@ def _newer_sdist_only(pin: Pin, source: PackageSource) -> Version | None:
         return None
     specs = [_specifier(t) for t in pin.requested_by]
     newer = set()
-    for f in source.files(pin.name, _SDISTS):
+    for f in finder.files(pin.name):
+        if f.is_wheel:
+            continue
         try:
             v = Version(f.version)
         except InvalidVersion:
