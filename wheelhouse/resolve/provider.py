@@ -130,6 +130,7 @@ class Provider(AbstractProvider):
         for i, c in enumerate(cands):
             if hot and self._only_failed(c):
                 doomed.append(c)
+                self._read_ahead(cands[i + 1:i + 1 + _READ_AHEAD * len(doomed)])  # the walk goes on: as below
                 continue
             if self._pins and not self._agrees_with_pins(c):
                 deferred.append(c)
