@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 from resolvelib import ResolutionImpossible
 
@@ -202,16 +203,21 @@ def _python_refusals(err: WhError, causes: list, provider: Provider, target: Tar
     """``err`` led by the newer releases the target's Python refused, of each project on the failing chains."""
     refused = provider.finder.python_refused
     on_chain: dict[str, Version] = {}
+    wanted: dict[str, list] = {}  # name -> the specifiers of the requirements that pulled it in on the chain
     for c in causes:
         if c.parent is None or c.parent.kind != "pkg":
             continue
-        for cand in (c.parent, *_links(provider, c.parent)):
+        chain = [c.parent, *_links(provider, c.parent)]
+        for cand, above in zip(chain, [*chain[1:], None]):
             # the release that was left (a refused one is a cause of its own, not what failed)
             if cand != ROOT and cand.name in refused and cand.version not in refused[cand.name]:
                 on_chain[cand.name] = max(on_chain.get(cand.name, cand.version), cand.version)
+                wanted.setdefault(cand.name, []).extend(_specifiers_on(provider, cand, above))
     notes, newest = [], None
     for name, chosen in on_chain.items():
-        newer = {v: rp for v, rp in refused[name].items() if v > chosen}
+        # only releases the requirements admit (crewai==0.11.2 asked for exactly: nothing newer was skipped)
+        newer = {v: rp for v, rp in refused[name].items()
+                 if v > chosen and all(s.contains(v, prereleases=True) for s in wanted.get(name, ()))}
         if not newer:
             continue
         lo, hi = min(newer), max(newer)
@@ -229,6 +235,20 @@ def _python_refusals(err: WhError, causes: list, provider: Provider, target: Tar
         f"{'; '.join(notes)} (the target has Python {target.python_full_version}); what is left fails: {err.message}",
         hint=f"{where}pin {name} to a release whose dependencies have wheels for the target",
     )
+
+
+def _specifiers_on(provider: Provider, cand, above) -> list:
+    """The specifiers that asked for ``cand``'s project: the request's (``above`` is ROOT) or the parent link's."""
+    if above == ROOT or above is None:
+        out = []
+        for text in provider.root_texts.get(cand.name, ()):
+            try:
+                out.append(Requirement(text).specifier)
+            except InvalidRequirement:
+                continue
+        return out
+    recs = provider.parents.get(cand.name) or {}
+    return [req.specifier for req, parent in recs.values() if parent == above]
 
 
 def _python_that_fits(spec, target: TargetProfile) -> str | None:
