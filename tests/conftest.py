@@ -43,6 +43,12 @@ def _hermetic(request, monkeypatch):
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+    # wh reads pip's configuration (index-url, extra-index-url, find-links, trusted-host): the host's
+    # pip.conf and PIP_* variables (a developer's mirror, a CI's find-links folder) are not the test's.
+    # A test that means to read one sets PIP_CONFIG_FILE / PIP_* itself.
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)
     yield
 
 

@@ -220,3 +220,18 @@ def test_stage_stderr_has_no_blank_lines_no_byte_bar_for_the_resolve_and_one_cac
     assert "2 of 2 files taken from the cache" in r.stderr
     assert "2 of 2 files (wheels/ and bootstrap/) were not downloaded again" in r.stderr
     assert "staged 2 wheels" in r.stderr
+
+
+def test_a_failed_resolution_with_json_prints_an_error_object_on_stdout(index, tmp_path):
+    """--json: a failure is data too (issue 30): one JSON object on stdout, the red line still on stderr, exit 1."""
+    r = dry(index, tmp_path, "--json", reqs=("lib>=5",))
+    assert r.returncode == 1, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["code"] == "no-matching-version" and "lib>=5" in err["message"] and err["hint"]
+    assert "error: no version of lib matches lib>=5" in r.stderr
+
+
+def test_the_resolution_warnings_reach_stderr(index, tmp_path):
+    r = dry(index, tmp_path, reqs=("lib[nosuch]==1.0",))
+    assert r.returncode == 0, r.stderr
+    assert "warning: lib==1.0 declares no extra 'nosuch'" in r.stderr

@@ -282,3 +282,80 @@ def test_reading_the_default_imports_no_pip(tmp_path):
     env.pop("PIP_INDEX_URL", None)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert r.stdout.strip() == "[]"
+
+
+# --- every setting pip reads for where packages come from (issue 30, finding 5) ------------------------
+def test_find_links_and_trusted_host_come_from_files_and_variables_override_them(tmp_path):
+    lay = _layout(tmp_path)
+    _write(lay["home"] / ".config" / "pip" / "pip.conf",
+           "[global]\nfind-links = /srv/wheels\n  /srv/more\ntrusted-host = mirror.test\n"
+           "[download]\nextra-index-url = http://dl.test/simple\n")
+    cfg = _read(lay)
+    assert cfg.find_links == ("/srv/wheels", "/srv/more") and cfg.trusted_hosts == ("mirror.test",)
+    assert cfg.extra_index_urls == ("http://dl.test/simple",)
+    cfg = _read(lay, PIP_FIND_LINKS="/env/wheels", PIP_TRUSTED_HOST="a.test b.test:8443")
+    assert cfg.find_links == ("/env/wheels",) and cfg.trusted_hosts == ("a.test", "b.test:8443")  # replaced, as pip
+
+
+def _pip_env(tmp_path, conf_text: str, **more) -> dict:
+    conf = _write(tmp_path / "conf" / "pip.conf", conf_text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "WH_INDEX"))}
+    return {**env, "PIP_CONFIG_FILE": str(conf), "HOME": str(tmp_path / "home"), "NO_COLOR": "1", **more}
+
+
+def test_wh_stage_uses_every_index_and_find_links_pip_is_configured_with(pyindex, tmp_path):
+    """pip.conf's index-url, extra-index-url and find-links are all used, and --json lists each, redacted."""
+    from faults import wh_command
+    from wheelmaker import make_wheel
+
+    make_wheel(tmp_path / "main", "app", "1.0", requires=["lib", "loc"])
+    make_wheel(tmp_path / "extra", "lib", "2.0")
+    make_wheel(tmp_path / "links", "loc", "3.0")
+    main, extra = pyindex(tmp_path / "main"), pyindex(tmp_path / "extra")
+    secret_extra = extra.url.replace("http://", "http://user:s3cr3t@")
+    env = _pip_env(tmp_path, f"[global]\nindex-url = {main.url}\nextra-index-url = {secret_extra}\n"
+                             f"find-links = {tmp_path / 'links'}\n")
+    args = ["stage", "app", "--dry-run", "--json", "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.12",
+            "--platform", "manylinux_2_35_x86_64", "--no-bootstrap"]
+    r = subprocess.run(wh_command(args), capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert {p["name"]: p["version"] for p in data["packages"]} == {"app": "1.0", "lib": "2.0", "loc": "3.0"}
+    assert data["indexes"] == [main.url.rstrip("/") + "/", extra.url.rstrip("/") + "/", str(tmp_path / "links")]
+    assert "s3cr3t" not in r.stdout + r.stderr
+
+    # PIP_EXTRA_INDEX_URL replaces the file's extra-index-url (pip's precedence): lib is then nowhere.
+    other = pyindex(tmp_path / "links")
+    r = subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300,
+                       env={**env, "PIP_EXTRA_INDEX_URL": other.url})
+    assert r.returncode == 1 and "no project named lib" in r.stderr, r.stderr
+    assert extra.url.rstrip("/") not in json.loads(r.stdout)["error"]["message"]
+
+
+def test_a_trusted_host_is_read_over_https_without_a_certificate_it_can_verify(pyindex, tmp_path, monkeypatch):
+    """pip's trusted-host: https to that host:port goes on although its certificate is signed by no CA
+    wh trusts; any other host is still verified."""
+    import ssl
+
+    from pki import make_test_pki
+    from wheelhouse.index import PackageSource
+    from wheelhouse.index.http import HttpClient
+    from wheelmaker import make_wheel
+
+    (tmp_path / "pki").mkdir()
+    pki = make_test_pki(tmp_path / "pki", cn="127.0.0.1", san="IP:127.0.0.1")
+    make_wheel(tmp_path / "pub", "lib", "1.0")
+    idx = pyindex(tmp_path / "pub")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki / "srv.pem", pki / "srv.key")
+    idx._server.socket = ctx.wrap_socket(idx._server.socket, server_side=True)
+    url = idx.url.replace("http://", "https://")
+    host = url.split("/")[2]
+    for var in ("WH_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(_write(tmp_path / "pip.conf", f"[global]\ntrusted-host = {host}\n")))
+    monkeypatch.delenv("PIP_TRUSTED_HOST", raising=False)
+    assert [f.version for f in PackageSource([url], client=HttpClient()).files("lib")] == ["1.0"]
+    with pytest.raises(Exception) as err:
+        PackageSource([url], client=HttpClient(trusted_hosts=())).files("lib")
+    assert "certificate" in str(err.value).lower() or "ssl" in str(err.value).lower(), str(err.value)

@@ -63,3 +63,19 @@ def test_a_range_only_yanked_releases_satisfy_names_every_one(pyindex, tmp_path)
     msg = err.value.message
     assert "2.4.0 (yanked: ABI break)" in msg and "2.4.0.post1 (yanked: no reason given)" in msg
     assert "np==2.4.0.post1" in err.value.hint
+
+
+def test_releases_skipped_for_requires_python_are_named_only_when_the_request_admits_them(pyindex, tmp_path):
+    """An exact pin asked for the old release: its dependency is the reason, not the newer releases (issue 30)."""
+    cp314 = target_from_flags("3.14", ["manylinux_2_35_x86_64"])
+    src = _index(pyindex, tmp_path, [
+        ("crewai", "1.0", {"requires_python": ">=3.10,<3.14"}),
+        ("crewai", "0.9", {"requires": ["regex==2023.1"]}),
+        ("regex", "2023.1", {"tags": "cp311-cp311-manylinux_2_17_x86_64"}),
+    ])
+    with pytest.raises(NoMatchingVersion) as err:
+        resolve(["crewai"], cp314, src)
+    assert err.value.message.startswith("crewai 1.0 was skipped for Requires-Python <3.14")
+    with pytest.raises(NoCompatibleWheel) as err:
+        resolve(["crewai==0.9"], cp314, src)
+    assert "skipped" not in err.value.message

@@ -331,14 +331,18 @@ def test_scenario(scenario, pyindex, tmp_path):
               for g in spec.get("toolchain", [])]
     req = spec["request"]
     run = lambda: resolve(req["requirements"], target, PackageSource([idx.url]), constraints=req.get("constraints", ()),
-                          toolchains=groups, prereleases=req.get("prereleases", False), metadata=MetadataReader())
+                          toolchains=groups, prereleases=req.get("prereleases", False), metadata=MetadataReader(),
+                          **({"max_rounds": req["max_rounds"]} if "max_rounds" in req else {}))
     expect = spec["expect"]
     if "error" in expect:
         with pytest.raises(Exception) as err:
             run()
         assert getattr(err.value, "code", None) == expect["error"], str(err.value)
+        shown = f"{err.value}\nhint: {getattr(err.value, 'hint', None)}"  # what the user reads
         for text in expect.get("message", []):
-            assert text in str(err.value)
+            assert text in shown
+        for text in expect.get("absent", []):
+            assert text not in shown, shown
     else:
         res = run()
         assert versions(res) == expect["pins"]

@@ -152,3 +152,11 @@ def test_python_version_alone_means_this_hosts_platform_with_a_note():
     assert data["python_version"] == "3.12" and data["platforms"] == list(host.platforms)
     assert data["compatible_tags"][0] == f"cp312-cp312-{host.platforms[0]}"
     assert "--python-version 3.12 without --platform: this host's platform" in proc.stderr
+
+
+def test_a_free_threaded_python_before_3_13_is_refused():
+    """PEP 703's free-threaded build starts with 3.13: ``3.12t`` names an interpreter that does not exist (issue 30)."""
+    with pytest.raises(TargetError) as err:
+        target_from_flags("3.12t", ["manylinux_2_35_x86_64"])
+    assert "no free-threaded CPython 3.12" in err.value.message and "3.13t" in err.value.hint
+    assert target_from_flags("3.13t", ["manylinux_2_35_x86_64"]).abi == "cp313t"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 from wheelhouse.redact import redact
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
+__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "errors_as_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
 
 
 def _console(stderr: bool) -> Console:
@@ -66,6 +66,18 @@ def emit_json(data: Any) -> None:
     """Data goes to stdout, alone."""
     sys.stdout.write(redact(json.dumps(data, indent=2, sort_keys=False, default=str)) + "\n")
     sys.stdout.flush()
+
+
+@contextmanager
+def errors_as_json(on: bool) -> Iterator[None]:
+    """With ``--json``, a failure is data too: ``{"error": {"code", "message", "hint"}}`` on stdout (redacted),
+    then the error goes on to be rendered on stderr and to set the exit code, as without ``--json``."""
+    try:
+        yield
+    except WhError as exc:
+        if on:
+            emit_json({"error": {"code": exc.code, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}})
+        raise
 
 
 def write_output(flag: str, path, text: str, *, fault: str | None = None) -> None:

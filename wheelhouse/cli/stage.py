@@ -15,8 +15,8 @@ from wheelhouse.errors import UsageError
 from wheelhouse.stage.writer import StageError
 from wheelhouse.manifest import load_manifest
 from wheelhouse.manifest.pyproject import is_pyproject_name
-from wheelhouse.manifest.requirements_file import RequirementLine, parse_requirements_text
-from ._ui import check_writable, emit_json, sigterm_as_interrupt, write_output
+from wheelhouse.manifest.requirements_file import RequirementsFiles, read_requirements_files
+from ._ui import check_writable, emit_json, errors_as_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
 
 __all__ = ["stage"]
@@ -114,14 +114,16 @@ def _version() -> str:
     return __version__
 
 
-def _read_requirement_files(paths, flag: str = "-r") -> list[RequirementLine]:
-    out: list[RequirementLine] = []
-    for p in paths:
-        text = read_text(p, what=flag, error=UsageError,
-                         hint="give the path of a requirements file")
-        out += parse_requirements_text(text, f"{flag} {p}", option_hint="pass indexes and constraints as wh stage "
-                                       "flags (--index-url, --extra-index-url, --find-links, -c)")
-    return out
+def _read_requirement_files(req_files, constraint_files) -> RequirementsFiles:
+    """``-r`` and ``-c`` files as pip writes them (nested files followed; see ``read_requirements_files``)."""
+    def reader(flag):
+        return lambda p: read_text(p, what=flag, error=UsageError, hint="give the path of a requirements file")
+
+    r = read_requirements_files(req_files, reader("-r"))
+    c = read_requirements_files(constraint_files, reader("-c"), constraints=True, flag="-c")
+    return RequirementsFiles(r.requirements, r.constraints + c.constraints, r.prereleases or c.prereleases,
+                             c.index_url or r.index_url, r.extra_index_urls + c.extra_index_urls,
+                             r.find_links + c.find_links, r.notes + c.notes)
 
 
 def _refuse_requirements_file(arg: str) -> None:
@@ -180,7 +182,8 @@ def _source_record(path: Path, kind: str, extras, groups) -> dict:
 @click.command("stage")
 @click.argument("inputs", nargs=-1, metavar="[MANIFEST.toml|NAME] [REQUIREMENT]...")
 @click.option("-r", "--requirement", "req_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Requirements file (one requirement a line; --hash=sha256:... options are enforced). Repeatable.")
+              help="Requirements file, as pip writes them (nested -r/-c followed, --pre and index options honoured; "
+                   "--hash=sha256:... options are enforced). Repeatable.")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=True, dir_okay=True),
               help="Wheelhouse folder to write (created; an earlier wheelhouse there is updated in place).")
 @target_options
@@ -266,14 +269,27 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
     everything else (NOTES.md, logs/, an engine `wh build` added, unless the
     manifest's engine recipe changed). -o may be a symlink (its target is
     written). One run at a time per -o: a second one waits (--lock-timeout).
+    With --json, a failure prints {"error": {"code", "message", "hint"}} on stdout.
     """
+    with errors_as_json(as_json):
+        _stage(ctx.obj, inputs, req_files, out, target_file, python_version, platforms, implementation, abi, index_url,
+               extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs, cache_dir,
+               pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh,
+               bytecode, bytecode_python)
+
+
+def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
+           index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs,
+           cache_dir, pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline,
+           refresh, bytecode, bytecode_python) -> None:
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
-    ui = ctx.obj
     manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
-    req_lines = _read_requirement_files(req_files)
-    con_lines = _read_requirement_files(constraint_files, "-c")
-    override_lines = _read_requirement_files(override_files, "--override")
+    files = _read_requirement_files(req_files, constraint_files)
+    req_lines, con_lines = files.requirements, files.constraints
+    for note in files.notes:
+        ui.info(f"note: {note}")
+    override_lines = _read_requirement_files(override_files, ()).requirements
     is_pyproject = bool(inputs) and is_pyproject_name(inputs[0])
     if (extras or groups) and not (lock or is_pyproject):
         raise UsageError("--extra and --group select from a pyproject.toml or a pylock.toml",
@@ -298,7 +314,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         export_to, out = (None if out in (None, "-") else out), None
         if export_to:
             check_writable("-o", export_to)
-    if not (manifest or reqs or req_lines or lock):
+    if not (manifest or reqs or req_lines or lock or req_files):  # an empty -r file is an empty request (noted above)
         raise UsageError("nothing to stage: give a manifest, requirements or -r FILE",
                          hint="for example: wh stage manifests/demo.toml -o demo-wheelhouse")
     flags_given = bool(target_file or python_version or platforms)
@@ -308,18 +324,18 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         hashed_requirements=tuple(line for line in (*req_lines, *con_lines) if line.hashes),
         overrides=tuple(line.text for line in override_lines),
         excludes=tuple(_exclusion(name) for name in excludes),
-        index_url=index_url or None,
-        extra_index_urls=tuple(extra_index_url),
-        find_links=tuple(find_links),
+        index_url=index_url or files.index_url or None,  # the command line's before the files' (pip: the same)
+        extra_index_urls=(*extra_index_url, *files.extra_index_urls),
+        find_links=(*find_links, *files.find_links),
         target=target_from_options(target_file, python_version, platforms, implementation, abi) if flags_given else None,
-        prereleases=pre,
+        prereleases=pre or files.prereleases,
     )
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
                        bytecode_python=bytecode_python, lock_input=lock, extras=tuple(extras), groups=tuple(groups),
-                       source=source)
+                       source=source, empty_request=bool(req_files) and not (manifest or reqs or req_lines or lock))
     target = run.target
     reporter = ui.reporter()
     try:

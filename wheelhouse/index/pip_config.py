@@ -10,8 +10,13 @@ pip's documentation ("Configuration", pip.pypa.io/en/stable/topics/configuration
   ``PIP_CONFIG_FILE=/dev/null`` loads no file at all;
 - inside them, INI sections: ``[global]`` applies to every command, a command's own section
   (``[install]``, ``[download]``) overrides it; keys are written ``index-url`` or ``index_url``;
-- environment variables ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL`` override every file;
-  a list value (``extra-index-url``) is separated by whitespace or newlines.
+- environment variables ``PIP_INDEX_URL``, ``PIP_EXTRA_INDEX_URL``, ``PIP_FIND_LINKS``,
+  ``PIP_TRUSTED_HOST`` override every file's value of the same key (a variable replaces the
+  files' list, it does not add to it); a list value (``extra-index-url``, ``find-links``,
+  ``trusted-host``) is separated by whitespace or newlines;
+- the command line comes last: a single value (``--index-url``) replaces the configured one, a
+  list option (``--extra-index-url``, ``--find-links``) adds to the configured list (optparse
+  appends to the default pip sets from its configuration).
 
 ``wh stage`` resolves and downloads like ``pip download``; ``[install]`` is read too, because
 that is where most people put their index.
@@ -47,13 +52,21 @@ _TRUE = ("1", "true", "yes", "on")  # pip's strtobool
 
 @dataclass(frozen=True)
 class PipIndexConfig:
-    """``index_url`` (None when nothing configures one) and ``extra_index_urls``, with where the
-    index URL came from."""
+    """``index_url`` (None when nothing configures one), ``extra_index_urls``, ``find_links`` and
+    ``trusted_hosts``, with where the index URL came from."""
 
     index_url: str | None
     extra_index_urls: tuple[str, ...] = ()
     source: str | None = None  # "PIP_INDEX_URL", a config file path, or None
     no_index: bool = False  # PIP_NO_INDEX / no-index: pip would use no index, so no default either
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()  # host or host:port (pip's --trusted-host)
+
+    def sources(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(index URLs, find-links) pip would use: none of its indexes with no-index, as pip."""
+        if self.no_index:
+            return (), self.find_links
+        return ((self.index_url,) if self.index_url else ()) + self.extra_index_urls, self.find_links
 
 
 class NoIndexConfigured(UsageError):
@@ -113,11 +126,13 @@ def read_pip_index_config(env: Mapping[str, str] | None = None, prefix: str | No
         index, source = values["index-url"][0].strip(), values["index-url"][1]
     if env.get("PIP_INDEX_URL"):
         index, source = env["PIP_INDEX_URL"].strip(), "PIP_INDEX_URL"
-    extras = values.get("extra-index-url", ("", ""))[0]
-    if env.get("PIP_EXTRA_INDEX_URL"):
-        extras = env["PIP_EXTRA_INDEX_URL"]
+    lists = {}
+    for key in ("extra-index-url", "find-links", "trusted-host"):
+        var = "PIP_" + key.upper().replace("-", "_")
+        lists[key] = tuple((env[var] if env.get(var) else values.get(key, ("", ""))[0]).split())
     no_index = env.get("PIP_NO_INDEX", values.get("no-index", ("", ""))[0])
-    return PipIndexConfig(index, tuple(extras.split()), source, no_index.strip().lower() in _TRUE)
+    return PipIndexConfig(index, lists["extra-index-url"], source, no_index.strip().lower() in _TRUE,
+                          find_links=lists["find-links"], trusted_hosts=lists["trusted-host"])
 
 
 def default_index_url() -> str:

@@ -9,8 +9,13 @@ at a trailing backslash and comments dropped the way pip does it, so the output 
         --hash=sha256:<hex>
         # via jinja2
 
-Every other option (``-r``, ``-c``, ``-e``, ``--index-url``, ``--find-links``, ...) is refused: indexes,
-find-links and constraints are ``wh stage`` flags and manifest keys, one place each.
+``parse_requirements_text`` (a manifest's ``requirements-file``) refuses every option line.
+``read_requirements_files`` reads the files ``wh stage -r/-c`` names as pip writes them: nested ``-r``
+and ``-c`` are followed (relative to the file that names them); ``--pre``, ``-i/--index-url``,
+``--extra-index-url`` and ``-f/--find-links`` are honoured (a relative find-links folder is relative to
+the file, as pip takes it when it exists there); ``--only-binary`` and ``--prefer-binary`` are what wh
+does anyway (wheels only); the rest (``-e``, ``--no-binary``, ``--no-index``, ``--trusted-host``, ...)
+is refused with the reason. A file with no requirement is an empty request, with a note.
 
 The hashes are enforced after resolution (``check_hashes``): a pinned file whose sha256 is not
 among the hashes listed for its requirement is ``HashNotAllowed`` -- pip's ``--hash`` rule, for the
@@ -21,8 +26,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
-from typing import Iterable, Iterator, Protocol, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -31,6 +36,8 @@ from wheelhouse.errors import UsageError, WhError
 
 __all__ = [
     "RequirementLine",
+    "RequirementsFiles",
+    "read_requirements_files",
     "RequirementsFileError",
     "DisallowedFile",
     "HashNotAllowed",
@@ -124,16 +131,119 @@ def parse_requirements_text(text: str, where: str, *, option_hint: str) -> tuple
         if line.startswith("-"):
             raise RequirementsFileError(f"{here}: option lines ({line.split()[0].split('=')[0]}) are not supported",
                                         hint=option_hint)
-        # pip's break_args_options: the requirement runs up to the first token that starts with '-'.
-        tokens = line.split()
-        cut = next((i for i, tok in enumerate(tokens) if tok.startswith("-")), len(tokens))
-        req, hashes = " ".join(tokens[:cut]), _hashes(tokens[cut:], here)
-        name = _project(req)
-        if hashes and name is None:
-            raise RequirementsFileError(f"{here}: cannot tell which project the --hash options of {req!r} are for",
-                                        hint="write the requirement like `name==1.0 --hash=sha256:...`")
-        out.append(RequirementLine(req, name, hashes, here))
+        out.append(_requirement_line(line, here))
     return tuple(out)
+
+
+def _requirement_line(line: str, here: str) -> RequirementLine:
+    # pip's break_args_options: the requirement runs up to the first token that starts with '-'.
+    tokens = line.split()
+    cut = next((i for i, tok in enumerate(tokens) if tok.startswith("-")), len(tokens))
+    req, hashes = " ".join(tokens[:cut]), _hashes(tokens[cut:], here)
+    name = _project(req)
+    if hashes and name is None:
+        raise RequirementsFileError(f"{here}: cannot tell which project the --hash options of {req!r} are for",
+                                    hint="write the requirement like `name==1.0 --hash=sha256:...`")
+    return RequirementLine(req, name, hashes, here)
+
+
+# --- files as pip writes them (wh stage -r / -c) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class RequirementsFiles:
+    """What ``-r``/``-c`` files (and the files they name) ask for."""
+
+    requirements: tuple[RequirementLine, ...] = ()
+    constraints: tuple[RequirementLine, ...] = ()
+    prereleases: bool = False
+    index_url: str | None = None  # the last -i/--index-url of the files
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+# option -> (takes a value, what wh does with it); "" is honoured, any other text is the refusal's reason
+_OPTIONS: dict[str, tuple[bool, str]] = {
+    "-r": (True, ""), "--requirement": (True, ""), "-c": (True, ""), "--constraint": (True, ""),
+    "--pre": (False, ""), "-i": (True, ""), "--index-url": (True, ""), "--extra-index-url": (True, ""),
+    "-f": (True, ""), "--find-links": (True, ""), "--only-binary": (True, ""), "--prefer-binary": (False, ""),
+    "--require-hashes": (False, ""),
+    "-e": (True, "an editable install is a source tree; wh stages wheels only (build one with `wh build`)"),
+    "--editable": (True, "an editable install is a source tree; wh stages wheels only (build one with `wh build`)"),
+    "--no-binary": (True, "wh stages wheels only, so nothing can be taken as source"),
+    "--no-index": (False, "give wh stage's own sources instead (-f alone stages with no index)"),
+    "--trusted-host": (True, "set it where pip reads it (trusted-host in pip.conf, or PIP_TRUSTED_HOST)"),
+    "--use-feature": (True, "pip's feature switches do not apply to wh"),
+}
+
+
+def _option(line: str, where: str) -> tuple[str, str | None]:
+    """``(option, value)`` of an option line (``-r x``, ``-rx``, ``--index-url=x``, ``--index-url x``)."""
+    first, _, rest = line.partition(" ")
+    name, eq, value = first.partition("=")
+    if name not in _OPTIONS and len(name) > 2 and not name.startswith("--") and name[:2] in _OPTIONS:
+        name, value, eq = name[:2], name[2:], "="  # pip's short form: -rfile.txt
+    if name not in _OPTIONS:
+        raise RequirementsFileError(f"{where}: the option {name} is not supported in a requirements file",
+                                    hint="remove it; wh stage takes -r, -c, --pre, -i, --extra-index-url, -f, "
+                                         "--only-binary and --hash lines")
+    takes, _ = _OPTIONS[name]
+    if not takes:
+        return name, None
+    value = (value if eq else rest).strip()
+    if not value:
+        raise RequirementsFileError(f"{where}: {name} needs a value", hint=f"write it like `{name} VALUE`")
+    return name, value
+
+
+def read_requirements_files(paths: Sequence[str], read: Callable[[Path], str], *, constraints: bool = False,
+                            flag: str = "-r") -> RequirementsFiles:
+    """The requirements (or, ``constraints``, the constraints) of ``paths`` and every file they name.
+
+    ``read(path) -> text`` is the caller's (errors included); a file named twice is read once."""
+    acc = {"req": [], "con": [], "pre": False, "index": None, "extra": [], "links": [], "notes": []}
+    seen: set[Path] = set()
+    for p in paths:
+        _read_one(Path(p), f"{flag} {p}", constraints, read, acc, seen)
+    return RequirementsFiles(tuple(acc["req"]), tuple(acc["con"]), acc["pre"], acc["index"], tuple(dict.fromkeys(acc["extra"])),
+                             tuple(dict.fromkeys(acc["links"])), tuple(acc["notes"]))
+
+
+def _read_one(path: Path, where: str, as_constraints: bool, read, acc: dict, seen: set) -> None:
+    key = path.resolve()
+    if key in seen:
+        return  # pip reads a file again; its lines would only repeat (and a cycle would not end)
+    seen.add(key)
+    lines = 0
+    for n, raw in _logical_lines(read(path)):
+        line = _COMMENT.sub("", raw).strip()
+        if not line:
+            continue
+        here = f"{where} line {n}"
+        if not line.startswith("-"):
+            lines += 1
+            acc["con" if as_constraints else "req"].append(_requirement_line(line, here))
+            continue
+        name, value = _option(line, here)
+        reason = _OPTIONS[name][1]
+        if reason:
+            raise RequirementsFileError(f"{here}: {name} is not supported: {reason}", hint=f"remove the {name} line")
+        lines += 1
+        if name in ("-r", "--requirement", "-c", "--constraint"):
+            nested = path.parent / value  # pip: relative to the file that names it
+            _read_one(nested, f"{name} {nested}", as_constraints or name in ("-c", "--constraint"), read, acc, seen)
+        elif name == "--pre":
+            acc["pre"] = True
+        elif name in ("-i", "--index-url"):
+            acc["index"] = value
+        elif name == "--extra-index-url":
+            acc["extra"].append(value)
+        elif name in ("-f", "--find-links"):
+            local = path.parent / value
+            acc["links"].append(str(local) if "://" not in value and local.exists() else value)
+        # --only-binary, --prefer-binary, --require-hashes: wheels only and hashes enforced, always
+    if not lines:
+        acc["notes"].append(f"{where} lists no requirements: nothing is asked of it")
 
 
 # --- enforcing the hashes --------------------------------------------------------------------------

@@ -54,8 +54,10 @@ from .explain import (
     PackageNotFound,
     ResolutionConflict,
     ResolveError,
+    SearchLimit,
     ToolchainSkew,
     explain_failure,
+    search_limit,
 )
 from wheelhouse.index.distfile import Distfile
 from wheelhouse.index import PackageSource
@@ -64,6 +66,7 @@ from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
+from .caveats import caveats
 from .image import ImageChange, image_changes, provided_versions
 from .overrides import Rewrites, Rewritten
 from .toolchain import toolchain_rules
@@ -80,6 +83,7 @@ __all__ = [
     "NoCompatibleWheel",
     "NoMatchingVersion",
     "ResolutionConflict",
+    "SearchLimit",
     "ToolchainSkew",
 ]
 
@@ -129,6 +133,7 @@ class Resolution:
     changes: tuple[ImageChange, ...] = ()  # image distributions the stack moves to another version
     unknown_deps: tuple[str, ...] = ()  # kept image versions no index has metadata of: no dependencies read
     rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
+    warnings: tuple[str, ...] = ()  # what the pins' user should know though nothing failed (``caveats``)
 
     def pin(self, name: str) -> Pin | None:
         key = canonicalize_name(name)
@@ -146,6 +151,7 @@ class Resolution:
             "changes": [c.to_json() for c in self.changes],
             "unknown_deps": list(self.unknown_deps),
             "rewritten": [r.to_json() for r in self.rewritten],
+            "warnings": list(self.warnings),
         }
 
     @property
@@ -245,7 +251,8 @@ def resolve(
     gc.disable()
     try:
         provider.prefetch(roots)
-        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        progress = ProgressReporter(reporter, provider)
+        result = Resolver(provider, progress).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -258,10 +265,7 @@ def resolve(
         raise
     except ResolutionTooDeep as exc:
         reporter.finish("resolve")  # the error that follows says what failed
-        raise ResolutionConflict(
-            f"gave up after {exc.round_count} resolution rounds",
-            hint="pin the packages that backtrack the most (`name==version`) or add constraints (-c)",
-        ) from None
+        raise search_limit(exc.round_count, progress.backtracks) from None
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -270,10 +274,9 @@ def resolve(
             gc.enable()
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
-    for p in pins:
-        if p.distfile.yanked and not p.provided:  # PEP 592: only an exact pin gets here; uv warns too
-            reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "
-                          "it is used because it is pinned exactly")
+    warnings = caveats(pins, provider, source)
+    for line in warnings:
+        reporter.note(line)
     return Resolution(
         pins=pins,
         requirements=tuple(requirements),
@@ -283,6 +286,7 @@ def resolve(
         changes=image_changes(pins, image),
         unknown_deps=_kept_blind(pins, provider.unknown_deps),
         rewritten=rewrites.report([ROOT, *(f"{p.name}=={p.version}" for p in pins)]),
+        warnings=tuple(warnings),
     )
 
 

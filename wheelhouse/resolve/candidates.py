@@ -33,7 +33,7 @@ from wheelhouse.index import PackageSource
 from wheelhouse.target import TargetProfile
 from .toolchain import toolchain_ident
 
-__all__ = ["PYTHON", "IMAGE", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
+__all__ = ["PYTHON", "IMAGE", "SDIST_SUFFIXES", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
 
 PYTHON = "<python>"
 IMAGE = "image"  # Distfile.origin of a provided version the index does not publish at all
@@ -131,13 +131,17 @@ def _neg_build(f: Distfile) -> tuple:
     return (-b[0], b[1]) if b else (0, "")
 
 
+SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
+
+
 class _TagFilter:
-    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept. Its
-    ``cache_key`` names the tag set, so a page filtered for this target is stored pre-parsed."""
+    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept, and every
+    source distribution (one a release: the resolution's caveats name releases that have only those).
+    Its ``cache_key`` names the tag set, so a page filtered for this target is stored pre-parsed."""
 
     def __init__(self, target: TargetProfile):
         self._rank = target.wheel_rank
-        self.cache_key = "tags:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+        self.cache_key = "tags+sdists:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
         # A page of a big project lists ~100k files sharing a few hundred tag triples: each triple
         # is judged once (a cold vllm resolve asks ~160k times). Keyed by the text after the
         # version, so the answer is wheel_rank's for any name.
@@ -145,7 +149,7 @@ class _TagFilter:
 
     def __call__(self, filename: str) -> bool:
         if not filename.endswith(".whl") or filename.count("-") not in (4, 5):  # PEP 427: 5 or 6 fields
-            return False
+            return filename.endswith(SDIST_SUFFIXES)
         tags = filename[filename.rfind("-", 0, filename.rfind("-", 0, filename.rfind("-"))) + 1:]  # py-abi-plat.whl
         ok = self._seen.get(tags)
         if ok is None:
@@ -166,6 +170,9 @@ class _TagFilter:
             for t in {t for t, v in zip(tags, verdicts) if v is None}:
                 seen[t] = self._rank(f"x-0-{t}") is not None
             verdicts = list(map(seen.get, tags))
+        for i, t in enumerate(tags):
+            if not t and filenames[i].endswith(SDIST_SUFFIXES):
+                verdicts[i] = True
         return verdicts
 
 
@@ -192,6 +199,9 @@ class CandidateFinder:
         self._file_keys: dict[str, tuple] = {}  # filename -> (rank, build): the ranking key, once
         self._admits_memo: dict[int, tuple[SpecifierSet, Callable[[Version], bool]]] = {}
         self._best_memo: dict[tuple, tuple[tuple[SpecifierSet, ...], list[Cand]]] = {}
+        # name -> {version: Requires-Python}: releases with a wheel for the target's tags whose
+        # Requires-Python the target's Python fails (explain names them when what is left fails)
+        self.python_refused: dict[str, dict[Version, str]] = {}
 
     def candidates(self, name: str, reqs: Sequence[Req]) -> list[Cand]:
         """Best wheel of each allowed version, highest version first."""
@@ -278,6 +288,11 @@ class CandidateFinder:
             out.append(Cand("pkg", name, v, best, extras))
         return out
 
+    def files(self, name: str) -> list[Distfile]:
+        """The project's wheels the target's tags accept and its source distributions (the page as filtered for
+        this run, memoized by the source)."""
+        return self.source.files(name, self._keep)
+
     def _installable(self, name: str) -> dict[Version, list[Distfile]]:
         """Wheels of ``name`` the target can install (tags and index requires-python), by version."""
         hit = self._installable_memo.get(name)
@@ -286,16 +301,10 @@ class CandidateFinder:
         out: dict[Version, list[Distfile]] = {}
         specs: dict[str, bool] = {}
         versions: dict[str, Version | None] = {}
+        refused: dict[Version, str] = {}  # version -> a Requires-Python the target fails
         for f in self.source.files(name, self._keep):
             if not f.is_wheel or self.target.wheel_rank(f.filename) is None:
                 continue
-            if f.requires_python:
-                ok = specs.get(f.requires_python)
-                if ok is None:
-                    spec = spec_of(f.requires_python)
-                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
-                if not ok:
-                    continue
             v = versions.get(f.version, False)
             if v is False:
                 try:
@@ -304,7 +313,18 @@ class CandidateFinder:
                     v = versions[f.version] = None
             if v is None:
                 continue
+            if f.requires_python:
+                ok = specs.get(f.requires_python)
+                if ok is None:
+                    spec = spec_of(f.requires_python)
+                    ok = specs[f.requires_python] = spec is None or self.target.accepts_python(spec)
+                if not ok:
+                    refused.setdefault(v, f.requires_python)
+                    continue
             out.setdefault(v, []).append(f)
+        for v, rp in refused.items():
+            if v not in out:
+                self.python_refused.setdefault(name, {})[v] = rp
         out = dict(sorted(out.items(), key=lambda item: item[0], reverse=True))
         self._installable_memo[name] = out
         return out

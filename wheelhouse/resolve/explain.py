@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 from resolvelib import ResolutionImpossible
 
@@ -26,8 +27,10 @@ __all__ = [
     "NoCompatibleWheel",
     "NoMatchingVersion",
     "ResolutionConflict",
+    "SearchLimit",
     "ToolchainSkew",
     "explain_failure",
+    "search_limit",
 ]
 
 ROOT = "(requested)"
@@ -65,6 +68,30 @@ class ResolutionConflict(ResolveError):
     code = "conflict"
 
 
+class SearchLimit(ResolveError):
+    """resolvelib's round limit was reached: the search gave up, which says nothing of whether an answer exists."""
+
+    code = "search-limit"
+
+    def __init__(self, message: str, *, rounds: int, backtracks: Mapping[str, int], hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.rounds = rounds
+        self.backtracks = dict(backtracks)
+
+
+def search_limit(rounds: int, backtracks: Mapping[str, int], shown: int = 5) -> SearchLimit:
+    """The error of a search that gave up after ``rounds``, naming the projects in most conflicts."""
+    top = sorted(backtracks.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
+    named = ", ".join(f"{n} ({k})" for n, k in top)
+    most = f": the packages it backtracked on most (conflicts each took part in) are {named}" if top else ""
+    pin = f"`{top[0][0]}==VERSION`" if top else "`name==version`"
+    return SearchLimit(
+        f"the search gave up after {rounds} rounds without an answer (a search limit, not a proven conflict){most}",
+        rounds=rounds, backtracks=dict(top),
+        hint=f"pin one of them ({pin}) or narrow it with a constraint (-c), then run again",
+    )
+
+
 class ToolchainSkew(ResolveError):
     code = "toolchain-skew"
 
@@ -76,30 +103,57 @@ class ToolchainSkew(ResolveError):
 
 
 # --- explaining failure ------------------------------------------------------------------------
-def _chain(provider: Provider, name: str, limit: int = 6) -> str:
-    """"b==2 <- a==1 <- (requested)": who pulled ``name`` in, following the first recorded parent."""
-    parts: list[str] = []
-    seen = {name}
-    cur = name
+def _chain(provider: Provider, cand, limit: int = 6) -> str:
+    """"b==2 <- a==1 <- (requested)": who pulled the candidate ``cand`` in (``_links``)."""
+    return " <- ".join(str(c) for c in _links(provider, cand, limit)) or ROOT
+
+
+def _links(provider: Provider, cand, limit: int = 6) -> list:
+    """The candidates that pulled ``cand`` in, nearest first, ending with ``ROOT`` when the chain reaches the request.
+
+    Each link is a parent whose requirement admits the version of the link below it (cf-top 2.0,
+    which needs cf-mid-x==2.0, never explains cf-mid-x 1.0); of several, the one recorded last (the
+    search's latest state). A candidate the request names is ``(requested)``.
+    """
+    parts: list = []
+    seen = {cand.name}
+    cur = cand
     while len(parts) < limit:
-        if cur in provider.root_texts:
+        if cur.name in provider.root_texts:
             parts.append(ROOT)
             break
-        recs = provider.parents.get(cur)
-        if not recs:
+        parent = _parent_of(provider, cur)
+        if parent is None:
             break
-        parent = next(iter(recs))[1]
         parts.append(parent)
-        cur = parent.split("==")[0]
-        if cur in seen:
+        if parent.name in seen:
             break
-        seen.add(cur)
-    return " <- ".join(parts) or ROOT
+        seen.add(parent.name)
+        cur = parent
+    return parts
+
+
+def _parent_of(provider: Provider, cand):
+    """The last recorded parent whose requirement on ``cand``'s project admits ``cand``'s version."""
+    recs = provider.parents.get(cand.ident if cand.kind == "toolchain" else cand.name) or {}
+    # A project's extras depend on its base at the same version: that is not who pulled it in.
+    fitting = [parent for req, parent in recs.values() if parent.name != cand.name and provider.is_satisfied_by(req, cand)]
+    return fitting[-1] if fitting else None
 
 
 def explain_failure(exc: ResolutionImpossible, provider: Provider, target: TargetProfile, source: PackageSource, roots) -> WhError:
-    """The ResolveError that says why resolvelib found no consistent set."""
+    """The ResolveError that says why resolvelib found no consistent set.
+
+    When a project on the way (a cause's parent or its chain) had newer releases the target's Python
+    refused, those releases are the reason: the older one left is what failed, so the error leads
+    with them (crewai 0.11.3-1.15.30 skipped for ``Requires-Python <3.14``) instead of blaming the old
+    release's dependency."""
     causes = list(exc.causes)
+    err = _explain(causes, provider, target, source)
+    return _python_refusals(err, causes, provider, target)
+
+
+def _explain(causes: list, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:
     tool = [c for c in causes if c.requirement.kind == "toolchain"]
     if tool:
         group = tool[0].requirement.name
@@ -109,7 +163,7 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
             if c.parent is None:
                 continue
             versions[c.parent.name] = str(c.parent.version)
-            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent.name)}")
+            lines.append(f"  {c.parent.name} {c.parent.version} <- {_chain(provider, c.parent)}")
         g = next(g for g in provider.groups if g.name == group)
         rule = "identical versions" if g.exact else "one major.minor release"
         return ToolchainSkew(
@@ -136,7 +190,7 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
                                  hint="pin an older release that supports the target's Python, or stage for another --python-version")
     lines = []
     for c in causes:
-        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent.name)}"
+        who = ROOT if c.parent is None else f"{c.parent} <- {_chain(provider, c.parent)}"
         lines.append(f"  {c.requirement.text} <- {who}")
     names = sorted({c.requirement.name for c in causes})
     return ResolutionConflict(
@@ -145,8 +199,71 @@ def explain_failure(exc: ResolutionImpossible, provider: Provider, target: Targe
     )
 
 
+def _python_refusals(err: WhError, causes: list, provider: Provider, target: TargetProfile) -> WhError:
+    """``err`` led by the newer releases the target's Python refused, of each project on the failing chains."""
+    refused = provider.finder.python_refused
+    on_chain: dict[str, Version] = {}
+    wanted: dict[str, list] = {}  # name -> the specifiers of the requirements that pulled it in on the chain
+    for c in causes:
+        if c.parent is None or c.parent.kind != "pkg":
+            continue
+        chain = [c.parent, *_links(provider, c.parent)]
+        for cand, above in zip(chain, [*chain[1:], None]):
+            # the release that was left (a refused one is a cause of its own, not what failed)
+            if cand != ROOT and cand.name in refused and cand.version not in refused[cand.name]:
+                on_chain[cand.name] = max(on_chain.get(cand.name, cand.version), cand.version)
+                wanted.setdefault(cand.name, []).extend(_specifiers_on(provider, cand, above))
+    notes, newest = [], None
+    for name, chosen in on_chain.items():
+        # only releases the requirements admit (crewai==0.11.2 asked for exactly: nothing newer was skipped)
+        newer = {v: rp for v, rp in refused[name].items()
+                 if v > chosen and all(s.contains(v, prereleases=True) for s in wanted.get(name, ()))}
+        if not newer:
+            continue
+        lo, hi = min(newer), max(newer)
+        clauses = sorted({str(s) for rp in newer.values() for s in (spec_of(rp) or ())
+                          if not s.contains(provider.python, prereleases=True)})
+        span = f"{name} {lo} was" if lo == hi else f"{name} {lo}\u2013{hi} were"
+        notes.append(f"{span} skipped for Requires-Python {','.join(clauses)}")
+        newest = newest or (name, hi, newer[hi])
+    if not notes:
+        return err
+    name, version, rp = newest
+    fits = _python_that_fits(spec_of(rp), target)
+    where = f"stage for Python {fits} (--python-version {fits}), which {name} {version} accepts, or " if fits else ""
+    return NoMatchingVersion(
+        f"{'; '.join(notes)} (the target has Python {target.python_full_version}); what is left fails: {err.message}",
+        hint=f"{where}pin {name} to a release whose dependencies have wheels for the target",
+    )
+
+
+def _specifiers_on(provider: Provider, cand, above) -> list:
+    """The specifiers that asked for ``cand``'s project: the request's (``above`` is ROOT) or the parent link's."""
+    if above == ROOT or above is None:
+        out = []
+        for text in provider.root_texts.get(cand.name, ()):
+            try:
+                out.append(Requirement(text).specifier)
+            except InvalidRequirement:
+                continue
+        return out
+    recs = provider.parents.get(cand.name) or {}
+    return [req.specifier for req, parent in recs.values() if parent == above]
+
+
+def _python_that_fits(spec, target: TargetProfile) -> str | None:
+    """The newest CPython 3.x below the target's that ``spec`` admits ("3.13"), if any."""
+    if spec is None:
+        return None
+    minor = Version(target.python_full_version).minor
+    for m in range(minor - 1, 6, -1):
+        if spec.contains(Version(f"3.{m}.99"), prereleases=True) or spec.contains(Version(f"3.{m}"), prereleases=True):
+            return f"3.{m}"
+    return None
+
+
 def _explain_empty(req: Req, parent, provider: Provider, target: TargetProfile, source: PackageSource) -> WhError:
-    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent.name)})"
+    who = "" if parent is None else f" (required by {parent} <- {_chain(provider, parent)})"
     if req.direct is not None:
         d = req.direct
         if target.wheel_rank(d.filename) is None:

@@ -14,6 +14,7 @@ likely pick are fetched in parallel, so the search itself mostly hits memory.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
@@ -37,6 +38,10 @@ __all__ = ["Provider", "ProgressReporter"]
 
 
 _READ_AHEAD = 4  # candidates whose metadata is read ahead per disagreeing one (see _decided_first)
+# A project in this many conflicts is "hot" (uv's conflict prioritisation uses 5 too): it is decided
+# before the others, and a candidate whose requirement on it admits only its releases that already
+# failed is tried last (see _decided_first).
+_HOT = 5
 
 
 class Provider(AbstractProvider):
@@ -57,12 +62,15 @@ class Provider(AbstractProvider):
         self.pool = pool
         self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided)
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
+        self.undeclared_extras: dict[str, tuple[str, ...]] = {}  # "name==version" -> extras asked that it does not declare
+        self.invalid_requires_python: dict[str, str] = {}  # filename -> the METADATA Requires-Python packaging refuses
         self.python = Version(target.python_full_version)
         self.order: dict[str, int] = {}
-        # name -> {(requirement text, parent "name==ver"): None}, in the order first seen. A dict, not
-        # a list: resolvelib asks a candidate's dependencies each time it pins it again, and the
-        # repeats made reading the pins' parents a tenth of a cold vllm resolve.
-        self.parents: dict[str, dict[tuple[str, str], None]] = {}
+        # name -> {(requirement text, parent "name==ver"): (the requirement, the parent)}, in the order
+        # first seen. A dict, not a list: resolvelib asks a candidate's dependencies each time it pins
+        # it again, and the repeats made reading the pins' parents a tenth of a cold vllm resolve.
+        # explain follows the requirement values (which versions each parent admits).
+        self.parents: dict[str, dict[tuple[str, str], tuple[Req, Cand]]] = {}
         self._lock = threading.Lock()
         self._satisfies: dict[int, tuple[SpecifierSet, dict[Version, bool]]] = {}  # id(specifier) -> (it, version -> contains)
         self._pair: dict[tuple[int, int], tuple[Req, Cand, bool]] = {}  # (id(req), id(cand)) -> (req, cand, verdict)
@@ -73,6 +81,11 @@ class Provider(AbstractProvider):
         self._pins: Mapping[str, Cand] | None = None
         self._deps_memo: dict[tuple, list[Req]] = {}
         self._requirements: dict[str, Requirement] = {}  # Requires-Dist line -> parsed
+        # Filled by ProgressReporter as resolvelib backtracks: project -> conflicts it took part in, and
+        # the candidates ("name", version) that were a conflict's parent.
+        self.conflicts: Counter[str] = Counter()
+        self.failed: set[tuple[str, Version]] = set()
+        self.failed_names: set[str] = set()  # the names in ``failed``
 
     # --- resolvelib API -------------------------------------------------------------------
     def identify(self, requirement_or_candidate):
@@ -88,8 +101,9 @@ class Provider(AbstractProvider):
             direct = direct or req.direct is not None
             pinned = pinned or self._pins_exactly(req.specifier)
         in_causes = any(c.requirement.ident == identifier or (c.parent is not None and c.parent.ident == identifier) for c in backtrack_causes)
+        hot = self.conflicts.get(identifier.split("[")[0], 0) >= _HOT
         order = self.order.setdefault(identifier, len(self.order))
-        return (not virtual, not direct, not pinned, not in_causes, order, identifier)
+        return (not virtual, not direct, not pinned, not in_causes, not hot, order, identifier)
 
     def find_matches(self, identifier, requirements, incompatibilities):
         reqs = list(requirements[identifier])
@@ -114,8 +128,13 @@ class Provider(AbstractProvider):
         re-pin when no version agrees. Lazy: resolvelib asks for one candidate at a time, and
         metadata is read only as far as it asks.
         """
-        deferred = []
+        deferred, doomed = [], []
+        hot = any(n >= _HOT for n in self.conflicts.values())
         for i, c in enumerate(cands):
+            if hot and self._only_failed(c):
+                doomed.append(c)
+                self._read_ahead(cands[i + 1:i + 1 + _READ_AHEAD * len(doomed)])  # the walk goes on: as below
+                continue
             if self._pins and not self._agrees_with_pins(c):
                 deferred.append(c)
                 # Walking past a disagreeing version reads the next one's metadata: read a few
@@ -125,6 +144,34 @@ class Provider(AbstractProvider):
                 continue
             yield c
         yield from deferred
+        yield from doomed
+
+    def _only_failed(self, cand: Cand) -> bool:
+        """Whether a requirement of ``cand`` admits only releases that already failed (or are doomed so).
+
+        uv's answer to a package that backtracks many times: try the releases of the package that
+        requests it whose requirements exclude the conflict. resolvelib names only the innermost
+        conflict (np>=2 <- cv==2.2), so a candidate found doomed joins ``failed`` too: its own
+        requesters (mid needs cv>=2, top needs mid>=2) are then found doomed when they are ordered.
+        Only an ordering (the doomed are tried last, not dropped), so the search stays complete.
+        """
+        key = (cand.name, cand.version)
+        if key in self.failed:
+            return True
+        try:
+            deps = self._deps(cand)
+        except WhError:
+            return False
+        names = self.failed_names
+        for d in deps:
+            if d.kind != "pkg" or d.direct is not None or d.name not in names:
+                continue
+            admitted = self.candidates(d.name, [d])
+            if all((d.name, c.version) in self.failed for c in admitted):
+                self.failed.add(key)
+                names.add(cand.name)
+                return True
+        return False
 
     def _read_ahead(self, cands: Sequence[Cand]) -> None:
         if self.pool is None:
@@ -220,9 +267,9 @@ class Provider(AbstractProvider):
         with self._lock:
             for d in deps:
                 if d.kind == "pkg":
-                    self.parents.setdefault(d.name, {})[(d.text, parent)] = None
+                    self.parents.setdefault(d.name, {})[(d.text, parent)] = (d, candidate)
                 elif d.kind == "toolchain":
-                    self.parents.setdefault(toolchain_ident(d.name), {})[(d.text, parent)] = None
+                    self.parents.setdefault(toolchain_ident(d.name), {})[(d.text, parent)] = (d, candidate)
         self.prefetch([d for d in deps if d.kind == "pkg"])
         return deps
 
@@ -246,10 +293,21 @@ class Provider(AbstractProvider):
             self._deps_memo[key] = deps
             return deps
         meta = self.reader.read(candidate.distfile)
+        if candidate.extras:
+            declared = {canonicalize_name(e) for e in meta.provides_extra}
+            if candidate.extras - declared:
+                with self._lock:
+                    self.undeclared_extras[str(candidate)] = tuple(sorted(candidate.extras - declared))
         if meta.requires_python and not candidate.extras and candidate.provided is None:
             spec = spec_of(meta.requires_python)
-            if spec is not None:
+            if spec is None:
+                with self._lock:
+                    self.invalid_requires_python[candidate.distfile.filename] = meta.requires_python
+            else:
                 deps.append(Req("python", "python", f"Requires-Python {meta.requires_python}", spec))
+                if not spec.contains(self.python, prereleases=True):
+                    with self._lock:
+                        self.finder.python_refused.setdefault(candidate.name, {})[candidate.version] = meta.requires_python
         for line in meta.requires_dist:
             req = self._parse_dep(line, candidate)
             if req is not None:
@@ -329,10 +387,25 @@ class _Ordered(SequenceABC):
 
 
 class ProgressReporter(BaseReporter):
-    """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project."""
+    """resolvelib's reporter: one step of wh's ``resolve`` progress per pinned project, and a count of the
+    conflicts each project took part in (``backtracks``: what a search that gives up names)."""
 
-    def __init__(self, reporter: Reporter):
+    def __init__(self, reporter: Reporter, provider: Provider | None = None):
         self.reporter = reporter
+        self.provider = provider
+        self.backtracks: Counter[str] = provider.conflicts if provider is not None else Counter()
+
+    def resolving_conflicts(self, causes):
+        names = set()
+        for c in causes:
+            if c.requirement.kind == "pkg":
+                names.add(c.requirement.name)
+            if c.parent is not None and c.parent.kind == "pkg":
+                names.add(c.parent.name)
+                if self.provider is not None:
+                    self.provider.failed.add((c.parent.name, c.parent.version))
+                    self.provider.failed_names.add(c.parent.name)
+        self.backtracks.update(names)
 
     def pinning(self, candidate):
         if candidate.kind == "pkg" and not candidate.extras:

@@ -261,7 +261,8 @@ def _check_inputs(inputs: StageInputs) -> None:
     _parse_requirements(inputs.requirements, "requirement")
     _parse_requirements(inputs.constraints, "constraint")
     _parse_requirements(inputs.overrides, "override")
-    if not inputs.requirements and not (manifest and manifest.release_manifests) and inputs.lock_input is None:
+    if not inputs.requirements and not (manifest and manifest.release_manifests) and inputs.lock_input is None \
+            and not inputs.empty_request:
         raise UsageError("nothing to stage: no requirements given",
                          hint="wh stage manifests/demo.toml -o DIR, or wh stage 'name==1.0' -o DIR")
 

@@ -9,6 +9,8 @@ The rule (``merge_inputs``), also stated in ``wh stage --help``:
   manifest's ``index-url`` (its ``extra-index-urls`` stay); target flags (``--target``,
   ``--python-version``/``--platform``) replace the manifest's ``[target]``; ``--pre`` turns
   pre-releases on;
+- pip's configured extra-index-url and find-links (PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, pip.conf) are
+  added after the manifest's and the command line's, as pip adds a command line's to them;
 - no index-url given: pip's configured one (PIP_INDEX_URL, pip.conf); when none is configured
   either, the extra indexes and find-links alone (an error names the missing index only when
   nothing else was given); no target given: this interpreter.
@@ -75,6 +77,7 @@ class StageInputs:
     extras: tuple[str, ...] = ()  # of the lock (or pyproject.toml) to stage
     groups: tuple[str, ...] = ()  # dependency groups of the lock (or pyproject.toml); none: the lock's defaults
     source: Mapping[str, Any] | None = None  # the file staged from when not a manifest (wh.json inputs.source)
+    empty_request: bool = False  # requirements files were given and list none: stage nothing (noted), no error
 
 
 def _joined(*lists: Iterable) -> tuple:
@@ -123,10 +126,13 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
     from wheelhouse.target import host_target
 
     m = manifest
-    main = flags.index_url or (m.index_url if m else None) or read_pip_index_config().index_url
-    extras = _joined(m.extra_index_urls if m else (), flags.extra_index_urls)
-    find_links = _joined(m.find_links if m else (), flags.find_links)
-    if main is None and not (extras or find_links):
+    pip = read_pip_index_config()
+    main = flags.index_url or (m.index_url if m else None) or (None if pip.no_index else pip.index_url)
+    # pip's configured lists come after the manifest's and the flags' (pip adds a command line's to them)
+    extras = _joined(m.extra_index_urls if m else (), flags.extra_index_urls, () if pip.no_index else pip.extra_index_urls)
+    find_links = _joined(m.find_links if m else (), flags.find_links, pip.find_links)
+    given = (m.extra_index_urls if m else ()) or flags.extra_index_urls or (m.find_links if m else ()) or flags.find_links
+    if main is None and not given:
         # Nothing names a source: the default pip states (or UNCONFIGURED, which says so when asked).
         # With other sources named, those alone are used (as pip --no-index -f).
         main = default_index_url()

@@ -31,7 +31,15 @@ def _parse_version(python_version: str) -> tuple[int, int, str, bool]:
             f"--python-version {python_version!r} is not MAJOR.MINOR[.MICRO] (3.13t for free-threaded)",
             hint="for example: --python-version 3.12",
         )
-    return int(m.group(1)), int(m.group(2)), m.group(3) or "0", bool(m.group(4))
+    major, minor, threaded = int(m.group(1)), int(m.group(2)), bool(m.group(4))
+    if threaded and (major, minor) < (3, 13):
+        # PEP 703: CPython's free-threaded build (ABI tag cp313t) exists from 3.13 on; no wheel is tagged cp312t.
+        raise TargetError(
+            f"--python-version {python_version}: there is no free-threaded CPython {major}.{minor} (the "
+            "free-threaded build starts with 3.13)",
+            hint=f"use --python-version {major}.{minor} (the regular build) or 3.13t",
+        )
+    return major, minor, m.group(3) or "0", threaded
 
 
 def _default_abi(implementation: str, major: int, minor: int, threaded: bool) -> str:

@@ -29,7 +29,7 @@ import time
 import weakref
 import urllib.parse
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from .body import BodyReader
 from .credentials import CredentialStore
@@ -48,6 +48,14 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
 
 
+def _unverified() -> ssl.SSLContext:
+    """TLS without certificate checks: only for a host the user's pip configuration trusts (trusted-host)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 class HttpClient:
     """GET over http(s) and file://, with keep-alive, retries and an optional page cache.
 
@@ -56,8 +64,11 @@ class HttpClient:
     """
 
     def __init__(self, cache_dir: Path | None = None, retries: int = 4, backoff: float = 0.5, timeout: float = 60.0,
-                 *, offline: bool = False, refresh: bool = False):
+                 *, offline: bool = False, refresh: bool = False, trusted_hosts: Sequence[str] | None = None):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        # pip's trusted-host ("host" or "host:port"): https to them is not verified, as pip does.
+        # None: pip's configured ones, read at the first https connection (no I/O here).
+        self._trusted = None if trusted_hosts is None else frozenset(trusted_hosts)
         self.offline = offline  # cached pages only, whatever their age; a miss is an error
         self.refresh = refresh  # revalidate every cached page, however fresh
         self.retries = retries
@@ -285,10 +296,18 @@ class HttpClient:
     def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
         scheme, host, port = key
         if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_or_new())
+            ctx = _unverified() if self._is_trusted(host, port) else self._ssl_or_new()
+            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=ctx)
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
         return self.resolver.attach(conn)  # the name is resolved once; TLS still checks the name
+
+    def _is_trusted(self, host: str, port: int) -> bool:
+        if self._trusted is None:
+            from wheelhouse.index.pip_config import read_pip_index_config
+
+            self._trusted = frozenset(read_pip_index_config().trusted_hosts)
+        return host in self._trusted or f"{host}:{port}" in self._trusted
 
     def _ssl_or_new(self):
         with self._lock:
