@@ -222,6 +222,14 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     finally:
         running = [fut for fut in submitted if not fut.done()]
         if running:
+            # Ctrl-C: writers stop at their next block, or at once with their sockets cut. Waited for a moment so
+            # that their unfinished files give back what they reserved (Segmented.release) before wh exits.
+            s.cancel.set()
+            abort = getattr(s.client, "abort", None)
+            if abort is not None:
+                abort()
+            running = list(wait(running, timeout=_RELEASE_WAIT).not_done)
+        if running:
             # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
             # go only once they have stopped (at their next block, or at once as their sockets are shut): a
             # descriptor closed under a writer could be reused by the next file this process opens.
@@ -230,6 +238,9 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
         else:
             for job in split:
                 job.release()
+
+
+_RELEASE_WAIT = 3.0  # seconds
 
 
 def _release_after(running: list[Future], jobs: list[Segmented]) -> None:
