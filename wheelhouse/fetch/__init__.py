@@ -27,6 +27,7 @@ from wheelhouse.progress import NullReporter, Reporter
 
 from .cache import (
     HashMismatch,
+    cache_in_use,
     NoSpace,
     add_to_cache,
     cached_path,
@@ -110,6 +111,8 @@ def fetch_all(
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
     segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
+    in_use = cache_in_use(cache)  # `wh cache prune` keeps every wheel while this runs
+    in_use.__enter__()
     try:
         placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
@@ -134,6 +137,8 @@ def fetch_all(
         if isinstance(exc, DiskFull):
             raise _no_space(exc, unique, dest, cache) from exc
         raise
+    finally:
+        in_use.__exit__(None, None, None)
     pool.shutdown(wait=True)
     placer.shutdown(wait=True)
     return [placed[_key(it)] for it in items]

@@ -6,7 +6,8 @@ preallocated, and a hole-punched one (``ranges.trim_preallocation``) holds only 
 What ``prune`` removes, and how it decides (docs/cache.md):
 
 - a wheel (``sha256/``) whose inode has one link: no wheelhouse (nor venv) on this filesystem shares
-  it. A wheelhouse placed on another filesystem has a copy of its own and never needs the entry.
+  it. A wheelhouse placed on another filesystem has a copy of its own and never needs the entry. None
+  while a fetch runs (``cache_in_use``: its entries have one link until placed).
 - an unfinished download (``partial/``) whose entry lock no process holds: no running ``wh stage``
   is writing it (the lock is the one ``entry_lock`` takes for the whole download).
 - a link-cache entry (``unpacked/``) none of whose files is linked from a venv any more.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
-from .cache import try_entry_lock
+from .cache import try_cache_idle, try_entry_lock
 
 __all__ = ["KINDS", "Kind", "KindUsage", "Removed", "cache_usage", "prune_cache", "clean_cache"]
 
@@ -84,8 +85,7 @@ class Removed:
         return sum(self.freed.values())
 
     def to_json(self) -> dict:
-        kinds = sorted(set(self.files) | set(self.busy))
-        return {"removed": {k: {"files": self.files.get(k, 0), "bytes": self.freed.get(k, 0)} for k in kinds},
+        return {"removed": {k: {"files": n, "bytes": self.freed.get(k, 0)} for k, n in sorted(self.files.items())},
                 "in_use": dict(sorted(self.busy.items())), "freed_bytes": self.total}
 
 
@@ -181,6 +181,20 @@ def _remove_tree(path: Path, kind: str, done: Removed) -> None:
 
 
 def _prune_wheels(cache: Path, done: Removed, *, unlinked_only: bool) -> None:
+    """A running fetch holds the cache shared (``cache_in_use``): an entry it took or filed has one link
+    until placed, so while any runs, no wheel goes."""
+    idle = try_cache_idle(cache) if (cache / "sha256").is_dir() else -1
+    if idle < 0:
+        if (cache / "sha256").is_dir():
+            done.in_use("wheels")
+        return
+    try:
+        _remove_wheels(cache, done, unlinked_only)
+    finally:
+        os.close(idle)
+
+
+def _remove_wheels(cache: Path, done: Removed, unlinked_only: bool) -> None:
     for path, st in list(_files(cache / "sha256")):
         if path.name.startswith("."):
             continue  # a temp name: the temp rule's (prune) or a writer's in flight
