@@ -36,7 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 
 from wheelhouse import __version__
-from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
+from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, pip_wheel_of, self_wheel, wheel_requirements
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
@@ -266,7 +266,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
             if out is None:
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
-                                   bootstrap_command=_command(inputs, wh_wheel),
+                                   bootstrap_command=_command(inputs, wh_wheel, boot_files),
                                    indexes=plan.indexes, image=plan.image)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
@@ -372,11 +372,11 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
     return tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name)), wh_wheel
 
 
-def _command(inputs: StageInputs, wh_wheel) -> str | None:
-    """The printed bootstrap line: with the extras bootstrap/ carries."""
+def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
+    """The printed bootstrap line: with the extras bootstrap/ carries, run by the pip it carries."""
     if not inputs.bootstrap:
         return None
-    return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else ())
+    return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else (), pip_wheel=pip_wheel_of(boot_files))
 
 
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             shutil.rmtree(new, ignore_errors=True)
     return StageResult(
         out, inputs.target, written, False, bootstrap=boot_files,
-        bootstrap_command=_command(inputs, wh_wheel),
+        bootstrap_command=_command(inputs, wh_wheel, boot_files),
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
