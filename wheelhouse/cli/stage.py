@@ -222,7 +222,7 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
-                       bytecode_python=bytecode_python)
+                       bytecode_python=bytecode_python, explain=ui.verbose > 0)
     target = run.target
     reporter = ui.reporter()
     try:

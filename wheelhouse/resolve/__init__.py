@@ -66,6 +66,7 @@ from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
 from .image import ImageChange, image_changes, provided_versions
 from .toolchain import toolchain_rules
+from .why import BacktrackLog, explain_pins
 
 __all__ = [
     "Pin",
@@ -181,6 +182,7 @@ def resolve(
     jobs: int = 16,
     max_rounds: int = 20000,
     provided: Sequence[Any] = (),
+    explain: bool = False,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -189,6 +191,7 @@ def resolve(
     values (or ``(name, version)`` pairs) the target already has installed; usually
     ``target.provided``, left to the caller so that ``wh stage --full`` can pass nothing.
     Raises a ResolveError subclass that says what to change when no consistent set exists.
+    ``explain``: the reporter is also told why each pin was chosen and what was backtracked (``why``).
     """
     reporter = reporter or NullReporter()
     reader = metadata or MetadataReader(source.client)
@@ -236,7 +239,8 @@ def resolve(
     gc.disable()
     try:
         provider.prefetch(roots)
-        result = Resolver(provider, ProgressReporter(reporter)).resolve(roots, max_rounds=max_rounds)
+        events = BacktrackLog(ProgressReporter(reporter)) if explain else ProgressReporter(reporter)
+        result = Resolver(provider, events).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -261,6 +265,9 @@ def resolve(
             gc.enable()
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
+    if explain:
+        for line in explain_pins(result, provider, events):
+            reporter.note(line)
     for p in pins:
         if p.distfile.yanked and not p.provided:  # PEP 592: only an exact pin gets here; uv warns too
             reporter.note(f"warning: {p.name}=={p.version} is yanked ({p.distfile.yanked_reason or 'no reason given'}); "

@@ -305,7 +305,7 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image)
+                         reporter=reporter, metadata=reader, provided=image, explain=inputs.explain)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it

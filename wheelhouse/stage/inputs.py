@@ -66,6 +66,7 @@ class StageInputs:
     refresh: bool = False  # revalidate every cached index page, however fresh
     bytecode: bool = False  # compile every wheel's modules for the target's Python (wheelhouse.stage.bytecode)
     bytecode_python: str | None = None  # the interpreter that compiles them (default: found by version)
+    explain: bool = False  # say why each pin was chosen and what was backtracked (wh stage -v)
 
 
 def _joined(*lists: Iterable) -> tuple:
