@@ -128,3 +128,25 @@ def test_ctrl_c_during_wh_stage_gives_back_the_preallocated_blocks_and_says_what
     again = _wh(*args)  # the next run resumes what was kept, and the file verifies
     assert again.returncode == 0, again.stderr
     assert cached_path(cache, key).is_file() and not list((cache / "partial").iterdir())
+
+
+def test_prune_keeps_a_link_cache_entry_while_a_venv_links_it(pyindex, tmp_path):
+    """The link cache (`wh install --link-cache`): an entry whose files a venv still links stays; once
+    that venv is gone, prune removes it."""
+    from wheelmaker import make_wheel
+
+    make_wheel(tmp_path / "pub", "linked", "1.0", modules={"linked/__init__.py": "X = 1\n" * 2000})
+    idx = pyindex(tmp_path / "pub", serve_metadata=True)
+    cache = tmp_path / "cache"
+    house = tmp_path / "house"
+    assert _wh("stage", "linked", "-i", idx.url, "-o", house, "--cache-dir", cache, "--no-bootstrap").returncode == 0
+    env = {**os.environ, "NO_COLOR": "1", "WH_CACHE_DIR": str(cache)}
+    done = subprocess.run([*WH, "install", str(house), "--venv", str(tmp_path / "v1"), "--link-cache"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert _kinds(cache)["link-cache"]["files"] > 0
+    kept = json.loads(_wh("cache", "prune", "--cache-dir", cache, "--json").stdout)
+    assert "link-cache" not in kept["removed"] and _kinds(cache)["link-cache"]["files"] > 0
+    shutil.rmtree(tmp_path / "v1")
+    gone = json.loads(_wh("cache", "prune", "--cache-dir", cache, "--json").stdout)
+    assert gone["removed"]["link-cache"]["files"] > 0 and _kinds(cache)["link-cache"]["files"] == 0
