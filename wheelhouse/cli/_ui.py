@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 from wheelhouse.redact import redact
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
+__all__ = ["Ui", "RichReporter", "human_size", "print_error", "emit_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
 
 
 def _console(stderr: bool) -> Console:
@@ -125,7 +125,8 @@ def _progress_interval() -> float:
         return _PROGRESS_INTERVAL
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
+    """``12.3 MB``: bytes for people (decimal units, as the stage's totals)."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -146,9 +147,9 @@ class _PlainTask:
         took = f"{now - self.started:.0f} s"
         if self.unit == "B":
             rate = (self.done - self.done_said) / max(now - self.said, 1e-9)
-            amount = (f"{_size(self.done)} of {_size(self.total)} ({100 * self.done / self.total:.0f}%)"
-                      if self.total else _size(self.done))
-            return f"{name}: {amount}, {_size(rate)}/s, {took}"
+            amount = (f"{human_size(self.done)} of {human_size(self.total)} ({100 * self.done / self.total:.0f}%)"
+                      if self.total else human_size(self.done))
+            return f"{name}: {amount}, {human_size(rate)}/s, {took}"
         unit = f" {self.unit}" if self.unit else ""
         amount = (f"{self.done:.0f}/{self.total:.0f}{unit}" if self.total else f"{self.done:.0f}{unit}" if self.done
                   else "still running")  # (a build: no count, only its time)

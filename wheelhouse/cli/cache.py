@@ -6,20 +6,11 @@ from pathlib import Path
 
 import click
 
-from ._ui import emit_json
+from ._ui import emit_json, human_size as _human
 
 __all__ = ["cache"]
 
 _KIND_NAMES = ("wheels", "partials", "pages", "metadata", "link-cache", "builds", "other")
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} TB"
 
 
 def _cache_option(fn):
