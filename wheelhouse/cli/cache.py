@@ -73,7 +73,8 @@ def prune(ui, cache_dir, as_json) -> None:
     """Remove what no wheelhouse, venv or running wh needs.
 
     \b
-    wheels      no wheelhouse links the file (its inode has one link)
+    wheels      no wheelhouse links the file (its inode has one link), and no
+                wh stage/build is fetching (all are kept while one runs)
     partials    no running `wh stage` holds the download's lock
     link-cache  no venv links any of the entry's files
     temp files  older than an hour (a killed writer's)
