@@ -187,3 +187,41 @@ def test_ranges_that_do_not_verify_are_all_discarded(server, session):
         _run_all(job, session)
     assert not cached_path(session.cache, item.sha256).exists()
     assert list((session.cache / "partial").iterdir()) == []
+
+
+def test_an_unfinished_download_gives_back_the_blocks_it_reserved_and_keeps_what_it_recorded(tmp_path):
+    """Issue 32.6: released unfinished (Ctrl-C), the body holds only the recorded bytes' blocks; the
+    next plan resumes every range from its record."""
+    job = plan_segments(_item(), tmp_path, SEG)
+    assert job.body.stat().st_blocks * 512 >= len(DATA)  # reserved up front
+    _record(job, [100_000, 0, 50_000, 0])
+    job.release()
+    assert job.body.stat().st_size == len(DATA)  # the layout stays: ranges resume at their offsets
+    assert job.body.stat().st_blocks * 512 < 300_000  # ~150 kB recorded, not 1 MB reserved
+    again = plan_segments(_item(), tmp_path, SEG)
+    try:
+        assert again.have == [100_000, 0, 50_000, 0]
+        body = again.body.read_bytes()
+        assert body[:100_000] == DATA[:100_000] and body[600_000:650_000] == DATA[600_000:650_000]
+    finally:
+        again.discard()
+        again.release()
+
+
+def test_where_holes_cannot_be_punched_the_body_is_cut_to_its_received_prefix(tmp_path, monkeypatch):
+    import wheelhouse.fetch.ranges as ranges
+
+    monkeypatch.setattr(ranges, "_punch_hole", lambda fd, offset, length: False)
+    job = plan_segments(_item(), tmp_path, SEG)
+    _record(job, [300_000, 20_000, 50_000, 0])  # range 0 whole, range 1 begun: prefix 320 000
+    job.release()
+    part = partial_path(tmp_path, _item().sha256)
+    assert part.read_bytes() == DATA[:320_000]  # a one-stream partial: what the next run resumes from
+    assert sorted(p.name for p in part.parent.iterdir()) == [part.name]
+    assert bytes_kept(tmp_path, _item().sha256) == 320_000
+
+
+def test_an_unfinished_download_that_received_nothing_leaves_nothing(tmp_path):
+    job = plan_segments(_item(), tmp_path, SEG)
+    job.release()
+    assert not list(partial_path(tmp_path, _item().sha256).parent.iterdir())

@@ -14,6 +14,7 @@ from wheelhouse.stage.bootstrap import (
     BOOTSTRAP_TXT,
     BootstrapError,
     bootstrap_command,
+    pip_wheel_of,
     repack_installed,
     self_wheel,
     wheel_requirements,
@@ -137,7 +138,7 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
     assert "app" not in names  # the stack's lock and the bootstrap are kept apart
     lock = read_pylock(boot)
     assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)
-    assert res.bootstrap_command == bootstrap_command()
+    assert res.bootstrap_command == bootstrap_command(pip_wheel=pip_wheel_of(res.bootstrap))  # run by the pip it carries
 
     # The box's Python: this machine's Debian system Python where it is one (PEP 668: EXTERNALLY-MANAGED,
     # pip refuses to install into it), else a fresh venv with pip as the stand-in.
@@ -150,7 +151,7 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
                              capture_output=True, text=True, cwd=out, env=_box_env(tmp_path, box_python))
         assert old.returncode != 0 and "externally-managed-environment" in old.stderr
     # The printed line itself, by a shell, with python3 being the box's Python.
-    subprocess.run(["sh", "-c", bootstrap_command("bootstrap/")], check=True, capture_output=True, cwd=out,
+    subprocess.run(["sh", "-c", res.bootstrap_command], check=True, capture_output=True, cwd=out,
                    env=_box_env(tmp_path, box_python))
     got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "wh"), "--version"], capture_output=True, text=True,
                          check=True)
@@ -228,7 +229,7 @@ def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, r
     boot = out / "bootstrap"
     names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
     assert {"wh", "zlib_ng", "isal", "click"} <= names
-    assert res.bootstrap_command == bootstrap_command(extras=("fast",)) and "'wh[fast]'" in res.bootstrap_command
+    assert res.bootstrap_command == bootstrap_command(extras=("fast",), pip_wheel=pip_wheel_of(res.bootstrap)) and "'wh[fast]'" in res.bootstrap_command
     meta = json.loads((out / "wh.json").read_text())
     assert meta["bootstrap"]["extras"] == ["fast"] and meta["bootstrap"]["command"] == res.bootstrap_command
     assert "'wh[fast]'" in (boot / BOOTSTRAP_TXT).read_text()
@@ -276,6 +277,6 @@ def test_bootstrap_without_the_fast_wheels_keeps_the_plain_command(pyindex, repa
 
     res = stage(StageInputs(host_target(), tmp_path / "wh", requirements=("app",), index_urls=(idx.url,),
                             cache_dir=tmp_path / "cache", bootstrap=True), reporter=Notes())
-    assert res.bootstrap_command == bootstrap_command() and "[fast]" not in res.bootstrap_command
+    assert res.bootstrap_command == bootstrap_command(pip_wheel=pip_wheel_of(res.bootstrap)) and "[fast]" not in res.bootstrap_command
     assert any("bootstrap/ without wh[fast]" in n for n in notes), notes
     assert not list((tmp_path / "wh" / "bootstrap").glob("zlib_ng-*"))

@@ -23,6 +23,7 @@ DESCRIPTION = "wh: stage a Python GPU serving stack where the network is, instal
 _COMMANDS = {
     "target": ("target", "target", "Capture or show a target profile."),
     "stage": ("stage", "stage", "Resolve for the target and download a verified wheelhouse."),
+    "cache": ("cache", "cache", "Show, prune or clean wh's download cache."),
     "bytecode": ("bytecode", "bytecode", "Compile a wheelhouse's modules for the target's Python, once."),
     "pack": ("carry", "pack", "Write a wheelhouse as one deterministic archive (optionally in parts)."),
     "push": ("registry", "push", "Publish a wheelhouse to an OCI registry (wheels as shared blobs)."),

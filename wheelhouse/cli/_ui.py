@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 from wheelhouse.redact import redact
 
-__all__ = ["Ui", "RichReporter", "print_error", "emit_json", "errors_as_json", "plural", "stderr_console", "stdout_console", "write_output", "check_writable"]
+__all__ = ["Ui", "RichReporter", "human_size", "print_error", "emit_json", "errors_as_json", "plural", "stderr_console",
+           "stdout_console", "write_output", "check_writable"]
 
 
 def _console(stderr: bool) -> Console:
@@ -126,10 +127,54 @@ def _amount_column():
     return _AmountColumn()
 
 
-class RichReporter:
-    """A progress.Reporter drawing rich progress bars on stderr."""
+PROGRESS_INTERVAL_ENV = "WH_PROGRESS_INTERVAL"
+_PROGRESS_INTERVAL = 10.0  # seconds between two plain progress lines of one task, off a terminal
 
-    def __init__(self, console: Console | None = None, quiet: bool = False):
+
+def _progress_interval() -> float:
+    try:
+        return max(0.05, float(os.environ.get(PROGRESS_INTERVAL_ENV, _PROGRESS_INTERVAL)))
+    except ValueError:
+        return _PROGRESS_INTERVAL
+
+
+def human_size(n: float) -> str:
+    """``12.3 MB``: bytes for people (decimal units, as the stage's totals)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+class _PlainTask:
+    """One task's progress as plain lines (a CI log, a notebook cell): its counts and when it last said so."""
+
+    def __init__(self, total: float | None, unit: str, now: float):
+        self.total, self.unit, self.done = total, unit, 0.0
+        self.started = self.said = now
+        self.done_said = 0.0
+
+    def line(self, name: str, now: float) -> str:
+        """The task's state; the speed is that since the previous line (the one before: since the start)."""
+        took = f"{now - self.started:.0f} s"
+        if self.unit == "B":
+            rate = (self.done - self.done_said) / max(now - self.said, 1e-9)
+            amount = (f"{human_size(self.done)} of {human_size(self.total)} ({100 * self.done / self.total:.0f}%)"
+                      if self.total else human_size(self.done))
+            return f"{name}: {amount}, {human_size(rate)}/s, {took}"
+        unit = f" {self.unit}" if self.unit else ""
+        amount = (f"{self.done:.0f}/{self.total:.0f}{unit}" if self.total else f"{self.done:.0f}{unit}" if self.done
+                  else "still running")  # (a build: no count, only its time)
+        return f"{name}: {amount}, {took}"
+
+
+class RichReporter:
+    """A progress.Reporter drawing rich progress bars on stderr; off a terminal, where a bar cannot be
+    drawn, one plain line per long task every ``WH_PROGRESS_INTERVAL`` seconds (10 by default), and
+    nothing for a task that ends sooner."""
+
+    def __init__(self, console: Console | None = None, quiet: bool = False, interval: float | None = None):
         self.console = console or stderr_console()
         self.quiet = quiet
         self._progress: Progress | None = None
@@ -137,6 +182,36 @@ class RichReporter:
         # Checks run in threads and share one reporter: one finishing (and stopping the bars) while another
         # starts must not leave a task id that belongs to a Progress already stopped (KeyError in rich).
         self._lock = threading.RLock()
+        self._plain: dict[str, _PlainTask] | None = None if quiet or self.console.is_terminal else {}
+        self._interval = interval if interval is not None else _progress_interval()
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def _tick(self) -> None:
+        """The plain lines' clock: a daemon thread while a task runs (a task may not advance for minutes)."""
+        import time
+
+        while not self._stop.wait(min(1.0, self._interval / 4)):
+            with self._lock:
+                if not self._plain:
+                    self._ticker = None
+                    return
+                now = time.monotonic()
+                for name, task in self._plain.items():
+                    if now - task.said >= self._interval:
+                        self.console.print(redact(task.line(name, now)), markup=False, soft_wrap=True)
+                        task.said, task.done_said = now, task.done
+        with self._lock:
+            self._ticker = None
+
+    def _start_plain(self, task: str, total: float | None, unit: str) -> None:
+        import time
+
+        self._plain[task] = _PlainTask(total, unit, time.monotonic())
+        if self._ticker is None:
+            self._stop.clear()
+            self._ticker = threading.Thread(target=self._tick, name="wh-progress", daemon=True)
+            self._ticker.start()
 
     def _ensure(self) -> Progress:
         if self._progress is None:
@@ -157,15 +232,24 @@ class RichReporter:
 
     def start(self, task: str, total: float | None = None, unit: str = "") -> None:
         with self._lock:
+            if self._plain is not None:
+                self._start_plain(task, total, unit)
+                return
             self._tasks[task] = self._ensure().add_task(task, total=total, unit=unit)
 
     def advance(self, task: str, amount: float = 1) -> None:
         with self._lock:
+            if self._plain is not None:
+                if task in self._plain:
+                    self._plain[task].done += amount
+                return
             if task in self._tasks and self._progress:
                 self._progress.advance(self._tasks[task], amount)
 
     def finish(self, task: str, message: str = "") -> None:
         with self._lock:
+            if self._plain is not None:
+                self._plain.pop(task, None)
             if task in self._tasks and self._progress:
                 self._progress.remove_task(self._tasks.pop(task))
             if message and not self.quiet:
@@ -180,7 +264,10 @@ class RichReporter:
                 self.console.print(redact(message), markup=False)
 
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
+            if self._plain:
+                self._plain.clear()
             if self._progress:
                 self._progress.stop()
                 self._progress = None

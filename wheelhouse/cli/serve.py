@@ -92,7 +92,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
                                                    "http://127.0.0.1:<--port in the command, else 1919>.")
 @click.option("--path", "ready_path", help="Path for health/http readiness (default /health).")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), help="Seconds to wait for readiness (default: manifest's, else 7200).")
-@click.option("--log", "log_file", type=click.Path(dir_okay=False), help="Engine log file (default: $WH_STATE_DIR/logs/serve-<time>.log).")
+@click.option("--log", "log_file", type=click.Path(dir_okay=False), help="Engine log file (default: $WH_STATE_DIR/logs/serve-<time>-<pid>.log, one per run).")
 @click.option("--detach", is_flag=True, help="Leave it running once ready; `wh stop` stops it.")
 @click.option("--smoke", "do_smoke", is_flag=True, help="Once ready, run `wh smoke` against it.")
 @click.option("--model", help="Fills {model} in the manifest's command.")

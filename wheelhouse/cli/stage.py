@@ -335,13 +335,18 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
                        lock_timeout=lock_timeout, allow_missing_kernels=allow_missing_kernels, full=full,
                        offline=offline, refresh=refresh, bytecode=bytecode or bool(bytecode_python),
                        bytecode_python=bytecode_python, lock_input=lock, extras=tuple(extras), groups=tuple(groups),
-                       source=source, empty_request=bool(req_files) and not (manifest or reqs or req_lines or lock))
+                       source=source, empty_request=bool(req_files) and not (manifest or reqs or req_lines or lock),
+                       explain=ui.verbose > 0)
     target = run.target
     reporter = ui.reporter()
     try:
         # --bytecode runs compiling processes: `kill <wh pid>` stops them too, as Ctrl-C does
         with (sigterm_as_interrupt() if run.bytecode else contextlib.nullcontext()):
             result = run_stage(run, reporter=reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        _say_partials_kept(ui, Path(cache_dir) if cache_dir else None)
+        raise
     finally:
         reporter.close()
 
@@ -380,3 +385,16 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
     if result.bootstrap_command:
         ui.info(f"on the box, install wh first (from {result.out}): {result.bootstrap_command}")
     ui.info(f"then: wh install {result.out} --venv /path/to/venv && wh doctor --python /path/to/venv/bin/python")
+
+
+def _say_partials_kept(ui, cache_dir: Path | None) -> None:
+    """After Ctrl-C: what the unfinished downloads keep on disk (what arrived; the reservations are given
+    back), and the command that removes them."""
+    from wheelhouse.cachedir import default_cache_dir
+    from wheelhouse.fetch.usage import cache_usage
+
+    cache = cache_dir or default_cache_dir()
+    partials = next((u for u in cache_usage(cache) if u.kind == "partials"), None)
+    if partials and partials.bytes:
+        ui.info(f"kept {_human(partials.bytes)} of unfinished downloads in {cache / 'partial'}: the next "
+                f"`wh stage` resumes them; `wh cache clean --kind partials` removes them")

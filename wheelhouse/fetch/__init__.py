@@ -27,6 +27,7 @@ from wheelhouse.progress import NullReporter, Reporter
 
 from .cache import (
     HashMismatch,
+    cache_in_use,
     NoSpace,
     add_to_cache,
     cached_path,
@@ -110,6 +111,8 @@ def fetch_all(
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
 
     segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
+    in_use = cache_in_use(cache)  # `wh cache prune` keeps every wheel while this runs
+    in_use.__enter__()
     try:
         placed = _reuse_cached(unique, dest, s, pool)
         todo = [it for it in unique if _key(it) not in placed]
@@ -134,6 +137,8 @@ def fetch_all(
         if isinstance(exc, DiskFull):
             raise _no_space(exc, unique, dest, cache) from exc
         raise
+    finally:
+        in_use.__exit__(None, None, None)
     pool.shutdown(wait=True)
     placer.shutdown(wait=True)
     return [placed[_key(it)] for it in items]
@@ -222,6 +227,14 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
     finally:
         running = [fut for fut in submitted if not fut.done()]
         if running:
+            # Ctrl-C: writers stop at their next block, or at once with their sockets cut. Waited for a moment so
+            # that their unfinished files give back what they reserved (Segmented.release) before wh exits.
+            s.cancel.set()
+            abort = getattr(s.client, "abort", None)
+            if abort is not None:
+                abort()
+            running = list(wait(running, timeout=_RELEASE_WAIT).not_done)
+        if running:
             # Ctrl-C: the main thread leaves while range writers may still be mid-write. Their files and locks
             # go only once they have stopped (at their next block, or at once as their sockets are shut): a
             # descriptor closed under a writer could be reused by the next file this process opens.
@@ -230,6 +243,9 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
         else:
             for job in split:
                 job.release()
+
+
+_RELEASE_WAIT = 3.0  # seconds
 
 
 def _release_after(running: list[Future], jobs: list[Segmented]) -> None:

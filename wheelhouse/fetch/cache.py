@@ -54,6 +54,8 @@ __all__ = [
     "update_hash",
     "entry_lock",
     "try_entry_lock",
+    "cache_in_use",
+    "try_cache_idle",
     "remove_part_files",
     "copy_verified",
     "add_to_cache",
@@ -160,6 +162,38 @@ def try_entry_lock(cache: Path, key: str) -> int:
     folder = Path(cache) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+_IN_USE = ".in-use.lock"  # under locks/: shared by every fetch running, exclusive for `wh cache prune|clean`
+
+
+@contextlib.contextmanager
+def cache_in_use(cache: Path) -> Iterator[None]:
+    """Mark the cache as used by this run (a shared flock, dropped by the kernel if the process dies): a
+    wheel it takes from the cache or has just filed has one link until it is placed, and ``wh cache
+    prune`` must not take it for unneeded meanwhile."""
+    folder = Path(cache) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / _IN_USE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def try_cache_idle(cache: Path) -> int:
+    """The cache held exclusively, without waiting: a descriptor (close it to release), or -1 while a
+    fetch runs (``cache_in_use``)."""
+    folder = Path(cache) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / _IN_USE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -70,6 +70,7 @@ from .caveats import caveats
 from .image import ImageChange, image_changes, provided_versions
 from .overrides import Rewrites, Rewritten
 from .toolchain import toolchain_rules
+from .why import BacktrackLog, explain_pins
 
 __all__ = [
     "Pin",
@@ -193,6 +194,7 @@ def resolve(
     provided: Sequence[Any] = (),
     overrides: Sequence[str] = (),
     excludes: Sequence[str] = (),
+    explain: bool = False,
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -203,6 +205,7 @@ def resolve(
     ``overrides``: requirement strings that replace every requirement on their project; ``excludes``:
     project names removed from the closure wherever required (``wheelhouse.resolve.overrides``).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
+    ``explain``: the reporter is also told why each pin was chosen and what was backtracked (``why``).
     """
     reporter = reporter or NullReporter()
     reader = metadata or MetadataReader(source.client)
@@ -252,7 +255,8 @@ def resolve(
     try:
         provider.prefetch(roots)
         progress = ProgressReporter(reporter, provider)
-        result = Resolver(provider, progress).resolve(roots, max_rounds=max_rounds)
+        events = BacktrackLog(progress) if explain else progress
+        result = Resolver(provider, events).resolve(roots, max_rounds=max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -274,6 +278,9 @@ def resolve(
             gc.enable()
     pins = _pins(result, provider)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
+    if explain:
+        for line in explain_pins(result, provider, events):
+            reporter.note(line)
     warnings = caveats(pins, provider, source)
     for line in warnings:
         reporter.note(line)

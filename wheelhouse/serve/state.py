@@ -110,7 +110,9 @@ def state_path() -> Path:
 
 
 def default_log_path() -> Path:
-    return state_dir() / "logs" / time.strftime("serve-%Y%m%d-%H%M%S.log")
+    """One log per run: the time, and this process's id (two runs started in the same second are two
+    processes)."""
+    return state_dir() / "logs" / f"{time.strftime('serve-%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
 def write_state(engine: Engine, path: Path | None = None) -> Path:

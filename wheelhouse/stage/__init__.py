@@ -37,7 +37,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
-from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, self_wheel, wheel_requirements
+from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, pip_wheel_of, self_wheel, wheel_requirements
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
@@ -294,7 +294,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
             if out is None:
                 boot_files, wh_wheel = plan.bootstrap.result()
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
-                                   bootstrap_command=_command(inputs, wh_wheel),
+                                   bootstrap_command=_command(inputs, wh_wheel, boot_files),
                                    indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
                                    excludes=inputs.excludes, overrides=inputs.overrides)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
@@ -356,7 +356,7 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image,
+                         reporter=reporter, metadata=reader, provided=image, explain=inputs.explain,
                          overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
@@ -419,11 +419,11 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
     return tuple(sorted((_staged(p, {}) for p in boot.pins), key=lambda f: f.name)), wh_wheel
 
 
-def _command(inputs: StageInputs, wh_wheel) -> str | None:
-    """The printed bootstrap line: with the extras bootstrap/ carries."""
+def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
+    """The printed bootstrap line: with the extras bootstrap/ carries, run by the pip it carries."""
     if not inputs.bootstrap:
         return None
-    return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else ())
+    return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else (), pip_wheel=pip_wheel_of(boot_files))
 
 
 # --- fetch, assemble, swap ---------------------------------------------------------------------------
@@ -475,7 +475,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             shutil.rmtree(new, ignore_errors=True)
     return StageResult(
         out, inputs.target, written, False, bootstrap=boot_files,
-        bootstrap_command=_command(inputs, wh_wheel),
+        bootstrap_command=_command(inputs, wh_wheel, boot_files),
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,

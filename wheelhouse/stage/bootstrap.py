@@ -54,6 +54,7 @@ __all__ = [
     "repack_installed",
     "wheel_requirements",
     "write_bootstrap",
+    "pip_wheel_of",
 ]
 
 BOOTSTRAP_DIR = "bootstrap"
@@ -94,15 +95,30 @@ def _dist(extras: Sequence[str] = ()) -> str:
     return f"'{_DIST}[{','.join(sorted(extras))}]'" if extras else _DIST
 
 
-def bootstrap_command(folder: str = f"{BOOTSTRAP_DIR}/", extras: Sequence[str] = ()) -> str:
+def bootstrap_command(folder: str = f"{BOOTSTRAP_DIR}/", extras: Sequence[str] = (), pip_wheel: str | None = None) -> str:
     """The one offline command that installs wh from a wheelhouse's bootstrap folder.
 
     A venv of its own first: Debian 12 / Ubuntu 24.04 system Pythons refuse ``pip install``
     (PEP 668, externally-managed-environment). ``--without-pip`` needs no ensurepip (absent
-    without python3-venv), and the system's pip installs into the venv with ``--python``.
+    without python3-venv). With ``pip_wheel`` (bootstrap/ carries pip: wh requires it), the pip
+    that installs is that wheel, run from the archive (pip supports ``python pip.whl/pip``): the
+    box's own pip may be any version (Ubuntu 22.04's 22.0.2 has no ``--python``) or absent. Without
+    it, the system's pip installs into the venv with ``--python`` (pip >= 22.3).
     """
+    if pip_wheel:
+        return (f"python3 -m venv --without-pip {WH_VENV} && "
+                f"{WH_VENV}/bin/python {folder}{pip_wheel}/pip install --no-index --find-links {folder} {_dist(extras)}")
+    return _system_pip_command(folder, extras)
+
+
+def _system_pip_command(folder: str, extras: Sequence[str] = ()) -> str:
     return (f"python3 -m venv --without-pip {WH_VENV} && "
             f"python3 -m pip --python {WH_VENV}/bin/python install --no-index --find-links {folder} {_dist(extras)}")
+
+
+def pip_wheel_of(files: Sequence[LockedFile]) -> str | None:
+    """The pip wheel among bootstrap/'s files (a pure-Python one, runnable from its archive), if any."""
+    return next((f.filename for f in files if f.name == "pip" and f.filename.endswith("-py3-none-any.whl")), None)
 
 
 def _current_env_command(folder: str, extras: Sequence[str] = ()) -> str:
@@ -268,15 +284,26 @@ def write_bootstrap(folder: Path, files: Sequence[LockedFile], *, requires_pytho
     """Write ``bootstrap/pylock.toml`` (paths relative to the bootstrap folder) and BOOTSTRAP.txt."""
     folder = Path(folder)
     write_pylock(folder, Lock(files=tuple(files), environments=tuple(environments), requires_python=requires_python))
-    text = (
+    pip_wheel = pip_wheel_of(files)
+    dist = _dist(extras)
+    lines = [
         "Install wh on the offline box from this folder (no index, no network), run from the wheelhouse folder\n"
         "(or give --find-links the path of this folder). Into a venv of its own, which works on system Pythons\n"
-        "that refuse pip (PEP 668, externally-managed-environment: Debian 12, Ubuntu 24.04):\n\n"
-        f"    {bootstrap_command('bootstrap/', extras)}\n\n"
+        "that refuse pip (PEP 668, externally-managed-environment: Debian 12, Ubuntu 24.04).\n",
+    ]
+    if pip_wheel:
+        lines.append("With any pip or none at all (no ensurepip needed either): the pip carried here installs,\n"
+                     "run from its wheel:\n\n"
+                     f"    {bootstrap_command('bootstrap/', extras, pip_wheel)}\n")
+    lines += [
+        "Where `python3 -m venv` gives the venv a pip of its own (ensurepip; python3-venv on Debian), any pip\n"
+        "from 20 on:\n\n"
+        f"    python3 -m venv {WH_VENV} && {WH_VENV}/bin/python -m pip install --no-index --find-links bootstrap/ {dist}\n",
+        "With the system's pip, where it is 22.3 or newer (`--python`):\n\n"
+        f"    {_system_pip_command('bootstrap/', extras)}\n",
         "Or into the current environment, where pip may install (a venv, conda, a container image's Python):\n\n"
-        f"    {_current_env_command('bootstrap/', extras)}\n\n"
-        "No pip beside the box's Python at all: a venv with its own pip (ensurepip; python3-venv on Debian):\n\n"
-        f"    python3 -m venv {WH_VENV} && {WH_VENV}/bin/python -m pip install --no-index --find-links bootstrap/ {_dist(extras)}\n\n"
-        f"Then: {WH_VENV}/bin/wh install . --venv ~/engine-venv && {WH_VENV}/bin/wh doctor --python ~/engine-venv/bin/python\n"
-    )
+        f"    {_current_env_command('bootstrap/', extras)}\n",
+        f"Then: {WH_VENV}/bin/wh install . --venv ~/engine-venv && {WH_VENV}/bin/wh doctor --python ~/engine-venv/bin/python\n",
+    ]
+    text = "\n".join(lines)
     return write_atomic(folder / BOOTSTRAP_TXT, text)

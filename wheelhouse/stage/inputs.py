@@ -78,6 +78,7 @@ class StageInputs:
     groups: tuple[str, ...] = ()  # dependency groups of the lock (or pyproject.toml); none: the lock's defaults
     source: Mapping[str, Any] | None = None  # the file staged from when not a manifest (wh.json inputs.source)
     empty_request: bool = False  # requirements files were given and list none: stage nothing (noted), no error
+    explain: bool = False  # say why each pin was chosen and what was backtracked (wh stage -v)
 
 
 def _joined(*lists: Iterable) -> tuple:

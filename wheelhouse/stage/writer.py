@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
-from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, write_bootstrap
+from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, pip_wheel_of, write_bootstrap
 from wheelhouse.datafile import load_toml
 from wheelhouse.errors import WhError
 from wheelhouse.fetch.cache import sha256_of
@@ -263,7 +263,7 @@ def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patc
         "doctor": dataclasses.asdict(manifest.doctor) if manifest else {},
         "serve": serve,
         "bootstrap": {
-            "command": bootstrap_command(extras=wh_wheel.extras),
+            "command": bootstrap_command(extras=wh_wheel.extras, pip_wheel=pip_wheel_of(boot_files)),
             "extras": list(wh_wheel.extras),
             "wh_wheel": wh_wheel.path.name,
             "origin": wh_wheel.origin,
