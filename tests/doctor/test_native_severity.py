@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, _gcc, have_toolchain, install_dist, make_venv
+from broken_packages import _ext, _gcc, ext_needing_a_gone_library, have_toolchain, install_dist, make_venv
 from wheelhouse.doctor import run_doctor
 from wheelhouse.manifest import load_manifest
 
@@ -36,14 +36,6 @@ PyMODINIT_FUNC CAT(PyInit_, MODNAME)(void) {  /* as pybind11 reports an exceptio
 """
 
 
-def _needs(build: Path, modname: str, soname: str) -> bytes:
-    """An extension module linked against ``soname``, which is then deleted: 'cannot open shared object file'."""
-    lib = build / soname
-    (build / "dep.c").write_text("int whgone_value(void) { return 7; }\n")
-    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{soname}", str(build / "dep.c"), "-o", str(lib)])
-    out = _ext(build, modname, "WH_NEEDLIB", extra=[f"-L{build}", f"-l:{soname}"])
-    lib.unlink()
-    return out
 
 
 def _init_fails(build: Path, modname: str) -> bytes:
@@ -67,11 +59,11 @@ def image(tmp_path_factory) -> Path:
     py = make_venv(root / "venv")
     w = root / "wheels"
     install_dist(py, w, "numba", {"numba/__init__.py": "X = 1\n", **_pkgs("numba/np", "numba/np/ufunc")},
-                 {f"numba/np/ufunc/tbbpool{SUFFIX}": _needs(build, "tbbpool", "libtbb.so.12"),
+                 {f"numba/np/ufunc/tbbpool{SUFFIX}": ext_needing_a_gone_library(build, "tbbpool", "libtbb.so.12"),
                   f"numba/np/ufunc/omppool{SUFFIX}": _ext(build, "omppool")})
     install_dist(py, w, "cupy-cuda13x", {"cupy/__init__.py": "X = 1\n",
                                          **_pkgs("cupy_backends", "cupy_backends/cuda", "cupy_backends/cuda/libs")},
-                 {f"cupy_backends/cuda/libs/cutensor{SUFFIX}": _needs(build, "cutensor", "libcutensor.so.2")})
+                 {f"cupy_backends/cuda/libs/cutensor{SUFFIX}": ext_needing_a_gone_library(build, "cutensor", "libcutensor.so.2")})
     install_dist(py, w, "matplotlib", {"matplotlib/__init__.py": "X = 1\n", **_pkgs("matplotlib/backends")},
                  {f"matplotlib/backends/_tkagg{SUFFIX}": _init_fails(build, "_tkagg"),
                   f"matplotlib/backends/_backend_agg{SUFFIX}": _ext(build, "_backend_agg")})
@@ -80,7 +72,7 @@ def image(tmp_path_factory) -> Path:
     # numba-cuda ships a build per CUDA major; the stack's CUDA is 13 (its cuda-bindings wheel says so).
     install_dist(py, w, "numba-cuda", {"numba_cuda/__init__.py": "X = 1\n",
                                        **_pkgs("numba_cuda/cext", "numba_cuda/cext/cu12", "numba_cuda/cext/cu13")},
-                 {f"numba_cuda/cext/cu12/_devices{SUFFIX}": _needs(build, "_devices", "libcudart.so.12"),
+                 {f"numba_cuda/cext/cu12/_devices{SUFFIX}": ext_needing_a_gone_library(build, "_devices", "libcudart.so.12"),
                   f"numba_cuda/cext/cu13/_devices{SUFFIX}": _ext(build, "_devices")})
     _cuda_bindings(py, w)
     return py
@@ -144,7 +136,7 @@ def test_without_a_known_cuda_major_a_variant_whose_other_build_loads_is_a_warni
     py = make_venv(tmp_path / "venv")
     install_dist(py, tmp_path / "w", "cuda-core", {"cuda/core/__init__.py": "X = 1\n",
                                                    **_pkgs("cuda/core/cu12", "cuda/core/cu13")},
-                 {f"cuda/core/cu12/_resource{SUFFIX}": _needs(build, "_resource", "libcudart.so.12"),
+                 {f"cuda/core/cu12/_resource{SUFFIX}": ext_needing_a_gone_library(build, "_resource", "libcudart.so.12"),
                   f"cuda/core/cu13/_resource{SUFFIX}": _ext(build, "_resource")})
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:cuda-core")
     assert r.verdict == "warn", r.evidence

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, _gcc, have_toolchain, install_dist, make_venv
+from broken_packages import _ext, _gcc, ext_needing_a_gone_library, have_toolchain, install_dist, make_venv
 from wheelhouse.doctor import run_doctor
 
 pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
@@ -35,13 +35,6 @@ PyMODINIT_FUNC CAT(PyInit_, MODNAME)(void) { aoti_torch_dtype_float32(); return 
 """
 
 
-def _needs_lib(build: Path, modname: str, soname: str) -> bytes:
-    lib = build / soname
-    (build / f"{modname}-dep.c").write_text("int whgone_value(void) { return 7; }\n")
-    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{soname}", str(build / f"{modname}-dep.c"), "-o", str(lib)])
-    out = _ext(build, modname, "WH_NEEDLIB", extra=[f"-L{build}", f"-l:{soname}"])
-    lib.unlink()
-    return out
 
 
 def _needs_torch_symbol(build: Path, modname: str) -> bytes:
@@ -60,7 +53,7 @@ def image(tmp_path_factory) -> Path:
     py = make_venv(root / "venv")
     w = root / "wheels"
     install_dist(py, w, "cupy-cuda13x", {"cupy/__init__.py": "X = 1\n", "cupyx/__init__.py": "X = 1\n"},
-                 {f"cupyx/_cutensor{SUFFIX}": _needs_lib(build, "_cutensor", "libcutensor.so.2")})
+                 {f"cupyx/_cutensor{SUFFIX}": ext_needing_a_gone_library(build, "_cutensor", "libcutensor.so.2")})
     # numba-cuda's copy: `import numba_cuda` sets numba.cuda up (a target registered once), and numba.cuda's name
     # is served from numba_cuda/numba/cuda/ (numba's own numba/cuda/__init__.py hands it over).
     register = ("from numba import _targets\n"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from wheelmaker import make_wheel
 
-__all__ = ["have_toolchain", "build_broken_wheels", "make_venv", "install_wheel", "site_packages", "BROKEN",
+__all__ = ["have_toolchain", "ext_needing_a_gone_library", "build_broken_wheels", "make_venv", "install_wheel", "site_packages", "BROKEN",
            "write_fakejit_registry"]
 
 BROKEN = ("undefsym", "missinglib", "raiser", "hanger", "segv", "fakejit")
@@ -120,6 +120,17 @@ def _ext(build: Path, modname: str, *defines: str, extra: list[str] = ()) -> byt
     _gcc(args)
     return out.read_bytes()
 
+
+
+def ext_needing_a_gone_library(build: Path, modname: str, soname: str) -> bytes:
+    """An extension module linked against ``soname``, which is then deleted: 'cannot open shared object file'."""
+    lib = build / soname
+    src = build / f"{modname}-{soname}-dep.c"
+    src.write_text("int whgone_value(void) { return 7; }\n")
+    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{soname}", str(src), "-o", str(lib)])
+    out = _ext(build, modname, "WH_NEEDLIB", extra=[f"-L{build}", f"-l:{soname}"])
+    lib.unlink()
+    return out
 
 def _tags() -> str:
     v = f"cp{sys.version_info[0]}{sys.version_info[1]}"
