@@ -5,8 +5,8 @@
 #   PART=B bash tests/device/evidence.sh WHEELHOUSE [MIRROR]    # FreeToken built, installed, served (~6 min)
 #
 # WHEELHOUSE: FreeToken's runtime requirements staged on the networked host as a delta against the box's
-# captured profile, flashlib kept and its nvidia-cutlass-dsl left out by the manifest (tests/device/freetoken-h200.toml):
-#   .venv/bin/wh stage tests/device/freetoken-h200.toml -o .device/ft-wh
+# captured profile, flashlib kept and its nvidia-cutlass-dsl left out by the manifest (manifests/freetoken-h200.toml):
+#   .venv/bin/wh stage manifests/freetoken-h200.toml -o .device/ft-wh
 # MIRROR: a bare git mirror of FreeToken (`git clone --mirror`), ~3 MB, default .device/freetoken.git.
 #
 # Part A (the stock image, /opt/torch/.venv): `wh doctor` gives 0 fail, and `wh drop --dry-run` drops nothing.

@@ -7,7 +7,7 @@
 #   PARTS="preflight tp fleet" bash tests/device/multigpu.sh ...  # (WORK is kept; the build is reused)
 #
 # WHEELHOUSE and MIRROR as for evidence.sh: FreeToken's runtime requirements staged as a delta against the box's
-# captured profile (`wh stage tests/device/freetoken-h200.toml -o .device/ft-wh`), and a bare git mirror of FreeToken.
+# captured profile (`wh stage manifests/freetoken-h200.toml -o .device/ft-wh`), and a bare git mirror of FreeToken.
 #
 # doctor     `wh doctor` sees N GPUs, one driver and one sm on every card, the interconnect (`nvidia-smi topo -m`
 #            kept in $OUT); a manifest's `[doctor] gpus = N` is ok and `gpus = N+1` a fail naming the count.
