@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from faults import wh_command
+from uv_tool import run_uv
 from wheelmaker import make_wheel
 
 BOX = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
-UV = Path(sys.executable).parent / "uv"
 
 
 def wh(*args, **kw):
@@ -30,9 +29,7 @@ def wh(*args, **kw):
 
 
 def uv(*args, cwd=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
-    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_CACHE_DIR=str(Path(cwd or ".") / ".uv-cache"))
-    r = subprocess.run([str(UV), *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    r = run_uv(*map(str, args), cwd=cwd, timeout=300)  # hermetic: -p, --no-config, no downloads, loopback only
     assert r.returncode == 0, r.stderr
     return r
 
