@@ -111,6 +111,8 @@ def wh_pins(proc) -> dict[str, str]:
     return {canonicalize_name(p["name"]): p["version"] for p in data["packages"]}
 
 
+# uv gets its interpreter (uv_flags: --python, the same as -p) and --no-config; clean_env() sets
+# UV_PYTHON_DOWNLOADS=never: it never searches for or downloads a CPython while timed.
 def uv_cmd(uv: str, req_file: Path, a, cache: Path, mode: str = "cold") -> list[str]:
     m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", a.platform)
     plat = f"{m.group(3)}-manylinux_{m.group(1)}_{m.group(2)}" if m else a.platform
