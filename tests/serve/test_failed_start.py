@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,31 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_port as _free_port, gone as _gone, port_free as _port_free
+
 FAKE = Path(__file__).parents[1] / "support" / "fake_engine.py"
 PY = sys.executable
 KEY = "sk-planted-4f9a2c7e1b"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_free(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return False
-    except OSError:
-        return True
-
-
-def _gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
 
 
 def _logged_pids(log: Path) -> list[int]:

@@ -26,31 +26,10 @@ from wheelhouse.serve import preflight as pre
 from wheelhouse.serve.lint import ForbiddenFlag, MissingPlaceholder, fill_placeholders, lint_command, port_from_command
 from wheelhouse.target.gpu import Gpu
 
+from ports import free_port, gone, port_free
+
 FAKE = Path(__file__).parents[1] / "support" / "fake_engine.py"
 PY = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return False
-    except OSError:
-        return True
-
-
-def gone(pid: int) -> bool:
-    """No such process, or only a zombie (holds no port, no memory) waiting for its reaper."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
 
 
 def pids(log: Path) -> dict[str, int]:
