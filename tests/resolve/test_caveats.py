@@ -3,26 +3,19 @@ user sees (a reporter note) and ``Resolution.warnings`` carries for ``--json``. 
 
 from __future__ import annotations
 
-from wheelhouse.index import PackageSource
 from wheelhouse.index.metadata import MetadataReader
 from wheelhouse.progress import RecordingReporter
 from wheelhouse.resolve import resolve
 from wheelhouse.target import target_from_flags
-from wheelmaker import make_wheel
+from index_fixtures import package_source
 
 CP312 = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
 
 
 def _resolve(pyindex, tmp_path, packages, requirements, sdists=(), **knobs):
-    folder = tmp_path / "index-files"
-    for name, version, kw in packages:
-        make_wheel(folder, name, version, **kw)
-    idx = pyindex(folder, **knobs)
-    for filename in sdists:
-        (folder / filename).write_bytes(b"sdist")
-        idx.add(folder / filename)
     rec = RecordingReporter()
-    res = resolve(requirements, CP312, PackageSource([idx.url]), reporter=rec, metadata=MetadataReader())
+    res = resolve(requirements, CP312, package_source(pyindex, tmp_path, packages, sdists, **knobs), reporter=rec,
+                  metadata=MetadataReader())
     notes = [e[1] for e in rec.events if e[0] == "note"]
     assert list(res.warnings) == [n for n in notes if n.startswith("warning:")]
     return res, notes

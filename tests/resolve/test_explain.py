@@ -4,29 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from wheelhouse.index import PackageSource
 from wheelhouse.resolve import NoCompatibleWheel, NoMatchingVersion, resolve
 from wheelhouse.target import target_from_flags
-from wheelmaker import make_wheel
+from index_fixtures import package_source
 
 OLD_GLIBC = target_from_flags("3.12", ["manylinux_2_17_x86_64"])
 CP312 = target_from_flags("3.12", ["manylinux_2_35_x86_64"])
 
 
-def _index(pyindex, tmp_path, packages, sdists=(), **knobs):
-    folder = tmp_path / "index-files"
-    for name, version, kw in packages:
-        make_wheel(folder, name, version, **kw)
-    idx = pyindex(folder, **knobs)
-    for filename in sdists:
-        (folder / filename).write_bytes(b"sdist")
-        idx.add(folder / filename)
-    return PackageSource([idx.url])
 
 
 def test_no_version_with_a_wheel_for_the_target_does_not_hint_an_older_pin(pyindex, tmp_path):
     """Pinning below the newest loops when no version has a wheel: say so, as uv does."""
-    src = _index(pyindex, tmp_path, [
+    src = package_source(pyindex, tmp_path, [
         ("psyco", "2.9.12", {"tags": "cp312-cp312-manylinux_2_28_x86_64"}),
         ("psyco", "2.9.13", {"tags": "cp312-cp312-manylinux_2_28_x86_64"}),
     ])
@@ -37,7 +27,7 @@ def test_no_version_with_a_wheel_for_the_target_does_not_hint_an_older_pin(pyind
 
 
 def test_an_older_version_with_a_wheel_is_named_exactly(pyindex, tmp_path):
-    src = _index(pyindex, tmp_path, [
+    src = package_source(pyindex, tmp_path, [
         ("fastlib", "1.0", {"tags": "cp312-cp312-manylinux_2_17_x86_64"}),
         ("fastlib", "2.0", {"tags": "cp312-cp312-manylinux_2_28_x86_64"}),
     ])
@@ -47,7 +37,7 @@ def test_an_older_version_with_a_wheel_is_named_exactly(pyindex, tmp_path):
 
 
 def test_sdist_only_names_the_project_once_and_hints_a_build_for_the_target(pyindex, tmp_path):
-    src = _index(pyindex, tmp_path, [("app", "1.0", {"requires": ["pycrypto"]})], sdists=["pycrypto-2.6.1.tar.gz"])
+    src = package_source(pyindex, tmp_path, [("app", "1.0", {"requires": ["pycrypto"]})], sdists=["pycrypto-2.6.1.tar.gz"])
     with pytest.raises(NoCompatibleWheel) as err:
         resolve(["app"], CP312, src)
     assert err.value.message.startswith("pycrypto publishes only source distributions (required by app==1.0")
@@ -56,7 +46,7 @@ def test_sdist_only_names_the_project_once_and_hints_a_build_for_the_target(pyin
 
 
 def test_a_range_only_yanked_releases_satisfy_names_every_one(pyindex, tmp_path):
-    src = _index(pyindex, tmp_path, [("np", "2.3.0", {}), ("np", "2.4.0", {}), ("np", "2.4.0.post1", {})],
+    src = package_source(pyindex, tmp_path, [("np", "2.3.0", {}), ("np", "2.4.0", {}), ("np", "2.4.0.post1", {})],
                  yanked={"np-2.4.0-py3-none-any.whl": "ABI break", "np-2.4.0.post1-py3-none-any.whl": ""})
     with pytest.raises(NoMatchingVersion) as err:
         resolve(["np==2.4.0.*"], CP312, src)
@@ -68,7 +58,7 @@ def test_a_range_only_yanked_releases_satisfy_names_every_one(pyindex, tmp_path)
 def test_releases_skipped_for_requires_python_are_named_only_when_the_request_admits_them(pyindex, tmp_path):
     """An exact pin asked for the old release: its dependency is the reason, not the newer releases (issue 30)."""
     cp314 = target_from_flags("3.14", ["manylinux_2_35_x86_64"])
-    src = _index(pyindex, tmp_path, [
+    src = package_source(pyindex, tmp_path, [
         ("crewai", "1.0", {"requires_python": ">=3.10,<3.14"}),
         ("crewai", "0.9", {"requires": ["regex==2023.1"]}),
         ("regex", "2023.1", {"tags": "cp311-cp311-manylinux_2_17_x86_64"}),

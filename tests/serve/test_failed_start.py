@@ -29,14 +29,6 @@ def _logged_pids(log: Path) -> list[int]:
 
 
 @pytest.fixture
-def env(tmp_path):
-    e = {**os.environ, "WH_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1", "COLUMNS": "200"}
-    for k in ("WH_SERVE_URL", "WH_API_KEY", "CUDA_VISIBLE_DEVICES"):
-        e.pop(k, None)
-    return e
-
-
-@pytest.fixture
 def log(tmp_path):
     path = tmp_path / "serve.log"
     yield path

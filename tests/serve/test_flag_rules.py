@@ -17,7 +17,7 @@ from wheelhouse.manifest import ManifestError, load_manifest, parse_manifest
 from wheelhouse.serve.lint import ForbiddenFlag, lint_command
 
 sys.path.insert(0, str(Path(__file__).parent))  # the launch helpers and fixtures of test_serve.py (same folder)
-from test_serve import FAKE, PY, assert_group_gone, env, free_port, logs, wh  # noqa: E402,F401  (fixtures)
+from test_serve import FAKE, PY, assert_group_gone, free_port, logs, wh  # noqa: E402,F401  (fixtures)
 
 RULES = """
 [stack]

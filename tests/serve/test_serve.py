@@ -48,14 +48,6 @@ def _wait(pred, timeout=5.0):
 
 
 @pytest.fixture
-def env(tmp_path):
-    e = {**os.environ, "WH_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1", "COLUMNS": "200"}
-    for k in ("WH_SERVE_URL", "WH_API_KEY", "CUDA_VISIBLE_DEVICES"):
-        e.pop(k, None)
-    return e
-
-
-@pytest.fixture
 def logs(tmp_path):
     """Log paths for launches; at teardown any process a failed test left behind is killed."""
     made: list[Path] = []

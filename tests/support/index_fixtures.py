@@ -44,7 +44,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-__all__ = ["pyindex", "IndexServer"]
+__all__ = ["pyindex", "IndexServer", "package_source"]
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "text/html"
@@ -383,3 +383,19 @@ except ImportError:  # pragma: no cover
     pyindex = None
 else:
     pyindex = pytest.fixture(_pyindex, name="pyindex")
+
+
+def package_source(pyindex, tmp_path, packages, sdists=(), **knobs):
+    """A loopback index of ``packages`` ((name, version, make_wheel keywords) each) and ``sdists`` (file names),
+    served with ``knobs``, as the PackageSource a resolution reads."""
+    from wheelhouse.index import PackageSource
+    from wheelmaker import make_wheel
+
+    folder = tmp_path / "index-files"
+    for name, version, kw in packages:
+        make_wheel(folder, name, version, **kw)
+    idx = pyindex(folder, **knobs)
+    for filename in sdists:
+        (folder / filename).write_bytes(b"sdist")
+        idx.add(folder / filename)
+    return PackageSource([idx.url])
