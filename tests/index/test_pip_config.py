@@ -138,6 +138,7 @@ def test_with_nothing_configured_the_default_is_the_one_pip_states(tmp_path, mon
                     "echo '                              http://stated.test/simple). This should point'\n")
     fake.chmod(0o755)
     monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    monkeypatch.setattr(pip_config, "_stated_in_source", lambda: None)  # this test's pip is the fake one
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("HOME", str(tmp_path))
     for key in ("PIP_INDEX_URL", "PIP_NO_INDEX", "XDG_CONFIG_DIRS", "XDG_CONFIG_HOME"):
@@ -175,6 +176,8 @@ def fresh_default(monkeypatch, tmp_path):
     from wheelhouse.index import pip_config
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no pip3/pip on PATH: only the fake is asked
+    # the fake interpreter's pip has no source here to read: it is asked (the tests below count the asks)
+    monkeypatch.setattr(pip_config, "_stated_in_source", lambda: None)
     pip_config.pip_stated_default.cache_clear()
     yield pip_config
     pip_config.pip_stated_default.cache_clear()
