@@ -178,7 +178,7 @@ def pip_stated_default(cache_dir: Path | None = None) -> str | None:
 
 # What the help text's "(default URL)" is made of, in pip's source: the `--index-url` option's default is
 # `PyPI.simple_url`, which is `urljoin(PyPI.url, "simple")`, and `PyPI = PackageIndex("<url>", ...)`.
-_PYPI_CONSTANT = re.compile(r'^PyPI = PackageIndex\(\s*"(https://[^"\s]+/)"', re.M)
+_PYPI_CONSTANT = re.compile(r'^PyPI = PackageIndex\(\s*"(https?://[^"\s]+/)"', re.M)
 _SIMPLE_URL = ('self.simple_url = self._url_for_path("simple")', "return urllib.parse.urljoin(self.url, path)")
 _OPTION_DEFAULT = re.compile(r'"--index-url",[^)]*?default=PyPI\.simple_url,', re.S)
 
