@@ -1,6 +1,6 @@
 """Resolution benchmark: wh vs uv vs pip on real closures, in one run (opt-in: uses the registry).
 
-    python bench/bench_resolve.py                      # vllm, jupyterlab, apache-airflow; cp312 manylinux_2_35 x86_64
+    python bench/bench_resolve.py                      # vllm, sglang, jupyterlab, apache-airflow; cp312 manylinux_2_35 x86_64
     python bench/bench_resolve.py --runs 5 --requirement 'torch==2.11.0' --requirement jupyterlab
     python bench/bench_resolve.py --json bench-resolve.json
     python bench/bench_resolve.py --runs 3 --skip-pip --modes cold   # cold only: wall and CPU vs uv
@@ -20,7 +20,9 @@ tag up to ``--platform`` (pip takes ``--platform`` literally).
 What each tool is given (bench/_fair.py, printed with the table): the same index on every command
 line, a clean pip configuration, uv its interpreter (``--python``), ``--no-config`` and no
 interpreter downloads; each cold run empty caches for all (wh's home cache too: nothing is asked of
-pip, or seeded, before the timing).
+pip, or seeded, before the timing). wh runs as installed: its modules' bytecode is compiled once
+before the timing (``compileall``, as pip does when it installs a wheel); from a checkout under
+``PYTHONDONTWRITEBYTECODE`` every run would otherwise compile wh's source again.
 
 Goals: pins identical to uv's in every mode; cold <= 1.0x uv; offline warm <= 2x uv (issue 30).
 """
@@ -235,7 +237,7 @@ def report(results: dict, runs: int, method: str = "") -> tuple[dict, list[str]]
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requirement", action="append", help="a closure to resolve (repeat for several; default: "
-                   "vllm==0.33.0, jupyterlab, apache-airflow: wh's best case and two where it is not)")
+                   "vllm==0.33.0, sglang, jupyterlab, apache-airflow)")
     p.add_argument("--python-version", default="3.12")
     p.add_argument("--platform", default="manylinux_2_35_x86_64")
     p.add_argument("--index-url", default=None, help="the one index of every tool (default: $BENCH_INDEX_URL, else pip's stated default)")
@@ -250,10 +252,12 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     a.index_url = index_url(a.index_url)
-    method = methodology(a.index_url, peers="uv" if a.skip_pip else "uv, pip")
+    # wh as installed: bytecode compiled (pip compiles a wheel's modules when it installs it)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "wheelhouse")], check=True, capture_output=True)
+    method = methodology(a.index_url, peers="uv" if a.skip_pip else "uv, pip") + "; wh's bytecode compiled before timing"
     failed = False
     summaries = []
-    for requirement in a.requirement or ["vllm==0.33.0", "jupyterlab", "apache-airflow"]:
+    for requirement in a.requirement or ["vllm==0.33.0", "sglang", "jupyterlab", "apache-airflow"]:
         summary = _bench_one(_newest_if_missing(requirement, a.index_url), a, method)
         failed |= not summary["pins_equal_uv"]
         summaries.append(summary)

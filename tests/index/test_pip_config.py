@@ -138,6 +138,7 @@ def test_with_nothing_configured_the_default_is_the_one_pip_states(tmp_path, mon
                     "echo '                              http://stated.test/simple). This should point'\n")
     fake.chmod(0o755)
     monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    monkeypatch.setattr(pip_config, "_stated_in_source", lambda: None)  # this test's pip is the fake one
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("HOME", str(tmp_path))
     for key in ("PIP_INDEX_URL", "PIP_NO_INDEX", "XDG_CONFIG_DIRS", "XDG_CONFIG_HOME"):
@@ -175,6 +176,8 @@ def fresh_default(monkeypatch, tmp_path):
     from wheelhouse.index import pip_config
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no pip3/pip on PATH: only the fake is asked
+    # the fake interpreter's pip has no source here to read: it is asked (the tests below count the asks)
+    monkeypatch.setattr(pip_config, "_stated_in_source", lambda: None)
     pip_config.pip_stated_default.cache_clear()
     yield pip_config
     pip_config.pip_stated_default.cache_clear()
@@ -359,3 +362,59 @@ def test_a_trusted_host_is_read_over_https_without_a_certificate_it_can_verify(p
     with pytest.raises(Exception) as err:
         PackageSource([url], client=HttpClient(trusted_hosts=())).files("lib")
     assert "certificate" in str(err.value).lower() or "ssl" in str(err.value).lower(), str(err.value)
+
+
+# ---- the stated default read from pip's own source, without starting pip -------------------------------------
+
+
+def _fake_pip_source(root: Path, url: str, *, option_default: str = "PyPI.simple_url") -> Path:
+    """A ``pip`` package whose source states ``url`` as pip's does (models/index.py, cli/cmdoptions.py)."""
+    pkg = root / "pip"
+    (pkg / "_internal" / "models").mkdir(parents=True)
+    (pkg / "_internal" / "cli").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_internal" / "models" / "index.py").write_text(
+        "import urllib.parse\n\nclass PackageIndex:\n    def __init__(self, url, file_storage_domain):\n"
+        "        self.url = url\n        self.simple_url = self._url_for_path(\"simple\")\n\n"
+        "    def _url_for_path(self, path):\n        return urllib.parse.urljoin(self.url, path)\n\n\n"
+        f"PyPI = PackageIndex(\"{url}\", file_storage_domain=\"files.test\")\n"
+        "TestPyPI = PackageIndex(\"https://test.other.test/\", file_storage_domain=\"x.test\")\n")
+    (pkg / "_internal" / "cli" / "cmdoptions.py").write_text(
+        "index_url = partial(\n    Option,\n    \"-i\",\n    \"--index-url\",\n    \"--pypi-url\",\n"
+        f"    dest=\"index_url\",\n    metavar=\"URL\",\n    default={option_default},\n    help=\"...\",\n)\n")
+    return root
+
+
+@pytest.mark.parametrize("stated", [True, False], ids=["read-from-source", "worded-otherwise-so-asked"])
+def test_an_empty_cache_stage_starts_no_pip_when_pips_source_states_the_default(pyindex, tmp_path, monkeypatch,
+                                                                                  fresh_default, stated):
+    """Before: every run with an empty cache started pip (~0.35 s) to read its help text."""
+    import json
+    import sys
+
+    from click.testing import CliRunner
+
+    from wheelhouse.cli import cli
+    from wheelmaker import make_wheel
+
+    pip_config = fresh_default
+    monkeypatch.undo()  # the real source reader (fresh_default turned it off for the tests above)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    pub = tmp_path / "pub"
+    make_wheel(pub, "app", "1.0")
+    idx = pyindex(pub)
+    root = _fake_pip_source(tmp_path / "site", idx.url.rstrip("/").rsplit("/", 1)[0] + "/",
+                            option_default="PyPI.simple_url" if stated else "\"http://elsewhere.test/simple\"")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delitem(sys.modules, "pip", raising=False)
+    fake = _fake_pip(tmp_path, idx.url.rstrip("/"))  # what pip's help would say: the same index
+    monkeypatch.setattr(pip_config.sys, "executable", str(fake))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(key, raising=False)
+    r = CliRunner().invoke(cli, ["stage", "app", "--dry-run", "--json", "--no-bootstrap", "--cache-dir",
+                                 str(tmp_path / "cache"), "--python-version", "3.12"],
+                           env={"WH_CACHE_DIR": str(tmp_path / "home")})
+    assert r.exit_code == 0, r.output
+    assert [p["name"] for p in json.loads(r.stdout)["packages"]] == ["app"]
+    assert _asked(tmp_path) == (0 if stated else 1)

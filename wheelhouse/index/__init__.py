@@ -18,12 +18,13 @@ accident, nor the other way round); find-links files are always added.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 import urllib.parse
 import urllib.request
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
@@ -112,6 +113,9 @@ class PackageSource:
         self.page_ttl = page_ttl
         self._memo = _Memo()
         self._links_memo = _Memo()
+        # page URL or find-links location -> what identifies its content as read (``_validator``,
+        # ``_links_validator``); None once this source read a file named directly
+        self._pages: dict[str, str] | None = {}
 
     # --- public -------------------------------------------------------------------------
     def files(self, name: str, keep: Callable[[str], bool] | None = None) -> list[Distfile]:
@@ -126,12 +130,41 @@ class PackageSource:
         key = canonicalize_name(name)
         return list(self._memo.get((key, keep), lambda: self._files(key, keep)))
 
+    def pages_read(self) -> dict[str, str] | None:
+        """Every index page and find-links location this source has read, with what identifies its
+        content (a page: its body's sha256, or ``"404"``; a folder: its files' names, sizes and
+        modification times); None when it also read a file named directly."""
+        return None if self._pages is None else dict(self._pages)
+
+    def unchanged(self, pages: Mapping[str, str]) -> bool:
+        """Whether every page of ``pages`` (as ``pages_read`` gave them) reads the same now.
+
+        Asked through the page cache and its rules, bodies left unread: offline, the cache alone;
+        otherwise an entry younger than the page lifetime as it is, an older one revalidated (a
+        conditional request), every one with ``refresh``. Any doubt (not cached, an error) is False."""
+        for url, seen in pages.items():
+            try:
+                if url in self.find_links:
+                    if self._links_validator(url) != seen:
+                        return False
+                    continue
+                now = _validator(self.client.get_cached(url, {"Accept": SIMPLE_ACCEPT}, max_age=self.page_ttl,
+                                                        defer_body=True))
+            except HttpError as exc:
+                now = "404" if exc.status == 404 else None
+            except (WhError, OSError, ValueError):
+                return False
+            if now != seen:
+                return False
+        return True
+
     def locations(self) -> list[str]:
         """Where this source looks, for messages."""
         return [*self.index_urls, *self.find_links]
 
     def direct(self, ref: str) -> Distfile:
         """A Distfile for a wheel named by path or URL (``./x.whl``, ``file:///...``, ``https://...``)."""
+        self._pages = None  # a file named directly: its content is not an index page's
         parts = urllib.parse.urlsplit(ref)
         if parts.scheme in ("http", "https", "file"):
             url, hashes = split_hash_fragment(self.client.strip_credentials(ref))
@@ -205,13 +238,20 @@ class PackageSource:
                         add_extra(resp, extra_name(index, kk), encode_parsed(resp.sha256, resp.url, index, kk, files))
         except HttpError as exc:
             if exc.status == 404:
+                self._read(url, "404")
                 return None
             raise
         except NotCached as exc:
             raise NotCached(f"the index page of {name} ({url})") from exc
+        self._read(url, _validator(resp))
         if keep is not None and keep_key is None:  # a filter without a key: the whole page is kept, filtered here
             files = [d for d in files if keep(d.filename)]
         return files
+
+    def _read(self, url: str, validator: str) -> None:
+        pages = self._pages
+        if pages is not None:
+            pages[url] = validator
 
     @staticmethod
     def _parse_page(resp, url: str, index: str, keep: Callable[[str], bool] | None) -> list[Distfile]:
@@ -223,7 +263,22 @@ class PackageSource:
                 raise IndexPageError(f"{url}: not valid JSON ({exc})", hint="check --index-url; it must be a PEP 503/691 simple index") from exc
         return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, index, keep)
 
+    def _links_validator(self, loc: str) -> str:
+        """What identifies a find-links location's content now (``_find_links`` reads the same)."""
+        parts = urllib.parse.urlsplit(loc)
+        if parts.scheme in ("http", "https"):
+            return _validator(self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl, defer_body=True))
+        path = Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
+        if path.is_dir():
+            listing = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file())
+            return "folder:" + hashlib.sha256(repr(listing).encode()).hexdigest()
+        return "file:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+
     def _find_links(self, loc: str) -> list[Distfile]:
+        try:
+            self._read(loc, self._links_validator(loc))
+        except (WhError, OSError):
+            self._pages = None  # cannot say what it holds: this run's resolution is not stored
         parts = urllib.parse.urlsplit(loc)
         if parts.scheme in ("http", "https"):
             resp = self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl)
@@ -244,3 +299,8 @@ class PackageSource:
                                          hint="give a folder of wheels, or raise the bound with WH_MAX_PAGE_MB")
             return parse_simple_html(path.read_text(encoding="utf-8", errors="replace"), path.resolve().as_uri(), loc)
         raise BadDirectReference(f"--find-links {loc}: no such folder or page", hint="pass a folder of wheels or an HTML page of links")
+
+
+def _validator(resp) -> str:
+    """What identifies a page's content: the sha256 the cache keeps of its body, else the body's own."""
+    return getattr(resp, "sha256", "") or hashlib.sha256(resp.body).hexdigest()

@@ -152,13 +152,19 @@ def pip_stated_default(cache_dir: Path | None = None) -> str | None:
 
     wh carries no registry address and imports nothing of pip; the help text is pip's public
     statement of its default, asked out of process, only when nothing is configured. Asking costs
-    a pip start-up (~0.3-0.5 s), so the answer is kept in wh's cache (``cache_dir``, default
-    ``$WH_CACHE_DIR`` or ``~/.cache/wh``) under the identity of every pip that would be asked
-    (path, version, mtime): a pip upgraded, replaced or added is asked again.
+    a pip start-up (~0.3-0.5 s), so first the installed pip's own source files are read as text
+    (``_stated_in_source``: the constant that help text prints, never imported nor run); only when
+    they do not say it in the expected words is pip asked. That answer is kept in wh's cache
+    (``cache_dir``, default ``$WH_CACHE_DIR`` or ``~/.cache/wh``) under the identity of every pip that
+    would be asked (path, version, mtime): a pip upgraded, replaced or added is asked again.
     """
     commands = _pip_commands()
     if not commands:
         return None
+    if commands[0][1:] == ["-m", "pip"]:  # this interpreter's pip: its source says it, no start-up needed
+        stated = _stated_in_source()
+        if stated is not None:
+            return stated
     key = [_identity(cmd) for cmd in commands]
     path = _cache_file(cache_dir)
     cached = _read_cached(path, key)
@@ -168,6 +174,39 @@ def pip_stated_default(cache_dir: Path | None = None) -> str | None:
     if answer is not None:  # a pip that failed this time (timeout, broken) is asked again next time
         _write_cached(path, key, answer)
     return answer
+
+
+# What the help text's "(default URL)" is made of, in pip's source: the `--index-url` option's default is
+# `PyPI.simple_url`, which is `urljoin(PyPI.url, "simple")`, and `PyPI = PackageIndex("<url>", ...)`.
+_PYPI_CONSTANT = re.compile(r'^PyPI = PackageIndex\(\s*"(https?://[^"\s]+/)"', re.M)
+_SIMPLE_URL = ('self.simple_url = self._url_for_path("simple")', "return urllib.parse.urljoin(self.url, path)")
+_OPTION_DEFAULT = re.compile(r'"--index-url",[^)]*?default=PyPI\.simple_url,', re.S)
+
+
+def _stated_in_source() -> str | None:
+    """The default index of this interpreter's pip, read from its source files as text, or None.
+
+    Reading text is not using pip's private API: nothing of pip is imported or run, and the value is
+    the one ``pip download --help`` prints (see ``_PYPI_CONSTANT``). Its modules are private and may
+    change, so the answer counts only when all three facts are found as written (exactly one
+    constant, the URL join, the option's default); otherwise None, and pip is asked out of process.
+    """
+    import importlib.util
+    import urllib.parse
+
+    spec = importlib.util.find_spec("pip")  # finds pip without importing it
+    if spec is None or not spec.origin:
+        return None
+    internal = Path(spec.origin).parent / "_internal"
+    try:
+        index = (internal / "models" / "index.py").read_text(encoding="utf-8")
+        options = (internal / "cli" / "cmdoptions.py").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = _PYPI_CONSTANT.findall(index)
+    if len(found) != 1 or not all(text in index for text in _SIMPLE_URL) or not _OPTION_DEFAULT.search(options):
+        return None
+    return urllib.parse.urljoin(found[0], "simple")
 
 
 def _pip_commands() -> list[list[str]]:

@@ -64,9 +64,13 @@ def _newer_sdist_only(pin: Pin, finder: CandidateFinder, source: PackageSource) 
     except InvalidVersion:
         return None
     specs = [_specifier(t) for t in pin.requested_by]
+    files = finder.files(pin.name)
+    # A release with a wheel for the target is never sdist-only: its sdist is skipped unparsed (parsing
+    # every sdist's version of every pin was ~7% of a cold resolve's CPU).
+    wheel_versions = {f.version for f in files if f.is_wheel}
     newer = set()
-    for f in finder.files(pin.name):
-        if f.is_wheel:
+    for f in files:
+        if f.is_wheel or f.version in wheel_versions:
             continue
         try:
             v = Version(f.version)

@@ -37,18 +37,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
-from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, pip_wheel_of, self_wheel, wheel_requirements
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
-from wheelhouse.fetch import FetchItem, fetch_all
-from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
-from wheelhouse.index.http import HttpClient
-from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
+from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
-from .previous import Previous, read_previous
 from .delta import ImageDelta, delta_of, offered
-from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
     WHEELS,
@@ -63,8 +57,15 @@ from .writer import (
 from wheelhouse.manifest import Exclusion
 from wheelhouse.target import TargetProfile
 
-if TYPE_CHECKING:  # the resolver (resolvelib, the index client) is imported when a stage resolves, not before
+# Imported where used, not here: the resolver, the index client, the downloads, bootstrap/ and the
+# wheelhouse writer. A dry run never loads the last three, and a stage answered from its stored
+# resolution (``stored``) loads little more than this module (start-up is most of such a run).
+if TYPE_CHECKING:
+    from wheelhouse.index.http import HttpClient
     from wheelhouse.resolve.overrides import Rewritten
+
+    from .previous import Previous
+    from .release import ReleaseArtifact
 
 __all__ = [
     "StageError",
@@ -229,12 +230,16 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     options a pinned file of their project must match (those whose marker holds for the
     target); checked after resolution and again once downloaded, before anything is written.
     """
+    from wheelhouse.index.http import HttpClient
+
     reporter = reporter or NullReporter()
     cache = Path(inputs.cache_dir) if inputs.cache_dir else default_cache_dir()
     client = client or HttpClient(cache_dir=cache, offline=inputs.offline, refresh=inputs.refresh)
     _check_inputs(inputs)
     if inputs.dry_run:  # the stack's pins only: bootstrap/ (wh's own dependencies) is resolved when writing
         return _run(dataclasses.replace(inputs, bootstrap=False), None, cache, client, reporter, ())
+    from wheelhouse.lock.output import hold_output, real_output
+
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
     compiler = None
     if inputs.bytecode:  # before anything is downloaded: no Python of the target's version is a usage error
@@ -270,6 +275,8 @@ def _check_inputs(inputs: StageInputs) -> None:
 def _top_level_writes(inputs: StageInputs) -> list[str]:
     """The names at the top of -o that this run writes (a user's file there is refused before work)."""
     m = inputs.manifest
+    from .bootstrap import BOOTSTRAP_DIR
+
     names = ["wh.json", "pylock.toml", WHEELS, "simple", "capture_target.py"]
     names += [BOOTSTRAP_DIR] if inputs.bootstrap else []
     names += ["manifest.toml"] if m and m.path else []
@@ -286,6 +293,8 @@ def _check_cache(cache: Path) -> None:
 
 def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: Reporter,
          recovered: tuple[str, ...], compiler=None) -> StageResult:
+    from .previous import Previous, read_previous
+
     previous = read_previous(out, inputs.manifest, inputs.target, reporter) if out is not None else Previous({})
     own: list[_Background] = []  # wh's own wheel, then bootstrap/'s resolution: waited for on every way out
     try:
@@ -314,6 +323,8 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
 
     manifest, target = inputs.manifest, inputs.target
     if inputs.bootstrap:  # a PEP 517 build from a checkout (~1.5 s): beside the resolution, not after it
+        from .bootstrap import self_wheel
+
         own.append(_Background(lambda: self_wheel(cache), "wh-self-wheel"))
     reqs = _parse_requirements(inputs.requirements, "requirement")
     cons = _parse_requirements(inputs.constraints, "constraint")
@@ -330,7 +341,7 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
         reqs = [f"{f.name}=={f.version}" for f in files]  # wh.json's requirements: what the lock pinned
         plan = (files, (), None, ())
     else:
-        plan = _resolved(inputs, previous, artifacts, reqs, cons, source, reader, reporter)
+        plan = _resolved(inputs, previous, artifacts, reqs, cons, source, reader, reporter, cache)
     files, hash_rules, delta, rewritten = plan
     own_wheel = own[0] if own else None
     own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
@@ -340,10 +351,8 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
 
 
 def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str], cons: list[str], source, reader,
-              reporter: Reporter):
+              reporter: Reporter, cache: Path):
     """The stack resolved for the target: (files to stage, --hash rules, image delta, rewritten requirements)."""
-    from wheelhouse.resolve import resolve
-
     manifest, target, engine = inputs.manifest, inputs.target, previous.engine
     # A file the stack names (a release wheel, the built engine, a --hash line) is staged, image or not.
     named = [*(a.project for a in artifacts), *([engine.file.name] if engine else ()),
@@ -354,10 +363,10 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
                       "allows (--full stages them all)")
     reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
-    resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
-                         toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                         reporter=reporter, metadata=reader, provided=image, explain=inputs.explain,
-                         overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
+    options = dict(constraints=cons, toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
+                   provided=image, overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
+    resolution = _resolution(inputs, [*reqs, *(engine.requirements if engine else ())], source, reader, reporter,
+                             options, cache)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
@@ -366,10 +375,35 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
 
 
+def _resolution(inputs: StageInputs, requirements: list[str], source, reader, reporter: Reporter,
+                options: dict[str, Any], cache: Path):
+    """The resolution of ``requirements``: the stored one when its inputs and every index page it read are
+    unchanged (``wheelhouse.stage.stored``), else resolved now (and stored). ``-v`` always resolves: the
+    explanation of each pin is the search's own account."""
+    from wheelhouse.resolve import resolve
+    from .stored import load_stored, resolution_key, store_resolution
+
+    key = resolution_key(requirements, inputs.target, source.locations(), options)
+    if not inputs.explain:
+        stored = load_stored(cache, key, source)
+        if stored is not None:
+            reporter.note(f"{len(stored.pins)} packages from the stored resolution (its inputs and every index page "
+                          "it read are unchanged)")
+            for line in stored.warnings:
+                reporter.note(line)
+            return stored
+    resolution = resolve(requirements, inputs.target, source, reporter=reporter, metadata=reader,
+                         explain=inputs.explain, **options)
+    store_resolution(cache, key, resolution, source.pages_read())
+    return resolution
+
+
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):
     """[[manifest]] release wheels: a find-links page with their sha256, each pinned ==."""
     if not (manifest and manifest.release_manifests):
         return [], []
+    from .release import load_releases, release_links_page
+
     reporter.note(f"reading {len(manifest.release_manifests)} release manifest(s)")
     artifacts, release_prov = load_releases(manifest.release_manifests, client)
     page = scratch / "release-links.html"
@@ -383,6 +417,8 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
                        stack_count: int):
     """bootstrap/: wh's own wheel and its dependencies for the target (None, () without it)."""
     from wheelhouse.resolve import ResolveError, resolve
+
+    from .bootstrap import FAST, BootstrapError
 
     if not inputs.bootstrap or own_wheel is None:
         return (), None
@@ -421,6 +457,8 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
 
 def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
     """The printed bootstrap line: with the extras bootstrap/ carries, run by the pip it carries."""
+    from .bootstrap import bootstrap_command, pip_wheel_of
+
     if not inputs.bootstrap:
         return None
     return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else (), pip_wheel=pip_wheel_of(boot_files))
@@ -430,6 +468,10 @@ def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
 
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
            reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
+    from wheelhouse.lock.output import new_tree, swap_in
+
+    from .bootstrap import BOOTSTRAP_DIR
+
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
@@ -530,6 +572,8 @@ def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:
 
 def _bootstrap_requirements(wheel: Path, target: TargetProfile, extra: str | None = None) -> list[str]:
     """wh's own Requires-Dist that apply on the target (markers judged for the target, with ``extra`` or none)."""
+    from .bootstrap import BootstrapError, wheel_requirements
+
     with_python = SpecifierSet(">=3.10")
     if not target.accepts_python(with_python):
         raise BootstrapError(
@@ -545,6 +589,10 @@ def _bootstrap_requirements(wheel: Path, target: TargetProfile, extra: str | Non
 
 def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile], cache: Path) -> int:
     """Put the previous wheelhouse's still-pinned wheels into the cache (verified); count reuses."""
+    from wheelhouse.fetch.cache import add_to_cache, cached_path
+
+    from .bootstrap import BOOTSTRAP_DIR
+
     reused = 0
     for f in files:
         if f.sha256 and cached_path(cache, f.sha256).exists():
@@ -566,6 +614,9 @@ def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: P
                 reporter) -> tuple[StagedFile, ...]:
     """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
     published none (find-links folders)."""
+    from wheelhouse.fetch import FetchItem, fetch_all
+    from wheelhouse.fetch.cache import place
+
     items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
     paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
     done = []

@@ -21,7 +21,6 @@ from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import Reporter
 from wheelhouse.target import TargetProfile
 
-from .bootstrap import wheel_requirements
 from .writer import StagedFile
 
 __all__ = ["KeptEngine", "Previous", "read_previous"]
@@ -101,6 +100,8 @@ def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[Lock
     paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
     reqs: tuple[str, ...] = ()
     if not record.get("incomplete"):  # `wh build --allow-incomplete`: its requirements were never all here
+        from .bootstrap import wheel_requirements  # (a restage with a built engine only)
+
         reqs = tuple(str(r) for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None))
     file = StagedFile(
         name=entry.name if entry else canonicalize_name(wheel.name.split("-")[0]),

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
-from .bootstrap import BOOTSTRAP_DIR, bootstrap_command, pip_wheel_of, write_bootstrap
 from wheelhouse.datafile import load_toml
 from wheelhouse.errors import WhError
-from wheelhouse.fetch.cache import sha256_of
+from wheelhouse.digest import sha256_of
 from wheelhouse.lock import WH_JSON, Lock, LockedFile
 from wheelhouse.lock.output import BadOutput, check_output as check_out
 from wheelhouse.lock.writer import (
@@ -116,6 +115,8 @@ def write_stage_tree(
     ``assumed_present`` (what the box must still provide, exactly) and ``image`` (the profile's
     identity, --full or not, what the stack changes of the image).
     """
+    from .bootstrap import BOOTSTRAP_DIR, write_bootstrap  # (only when a wheelhouse is written)
+
     owned = [WH_JSON, "pylock.toml", SIMPLE, WHEELS, "capture_target.py"]
     # A delta the image provides whole stages no wheel: wheels/ is there all the same (verify, pack, install read it)
     (new / WHEELS).mkdir(exist_ok=True)
@@ -235,6 +236,8 @@ def _strings(data: Any):
 
 def _provenance(manifest, target, reqs, cons, indexes, links, release_prov, patch_paths, files, wh_wheel, boot_files) -> dict:
     """wh.json: what was staged from what, for whom, by which wh, and what the box must do with it."""
+    from .bootstrap import bootstrap_command, pip_wheel_of
+
     serve = None
     if manifest and manifest.serve:
         # An API key or an HF_TOKEN written into the manifest's command or env stays home (wheelhouse.redact):

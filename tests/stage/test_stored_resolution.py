@@ -1,0 +1,130 @@
+"""The stored resolution (wheelhouse.stage.stored), end to end through `wh stage`: a real index on 127.0.0.1,
+real wheels, the CLI.
+
+A stage whose inputs and index pages are unchanged is answered from the resolution stored by the run
+before, without resolvelib; its --json output is the resolved run's. A new upload, another input, or a
+damaged store means a full resolve, never a wrong answer nor a crash."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from index_fixtures import pyindex  # noqa: F401  (fixture)
+from wheelmaker import make_wheel
+from wheelhouse.cli import cli
+
+TARGET = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
+STORED = "from the stored resolution"
+
+
+@pytest.fixture
+def wheels(tmp_path):
+    d = tmp_path / "pub"
+    make_wheel(d, "app", "1.0", requires=["lib>=1"])
+    make_wheel(d, "lib", "1.0")
+    make_wheel(d, "lib", "2.0", tags="cp312-cp312-manylinux_2_17_x86_64")
+    return d
+
+
+@pytest.fixture
+def resolves(monkeypatch):
+    """Counts the runs of resolvelib's search."""
+    import resolvelib
+
+    calls = []
+    real = resolvelib.Resolver.resolve
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(resolvelib.Resolver, "resolve", counted)
+    return calls
+
+
+def _dry(idx_url, cache, *more):
+    r = CliRunner().invoke(cli, ["stage", "app", "--dry-run", "--json", "--no-bootstrap", "--index-url", idx_url,
+                                 "--cache-dir", str(cache), *TARGET, *more], env={"PIP_CONFIG_FILE": "/dev/null"})
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def _pins(r) -> dict[str, str]:
+    return {p["name"]: p["version"] for p in json.loads(r.stdout)["packages"]}
+
+
+def test_an_unchanged_stage_is_answered_from_the_stored_resolution_offline(pyindex, wheels, tmp_path, monkeypatch,
+                                                                           resolves):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    first = _dry(idx.url, cache)
+    assert len(resolves) == 1 and STORED not in first.stderr
+    idx.stop()
+    monkeypatch.setattr(socket.socket, "connect", lambda self, a: pytest.fail(f"offline run connected to {a}"))
+    again = _dry(idx.url, cache, "--offline")
+    assert len(resolves) == 1, "resolvelib ran again"
+    assert again.stdout == first.stdout  # --json identical
+    assert "2 packages from the stored resolution" in again.stderr
+
+
+def test_a_fresh_cache_answers_online_too_and_verbose_always_resolves(pyindex, wheels, tmp_path, resolves):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    first = _dry(idx.url, cache)
+    assert _dry(idx.url, cache).stdout == first.stdout and len(resolves) == 1  # pages fresh: no search
+    explained = _dry(idx.url, cache, "-v")  # -v explains each pin: that is the search's own account
+    assert len(resolves) == 2 and STORED not in explained.stderr
+
+
+def test_a_new_upload_invalidates_it(pyindex, wheels, tmp_path, resolves):
+    idx = pyindex(wheels, serve_metadata=True, validators="both")
+    cache = tmp_path / "cache"
+    assert _pins(_dry(idx.url, cache))["lib"] == "2.0"
+    make_wheel(wheels, "lib", "2.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+    idx.add(wheels)
+    r = _dry(idx.url, cache, "--refresh")  # the page is revalidated: it changed
+    assert _pins(r)["lib"] == "2.1" and len(resolves) == 2 and STORED not in r.stderr
+    # and the new answer is the one stored now
+    assert _pins(_dry(idx.url, cache, "--offline"))["lib"] == "2.1" and len(resolves) == 2
+
+
+def test_a_changed_input_invalidates_it(pyindex, wheels, tmp_path, resolves):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    _dry(idx.url, cache)
+    r = CliRunner().invoke(cli, ["stage", "app", "lib<2", "--dry-run", "--json", "--no-bootstrap", "--index-url",
+                                 idx.url, "--cache-dir", str(cache), *TARGET],
+                           env={"PIP_CONFIG_FILE": "/dev/null"})
+    assert r.exit_code == 0, r.output
+    assert _pins(r)["lib"] == "1.0" and STORED not in r.stderr and len(resolves) == 2  # one more requirement
+    r = _dry(idx.url, cache, "--python-version", "3.11")  # another target
+    assert STORED not in r.stderr and len(resolves) == 3
+
+
+@pytest.mark.parametrize("damage", ["torn", "edited", "garbage", "wrong-types"])
+def test_a_damaged_store_is_ignored(pyindex, wheels, tmp_path, resolves, damage):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    first = _dry(idx.url, cache)
+    [stored] = (cache / "resolutions").iterdir()
+    raw = stored.read_bytes()
+    head, _, body = raw.partition(b"\n")
+    if damage == "torn":
+        stored.write_bytes(raw[: len(raw) // 2])
+    elif damage == "edited":  # a pin changed by hand, the checksum left as it was
+        stored.write_bytes(head + b"\n" + body.replace(b'"version":"2.0"', b'"version":"9.9"'))
+    elif damage == "garbage":
+        stored.write_bytes(b"\x00\xff not a stored resolution")
+    else:  # a consistent checksum over content of the wrong shape (a hostile or buggy writer)
+        import hashlib
+
+        data = json.loads(body)
+        data["resolution"]["pins"][0]["parents"] = 7
+        body = json.dumps(data).encode()
+        stored.write_bytes(b"wh-stored-resolution 1 " + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+    r = _dry(idx.url, cache, "--offline")
+    assert r.stdout == first.stdout and len(resolves) == 2 and STORED not in r.stderr
