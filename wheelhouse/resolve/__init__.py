@@ -11,8 +11,9 @@ Rules, all judged for the target and never for the host:
   the wheel's METADATA as a dependency on the virtual ``<python>`` (so a mismatch backtracks);
 - wheels only, ranked by ``target.wheel_rank``; for each version the best-ranked wheel is the
   candidate, versions highest first (what uv picks);
-- yanked files skipped unless pinned with ``==`` (PEP 592);
-- pre-releases only when asked, when a specifier names one, or when a project has nothing else;
+- yanked files skipped unless the user's own requirements, constraints or overrides pin them with one
+  ``==`` clause (PEP 592; uv's rule: a dependency's pin does not select a yanked release);
+- pre-releases, unless asked for, only after every final release the specifiers admit (uv's ``if-necessary``);
 - constraints narrow versions and never add a package;
 - toolchain groups: each member in the resolution depends on a virtual ``<toolchain:NAME>`` at its
   own major.minor (or exact version), so two members at different releases conflict DURING the
@@ -45,7 +46,7 @@ from packaging.version import Version
 
 from resolvelib import ResolutionImpossible, ResolutionTooDeep, Resolver
 
-from .candidates import Req
+from .candidates import Req, single_pin
 from .explain import (
     ROOT,
     InvalidRequirementError,
@@ -243,7 +244,9 @@ def resolve(
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
     provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image, rewrites=rewrites)
+                        reporter=reporter, pool=pool, provided=image, rewrites=rewrites,
+                        allowed_yanks=_allowed_yanks([*roots, *(c for cs in cons.values() for c in cs),
+                                                      *(o for os_ in rewrites.overrides.values() for o in os_)]))
     for r in roots:
         provider.root_texts.setdefault(r.name, set()).add(r.text)
     reporter.start("resolve", None, "packages")
@@ -317,6 +320,17 @@ def _rewrites(overrides: Sequence[str], excludes: Sequence[str], target: TargetP
                                      frozenset(canonicalize_name(e) for e in r.extras), direct))
     return Rewrites(overrides=by_name, overridden_by={k: tuple(v) for k, v in texts.items()},
                     excludes=frozenset(canonicalize_name(n) for n in excludes))
+
+
+def _allowed_yanks(reqs: Sequence[Req]) -> dict[str, frozenset[Version]]:
+    """The versions the user's own requirements, constraints and overrides pin with a single ``==`` clause:
+    the only yanked releases a resolution may select (uv's ``AllowedYanks``: a dependency's pin does not)."""
+    out: dict[str, set[Version]] = {}
+    for r in reqs:
+        v = single_pin(r.specifier) if r.direct is None else None
+        if v is not None:
+            out.setdefault(r.name, set()).add(v)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:

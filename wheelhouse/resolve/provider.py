@@ -50,7 +50,7 @@ class Provider(AbstractProvider):
     def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
                  constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
                  reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None,
-                 rewrites: Rewrites | None = None):
+                 rewrites: Rewrites | None = None, allowed_yanks: Mapping[str, frozenset[Version]] | None = None):
         self.target = target
         self.rewrites = rewrites or Rewrites()  # the stack's overrides and exclusions
         self.source = source
@@ -60,7 +60,8 @@ class Provider(AbstractProvider):
         self.prereleases = prereleases
         self.reporter = reporter
         self.pool = pool
-        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided)
+        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided,
+                                      allowed_yanks=allowed_yanks)
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
         self.undeclared_extras: dict[str, tuple[str, ...]] = {}  # "name==version" -> extras asked that it does not declare
         self.invalid_requires_python: dict[str, str] = {}  # filename -> the METADATA Requires-Python packaging refuses
