@@ -98,6 +98,7 @@ class StageResult:
     rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
     excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
     overrides: tuple[str, ...] = ()  # the overrides asked for
+    keep_image: tuple[tuple[str, str], ...] = ()  # (name, the image's version) held as a hard constraint
 
     def rewrite_lines(self) -> list[str]:
         """A sentence for each override and exclusion that changed what a requirement asked for."""
@@ -147,6 +148,8 @@ class StageResult:
             "overrides": list(self.overrides),
             "excludes": [dataclasses.asdict(e) for e in self.excludes],
             "rewritten": [r.to_json() for r in self.rewritten],
+            # --keep-image / keep-image: each a hard constraint name==<the image's version>
+            "keep_image": [{"name": n, "version": v, "constraint": f"{n}=={v}"} for n, v in self.keep_image],
         }
 
 
@@ -296,7 +299,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel, boot_files),
                                    indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
-                                   excludes=inputs.excludes, overrides=inputs.overrides)
+                                   excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
         for job in own:
@@ -357,7 +360,8 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     resolution = resolve([*reqs, *(engine.requirements if engine else ())], target, source, constraints=cons,
                          toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
                          reporter=reporter, metadata=reader, provided=image, explain=inputs.explain,
-                         overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
+                         overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes],
+                         keep=inputs.keep_image)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
@@ -479,7 +483,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
-        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides,
+        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image,
     )
 
 
