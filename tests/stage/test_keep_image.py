@@ -87,3 +87,22 @@ def test_no_answer_names_the_kept_pin_as_the_reason(index, profile, tmp_path):
     r = _dry(index, profile, tmp_path, "enginey>=3", "--keep-image", "torchy")
     assert r.returncode == 1, r.stderr
     assert "torchy==2.11 (kept from the image)" in r.stderr, r.stderr
+
+
+# --- the real stack (opt-in: the package registry) -----------------------------------------------------------
+@pytest.mark.registry
+def test_vllm_keeping_the_h200_images_torch_stages_a_fraction(tmp_path):
+    """Without --keep-image the newest vllm upgrades the image's torch 2.11 (a 3.3 GB delta); with it, the
+    newest vllm that accepts torch 2.11 is picked and torch and its CUDA libraries stay the image's."""
+    from wheelhouse.resources import manifests_dir
+
+    profile = manifests_dir() / "targets" / "h200-offline.json"
+    args = ["stage", "vllm", "--target", str(profile), "--dry-run", "--json", "--cache-dir", str(tmp_path / "c")]
+    kept = subprocess.run(wh_command([*args, "--keep-image", "torch"]), capture_output=True, text=True, timeout=600)
+    free = subprocess.run(wh_command(args), capture_output=True, text=True, timeout=600)
+    assert kept.returncode == 0 and free.returncode == 0, kept.stderr + free.stderr
+    k, f = json.loads(kept.stdout), json.loads(free.stdout)
+    assert {"name": "torch", "version": "2.11.0", "provided": True} in k["provided"]
+    assert "torch" not in {p["name"] for p in k["packages"]}
+    assert k["keep_image"] == [{"name": "torch", "version": "2.11.0", "constraint": "torch==2.11.0"}]
+    assert k["total_size"] < f["total_size"] / 2, (k["total_size"], f["total_size"])
