@@ -4,9 +4,10 @@ highest version first; judged for the target (never the host), from index pages 
 from __future__ import annotations
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from wheelhouse.index import PackageSource
-from wheelhouse.resolve.candidates import CandidateFinder, Req, exact_pins, spec_of
+from wheelhouse.resolve.candidates import CandidateFinder, Req, exact_pins, single_pin, spec_of
 from wheelhouse.target import target_from_flags
 from wheelmaker import make_wheel
 
@@ -58,21 +59,27 @@ def test_requires_python_on_the_index_page_is_judged_for_the_target(pyindex, tmp
     assert [v for v, _ in _picked(_finder(cp313, source).candidates("lib", [_req("lib")]))] == ["2.0", "1.0"]
 
 
-def test_a_yanked_release_is_offered_only_to_an_exact_pin(pyindex, tmp_path):
+def test_a_yanked_release_is_offered_only_where_the_users_own_pin_allows_it(pyindex, tmp_path):
     _, source = _source(pyindex, tmp_path, [("lib", "1.0", "py3-none-any"), ("lib", "1.1", "py3-none-any")],
                         yanked={"lib-1.1-py3-none-any.whl": "broken"})
     finder = _finder(CP312, source)
     assert [str(c.version) for c in finder.candidates("lib", [_req("lib")])] == ["1.0"]
     assert [str(c.version) for c in finder.candidates("lib", [_req("lib", ">=1.1")])] == []
-    assert [str(c.version) for c in finder.candidates("lib", [_req("lib", "==1.1")])] == ["1.1"]
+    assert [str(c.version) for c in finder.candidates("lib", [_req("lib", "==1.1")])] == [], \
+        "a dependency's == does not select a yanked release (uv's rule)"
+    allowed = CandidateFinder(CP312, source, constraints={}, prereleases=False, allowed_yanks={"lib": frozenset({Version("1.1")})})
+    assert [str(c.version) for c in allowed.candidates("lib", [_req("lib", "==1.1")])] == ["1.1"]
+    assert [str(c.version) for c in allowed.candidates("lib", [_req("lib")])] == ["1.1", "1.0"]
 
 
-def test_pre_releases_only_when_asked_named_or_nothing_else_satisfies(pyindex, tmp_path):
+def test_pre_releases_come_after_every_final_release_unless_asked(pyindex, tmp_path):
     _, source = _source(pyindex, tmp_path, [("lib", "1.0", "py3-none-any"), ("lib", "2.0rc1", "py3-none-any"),
                                             ("only", "0.1b1", "py3-none-any")])
     versions = lambda cands: [str(c.version) for c in cands]  # noqa: E731
-    assert versions(_finder(CP312, source).candidates("lib", [_req("lib")])) == ["1.0"]
+    assert versions(_finder(CP312, source).candidates("lib", [_req("lib")])) == ["1.0", "2.0rc1"]
     assert versions(_finder(CP312, source, prereleases=True).candidates("lib", [_req("lib")])) == ["2.0rc1", "1.0"]
+    assert versions(_finder(CP312, source).candidates("lib", [_req("lib", ">=1.0a1")])) == ["1.0", "2.0rc1"], \
+        "a specifier naming a pre-release does not make it preferred (uv's if-necessary)"
     assert versions(_finder(CP312, source).candidates("lib", [_req("lib", ">=2.0rc1")])) == ["2.0rc1"]
     assert versions(_finder(CP312, source).candidates("lib", [_req("lib", ">1.0")])) == ["2.0rc1"], \
         "PEP 440: no final release satisfies, so the pre-release is accepted"
@@ -105,6 +112,8 @@ def test_index_pages_only_no_wheel_body_or_metadata_is_fetched(pyindex, tmp_path
 
 def test_exact_pins_and_requires_python_parsing():
     assert {str(v) for v in exact_pins(SpecifierSet("==1.2,===1.3,==2.*,>=1"))} == {"1.2", "1.3"}
+    assert str(single_pin(SpecifierSet("==1.2"))) == "1.2" and str(single_pin(SpecifierSet("===1.3"))) == "1.3"
+    assert single_pin(SpecifierSet("==1.2,>=1")) is None and single_pin(SpecifierSet("==1.*")) is None
     assert spec_of(">=3.10") == SpecifierSet(">=3.10")
     assert spec_of("") is None and spec_of(None) is None
     assert spec_of(">=3.10,<banana") is None, "a malformed requires-python is ignored, as pip and uv do"

@@ -225,6 +225,9 @@ def _source_record(path: Path, kind: str, extras, groups) -> dict:
 @click.option("--allow-missing-kernels", is_flag=True, envvar="WH_ALLOW_MISSING_KERNELS",
               help="When the target profile lists GPUs, a wheel whose CUDA device code none of them can run is "
                    "refused (exit 1); with this flag it is staged with a warning.")
+@click.option("--keep-image", "keep_image", multiple=True, metavar="NAME",
+              help="Hold this distribution at the version the target profile's image provides (a hard constraint "
+                   "NAME==<image version>); added to the manifest's keep-image. Repeatable.")
 @click.option("--full", is_flag=True,
               help="Stage the whole closure, even what the target profile says its image already provides.")
 @click.option("--offline", is_flag=True, envvar="WH_OFFLINE",
@@ -238,7 +241,8 @@ def _source_record(path: Path, kind: str, extras, groups) -> dict:
 @click.pass_context
 def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
           index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs, cache_dir, pre, dry_run, as_json, fmt,
-          no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh, bytecode, bytecode_python) -> None:
+          no_bootstrap, lock_timeout, allow_missing_kernels, keep_image, full, offline, refresh, bytecode,
+          bytecode_python) -> None:
     """Resolve a stack for the TARGET (not this machine) and write a verified wheelhouse.
 
     \b
@@ -275,13 +279,13 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
         _stage(ctx.obj, inputs, req_files, out, target_file, python_version, platforms, implementation, abi, index_url,
                extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs, cache_dir,
                pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline, refresh,
-               bytecode, bytecode_python)
+               bytecode, bytecode_python, keep_image)
 
 
 def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
            index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs,
            cache_dir, pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline,
-           refresh, bytecode, bytecode_python) -> None:
+           refresh, bytecode, bytecode_python, keep_image=()) -> None:
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
@@ -329,6 +333,8 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
         find_links=(*find_links, *files.find_links),
         target=target_from_options(target_file, python_version, platforms, implementation, abi) if flags_given else None,
         prereleases=pre or files.prereleases,
+        keep_image=tuple(keep_image),
+        target_name=target_file,
     )
     run = merge_inputs(manifest, flags, Path(out) if out else Path("."), jobs=jobs, dry_run=dry_run,
                        cache_dir=Path(cache_dir) if cache_dir else None, bootstrap=not no_bootstrap,

@@ -19,6 +19,7 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
     find-links = ["./wheels"]
     target = "targets/kaggle-4xl4.json"         # or a [target] table of flags
     prereleases = false
+    keep-image = ["torch"]                       # the target image's version of each is a hard constraint
 
     [[exclude]]                                  # removed from the closure wherever it is required
     distribution = "nvidia-cutlass-dsl"
@@ -195,6 +196,7 @@ class StackManifest:
     target_file: Path | None = None
     target_flags: Mapping[str, Any] = field(default_factory=dict)
     prereleases: bool = False
+    keep_image: tuple[str, ...] = ()  # distributions held at the target image's version (``--keep-image``)
     toolchains: tuple[ToolchainGroup, ...] = ()
     release_manifests: tuple[ReleaseManifest, ...] = ()
     engine_recipe: Path | None = None
@@ -219,7 +221,7 @@ class StackManifest:
 # `requirement-files` must never silently drop the requirements it names).
 MANIFEST_KEYS: Mapping[str, frozenset[str]] = {
     "stack": frozenset({"name", "requirements", "requirements-files", "constraints", "constraints-files", "index-url",
-                        "extra-index-urls", "find-links", "target", "prereleases", "overrides"}),
+                        "extra-index-urls", "find-links", "target", "prereleases", "overrides", "keep-image"}),
     "exclude": frozenset({"distribution", "reason"}),
     "target": frozenset({"python-version", "platforms", "implementation", "abi"}),
     "toolchain": frozenset({"name", "packages", "exact", "exceptions"}),
@@ -475,6 +477,7 @@ def parse_manifest(data: Mapping[str, Any] | str, path: Path | None = None) -> S
         target_file=target_file,
         target_flags=target_flags,
         prereleases=_value(stack, "prereleases", (bool,), f"{where}stack.prereleases", False),
+        keep_image=_strs(stack.get("keep-image"), f"{where}stack.keep-image"),
         toolchains=_toolchains(data, where),
         release_manifests=_releases(data, where),
         engine_recipe=resolve_data_path(recipe_name, base, "engine_src") if recipe_name else None,

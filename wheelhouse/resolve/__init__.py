@@ -11,8 +11,9 @@ Rules, all judged for the target and never for the host:
   the wheel's METADATA as a dependency on the virtual ``<python>`` (so a mismatch backtracks);
 - wheels only, ranked by ``target.wheel_rank``; for each version the best-ranked wheel is the
   candidate, versions highest first (what uv picks);
-- yanked files skipped unless pinned with ``==`` (PEP 592);
-- pre-releases only when asked, when a specifier names one, or when a project has nothing else;
+- yanked files skipped unless the user's own requirements, constraints or overrides pin them with one
+  ``==`` clause (PEP 592; uv's rule: a dependency's pin does not select a yanked release);
+- pre-releases, unless asked for, only after every final release the specifiers admit (uv's ``if-necessary``);
 - constraints narrow versions and never add a package;
 - toolchain groups: each member in the resolution depends on a virtual ``<toolchain:NAME>`` at its
   own major.minor (or exact version), so two members at different releases conflict DURING the
@@ -45,7 +46,7 @@ from packaging.version import Version
 
 from resolvelib import ResolutionImpossible, ResolutionTooDeep, Resolver
 
-from .candidates import Req
+from .candidates import Req, single_pin
 from .explain import (
     ROOT,
     InvalidRequirementError,
@@ -195,6 +196,7 @@ def resolve(
     overrides: Sequence[str] = (),
     excludes: Sequence[str] = (),
     explain: bool = False,
+    keep: Sequence[tuple[str, str]] = (),
 ) -> Resolution:
     """Pin the closure of ``requirements`` for ``target`` (see the module docstring for the rules).
 
@@ -206,6 +208,8 @@ def resolve(
     project names removed from the closure wherever required (``wheelhouse.resolve.overrides``).
     Raises a ResolveError subclass that says what to change when no consistent set exists.
     ``explain``: the reporter is also told why each pin was chosen and what was backtracked (``why``).
+    ``keep``: (name, the image's version) pairs held as hard constraints ``name==version`` (``--keep-image``);
+    an error that they cause names them as ``torch==2.11.0 (kept from the image)``.
     """
     reporter = reporter or NullReporter()
     reader = metadata or MetadataReader(source.client)
@@ -235,6 +239,9 @@ def resolve(
         if r.marker is not None and not target.evaluate(r.marker):
             continue
         cons.setdefault(canonicalize_name(r.name), []).append(Req("pkg", canonicalize_name(r.name), f"{text} (constraint)", r.specifier))
+    for name, version in keep:
+        key = canonicalize_name(name)
+        cons.setdefault(key, []).append(Req("pkg", key, f"{key}=={version} (kept from the image)", SpecifierSet(f"=={version}")))
     groups = toolchain_rules(toolchains)
     # Offline, every page and METADATA is a cache read: threads fetching ahead only contend for the
     # GIL with the resolver (an offline vllm resolve: ~1.1 s with 16 of them, ~1.0 s with none).
@@ -242,10 +249,16 @@ def resolve(
         jobs = 1
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="wh-prefetch") if jobs > 1 else None
     image = provided_versions(provided)
-    provider = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases,
-                        reporter=reporter, pool=pool, provided=image, rewrites=rewrites)
-    for r in roots:
-        provider.root_texts.setdefault(r.name, set()).add(r.text)
+    yanks = _allowed_yanks([*roots, *(c for cs in cons.values() for c in cs), *(o for os_ in rewrites.overrides.values() for o in os_)])
+
+    def new_provider(preferred: Mapping[str, Version] | None = None) -> Provider:
+        p = Provider(target, source, reader, constraints=cons, groups=groups, prereleases=prereleases, reporter=reporter,
+                     pool=pool, provided=image, rewrites=rewrites, allowed_yanks=yanks, preferred=preferred)
+        for r in roots:
+            p.root_texts.setdefault(r.name, set()).add(r.text)
+        return p
+
+    provider = new_provider()
     reporter.start("resolve", None, "packages")
     # The cyclic collector off while resolving: pages and candidates allocate millions of objects
     # that live to the end, and each collection walked all of them (~7% of a cold run's CPU,
@@ -257,6 +270,9 @@ def resolve(
         progress = ProgressReporter(reporter, provider)
         events = BacktrackLog(progress) if explain else progress
         result = Resolver(provider, events).resolve(roots, max_rounds=max_rounds)
+        settled = _settled_roots(result, provider, roots)
+        if settled:
+            result, provider, events = _search_again(result, provider, events, roots, new_provider(settled), max_rounds)
     except ResolutionImpossible as exc:
         reporter.finish("resolve")  # the error that follows says what failed
         raise explain_failure(exc, provider, target, source, roots) from None
@@ -317,6 +333,48 @@ def _rewrites(overrides: Sequence[str], excludes: Sequence[str], target: TargetP
                                      frozenset(canonicalize_name(e) for e in r.extras), direct))
     return Rewrites(overrides=by_name, overridden_by={k: tuple(v) for k, v in texts.items()},
                     excludes=frozenset(canonicalize_name(n) for n in excludes))
+
+
+def _settled_roots(result, provider: Provider, roots: Sequence[Req]) -> dict[str, Version]:
+    """The requested projects' versions, when the search settled one of them below the newest release its
+    requirement admits (else nothing).
+
+    resolvelib keeps, after backjumping, the releases it gave up under a requested project's newer release
+    (vllm 0.33.0) as excluded under the older one it settles on (vllm 0.14.0): with `numpy<2` it pinned
+    mistral-common 1.11.5 where 1.13.1 fits, and uv, deciding that conflict early, picks 1.13.1. Searching
+    again with the requested versions tried first answers as a resolve given `vllm==0.14.0` does."""
+    chosen: dict[str, Version] = {}
+    moved = False
+    for r in roots:
+        cand = result.mapping.get(r.ident)
+        if r.direct is not None or cand is None or cand.kind != "pkg" or cand.provided is not None:
+            continue
+        chosen[cand.name] = cand.version
+        newest = provider.candidates(r.name, [r])
+        moved = moved or (bool(newest) and newest[0].version != cand.version)
+    return chosen if moved else {}
+
+
+def _search_again(result, provider: Provider, events, roots: Sequence[Req], again: Provider, max_rounds: int):
+    """The second search of ``_settled_roots``, with the first answer's requested versions tried first. The
+    first answer stands if this one fails (it cannot where resolvelib is complete, and then only on a limit)."""
+    progress = ProgressReporter(again.reporter, again)
+    log = BacktrackLog(progress, events.rejected) if isinstance(events, BacktrackLog) else progress
+    try:
+        return Resolver(again, log).resolve(roots, max_rounds=max_rounds), again, log
+    except (ResolutionImpossible, ResolutionTooDeep):
+        return result, provider, events
+
+
+def _allowed_yanks(reqs: Sequence[Req]) -> dict[str, frozenset[Version]]:
+    """The versions the user's own requirements, constraints and overrides pin with a single ``==`` clause:
+    the only yanked releases a resolution may select (uv's ``AllowedYanks``: a dependency's pin does not)."""
+    out: dict[str, set[Version]] = {}
+    for r in reqs:
+        v = single_pin(r.specifier) if r.direct is None else None
+        if v is not None:
+            out.setdefault(r.name, set()).add(v)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def _kept_blind(pins: Sequence[Pin], unknown: set[str]) -> tuple[str, ...]:

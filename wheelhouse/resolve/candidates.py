@@ -5,10 +5,12 @@ project that a TARGET can install.
 version, highest version first (what uv picks). It reads index pages through the injected
 ``PackageSource`` and never metadata. Rules, all judged for the target and never for the host:
 wheels only, ranked by ``target.wheel_rank``; ``Requires-Python`` from the index page with
-``target.accepts_python``; yanked files skipped unless pinned with ``==`` (PEP 592); pre-releases
-only when asked, when a specifier names one, when a project has nothing else, or when no final
-release satisfies the specifiers (PEP 440, as pip and uv do); constraints
-narrow versions and never add a package.
+``target.accepts_python``; a yanked file only where the user's own requirements, constraints or
+overrides pin its version with a single ``==``/``===`` clause (PEP 592 lets an exact pin select one;
+uv's rule: a dependency's ``==`` does not); pre-releases, unless ``--pre``, are listed after every
+final release the specifiers admit (uv's default ``if-necessary``: a final release is preferred even
+where a specifier names a pre-release, ``>=4.0.0a0``; a pre-release is picked only once every
+admitted final release failed, or none exists); constraints narrow versions and never add a package.
 
 Installed-preference (what pip does for installed packages): a distribution the target's image
 provides (``TargetProfile.provided``) is offered FIRST, at the image's version, whenever every
@@ -33,7 +35,7 @@ from wheelhouse.index import PackageSource
 from wheelhouse.target import TargetProfile
 from .toolchain import toolchain_ident
 
-__all__ = ["PYTHON", "IMAGE", "SDIST_SUFFIXES", "Req", "Cand", "CandidateFinder", "exact_pins", "spec_of"]
+__all__ = ["PYTHON", "IMAGE", "SDIST_SUFFIXES", "Req", "Cand", "CandidateFinder", "exact_pins", "single_pin", "spec_of"]
 
 PYTHON = "<python>"
 IMAGE = "image"  # Distfile.origin of a provided version the index does not publish at all
@@ -87,16 +89,6 @@ class Cand:
         return f"{self.name}=={self.version}"
 
 
-def _explicit_prerelease(spec: SpecifierSet) -> bool:
-    for s in spec:
-        try:
-            if Version(s.version.rstrip(".*")).is_prerelease:
-                return True
-        except InvalidVersion:
-            continue
-    return False
-
-
 def exact_pins(spec: SpecifierSet) -> set[Version]:
     """The versions ``spec`` pins with ``==`` / ``===`` (not ``==X.*``)."""
     out = set()
@@ -107,6 +99,16 @@ def exact_pins(spec: SpecifierSet) -> set[Version]:
             except InvalidVersion:
                 pass
     return out
+
+
+def single_pin(spec: SpecifierSet) -> Version | None:
+    """The version ``spec`` pins when it is one ``==``/``===`` clause and nothing else (uv's rule for the
+    pins that may select a yanked release: ``lib==1.1`` does, ``lib==1.1,>=1`` does not)."""
+    clauses = list(spec)
+    if len(clauses) != 1:
+        return None
+    pins = exact_pins(spec)
+    return next(iter(pins)) if pins else None
 
 
 def spec_of(text: str | None) -> SpecifierSet | None:
@@ -187,11 +189,13 @@ class CandidateFinder:
     """
 
     def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]], prereleases: bool,
-                 provided: Mapping[str, str] | None = None):
+                 provided: Mapping[str, str] | None = None, allowed_yanks: Mapping[str, frozenset[Version]] | None = None):
         self.target = target
         self.source = source
         self.constraints = constraints
         self.prereleases = prereleases
+        # name -> versions the user's own requirements pin exactly: the only yanked releases offered
+        self.allowed_yanks = dict(allowed_yanks or {})
         self.provided = dict(provided or {})  # canonical name -> the image's version string
         self._installable_memo: dict[str, dict[Version, list[Distfile]]] = {}
         # One callable for the run, so the source memoizes pages filtered for this target.
@@ -218,11 +222,12 @@ class CandidateFinder:
             return [Cand("pkg", name, v, d, extras)]
         specs = [r.specifier for r in reqs] + [c.specifier for c in self.constraints.get(name, ())]
         by_version = self._installable(name)
-        allow_pre = self.prereleases or any(_explicit_prerelease(s) for s in specs) or all(v.is_prerelease for v in by_version)
-        out = self._best_per_version(name, by_version, specs, extras, allow_pre)
-        if not out and not allow_pre:
-            # PEP 440: pre-releases are accepted when no final release satisfies the specifier (pip, uv).
-            out = self._best_per_version(name, by_version, specs, extras, True)
+        out = self._best_per_version(name, by_version, specs, extras)
+        if not self.prereleases:
+            # uv's `if-necessary` (its default since 0.13): every admitted final release first, then the
+            # pre-releases, so a pre-release is picked only where no final release works (PEP 440 allows
+            # one when no final satisfies; uv and wh also when every final failed while resolving).
+            out = [c for c in out if not c.version.is_prerelease] + [c for c in out if c.version.is_prerelease]
         image = self._provided(name, by_version, specs, extras)
         if image is not None:  # installed-preference: first, and the index's copy of that version dropped
             out = [image, *(c for c in out if c.version != image.version)]
@@ -258,27 +263,25 @@ class CandidateFinder:
         return None
 
     def _best_per_version(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
-                          extras: frozenset[str], allow_pre: bool) -> list[Cand]:
+                          extras: frozenset[str]) -> list[Cand]:
         # resolvelib lists a project's candidates again on every backtrack with the same
         # requirements: the same answer, made of the same Cand objects (the provider's
         # is_satisfied_by remembers verdicts by a candidate's identity). Keyed by the specifiers'
         # identities; the entry holds them, so the ids stay theirs.
-        key = (name, extras, allow_pre, *map(id, specs))
+        key = (name, extras, *map(id, specs))
         hit = self._best_memo.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
             return list(hit[1])
-        out = self._best_per_version_of(name, by_version, specs, extras, allow_pre)
+        out = self._best_per_version_of(name, by_version, specs, extras)
         self._best_memo[key] = (tuple(specs), out)
         return list(out)
 
     def _best_per_version_of(self, name: str, by_version: Mapping[Version, list[Distfile]], specs: Sequence[SpecifierSet],
-                             extras: frozenset[str], allow_pre: bool) -> list[Cand]:
-        pinned = set().union(*(exact_pins(s) for s in specs)) if specs else set()
+                             extras: frozenset[str]) -> list[Cand]:
+        pinned = self.allowed_yanks.get(name, frozenset())
         out = []
         admits = [self._admits(s) for s in specs]
         for v in by_version:  # highest first (_installable sorts it)
-            if v.is_prerelease and not allow_pre:
-                continue
             if not all(admit(v) for admit in admits):
                 continue
             files = [f for f in by_version[v] if not f.yanked or v in pinned]

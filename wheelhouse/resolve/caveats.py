@@ -1,7 +1,7 @@
 """What a user should know about the pins a resolution chose, though nothing failed: one warning line
 each, for the CLI to show and ``--json`` to carry.
 
-- a yanked release, used because it is pinned with ``==`` (PEP 592; uv warns too);
+- a yanked release, used because the user's own requirements pin it with ``==`` (PEP 592; uv warns too);
 - an extra the chosen release does not declare (``torch[nosuch]``: pip warns, and installs without it);
 - a ``Requires-Python`` packaging cannot read (``>=3.15.*``): ignored, as pip and uv do, but named;
 - a pin that is older than the newest release the requirements allow because the newer ones publish
@@ -34,7 +34,7 @@ def caveats(pins: Sequence[Pin], provider: Provider, source: PackageSource) -> l
         key = f"{p.name}=={p.version}"
         d = p.distfile
         if d.yanked:
-            out.append(f"warning: {key} is yanked ({d.yanked_reason or 'no reason given'}); it is used because it is pinned exactly")
+            out.append(f"warning: {key} is yanked ({d.yanked_reason or 'no reason given'}); it is used because your requirements pin it exactly")
         missing = {e for c, extras in provider.undeclared_extras.items() if c == key for e in extras}
         if missing:
             listed = ", ".join(repr(e) for e in sorted(missing))

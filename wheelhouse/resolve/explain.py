@@ -355,7 +355,8 @@ def _only_yanked(req, files: list[Distfile], texts: list[str], who: str) -> NoMa
     newest = max(reasons)
     return NoMatchingVersion(
         f"{' and '.join(texts)} matches only yanked releases of {req.name}{who}: {listed}",
-        hint=f"pin one exactly (`{req.name}=={newest}`) to use a yanked release anyway",
+        hint=f"pin it yourself, exactly (the requirement or the constraint `{req.name}=={newest}`), to use a yanked release "
+             "anyway; a dependency's pin does not select one (PEP 592, as uv)",
     )
 
 

@@ -50,8 +50,10 @@ class Provider(AbstractProvider):
     def __init__(self, target: TargetProfile, source: PackageSource, reader: MetadataReader, *,
                  constraints: Mapping[str, list[Req]], groups: Sequence[ToolchainRule], prereleases: bool,
                  reporter: Reporter, pool: ThreadPoolExecutor | None, provided: Mapping[str, str] | None = None,
-                 rewrites: Rewrites | None = None):
+                 rewrites: Rewrites | None = None, allowed_yanks: Mapping[str, frozenset[Version]] | None = None,
+                 preferred: Mapping[str, Version] | None = None):
         self.target = target
+        self.preferred = dict(preferred or {})  # name -> a version tried first (a second search, ``resolve``)
         self.rewrites = rewrites or Rewrites()  # the stack's overrides and exclusions
         self.source = source
         self.reader = reader
@@ -60,7 +62,8 @@ class Provider(AbstractProvider):
         self.prereleases = prereleases
         self.reporter = reporter
         self.pool = pool
-        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided)
+        self.finder = CandidateFinder(target, source, constraints=constraints, prereleases=prereleases, provided=provided,
+                                      allowed_yanks=allowed_yanks)
         self.unknown_deps: set[str] = set()  # "name==version" of image versions whose metadata no index has
         self.undeclared_extras: dict[str, tuple[str, ...]] = {}  # "name==version" -> extras asked that it does not declare
         self.invalid_requires_python: dict[str, str] = {}  # filename -> the METADATA Requires-Python packaging refuses
@@ -114,6 +117,9 @@ class Provider(AbstractProvider):
         if identifier.startswith(TOOLCHAIN_PREFIX):
             return [Cand("toolchain", reqs[0].name, v) for v in toolchain_versions([r.specifier for r in reqs], bad)]
         cands = [c for c in self.candidates(reqs[0].name, reqs) if c.version not in bad]
+        pref = self.preferred.get(reqs[0].name)
+        if pref is not None:
+            cands.sort(key=lambda c: c.version != pref)  # stable: the rest keep their order
         if len(cands) < 2:
             return cands
         return _Ordered(cands, self._decided_first)

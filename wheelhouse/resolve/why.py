@@ -124,10 +124,10 @@ def _left_out_because(name: str, v: Version, files, installable, specs, provider
     if v not in installable:
         return _not_installable(files, provider)
     if v.is_prerelease and not allow_pre:
-        return "a pre-release; --pre allows it"
+        return "a pre-release: every final release the requirements admit is tried first; --pre takes the newest"
     if all(f.yanked for f in installable[v]):
         reason = next((f.yanked_reason for f in installable[v] if f.yanked_reason), None)
-        return f"yanked{': ' + reason if reason else ''}"
+        return f"yanked{': ' + reason if reason else ''}; only your own exact pin (`{name}=={v}`) selects it"
     against = [text for spec, text in specs if not spec.contains(v, prereleases=True)]
     if against:
         return f"excluded by {', '.join(against)}"

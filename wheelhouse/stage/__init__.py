@@ -99,6 +99,7 @@ class StageResult:
     rewritten: tuple[Rewritten, ...] = ()  # requirements an override replaced or an exclusion removed
     excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
     overrides: tuple[str, ...] = ()  # the overrides asked for
+    keep_image: tuple[tuple[str, str], ...] = ()  # (name, the image's version) held as a hard constraint
 
     def rewrite_lines(self) -> list[str]:
         """A sentence for each override and exclusion that changed what a requirement asked for."""
@@ -148,6 +149,8 @@ class StageResult:
             "overrides": list(self.overrides),
             "excludes": [dataclasses.asdict(e) for e in self.excludes],
             "rewritten": [r.to_json() for r in self.rewritten],
+            # --keep-image / keep-image: each a hard constraint name==<the image's version>
+            "keep_image": [{"name": n, "version": v, "constraint": f"{n}=={v}"} for n, v in self.keep_image],
         }
 
 
@@ -305,7 +308,7 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel, boot_files),
                                    indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
-                                   excludes=inputs.excludes, overrides=inputs.overrides)
+                                   excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
         for job in own:
@@ -364,7 +367,8 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     reporter.note(f"resolving {len(reqs)} requirement(s) for {target.describe()}")
     hash_rules = tuple(line for line in inputs.hashed_requirements if _applies(line, target))
     options = dict(constraints=cons, toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
-                   provided=image, overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes])
+                   provided=image, overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes],
+                   keep=inputs.keep_image)
     resolution = _resolution(inputs, [*reqs, *(engine.requirements if engine else ())], source, reader, reporter,
                              options, cache)
     by_url = {a.url: a for a in artifacts}
@@ -521,7 +525,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         removed=removed, reused=reused, indexes=plan.indexes,
         engine=engine.file.filename if engine else None,
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
-        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides,
+        rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image,
     )
 
 

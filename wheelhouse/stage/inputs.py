@@ -45,6 +45,8 @@ class StageFlags:
     find_links: tuple[str, ...] = ()
     target: TargetProfile | None = None
     prereleases: bool = False
+    keep_image: tuple[str, ...] = ()  # --keep-image NAME...
+    target_name: str | None = None  # the profile file the flags named (for messages)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class StageInputs:
     source: Mapping[str, Any] | None = None  # the file staged from when not a manifest (wh.json inputs.source)
     empty_request: bool = False  # requirements files were given and list none: stage nothing (noted), no error
     explain: bool = False  # say why each pin was chosen and what was backtracked (wh stage -v)
+    # (name, the image's version): held at the target image's version, a hard constraint (--keep-image, keep-image)
+    keep_image: tuple[tuple[str, str], ...] = ()
 
 
 def _joined(*lists: Iterable) -> tuple:
@@ -140,6 +144,8 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
     index_urls = _joined([main] if main else [], extras)
     _check_index_urls(index_urls)
     target = flags.target or _manifest_target(m) or host_target()
+    profile = flags.target_name if flags.target else (str(m.target_file) if m and m.target_file else None)
+    keep = _kept_from_image(_joined(m.keep_image if m else (), flags.keep_image), target, profile)
     return StageInputs(
         target=target,
         out=Path(out),
@@ -152,5 +158,24 @@ def merge_inputs(manifest: StackManifest | None, flags: StageFlags, out: Path, *
         overrides=_joined(m.overrides if m else (), flags.overrides),
         excludes=_excluded(m.excludes if m else (), flags.excludes),
         prereleases=flags.prereleases or bool(m and m.prereleases),
+        keep_image=keep,
         **run,
     )
+
+
+def _kept_from_image(names: Sequence[str], target: TargetProfile, profile: str | None) -> tuple[tuple[str, str], ...]:
+    """(name, the image's version) of each distribution to keep; a name the image does not provide is refused."""
+    from packaging.utils import canonicalize_name
+
+    image = {canonicalize_name(d.name): d.version for d in target.provided}
+    where = f"the target profile {profile}" if profile else f"the target ({target.describe()})"
+    out = []
+    for name in names:
+        key = canonicalize_name(name)
+        if key not in image:
+            listed = f"it lists {len(image)} distributions" if image else "it lists no distributions"
+            raise UsageError(f"--keep-image {name}: {where} provides no distribution named {key} ({listed})",
+                             hint="name one the image has (the profile's `distributions`), or capture the box's "
+                                  "profile with `wh target capture` where it has it")
+        out.append((key, image[key]))
+    return tuple(dict.fromkeys(out))
