@@ -41,7 +41,8 @@ from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, p
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
-from wheelhouse.fetch.cache import add_to_cache, cached_path, default_cache_dir, place
+from wheelhouse.cachedir import default_cache_dir
+from wheelhouse.fetch.cache import add_to_cache, cached_path, place
 from wheelhouse.index.http import HttpClient
 from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
 from wheelhouse.progress import NullReporter, Reporter
