@@ -305,7 +305,7 @@ def _extras_unmet(folder: Path, lock: Lock, record: Mapping[str, Any], view: Map
                   target: TargetProfile) -> list[str]:
     """The extras the bootstrap command asks for (``'wh[fast]'``): each of their requirements must be there,
     or pip on the box fails on that line."""
-    from wheelhouse.stage.bootstrap import wheel_requirements
+    from wheelhouse.lock.bootstrap import wheel_requirements
 
     extras = record.get("extras") or []
     own = next((f for f in lock.files if f.filename == record.get("wh_wheel")), None)

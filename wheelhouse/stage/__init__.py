@@ -37,11 +37,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
-from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, pip_wheel_of, self_wheel, wheel_requirements
+from .bootstrap import FAST, BOOTSTRAP_DIR, BootstrapError, bootstrap_command, pip_wheel_of, self_wheel
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.fetch import FetchItem, fetch_all
 from wheelhouse.cachedir import default_cache_dir
+from wheelhouse.lock.bootstrap import wheel_requirements
 from wheelhouse.fetch.cache import add_to_cache, cached_path, place
 from wheelhouse.index.http import HttpClient
 from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in

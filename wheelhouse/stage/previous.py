@@ -21,7 +21,7 @@ from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import Reporter
 from wheelhouse.target import TargetProfile
 
-from .bootstrap import wheel_requirements
+from wheelhouse.lock.bootstrap import wheel_requirements
 from .writer import StagedFile
 
 __all__ = ["KeptEngine", "Previous", "read_previous"]
