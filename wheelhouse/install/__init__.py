@@ -535,7 +535,8 @@ def install_wheelhouses(
 def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
                  allow_missing, reporter, link_cache, reading, asked, precompiled=True, reinstall=False) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
-    require_intact([h.path for h in houses], patches=patches)
+    from wheelhouse.install import closure
+    require_intact([h.path for h in houses], patches=patches, closure=closure)  # closure: install's rule, carry is below
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH --venv VENV`")
     venv = Path(venv).absolute() if venv is not None else None
