@@ -192,6 +192,17 @@ def test_install_refuses_a_wheelhouse_whose_lock_and_record_disagree(house, tmp_
     assert "wh verify" in r.stderr and not venv.exists()
 
 
+@pytest.mark.parametrize("command", ["install", "pack", "install --dry-run"])
+def test_install_and_pack_judge_bootstrap_s_requirements_by_install_s_rule(house, tmp_path, command):
+    """carry sits below install, so install's closure rule is handed to the check: each command still uses it."""
+    expected = _bootstrap_missing_dep(house)
+    args = {"install": ("--venv", tmp_path / "venv"), "pack": ("-o", tmp_path / "wh.tar"),
+            "install --dry-run": ("--venv", tmp_path / "venv", "--dry-run")}[command]
+    r = wh(command.split()[0], house, *args)
+    assert r.returncode == 1 and expected in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "wh.tar").exists()
+
+
 def test_not_a_wheelhouse_is_bad_input(tmp_path):
     (tmp_path / "empty").mkdir()
     r = wh("verify", tmp_path / "empty")

@@ -77,3 +77,17 @@ def test_start_up_imports_no_click_rich_or_pip(args):
 def test_a_command_still_imports_click_and_runs():
     r = subprocess.run([*WH, "target", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "Usage: wh target" in r.stdout
+
+
+@pytest.mark.parametrize("command", ["stage", "doctor", "install", "target"])
+def test_a_command_s_help_loads_click_and_nothing_heavy(command):
+    """Issue 31's start-up goal (<= 0.1 s): a command's --help loads click and the command's own module,
+    not rich, packaging's parsers, resolvelib, urllib3 or the pipeline the command runs."""
+    r = subprocess.run([sys.executable, "-X", "importtime", *WH[1:], command, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and f"Usage: wh {command}" in r.stdout, r.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "click" in imported  # the measurement saw the command's imports
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("rich", "resolvelib", "urllib3", "requests", "pip")
+                   or m in ("packaging.specifiers", "packaging.markers", "packaging.requirements")
+                   or (m.startswith("wheelhouse.") and m.split(".")[1] not in ("cli", "errors", "redact")))
+    assert heavy == []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wheelhouse.stage.bootstrap import repack_installed, self_wheel, wheel_requirements
+from wheelhouse.lock.bootstrap import wheel_requirements
+from wheelhouse.stage.bootstrap import repack_installed, self_wheel
 
 
 def _installed_closure(roots) -> set[str]:

@@ -17,9 +17,9 @@ from wheelhouse.stage.bootstrap import (
     pip_wheel_of,
     repack_installed,
     self_wheel,
-    wheel_requirements,
     write_bootstrap,
 )
+from wheelhouse.lock.bootstrap import wheel_requirements
 from wheelhouse.lock import LockedFile, read_pylock
 from wheelhouse.stage import _bootstrap_requirements
 from wheelhouse.target import target_from_flags

@@ -84,10 +84,10 @@ def _registry_class():
 
 
 def _adapter():
-    """A requests adapter with wh's TLS trust (wheelhouse.index.http.tls) and a default timeout."""
+    """A requests adapter with wh's TLS trust (wheelhouse.tls) and a default timeout."""
     from requests.adapters import HTTPAdapter
 
-    from wheelhouse.index.http.tls import ssl_context
+    from wheelhouse.tls import ssl_context
 
     class _WhAdapter(HTTPAdapter):
         def init_poolmanager(self, *args, **kwargs):

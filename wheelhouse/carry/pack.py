@@ -21,7 +21,7 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.errors import HashMismatch, UsageError, WhError
@@ -32,6 +32,9 @@ from wheelhouse.progress import NullReporter, Reporter
 
 from .sidecar import SIDECAR_SUFFIX, Sidecar, base_of, part_name, render_sidecar
 from .unpack import ROOT
+
+if TYPE_CHECKING:
+    from .verify import ClosureRule
 
 __all__ = ["PackError", "PackResult", "MTIME", "parse_size", "archive_members", "pack_wheelhouse"]
 
@@ -233,7 +236,7 @@ def _glob_escape(name: str) -> str:
 
 
 def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int | None = None,
-                    reporter: Reporter | None = None) -> PackResult:
+                    reporter: Reporter | None = None, closure: ClosureRule | None = None) -> PackResult:
     """Write ``wheelhouse`` to ``out`` (or ``out.part-0001``... of ``part_size`` bytes) and ``out.sha256``.
 
     The wheelhouse is checked first (``wh verify`` without the hashes), and each wheel's sha256
@@ -244,7 +247,7 @@ def pack_wheelhouse(wheelhouse: str | Path, out: str | Path, *, part_size: int |
     reporter = reporter or NullReporter()
     root, out = Path(wheelhouse), Path(out).absolute()
     meta, lock = read_wh_json(root), read_pylock(root)
-    verdict = verify_wheelhouse(root, hashes=False)
+    verdict = verify_wheelhouse(root, hashes=False, closure=closure)
     if verdict.problems:
         raise PackError(f"{root} is not whole, nothing was packed: {verdict.problems[0]}"
                         + (f" (and {len(verdict.problems) - 1} more)" if len(verdict.problems) > 1 else ""),

@@ -24,7 +24,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -38,7 +38,17 @@ from wheelhouse.lock.rewrites import rewrites_of
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile, target_from_json
 
-__all__ = ["Verdict", "WheelhouseDamaged", "verify_wheelhouse", "require_intact", "target_summary"]
+__all__ = ["ClosureRule", "Verdict", "WheelhouseDamaged", "verify_wheelhouse", "require_intact", "target_summary"]
+
+
+class ClosureRule(Protocol):
+    """How a set of wheels is judged complete for a target: install's rule (the module
+    ``wheelhouse.install.closure`` is one). Handed in by the caller, because carry sits below install
+    (docs/design.md, layers); without one, bootstrap/'s requirements are not judged."""
+
+    def wheel_dist(self, wheel: Path) -> Any: ...
+
+    def unmet(self, view: Mapping[str, Any], target: TargetProfile) -> Mapping[tuple[str, str], str]: ...
 
 _HREF = re.compile(r'href="([^"]+)"')
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
@@ -254,11 +264,9 @@ def _payload_problem(root: Path, rel: str, sha: Any, what: str) -> list[str]:
 
 # --- bootstrap/ and patches -------------------------------------------------------------------
 
-def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
+def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None, closure: ClosureRule | None
                ) -> tuple[list[str], list[tuple[Path, LockedFile, str]], Lock | None]:
     """bootstrap/ against wh.json's record and the target: wh's wheel, its lock, its requirements met."""
-    from wheelhouse.install.closure import unmet, wheel_dist
-
     record = meta.get("bootstrap")
     if not isinstance(record, Mapping) and os.path.lexists(root / "bootstrap" / "pylock.toml"):
         record = {}  # a bootstrap/ with its own lock (added after staging): judged against that lock
@@ -291,9 +299,10 @@ def _bootstrap(root: Path, meta: Mapping[str, Any], target: TargetProfile | None
         for f in present:
             if target.wheel_rank(f.filename) is None:
                 problems.append(f"bootstrap/{f.filename} does not install on the target ({target.describe()})")
+    if target is not None and closure is not None:
         try:
-            view = {canonicalize_name(d.name): d for d in (wheel_dist(folder / f.path) for f in present)}
-            for (who, req), why in sorted(unmet(view, target).items()):
+            view = {canonicalize_name(d.name): d for d in (closure.wheel_dist(folder / f.path) for f in present)}
+            for (who, req), why in sorted(closure.unmet(view, target).items()):
                 problems.append(f"bootstrap/ is incomplete for the target: {who} needs {req} ({why})")
             problems += _extras_unmet(folder, lock, record, view, target)
         except WhError as exc:
@@ -305,7 +314,7 @@ def _extras_unmet(folder: Path, lock: Lock, record: Mapping[str, Any], view: Map
                   target: TargetProfile) -> list[str]:
     """The extras the bootstrap command asks for (``'wh[fast]'``): each of their requirements must be there,
     or pip on the box fails on that line."""
-    from wheelhouse.stage.bootstrap import wheel_requirements
+    from wheelhouse.lock.bootstrap import wheel_requirements
 
     extras = record.get("extras") or []
     own = next((f for f in lock.files if f.filename == record.get("wh_wheel")), None)
@@ -437,7 +446,7 @@ def _bytecode_summary(meta: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = True, jobs: int | None = None,
-                      reporter: Reporter | None = None) -> Verdict:
+                      reporter: Reporter | None = None, closure: ClosureRule | None = None) -> Verdict:
     """Check the wheelhouse at ``path`` (see the module's docstring); never raises for what it finds.
 
     ``hashes=False`` skips the sha256 of the wheels (sizes are still compared); patch payloads,
@@ -468,7 +477,7 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
                      if f.filename.endswith(".whl") and target.wheel_rank(f.filename) is None]
     problems += _simple_problems(root, lock)
     problems += _record_problems(root, lock, meta, target)
-    boot_problems, boot_entries, boot = _bootstrap(root, meta, target)
+    boot_problems, boot_entries, boot = _bootstrap(root, meta, target, closure)
     problems += boot_problems
     patch_problems, notes = _patches(root, meta) if patches else ([], [])
     problems += patch_problems
@@ -482,13 +491,13 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
                    hashed=hashes)
 
 
-def require_intact(wheelhouses: Sequence[str | Path], *, patches: bool = True) -> None:
+def require_intact(wheelhouses: Sequence[str | Path], *, patches: bool = True, closure: ClosureRule | None = None) -> None:
     """Raise WheelhouseDamaged naming every structural problem (no hashing: the caller hashes what it installs)."""
     for path in wheelhouses:
         meta = read_wh_json(path)
         if meta.get("target"):  # a target of the wrong shape is bad input, with its own error (exit 2)
             target_from_json(meta["target"], where=f"{Path(path) / 'wh.json'} target")
-        verdict = verify_wheelhouse(path, hashes=False, patches=patches)
+        verdict = verify_wheelhouse(path, hashes=False, patches=patches, closure=closure)
         if verdict.problems:
             n = len(verdict.problems)
             raise WheelhouseDamaged(

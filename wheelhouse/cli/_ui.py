@@ -6,6 +6,7 @@ notes, hints and errors go to stderr. Off a terminal nothing is hard-wrapped.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -14,13 +15,10 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
-
 from wheelhouse.errors import WhError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich loads with the first console a command opens, not for --help
+    from rich.console import Console
     from rich.progress import Progress
 from wheelhouse.redact import redact
 
@@ -29,6 +27,8 @@ __all__ = ["Ui", "RichReporter", "human_size", "print_error", "emit_json", "erro
 
 
 def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
     no_color = bool(os.environ.get("NO_COLOR")) or None
     con = Console(stderr=stderr, no_color=no_color, highlight=False)
     if not con.is_terminal:
@@ -48,6 +48,8 @@ def stdout_console() -> Console:
 
 
 def print_error(exc: WhError) -> None:
+    from rich.markup import escape
+
     con = stderr_console()
     # The message and hint carry user text (paths, TOML like [[patch]]): never rich markup;
     # and URLs the user typed, whose credentials are never printed (wheelhouse.redact).
@@ -111,6 +113,7 @@ def _amount_column():
     """Bytes and speed for a download (unit "B"); a plain count for anything else (a resolve counts
     packages: its bar read `0/? bytes ?`). rich.progress is imported with the first bar, not at start-up."""
     from rich.progress import DownloadColumn, ProgressColumn, TransferSpeedColumn
+    from rich.text import Text
 
     class _AmountColumn(ProgressColumn):
         def __init__(self) -> None:
@@ -278,8 +281,16 @@ class Ui:
 
     def __init__(self, verbose: int = 0):
         self.verbose = verbose
-        self.console = stderr_console()  # for people: progress, notes
-        self.out = stdout_console()  # the data asked for
+
+    @functools.cached_property
+    def console(self) -> Console:
+        """For people: progress, notes (made on first use, so `wh CMD --help` never loads rich)."""
+        return stderr_console()
+
+    @functools.cached_property
+    def out(self) -> Console:
+        """The data asked for."""
+        return stdout_console()
 
 
     @property

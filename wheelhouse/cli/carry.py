@@ -38,12 +38,13 @@ def pack(ui, wheelhouse, out, part_size, as_json) -> None:
       wh pack ./wheelhouse -o /media/stick/wh.tar --part-size 2G
     """
     from wheelhouse.carry.pack import pack_wheelhouse, parse_size
+    from wheelhouse.install import closure
 
     size = parse_size(part_size) if part_size else None
     check_writable("-o", out)
     reporter = ui.reporter()
     try:
-        result = pack_wheelhouse(wheelhouse, out, part_size=size, reporter=reporter)
+        result = pack_wheelhouse(wheelhouse, out, part_size=size, reporter=reporter, closure=closure)
     finally:
         reporter.close()
     if as_json:
@@ -111,6 +112,7 @@ def verify(ui, source, no_hashes, jobs, as_json) -> None:
 
     from wheelhouse.carry import ArchiveError, UnsafeArchive, is_archive, unpack_into
     from wheelhouse.carry.verify import Verdict, verify_wheelhouse
+    from wheelhouse.install import closure
     from wheelhouse.errors import UsageError
 
     archive = is_archive(source)
@@ -122,7 +124,7 @@ def verify(ui, source, no_hashes, jobs, as_json) -> None:
     with ExitStack() as held:
         try:
             folder = unpack_into(archive, held, reporter) if archive else Path(source)
-            verdict = verify_wheelhouse(folder, hashes=not no_hashes, jobs=jobs, reporter=reporter)
+            verdict = verify_wheelhouse(folder, hashes=not no_hashes, jobs=jobs, reporter=reporter, closure=closure)
             if archive:  # named by the archive: the private folder it was unpacked into is gone once this returns
                 inside = f"{archive.whole}:{folder.name}"
                 verdict = replace(verdict, archive=str(archive.whole), wheelhouse=inside,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
-from rich.text import Text
-
-from wheelhouse.doctor.report import DoctorReport, render_junit
 from wheelhouse.errors import WhError
 from ._ui import check_writable, emit_json, plural, sigterm_as_interrupt, write_output
+
+if TYPE_CHECKING:  # the doctor and rich load when the command runs, not for --help
+    from wheelhouse.doctor.report import DoctorReport
 
 __all__ = ["doctor", "drop", "compare"]
 
@@ -100,6 +100,9 @@ def _check_line(r, verbose: int) -> str:
 
 
 def _render(con, report: DoctorReport, verbose: int) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     """The report for people on ``con``: a table on a terminal, one line per check elsewhere (CI logs).
 
     Evidence, hints and titles are text, never rich markup: ``[/opt/lib]`` or ``[[toolchain]]`` are shown as written.
@@ -278,6 +281,8 @@ def _not_stdout(junit: Path) -> None:
 def _write_reports(report: DoctorReport, junit: Path | None, as_json: bool, strict: bool) -> None:
     """The JUnit file, then the JSON; a JUnit that cannot be written (a full disk) does not cost the JSON:
     its error is raised once the JSON is out."""
+    from wheelhouse.doctor.report import render_junit
+
     failed = None
     if junit:
         try:

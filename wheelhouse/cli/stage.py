@@ -7,17 +7,16 @@ import dataclasses
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from wheelhouse.datafile import read_text
 from wheelhouse.errors import UsageError
-from wheelhouse.stage.writer import StageError
-from wheelhouse.manifest import load_manifest
-from wheelhouse.manifest.pyproject import is_pyproject_name
-from wheelhouse.manifest.requirements_file import RequirementsFiles, read_requirements_files
 from ._ui import check_writable, emit_json, errors_as_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
+
+if TYPE_CHECKING:
+    from wheelhouse.manifest.requirements_file import RequirementsFiles
 
 __all__ = ["stage"]
 
@@ -76,6 +75,8 @@ def _exclusion(name: str):
 
 
 def export_pins(result, fmt: str) -> str:
+    from wheelhouse.stage.writer import StageError
+
     """The dry run's pins as ``requirements`` (as `uv pip compile --generate-hashes` writes them) or ``pylock``."""
     missing = [f"{f.name}=={f.version}" for f in result.files if not f.sha256]
     if missing:
@@ -116,6 +117,9 @@ def _version() -> str:
 
 def _read_requirement_files(req_files, constraint_files) -> RequirementsFiles:
     """``-r`` and ``-c`` files as pip writes them (nested files followed; see ``read_requirements_files``)."""
+    from wheelhouse.datafile import read_text
+    from wheelhouse.manifest.requirements_file import RequirementsFiles, read_requirements_files
+
     def reader(flag):
         return lambda p: read_text(p, what=flag, error=UsageError, hint="give the path of a requirements file")
 
@@ -139,7 +143,8 @@ def _split_manifest(args: tuple[str, ...], extras=(), groups=()):
     """The first argument is a manifest when it is a .toml file or a bundled name (a ``pyproject.toml`` is read
     as one: its dependencies, extras and groups), or a PEP 751 lock staged as it is; the rest are requirements.
     Returns (manifest, requirements, lock file or None)."""
-    from wheelhouse.manifest.pyproject import load_pyproject
+    from wheelhouse.manifest import load_manifest
+    from wheelhouse.manifest.pyproject import is_pyproject_name, load_pyproject
     from wheelhouse.resources import manifests_dir
     from wheelhouse.stage.locked import is_pylock_name
 
@@ -285,7 +290,12 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
            index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs,
            cache_dir, pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline,
+<<<<<<< HEAD
            refresh, bytecode, bytecode_python, keep_image=()) -> None:
+=======
+           refresh, bytecode, bytecode_python) -> None:
+    from wheelhouse.manifest.pyproject import is_pyproject_name
+>>>>>>> wip-layers
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)

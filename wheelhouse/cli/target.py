@@ -6,8 +6,6 @@ import json
 
 import click
 
-from wheelhouse.target import host_target, load_target, target_from_flags
-from wheelhouse.target.capture import capture
 from ._ui import emit_json, write_output
 
 __all__ = ["target", "target_options", "target_from_options"]
@@ -31,6 +29,8 @@ def target_options(fn):
 
 def target_from_options(target_file, python_version, platforms, implementation, abi):
     """A TargetProfile from the shared flags; no flags means the current interpreter."""
+    from wheelhouse.target import host_target, load_target, target_from_flags
+
     if target_file:
         if python_version or platforms:
             raise click.UsageError("--target cannot be combined with --python-version/--platform")
@@ -81,6 +81,8 @@ def capture_cmd(output, no_gpus, no_distributions, python) -> None:
 
         data = capture_in(python, include_gpus=not no_gpus, include_distributions=not no_distributions)
     else:
+        from wheelhouse.target.capture import capture
+
         data = capture(include_gpus=not no_gpus, include_distributions=not no_distributions)
     if output:
         write_output("-o", output, json.dumps(data, indent=2) + "\n")

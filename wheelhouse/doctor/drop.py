@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
-from wheelhouse.install.target_lock import FolderLock, lockable
+from wheelhouse.folderlock import FolderLock, lockable
 from wheelhouse.faults import checkpoint
 from wheelhouse.install.transaction import recover
 from wheelhouse.install.uninstall import remove_distribution

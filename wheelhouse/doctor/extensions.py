@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .elf import BadElf, exports_pyinit
+from wheelhouse.elf import BadElf, exports_pyinit
 
 __all__ = ["TargetInterpreter", "ForeignFile", "target_interpreter", "by_import_order", "foreign_by_name",
            "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension", "elf_header"]

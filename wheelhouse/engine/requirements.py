@@ -49,7 +49,7 @@ class Completion:
 
 
 def _engine_requirements(wheel: Path, target: TargetProfile) -> list[Requirement]:
-    from wheelhouse.stage.bootstrap import wheel_requirements
+    from wheelhouse.lock.bootstrap import wheel_requirements
 
     return [r for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None)]
 

@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Sequence
 
+from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import NullReporter, Reporter
 
@@ -33,7 +34,6 @@ from .cache import (
     cached_path,
     copy_private,
     copy_verified,
-    default_cache_dir,
     entries_folder,
     is_no_space,
     link_entry,

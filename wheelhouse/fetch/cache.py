@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.digest import sha256_of, update_hash
 from wheelhouse.errors import HashMismatch, WhError
 from wheelhouse.faults import checkpoint
@@ -43,7 +42,6 @@ __all__ = [
     "private",
     "HashMismatch",
     "NoSpace",
-    "default_cache_dir",
     "copy_private",
     "link_entry",
     "entry_mode",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.errors import UsageError
 
 __all__ = ["PipIndexConfig", "NoIndexConfigured", "UNCONFIGURED", "pip_config_files", "read_pip_index_config",
@@ -247,9 +248,6 @@ def _mtime(path: Path) -> int | None:
 
 
 def _cache_file(cache_dir: Path | None) -> Path:
-    # The one rule for where wh's cache is lives with the content-addressed cache.
-    from wheelhouse.fetch.cache import default_cache_dir
-
     return Path(cache_dir or default_cache_dir()) / "pip-stated-default.json"
 
 

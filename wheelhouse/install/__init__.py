@@ -13,7 +13,7 @@ not rolls the whole transaction back. Installation itself has no index and no
 network: wh's own parallel unpacker (``wheel``), or pip with ``--no-index
 --no-deps`` on the verified files.
 
-One run at a time per target (``target_lock``), and each run is a transaction
+One run at a time per target (``wheelhouse.folderlock``), and each run is a transaction
 (``transaction``): an unfinished one left by a crash is rolled back first; the
 files, the wheelhouse's patches and ``installed.json`` (written last) either
 all land or the environment is left exactly as it was (a venv this run created
@@ -21,7 +21,7 @@ is removed). Then links and an activation snippet in the venv.
 
 The steps live in their own modules: ``wheelhouses`` (finding them), ``checks``
 (choosing files, the target check, hashes), ``closure``, ``transaction``,
-``target_lock``, ``state``, ``bytecode``; this one runs them in order.
+``wheelhouse.folderlock``, ``state``, ``bytecode``; this one runs them in order.
 
 Nothing here imports anything that can open a socket.
 """
@@ -57,7 +57,7 @@ from .closure import Dist, MissingRequirements, check_closure, installed_view, r
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, drop_bytecode, find_installed
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
-from .target_lock import FolderLock, lockable
+from wheelhouse.folderlock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheel.archive import read_wheel
@@ -535,7 +535,8 @@ def install_wheelhouses(
 def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
                  allow_missing, reporter, link_cache, reading, asked, precompiled=True, reinstall=False) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
-    require_intact([h.path for h in houses], patches=patches)
+    from wheelhouse.install import closure
+    require_intact([h.path for h in houses], patches=patches, closure=closure)  # closure: install's rule, carry is below
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH --venv VENV`")
     venv = Path(venv).absolute() if venv is not None else None

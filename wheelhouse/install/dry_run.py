@@ -73,6 +73,7 @@ def plan_install(wheelhouses: Sequence[Path], *, python: str | None = None, venv
                  reporter: Reporter | None = None) -> InstallPlan:
     """The plan of ``install_wheelhouses`` with the same arguments, every check run, nothing written."""
     from wheelhouse.carry.verify import require_intact
+    from wheelhouse.install import closure
     from . import MissingRequirements, _check_requirements, _plan, _receiving, require_target
     from .assumed import check_assumed
     from .checks import verify_files
@@ -82,7 +83,7 @@ def plan_install(wheelhouses: Sequence[Path], *, python: str | None = None, venv
     require_target(venv, python)
     reporter = reporter or NullReporter()
     houses = [load_wheelhouse(p) for p in wheelhouses]
-    require_intact([h.path for h in houses])
+    require_intact([h.path for h in houses], closure=closure)
     venv = Path(venv).absolute() if venv is not None else None
     interp, existing = _receiving(venv, python)
     checks: list[PlanCheck] = []

@@ -30,7 +30,7 @@ from wheelhouse.datafile import parse_json
 from wheelhouse.errors import WhError
 from wheelhouse.faults import checkpoint
 from .installed import drop_bytecode, real_roots, stays_inside, venv_own_file
-from .target_lock import is_locked
+from wheelhouse.folderlock import is_locked
 
 __all__ = ["Transaction", "UnfinishedInstall", "UnfinishedInstallError", "journal_path", "unfinished_transaction", "recover", "clean_leftovers"]
 

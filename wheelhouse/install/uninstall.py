@@ -5,7 +5,7 @@ The files an installed distribution's RECORD names are removed as one transactio
 folder, whatever the RECORD says (``../../outside.txt`` is not followed); cached
 bytecode goes with its module; a failure or a crash puts everything back. An install
 that a kill left unfinished is rolled back first (its journal is the only way back).
-The caller holds the target's lock (``target_lock``).
+The caller holds the target's lock (``wheelhouse.folderlock``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import load_json
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
-from wheelhouse.install.target_lock import FolderLock
+from wheelhouse.folderlock import FolderLock
 
 __all__ = ["PatchDrifted", "patch_lock", "write_source", "patch_dir", "intent_path", "record_path", "remove_patch_dir", "backup_name",
            "read_journal", "recover_interrupted"]

@@ -576,7 +576,7 @@ def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:
 
 def _bootstrap_requirements(wheel: Path, target: TargetProfile, extra: str | None = None) -> list[str]:
     """wh's own Requires-Dist that apply on the target (markers judged for the target, with ``extra`` or none)."""
-    from .bootstrap import BootstrapError, wheel_requirements
+    from wheelhouse.lock.bootstrap import BootstrapError, wheel_requirements
 
     with_python = SpecifierSet(">=3.10")
     if not target.accepts_python(with_python):

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -33,13 +32,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.digest import record_digest
-from wheelhouse.errors import WhError
 from wheelhouse.lock import Lock, LockedFile, write_pylock
+from wheelhouse.lock.bootstrap import BootstrapError
 
 __all__ = [
     "BootstrapError",
@@ -52,7 +50,6 @@ __all__ = [
     "self_wheel",
     "build_from_checkout",
     "repack_installed",
-    "wheel_requirements",
     "write_bootstrap",
     "pip_wheel_of",
 ]
@@ -69,10 +66,6 @@ _CHECKOUT = _PACKAGE_DIR.parent
 _SOURCE_PARTS = ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "LICENSE", "wheelhouse", "doctor", "manifests", "engine_src")
 _DATA_DIRS = ("doctor", "manifests", "engine_src")  # package-dir targets in pyproject.toml
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same files make the same bytes
-
-
-class BootstrapError(WhError):
-    code = "bootstrap"
 
 
 @dataclass(frozen=True)
@@ -267,16 +260,6 @@ def self_wheel(cache: Path) -> SelfWheel:
         return SelfWheel(build_from_checkout(_CHECKOUT, cache), "checkout")
     out_dir = Path(cache) / "self" / "installed"
     return SelfWheel(repack_installed(_DIST, out_dir), "installed")
-
-
-def wheel_requirements(wheel: Path) -> list[Requirement]:
-    """The Requires-Dist lines of a wheel's METADATA (markers not evaluated here)."""
-    with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-        if not names:
-            raise BootstrapError(f"{wheel.name} has no METADATA", hint="rebuild the wheel")
-        meta = HeaderParser().parsestr(zf.read(names[0]).decode("utf-8"))
-    return [Requirement(r) for r in meta.get_all("Requires-Dist") or ()]
 
 
 def write_bootstrap(folder: Path, files: Sequence[LockedFile], *, requires_python: str | None,

@@ -4,7 +4,7 @@ A wheel built for sm_90 installs and imports on an sm_89 box and fails at its
 first kernel launch -- after gigabytes were carried there. When the target
 profile names its GPUs, every shared object in every staged wheel is read for
 CUDA device code (the same fatbin reader and the same rule as the doctor's
-``kernels`` check, :mod:`wheelhouse.doctor.fatbin`), before the wheelhouse is
+``kernels`` check, :mod:`wheelhouse.fatbin`), before the wheelhouse is
 given its name. A wheel whose device code has no SASS or PTX for one of the
 target's GPUs is refused (:class:`MissingKernels`, exit 1), or only reported
 with ``--allow-missing-kernels``. Members are extracted one at a time to a
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Sequence
 
 from wheelhouse.atomic import write_atomic
-from wheelhouse.doctor.elf import is_shared_object
-from wheelhouse.doctor.fatbin import DeviceCode, FatbinEntry, KernelGap, device_code, kernel_gaps
+from wheelhouse.elf import is_shared_object
+from wheelhouse.fatbin import DeviceCode, FatbinEntry, KernelGap, device_code, kernel_gaps
 from wheelhouse.errors import WhError
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile
@@ -105,7 +105,7 @@ def wheel_device_code(wheel: Path, scratch: Path, cache: Path | None = None, sha
     """Archive member -> device code, for every shared object in ``wheel`` that carries some.
 
     A member whose fatbin sections do not cover every sm of ``sms`` is read whole for the device code it
-    loads itself (:func:`~wheelhouse.doctor.fatbin.device_code` ``deep``), as the doctor does.
+    loads itself (:func:`~wheelhouse.fatbin.device_code` ``deep``), as the doctor does.
     """
     cached = cache / f"{sha256}.json" if cache and sha256 else None
     if cached and cached.is_file():

@@ -100,7 +100,7 @@ def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[Lock
     paths = (rel, *[p for p in extra_paths if isinstance(p, str) and (out / p).is_file()])
     reqs: tuple[str, ...] = ()
     if not record.get("incomplete"):  # `wh build --allow-incomplete`: its requirements were never all here
-        from .bootstrap import wheel_requirements  # (a restage with a built engine only)
+        from wheelhouse.lock.bootstrap import wheel_requirements  # (a restage with a built engine only)
 
         reqs = tuple(str(r) for r in wheel_requirements(wheel) if r.marker is None or target.evaluate(r.marker, extra=None))
     file = StagedFile(

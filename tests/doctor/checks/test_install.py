@@ -11,7 +11,7 @@ import pytest
 
 from wheelhouse.doctor import gather_context
 from wheelhouse.doctor.checks.install import run
-from wheelhouse.install.target_lock import FolderLock
+from wheelhouse.folderlock import FolderLock
 from wheelhouse.install.transaction import Transaction, journal_path
 
 

@@ -3,7 +3,7 @@
 A library built for sm_100 imports fine on an sm_89 card and fails at its
 first kernel launch ("no kernel image is available for execution on the
 device", cudaError 209), deep in serving. This check reads the fatbin of every
-``.so`` a distribution ships (:mod:`wheelhouse.doctor.fatbin`; nothing is
+``.so`` a distribution ships (:mod:`wheelhouse.fatbin`; nothing is
 loaded) and judges it by the driver's own rule: SASS runs only on the same
 major with a minor <= the GPU's; else PTX of an arch <= the GPU's that the
 driver can JIT; otherwise the object fails (sm_80-only SASS on sm_90 included:
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelhouse.datafile import get_value, load_tables
-from wheelhouse.doctor.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, sm_number
+from wheelhouse.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, sm_number
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir

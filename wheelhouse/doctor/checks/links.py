@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelhouse.datafile import get_value, load_tables, load_toml
-from wheelhouse.doctor.elf import BadElf, read_elf
+from wheelhouse.elf import BadElf, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError

@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
-from wheelhouse.doctor.elf import BadElf, exports_pyinit
+from wheelhouse.elf import BadElf, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
-from wheelhouse.doctor.fatbin import device_code, sm_number
+from wheelhouse.fatbin import device_code, sm_number
 from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult

@@ -5,7 +5,7 @@ library beside it, is never exercised by the import checks; its missing
 ``libfoo.so.12`` shows only when the engine first takes that path. This check
 reads each ``.so`` of every installed distribution (from its RECORD) and
 resolves its DT_NEEDED entries the way the target's loader would
-(:mod:`wheelhouse.doctor.elf`), with the facts of the target environment from
+(:mod:`wheelhouse.elf`), with the facts of the target environment from
 ``doctor/probes/loader.py``: the loader cache, the loader's default folders,
 LD_LIBRARY_PATH, and the libraries the interpreter and ``import torch`` have
 already mapped. No code of the distributions runs.
@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
+from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.extensions import is_python_extension
 from wheelhouse.env.cuda import engine_environment
 from wheelhouse.doctor.probes import probe_script, run_probe

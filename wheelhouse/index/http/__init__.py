@@ -37,7 +37,7 @@ from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .proxy import proxy_for, via_urllib
 from .resolver import HostResolver
-from .tls import ssl_context
+from wheelhouse.tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .cache import NotCached, get_cached as _get_cached
 

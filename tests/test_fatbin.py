@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cuda_fixtures import KERNEL_CU, build_kernel_so, cuobjdump, cuobjdump_images, nvcc
-from wheelhouse.doctor.elf import read_elf
-from wheelhouse.doctor.fatbin import DeviceCode, FatbinEntry, device_code, parse_fatbin, sm_number
+from wheelhouse.elf import read_elf
+from wheelhouse.fatbin import DeviceCode, FatbinEntry, device_code, parse_fatbin, sm_number
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 

@@ -14,7 +14,7 @@ from nvidia_fixtures import make_wheelhouse
 from venv_check import installed_files, lock_problems
 from wheelmaker import make_wheel
 
-from wheelhouse.install.target_lock import FolderLock, is_locked
+from wheelhouse.folderlock import FolderLock, is_locked
 
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 

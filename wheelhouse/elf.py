@@ -2,7 +2,7 @@
 
 Reading is done with pyelftools and touches only the ELF header, the program
 headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to
-locate CUDA fatbin sections for :mod:`wheelhouse.doctor.fatbin`); a 1 GB
+locate CUDA fatbin sections for :mod:`wheelhouse.fatbin`); a 1 GB
 libtorch_cuda.so costs a few reads. :func:`exports_pyinit` reads ``.dynsym``
 (through its hash table) to tell an extension module from a library. Results are cached by (path, size, mtime, ctime, inode),
 so the link check and the kernel check read each file once per process.

@@ -1,4 +1,4 @@
-"""wheelhouse.index.http.tls: certificates are always verified; an explicit CA bundle
+"""wheelhouse.tls: certificates are always verified; an explicit CA bundle
 (WH_CA_BUNDLE, then PIP_CERT, then REQUESTS_CA_BUNDLE) is what a private index's CA is trusted by.
 Real handshakes against a loopback TLS server whose certificate a throwaway CA (made by openssl) signed."""
 
@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from pki import make_test_pki
-from wheelhouse.index.http.tls import ssl_context
+from wheelhouse.tls import ssl_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

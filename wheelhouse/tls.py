@@ -1,4 +1,4 @@
-"""TLS trust for index requests.
+"""TLS trust for index requests and for carry's OCI client (one rule for every client wh opens).
 
 The system's trust store first (where a corporate CA is installed), or an explicit bundle
 (WH_CA_BUNDLE, PIP_CERT, REQUESTS_CA_BUNDLE); certifi's Mozilla bundle, a declared dependency,

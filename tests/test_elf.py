@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wheelhouse.doctor.checks.sharedlibs import loader_facts
-from wheelhouse.doctor.elf import BadElf, LoaderFacts, expand_dst, find_needed, read_elf
+from wheelhouse.elf import BadElf, LoaderFacts, expand_dst, find_needed, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("ldd") is None, reason="needs gcc and ldd")
@@ -207,7 +207,7 @@ int tail_PyInit__tail(void) { return 0; }  /* '.dynstr' may hold PyInit__tail on
 
 @pytest.mark.parametrize("hash_style", ["gnu", "sysv", "both"])
 def test_exports_pyinit_finds_only_a_defined_visible_init_function(tmp_path, hash_style):
-    from wheelhouse.doctor.elf import exports_pyinit
+    from wheelhouse.elf import exports_pyinit
 
     src = tmp_path / "m.c"
     src.write_text(_INITS)
