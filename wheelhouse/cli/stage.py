@@ -290,12 +290,8 @@ def stage(ctx, inputs, req_files, out, target_file, python_version, platforms, i
 def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, implementation, abi,
            index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs,
            cache_dir, pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline,
-<<<<<<< HEAD
            refresh, bytecode, bytecode_python, keep_image=()) -> None:
-=======
-           refresh, bytecode, bytecode_python) -> None:
     from wheelhouse.manifest.pyproject import is_pyproject_name
->>>>>>> wip-layers
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
