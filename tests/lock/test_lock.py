@@ -18,6 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from packaging.pylock import Pylock
+from packaging.version import Version
 
 from pyc_helpers import wh
 from uv_tool import run_uv, uv_binary
@@ -135,6 +136,31 @@ def test_the_written_lock_installs_with_uv_offline(house, tmp_path):
     venv.create(tmp_path / "v", with_pip=False)
     py = tmp_path / "v" / "bin" / "python"
     r = run_uv("pip", "install", "--offline", "--no-cache", "-r", str(house / "pylock.toml"), python=py, cwd=house)
+    assert r.returncode == 0, r.stderr
+    got = subprocess.run([str(py), "-c", "import alpha, beta; print(alpha.A, beta.B)"], capture_output=True, text=True)
+    assert got.stdout.split() == ["1", "2"], got.stderr
+
+
+@pytest.fixture
+def pip_26():
+    """A pip that reads pylock.toml (``-r``, 26.1 on, experimental there): $WH_TEST_PIP (a wheel file or a
+    command), else the test skips before anything is staged."""
+    given = os.environ.get("WH_TEST_PIP")
+    pip = [sys.executable, f"{given}/pip"] if given and given.endswith(".whl") else given.split() if given else None
+    if pip is None:
+        pytest.skip("no pip >= 26.1 given (WH_TEST_PIP=/path/to/pip-26.1+.whl)")
+    version = subprocess.run([*pip, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    if Version(version) < Version("26.1"):
+        pytest.skip(f"WH_TEST_PIP is pip {version}: `-r pylock.toml` came in 26.1")
+    return pip
+
+
+def test_the_written_lock_installs_with_pip(pip_26, house, tmp_path):
+    pip = pip_26
+    venv.create(tmp_path / "v", with_pip=False)
+    py = tmp_path / "v" / "bin" / "python"
+    r = subprocess.run([*pip, "--isolated", "--python", str(py), "install", "--no-index", "-r", "pylock.toml"],
+                       capture_output=True, text=True, cwd=house, timeout=300)
     assert r.returncode == 0, r.stderr
     got = subprocess.run([str(py), "-c", "import alpha, beta; print(alpha.A, beta.B)"], capture_output=True, text=True)
     assert got.stdout.split() == ["1", "2"], got.stderr
