@@ -18,20 +18,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import MAX_BYTES, load_json, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.redact import redact, redact_data
 
-import tomli_w
-from packaging.markers import InvalidMarker, Marker
-from packaging.pylock import (Package, PackageWheel, Pylock, PylockUnsupportedVersionError,
-                              PylockValidationError)
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:  # packaging.pylock costs `wh stage --help` ~30 ms to import: loaded when a lock is read or written
+    from packaging.pylock import Package, PackageWheel, Pylock, PylockValidationError
 
 __all__ = [
     "LockedFile",
@@ -94,6 +89,12 @@ class Lock:
 
 def _pylock_of(lock: Lock) -> Pylock:
     """``lock`` as packaging's PEP 751 model; packages sorted by name so the file diffs cleanly."""
+    from packaging.markers import Marker
+    from packaging.pylock import Package, PackageWheel, Pylock
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
     def package(f: LockedFile) -> Package:
         # PEP 751: a wheel names its url or its path (a dry run's export has no local file)
         wheel = PackageWheel(name=f.filename, url=f.url, path=None if f.url else f.path, size=f.size,
@@ -112,6 +113,12 @@ def _pylock_of(lock: Lock) -> Pylock:
 
 def render_pylock(lock: Lock) -> str:
     """PEP 751 text for ``lock``, written by packaging.pylock and tomli_w: the same lock gives the same bytes."""
+    import tomli_w
+    from packaging.markers import InvalidMarker
+    from packaging.pylock import Pylock, PylockValidationError
+    from packaging.specifiers import InvalidSpecifier
+    from packaging.version import InvalidVersion
+
     try:
         data = _pylock_of(lock).to_dict()
         Pylock.from_dict(data)  # never write a lock that a PEP 751 reader (wh's own included) would refuse
@@ -128,6 +135,8 @@ def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
     """Parse PEP 751 text into a Lock (wheels only; sdists are refused: the box builds nothing).
 
     The TOML goes through wh's bounded loader (size, depth), the lock through packaging.pylock."""
+    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
+
     try:
         data = parse_toml(text, source=origin, what="lock", error=LockError, hint=_REWRITE)
     except LockError as exc:
