@@ -9,7 +9,9 @@ Layout of a wheelhouse folder::
     bootstrap/          wh's own wheel + its dependencies for the target, and BOOTSTRAP.txt
     capture_target.py   stdlib-only profile capture, to run on the box
 
-Reading is pure (``parse_pylock(text)``); file access is separate (``read_pylock``).
+Reading is pure (``parse_pylock(text)``); file access is separate (``read_pylock``). ``pylock.toml`` is
+packaging.pylock's model of PEP 751, written by tomli_w and read through wh's bounded TOML loader
+(``wheelhouse.datafile``); wh's own facts live under ``[tool.wh]`` (top level and per package).
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from packaging.markers import InvalidMarker, Marker
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import MAX_BYTES, load_json, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.redact import redact, redact_data
 
-if TYPE_CHECKING:  # packaging.pylock costs `wh stage --help` ~30 ms to import: loaded when a lock is read or written
+if TYPE_CHECKING:  # packaging.pylock and tomli_w are imported where a lock is read or written, not by `--help`
     from packaging.pylock import Package, PackageWheel, Pylock, PylockValidationError
 
 __all__ = [
@@ -89,11 +96,7 @@ class Lock:
 
 def _pylock_of(lock: Lock) -> Pylock:
     """``lock`` as packaging's PEP 751 model; packages sorted by name so the file diffs cleanly."""
-    from packaging.markers import Marker
     from packaging.pylock import Package, PackageWheel, Pylock
-    from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
-    from packaging.version import Version
 
     def package(f: LockedFile) -> Package:
         # PEP 751: a wheel names its url or its path (a dry run's export has no local file)
@@ -114,10 +117,7 @@ def _pylock_of(lock: Lock) -> Pylock:
 def render_pylock(lock: Lock) -> str:
     """PEP 751 text for ``lock``, written by packaging.pylock and tomli_w: the same lock gives the same bytes."""
     import tomli_w
-    from packaging.markers import InvalidMarker
     from packaging.pylock import Pylock, PylockValidationError
-    from packaging.specifiers import InvalidSpecifier
-    from packaging.version import InvalidVersion
 
     try:
         data = _pylock_of(lock).to_dict()
