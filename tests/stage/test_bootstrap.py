@@ -9,6 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from wheelhouse.stage.bootstrap import (
     BOOTSTRAP_TXT,
@@ -98,8 +100,9 @@ def test_wh_dependencies_are_judged_for_the_target(tmp_path):
     assert {"click", "packaging", "resolvelib", "rich"} <= reqs
     py310 = _bootstrap_requirements(wheel, target_from_flags("3.10", ["manylinux_2_35_x86_64"]))
     py312 = _bootstrap_requirements(wheel, target_from_flags("3.12", ["manylinux_2_35_x86_64"]))
-    assert any(r.startswith("tomli") for r in py310)  # tomli; python_version < "3.11"
-    assert not any(r.startswith("tomli") for r in py312)
+    assert "tomli" in {Requirement(r).name for r in py310}  # tomli; python_version < "3.11"
+    assert "tomli" not in {Requirement(r).name for r in py312}
+    assert "tomli-w" in {canonicalize_name(Requirement(r).name) for r in py312}  # writes pylock.toml, everywhere
     assert not any(r.startswith("pytest") for r in py312)  # the test extra stays out
     with pytest.raises(BootstrapError, match="3.9"):
         _bootstrap_requirements(wheel, target_from_flags("3.9", ["manylinux_2_35_x86_64"]))
@@ -134,7 +137,7 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
                             bootstrap=True))
     boot = out / "bootstrap"
     names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
-    assert {"wh", "click", "rich", "packaging", "resolvelib"} <= names
+    assert {"wh", "click", "rich", "packaging", "resolvelib", "tomli_w"} <= names
     assert "app" not in names  # the stack's lock and the bootstrap are kept apart
     lock = read_pylock(boot)
     assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)

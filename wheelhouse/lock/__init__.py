@@ -9,27 +9,31 @@ Layout of a wheelhouse folder::
     bootstrap/          wh's own wheel + its dependencies for the target, and BOOTSTRAP.txt
     capture_target.py   stdlib-only profile capture, to run on the box
 
-Reading is pure (``parse_pylock(text)``); file access is separate (``read_pylock``).
+Reading is pure (``parse_pylock(text)``); file access is separate (``read_pylock``). ``pylock.toml`` is
+packaging.pylock's model of PEP 751, written by tomli_w and read through wh's bounded TOML loader
+(``wheelhouse.datafile``); wh's own facts live under ``[tool.wh]`` (top level and per package).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from wheelhouse.atomic import write_atomic
 from wheelhouse.datafile import MAX_BYTES, load_json, parse_toml, read_text
 from wheelhouse.errors import UsageError
 from wheelhouse.redact import redact, redact_data
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 boxes
-    import tomli as tomllib
+if TYPE_CHECKING:  # packaging.pylock and tomli_w are imported where a lock is read or written, not by `--help`
+    from packaging.pylock import Package, PackageWheel, Pylock, PylockValidationError
 
 __all__ = [
     "LockedFile",
@@ -90,130 +94,120 @@ class Lock:
         return {f.name: f for f in self.files}
 
 
-def _toml_str(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+def _pylock_of(lock: Lock) -> Pylock:
+    """``lock`` as packaging's PEP 751 model; packages sorted by name so the file diffs cleanly."""
+    from packaging.pylock import Package, PackageWheel, Pylock
 
+    def package(f: LockedFile) -> Package:
+        # PEP 751: a wheel names its url or its path (a dry run's export has no local file)
+        wheel = PackageWheel(name=f.filename, url=f.url, path=None if f.url else f.path, size=f.size,
+                             hashes={"sha256": f.sha256})
+        return Package(name=canonicalize_name(f.name), version=Version(f.version),
+                       marker=Marker(f.marker) if f.marker else None,
+                       requires_python=SpecifierSet(f.requires_python) if f.requires_python else None,
+                       index=f.index, wheels=[wheel], tool={"wh": dict(f.tool)} if f.tool else None)
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return _toml_str(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _toml_key(key: str) -> str:
-    return key if key.replace("-", "").replace("_", "").isalnum() else _toml_str(key)
+    return Pylock(lock_version=Version("1.0"), environments=[Marker(e) for e in lock.environments] or None,
+                  requires_python=SpecifierSet(lock.requires_python) if lock.requires_python else None,
+                  created_by=lock.created_by,
+                  packages=[package(f) for f in sorted(lock.files, key=lambda f: (f.name, f.version, f.filename))],
+                  tool={"wh": dict(lock.tool)} if lock.tool else None)
 
 
 def render_pylock(lock: Lock) -> str:
-    """PEP 751 text for ``lock``; packages sorted by name so the file diffs cleanly."""
-    out = ['lock-version = "1.0"']
-    if lock.environments:
-        out.append(f"environments = {_toml_value(list(lock.environments))}")
-    if lock.requires_python:
-        out.append(f"requires-python = {_toml_str(lock.requires_python)}")
-    out.append(f"created-by = {_toml_str(lock.created_by)}")
-    if lock.tool:
-        out.append(f"tool.wh = {_toml_value(dict(lock.tool))}")
-    if not lock.files:  # PEP 751 requires the key; [[packages]] tables cannot say "none"
-        out.append("packages = []")
-    for f in sorted(lock.files, key=lambda f: (f.name, f.version, f.filename)):
-        out += ["", "[[packages]]", f"name = {_toml_str(f.name)}", f"version = {_toml_str(f.version)}"]
-        if f.marker:
-            out.append(f"marker = {_toml_str(f.marker)}")
-        if f.requires_python:
-            out.append(f"requires-python = {_toml_str(f.requires_python)}")
-        if f.index:
-            out.append(f"index = {_toml_str(f.index)}")
-        # PEP 751: a wheel names its url or its path (a dry run's export has no local file)
-        wheel = {"name": f.filename, **({"url": f.url} if f.url else {"path": f.path})}
-        if f.size is not None:
-            wheel["size"] = f.size
-        wheel["hashes"] = {"sha256": f.sha256}
-        out.append(f"wheels = [{_toml_value(wheel)}]")
-        if f.tool:
-            out.append(f"tool.wh = {_toml_value(dict(f.tool))}")
-    return "\n".join(out) + "\n"
+    """PEP 751 text for ``lock``, written by packaging.pylock and tomli_w: the same lock gives the same bytes."""
+    import tomli_w
+    from packaging.pylock import Pylock, PylockValidationError
+
+    try:
+        data = _pylock_of(lock).to_dict()
+        Pylock.from_dict(data)  # never write a lock that a PEP 751 reader (wh's own included) would refuse
+    except (InvalidMarker, InvalidSpecifier, InvalidVersion, PylockValidationError) as exc:
+        raise LockError(f"cannot write {PYLOCK}: {exc}", hint="a locked name, version, marker or "
+                        "requires-python is not valid PEP 508/440: report it with the wheel it came from") from exc
+    return tomli_w.dumps(data)
+
+
+_REWRITE = "re-run `wh stage` to rewrite it"
 
 
 def parse_pylock(text: str, origin: str = PYLOCK) -> Lock:
-    """Parse PEP 751 text into a Lock (wheels only; sdists are refused: the box builds nothing)."""
+    """Parse PEP 751 text into a Lock (wheels only; sdists are refused: the box builds nothing).
+
+    The TOML goes through wh's bounded loader (size, depth), the lock through packaging.pylock."""
+    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
+
     try:
-        data = parse_toml(text, source=origin, what="lock", error=LockError, hint="re-run `wh stage` to rewrite it")
+        data = parse_toml(text, source=origin, what="lock", error=LockError, hint=_REWRITE)
     except LockError as exc:
         if "is not valid TOML" in exc.message:  # (the message wh always gave for it)
-            raise LockError(f"{origin} is not valid TOML: {exc.__cause__}", hint="re-run `wh stage` to rewrite it") from exc
+            raise LockError(f"{origin} is not valid TOML: {exc.__cause__}", hint=_REWRITE) from exc
         raise
     if str(data.get("lock-version", "")).split(".")[0] != "1":
         raise LockError(f"{origin} has lock-version {data.get('lock-version')!r}, wh reads 1.x", hint="re-run `wh stage`")
-    files = []
+    _refuse_what_wh_cannot_install(data, origin)  # before packaging: these messages name the field more plainly
+    try:
+        pylock = Pylock.from_dict(data)
+    except PylockUnsupportedVersionError as exc:
+        raise LockError(f"{origin}: {exc}", hint="re-run `wh stage` to rewrite it with this wh") from exc
+    except PylockValidationError as exc:
+        raise LockError(f"{origin} is not a valid PEP 751 lock: {_one_line(exc)}",
+                        hint=f"{_REWRITE} (a hand edit broke it)") from exc
+    return Lock(
+        files=tuple(_locked(pkg, wheel, origin) for pkg in pylock.packages for wheel in pkg.wheels or ()),
+        environments=tuple(str(m) for m in pylock.environments or ()),
+        requires_python=str(pylock.requires_python) if pylock.requires_python is not None else None,
+        created_by=pylock.created_by,
+        tool=_wh_table(pylock.tool, "tool.wh", origin),
+    )
+
+
+def _one_line(exc: PylockValidationError) -> str:
+    """``packages[0].marker: Expected ... (python_version ==)``: packaging's marker errors draw a caret below
+    the text; wh's errors are one line."""
+    first, *rest = exc.message.splitlines() or [""]
+    text = f"{first} ({rest[0].strip()})" if rest and rest[0].strip() else first
+    return f"{exc.context}: {text}" if exc.context else text
+
+
+def _wh_table(tool: Mapping[str, Any] | None, where: str, origin: str) -> Mapping[str, Any]:
+    """wh's own table under a PEP 751 ``tool`` table; another type is refused, never read as absent."""
+    wh = (tool or {}).get("wh", {})
+    if not isinstance(wh, Mapping):
+        raise LockError(f"{origin}: {where} must be a table, not {str(wh)[:40]!r}", hint=_REWRITE)
+    return wh
+
+
+def _locked(pkg: Package, wheel: PackageWheel, origin: str) -> LockedFile:
+    return LockedFile(
+        name=pkg.name, version=str(pkg.version), filename=wheel.filename, path=wheel.path or wheel.url or "",
+        sha256=wheel.hashes["sha256"], size=wheel.size, marker=str(pkg.marker) if pkg.marker else None,
+        requires_python=str(pkg.requires_python) if pkg.requires_python is not None else None,
+        index=pkg.index, tool=_wh_table(pkg.tool, f"package {pkg.name}: tool.wh", origin),
+    )
+
+
+def _refuse_what_wh_cannot_install(data: Mapping[str, Any], origin: str) -> None:
+    """What PEP 751 allows but the box cannot use (a package without a wheel, a wheel without sha256), and
+    the shapes wh names in its own words; the rest of the spec is packaging.pylock's to judge."""
     packages = data.get("packages", [])
     if not isinstance(packages, list) or not all(isinstance(p, Mapping) for p in packages):
-        raise LockError(f"{origin}: packages must be an array of tables ([[packages]])", hint="re-run `wh stage` to rewrite it")
+        raise LockError(f"{origin}: packages must be an array of tables ([[packages]])", hint=_REWRITE)
     for i, pkg in enumerate(packages):
-        name, version = pkg.get("name"), pkg.get("version")
-        if not isinstance(name, str) or not isinstance(version, (str, type(None))):
-            raise LockError(f"{origin}: packages[{i}] needs a name and a version (strings)", hint="re-run `wh stage` to rewrite it")
-        wheels = pkg.get("wheels") or []
+        name, wheels = pkg.get("name"), pkg.get("wheels") or []
+        if not isinstance(name, str):
+            raise LockError(f"{origin}: packages[{i}] needs a name and a version (strings)", hint=_REWRITE)
         if not wheels:
             raise LockError(
                 f"{origin}: package {name} has no wheel (sdists and VCS sources are not installable offline)",
                 hint="stage it as a wheel, or build it with `wh build`",
             )
         if not isinstance(wheels, list) or not all(isinstance(w, Mapping) for w in wheels):
-            raise LockError(f"{origin}: package {name}: wheels must be a list of tables", hint="re-run `wh stage` to rewrite it")
+            raise LockError(f"{origin}: package {name}: wheels must be a list of tables", hint=_REWRITE)
         for w in wheels:
             hashes = w.get("hashes")
-            sha = hashes.get("sha256") if isinstance(hashes, Mapping) else None
-            if not sha:
+            if not (isinstance(hashes, Mapping) and hashes.get("sha256")):
                 raise LockError(f"{origin}: {w.get('name')} has no sha256", hint="re-run `wh stage`")
-            if not (isinstance(sha, str) and isinstance(w.get("name", ""), str) and isinstance(w.get("path", ""), str)
-                    and isinstance(w.get("size", 0), int)):
-                raise LockError(f"{origin}: package {name}: a wheel's name, path, size or sha256 has the wrong type",
-                                hint="re-run `wh stage` to rewrite it")
-            files.append(
-                LockedFile(
-                    name=name,
-                    version=str(version),
-                    filename=w.get("name") or Path(w.get("path", "")).name,
-                    path=w.get("path") or w.get("url", ""),
-                    sha256=sha,
-                    size=w.get("size"),
-                    marker=pkg.get("marker"),
-                    requires_python=pkg.get("requires-python"),
-                    index=pkg.get("index"),
-                    tool=(pkg.get("tool") or {}).get("wh", {}),
-                )
-            )
-    _validate_pep751(data, origin)  # after wh's own checks, whose messages name the field more plainly
-    return Lock(
-        files=tuple(files),
-        environments=tuple(data.get("environments", ())),
-        requires_python=data.get("requires-python"),
-        created_by=data.get("created-by", ""),
-        tool=(data.get("tool") or {}).get("wh", {}) if isinstance(data.get("tool"), Mapping) else {},
-    )
-
-
-def _validate_pep751(data: dict[str, Any], origin: str) -> None:
-    """PEP 751 as packaging reads it (markers, specifiers, names, versions, hashes); wh's own data
-    lives under [tool.wh], which the spec leaves to the tool."""
-    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
-
-    try:
-        Pylock.from_dict(data)
-    except PylockUnsupportedVersionError as exc:
-        raise LockError(f"{origin}: {exc}", hint="re-run `wh stage` to rewrite it with this wh") from exc
-    except PylockValidationError as exc:
-        raise LockError(f"{origin} is not a valid PEP 751 lock: {exc}",
-                        hint="re-run `wh stage` to rewrite it (a hand edit broke it)") from exc
 
 
 # A lock of thousands of wheels stays far below this; bigger is not a lock wh wrote.
