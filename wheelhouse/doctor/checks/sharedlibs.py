@@ -20,7 +20,11 @@ a shipped object) or that is a Python extension module fails. A miss in an
 object that nothing links (a plugin its package dlopens by name on demand:
 nvidia-cufile's ``libcufile_rdma``, nvshmem's bootstrap plugins), or that
 ``doctor/sharedlibs.toml`` names as optional, is a warn with that reason; one
-with an alternative build beside it that finds everything is a note.
+with an alternative build beside it that finds everything is a note. A warn
+whose every miss the data names is optional by design: ``--strict`` does not
+count it (``CheckResult.strict`` False). A plugin needing a library its own
+package ships as an extension module or links (triton's ``plugins/*.so`` need
+``libtriton.so``) finds it loaded: the loader matches the name to that object.
 """
 
 from __future__ import annotations
