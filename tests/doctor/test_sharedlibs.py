@@ -111,6 +111,21 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                          "-Wl,-rpath,$ORIGIN/lib"])
     out["chained"] = make_wheel(folder, "chained", "1.0", tags=_tags(), modules={"chained/__init__.py": ""},
                                 files={f"chained/_core{SUFFIX}": linked, "chained/lib/libchain.so": chain.read_bytes()})
+    # triton's layout: _C/libtriton.so is a Python extension module (PyInit_libtriton, SONAME libtriton.so);
+    # plugins/*.so need libtriton.so and name only the build machine's folder in RUNPATH. Nothing links them:
+    # triton loads them by name, once it is imported, and the loader matches libtriton.so to the loaded object.
+    (build / "core").mkdir()
+    core = build / "core" / "libplugcore.so"
+    core.write_bytes(_ext(build, "libplugcore", extra=["-Wl,-soname,libplugcore.so"]))
+    (build / "plug.c").write_text("extern void *PyInit_libplugcore(void);\n"
+                                  "void *plug(void) { return (void *)PyInit_libplugcore; }\n")
+    _gcc("-shared", "-fPIC", str(build / "plug.c"), "-o", str(build / "libplug.so"), "-Wl,-soname,libplug.so",
+         f"-L{core.parent}", "-Wl,--no-as-needed", "-lplugcore", "-Wl,--enable-new-dtags", f"-Wl,-rpath,{core.parent}")
+    out["plugpkg"] = make_wheel(folder, "plugpkg", "1.0", tags=_tags(),
+                                modules={"plugpkg/__init__.py": "from ._C import libplugcore\n"},
+                                files={"plugpkg/_C/libplugcore.so": core.read_bytes(),
+                                       "plugpkg/plugins/libplug.so": (build / "libplug.so").read_bytes()})
+    shutil.rmtree(core.parent)  # the build machine's folder its RUNPATH names is not on the box
     return out
 
 
@@ -155,6 +170,23 @@ def test_a_plugin_loaded_on_demand_is_a_warn_with_the_reason(report):
             "object names libcufile_rdma.so.1 in DT_NEEDED") in r.evidence
     assert r.data["on_demand"] == {"libwhrdma.so": ["nvidia/cu13/lib/libcufile_rdma.so.1"]}
     assert report.get("sharedlibs:cufileuser").verdict == "ok"  # libcufile.so.0 itself is found, via RUNPATH
+
+
+def test_a_plugin_needing_its_own_packages_extension_module_finds_it_loaded(report, venv):
+    # Before: triton's plugins/*.so were a warn on every torch install ("needs libtriton.so: not found").
+    r = report.get("sharedlibs:plugpkg")
+    assert r.verdict == "ok", r.evidence
+    assert ("plugpkg/plugins/libplug.so needs libplugcore.so: plugpkg/_C/libplugcore.so (a Python extension module "
+            "of plugpkg, loaded when its package is imported), already loaded when its package loads this plugin "
+            "by name") in r.evidence
+    assert r.data["found_via"]["package"] == 1 and r.data["missing"] == {}
+    # What the verdict says, executed: alone the plugin cannot load; once its package is imported it does.
+    load = "import ctypes, os, sys, plugpkg; ctypes.CDLL(os.path.join(os.path.dirname(plugpkg.__file__), 'plugins/libplug.so'))"
+    assert subprocess.run([str(venv), "-c", load], capture_output=True, timeout=60).returncode == 0
+    alone = load.replace("import ctypes, os, sys, plugpkg;", "import ctypes, os, sys, importlib.util as u; "
+                         "plugpkg = type('m', (), {'__file__': u.find_spec('plugpkg').origin});")
+    proc = subprocess.run([str(venv), "-c", alone], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "libplugcore.so: cannot open shared object file" in proc.stderr
 
 
 def test_a_library_that_a_shipped_object_links_still_fails(report):

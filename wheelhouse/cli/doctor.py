@@ -134,6 +134,10 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
         con.print(table)
     c = report.counts()
     summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
+    by_design = sum(1 for r in report.warnings if not r.strict)
+    if by_design:  # the warnings that say "not counted by --strict" in their evidence
+        summary = summary.replace(f"{c['warn']} warn", f"{c['warn']} warn ({by_design} optional by design, not "
+                                  "counted by --strict)", 1)
     con.print(f"{summary} in {report.seconds:.1f}s", markup=False, highlight=False)
     for f in report.fixes:
         if f.action == "not-dropped":

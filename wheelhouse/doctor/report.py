@@ -2,7 +2,8 @@
 
 Exit codes (documented in ``wh doctor --help`` and docs/doctor.md#exit-codes in
 wh's source repository): 0 nothing failed; 1 at least one check failed (or errored); 2 only
-warnings, with ``--strict``; 3 the doctor itself could not run (raised as a
+warnings that ``--strict`` counts (every warning but one whose ``strict`` is False: optional by design and
+absent on this host); 3 the doctor itself could not run (raised as a
 WhError with EXIT_INTERNAL, not a report).
 """
 
@@ -34,6 +35,9 @@ class CheckResult:
     fix: str | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # A warning --strict counts. False only for one whose every cause is optional by design and absent on this
+    # host (a plugin or backend the data names, a build for another CUDA major): reported, never exit 2.
+    strict: bool = True
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -51,7 +55,7 @@ class CheckResult:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "group": self.group, "title": self.title, "verdict": self.verdict,
                 "evidence": self.evidence, "hint": self.hint, "fix": self.fix, "data": dict(self.data),
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "strict": self.strict}
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class DoctorReport:
     def exit_code(self, strict: bool = False) -> int:
         if self.failed:
             return 1
-        if strict and self.warnings:
+        if strict and any(r.strict for r in self.warnings):
             return 2
         return 0
 
@@ -165,6 +169,7 @@ def render_junit(report: DoctorReport) -> str:
         elif r.verdict == "skip":
             ET.SubElement(case, "skipped", {"message": _xml(r.evidence or r.title)})
         else:
-            ET.SubElement(case, "system-out").text = f"[{r.verdict}] {body}"
+            label = "warn, not counted by --strict" if r.verdict == "warn" and not r.strict else r.verdict
+            ET.SubElement(case, "system-out").text = f"[{label}] {body}"
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

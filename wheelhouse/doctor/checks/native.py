@@ -215,6 +215,11 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
                     tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions))
 
 
+_NOT_COUNTED = ("not counted by --strict: each module is one nothing in the stack reaches and that its distribution "
+                "does without by design (named optional in doctor/*.toml, a build for another CUDA major, a module "
+                "its metadata does not require, or a file another distribution replaces)")
+
+
 def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mapping[str, Judgement],
                    plan: LoadPlan) -> list[str]:
     """One paragraph per failed module, then the extension modules whose top-level package did not import."""
@@ -308,10 +313,12 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
                                 "capture` here, then `wh stage --target <that profile>` and `wh install` again",
                            data=payload, seconds=seconds)
     if not red and not unloaded:
-        return CheckResult(cid, title, "warn", evidence,
+        # Every such warning is a module nothing in the stack reaches, which its distribution does without by
+        # design (the data, its CUDA variant folders, its own metadata): --strict does not count it.
+        return CheckResult(cid, title, "warn", evidence + "\n" + _NOT_COUNTED,
                            hint=f"only code that uses {', '.join(judged)} is affected; install what it needs "
                                 f"(or rebuild the image) if the engine takes that path",
-                           data=payload, seconds=seconds)
+                           data=payload, seconds=seconds, strict=False)
     if red and not unloaded and all(o.module in plan.missing for o in red):
         # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
         # away a distribution that works once it is whole (install:records names the files too).

@@ -20,7 +20,11 @@ a shipped object) or that is a Python extension module fails. A miss in an
 object that nothing links (a plugin its package dlopens by name on demand:
 nvidia-cufile's ``libcufile_rdma``, nvshmem's bootstrap plugins), or that
 ``doctor/sharedlibs.toml`` names as optional, is a warn with that reason; one
-with an alternative build beside it that finds everything is a note.
+with an alternative build beside it that finds everything is a note. A warn
+whose every miss the data names is optional by design: ``--strict`` does not
+count it (``CheckResult.strict`` False). A plugin needing a library its own
+package ships as an extension module or links (triton's ``plugins/*.so`` need
+``libtriton.so``) finds it loaded: the loader matches the name to that object.
 """
 
 from __future__ import annotations
@@ -209,7 +213,7 @@ class OptionalObject:
     reason: str
 
     def covers(self, dist_key: str, rel: str, library: str) -> bool:
-        return (dist_key == canonicalize_name(self.distribution) and fnmatch.fnmatchcase(rel, self.objects)
+        return (fnmatch.fnmatchcase(dist_key, canonicalize_name(self.distribution)) and fnmatch.fnmatchcase(rel, self.objects)
                 and any(fnmatch.fnmatchcase(library, g) for g in self.libraries))
 
 
@@ -280,6 +284,30 @@ def _on_demand(d: Distribution, rel: str, path: Path, info: ElfInfo | None, stac
     return not (names & stack.linked)
 
 
+def _package_provides(d: Distribution, objects: Sequence[tuple[str, Path]], scans: Mapping[Path, _Scan],
+                      stack: _Stack) -> dict[str, tuple[str, str]]:
+    """Name -> (RECORD path, what it is) of each object ``d`` ships that is in the process whenever its package
+    runs: a Python extension module (``triton/_C/libtriton.so``, PyInit_libtriton) or an object a shipped object
+    links. The loader matches a needed name against the SONAME of an object already loaded, so a plugin its
+    package loads on demand finds it there (triton's ``plugins/*.so`` need ``libtriton.so`` and name no folder
+    that has it: they load, once triton is imported)."""
+    out: dict[str, tuple[str, str]] = {}
+    for rel, path in objects:
+        info = scans[path].info
+        if info is None or scans[path].foreign:
+            continue
+        if rel in {f for f, _ in d.extensions} or is_python_extension(path):
+            what = f"a Python extension module of {d.name}, loaded when its package is imported"
+        elif {rel.rpartition("/")[2], os.path.realpath(path), info.soname} & stack.linked:
+            what = f"linked by a shipped object of {d.name}"
+        else:
+            continue
+        for name in (info.soname, rel.rpartition("/")[2]):
+            if name:
+                out.setdefault(name, (rel, what))
+    return out
+
+
 def _where_else(name: str, dirs: Sequence[str]) -> str | None:
     return next((d for d in dirs if os.path.exists(os.path.join(d, name))), None)
 
@@ -291,6 +319,7 @@ class _Misses:
     hard: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # library -> (object, lookup): fail
     soft: dict[str, list[tuple[str, Found]]] = field(default_factory=dict)  # the driver's, no GPU here: warn
     warns: list[str] = field(default_factory=list)  # optional (data) or loaded on demand: warn, with the reason
+    counted: bool = False  # a warn --strict counts: one no data names optional (inferred on demand, or the driver's)
     notes: list[str] = field(default_factory=list)  # an alternative build finds everything: a note
     on_demand: dict[str, list[str]] = field(default_factory=dict)  # library -> the plugins that lack it
 
@@ -299,12 +328,13 @@ def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list
                  clean: set[str], paths: Mapping[str, Path], scans: Mapping[Path, _Scan], stack: _Stack) -> _Misses:
     out = _Misses()
     plugins: dict[str, list[str]] = {}  # object -> what it lacks
+    optional: dict[tuple[str, str], list[str]] = {}  # (object, the data's reason) -> what it lacks
     for name, needers in missing.items():
         for rel, found in needers:
             rule = next((o for o in stack.optional if o.covers(d.key, rel, name)), None)
             sibling = None if rule else _variant_of(rel, clean, stack.suffixes)
             if rule:
-                out.warns.append(f"{rel} needs {name}: not found -- optional: {rule.reason}")
+                optional.setdefault((rel, rule.reason), []).append(name)
             elif sibling:
                 out.notes.append(f"{rel} needs {name}: not found -- an alternative build: {sibling} finds all it needs")
             elif not ctx.gpu.gpus and _is_driver_lib(name):
@@ -312,8 +342,11 @@ def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list
             elif _on_demand(d, rel, paths[rel], scans[paths[rel]].info, stack):
                 out.on_demand.setdefault(name, []).append(rel)
                 plugins.setdefault(rel, []).append(name)
+                out.counted = True  # inferred from the links alone: no data says the package does without it
             else:
                 out.hard.setdefault(name, []).append((rel, found))
+    out.warns += [f"{rel} needs {', '.join(names)}: not found -- optional: {reason}"
+                  for (rel, reason), names in optional.items()]
     out.warns += [f"{rel} needs {', '.join(names)}: not found -- loaded on demand: no shipped object names "
                   f"{rel.rpartition('/')[2]} in DT_NEEDED (a plugin its package loads by name, only when that "
                   "feature is used)" for rel, names in plugins.items()]
@@ -329,6 +362,8 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     via: dict[str, int] = {}
     foreign = checked = 0
     clean: set[str] = set()
+    provides: dict[str, tuple[str, str]] | None = None
+    by_package: list[str] = []
     for rel, path in objects:
         s = scans[path]
         if s.error is not None:
@@ -342,13 +377,23 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 foreign += 1
             continue
         checked += 1
-        if all(f.path is not None for f in s.found):
-            clean.add(rel)
+        found_all = True
         for found in s.found:
+            if found.path is None and _on_demand(d, rel, path, s.info, stack):
+                provides = _package_provides(d, objects, scans, stack) if provides is None else provides
+                if found.name in provides:  # its package loaded that object before it loads this plugin
+                    own, what = provides[found.name]
+                    by_package.append(f"{rel} needs {found.name}: {own} ({what}), already loaded when its "
+                                      "package loads this plugin by name")
+                    via["package"] = via.get("package", 0) + 1
+                    continue
             if found.path is None:
+                found_all = False
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
+        if found_all:
+            clean.add(rel)
     m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
     lines = list(bad)
     for name, needers in {**m.hard, **m.soft}.items():
@@ -361,7 +406,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
               f"({name} is there)" for name in missing for d_ in [_where_else(name, stack.caller_extra)] if d_]
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,
             "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": m.notes,
-            "on_demand": m.on_demand, "caller_ld_library_path": list(stack.caller_extra)}
+            "on_demand": m.on_demand, "caller_ld_library_path": list(stack.caller_extra), "by_package": by_package}
     if bad or m.hard:
         return CheckResult(cid, title, "fail", "\n".join(lines + m.warns + m.notes + caller) + stack.note,
                            hint="install what provides the missing library (an nvidia-* wheel in the wheelhouse, or "
@@ -370,21 +415,28 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                                 f".so is a broken install of {d.name}: reinstall it: `{reinstall_command(ctx, d.name)}`",
                            data={**data, **({"reinstall": [d.key]} if bad else {})})
     if m.soft or m.warns:
-        return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller),
+        counted = bool(m.soft) or m.counted
+        said = [] if counted else [_NOT_COUNTED]
+        return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller + said),
                            hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else
                            "fine unless the engine uses that feature; install the library it names to use it",
-                           data=data)
+                           data=data, strict=counted)
     total = sum(via.values())
     how = ", ".join(f"{n} {_VIA.get(k, k)}" for k, n in sorted(via.items(), key=lambda kv: -kv[1]))
     ev = f"{checked} shared object(s), {total} needed librar{'y' if total == 1 else 'ies'} found" + (
         f": {how}" if how else "")
     if foreign:
         ev += f"; {foreign} built for another machine, not checked"
-    return CheckResult(cid, title, "ok", "\n".join([ev, *m.notes]), data=data)
+    return CheckResult(cid, title, "ok", "\n".join([ev, *by_package, *m.notes]), data=data)
 
+
+# A warn every miss of which doctor/sharedlibs.toml names optional: by design, the package does without it here.
+_NOT_COUNTED = ("not counted by --strict: every miss is optional by design (doctor/sharedlibs.toml) and absent on "
+                "this host")
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
-        "cache": "via the ldconfig cache", "default": "in the default folders", "path": "by path"}
+        "cache": "via the ldconfig cache", "default": "in the default folders", "path": "by path",
+        "package": "loaded by its package first"}
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
