@@ -28,7 +28,12 @@ def test_get_reads_body_and_reuses_the_connection(served):
     client.get(idx.url)
     # keep-alive: three requests, and the server saw them
     assert idx.hits["/simple/"] == 2
-    assert len(client._idle[("http", "127.0.0.1", int(idx.base.rsplit(":", 1)[1]))]) == 1
+    assert _connections(client, idx.url) == 1
+
+
+def _connections(client: HttpClient, url: str) -> int:
+    """The connections the client's pool for ``url``'s host has opened (urllib3's count)."""
+    return client._router.manager_for(url).connection_from_url(url).num_connections
 
 
 def test_range_request_returns_206_with_only_those_bytes(served):

@@ -1,0 +1,218 @@
+"""wh's HTTP client on urllib3: what urllib3 is given, and the three things wh adds to it.
+
+urllib3 keeps the connections (one pool per host, kept alive), retries connection errors, 429 and
+5xx with backoff and ``Retry-After``, follows redirects and speaks to proxies (CONNECT for https).
+wh adds, at urllib3's public seams:
+
+- routing (``Router``): each hop of a request, redirects included, goes straight or through the
+  proxy the environment names for its URL (``proxy.proxy_for``: https_proxy, no_proxy), with the
+  credentials wh knows for that hop's origin (``credentials``: from URLs, ~/.netrc). urllib3 drops
+  ``Authorization`` on a redirect to another host; the new host gets only its own credentials.
+- deadlines (``deadline``): each attempt's connection hands its socket to the thread's current
+  watch when its request is sent (``_Watched``), so the watchdog can cut a request blocked in its
+  headers; ``_Retry`` never retries a request the watchdog cut (a server that slow is not asked
+  again) and waits at most 60 s for a ``Retry-After``.
+- TLS trust (``tls``): the system store or the named bundle; pip's trusted-host pools unverified.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import urllib.parse
+import warnings
+from typing import Mapping
+
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import InsecureRequestWarning
+from urllib3.util import Retry, make_headers
+
+from .credentials import CredentialStore
+from .proxy import proxy_for
+from .tls import ssl_context
+
+__all__ = ["Router", "Cut", "RETRY_STATUS", "MAX_REDIRECTS", "MAX_RETRY_AFTER", "current"]
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+MAX_REDIRECTS = 10
+MAX_RETRY_AFTER = 60.0  # seconds: a server asking for more is not waited for longer
+
+_local = threading.local()  # .request: (client, watch) of the request this thread is making
+
+
+def current():
+    """(client, watch) of the request this thread is making, or None."""
+    return getattr(_local, "request", None)
+
+
+def set_current(value) -> None:
+    _local.request = value
+
+
+class Cut(OSError):
+    """The watchdog cut this request (``what``: "headers", "interrupted", ...): not retried."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+class _Watched:
+    """A connection whose socket the thread's current watch may cut while it waits for headers."""
+
+    def request(self, *args, **kwargs):
+        req = current()
+        if req is not None:
+            client, watch = req
+            client.requests += 1
+            client._watchdog.restart(watch, self, client.timeout, "headers")  # each attempt: its own deadline
+        super().request(*args, **kwargs)  # type: ignore[misc]
+        if req is not None:
+            req[1].bind()
+
+    def getresponse(self):
+        req = current()
+        if req is not None:
+            req[1].bind()
+        resp = super().getresponse()  # type: ignore[misc]
+        if req is not None:
+            client, watch = req
+            # The caller sets the body's deadline next; a watch cut just as the headers came is a late
+            # answer (no headers in time), not a body that stalled after 0 bytes.
+            if not client._watchdog.extend(watch, client.timeout, "headers"):
+                resp.close()
+                raise OSError("cut as its headers came")
+        return resp
+
+
+class _Conn(_Watched, HTTPConnection):
+    pass
+
+
+class _TLSConn(_Watched, HTTPSConnection):
+    pass
+
+
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = _Conn
+
+
+class _TLSPool(HTTPSConnectionPool):
+    ConnectionCls = _TLSConn
+
+
+_POOLS = {"http": _Pool, "https": _TLSPool}
+
+
+class _Retry(Retry):
+    """urllib3's Retry, except that a request the watchdog cut is not retried, and a Retry-After
+    is honoured up to MAX_RETRY_AFTER seconds."""
+
+    def increment(self, *args, **kwargs):
+        req = current()
+        if req is not None and req[1].expired:
+            raise Cut(req[1].what) from kwargs.get("error")
+        return super().increment(*args, **kwargs)
+
+    def get_retry_after(self, response) -> float | None:
+        seconds = super().get_retry_after(response)
+        return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
+
+
+def retry_policy(retries: int, backoff: float) -> Retry:
+    """Each kind of failure retried ``retries`` times, redirects followed up to MAX_REDIRECTS."""
+    return _Retry(total=None, connect=retries, read=retries, status=retries, other=retries, redirect=MAX_REDIRECTS,
+                  status_forcelist=RETRY_STATUS, backoff_factor=backoff, raise_on_status=False)
+
+
+class _Routed:
+    """A pool manager whose every hop goes to the manager the environment names for its URL."""
+
+    router: "Router"
+
+    def urlopen(self, method, url, redirect=True, **kw):
+        router = self.router
+        url = router.credentials.strip(url)  # a Location with user:password: used for its host, never sent on
+        target = router.manager_for(url)
+        if target is not self:
+            return target.urlopen(method, url, redirect, **kw)
+        kw["headers"] = router.with_credentials(url, kw.get("headers") or {})
+        return super().urlopen(method, url, redirect, **kw)  # type: ignore[misc]
+
+    def connection_from_host(self, host, port=None, scheme="http", pool_kwargs=None):
+        if scheme == "https":
+            pool_kwargs = {**(pool_kwargs or {}), **self.router.tls_for(host or "", port or 443)}
+        return super().connection_from_host(host, port, scheme, pool_kwargs)  # type: ignore[misc]
+
+
+class _Direct(_Routed, urllib3.PoolManager):
+    pass
+
+
+class _Proxied(_Routed, urllib3.ProxyManager):
+    pass
+
+
+class Router:
+    """The pool managers of one client: one direct, one per proxy; created at the first request."""
+
+    def __init__(self, credentials: CredentialStore, timeout: float, trusted) -> None:
+        self.credentials = credentials
+        self.timeout = urllib3.Timeout(connect=timeout, read=timeout)
+        self._trusted = trusted  # (host, port) -> bool: pip's trusted-host
+        self._lock = threading.Lock()
+        self._managers: dict[str | None, urllib3.PoolManager] = {}
+        self._verified: ssl.SSLContext | None = None
+        self._unverified: ssl.SSLContext | None = None
+
+    def manager_for(self, url: str) -> urllib3.PoolManager:
+        proxy = proxy_for(urllib.parse.urlsplit(url))
+        manager = self._managers.get(proxy)
+        if manager is None:
+            with self._lock:
+                manager = self._managers.get(proxy) or self._new_manager(proxy)
+                self._managers[proxy] = manager
+        return manager
+
+    def with_credentials(self, url: str, headers: Mapping[str, str]) -> Mapping[str, str]:
+        """``headers`` with the ``Authorization`` wh knows for ``url``'s origin (unless one is set)."""
+        if any(k.lower() == "authorization" for k in headers):
+            return headers
+        auth = self.credentials.authorization(urllib.parse.urlsplit(url))
+        return {**headers, "Authorization": auth} if auth else headers
+
+    def tls_for(self, host: str, port: int) -> dict:
+        """The pool arguments for https to ``host:port`` (contexts made once: they key the pools)."""
+        with self._lock:
+            if self._trusted(host, port):  # pip's trusted-host: not verified, as pip does
+                if self._unverified is None:
+                    self._unverified = ssl.create_default_context()
+                    self._unverified.check_hostname = False
+                    self._unverified.verify_mode = ssl.CERT_NONE
+                # The user asked for it (trusted-host): urllib3's warning would say it on every connection.
+                warnings.simplefilter("ignore", InsecureRequestWarning)
+                return {"ssl_context": self._unverified, "cert_reqs": "CERT_NONE", "assert_hostname": False}
+            if self._verified is None:
+                self._verified = ssl_context()
+            return {"ssl_context": self._verified}
+
+    def clear(self) -> None:
+        """Close every idle connection (the managers stay usable)."""
+        with self._lock:
+            managers = list(self._managers.values())
+        for m in managers:
+            m.clear()
+
+    def _new_manager(self, proxy: str | None) -> urllib3.PoolManager:
+        kw = {"num_pools": 64, "maxsize": 32, "block": False, "timeout": self.timeout}
+        if proxy is None:
+            manager: urllib3.PoolManager = _Direct(**kw)
+        else:
+            parts = urllib3.util.parse_url(proxy)
+            headers = make_headers(proxy_basic_auth=urllib.parse.unquote(parts.auth)) if parts.auth else None
+            manager = _Proxied(parts._replace(auth=None).url, proxy_headers=headers, **kw)
+        manager.pool_classes_by_scheme = _POOLS
+        manager.router = self  # type: ignore[attr-defined]
+        return manager
