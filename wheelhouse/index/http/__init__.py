@@ -29,6 +29,7 @@ from .cache import NotCached, get_cached as _get_cached
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
+from .resolver import HostResolver
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .transport import Cut, Router, retry_policy, set_current
 
@@ -54,6 +55,7 @@ class HttpClient:
         self.backoff = backoff
         self.timeout = timeout
         self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
+        self.resolver = HostResolver()  # one getaddrinfo per (host, port) for this client's life
         self._router = Router(self.credentials, timeout, self._is_trusted)
         self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)

@@ -17,6 +17,7 @@ wh adds, at urllib3's public seams:
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 import threading
 import urllib.parse
@@ -26,7 +27,7 @@ from typing import Mapping
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import InsecureRequestWarning
+from urllib3.exceptions import ConnectTimeoutError, InsecureRequestWarning, NameResolutionError
 from urllib3.util import Retry, make_headers
 
 from .credentials import CredentialStore
@@ -60,7 +61,36 @@ class Cut(OSError):
 
 
 class _Watched:
-    """A connection whose socket the thread's current watch may cut while it waits for headers."""
+    """A connection whose socket the thread's current watch may cut while it waits for headers, and
+    whose host name is resolved through its client's ``HostResolver`` (once per client)."""
+
+    def connect(self):
+        req = current()
+        name = self.host  # type: ignore[has-type]
+        if req is None or _is_address(name):
+            return super().connect()  # type: ignore[misc]
+        resolver, port = req[0].resolver, self.port  # type: ignore[attr-defined]
+        if getattr(self, "server_hostname", "") is None:
+            self.server_hostname = name  # TLS: SNI and the certificate check use the name, not the address
+        try:
+            found = resolver.addresses(name, port)
+        except OSError as exc:
+            raise NameResolutionError(name, self, exc) from exc  # type: ignore[arg-type]
+        errors: list[Exception] = []
+        for info in found:
+            self.host = info[4][0]  # the TCP connect goes to this address...
+            try:
+                super().connect()  # type: ignore[misc]
+            except ConnectTimeoutError as exc:  # (and NewConnectionError, its subclass): the next address
+                errors.append(exc)
+                continue
+            finally:
+                self.host = name  # ...and the Host header, messages and the pool key keep the name
+            if errors:
+                resolver.prefer(name, port, info[4][0])
+            return None
+        resolver.forget(name, port)  # every address refused: asked again next time
+        raise errors[-1]
 
     def request(self, *args, **kwargs):
         req = current()
@@ -85,6 +115,14 @@ class _Watched:
                 resp.close()
                 raise OSError("cut as its headers came")
         return resp
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 class _Conn(_Watched, HTTPConnection):
