@@ -124,8 +124,8 @@ class HttpClient:
             yield stream
         finally:
             self._watchdog.unwatch(watch)
-            if not (body.done and not watch.expired):
-                resp.close()  # the connection is not kept: unread bytes, a cut, an error
+            if not body.done or body.unpooled or watch.expired:
+                resp.close()  # the connection is not kept: unread bytes, a cut, an error, read past urllib3
             resp.release_conn()
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
