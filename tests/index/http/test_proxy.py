@@ -184,19 +184,24 @@ def test_a_no_proxy_host_is_asked_directly(proxy, monkeypatch):
 
 
 def test_https_goes_through_a_connect_tunnel_with_tls_and_credentials_end_to_end(proxy, tls_index, pki, monkeypatch):
-    def no_lookup(host, *a, **kw):  # the index host is the proxy's to resolve, never wh's
+    lookups = []
+
+    def lookup(host, port, *a, **kw):  # the index host is the proxy's to resolve, never wh's
         if host == "index.test":
             raise AssertionError("wh looked up the index host behind a proxy")
-        return real(host, *a, **kw)
+        if host != "127.0.0.1":  # (the test proxy's own connection, and the address wh connects to)
+            lookups.append(host)
+        return real("127.0.0.1" if host == "proxy.test" else host, port, *a, **kw)
 
     real = socket.getaddrinfo
-    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
-    monkeypatch.setenv("https_proxy", proxy.url.replace("http://", "http://puser:pp%40ss@"))
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setenv("https_proxy", proxy.url.replace("http://127.0.0.1", "http://puser:pp%40ss@proxy.test"))
     monkeypatch.setenv("WH_CA_BUNDLE", str(pki / "ca.pem"))
     client = HttpClient(retries=0)
     for _ in range(2):
         resp = client.get(f"https://alice:s3cret@index.test:{tls_index.port}/simple/")
         assert resp.body == b"secure" and "s3cret" not in resp.url
+    assert lookups == ["proxy.test"]  # the proxy's name, once; TLS inside the tunnel checks index.test
     [(method, target, headers)] = proxy.seen  # one tunnel, kept alive for the second request
     assert method == "CONNECT" and target == f"index.test:{tls_index.port}"
     assert headers["proxy-authorization"] == "Basic " + base64.b64encode(b"puser:pp@ss").decode()

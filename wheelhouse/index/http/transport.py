@@ -67,11 +67,14 @@ class _Watched:
     def connect(self):
         req = current()
         name = self.host  # type: ignore[has-type]
-        if req is None or _is_address(name):
-            return super().connect()  # type: ignore[misc]
+        proxy = getattr(self, "proxy", None)
+        if req is None or _is_address(name) or (proxy is not None and proxy.scheme == "https"):
+            return super().connect()  # type: ignore[misc]  # (TLS to an https proxy checks its name: not here)
         resolver, port = req[0].resolver, self.port  # type: ignore[attr-defined]
-        if getattr(self, "server_hostname", "") is None:
-            self.server_hostname = name  # TLS: SNI and the certificate check use the name, not the address
+        if proxy is None and getattr(self, "server_hostname", "") is None:
+            # TLS: SNI and the certificate check use the name, not the address (through a CONNECT
+            # tunnel urllib3 uses the tunnel's host: left alone).
+            self.server_hostname = name
         try:
             found = resolver.addresses(name, port)
         except OSError as exc:
