@@ -31,7 +31,7 @@ from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .resolver import HostResolver
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .transport import Cut, Router, retry_policy, set_current
+from .transport import Cut, Router, retry_policy, set_current, take_raw
 
 __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
@@ -112,20 +112,20 @@ class HttpClient:
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
         if self.offline:  # --offline: nothing leaves this machine; what is not cached is named
             raise NotCached(url)
-        resp, final, watch = self._open(url, hdrs)
+        resp, final, watch, raw = self._open(url, hdrs)
         window = stall_seconds()
         if whole:
             watch.set(body_deadline(), "body")
         else:
             watch.set(window, "stalled")
-        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason)
+        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason, raw)
         stream = _SocketStream(final, resp.status, Headers(resp.headers.items()), body)
         try:
             yield stream
         finally:
             self._watchdog.unwatch(watch)
-            if not body.done or body.unpooled or watch.expired:
-                resp.close()  # the connection is not kept: unread bytes, a cut, an error, read past urllib3
+            if not body.done or watch.expired:
+                resp.close()  # the connection is not kept: unread bytes, a cut, an error
             resp.release_conn()
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
@@ -155,7 +155,7 @@ class HttpClient:
 
     def _open(self, url: str, headers: dict[str, str]):
         """Send the request (urllib3 follows redirects and retries); returns (response, final url,
-        watch) for a 2xx or 304, else raises HttpError."""
+        watch, the http.client response under it) for a 2xx or 304, else raises HttpError."""
         try:
             watch = self._watchdog.watch(None, self.timeout, "headers")
         except InterruptedError as exc:  # aborted (Ctrl-C): no new request starts
@@ -173,7 +173,7 @@ class HttpClient:
         final = _final_url(url, resp)
         status = resp.status
         if 200 <= status < 300 or status == 304:
-            return resp, self.credentials.strip(final), watch
+            return resp, self.credentials.strip(final), watch, take_raw()
         self._watchdog.unwatch(watch)
         resp.close()
         resp.release_conn()

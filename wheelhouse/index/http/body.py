@@ -5,18 +5,17 @@ Both hand out what has arrived (at most one socket read per step, ``read1``), so
 every byte received even if the process dies before a larger block is full; both feed the stall
 watch and turn a dropped or cut connection into HttpError with ``received`` set, for resuming.
 ``into`` exists for the big downloads: one buffer, handed out as a view every ~1 MiB or
-``seconds``, so the caller makes one write and one hash update per batch. A body of known length
-with more than DIRECT_MIN bytes left is read from its connection's socket itself (``recv_into``
-into the buffer) once the response's buffered reader has handed over what it read ahead with the
-headers: urllib3 and http.client add four Python frames, a ``bytes`` object and a copy per 16 KiB
-TLS record, about 0.5 s of CPU per GB on this machine. Such a connection is closed afterwards
-(urllib3 did not see its bytes), which costs one TLS handshake per big body.
+``seconds``, so the caller makes one write and one hash update per batch. A plain body (a
+Content-Length, not chunked) is read by the http.client response under urllib3's
+(``transport.RawResponse``): from its socket itself (``recv_into`` into the buffer) once its
+buffered reader has handed over what it read ahead with the headers. Through urllib3's ``read1``
+each 16 KiB TLS record costs four more Python frames, a ``bytes`` object and a copy: 0.5-0.7 s of
+CPU per GB here (paired, loopback TLS).
 """
 
 from __future__ import annotations
 
 import http.client
-import io
 import time
 from typing import Callable, Iterator
 
@@ -24,18 +23,19 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from .messages import HttpError
 
-__all__ = ["BodyReader", "READ_ERRORS", "DIRECT_MIN"]
+__all__ = ["BodyReader", "READ_ERRORS"]
 
 READ_ERRORS = (OSError, http.client.HTTPException, Urllib3Error, ValueError)
-DIRECT_MIN = 4 << 20  # a body with more left than this is read from the socket itself (see the module's docstring)
 
 
 class BodyReader:
     """The body of one open response. ``done``: read to its end and complete (its connection is
     back in its pool)."""
 
-    def __init__(self, resp, url: str, watch, window: float, whole: bool, reason: Callable[[object, int], str]):
+    def __init__(self, resp, url: str, watch, window: float, whole: bool, reason: Callable[[object, int], str],
+                 raw=None):
         self.resp = resp
+        self.raw = raw  # the http.client response under ``resp`` (transport.RawResponse), for ``into``
         self.url = url
         self.watch = watch
         self.window = window  # the stall window, for a streamed body
@@ -43,7 +43,6 @@ class BodyReader:
         self.reason = reason  # (watch, received) -> why a deadline cut the body
         self.received = 0
         self.done = False
-        self.unpooled = False  # read from the socket past urllib3: its connection is not kept
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """The body in blocks of at most ``size`` bytes, each as it arrived."""
@@ -66,18 +65,11 @@ class BodyReader:
         batch began (the view is valid until the next step: write and hash it before asking on).
         Stops after ``limit`` bytes; a body that breaks off hands out what arrived, then raises."""
         view = memoryview(buf)
-        length = self._plain_length()
-        sock = self._socket() if length is not None and length - self.received > DIRECT_MIN else None
-        drain = 4 * io.DEFAULT_BUFFER_SIZE  # (the response's buffered reader holds at most one buffer)
-        read = self._read1_into
+        plain = self._plain_length() is not None and self.raw is not None and self.raw.length is not None
+        read = self.raw.read_plain_into if plain else self._read1_into
         ended = False
         while not ended and (limit is None or self.received < limit):
             room = len(buf) if limit is None else min(len(buf), limit - self.received)
-            if length is not None:
-                room = min(room, length - self.received)  # never past the body's end
-                if room <= 0:
-                    ended = True
-                    break
             n, since, broken = 0, time.monotonic(), None
             try:
                 while n < room:
@@ -85,10 +77,6 @@ class BodyReader:
                     if not got:
                         ended = True
                         break
-                    if sock is not None and read is not sock.recv_into and room - n >= drain:
-                        # That read1 asked for more than the buffered reader can hold: it handed over
-                        # all it had read ahead with the headers, so the socket holds the rest.
-                        read, self.unpooled = sock.recv_into, True
                     n += got
                     if time.monotonic() - since >= seconds:
                         break
@@ -101,13 +89,11 @@ class BodyReader:
             if broken is not None:
                 raise self._broken(broken) from broken
         if not ended:
-            # ``limit`` reached. A body that ends there is complete (its connection goes back to its
-            # pool: a range ends exactly at its limit); more bytes are excess: the connection is not
-            # kept, and an error now costs only that: every byte wanted arrived.
-            if length is not None:
-                return  # (a body of known length that ends at the limit ended above)
+            # ``limit`` reached. Read the body's end: a response read to its end leaves its connection
+            # in the keep-alive pool (a range ends exactly at its limit). More bytes are excess: the
+            # connection is not kept, and an error now costs only that: every byte wanted arrived.
             try:
-                if self.resp.read1(1):
+                if read(view[:1]):
                     return
             except READ_ERRORS:
                 return
@@ -128,10 +114,6 @@ class BodyReader:
         if length is None or not length.isdigit() or "chunked" in headers.get("Transfer-Encoding", "").lower():
             return None
         return None if headers.get("Content-Encoding") else int(length)
-
-    def _socket(self):
-        """The socket of the response's connection (None for one read through other layers)."""
-        return getattr(self.resp.connection, "sock", None)
 
     def _broken(self, exc: BaseException) -> HttpError:
         status = self.resp.status

@@ -17,6 +17,8 @@ wh adds, at urllib3's public seams:
 
 from __future__ import annotations
 
+import http.client
+import io
 import ipaddress
 import ssl
 import threading
@@ -34,7 +36,7 @@ from .credentials import CredentialStore
 from .proxy import proxy_for
 from .tls import ssl_context
 
-__all__ = ["Router", "Cut", "RETRY_STATUS", "MAX_REDIRECTS", "MAX_RETRY_AFTER", "current"]
+__all__ = ["Router", "Cut", "RawResponse", "take_raw", "RETRY_STATUS", "MAX_REDIRECTS", "MAX_RETRY_AFTER", "current"]
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_REDIRECTS = 10
@@ -60,9 +62,47 @@ class Cut(OSError):
         self.what = what
 
 
+class RawResponse(http.client.HTTPResponse):
+    """http.client's response (urllib3 reads it), which can also read a plain body into a caller's
+    buffer with one ``recv_into`` per TLS record (``read_plain_into``)."""
+
+    def __init__(self, sock, *args, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.sock = sock
+        self._direct = False  # the buffered reader has handed over what it read ahead: the socket itself
+        _local.raw = self  # (the last one made on this thread is the answer urllib3 hands back)
+
+    def read_plain_into(self, view: memoryview) -> int:
+        """At most one read of a plain body (a Content-Length, not chunked) into ``view``; 0 at its end
+        or when the connection closed. Once the body is read whole the response is closed, which leaves
+        its connection fit for the next request (keep-alive), as ``read`` would."""
+        want = min(len(view), self.length or 0) if self.fp is not None else 0
+        if not want:
+            got = 0
+        elif self._direct:
+            got = self.sock.recv_into(view[:want])
+        else:
+            got = self.fp.readinto1(view[:want])
+            # A readinto1 longer than the buffered reader's buffer empties it: the rest is on the socket.
+            self._direct = want > 2 * io.DEFAULT_BUFFER_SIZE
+        if self.length is not None:
+            self.length -= got
+        if not got or not self.length:
+            self.close()
+        return got
+
+
+def take_raw() -> RawResponse | None:
+    """The http.client response last made on this thread (read once)."""
+    raw, _local.raw = getattr(_local, "raw", None), None
+    return raw
+
+
 class _Watched:
     """A connection whose socket the thread's current watch may cut while it waits for headers, and
     whose host name is resolved through its client's ``HostResolver`` (once per client)."""
+
+    response_class = RawResponse
 
     def connect(self):
         req = current()
