@@ -32,3 +32,21 @@ def test_no_import_of_wh_itself_is_guarded():
             if own:
                 bad.append(f"{path.relative_to(root.parent)}:{line} guards {', '.join(own)}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_box_side_commands_load_no_http_client():
+    """DESIGN.md: nothing on the box side imports what can open a socket to a remote host. `wh install`
+    and `wh doctor` (run through the real entry point, so every module their commands load is loaded)
+    import neither urllib3 nor wh's own HTTP client (wheelhouse.index.http)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom wheelhouse.cli import main\n"
+            "for cmd in (['install', '--help'], ['doctor', '--help']):\n"
+            "    try:\n        main(cmd)\n    except SystemExit:\n        pass\n"
+            "import wheelhouse.install, wheelhouse.install.wheel, wheelhouse.doctor, wheelhouse.cli.install, "
+            "wheelhouse.cli.doctor\n"
+            "print([m for m in sys.modules if m.split('.')[0] in ('urllib3', 'requests') "
+            "or m.startswith('wheelhouse.index.http')], file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr

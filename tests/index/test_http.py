@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +29,12 @@ def test_get_reads_body_and_reuses_the_connection(served):
     client.get(idx.url)
     # keep-alive: three requests, and the server saw them
     assert idx.hits["/simple/"] == 2
-    assert len(client._idle[("http", "127.0.0.1", int(idx.base.rsplit(":", 1)[1]))]) == 1
+    assert _connections(client, idx.url) == 1
+
+
+def _connections(client: HttpClient, url: str) -> int:
+    """The connections the client's pool for ``url``'s host has opened (urllib3's count)."""
+    return client._router.manager_for(url).connection_from_url(url).num_connections
 
 
 def test_range_request_returns_206_with_only_those_bytes(served):
@@ -211,3 +217,94 @@ def test_a_proxy_from_the_environment_is_used_with_the_credentials(served, monke
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers from ``script``: path -> (status, headers, body); records (path, headers)."""
+
+    protocol_version = "HTTP/1.1"
+    script: dict = {}
+    seen: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        type(self).seen.append((self.path, dict(self.headers.items())))
+        status, headers, body = type(self).script[self.path]
+        if callable(body):
+            status, headers, body = body(len(type(self).seen))
+        self.send_response(status)
+        for k, v in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _recorder(script: dict):
+    handler = type("R", (_Recorder,), {"script": script, "seen": []})
+    return _serve(handler), handler
+
+
+def test_a_redirect_to_another_host_drops_the_credentials_and_keeps_them_on_the_same_host(tmp_path, monkeypatch):
+    import base64
+
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    other, other_seen = _recorder({"/x.whl": (200, {}, b"wheel")})
+    origin, origin_seen = _recorder({})
+    other_url = f"http://127.0.0.1:{other.server_address[1]}/x.whl"  # another port: another origin
+    origin_seen.script.update({"/a": (302, {"Location": "/b"}, b""), "/b": (301, {"Location": other_url}, b"")})
+    try:
+        base = f"http://bob:hunter2@127.0.0.1:{origin.server_address[1]}"
+        resp = HttpClient(retries=0).get(base + "/a")
+        assert resp.body == b"wheel" and resp.url == other_url  # the final URL, without credentials
+        auth = "Basic " + base64.b64encode(b"bob:hunter2").decode()
+        assert [(p, h.get("Authorization")) for p, h in origin_seen.seen] == [("/a", auth), ("/b", auth)]
+        assert [p for p, _ in other_seen.seen] == ["/x.whl"] and "Authorization" not in other_seen.seen[0][1]
+    finally:
+        for srv in (origin, other):
+            srv.shutdown()
+            srv.server_close()
+
+
+def test_a_redirect_loop_is_an_http_error():
+    srv, seen = _recorder({"/loop": (302, {"Location": "/loop"}, b"")})
+    try:
+        with pytest.raises(HttpError, match="too many redirects"):
+            HttpClient(retries=0).get(f"http://127.0.0.1:{srv.server_address[1]}/loop")
+        assert len(seen.seen) == 11  # the first request and ten redirects
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_waited_for_then_the_request_succeeds(status):
+    def answer(n):
+        return (status, {"Retry-After": "1"}, b"slow down") if n == 1 else (200, {}, b"ok")
+
+    srv, seen = _recorder({"/x": (0, {}, answer)})
+    try:
+        t0 = time.monotonic()
+        resp = HttpClient(retries=2, backoff=0.01).get(f"http://127.0.0.1:{srv.server_address[1]}/x")
+        assert resp.body == b"ok" and len(seen.seen) == 2
+        assert 1.0 <= time.monotonic() - t0 < 5  # the server's second, not the 0.01 s backoff
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_retry_after_of_an_hour_is_waited_for_at_most_the_cap(monkeypatch):
+    from wheelhouse.index.http import transport
+
+    monkeypatch.setattr(transport, "MAX_RETRY_AFTER", 0.5)
+    srv, seen = _recorder({"/x": (429, {"Retry-After": "3600"}, b"")})
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(HttpError) as err:
+            HttpClient(retries=1, backoff=0.01).get(f"http://127.0.0.1:{srv.server_address[1]}/x")
+        assert err.value.status == 429 and len(seen.seen) == 2
+        assert 0.5 <= time.monotonic() - t0 < 3
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -137,7 +137,7 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
                             bootstrap=True))
     boot = out / "bootstrap"
     names = {p.name.split("-")[0].lower() for p in boot.glob("*.whl")}
-    assert {"wh", "click", "rich", "packaging", "resolvelib", "tomli_w"} <= names
+    assert {"wh", "click", "rich", "packaging", "resolvelib", "tomli_w", "urllib3"} <= names
     assert "app" not in names  # the stack's lock and the bootstrap are kept apart
     lock = read_pylock(boot)
     assert {f.name for f in lock.files} >= {"wh", "click"} and all(len(f.sha256) == 64 for f in lock.files)

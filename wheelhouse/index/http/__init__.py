@@ -1,19 +1,14 @@
-"""A small HTTP client for index pages, metadata and wheels: stdlib only, thread-safe.
+"""wh's HTTP client for index pages, metadata and wheels: urllib3, plus what is wh's. Thread-safe.
 
-Why not plain ``urllib.request.urlopen``: it opens a new TCP (and TLS) connection
-for every request, and resolution makes hundreds of small requests to one host.
-Here connections are kept alive and reused per host (``http.client``), each host
-name is resolved once per client (``resolver``: a burst of parallel connections makes
-one DNS query), requests
-are retried with exponential backoff on connection errors, 5xx and 429, and
-``file://`` URLs work the same way (including ``Range``), so find-links folders
-and local indexes need no special casing. When the environment names a proxy
-for a host, the request goes through ``urllib.request`` (``proxy``).
+urllib3 keeps the connections alive (one pool per host), retries connection errors, 429 and 5xx
+with backoff and ``Retry-After``, follows redirects and speaks to proxies, CONNECT included
+(``transport``: the seams where wh plugs into it). ``file://`` URLs work the same way (including
+``Range``), so find-links folders and local indexes need no special casing.
 
-A hostile or broken server cannot hold wh: every request has deadlines (``deadline``), and
-what is read whole (pages, metadata) is size-bounded. Credentials in a URL are kept in memory
-for its host (``credentials``) and never appear in a URL this client hands back.
-
+What is wh's: a hostile or broken server cannot hold wh: every request has deadlines
+(``deadline``: a watchdog cuts the socket of a request past its deadline), and what is read whole
+(pages, metadata) is size-bounded. Credentials in a URL are kept in memory for its host
+(``credentials``, with ~/.netrc) and never appear in a URL this client hands back.
 ``get_cached`` adds an on-disk cache with ETag / Last-Modified revalidation, for index pages
 (``cache``). The response types live in ``messages``, reading a streamed body (blocks, or into a
 caller's reused buffer) in ``body``, TLS trust in ``tls``, ``file://`` in ``file_url``.
@@ -22,45 +17,31 @@ caller's reused buffer) in ``body``, TLS trust in ``tls``, ``file://`` in ``file
 from __future__ import annotations
 
 import contextlib
-import http.client
-import ssl
-import threading
-import time
-import weakref
 import urllib.parse
+import weakref
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from .body import BodyReader
+from urllib3.exceptions import MaxRetryError
+
+from .body import READ_ERRORS, BodyReader
+from .cache import NotCached, get_cached as _get_cached
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
-from .proxy import proxy_for, via_urllib
 from .resolver import HostResolver
 from wheelhouse.tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .cache import NotCached, get_cached as _get_cached
+from .transport import Cut, Router, retry_policy, set_current, take_raw
 
 __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
-_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_MAX_REDIRECTS = 10
-
-
-def _unverified() -> ssl.SSLContext:
-    """TLS without certificate checks: only for a host the user's pip configuration trusts (trusted-host)."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
 
 class HttpClient:
-    """GET over http(s) and file://, with keep-alive, retries and an optional page cache.
+    """GET over http(s) and file://, with keep-alive, retries, deadlines and an optional page cache.
 
-    Safe to share between threads: each request takes its own connection from a
-    per-host pool and gives it back when the body has been read.
+    Safe to share between threads: each request takes its own connection from a per-host pool
+    and gives it back when the body has been read.
     """
 
     def __init__(self, cache_dir: Path | None = None, retries: int = 4, backoff: float = 0.5, timeout: float = 60.0,
@@ -74,15 +55,13 @@ class HttpClient:
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
-        self._lock = threading.Lock()
-        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
-        self._ssl: ssl.SSLContext | None = None
-        self.resolver = HostResolver()  # one getaddrinfo per (host, port) for this client's life
         self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
+        self.resolver = HostResolver()  # one getaddrinfo per (host, port) for this client's life
+        self._router = Router(self.credentials, timeout, self._is_trusted)
         self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)
         # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
-        weakref.finalize(self, _close_pool, self._idle)
+        weakref.finalize(self, self._router.clear)
 
     def __enter__(self) -> "HttpClient":
         return self
@@ -134,27 +113,21 @@ class HttpClient:
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
         if self.offline:  # --offline: nothing leaves this machine; what is not cached is named
             raise NotCached(url)
-        conn, resp, final, watch = self._open(url, hdrs)
+        resp, final, watch, raw = self._open(url, hdrs)
         window = stall_seconds()
         if whole:
             watch.set(body_deadline(), "body")
         else:
             watch.set(window, "stalled")
-        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason,
-                          conn.sock if conn is not None else None)
-        stream = _SocketStream(final, resp.status, Headers(resp.getheaders()), body)
+        body = BodyReader(resp, final, watch, window, whole, self._deadline_reason, raw)
+        stream = _SocketStream(final, resp.status, Headers(resp.headers.items()), body)
         try:
             yield stream
         finally:
             self._watchdog.unwatch(watch)
-            if body.done and not resp.will_close and conn is not None and not watch.expired:
-                self._release(conn)
-            else:
-                with contextlib.suppress(Exception):
-                    resp.close()
-                if conn is not None:
-                    conn.close()
-
+            if not body.done or watch.expired:
+                resp.close()  # the connection is not kept: unread bytes, a cut, an error
+            resp.release_conn()
 
     def get_cached(self, url: str, headers: Mapping[str, str] | None = None, *, max_age: float = 600.0,
                    defer_body: bool = False, extra=None) -> Response:
@@ -167,33 +140,11 @@ class HttpClient:
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
                            offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
 
-
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""
-        with self._lock:
-            _close_pool(self._idle)
+        self._router.clear()
 
-    # --- connections --------------------------------------------------------------------
-    def _conn_key(self, parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return parts.scheme, parts.hostname or "", port
-
-    def _acquire(self, key: tuple[str, str, int]) -> tuple[http.client.HTTPConnection, bool]:
-        with self._lock:
-            pool = self._idle.get(key)
-            if pool:
-                return pool.pop(), True
-        return self._acquire_new(key), False
-
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        key = (("https" if isinstance(conn, http.client.HTTPSConnection) else "http"), conn.host, conn.port)
-        with self._lock:
-            pool = self._idle.setdefault(key, [])
-            if len(pool) < 32:
-                pool.append(conn)
-                return
-        conn.close()
-
+    # --- requests -----------------------------------------------------------------------
     def _deadline_reason(self, watch, received: int) -> str:
         if watch.what == "interrupted":
             return watch.what
@@ -204,103 +155,40 @@ class HttpClient:
         return f"the download stalled: less than 16 KiB in {stall_seconds():g} s (WH_HTTP_STALL) after {received} bytes"
 
     def _open(self, url: str, headers: dict[str, str]):
-        """Send the request, following redirects and retrying; returns (conn, response, final url, watch)."""
-        attempt = 0
-        redirects = 0
-        while True:
-            parts = urllib.parse.urlsplit(url)
-            try:
-                conn, resp, watch = self._request_once(parts, headers)
-            except (OSError, http.client.HTTPException) as exc:
-                if self._watchdog.aborted:
-                    raise HttpError(url, None, "interrupted") from exc
-                if isinstance(exc, _HeadersDeadline):  # a server this slow is not retried
-                    raise HttpError(url, None, f"no response headers within {self.timeout:g} s") from exc
-                if attempt >= self.retries:
-                    raise HttpError(url, None, str(exc) or type(exc).__name__) from exc
-                self._sleep(attempt, None)
-                attempt += 1
-                continue
-            status = resp.status
-            if status in _REDIRECTS and resp.getheader("Location"):
-                location = urllib.parse.urljoin(url, resp.getheader("Location"))
-                self._discard(conn, resp, watch)
-                redirects += 1
-                if redirects > _MAX_REDIRECTS:
-                    raise HttpError(url, status, "too many redirects")
-                url = self.credentials.strip(location)
-                continue
-            if 200 <= status < 300 or status == 304:
-                return conn, resp, url, watch
-            reason = resp.reason
-            retry_after = resp.getheader("Retry-After")
-            self._discard(conn, resp, watch)
-            if status in _RETRY_STATUS and attempt < self.retries:
-                self._sleep(attempt, retry_after)
-                attempt += 1
-                continue
-            raise HttpError(url, status, reason)
-
-    def _request_once(self, parts: urllib.parse.SplitResult, headers: dict[str, str]):
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        hdrs = dict(headers)
-        if "Authorization" not in hdrs:
-            auth = self.credentials.authorization(parts)
-            if auth is not None:
-                hdrs["Authorization"] = auth
-        if proxy_for(parts):
-            self.requests += 1
-            resp = via_urllib(parts, hdrs, self.timeout, self._ssl_or_new(), self.resolver)
+        """Send the request (urllib3 follows redirects and retries); returns (response, final url,
+        watch, the http.client response under it) for a 2xx or 304, else raises HttpError."""
+        try:
             watch = self._watchdog.watch(None, self.timeout, "headers")
-            return None, resp, watch
-        self.requests += 1
-        key = self._conn_key(parts)
-        conn, was_idle = self._acquire(key)
-        while True:
-            resp = None
-            try:
-                watch = self._watchdog.watch(conn, self.timeout, "headers")
-            except InterruptedError:  # aborted (Ctrl-C): no new request starts
-                conn.close()
-                raise
-            try:
-                if conn.sock is None:
-                    conn.connect()
-                watch.bind()
-                conn.request("GET", path, headers=hdrs)
-                resp = conn.getresponse()
-                # The caller sets the body's deadline next; a watch the watchdog cut just as the headers came
-                # is a late answer, not a body that stalled after 0 bytes.
-                if not self._watchdog.extend(watch, self.timeout, "headers"):
-                    raise OSError("cut as its headers came")
-                return conn, resp, watch
-            except BaseException as exc:
-                # A response that will close owns the socket (http.client hands it over): closing the
-                # connection alone leaves its descriptor to the garbage collector.
-                if resp is not None:
-                    with contextlib.suppress(Exception):
-                        resp.close()
-                conn.close()
-                self._watchdog.unwatch(watch)
-                if not isinstance(exc, (OSError, http.client.HTTPException)):
-                    raise
-                if watch.expired:
-                    raise _HeadersDeadline(watch.what) from exc
-                if not was_idle:
-                    raise
-            # A kept-alive connection the server had already closed: once more on a fresh one.
-            conn, was_idle = self._acquire_new(key), False
+        except InterruptedError as exc:  # aborted (Ctrl-C): no new request starts
+            raise HttpError(url, None, "interrupted") from exc
+        set_current((self, watch))
+        try:
+            resp = self._router.manager_for(url).urlopen(
+                "GET", url, headers=headers, retries=retry_policy(self.retries, self.backoff), preload_content=False,
+                decode_content=False, enforce_content_length=False)
+        except (MaxRetryError, Cut, *READ_ERRORS) as exc:
+            self._watchdog.unwatch(watch)
+            raise self._failed(url, exc, watch) from exc
+        finally:
+            set_current(None)
+        final = _final_url(url, resp)
+        status = resp.status
+        if 200 <= status < 300 or status == 304:
+            return resp, self.credentials.strip(final), watch, take_raw()
+        self._watchdog.unwatch(watch)
+        resp.close()
+        resp.release_conn()
+        raise HttpError(self.credentials.strip(final), status, resp.reason or "")
 
-    def _acquire_new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
-        scheme, host, port = key
-        if scheme == "https":
-            ctx = _unverified() if self._is_trusted(host, port) else self._ssl_or_new()
-            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=ctx)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
-        return self.resolver.attach(conn)  # the name is resolved once; TLS still checks the name
+    def _failed(self, url: str, exc: BaseException, watch) -> HttpError:
+        reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+        if self._watchdog.aborted:
+            return HttpError(url, None, "interrupted")
+        if isinstance(exc, Cut) or watch.expired:  # a server this slow is not retried
+            return HttpError(url, None, self._deadline_reason(watch, 0))
+        if isinstance(exc, MaxRetryError) and "redirect" in str(reason):
+            return HttpError(url, None, "too many redirects")
+        return HttpError(url, None, str(reason) or type(reason).__name__)
 
     def _is_trusted(self, host: str, port: int) -> bool:
         if self._trusted is None:
@@ -309,48 +197,24 @@ class HttpClient:
             self._trusted = frozenset(read_pip_index_config().trusted_hosts)
         return host in self._trusted or f"{host}:{port}" in self._trusted
 
-    def _ssl_or_new(self):
-        with self._lock:
-            if self._ssl is None:
-                self._ssl = ssl_context()
-            return self._ssl
 
-    def _discard(self, conn, resp, watch) -> None:
-        with contextlib.suppress(Exception):
-            resp.read(max_body_bytes())  # an error page is bounded too
-            resp.close()
-        self._watchdog.unwatch(watch)
-        if conn is not None:
-            conn.close()
-
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = self.backoff * (2**attempt)
-        if retry_after and retry_after.isdigit():
-            delay = max(delay, min(float(retry_after), 60.0))
-        time.sleep(delay)
+def _final_url(url: str, resp) -> str:
+    """The URL a response came from: the last redirect's target, else ``url``."""
+    for hop in resp.retries.history if resp.retries is not None else ():
+        if hop.redirect_location:
+            url = urllib.parse.urljoin(hop.url, hop.redirect_location)
+    return url
 
 
 class _SocketStream(StreamResponse):
-    """A response read from a socket: its body also fills a caller's buffer (``batches_into``)."""
+    """A response read from a connection: its body also fills a caller's buffer (``batches_into``)."""
 
     def __init__(self, url: str, status: int, headers: Headers, body: BodyReader):
         super().__init__(url, status, headers, body.chunks)  # type: ignore[arg-type]
         self._body = body
 
     def batches_into(self, buf: bytearray, limit: int | None = None, seconds: float = 0.05) -> Iterator[memoryview]:
-        """The body read into ``buf`` (one reused buffer, no object per socket read), handed out as
+        """The body read into ``buf`` (one reused buffer), handed out as
         views when full or ``seconds`` after each batch began, up to ``limit`` bytes; each view is
         valid until the next step (``body.BodyReader.into``)."""
         return self._body.into(buf, limit, seconds)
-
-
-class _HeadersDeadline(OSError):
-    """The watchdog cut a request that had no response headers in time."""
-
-
-def _close_pool(idle: dict) -> None:
-    conns = [c for pool in idle.values() for c in pool]
-    idle.clear()
-    for c in conns:
-        with contextlib.suppress(Exception):
-            c.close()

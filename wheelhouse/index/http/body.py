@@ -1,39 +1,41 @@
-"""Reading a streamed response's body: blocks as they arrive, or into the caller's reused buffer.
+"""Reading a streamed response's body (urllib3's, raw: no decoding): blocks as they arrive, or
+into the caller's reused buffer.
 
-Both hand out what has arrived (at most one socket read per step), so a writer keeps every byte
-received even if the process dies before a larger block is full; both feed the stall watch and
-turn a dropped or cut connection into HttpError with ``received`` set, for resuming.
-
-``into`` exists for the big downloads: a TLS socket hands out one record (<= 16 KiB) per read, and
-``chunks`` makes a new ``bytes`` object of each, which the caller then gathers. ``into`` reads them
-straight into one buffer, handed out as a view every ~1 MiB or ``seconds``: one write and one hash
-update per batch, no per-record objects. Once the response's buffered reader has handed over what it
-read ahead with the headers, the records are read from the socket itself (``socket.recv_into``): the
-buffered reader and its ``SocketIO`` add a Python frame and a C layer per record for nothing, and
-skipping them cut a 1.5 GB download's CPU by ~0.5 s (user 1.85 -> 1.58 s, system 1.63 -> 1.38 s).
+Both hand out what has arrived (at most one socket read per step, ``read1``), so a writer keeps
+every byte received even if the process dies before a larger block is full; both feed the stall
+watch and turn a dropped or cut connection into HttpError with ``received`` set, for resuming.
+``into`` exists for the big downloads: one buffer, handed out as a view every ~1 MiB or
+``seconds``, so the caller makes one write and one hash update per batch. A plain body (a
+Content-Length, not chunked) is read by the http.client response under urllib3's
+(``transport.RawResponse``): from its socket itself (``recv_into`` into the buffer) once its
+buffered reader has handed over what it read ahead with the headers. Through urllib3's ``read1``
+each 16 KiB TLS record costs four more Python frames, a ``bytes`` object and a copy: 0.5-0.7 s of
+CPU per GB here (paired, loopback TLS).
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import io
 import time
 from typing import Callable, Iterator
 
+from urllib3.exceptions import HTTPError as Urllib3Error
+
 from .messages import HttpError
 
-__all__ = ["BodyReader"]
+__all__ = ["BodyReader", "READ_ERRORS"]
+
+READ_ERRORS = (OSError, http.client.HTTPException, Urllib3Error, ValueError)
 
 
 class BodyReader:
-    """The body of one open response. ``done``: read to its end and complete (its connection may
-    be kept alive)."""
+    """The body of one open response. ``done``: read to its end and complete (its connection is
+    back in its pool)."""
 
     def __init__(self, resp, url: str, watch, window: float, whole: bool, reason: Callable[[object, int], str],
-                 sock=None):
+                 raw=None):
         self.resp = resp
-        self.sock = sock  # the connection's socket, read directly once the buffered reader is empty
+        self.raw = raw  # the http.client response under ``resp`` (transport.RawResponse), for ``into``
         self.url = url
         self.watch = watch
         self.window = window  # the stall window, for a streamed body
@@ -44,20 +46,17 @@ class BodyReader:
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """The body in blocks of at most ``size`` bytes, each as it arrived."""
-        resp = self.resp
-        read = resp.read if self.whole else getattr(resp, "read1", resp.read)
+        read = self.resp.read if self.whole else self.resp.read1
         try:
             while True:
                 data = read(size)
                 if not data:
-                    if read is not resp.read:
-                        resp.read()  # read1 never marks the response done: read() does (keep-alive)
                     break
                 self.received += len(data)
                 if not self.whole:
                     self.watch.progress(len(data), self.window)
                 yield data
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+        except READ_ERRORS as exc:
             raise self._broken(exc) from exc
         self._ended()
 
@@ -66,24 +65,11 @@ class BodyReader:
         batch began (the view is valid until the next step: write and hash it before asking on).
         Stops after ``limit`` bytes; a body that breaks off hands out what arrived, then raises."""
         view = memoryview(buf)
-        resp = self.resp
-        # A plain (not chunked) http.client body: the buffered socket's own readinto1, called
-        # directly (no Python frame of ours per TLS record); its length is kept by batch below.
-        direct = (isinstance(resp, http.client.HTTPResponse) and not resp.chunked
-                  and getattr(getattr(resp, "fp", None), "readinto1", None))
-        read = direct or self._read_into
-        # The socket itself once a readinto1 longer than the reader's buffer has returned: that call
-        # handed over every byte the reader held and read the rest past it, leaving it empty.
-        sock_read = getattr(self.sock, "recv_into", None) if direct else None
-        drain = 4 * io.DEFAULT_BUFFER_SIZE  # (http.client's reader: io.DEFAULT_BUFFER_SIZE)
+        plain = self._plain_length() is not None and self.raw is not None and self.raw.length is not None
+        read = self.raw.read_plain_into if plain else self._read1_into
         ended = False
         while not ended and (limit is None or self.received < limit):
             room = len(buf) if limit is None else min(len(buf), limit - self.received)
-            if direct and resp.length is not None:
-                room = min(room, resp.length)
-                if not room:
-                    ended = True  # the body's end
-                    break
             n, since, broken = 0, time.monotonic(), None
             try:
                 while n < room:
@@ -91,15 +77,11 @@ class BodyReader:
                     if not got:
                         ended = True
                         break
-                    if sock_read is not None and read is direct and room - n > drain:
-                        read = sock_read
                     n += got
                     if time.monotonic() - since >= seconds:
                         break
-            except (OSError, http.client.HTTPException, ValueError) as exc:
+            except READ_ERRORS as exc:
                 broken = exc
-            if direct and resp.length is not None:
-                resp.length -= n  # what http.client's read1 would have counted
             if n:
                 self.received += n
                 self.watch.progress(n, self.window)
@@ -110,32 +92,28 @@ class BodyReader:
             # ``limit`` reached. Read the body's end: a response read to its end leaves its connection
             # in the keep-alive pool (a range ends exactly at its limit). More bytes are excess: the
             # connection is not kept, and an error now costs only that: every byte wanted arrived.
-            with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
-                ended = self._read_into(view[:1]) == 0
-            if not ended:
+            try:
+                if read(view[:1]):
+                    return
+            except READ_ERRORS:
                 return
-        with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
-            self.resp.read()  # marks the response done (keep-alive)
         self._ended()
 
-    def _read_into(self, view: memoryview) -> int:
-        """At most one socket read into ``view``; 0 at the body's end (http.client's ``read1``, into
-        a buffer: it has no ``readinto1`` of its own)."""
-        resp = self.resp
-        fp = getattr(resp, "fp", None)
-        if fp is None:
+    def _read1_into(self, view: memoryview) -> int:
+        """At most one socket read (urllib3's ``read1``) into ``view``; 0 at the body's end."""
+        data = self.resp.read1(len(view))
+        if not data:
             return 0
-        if isinstance(resp, http.client.HTTPResponse) and not resp.chunked and hasattr(fp, "readinto1"):
-            want = len(view) if resp.length is None else min(len(view), resp.length)
-            if not want:
-                return 0
-            got = fp.readinto1(view[:want])
-            if resp.length is not None:
-                resp.length -= got
-            return got
-        data = resp.read1(len(view)) if hasattr(resp, "read1") else resp.read(len(view))
-        view[: len(data)] = data
+        view[:len(data)] = data
         return len(data)
+
+    def _plain_length(self) -> int | None:
+        """The Content-Length of a body sent as it is (not chunked, not encoded); None otherwise."""
+        headers = self.resp.headers
+        length = headers.get("Content-Length")
+        if length is None or not length.isdigit() or "chunked" in headers.get("Transfer-Encoding", "").lower():
+            return None
+        return None if headers.get("Content-Encoding") else int(length)
 
     def _broken(self, exc: BaseException) -> HttpError:
         status = self.resp.status
@@ -149,7 +127,7 @@ class BodyReader:
         resp, received = self.resp, self.received
         if self.watch.expired:  # cut between two reads: the body looks short, say why
             raise HttpError(self.url, resp.status, self.reason(self.watch, received), received=received)
-        expected = resp.getheader("Content-Length")
-        if expected is not None and resp.getheader("Content-Encoding") is None and int(expected) != received:
+        expected = resp.headers.get("Content-Length")
+        if expected is not None and resp.headers.get("Content-Encoding") is None and int(expected) != received:
             raise HttpError(self.url, resp.status, f"body ended after {received} of {expected} bytes", received=received)
         self.done = True

@@ -55,7 +55,7 @@ class Watch:
     """One request's deadline; ``expired`` says the watchdog cut it (for the error message)."""
 
     def __init__(self, sock_owner, deadline: float, what: str):
-        self.owner = sock_owner  # an http.client connection (its .sock is set once connected)
+        self.owner = sock_owner  # a connection (its .sock is set once connected)
         self.sock = None  # the connected socket, kept: http.client drops conn.sock once a response owns it
         self.deadline = deadline
         self.what = what  # "headers", "body", "stalled"
@@ -117,6 +117,15 @@ class Watchdog:
                 return False
             w.set(seconds, what)
             return True
+
+    def restart(self, w: Watch, owner, seconds: float, what: str) -> None:
+        """A new attempt of ``w``'s request on connection ``owner``: a fresh deadline (its last one may
+        have passed in a backoff); raises InterruptedError once aborted."""
+        with self._lock:
+            if self._aborted:
+                raise InterruptedError("interrupted")
+            w.owner, w.sock, w.expired = owner, None, False
+            w.set(seconds, what)
 
     def unwatch(self, w: Watch) -> None:
         with self._lock:

@@ -7,10 +7,10 @@ connection to a (host, port) asks, the others wait for its answer, and every lat
 client reuses it. Addresses are tried in the order the resolver gave them; one that refused is moved
 behind the one that answered, so later connections do not wait on it again.
 
-Only the TCP connect uses the address: the connection keeps the host *name*, so TLS sends it as SNI and
-checks the certificate against it (``http.client`` wraps with ``server_hostname=host``). Through a proxy,
-the connection's host is the proxy, so the proxy's name is the one resolved (the index host is resolved by
-the proxy).
+Only the TCP connect uses the address (``transport``: urllib3's connection is pointed at it for its
+``connect`` alone): the connection keeps the host *name* as its ``server_hostname``, so TLS sends it as SNI
+and checks the certificate against it, and the ``Host`` header names it. Through a proxy, the connection's
+host is the proxy, so the proxy's name is the one resolved (the index host is resolved by the proxy).
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ import socket
 import threading
 
 __all__ = ["HostResolver"]
-
-_DEFAULT_TIMEOUT = getattr(socket, "_GLOBAL_DEFAULT_TIMEOUT", object())
-
 
 class HostResolver:
     """``getaddrinfo`` answers kept per (host, port) for the owner's life, shared between threads."""
@@ -57,41 +54,11 @@ class HostResolver:
         with self._lock:
             self._answers.pop((host, port), None)
 
-    def create_connection(self, address: tuple[str, int], timeout=_DEFAULT_TIMEOUT, source_address=None):
-        """``socket.create_connection`` with the kept answer: each address in order until one connects."""
-        host, port = address
-        errors: list[OSError] = []
-        for info in self.addresses(host, port):
-            family, type_, proto, _, sockaddr = info
-            sock = socket.socket(family, type_, proto)
-            try:
-                if timeout is not _DEFAULT_TIMEOUT:
-                    sock.settimeout(timeout)
-                if source_address:
-                    sock.bind(source_address)
-                sock.connect(sockaddr)
-            except OSError as exc:
-                sock.close()
-                errors.append(exc)
-                continue
-            if errors:
-                self._prefer(host, port, info)
-            return sock
-        self.forget(host, port)
-        if len(errors) == 1:
-            raise errors[0]
-        raise OSError(f"could not connect to {host}:{port}: " + "; ".join(str(e) for e in errors)) from errors[-1]
-
-    def attach(self, conn):
-        """Make an ``http.client`` connection open its socket through this resolver; returns it."""
-        # http.client.HTTPConnection.connect() opens its socket with self._create_connection((host, port),
-        # timeout, source_address), then (HTTPS) wraps it with server_hostname=host: the name stays the name.
-        conn._create_connection = self.create_connection
-        return conn
-
-    def _prefer(self, host: str, port: int, info: tuple) -> None:
+    def prefer(self, host: str, port: int, address: str) -> None:
+        """``address`` answered for ``host:port``: tried first from now on."""
         with self._lock:
             answer = self._answers.get((host, port))
-            if answer and info in answer:
+            info = next((i for i in answer or () if i[4][0] == address), None)
+            if info is not None:
                 answer.remove(info)
                 answer.insert(0, info)
