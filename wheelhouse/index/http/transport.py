@@ -34,7 +34,7 @@ from urllib3.util import Retry, make_headers
 
 from .credentials import CredentialStore
 from .proxy import proxy_for
-from .tls import ssl_context
+from wheelhouse.tls import ssl_context
 
 __all__ = ["Router", "Cut", "RawResponse", "take_raw", "RETRY_STATUS", "MAX_REDIRECTS", "MAX_RETRY_AFTER", "current"]
 
