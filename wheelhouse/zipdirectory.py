@@ -16,6 +16,7 @@ Standard library only (the install path imports it: nothing here can open a sock
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "BadMember",
     "end_of_directory",
     "walk_directory",
+    "read_directory",
     "local_data_start",
     "inflate_member",
 ]
@@ -93,6 +95,18 @@ def walk_directory(cd: bytes, count: int) -> list[Member] | None:
         out.append((name, usize, csize, method, crc, offset, (attr >> 16) & 0o777))
         pos = end + x_len + c_len
     return out if pos == size else None
+
+
+def read_directory(fd: int) -> list[Member] | None:
+    """The central directory of the archive open at ``fd`` (two ``pread``: its tail, then the directory),
+    or None where only ``zipfile`` should read it (zip64, a prefix, anything odd)."""
+    size = os.fstat(fd).st_size
+    tail_len = min(size, EOCD_SIZE + MAX_COMMENT)
+    end = end_of_directory(os.pread(fd, tail_len, size - tail_len), size - tail_len)
+    if end is None:
+        return None
+    cd = os.pread(fd, end.size, end.offset)
+    return walk_directory(cd, end.count) if len(cd) == end.size else None
 
 
 def local_data_start(head: bytes, name: str | None = None) -> int | None:

@@ -47,6 +47,7 @@ from wheelhouse.lock.output import hold_output, new_tree, real_output, swap_in
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
 from .previous import Previous, read_previous
+from .records import RecordChecks
 from .delta import ImageDelta, delta_of, offered
 from .release import ReleaseArtifact, load_releases, release_links_page
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
@@ -433,13 +434,16 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
+    # Each wheel's RECORD is checked against its files as soon as it lands, while the others download.
+    records = RecordChecks()
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
-        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter)
+        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter,
+                            records.submit)
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
         boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
-                                 reporter)
+                                 reporter, records.submit)
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
         from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
@@ -458,19 +462,24 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             for rel in engine.paths:
                 _link_or_copy(out / rel, new / rel)
             kept = {"record": engine.record, "paths": engine.paths}
+            records.submit(new / WHEELS / engine.file.filename)
         written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
+        if wh_wheel is not None:
+            records.submit(new / BOOTSTRAP_DIR / wh_wheel.path.name)
+        records.wait()  # a wheel whose RECORD lies is refused before the wheelhouse is written
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
             "overrides": inputs.overrides, "excludes": inputs.excludes, "rewritten": plan.rewritten,
             "source": inputs.source,
-        }, kept, plan.image)
+        }, kept, plan.image, record_checked=[f.sha256 for f in (*written, *boot_files) if f.sha256])
         if compiler is not None:
             from .bytecode import compile_wheelhouse
             compile_wheelhouse(new, compiler, jobs=os.cpu_count(), reporter=reporter, reuse=out)
         removed = tuple(sorted(set(previous.wheels) - {f.filename for f in written}))
         swap_in(new, out)
     finally:
+        records.close()
         if new.exists():
             shutil.rmtree(new, ignore_errors=True)
     return StageResult(
@@ -563,11 +572,13 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
 
 
 def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: Path, jobs: int, client,
-                reporter) -> tuple[StagedFile, ...]:
+                reporter, on_file: Callable[[Path], None] | None = None) -> tuple[StagedFile, ...]:
     """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
-    published none (find-links folders)."""
+    published none (find-links folders). ``on_file(path)``: each file as soon as it is verified (in the
+    scratch folder: the same inode as its place in ``dest``, a hardlink or a private copy)."""
     items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
-    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
+    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download",
+                      on_file=on_file)
     done = []
     for f, path in zip(files, paths):
         p = place(path, dest / f.filename)

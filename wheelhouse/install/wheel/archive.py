@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from wheelhouse.zipdirectory import (EOCD_SIZE, LOCAL_HEADER_SIZE, MAX_COMMENT, BadMember, Member, end_of_directory,
-                                     inflate_member, local_data_start, walk_directory)
+from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 from .record import UnpackError
 
 __all__ = ["Member", "WheelArchive", "read_wheel", "FileIdentity", "file_identity"]
@@ -69,17 +68,6 @@ def _wanted(names: list[str]) -> list[str]:
     return [n for n in names if n.count("/") == 1 and n.endswith(leaves) and n.split("/", 1)[0].endswith(".dist-info")]
 
 
-def _listing(fd: int, size: int) -> list[Member] | None:
-    """The central directory, or None where only zipfile should read it (zip64, a prefix, anything odd)."""
-    tail_len = min(size, EOCD_SIZE + MAX_COMMENT)
-    tail_start = size - tail_len
-    end = end_of_directory(os.pread(fd, tail_len, tail_start), tail_start)
-    if end is None:
-        return None
-    cd = os.pread(fd, end.size, end.offset)
-    return walk_directory(cd, end.count) if len(cd) == end.size else None
-
-
 def _text(fd: int, wheel: Path, m: Member) -> str:
     name, usize, csize, _, _, offset, _ = m
     if usize > _TEXT_LIMIT or csize > _TEXT_LIMIT:
@@ -97,7 +85,7 @@ def _text(fd: int, wheel: Path, m: Member) -> str:
 def _read_fast(wheel: Path) -> WheelArchive | None:
     fd = os.open(wheel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        members = _listing(fd, os.fstat(fd).st_size)
+        members = read_directory(fd)
         if members is None:
             return None
         by_name = {m[0]: m for m in members}
