@@ -462,10 +462,10 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
             for rel in engine.paths:
                 _link_or_copy(out / rel, new / rel)
             kept = {"record": engine.record, "paths": engine.paths}
-            records.submit(new / WHEELS / engine.file.filename)
         written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
-        if wh_wheel is not None:
-            records.submit(new / BOOTSTRAP_DIR / wh_wheel.path.name)
+        # Every wheel written is checked, whatever way it came (wh.json lists them all as checked).
+        records.ensure([*(new / WHEELS / f.filename for f in written),
+                        *(new / BOOTSTRAP_DIR / f.filename for f in boot_files)])
         records.wait()  # a wheel whose RECORD lies is refused before the wheelhouse is written
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,

@@ -229,15 +229,27 @@ class RecordChecks:
         self._unread: dict[int, int] = {}  # descriptors opened by submit, not yet taken by a task
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._submitted: set[tuple[int, int]] = set()  # (device, inode) of each file handed to a check
 
     def submit(self, wheel: Path) -> None:
         """Check ``wheel``. It is opened now: the caller may remove or rename that name at once (the stage's
         scratch folder goes as soon as the downloads are placed)."""
         wheel = Path(wheel)
         fd = os.open(wheel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        st = os.fstat(fd)
         with self._lock:
             self._unread[fd] = fd
+            self._submitted.add((st.st_dev, st.st_ino))
         self._add(wheel, self._pool.submit(self._plan, wheel, fd))
+
+    def ensure(self, wheels: Iterable[Path]) -> None:
+        """Submit those of ``wheels`` whose file was not submitted yet (by its inode: a download is checked
+        under its scratch name, which is linked to its place in the wheelhouse); a callback that failed, a
+        copy made instead of a link, a file placed another way are checked now."""
+        for w in wheels:
+            st = os.stat(w)
+            if (st.st_dev, st.st_ino) not in self._submitted:
+                self.submit(Path(w))
 
     def _add(self, wheel: Path, fut: Future) -> None:
         with self._lock:
