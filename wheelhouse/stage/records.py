@@ -30,12 +30,13 @@ import zipfile
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
+from wheelhouse.inflate import Inflater, choose
 from wheelhouse.recordfile import RECORD_CHECKED, read_record
 from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 
@@ -68,7 +69,7 @@ def _record_name(wheel: Path, names: Iterable[str]) -> str:
         except (InvalidWheelFilename, ValueError):
             name, version = None, None
         found = [n for n in found if canonicalize_name(n.split("-", 1)[0]) == name
-                 and n[:-len(".dist-info/RECORD")].split("-", 1)[-1] == str(version)] or found[:0]
+                 and n[:-len(".dist-info/RECORD")].split("-", 1)[-1] == str(version)]
     if len(found) != 1:
         raise _lies(wheel, "no .dist-info/RECORD of its own")
     return found[0]
@@ -124,45 +125,47 @@ class _Wheel:
                 os.close(self.fd)
 
 
-def _check_plain(w: _Wheel, members: Sequence[Member], rows: dict[str, tuple[str, int]]) -> None:
+def _inflated(w: _Wheel, m: Member, start: int, limit: int, inflater: Inflater) -> Iterator[bytes]:
+    """The member's bytes in pieces of at most ``_OUT``; RecordMismatch past ``limit`` (a bomb never fills
+    memory) or where the deflate data is damaged."""
+    name, _, csize, method, _, offset, _ = m
+    d = inflater.decompressobj() if method == zipfile.ZIP_DEFLATED else None
+    pos, left, got = offset + start, csize, 0
+    try:
+        while left > 0:
+            piece = os.pread(w.fd, min(left, _READ), pos)
+            if not piece:
+                return
+            pos += len(piece)
+            left -= len(piece)
+            while piece:
+                out = d.decompress(piece, _OUT) if d is not None else piece
+                piece = d.unconsumed_tail if d is not None else b""
+                got += len(out)
+                if got > limit:
+                    raise _lies(w.wheel, f"{name} inflates beyond the {limit} bytes RECORD gives it")
+                yield out
+        if d is not None:
+            yield d.flush()
+    except inflater.errors as exc:
+        raise _lies(w.wheel, f"{name} is not valid deflate data ({exc})") from exc
+
+
+def _check_plain(w: _Wheel, members: Sequence[Member], rows: dict[str, tuple[str, int]], inflater: Inflater) -> None:
     """Each member inflated and hashed, compared with its RECORD row (sha256 and size) and its CRC-32."""
     for m in members:
-        name, usize, csize, method, crc, offset, _ = m
+        name, usize, _, method, crc, offset, _ = m
         digest, size = rows[name]
         if usize != size:
             raise _lies(w.wheel, f"{name} is {usize} bytes, RECORD says {size}")
         start = local_data_start(os.pread(w.fd, LOCAL_HEADER_SIZE, offset))
         if start is None or method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise _lies(w.wheel, f"{name} cannot be read (bad local header or compression method {method})")
-        h = hashlib.sha256()
-        got = 0
-        check = zlib.crc32
-        c = 0
-        d = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
-        pos, left = offset + start, csize
-        try:
-            while left > 0:
-                raw = os.pread(w.fd, min(left, _READ), pos)
-                if not raw:
-                    break
-                pos += len(raw)
-                left -= len(raw)
-                piece = raw
-                while piece:
-                    out = d.decompress(piece, _OUT) if d is not None else piece
-                    piece = d.unconsumed_tail if d is not None else b""
-                    got += len(out)
-                    if got > size:
-                        raise _lies(w.wheel, f"{name} inflates beyond the {size} bytes RECORD gives it")
-                    h.update(out)
-                    c = check(out, c)
-            if d is not None:
-                out = d.flush()
-                got += len(out)
-                h.update(out)
-                c = check(out, c)
-        except zlib.error as exc:
-            raise _lies(w.wheel, f"{name} is not valid deflate data ({exc})") from exc
+        h, got, c = hashlib.sha256(), 0, 0
+        for piece in _inflated(w, m, start, size, inflater):
+            h.update(piece)
+            c = inflater.crc32(piece, c)  # a fraction of the sha256's cost: a damaged archive is caught here
+            got += len(piece)
         if got != size or c != crc:
             raise _lies(w.wheel, f"{name} does not match its size or CRC-32 in the archive")
         if record_digest(h.digest()) != digest:
@@ -230,6 +233,7 @@ class RecordChecks:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._submitted: set[tuple[int, int]] = set()  # (device, inode) of each file handed to a check
+        self._inflater = choose()  # ISA-L or zlib-ng with the `fast` extra: the check is mostly inflation
 
     def submit(self, wheel: Path) -> None:
         """Check ``wheel``. It is opened now: the caller may remove or rename that name at once (the stage's
@@ -284,7 +288,7 @@ class RecordChecks:
     def _run(self, w: _Wheel, batch: list[Member], rows: dict[str, tuple[str, int]]) -> None:
         try:
             if not self._stop.is_set():
-                _check_plain(w, batch, rows)
+                _check_plain(w, batch, rows, self._inflater)
         finally:
             w.task_done()
 
