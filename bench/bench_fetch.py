@@ -114,10 +114,11 @@ def run_wh_fetch(pins_json: Path, work: Path, index: str, tree: Path = REPO) -> 
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def run_wh_stage(pins_txt: Path, work: Path, index: str) -> float:
+def run_wh_stage(pins_txt: Path, work: Path, index: str, tree: Path | None = None) -> float:
+    """``tree``: the source tree whose ``wheelhouse`` runs (``--baseline``), else the installed one."""
     out, cache = work / "stage-out", work / "stage-cache"
     _fresh(out, cache, work / "stage-home")
-    env = clean_env(WH_CACHE_DIR=str(work / "stage-home"))
+    env = clean_env(WH_CACHE_DIR=str(work / "stage-home"), **({"PYTHONPATH": str(tree)} if tree else {}))
     dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *TARGET, "--index-url", index, "-o", str(out),
                  "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], cwd=work, env=env)
     _fresh(out, cache)
@@ -197,10 +198,13 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     }
     if baseline is not None:
         tools["wh fetch before"] = lambda: run_wh_fetch(pins_json, work, index, baseline)
+        tools["wh stage before"] = lambda: run_wh_stage(pins_txt, work, index, baseline)
     if with_pip:
         tools["pip download"] = lambda: run_pip(pins_txt, work, index)
     if only:
-        keep = {*only, "curl whole", "curl ranged"} | ({"wh fetch before"} if baseline is not None else set())
+        keep = {*only, "curl whole", "curl ranged"}
+        if baseline is not None:  # the baseline of each wh tool asked for
+            keep |= {f"{t} before" for t in only}
         tools = {t: f for t, f in tools.items() if t in keep}  # the floor (and a baseline) always run
     runs: dict[str, list[float]] = {t: [] for t in tools}
     cpu: dict[str, list[float]] = {t: [] for t in tools}
@@ -218,7 +222,7 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     floor_tool = min(("curl whole", "curl ranged"), key=lambda t: summary[t]["median_s"])
     floor = summary[floor_tool]["median_s"]
     result = {"set": name, "wheels": len(pins), "bytes": total, "tools": summary, "floor": floor_tool}
-    for tool in ("wh fetch", "wh stage", "wh fetch before"):
+    for tool in ("wh fetch", "wh stage", "wh fetch before", "wh stage before"):
         if tool in summary:
             result[f"ratio_{tool.replace(' ', '_')}_over_floor"] = summary[tool]["median_s"] / floor
     if "wh stage" in summary and "wh fetch" in summary:
@@ -244,10 +248,10 @@ def main() -> int:
     ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
     ap.add_argument("--json", action="store_true", help="results as JSON on stdout")
     ap.add_argument("--only", nargs="+", metavar="TOOL",
-                    help="time only these wh tools ('wh fetch', 'wh stage', 'wh fetch before'); "
+                    help="time only these wh tools ('wh fetch', 'wh stage', and with --baseline their 'before'); "
                          "the curl floor always runs")
     ap.add_argument("--baseline", type=Path, metavar="TREE",
-                    help="also time 'wh fetch before': the download step of the wheelhouse package under TREE "
+                    help="also time 'wh fetch before' and 'wh stage before': the wheelhouse package under TREE "
                          "(e.g. `git archive OLD wheelhouse | tar -x -C TREE`), in the same alternating rounds")
     args = ap.parse_args()
     if args.workdir:

@@ -4,8 +4,8 @@
 - into a new venv the wheels' sha256 is checked while they are unpacked: a wheel whose hash is wrong
   is found after its files were written and the whole transaction is rolled back;
 - an environment that holds distributions (or pip) still gets every byte hashed before the first write;
-- a lock-verified wheel's members are checked by CRC-32 (a lying RECORD is the lock's business), a wheel
-  nothing vouches for by its RECORD sha256.
+- a lock-verified wheel whose RECORD its stage checked has its members checked by CRC-32 alone; any
+  other wheel by its RECORD sha256 (and the CRC-32 too where the lock pins the wheel).
 """
 
 from __future__ import annotations
@@ -228,15 +228,20 @@ def lying_record_wheel(folder: Path) -> Path:
     return w
 
 
-def test_a_lying_record_is_refused_unless_the_lock_vouches_for_the_wheel(tmp_path, scheme):
-    """Decision (docs/benchmarks.md, Install): when the whole wheel's sha256 is the lock's, its members
-    are not re-hashed against RECORD; RECORD could only be wrong about the lock's own bytes."""
+def test_a_lying_record_is_refused_unless_its_stage_checked_the_record(tmp_path, scheme):
+    """The lock's sha256 pins the wheel's bytes, not the truth of its RECORD: a lock-pinned wheel has its
+    members hashed against RECORD (refused when one lies) unless its wheelhouse records that the stage
+    checked its RECORD (wheelhouse.stage.records); only then are its RECORD rows copied unchecked."""
     w = lying_record_wheel(tmp_path / "w")
     with pytest.raises(RecordMismatch, match="lie.py does not match its RECORD hash"):
         install_wheels([w], scheme, sys.executable)
+    with pytest.raises(RecordMismatch, match="lie.py does not match its RECORD hash"):
+        install_wheels([w], scheme, sys.executable, expected={w: sha256(w)})
     assert not (Path(scheme["purelib"]) / "lie.py").exists()
-    install_wheels([w], scheme, sys.executable, expected={w: sha256(w)})
+    # What the fast path takes on trust (a stage would have refused this wheel): its members by CRC alone.
+    done = install_wheels([w], scheme, sys.executable, expected={w: sha256(w)}, record_checked=[w])
     assert (Path(scheme["purelib"]) / "lie.py").read_text() == "TRUTH = 1\n"
+    assert [d.members_hashed for d in done] == [False]
 
 
 def test_a_member_that_differs_from_its_crc_is_refused_even_when_the_wheel_hash_matches(tmp_path, scheme):

@@ -120,24 +120,30 @@ def test_linked_modules_are_handed_to_the_byte_compiler_and_the_reporter(tmp_pat
 
     w = make_wheel(tmp_path / "w", "fine", "1.0", modules={f"fine/m{i}.py": f"X = {i}\n" for i in range(5)})
     cache, sha = tmp_path / "cache", _sha(w)
-    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache)
+    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache,
+                   record_checked=[w])
     written: list[str] = []
     rec = RecordingReporter()
     [done] = install_wheels([w], _scheme(tmp_path / "b"), sys.executable, expected={w: sha}, link_cache=cache,
-                            on_written=written.append, reporter=rec)
+                            record_checked=[w], on_written=written.append, reporter=rec)
     assert done.linked == 7  # 5 modules, METADATA, WHEEL
     assert sorted(Path(p).name for p in written) == [f"m{i}.py" for i in range(5)]
     assert (tmp_path / "b" / "site" / "fine" / "m3.py").stat().st_nlink == 3
 
 
 def test_no_lock_hash_no_cache(tmp_path):
-    """A wheel the lock does not vouch for (checked by its own RECORD only) is neither linked nor cached."""
+    """A wheel the lock does not vouch for (checked by its own RECORD only) is neither linked nor cached;
+    nor is one the lock pins whose RECORD its stage did not check (a linked file is not hashed)."""
 
     w = make_wheel(tmp_path / "w", "fine", "1.0", modules={"fine/__init__.py": "X = 1\n"})
     cache = tmp_path / "cache"
     for venv in ("a", "b"):
         [done] = install_wheels([w], _scheme(tmp_path / venv), sys.executable, link_cache=cache)
         assert done.linked == 0
+    for venv in ("c", "d"):
+        [done] = install_wheels([w], _scheme(tmp_path / venv), sys.executable, expected={w: _sha(w)},
+                                link_cache=cache)
+        assert done.linked == 0 and done.members_hashed
     assert not list(cache.glob("*/*/manifest.json"))
 
 
@@ -146,11 +152,13 @@ def test_a_file_two_wheels_write_is_not_cached_for_the_one_overwritten(tmp_path)
     a = make_wheel(tmp_path / "w", "one", "1.0", modules={"shared/x.py": "WHO = 'one'\n", "one/__init__.py": ""})
     b = make_wheel(tmp_path / "w", "two", "1.0", modules={"shared/x.py": "WHO = 'two'\n", "two/__init__.py": ""})
     cache, expected = tmp_path / "cache", {a: _sha(a), b: _sha(b)}
-    install_wheels([a, b], _scheme(tmp_path / "v1"), sys.executable, expected=expected, link_cache=cache)
+    install_wheels([a, b], _scheme(tmp_path / "v1"), sys.executable, expected=expected, link_cache=cache,
+                   record_checked=[a, b])
     assert not (cache / _sha(a)[:2] / _sha(a)).exists()  # its shared/x.py holds two's bytes
     assert (cache / _sha(b)[:2] / _sha(b) / "files" / "shared" / "x.py").read_text() == "WHO = 'two'\n"
     # Installed alone, one gets its own file (extracted), not two's.
-    install_wheels([a], _scheme(tmp_path / "v2"), sys.executable, expected={a: _sha(a)}, link_cache=cache)
+    install_wheels([a], _scheme(tmp_path / "v2"), sys.executable, expected={a: _sha(a)}, link_cache=cache,
+                   record_checked=[a])
     assert (tmp_path / "v2" / "site" / "shared" / "x.py").read_text() == "WHO = 'one'\n"
 
 
@@ -161,7 +169,8 @@ def test_a_mount_boundary_inside_the_venv_falls_back_to_extraction(tmp_path, mon
 
     w = make_wheel(tmp_path / "w", "fine", "1.0", modules={f"fine/m{i}.py": f"X = {i}\n" for i in range(5)})
     cache, sha = tmp_path / "cache", _sha(w)
-    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache)
+    install_wheels([w], _scheme(tmp_path / "a"), sys.executable, expected={w: sha}, link_cache=cache,
+                   record_checked=[w])
     real_link = os.link
 
     def cross(src, dst, **kw):
@@ -170,7 +179,8 @@ def test_a_mount_boundary_inside_the_venv_falls_back_to_extraction(tmp_path, mon
         return real_link(src, dst, **kw)
 
     monkeypatch.setattr(linkcache.os, "link", cross)
-    [done] = install_wheels([w], _scheme(tmp_path / "b"), sys.executable, expected={w: sha}, link_cache=cache)
+    [done] = install_wheels([w], _scheme(tmp_path / "b"), sys.executable, expected={w: sha}, link_cache=cache,
+                            record_checked=[w])
     assert done.linked == 0
     assert (tmp_path / "b" / "site" / "fine" / "m3.py").read_text() == "X = 3\n"
     assert (tmp_path / "b" / "site" / "fine" / "m3.py").stat().st_nlink == 1

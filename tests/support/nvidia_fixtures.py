@@ -1,7 +1,8 @@
 """Wheelhouses and NVIDIA-layout wheels for the install/links/env tests.
 
 ``make_wheelhouse(dir, wheels, target=...)`` writes the layout `wh stage` writes (wheels/,
-pylock.toml, wh.json with the target) around existing wheel files. ``nvidia_runtime_wheel``
+pylock.toml, wh.json with the target, and, as the stage does, the sha256 of each wheel whose RECORD
+passes the stage's check in ``record_checked``) around existing wheel files. ``nvidia_runtime_wheel``
 makes a wheel laid out like NVIDIA's cu13 wheels whose ``nvidia/cu13/lib/libcudart.so.13``
 is a real ELF shared object built with gcc (``-Wl,-soname,libcudart.so.13``), and only that
 versioned name -- exactly what makes ``-lcudart`` fail until ``wh links --fix``.
@@ -21,7 +22,10 @@ import pytest
 
 from wheelmaker import make_wheel
 
+from wheelhouse.errors import WhError
 from wheelhouse.lock import Lock, LockedFile, write_pylock, write_wh_json
+from wheelhouse.recordfile import RECORD_CHECKED
+from wheelhouse.stage.records import check_record
 from wheelhouse.target import host_target
 
 __all__ = ["make_wheelhouse", "set_modes", "build_cudart", "nvidia_runtime_wheel", "nvcc_wheel", "tree_listing",
@@ -32,6 +36,14 @@ need_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _record_passes(wheel: Path) -> bool:
+    try:
+        check_record(wheel)
+    except WhError:
+        return False
+    return True
 
 
 def _name_version(wheel: Path) -> tuple[str, str]:
@@ -48,8 +60,12 @@ def make_wheelhouse(
     target: Mapping | None = None,
     patches: Sequence[str] = (),
     extra_meta: Mapping | None = None,
+    record_checked: bool = True,
 ) -> Path:
-    """Copy ``wheels`` into ``directory/wheels`` and write pylock.toml + wh.json (target: the host's)."""
+    """Copy ``wheels`` into ``directory/wheels`` and write pylock.toml + wh.json (target: the host's).
+
+    ``record_checked``: list in wh.json the wheels whose RECORD the stage's own check passes (a crafted
+    wheel that lies is left out, as a stage would refuse it); False: none (a wheelhouse staged before it)."""
     directory = Path(directory)
     (directory / "wheels").mkdir(parents=True, exist_ok=True)
     files = []
@@ -62,6 +78,8 @@ def make_wheelhouse(
                                 sha256=_sha256(dest), size=dest.stat().st_size))
     write_pylock(directory, Lock(files=tuple(files)))
     meta = {"target": dict(target) if target is not None else host_target().to_json(), "patches": list(patches)}
+    if record_checked:
+        meta[RECORD_CHECKED] = sorted(f.sha256 for f in files if _record_passes(directory / f.path))
     meta.update(extra_meta or {})
     write_wh_json(directory, meta)
     return directory

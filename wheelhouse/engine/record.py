@@ -117,6 +117,7 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
             cache_dir=cache_dir, allow_incomplete=allow_incomplete, client=client, reporter=reporter,
             on_create=undo.created, image=image)
         data = _with_assumed(data, done.assumed)
+        data = _with_record_checked(data, [dest, *done.paths], [sha, *(f.sha256 for f in done.added)])
         record = _engine_record(recipe, built, interp, sha, artifacts, (wheelhouse / built.log_rel).exists())
         if done.missing:
             record["incomplete"] = list(done.missing)
@@ -147,6 +148,22 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
                        log_path=wheelhouse / built.log_rel if (wheelhouse / built.log_rel).exists() else None,
                        record=record, links=built.links,
                        added=tuple(f"{f.name}=={f.version}" for f in done.added), missing=done.missing)
+
+
+def _with_record_checked(data: dict[str, Any], wheels, shas) -> dict[str, Any]:
+    """wh.json with these wheels recorded as RECORD-checked, once each has been (wheelhouse.stage.records:
+    one whose RECORD lies about a file is refused, RecordMismatch)."""
+    from wheelhouse.recordfile import RECORD_CHECKED, record_checked
+    from wheelhouse.stage.records import RecordChecks
+
+    checks = RecordChecks()
+    try:
+        for w in wheels:
+            checks.submit(w)
+        checks.wait()
+    finally:
+        checks.close()
+    return {**data, RECORD_CHECKED: sorted(record_checked(data) | set(shas))}
 
 
 def _with_assumed(data: dict[str, Any], assumed) -> dict[str, Any]:

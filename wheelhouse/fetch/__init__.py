@@ -75,6 +75,7 @@ def fetch_all(
     backoff: float = 0.5,
     task: str = "download",
     segment_size: int | None = None,
+    on_file: Callable[[Path], None] | None = None,
 ) -> list[Path]:
     """Fetch every item into ``dest`` (under its filename), verified, in parallel; paths in item order.
 
@@ -85,7 +86,9 @@ def fetch_all(
     the caller). On the first failure the other downloads
     are allowed to finish into the cache (so a re-run does not repeat them) and the error is
     raised; ``dest`` gets only verified files. Files of at least two ``segment_size`` (default
-    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1.
+    SEGMENT_MIN) are fetched as parallel byte ranges when ``jobs`` > 1. ``on_file(path)`` is told of
+    each file as soon as it is placed in ``dest``, verified, while the others still arrive (stage checks
+    each wheel's RECORD then); it must return at once.
     """
     from wheelhouse.index.http import HttpClient
 
@@ -109,12 +112,16 @@ def fetch_all(
     def downloaded(key: str, path: Path) -> None:
         it = by_key[key]
         copies[key] = placer.submit(_place_checked, path, dest / it.filename, it, s, True)
+        if on_file is not None:
+            copies[key].add_done_callback(lambda f: f.cancelled() or f.exception() or on_file(f.result()))
 
     segment = max(SEGMENT_MIN if segment_size is None else segment_size, 1)
     in_use = cache_in_use(cache)  # `wh cache prune` keeps every wheel while this runs
     in_use.__enter__()
     try:
         placed = _reuse_cached(unique, dest, s, pool)
+        for path in placed.values() if on_file is not None else ():
+            on_file(path)
         todo = [it for it in unique if _key(it) not in placed]
         if todo:  # (no empty progress bar where everything came from the cache)
             # No total where a size is unknown: its bytes count too, and the bar ended past the sum of the others.

@@ -23,11 +23,9 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import struct
 import tempfile
 import threading
 import zipfile
-import zlib
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
@@ -37,6 +35,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.faults import checkpoint
+from wheelhouse.zipdirectory import (LOCAL_HEADER_SIZE, BadMember, end_of_directory, inflate_member,
+                                     local_data_start, walk_directory)
 from .distfile import Distfile
 from wheelhouse.errors import WhError
 from .http import HttpClient, HttpError
@@ -45,7 +45,6 @@ from .http.cache import NotCached, store_entry
 __all__ = ["CoreMetadata", "MetadataReader", "MetadataError", "read_metadata", "parse_metadata"]
 
 TAIL_BYTES = 64 * 1024  # first range read: the end of the zip
-_LFH_LEN = 30  # a zip local file header before its name and extra field
 
 
 class MetadataError(WhError):
@@ -247,7 +246,8 @@ class MetadataReader:
                 # The local header (30 bytes + name + extra, whose length only it knows) and the data
                 # in one range: zipfile would otherwise ask for each piece separately.
                 start = member.header_offset
-                remote.prefetch(start, start + _LFH_LEN + len(member.orig_filename.encode()) + 512 + member.compress_size)
+                remote.prefetch(start, start + LOCAL_HEADER_SIZE + len(member.orig_filename.encode()) + 512
+                                + member.compress_size)
                 return zf.read(member)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, ValueError) as exc:
             raise MetadataError(f"{d.filename}: not a readable wheel ({exc})", hint="the file is damaged on the index; report it to its operator") from exc
@@ -366,71 +366,43 @@ class _RangeFile(io.RawIOBase):
         self._windows = merged
 
 
-_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record (APPNOTE 4.3.16)
-_CDH = struct.Struct("<4s4B4HL2L5H2L")  # central directory file header (4.3.12)
-_LFH = struct.Struct("<4s2B4HL2L2H")  # local file header (4.3.7)
-
-
 def _metadata_by_directory(remote: "_RangeFile", size: int, d: Distfile) -> bytes | None:
     """METADATA read straight from the central directory, or None when the zip is anything but plain.
 
     zipfile builds a ZipInfo for every member (torch lists ~13k): most of the CPU of a cold
-    resolve's metadata reads. This walks the directory's fixed-size headers looking for
-    ``*.dist-info/METADATA`` alone, and reads the member with one more range at most, its
-    CRC-32 and size checked. The directory is fetched together with the bytes just before it,
-    where a wheel keeps its dist-info (written last), so METADATA is usually in hand with it.
-    Zip64, encrypted or damaged archives return None: the zipfile path reads (or refuses) them.
+    resolve's metadata reads. The directory is walked by ``wheelhouse.zipdirectory`` (the one ZIP
+    reader, which install uses too) and METADATA is read with one more range at most, its CRC-32
+    and size checked. The directory is fetched together with the bytes just before it, where a
+    wheel keeps its dist-info (written last), so METADATA is usually in hand with it. Zip64,
+    encrypted or damaged archives return None: the zipfile path reads (or refuses) them.
     """
     tail_start = remote.held_from(size)
-    tail = remote.prefetch_bytes(tail_start, size)
-    i = tail.rfind(b"PK\x05\x06")
-    if i < 0 or len(tail) - i < _EOCD.size:
-        return None
-    _sig, disk, cd_disk, _n_here, n_total, cd_size, cd_offset, _comment = _EOCD.unpack_from(tail, i)
-    if disk or cd_disk or 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
-        return None  # multi-disk or zip64
-    if cd_offset + cd_size != tail_start + i:
-        return None  # data before the archive (zipfile corrects for it; wheels have none)
-    if cd_offset < tail_start:
+    end = end_of_directory(remote.prefetch_bytes(tail_start, size), tail_start)
+    if end is None:
+        return None  # none in the bytes held, multi-disk, zip64, or data before the archive
+    if end.offset < tail_start:
         # One range: the directory and as much again before it (RECORD, METADATA, WHEEL).
-        remote.prefetch(cd_offset - cd_size - 16384, tail_start)
-    cd = remote.prefetch_bytes(cd_offset, cd_offset + cd_size)
-    found: dict[str, tuple[tuple, bytes]] = {}
-    pos = 0
-    for _ in range(n_total):
-        if len(cd) - pos < _CDH.size or cd[pos:pos + 4] != b"PK\x01\x02":
-            return None
-        h = _CDH.unpack_from(cd, pos)
-        n, m, k = h[12], h[13], h[14]
-        raw_name = cd[pos + 46:pos + 46 + n]
-        if raw_name.endswith(b".dist-info/METADATA") and raw_name.count(b"/") == 1:
-            name = raw_name.decode("utf-8" if h[5] & 0x800 else "cp437")
-            found[name] = (h, raw_name)
-        pos += 46 + n + m + k
+        remote.prefetch(end.offset - end.size - 16384, tail_start)
+    members = walk_directory(remote.prefetch_bytes(end.offset, end.offset + end.size), end.count)
+    if members is None:
+        return None
+    found = {m[0]: m for m in members if m[0].count("/") == 1 and m[0].endswith(".dist-info/METADATA")}
     if not found:
         return None
-    name = _metadata_member(list(found), d)
-    h, raw_name = found[name]
-    flags, method, crc, csize, usize, name_len, offset = h[5], h[6], h[9], h[10], h[11], h[12], h[18]
-    if flags & 0x1 or method not in (0, 8) or 0xFFFFFFFF in (csize, usize, offset) or usize > 1 << 24:
-        return None  # encrypted, an unusual method, zip64, or no METADATA of that size
+    m = found[_metadata_member(list(found), d)]
+    name, usize, csize, method, _, offset, _ = m
+    if method not in (0, 8) or usize > 1 << 24:
+        return None  # an unusual method, or no METADATA of that size
     # The local header (whose extra field only it sizes) and the data in one range.
-    remote.prefetch(offset, offset + _LFH.size + name_len + 512 + csize)
-    lfh = remote.prefetch_bytes(offset, offset + _LFH.size)
-    if len(lfh) != _LFH.size or lfh[:4] != b"PK\x03\x04":
-        return None
-    *_, lfh_name_len, lfh_extra_len = _LFH.unpack(lfh)
-    start = offset + _LFH.size + lfh_name_len + lfh_extra_len
-    if remote.prefetch_bytes(offset + _LFH.size, start - lfh_extra_len) != raw_name:
-        return None  # the name in the directory and in the header differ
-    data = remote.prefetch_bytes(start, start + csize)
+    name_len = len(name.encode("utf-8"))
+    remote.prefetch(offset, offset + LOCAL_HEADER_SIZE + name_len + 512 + csize)
+    start = local_data_start(remote.prefetch_bytes(offset, offset + LOCAL_HEADER_SIZE + name_len), name)
+    if start is None:
+        return None  # no local header there, or one naming another member
     try:
-        out = zlib.decompressobj(-15).decompress(data, usize + 1) if method == 8 else data
-    except zlib.error:
-        return None
-    if len(out) != usize or zlib.crc32(out) != crc:
+        return inflate_member(remote.prefetch_bytes(offset + start, offset + start + csize), m)
+    except BadMember:
         return None  # zipfile reads it again and says what is wrong
-    return out
 
 
 _ENTRY_MAGIC = b"wh-metadata 1 "

@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 from wheelhouse.env.activation import write_activation
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
@@ -47,6 +47,7 @@ from wheelhouse.errors import UsageError
 from wheelhouse.faults import checkpoint
 from wheelhouse.lock import LockedFile, WheelhouseNotFound
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.recordfile import record_checked
 from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
 from .bytecode import ByteCompiler
 from .pycs import Precompiled
@@ -114,7 +115,7 @@ class InstallReport:
             "wheelhouses": list(self.wheelhouses),
             "installer": self.installer,
             "installed": [{"name": canonical_name(d.name), "version": d.version, "wheel": d.wheel, "replaced": d.replaced,
-                           "linked_files": d.linked} for d in self.installed],
+                           "linked_files": d.linked, "members_hashed": d.members_hashed} for d in self.installed],
             "linked": {"wheels": sum(1 for d in self.installed if d.linked),
                        "files": sum(d.linked for d in self.installed)},
             "skipped": list(self.skipped),
@@ -409,7 +410,8 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
             reporter: Reporter, expected: dict[Path, str] | None = None,
             link_cache: Path | None = None, pycs: Precompiled | None = None,
-            verified: Mapping[Path, FileIdentity | None] | None = None) -> tuple[list[InstalledDist], int]:
+            verified: Mapping[Path, FileIdentity | None] | None = None,
+            record_checked: Collection[Path] = ()) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled.
 
     ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there by a
@@ -428,7 +430,7 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
                                    on_abort=compiler.abort if compiler else None, expected=expected,
                                    # not expected: verify_files hashed them (those very files)
                                    verified=() if expected else (verified if verified is not None else paths),
-                                   link_cache=link_cache)
+                                   link_cache=link_cache, record_checked=record_checked)
         except BaseException:
             if compiler is not None:
                 compiler.abort()
@@ -444,7 +446,7 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
 
 
 def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,
-              link_cache=None, pycs=None, verified=None):
+              link_cache=None, pycs=None, verified=None, record_checked=()):
     """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
 
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
@@ -454,7 +456,7 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
     previous = read_install_state(interp.platlib)
     try:
         dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs,
-                                   verified) if paths else ([], 0))
+                                   verified, record_checked) if paths else ([], 0))
         applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
         checkpoint("install.before-state")
         # Written beside it and renamed into place by the commit (while the journal is still there, so a kill
@@ -618,7 +620,10 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
                                                          compile=compile, jobs=jobs, patches=patches,
                                                          reporter=reporter, expected=expected, link_cache=link_cache,
-                                                         pycs=pycs, verified=verified)
+                                                         pycs=pycs, verified=verified,
+                                                         # RECORD rows copied unchecked only where the stage checked them
+                                                         record_checked=[h.path / f.path for h, f in todo
+                                                                         if f.sha256 in record_checked(h.meta)])
     finally:
         forget_ahead()  # a plan made ahead that was not taken (an error before planning) is not kept
     if pycs is not None:

@@ -42,6 +42,7 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
+from .records import RecordChecks
 from .delta import ImageDelta, delta_of, offered
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -479,13 +480,16 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
+    # Each wheel's RECORD is checked against its files as soon as it lands, while the others download.
+    records = RecordChecks()
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
-        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter)
+        files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter,
+                            records.submit)
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
         boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
-                                 reporter)
+                                 reporter, records.submit)
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
         from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
@@ -505,18 +509,23 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
                 _link_or_copy(out / rel, new / rel)
             kept = {"record": engine.record, "paths": engine.paths}
         written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
+        # Every wheel written is checked, whatever way it came (wh.json lists them all as checked).
+        records.ensure([*(new / WHEELS / f.filename for f in written),
+                        *(new / BOOTSTRAP_DIR / f.filename for f in boot_files)])
+        records.wait()  # a wheel whose RECORD lies is refused before the wheelhouse is written
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
             "find_links": plan.find_links, "release_manifests": list(plan.release_prov),
             "overrides": inputs.overrides, "excludes": inputs.excludes, "rewritten": plan.rewritten,
             "source": inputs.source,
-        }, kept, plan.image)
+        }, kept, plan.image, record_checked=[f.sha256 for f in (*written, *boot_files) if f.sha256])
         if compiler is not None:
             from .bytecode import compile_wheelhouse
             compile_wheelhouse(new, compiler, jobs=os.cpu_count(), reporter=reporter, reuse=out)
         removed = tuple(sorted(set(previous.wheels) - {f.filename for f in written}))
         swap_in(new, out)
     finally:
+        records.close()
         if new.exists():
             shutil.rmtree(new, ignore_errors=True)
     return StageResult(
@@ -615,14 +624,16 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
 
 
 def _fetch_into(files: Sequence[StagedFile], dest: Path, scratch: Path, cache: Path, jobs: int, client,
-                reporter) -> tuple[StagedFile, ...]:
+                reporter, on_file: Callable[[Path], None] | None = None) -> tuple[StagedFile, ...]:
     """Fetch ``files`` in one parallel pass, place them in ``dest``, and fill in sha256/size for sources that
-    published none (find-links folders)."""
+    published none (find-links folders). ``on_file(path)``: each file as soon as it is verified (in the
+    scratch folder: the same inode as its place in ``dest``, a hardlink or a private copy)."""
     from wheelhouse.fetch import FetchItem, fetch_all
     from wheelhouse.fetch.cache import place
 
     items = [FetchItem(f.url, f.filename, f.sha256, f.size) for f in files]
-    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download")
+    paths = fetch_all(items, scratch, cache, jobs=jobs, client=client, reporter=reporter, task="download",
+                      on_file=on_file)
     done = []
     for f, path in zip(files, paths):
         p = place(path, dest / f.filename)

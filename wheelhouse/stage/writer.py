@@ -32,6 +32,7 @@ from wheelhouse.lock.writer import (
     write_index_files,
 )
 from wheelhouse.manifest import StackManifest
+from wheelhouse.recordfile import RECORD_CHECKED
 from wheelhouse.redact import redact_config, redact_settings
 from wheelhouse.resources import capture_script
 from wheelhouse.target import TargetProfile
@@ -103,6 +104,7 @@ def write_stage_tree(
     inputs: dict[str, Any],
     kept: Mapping[str, Any] | None = None,
     image=None,
+    record_checked: Sequence[str] = (),
 ) -> None:
     """Write everything but the wheels into ``new``: bootstrap lock, patches, then (last, through the
     one wheelhouse writer) pylock.toml, simple/ and wh.json with the list of paths wh wrote.
@@ -114,6 +116,8 @@ def write_stage_tree(
     ``image``: the stage's ``ImageDelta`` (None: the profile lists no distributions): wh.json's
     ``assumed_present`` (what the box must still provide, exactly) and ``image`` (the profile's
     identity, --full or not, what the stack changes of the image).
+    ``record_checked``: the sha256 of the wheels whose RECORD was checked against their files
+    (wheelhouse.stage.records): ``wh install`` copies the RECORD rows of those alone unchecked.
     """
     from .bootstrap import BOOTSTRAP_DIR, write_bootstrap  # (only when a wheelhouse is written)
 
@@ -156,6 +160,7 @@ def write_stage_tree(
     # The contract with `wh install`: every one of these, at this version, or it refuses.
     meta["assumed_present"] = image.assumed_json() if image else []
     meta["image"] = image.to_json() if image else None
+    meta[RECORD_CHECKED] = sorted(set(record_checked))
     if kept:
         meta["engine"] = dict(kept["record"])
         owned += list(kept["paths"])

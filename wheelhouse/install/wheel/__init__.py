@@ -81,13 +81,17 @@ class InstalledDist:
     files: int
     replaced: str | None = None  # version that was there before
     linked: int = 0  # files hardlinked from the extraction cache
+    # Its members hashed against RECORD while written: nothing had checked its RECORD before (a wheelhouse
+    # staged before wh checked RECORD, a wheel from elsewhere); False: its stage-checked RECORD rows copied.
+    members_hashed: bool = True
 
 
 class NoSpace(UnpackError):
     code = "no-space"
 
 
-def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int = 0) -> InstalledDist:
+def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int = 0,
+            members_hashed: bool = True) -> InstalledDist:
     """Launchers, INSTALLER, REQUESTED, and a RECORD of what was really installed."""
     info_dir = os.path.join(plan.base, plan.dist_info)
     rows: list[tuple[str, str, str]] = []
@@ -111,7 +115,8 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
     record = os.path.join(info_dir, "RECORD")
     with os.fdopen(create_new(record, 0o644), "wb") as out:
         out.write(render_record(rows, plan.base, record))
-    return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced, linked)
+    return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced, linked,
+                         members_hashed)
 
 
 def _row_of(dest: str, data: bytes) -> tuple[str, str, str]:
@@ -226,6 +231,7 @@ def install_wheels(
     expected: Mapping[Path, str] | None = None,
     verified: Collection[Path] | Mapping[Path, FileIdentity | None] = (),
     link_cache: Path | None = None,
+    record_checked: Collection[Path] = (),
 ) -> list[InstalledDist]:
     """Install ``wheels`` into ``scheme`` (purelib, platlib, scripts, data, headers) for ``python``.
 
@@ -237,15 +243,20 @@ def install_wheels(
     are hashed while they are extracted, and one that differs rolls the batch back (HashMismatch).
     ``verified``: wheels the caller already checked against the lock (``checks.verify_files``' answer: with
     the identity of each file it hashed, so a wheel replaced since is refused). The members of both are checked
-    by CRC-32; a wheel in neither has every member checked against its RECORD sha256.
+    by CRC-32, and against their RECORD sha256 too unless the wheel is in ``record_checked`` (its wheelhouse
+    records that its stage checked every member against RECORD); a wheel in neither has every member checked
+    against its RECORD sha256. A member that differs from its RECORD row is refused: the installed RECORD
+    never carries a false row.
     ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none;
-    used for the wheels of ``expected`` (the lock's sha256 names their entry), on the same filesystem.
+    used for the wheels of ``expected`` that are ``record_checked`` (the lock's sha256 names their entry;
+    a linked file is not hashed), on the same filesystem.
     """
     from wheelhouse.install.checks import hash_mismatch
 
     reporter = reporter or NullReporter()
     wheels = [Path(w) for w in wheels]
     expected = {Path(w): sha for w, sha in (expected or {}).items()}
+    record_checked = {Path(w) for w in record_checked}
     jobs = jobs or default_jobs()
     if not wheels:
         return []
@@ -266,17 +277,19 @@ def install_wheels(
     try:
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())], _missing_dirs(dirs))
         os.makedirs(scheme["scripts"], exist_ok=True)  # the others: by the workers, wheel by wheel
-        linking = _linking(link_cache, plans, expected, scheme)
+        linking = _linking(link_cache, plans, {w: s for w, s in expected.items() if w in record_checked}, scheme)
         bad = extract_plans(plans, python, jobs=jobs, total=total, reporter=reporter, task=task,
                             on_written=on_written, expected=expected,
-                            verified=verified, inflater=inflater, linking=linking)
+                            verified=verified, inflater=inflater, linking=linking, record_checked=record_checked)
         if bad:
             raise hash_mismatch(bad)
         if linking is not None:
             linking.publish(plans)  # every wheel's sha256 is the lock's now: its staged entry may be used
         counts = linking.linked if linking is not None else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(lambda p: _finish(p, scheme, python, counts.get(p.wheel, 0)), plans))
+            hashed = set(expected) | {Path(w) for w in verified}
+            done = list(pool.map(lambda p: _finish(p, scheme, python, counts.get(p.wheel, 0),
+                                                   p.wheel not in hashed or p.wheel not in record_checked), plans))
         checkpoint("install.files-done")
         if transaction is None:
             txn.commit()

@@ -5,8 +5,8 @@ WHEEL, RECORD, METADATA and ``entry_points.txt``; the requirements check reads M
 ``zipfile.ZipFile`` builds a ``ZipInfo`` object per member for that (~14k of them for the
 900 MB benchmark set, the largest single cost of planning), and opening a wheel twice
 (requirements, then planning) read each central directory twice. Here the central
-directory is read with one ``pread`` and walked with ``struct``; the text members are
-read through their local headers (raw inflate, CRC-32 checked). Anything this fast path
+directory is read with one ``pread`` and walked by ``wheelhouse.zipdirectory`` (the one ZIP
+reader); the text members are read through their local headers (raw inflate, CRC-32 checked). Anything this fast path
 does not handle (zip64, an archive with bytes before it, an odd compression method, a
 header that does not add up) is read by ``zipfile`` instead, so the answer never depends
 on the path taken. Nothing is checked here for safety: that is ``plan``'s job.
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 from .record import UnpackError
 
 __all__ = ["Member", "WheelArchive", "read_wheel", "FileIdentity", "file_identity"]
@@ -40,12 +41,6 @@ def file_identity(st: os.stat_result) -> FileIdentity:
     changes it (the ctime too, where a write kept the size and set the mtime back)."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-# (name, size, compressed size, compression method, CRC-32, local header offset, unix mode bits)
-Member = tuple[str, int, int, int, int, int, int]
-
-_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record (22 bytes)
-_CD = struct.Struct("<4s4B4HL2L5H2L")  # central directory file header (46 bytes)
-_MAX_COMMENT = 0xFFFF
 _TEXT_LIMIT = 64 << 20  # WHEEL, RECORD, METADATA, entry_points.txt: a bigger one is not read into memory
 
 
@@ -73,70 +68,24 @@ def _wanted(names: list[str]) -> list[str]:
     return [n for n in names if n.count("/") == 1 and n.endswith(leaves) and n.split("/", 1)[0].endswith(".dist-info")]
 
 
-def _listing(fd: int, size: int) -> list[Member] | None:
-    """The central directory, or None where only zipfile should read it (zip64, a prefix, anything odd)."""
-    tail_len = min(size, _EOCD.size + _MAX_COMMENT)
-    tail = os.pread(fd, tail_len, size - tail_len)
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or at + _EOCD.size > len(tail):
-        return None
-    _, disk, cd_disk, count_here, count, cd_size, cd_offset, comment_len = _EOCD.unpack_from(tail, at)
-    eocd_pos = size - tail_len + at
-    if (disk or cd_disk or count_here != count or count == 0xFFFF or cd_size == 0xFFFFFFFF
-            or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != eocd_pos):
-        return None  # zip64, several disks, or bytes before the archive (zipfile handles those)
-    cd = os.pread(fd, cd_size, cd_offset)
-    if len(cd) != cd_size:
-        return None
-    out: list[Member] = []
-    pos = 0
-    unpack = _CD.unpack_from
-    for _ in range(count):
-        if pos + 46 > cd_size:
-            return None
-        (sig, _, _, _, _, flags, method, _, _, crc, csize, usize, n_len, x_len, c_len, _, _, attr,
-         offset) = unpack(cd, pos)
-        if sig != b"PK\x01\x02":
-            return None
-        end = pos + 46 + n_len
-        raw = cd[pos + 46:end]
-        # ASCII reads the same in both (and decodes much faster than through the cp437 codec)
-        name = raw.decode("ascii") if raw.isascii() else raw.decode("utf-8" if flags & 0x800 else "cp437")
-        if "\x00" in name or flags & 0x1 or 0xFFFFFFFF in (usize, csize, offset):
-            return None  # a NUL (zipfile truncates there), encryption, a zip64 extra: zipfile reads those
-        out.append((name, usize, csize, method, crc, offset, (attr >> 16) & 0o777))
-        pos = end + x_len + c_len
-    return out if pos == cd_size else None
-
-
 def _text(fd: int, wheel: Path, m: Member) -> str:
-    name, usize, csize, method, crc, offset, _ = m
+    name, usize, csize, _, _, offset, _ = m
     if usize > _TEXT_LIMIT or csize > _TEXT_LIMIT:
         raise _unreadable(wheel, f"{name} is {usize} bytes")
-    head = os.pread(fd, 30, offset)
-    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+    start = local_data_start(os.pread(fd, LOCAL_HEADER_SIZE, offset))
+    if start is None:
         raise _unreadable(wheel, f"bad local header for {name}")
-    start = offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
-    body = os.pread(fd, csize, start)
     try:
-        if method == zipfile.ZIP_DEFLATED:
-            d = zlib.decompressobj(-15)
-            data = d.decompress(body, usize + 1) + d.flush()
-        elif method == zipfile.ZIP_STORED:
-            data = body
-        else:
-            raise LookupError(method)
-    except zlib.error as exc:
-        raise _unreadable(wheel, f"{name} is not valid deflate data ({exc})") from exc
-    if len(data) != usize or zlib.crc32(data) != crc:
-        raise _unreadable(wheel, f"bad CRC-32 or size for {name}")
+        data = inflate_member(os.pread(fd, csize, offset + start), m)
+    except BadMember as exc:
+        raise _unreadable(wheel, exc) from exc
     return data.decode("utf-8", "replace")
 
 
 def _read_fast(wheel: Path) -> WheelArchive | None:
     fd = os.open(wheel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        members = _listing(fd, os.fstat(fd).st_size)
+        members = read_directory(fd)
         if members is None:
             return None
         by_name = {m[0]: m for m in members}

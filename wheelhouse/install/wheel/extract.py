@@ -8,9 +8,12 @@ writes release the GIL), biggest work first. Each member is checked while it is 
   (one thread on the 581 MB cuBLAS wheel while the other core waited) is spread over the
   pool; each of its members is checked against the CRC-32 of the wheel's central directory,
   which that sha256 covers. The CRC catches a re-read that differs from what was hashed
-  and an inflater fault, at a fraction of a second sha256 pass over every extracted byte;
-  the RECORD sha256 of each member would add only a check of the wheel's own RECORD
-  against its own bytes, which the lock's hash of the whole file already pins.
+  and an inflater fault, at a fraction of a sha256 pass over every extracted byte.
+- the lock's hash pins the wheel's bytes, not that its RECORD tells the truth about them,
+  and the installed RECORD copies its rows: so each member is also hashed and compared with
+  its RECORD sha256 unless the wheel is ``record_checked`` (its wheelhouse's stage checked
+  every member against RECORD: wheelhouse.stage.records). A wheel whose RECORD lies is
+  refused, never installed with that row.
 - a wheel with no expected sha256 has every member hashed and compared with its RECORD
   sha256 (the only check of its bytes there is).
 
@@ -191,23 +194,28 @@ def _too_big(plan: WheelPlan, m: PlannedFile) -> RecordMismatch:
 
 class _Check:
     """What each written byte of one member is compared with: its CRC-32 (the wheel's sha256 is checked
-    as a whole) or its RECORD sha256 (nothing else vouches for the wheel)."""
+    as a whole), its RECORD sha256 (nothing vouches for the wheel, or for its RECORD), or both."""
 
     __slots__ = ("crc", "h", "_crc32")
 
-    def __init__(self, by_crc: bool, inflater: Inflater):
+    def __init__(self, by_crc: bool, by_record: bool, inflater: Inflater):
         self._crc32 = inflater.crc_module.crc32  # called once per piece: no wrapper in between
         self.crc = 0 if by_crc else None
-        self.h = None if by_crc else hashlib.sha256()
+        self.h = hashlib.sha256() if by_record else None
 
     def update(self, data) -> None:
-        if self.h is None:
+        if self.crc is not None:
             self.crc = self._crc32(data, self.crc)
-        else:
+        if self.h is not None:
             self.h.update(data)
 
-    def matches(self, m: PlannedFile) -> bool:
-        return self.crc == m.crc if self.h is None else record_digest(self.h.digest()) == m.digest
+    def mismatch(self, m: PlannedFile, size: int) -> str | None:
+        """Which check the written bytes fail ("its CRC-32", "its RECORD hash"), or None."""
+        if self.crc is not None and (self.crc != m.crc or size != m.size):
+            return "its CRC-32"
+        if self.h is not None and (record_digest(self.h.digest()) != m.digest or size != m.size):
+            return "its RECORD hash"
+        return None
 
 
 class _Counter:
@@ -226,13 +234,14 @@ class Extraction:
 
     def __init__(self, python: str, reporter: Reporter, task: str, inflater: Inflater,
                  on_written: Callable[[str], None] | None, hashed: set[Path], linking: Linking | None = None,
-                 pinned: Mapping[Path, FileIdentity] | None = None):
+                 pinned: Mapping[Path, FileIdentity] | None = None, record_checked: Collection[Path] = ()):
         self.python, self.reporter, self.task, self.inflater = python, reporter, task, inflater
         self.on_written = on_written
         self.linking = linking
         self.pending: dict[int, int] = {}  # id(plan) -> its extraction tasks not finished yet
         self._pending_lock = threading.Lock()
         self.hashed = hashed  # wheels whose whole sha256 is checked: members by CRC
+        self.record_checked = frozenset(record_checked)  # of those, whose RECORD the stage checked: CRC alone
         self.archives = _Archives(pinned)
         self.failed = threading.Event()
         self.counter = _Counter()
@@ -254,12 +263,13 @@ class Extraction:
         self.make_dirs(plan)
         src = self.archives.fd(plan.wheel)
         by_crc = plan.wheel in self.hashed
+        by_record = not by_crc or plan.wheel not in self.record_checked
         for m in members:
             if self.failed.is_set():
                 return
             if self.linking is not None and self._link(plan, m):
                 continue
-            self._one(plan, m, src, _Check(by_crc, self.inflater))
+            self._one(plan, m, src, _Check(by_crc, by_record, self.inflater))
         if self.linking is not None and self._last_task_of(plan) and not self.failed.is_set():
             self.linking.stage(plan)  # overlaps the other wheels' extraction (the long tail of a big one)
 
@@ -316,8 +326,8 @@ class Extraction:
             raise
         finally:
             os.close(out)
-        if size != m.size or not check.matches(m):
-            what = "its CRC-32" if check.h is None else "its RECORD hash"
+        what = check.mismatch(m, size)
+        if what is not None:
             raise RecordMismatch(f"{plan.wheel.name}: {m.name} does not match {what}",
                                  hint="the wheel was altered after it was built; re-stage it with `wh stage`")
         if st is not None:
@@ -369,13 +379,15 @@ def _chunks(plans: list[WheelPlan], target_bytes: int,
 def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int, reporter: Reporter, task: str,
                   on_written: Callable[[str], None] | None = None, expected: Mapping[Path, str] | None = None,
                   verified: Collection[Path] | Mapping[Path, FileIdentity | None] = (),
-                  inflater: Inflater | None = None, linking: Linking | None = None) -> list[tuple[str, str, str]]:
+                  inflater: Inflater | None = None, linking: Linking | None = None,
+                  record_checked: Collection[Path] = ()) -> list[tuple[str, str, str]]:
     """Write every planned file of ``plans`` (``write`` set) with ``jobs`` threads.
 
     ``expected`` maps wheels to the sha256 (hex) they must have; each is hashed by a task of the
     same pool. ``verified``: wheels whose sha256 the caller already checked (a mapping: with the identity
     of the file it hashed, ``file_identity``, which extraction must find at the path). The members of both
-    are checked by CRC-32, the others' by their RECORD sha256. ``linking``: the extraction cache's
+    are checked by CRC-32, and by their RECORD sha256 too unless the wheel is in ``record_checked``; the
+    others' by their RECORD sha256. ``linking``: the extraction cache's
     entries for some wheels (their files are linked from there, checked) and where the stat of every
     file written is kept for adding entries afterwards. Returns ``(wheel, expected, actual)`` for every wheel whose sha256 differs (the
     caller raises that first: it names the cause), else raises the first extraction error. The
@@ -385,7 +397,7 @@ def extract_plans(plans: list[WheelPlan], python: str, *, jobs: int, total: int,
     expected = dict(expected or {})
     pinned = {Path(w): i for w, i in verified.items() if i is not None} if isinstance(verified, Mapping) else {}
     run = Extraction(python, reporter, task, inflater or choose(), on_written,
-                     set(expected) | {Path(w) for w in verified}, linking, pinned)
+                     set(expected) | {Path(w) for w in verified}, linking, pinned, record_checked)
     work: list[tuple[int, str, object]] = []
     linked = set(linking.manifests) if linking is not None else set()
     for cost, plan, members in _chunks(plans, max(8 << 20, total // (jobs * 4)), linked):

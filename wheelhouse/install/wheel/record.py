@@ -17,6 +17,7 @@ from typing import Iterable
 
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
+from wheelhouse.recordfile import read_record  # the one RECORD reader (stage checks RECORD with it too)
 
 __all__ = [
     "UnpackError",
@@ -42,29 +43,6 @@ class UnsafeWheelPath(UnpackError):
 
 class RecordMismatch(UnpackError):
     code = "record-mismatch"
-
-
-def read_record(text: str) -> list[tuple[str, str | None, int | None]]:
-    """``(path, sha256 or None, size or None)`` for each row of a RECORD's text (the one RECORD reader).
-
-    Only sha256 is trusted; a row with another algorithm reads as having no hash.
-    """
-    out: list[tuple[str, str | None, int | None]] = []
-    if '"' in text or "\r" in text or "\x00" in text:
-        rows = csv.reader(io.StringIO(text))
-    else:  # no quoting, no CR, no NUL: csv would split each line at every comma, as this does (faster)
-        rows = (line.split(",") for line in text.split("\n"))
-    for row in rows:
-        if not row or not row[0]:
-            continue
-        digest = None
-        if len(row) > 1 and row[1]:
-            algo, _, value = row[1].partition("=")
-            digest = value if algo == "sha256" else None
-        size_text = row[2].strip() if len(row) > 2 else ""
-        size = int(size_text) if size_text.isascii() and size_text.isdigit() else None  # not '²', not '\x1c6'
-        out.append((row[0], digest, size))
-    return out
 
 
 def parse_record(wheel: Path, text: str) -> dict[str, tuple[str | None, int | None]]:

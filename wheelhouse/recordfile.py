@@ -1,0 +1,51 @@
+"""A wheel's RECORD rows (the wheel spec's ``<name>.dist-info/RECORD``: a CSV of path, ``algo=digest``, size),
+and a wheelhouse's record of the wheels whose RECORD was checked against their files.
+
+The one RECORD reader: ``wh stage`` checks a wheel's RECORD against its members with it, ``wh
+install`` plans from it and ``wh doctor`` checks installed files against it. Standard library only
+(the install path imports it: nothing here can open a socket).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Mapping
+
+__all__ = ["RECORD_CHECKED", "read_record", "record_checked"]
+
+# wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
+# (wheelhouse.stage.records); ``wh install`` copies RECORD rows unchecked for those alone.
+RECORD_CHECKED = "record_checked"
+
+
+def read_record(text: str) -> list[tuple[str, str | None, int | None]]:
+    """``(path, sha256 or None, size or None)`` for each row of a RECORD's text (the one RECORD reader).
+
+    Only sha256 is trusted; a row with another algorithm reads as having no hash.
+    """
+    out: list[tuple[str, str | None, int | None]] = []
+    if '"' in text or "\r" in text or "\x00" in text:
+        rows = csv.reader(io.StringIO(text))
+    else:  # no quoting, no CR, no NUL: csv would split each line at every comma, as this does (faster)
+        rows = (line.split(",") for line in text.split("\n"))
+    for row in rows:
+        if not row or not row[0]:
+            continue
+        digest = None
+        if len(row) > 1 and row[1]:
+            algo, _, value = row[1].partition("=")
+            digest = value if algo == "sha256" else None
+        size_text = row[2].strip() if len(row) > 2 else ""
+        size = int(size_text) if size_text.isascii() and size_text.isdigit() else None  # not '²', not '\x1c6'
+        out.append((row[0], digest, size))
+    return out
+
+
+def record_checked(meta: Mapping[str, Any]) -> frozenset[str]:
+    """The sha256 of the wheels a wheelhouse's wh.json (``meta``) records as RECORD-checked; none when the
+    field is absent (a wheelhouse staged before the check) or not a list of strings (not the one wh wrote)."""
+    value = meta.get(RECORD_CHECKED)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return frozenset()
+    return frozenset(value)
