@@ -1,6 +1,6 @@
 """Raw deflate for wheel members: ISA-L or zlib-ng when importable (the ``fast`` extra), else stdlib zlib.
 
-Used by ``wh install`` (extraction) and ``wh stage`` (the RECORD check of every member, stage.records).
+Used by ``wh install`` (extraction) and ``wh stage`` (the RECORD check of every member, lock.records).
 
 The box waits on inflation: on 2 cores about 40% of an install's CPU was the standard
 zlib, and with zlib-ng inflation was still ~75% of wh's user CPU on the 2.45 GB set (perf).

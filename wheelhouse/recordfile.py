@@ -15,7 +15,7 @@ from typing import Any, Mapping
 __all__ = ["RECORD_CHECKED", "read_record", "record_checked"]
 
 # wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
-# (wheelhouse.stage.records); ``wh install`` copies RECORD rows unchecked for those alone.
+# (wheelhouse.lock.records); ``wh install`` copies RECORD rows unchecked for those alone.
 RECORD_CHECKED = "record_checked"
 
 

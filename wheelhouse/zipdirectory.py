@@ -3,7 +3,7 @@
 The one reader of the ZIP layout for wh: ``install.wheel.archive`` lists a local wheel with
 it (one ``pread`` of the directory instead of a ``ZipInfo`` per member: ~14k of them for the
 900 MB benchmark set), ``index.metadata`` finds METADATA in the bytes a range request
-brought back, and ``stage.records`` walks every member of a staged wheel. Both read from
+brought back, and ``lock.records`` walks every member of a staged wheel. Both read from
 bytes in hand, so the same functions serve a local file and a remote one.
 
 Only plain archives are read here: one disk, no zip64, no encryption, no bytes before the

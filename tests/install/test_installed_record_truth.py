@@ -1,7 +1,7 @@
 """The installed RECORD is "a RECORD of what was really installed" (docs/install.md), whatever the wheel's says.
 
 A wheel's RECORD is checked against its files where it enters a wheelhouse (`wh stage`, `wh build`:
-wheelhouse.stage.records), and wh.json lists those wheels (``record_checked``). `wh install` copies the
+wheelhouse.lock.records), and wh.json lists those wheels (``record_checked``). `wh install` copies the
 RECORD rows of those alone; any other wheel (a wheelhouse staged before the check, one assembled by
 hand) has every member hashed against RECORD as it is extracted, and one that differs is refused before
 the commit: nothing lands, nothing half-installed.

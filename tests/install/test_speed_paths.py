@@ -231,7 +231,7 @@ def lying_record_wheel(folder: Path) -> Path:
 def test_a_lying_record_is_refused_unless_its_stage_checked_the_record(tmp_path, scheme):
     """The lock's sha256 pins the wheel's bytes, not the truth of its RECORD: a lock-pinned wheel has its
     members hashed against RECORD (refused when one lies) unless its wheelhouse records that the stage
-    checked its RECORD (wheelhouse.stage.records); only then are its RECORD rows copied unchecked."""
+    checked its RECORD (wheelhouse.lock.records); only then are its RECORD rows copied unchecked."""
     w = lying_record_wheel(tmp_path / "w")
     with pytest.raises(RecordMismatch, match="lie.py does not match its RECORD hash"):
         install_wheels([w], scheme, sys.executable)

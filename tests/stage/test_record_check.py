@@ -1,4 +1,4 @@
-"""A wheel's RECORD is checked against its files where it enters a wheelhouse (wheelhouse.stage.records).
+"""A wheel's RECORD is checked against its files where it enters a wheelhouse (wheelhouse.lock.records).
 
 The lock pins a wheel's bytes, not that its RECORD tells the truth about them: `wh stage` refuses a
 wheel whose RECORD lies (one line naming the wheel and the file, nothing written), and records the
@@ -22,7 +22,7 @@ from faults import wh_command
 from index_fixtures import pyindex  # noqa: F401  (fixture)
 from wheelmaker import make_wheel
 
-from wheelhouse.stage.records import RecordChecks, RecordMismatch, check_record
+from wheelhouse.lock.records import RecordChecks, RecordMismatch, check_record
 
 RECORD = "liar-1.0.dist-info/RECORD"
 
@@ -111,7 +111,7 @@ def test_an_honest_wheel_passes_with_its_signature_files_unlisted_and_through_zi
 
 
 def test_a_big_wheel_is_checked_in_several_tasks_and_every_wheel_is_waited_for(tmp_path, monkeypatch):
-    from wheelhouse.stage import records
+    from wheelhouse.lock import records
 
     monkeypatch.setattr(records, "_TASK", 64 << 10)  # the 300 kB member alone is a task; the rest another
     good = honest(tmp_path / "w")

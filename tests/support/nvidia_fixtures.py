@@ -25,7 +25,7 @@ from wheelmaker import make_wheel
 from wheelhouse.errors import WhError
 from wheelhouse.lock import Lock, LockedFile, write_pylock, write_wh_json
 from wheelhouse.recordfile import RECORD_CHECKED
-from wheelhouse.stage.records import check_record
+from wheelhouse.lock.records import check_record
 from wheelhouse.target import host_target
 
 __all__ = ["make_wheelhouse", "set_modes", "build_cudart", "nvidia_runtime_wheel", "nvcc_wheel", "tree_listing",

@@ -151,10 +151,10 @@ def add_to_wheelhouse(recipe, built: Built, interp, wheelhouse: Path, data: dict
 
 
 def _with_record_checked(data: dict[str, Any], wheels, shas) -> dict[str, Any]:
-    """wh.json with these wheels recorded as RECORD-checked, once each has been (wheelhouse.stage.records:
+    """wh.json with these wheels recorded as RECORD-checked, once each has been (wheelhouse.lock.records:
     one whose RECORD lies about a file is refused, RecordMismatch)."""
     from wheelhouse.recordfile import RECORD_CHECKED, record_checked
-    from wheelhouse.stage.records import RecordChecks
+    from wheelhouse.lock.records import RecordChecks
 
     checks = RecordChecks()
     try:

@@ -42,7 +42,7 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
-from .records import RecordChecks
+from wheelhouse.lock.records import RecordChecks
 from .delta import ImageDelta, delta_of, offered
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (

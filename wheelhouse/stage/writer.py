@@ -117,7 +117,7 @@ def write_stage_tree(
     ``assumed_present`` (what the box must still provide, exactly) and ``image`` (the profile's
     identity, --full or not, what the stack changes of the image).
     ``record_checked``: the sha256 of the wheels whose RECORD was checked against their files
-    (wheelhouse.stage.records): ``wh install`` copies the RECORD rows of those alone unchecked.
+    (wheelhouse.lock.records): ``wh install`` copies the RECORD rows of those alone unchecked.
     """
     from .bootstrap import BOOTSTRAP_DIR, write_bootstrap  # (only when a wheelhouse is written)
 

@@ -12,7 +12,7 @@ writes release the GIL), biggest work first. Each member is checked while it is 
 - the lock's hash pins the wheel's bytes, not that its RECORD tells the truth about them,
   and the installed RECORD copies its rows: so each member is also hashed and compared with
   its RECORD sha256 unless the wheel is ``record_checked`` (its wheelhouse's stage checked
-  every member against RECORD: wheelhouse.stage.records). A wheel whose RECORD lies is
+  every member against RECORD: wheelhouse.lock.records). A wheel whose RECORD lies is
   refused, never installed with that row.
 - a wheel with no expected sha256 has every member hashed and compared with its RECORD
   sha256 (the only check of its bytes there is).
