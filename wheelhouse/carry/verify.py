@@ -450,7 +450,9 @@ def verify_wheelhouse(path: str | Path, *, hashes: bool = True, patches: bool = 
     """Check the wheelhouse at ``path`` (see the module's docstring); never raises for what it finds.
 
     ``hashes=False`` skips the sha256 of the wheels (sizes are still compared); patch payloads,
-    being small, are always hashed. Raises WheelhouseNotFound when ``path`` holds no wh.json.
+    being small, are always hashed. ``closure``: install's rule for bootstrap/'s completeness (carry sits
+    below install, so the caller hands it in; every wh command does); None skips that one check.
+    Raises WheelhouseNotFound when ``path`` holds no wh.json.
     """
     root = Path(path)
     reporter = reporter or NullReporter()
