@@ -5,6 +5,13 @@ module whose import fails, crashes or hangs inside a batch is re-run in a proces
 of its own, and only that solo run is its verdict. A module still importing after
 a short grace inside a batch is confirmed alone at once, so a hang costs one
 timeout (issue 10.7).
+
+Batches follow the import graph: the modules of one top-level package stay in one
+worker process, so a heavy parent (torch, scipy) is imported once per worker that
+needs it, not once per module; ``jobs`` workers are balanced by the measured import
+time of each top-level package (:func:`plan_batches`). A passing verdict whose
+evidence is unchanged comes from the verdict cache (:mod:`wheelhouse.doctor.verdicts`)
+instead of a process, and says so (``reused_since``).
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from typing import Mapping, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
+from .verdicts import VerdictCache
 
-__all__ = ["ImportOutcome", "import_modules", "BATCH_GRACE"]
+__all__ = ["ImportOutcome", "import_modules", "plan_batches", "BATCH_GRACE"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class ImportOutcome:
     output: str = ""  # stderr tail of the process that crashed
     seconds: float = 0.0
     isolated: bool = False  # the verdict comes from a process that imported only this module
+    reused_since: str | None = None  # from the verdict cache: executed then, nothing it loaded changed since
 
     @property
     def summary(self) -> str:
@@ -54,11 +63,44 @@ class ImportOutcome:
 BATCH_GRACE = 4.0  # seconds one module may import inside a batch before it is confirmed alone instead
 
 
-def _chunks(items: list[str], n: int) -> list[list[str]]:
-    if not items:
+_MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
+
+
+def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
+    """At most ``jobs`` batches, the modules of one top-level package together, balanced by cost.
+
+    ``costs``: top-level name -> seconds its import took (measured earlier this run); a package whose
+    modules alone outweigh a fair share is split, each part paying its parent's import again.
+    """
+    costs = costs or {}
+    groups: dict[str, list[str]] = {}
+    for m in modules:
+        groups.setdefault(m.split(".", 1)[0], []).append(m)
+    if not groups:
         return []
-    size = max(1, -(-len(items) // n))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    weight = {t: costs.get(t, _MODULE_COST) + _MODULE_COST * len(ms) for t, ms in groups.items()}
+    share = sum(weight.values()) / max(1, jobs)
+    parts: list[tuple[float, list[str]]] = []
+    for top, ms in groups.items():
+        pieces = max(1, min(len(ms), int(_MODULE_COST * len(ms) // max(share, 1e-9))))
+        size = -(-len(ms) // pieces)
+        parts += [(costs.get(top, _MODULE_COST) + _MODULE_COST * len(chunk), chunk)
+                  for chunk in (ms[i:i + size] for i in range(0, len(ms), size))]
+    bins: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(min(jobs, len(parts)))]
+    for cost, chunk in sorted(parts, key=lambda p: -p[0]):  # longest first, into the lightest bin
+        i = min(range(len(bins)), key=lambda b: bins[b][0])
+        bins[i] = (bins[i][0] + cost, bins[i][1] + chunk)
+    return [b for _, b in bins if b]
+
+
+def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
+    return ImportOutcome(
+        module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
+        error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
+        covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
+        reached=tuple(str(m) for m in rec.get("reached") or ()),
+        seconds=float(rec.get("seconds") or 0), isolated=isolated, reused_since=reused_since,
+    )
 
 
 @dataclass
@@ -67,6 +109,9 @@ class _ImportRun:
 
     timeout: float
     reporter: Reporter
+    cache: VerdictCache | None = None
+    env: Mapping[str, str] | None = None
+    args: Mapping[str, str] = field(default_factory=dict)  # module -> the probe's argument for it
     batches: list[list[str]] = field(default_factory=list)
     solo: list[str] = field(default_factory=list)
     results: dict[str, ImportOutcome] = field(default_factory=dict)
@@ -94,17 +139,12 @@ class _ImportRun:
             else:
                 self.solo.extend(batch)
             return
+        self._remember(res)
         unstarted = []
         for mod in batch:
             rec = finished.get(mod)
             if rec is not None:
-                outcome = ImportOutcome(
-                    module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
-                    error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
-                    covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
-                    reached=tuple(str(m) for m in rec.get("reached") or ()),
-                    seconds=float(rec.get("seconds") or 0), isolated=isolated,
-                )
+                outcome = _outcome(mod, rec, isolated=isolated)
                 if outcome.ok or isolated:
                     self._verdict(outcome)
                 else:
@@ -123,6 +163,24 @@ class _ImportRun:
         if unstarted:
             self.batches.append(unstarted)
 
+    def _remember(self, res: ProbeResult) -> None:
+        """Store the passing verdicts of this process with the files each depended on (all loaded before it)."""
+        if self.cache is None:
+            return
+        files: list = []
+        keep = []
+        for rec in res.records:
+            if rec.get("event") != "result":
+                continue
+            deps = rec.get("deps")
+            if not isinstance(deps, list):
+                return  # a probe that does not name its evidence: nothing is stored
+            files += deps
+            mod = rec.get("module")
+            if rec.get("ok") and mod in self.args:
+                keep.append((self.args[mod], {k: v for k, v in rec.items() if k != "deps"}, len(files)))
+        self.cache.store_run("imports", self.env, files, keep)
+
 
 def import_modules(
     python: str,
@@ -131,9 +189,10 @@ def import_modules(
     jobs: int | None = None,
     timeout: float = 60,
     env: Mapping[str, str] | None = None,
-    batch_size: int = 24,
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
+    cache: VerdictCache | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
@@ -147,19 +206,27 @@ def import_modules(
     find_spec resolves that name to that file and its package has not already loaded the file
     under another name; otherwise its outcome is ok with ``covered`` saying why (its package's
     import is what loads it).
+
+    ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
+    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`'.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
     script = probe_script("imports")
-    state = _ImportRun(timeout=timeout, reporter=reporter,
-                       batches=_chunks(mods, max(jobs, -(-len(mods) // batch_size))))
-    grace = min(timeout, BATCH_GRACE)
+    args = {m: f"{m}={files[m]}" if files and m in files else m for m in mods}
+    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args)
     reporter.start("imports", total=len(mods))
+    for m in mods:
+        hit = cache.lookup("imports", args[m], env) if cache is not None else None
+        if hit is not None:
+            state._verdict(_outcome(m, hit.record, isolated=False, reused_since=hit.since))
+    state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
+    grace = min(timeout, BATCH_GRACE)
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
         limit = timeout if solo or len(batch) == 1 else grace
-        args = [f"{m}={files[m]}" if files and m in files else m for m in batch]
-        return batch, solo, run_probe(python, script, args, timeout=limit, env=env, idle_timeout=True, name="imports")
+        return batch, solo, run_probe(python, script, [args[m] for m in batch], timeout=limit, env=env,
+                                      idle_timeout=True, name="imports")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from wheelhouse.install.digests import FileDigests
+from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target.gpu import GpuFacts
 from wheelhouse.manifest import StackManifest
@@ -77,6 +78,7 @@ class DoctorContext:
     reporter: Reporter = field(default_factory=NullReporter)
     extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. extra JIT probes
     digests: FileDigests = field(default_factory=FileDigests)  # installed files' sha256, cached by identity
+    verdicts: VerdictCache | None = None  # passing probe verdicts, reused while their evidence is unchanged
 
     def dist(self, name: str) -> Distribution | None:
         return self.distributions.get(canonicalize_name(name))

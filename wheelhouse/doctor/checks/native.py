@@ -240,6 +240,14 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mappin
     return parts
 
 
+def _reuse_note(reused: Mapping[str, str], judged: int) -> str:
+    """Evidence that says which verdicts were not executed this run (the verdict cache, ``--thorough`` re-runs)."""
+    since = min(reused.values())
+    return (f"ok (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
+            "run: every file their import loaded, the interpreter, the environment, the GPU facts, wh and the probe "
+            "are as they were (`--thorough` executes them again)")
+
+
 def _shadowing(plan: LoadPlan) -> list[tuple[str, str]]:
     """(module, the file it is loaded from) for each module another file of the same name stands behind."""
     chosen = {rel: m for m, rel in plan.relpaths.items()}
@@ -277,7 +285,12 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
     exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
     notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
-    data_out = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
+    reused = {m: outcomes[m].reused_since for m in mods if m in outcomes and outcomes[m].reused_since}
+    if reused:
+        notes.append(_reuse_note(reused, len([m for m in mods if m in outcomes])))
+    data_out = {"reused": reused, "executed": [m for m in mods if m in outcomes and not outcomes[m].reused_since
+                                               and m not in plan.missing],
+                "modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
                 "covered": [{"module": o.module, "reason": o.covered} for o in covered],
                 "through": {m: outcomes[m].via for m in mods if m in outcomes and outcomes[m].via},
                 "foreign": [f.to_json() for f in plan.foreign],
@@ -353,8 +366,10 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     outcomes = _load(list(dict.fromkeys([*[m for m in modules if "." not in m], *entries])), ctx, files)
     failed = {m for m, o in outcomes.items() if not o.ok}
     gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
+    # What each top-level import cost: the extension modules under it are batched by it (one import per worker).
+    costs = {m: o.seconds for m, o in outcomes.items() if "." not in m}
     outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone
-                           and m not in outcomes], ctx, files))
+                           and m not in outcomes], ctx, files, costs))
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     reach = stack_reach(ctx, entries, outcomes)
     data = _optional_data()
@@ -393,8 +408,9 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
                                f"install: reinstall {d.name})", isolated=True)
 
 
-def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str]) -> dict[str, ImportOutcome]:
+def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
+          costs: Mapping[str, float] | None = None) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                          reporter=ctx.reporter, files=files)
+                          reporter=ctx.reporter, files=files, cache=ctx.verdicts, costs=costs)
