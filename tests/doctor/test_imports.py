@@ -26,7 +26,7 @@ def test_batched_imports_isolate_crashes_and_failures(tmp_path):
     _pkg(root, "victim", "import builtins\nif getattr(builtins, 'WH_POISON', False):\n    raise RuntimeError('poisoned')\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     mods = ["good_a", "poison", "victim", "crasher", "raiser", "good_b", "not_installed_anywhere"]
-    out = import_modules(sys.executable, mods, jobs=1, timeout=10, env=env, batch_size=100)
+    out = import_modules(sys.executable, mods, jobs=1, timeout=10, env=env)
     assert list(out) == mods
     assert out["good_a"].ok and out["good_b"].ok and out["poison"].ok
     assert out["victim"].ok and out["victim"].isolated  # failed in the batch, passed alone: ok
@@ -43,7 +43,7 @@ def test_hanging_import_times_out_per_module_not_per_batch(tmp_path):
     _pkg(root, "stuck", "import time\ntime.sleep(600)\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.monotonic()
-    out = import_modules(sys.executable, ["slowish", "slowish2", "stuck"], jobs=1, timeout=1.5, env=env, batch_size=10)
+    out = import_modules(sys.executable, ["slowish", "slowish2", "stuck"], jobs=1, timeout=1.5, env=env)
     assert out["slowish"].ok and out["slowish2"].ok  # 1.6 s in one batch, but each under 1.5 s
     assert not out["stuck"].ok and "timed out" in out["stuck"].crash and out["stuck"].isolated
     assert time.monotonic() - t0 < 15
@@ -56,7 +56,7 @@ def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
     _pkg(root, "late", "X = 2\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.monotonic()
-    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env, batch_size=10)
+    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env)
     seconds = time.monotonic() - t0
     assert out["early"].ok and out["late"].ok
     assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
