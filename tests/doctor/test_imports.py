@@ -92,3 +92,20 @@ def test_a_module_entered_first_in_a_circular_import_is_imported_through_its_sib
     assert out["cyc._x"].ok and out["cyc._x"].via == "cyc._m"
     p = out["cyc._p"]
     assert not p.ok and p.via is None and "partially initialized module 'cyc._p'" in p.error
+
+
+def test_a_slow_import_past_the_grace_is_not_thrown_away_by_its_batch(tmp_path, monkeypatch):
+    """torch takes ~8 s on the H200 image: its batch keeps it (one run alone starts beside it, for a hang's sake),
+    and the modules after it are not re-batched to import it again."""
+    import wheelhouse.doctor.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH_GRACE", 0.5)
+    root = tmp_path / "mods"
+    log = tmp_path / "imported.log"
+    _pkg(root, "heavy", f"import time\nopen({str(log)!r}, 'a').write('x')\ntime.sleep(1.5)\n")
+    for sub in ("a", "b", "c"):
+        (root / "heavy" / f"{sub}.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["heavy.a", "heavy.b", "heavy.c"], jobs=1, timeout=20, env=env)
+    assert all(o.ok for o in out.values())
+    assert len(log.read_text()) == 2  # the batch, and the run alone beside it: not once more per module after it

@@ -3,8 +3,10 @@
 One interpreter start per batch, not per module, with isolation semantics: a
 module whose import fails, crashes or hangs inside a batch is re-run in a process
 of its own, and only that solo run is its verdict. A module still importing after
-a short grace inside a batch is confirmed alone at once, so a hang costs one
-timeout (issue 10.7).
+a short grace inside a batch is started alone at once, beside the batch, so a hang
+costs one timeout (issue 10.7); the batch goes on, so a slow import (torch, 8 s on
+the H200 image) is not thrown away and imported again by every batch after it:
+where it passes in the batch, that is its verdict.
 
 Batches follow the import graph: the modules of one top-level package stay in one
 worker process, so a heavy parent (torch, scipy) is imported once per worker that
@@ -16,6 +18,7 @@ instead of a process, and says so (``reused_since``).
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -60,7 +63,8 @@ class ImportOutcome:
         return f"{self.error_type}: {self.error}"
 
 
-BATCH_GRACE = 4.0  # seconds one module may import inside a batch before it is confirmed alone instead
+BATCH_GRACE = 4.0  # seconds one module may import inside a batch before a run of it alone starts beside it
+_TICK = 0.25  # how often the runner looks for a module past its grace
 
 
 _MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
@@ -115,6 +119,7 @@ class _ImportRun:
     batches: list[list[str]] = field(default_factory=list)
     solo: list[str] = field(default_factory=list)
     results: dict[str, ImportOutcome] = field(default_factory=dict)
+    alone: set[str] = field(default_factory=set)  # started alone beside its batch (past the grace there)
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -123,8 +128,14 @@ class _ImportRun:
         return out
 
     def _verdict(self, outcome: ImportOutcome) -> None:
+        if outcome.module in self.results:
+            return  # its batch and its run alone both answered: the first answer stands (see judge)
         self.results[outcome.module] = outcome
         self.reporter.advance("imports")
+
+    def _confirm_alone(self, mod: str) -> None:
+        if mod not in self.alone:  # already running alone: that run gives the verdict
+            self.solo.append(mod)
 
     def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
         """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
@@ -137,7 +148,8 @@ class _ImportRun:
                                             crash=res.failure(self.timeout) or "the interpreter printed nothing",
                                             seconds=res.duration))
             else:
-                self.solo.extend(batch)
+                for mod in batch:
+                    self._confirm_alone(mod)
             return
         self._remember(res)
         unstarted = []
@@ -148,16 +160,18 @@ class _ImportRun:
                 if outcome.ok or isolated:
                     self._verdict(outcome)
                 else:
-                    self.solo.append(mod)  # confirm alone: another module may have caused it
-            elif mod in started:  # it was importing when the process died, or hung past the batch's grace
-                if isolated:
+                    self._confirm_alone(mod)  # another module may have caused it
+            elif mod in started:  # it was importing when the process died, or hung
+                if isolated and mod in self.results:
+                    pass  # its batch answered while this run alone was still importing it
+                elif isolated:
                     # os._exit(0) inside the import ends the process "well": say what happened, not "None: None".
                     crash = res.failure(self.timeout) or (f"ended the interpreter (exit status {res.returncode}) "
                                                           "before the import returned")
                     self._verdict(ImportOutcome(module=mod, ok=False, crash=crash,
                                                 output=res.tail(), isolated=True, seconds=res.duration))
                 else:
-                    self.solo.append(mod)
+                    self._confirm_alone(mod)
             else:
                 unstarted.append(mod)
         if unstarted:
@@ -196,11 +210,11 @@ def import_modules(
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
-    ``timeout`` applies per module, in the run that gives the verdict. Batches run
-    ``jobs`` at a time; a module that fails or crashes in a batch, or is still
-    importing after :data:`BATCH_GRACE` seconds there, is re-run alone at once (so a
-    hang costs one timeout, not two); modules a crash prevented from running go
-    into a new batch.
+    ``timeout`` applies per module. Batches run ``jobs`` at a time; a module that fails
+    or crashes in a batch is re-run alone; one still importing after :data:`BATCH_GRACE`
+    seconds there is started alone at once beside the batch (a hang costs one timeout,
+    not two; a slow import that passes in the batch has its verdict there); modules a
+    crash or a hang prevented from running go into a new batch.
 
     ``files``: extension module -> its file. Such a module is imported by its name only when
     find_spec resolves that name to that file and its package has not already loaded the file
@@ -222,18 +236,36 @@ def import_modules(
             state._verdict(_outcome(m, hit.record, isolated=False, reused_since=hit.since))
     state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
     grace = min(timeout, BATCH_GRACE)
+    importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
-        limit = timeout if solo or len(batch) == 1 else grace
-        return batch, solo, run_probe(python, script, [args[m] for m in batch], timeout=limit, env=env,
-                                      idle_timeout=True, name="imports")
+        key = id(batch)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        def on_record(rec: Mapping) -> None:
+            if rec.get("event") == "start":
+                importing[key] = (str(rec.get("module")), time.monotonic())
+            else:
+                importing.pop(key, None)
+
+        try:
+            return batch, solo, run_probe(python, script, [args[m] for m in batch], timeout=timeout, env=env,
+                                          idle_timeout=True, name="imports",
+                                          on_record=None if solo or len(batch) == 1 else on_record)
+        finally:
+            importing.pop(key, None)
+
+    # Room for the runs started alone beside their batches (past the grace), so none waits behind a batch.
+    with ThreadPoolExecutor(max_workers=2 * jobs) as pool:
         running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
         while running:
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+            done, running = wait(running, timeout=_TICK, return_when=FIRST_COMPLETED)
             for fut in done:
                 state.judge(*fut.result())
+            now = time.monotonic()
+            for mod, since in list(importing.values()):
+                if now - since > grace and mod not in state.alone and mod not in state.results:
+                    state.alone.add(mod)  # a hang costs one timeout: its run alone starts now
+                    running.add(pool.submit(_run, [mod], True))
             running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
     reporter.finish("imports")
     return {m: state.results[m] for m in mods if m in state.results}

@@ -281,7 +281,7 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
     unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
     covered = [outcomes[m] for m in mods if m in outcomes and outcomes[m].covered]
-    seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
+    seconds = sum(outcomes[m].seconds for m in mods if m in outcomes and not outcomes[m].reused_since)
     tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
     exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
     notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
