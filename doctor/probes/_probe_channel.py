@@ -79,8 +79,9 @@ class Evidence:
                 d = vars(mod)  # not getattr: a module's __getattr__ may run code
                 f = d.get("__file__")
                 locations = d.get("__path__")
-                if isinstance(f, str):
-                    out.append(f)
+                for name in (f, d.get("__cached__")):  # the byte code the import read counts as much
+                    if isinstance(name, str) and (name is f or os.path.exists(name)):
+                        out.append(name)
                 if locations is not None and not isinstance(locations, str):
                     out += [x for x in list(locations) if isinstance(x, str)]
             except Exception:  # noqa: BLE001 - sys.modules can hold anything
