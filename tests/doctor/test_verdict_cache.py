@@ -132,3 +132,17 @@ def test_a_crash_in_a_shared_worker_changes_no_other_verdict_and_is_never_reused
         assert results["native:crashy"]["verdict"] == "fail" and "SIGSEGV" in results["native:crashy"]["evidence"]
         assert "crashy.sub._ext" in _executed(results, "native:crashy")  # a failure is executed every run
     assert _reused(results, "native:alpha") == ALPHA
+
+
+def test_the_loader_facts_are_reused_only_while_unchanged_and_the_evidence_says_so(stack, tmp_path):
+    def sharedlibs(*extra: str) -> dict:
+        env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache")}
+        proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(stack), "--check",
+                               "sharedlibs:alpha", "--json", *extra], capture_output=True, text=True, env=env, timeout=300)
+        return {r["id"]: r for r in json.loads(proc.stdout)["results"]}["sharedlibs:alpha"]
+
+    first = sharedlibs()
+    assert first["verdict"] == "ok" and "unchanged since" not in first["evidence"]
+    again = sharedlibs()
+    assert again["verdict"] == "ok" and "the loader's facts are unchanged since" in again["evidence"]
+    assert "unchanged since" not in sharedlibs("--thorough")["evidence"]

@@ -25,6 +25,8 @@ with an alternative build beside it that finds everything is a note.
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import fnmatch
 import functools
@@ -38,7 +40,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.doctor.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.extensions import is_python_extension
 from wheelhouse.env.cuda import engine_environment
-from wheelhouse.doctor.probes import probe_script, run_probe
+from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
@@ -139,10 +141,11 @@ def gather_loader_facts(ctx: DoctorContext, env: Mapping[str, str] | None = None
     """(facts, the probe's record, why not) from the loader probe run in the engine environment."""
     timeout = max(ctx.timeout, 120) if ctx.dist("torch") else max(ctx.timeout, 30)
     env = env if env is not None else engine_loader_environment(ctx)[0]
-    res = run_probe(ctx.python, probe_script("loader"), timeout=timeout, env=env, name="loader")
+    res, since = run_cached_probe(ctx.verdicts, ctx.python, probe_script("loader"), timeout=timeout, env=env,
+                                  name="loader", passed=lambda r: r.ok and not r.data.get("import_errors"))
     if not res.records:
         return None, {}, f"the loader probe {res.failure(timeout)}\n{res.tail()}"
-    return loader_facts(res.data), res.data, None
+    return loader_facts(res.data), {**res.data, "reused_since": since}, None
 
 
 def _is_driver_lib(name: str) -> bool:
@@ -399,10 +402,18 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                             hint="check that the interpreter starts in the engine environment: `eval \"$(wh env)\"`")]
     note = "".join(f"\n(import {mod} failed in the loader probe: {err}; the libraries it would have loaded are "
                    f"not counted as loaded, see native:{mod})" for mod, err in (record.get("import_errors") or {}).items())
+
     # Every distribution's objects are read (not only the selected ones): who links a plugin may live elsewhere.
     every = dists if not ctx.patterns else [
         (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
     scans = _scan([path for _, objs in every for _, path in objs], facts)
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note)
-    return [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
+    results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
+    since = record.get("reused_since")
+    if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
+        results = [dataclasses.replace(r, evidence=r.evidence + f"\n(the loader's facts are unchanged since {since}, "
+                                       "reused: the loader cache, its folders and every file the loader probe loaded "
+                                       "are as they were)", data={**r.data, "loader_reused_since": since})
+                   for r in results]
+    return results
