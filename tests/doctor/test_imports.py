@@ -109,3 +109,19 @@ def test_a_slow_import_past_the_grace_is_not_thrown_away_by_its_batch(tmp_path, 
     out = import_modules(sys.executable, ["heavy.a", "heavy.b", "heavy.c"], jobs=1, timeout=20, env=env)
     assert all(o.ok for o in out.values())
     assert len(log.read_text()) == 2  # the batch, and the run alone beside it: not once more per module after it
+
+
+def test_modules_under_a_package_wait_for_its_verdict_alone(tmp_path):
+    """A package that failed only among others (poisoned) gets its modules loaded; one that fails alone gets none
+    loaded (they would fail the same way, or hang again), and its own failure is the verdict."""
+    root = tmp_path / "mods"
+    _pkg(root, "poison", "import builtins\nbuiltins.WH_POISON = True\n")
+    _pkg(root, "victim", "import builtins\nif getattr(builtins, 'WH_POISON', False):\n    raise RuntimeError('poisoned')\n")
+    (root / "victim" / "sub.py").write_text("X = 1\n")
+    _pkg(root, "broken", "raise ImportError('broken on purpose')\n")
+    (root / "broken" / "sub.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["poison", "victim", "broken", "victim.sub", "broken.sub"], jobs=1,
+                         timeout=10, env=env, costs={"poison": 5.0})  # the heaviest goes first: poison, then victim
+    assert out["victim"].ok and out["victim"].isolated and out["victim.sub"].ok
+    assert not out["broken"].ok and "broken.sub" not in out

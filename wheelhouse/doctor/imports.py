@@ -94,7 +94,8 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
     for cost, chunk in sorted(parts, key=lambda p: -p[0]):  # longest first, into the lightest bin
         i = min(range(len(bins)), key=lambda b: bins[b][0])
         bins[i] = (bins[i][0] + cost, bins[i][1] + chunk)
-    return [b for _, b in bins if b]
+    # Top-level names first in each worker: what importing them loads is traced before anything else is loaded.
+    return [sorted(b, key=lambda m: "." in m) for _, b in bins if b]
 
 
 def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
@@ -120,6 +121,8 @@ class _ImportRun:
     solo: list[str] = field(default_factory=list)
     results: dict[str, ImportOutcome] = field(default_factory=dict)
     alone: set[str] = field(default_factory=set)  # started alone beside its batch (past the grace there)
+    waiting: dict[str, list[str]] = field(default_factory=dict)  # top-level name -> modules skipped until it passes
+    always: frozenset[str] = frozenset()  # loaded even where their top-level package does not import
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -132,6 +135,19 @@ class _ImportRun:
             return  # its batch and its run alone both answered: the first answer stands (see judge)
         self.results[outcome.module] = outcome
         self.reporter.advance("imports")
+        under = self.waiting.pop(outcome.module, [])
+        # It failed among others only: now its modules are loaded. Else a package that does not import: the modules
+        # under it are not loaded (no verdict of their own), except those asked for in any case (entry modules).
+        under = under if outcome.ok else [m for m in under if m in self.always]
+        if under:
+            self.batches.append(under)
+
+    def _skipped(self, mod: str, top: str) -> None:
+        if top in self.results:
+            if self.results[top].ok or mod in self.always:
+                self.batches.append([mod])
+            return
+        self.waiting.setdefault(top, []).append(mod)
 
     def _confirm_alone(self, mod: str) -> None:
         if mod not in self.alone:  # already running alone: that run gives the verdict
@@ -152,8 +168,12 @@ class _ImportRun:
                     self._confirm_alone(mod)
             return
         self._remember(res)
+        skipped = {r["module"]: str(r.get("because")) for r in res.records if r.get("event") == "skipped"}
         unstarted = []
         for mod in batch:
+            if mod in skipped:
+                self._skipped(mod, skipped[mod])
+                continue
             rec = finished.get(mod)
             if rec is not None:
                 outcome = _outcome(mod, rec, isolated=isolated)
@@ -207,6 +227,7 @@ def import_modules(
     files: Mapping[str, str] | None = None,
     cache: VerdictCache | None = None,
     costs: Mapping[str, float] | None = None,
+    always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
@@ -221,6 +242,10 @@ def import_modules(
     under another name; otherwise its outcome is ok with ``covered`` saying why (its package's
     import is what loads it).
 
+    A dotted module under a top-level name that failed earlier in its worker is loaded only once that
+    name passes alone (it failed among others only); where it fails alone, the module gets no outcome
+    (its package does not import), unless it is in ``always``.
+
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
     and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`'.
     """
@@ -228,7 +253,7 @@ def import_modules(
     mods = list(dict.fromkeys(modules))
     script = probe_script("imports")
     args = {m: f"{m}={files[m]}" if files and m in files else m for m in mods}
-    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args)
+    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args, always=frozenset(always))
     reporter.start("imports", total=len(mods))
     for m in mods:
         hit = cache.lookup("imports", args[m], env) if cache is not None else None

@@ -360,16 +360,16 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     entries = entry_modules(ctx)
     modules = [m for p in plans.values() for m in p.modules]
     files = {m: f for p in plans.values() for m, f in p.files.items()}
-    # Top-level names (and the stack's entry modules) first: what their import loads is what the stack reaches.
-    # An extension module under one that fails (or hangs) fails the same way, so it is not loaded at all (a hang
-    # then costs one timeout, not one per module under it).
-    outcomes = _load(list(dict.fromkeys([*[m for m in modules if "." not in m], *entries])), ctx, files)
-    failed = {m for m, o in outcomes.items() if not o.ok}
+    # One pass: each worker imports its top-level names (and the stack's entry modules) first, what their import
+    # loads is what the stack reaches, then the extension modules under them, so a package is imported once per
+    # worker. An extension module under a top-level name that fails (or hangs) fails the same way, so it is not
+    # loaded at all (a hang then costs one timeout, not one per module under it).
     gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
-    # What each top-level import cost: the extension modules under it are batched by it (one import per worker).
-    costs = {m: o.seconds for m, o in outcomes.items() if "." not in m}
-    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone
-                           and m not in outcomes], ctx, files, costs))
+    tops = list(dict.fromkeys([*[m for m in modules if "." not in m], *entries]))
+    outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops]],
+                     ctx, files, always=[m for m in tops if "." in m])
+    failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
+    outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     reach = stack_reach(ctx, entries, outcomes)
     data = _optional_data()
@@ -409,8 +409,8 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
 
 
 def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
-          costs: Mapping[str, float] | None = None) -> dict[str, ImportOutcome]:
+          always: Sequence[str] = ()) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                          reporter=ctx.reporter, files=files, cache=ctx.verdicts, costs=costs)
+                          reporter=ctx.reporter, files=files, cache=ctx.verdicts, always=always)
