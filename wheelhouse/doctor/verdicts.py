@@ -19,6 +19,10 @@ Where a verdict depends on files loaded before it in a shared worker process, th
 one process's files are stored once, in the order printed (a *run*), and a verdict names how many of them
 it depended on; the first changed file of a run invalidates every verdict from that point on.
 
+Facts read from one file alone (does this ``.so`` export ``PyInit_<name>``, its ELF dynamic section) are kept
+too, keyed by that file's identity (:meth:`VerdictCache.file_fact`): pyelftools reading every extension module
+was most of an unchanged re-run.
+
 The store is ``verdicts.json`` beside the stack check's digest cache (``install.digests.cache_path``): in
 the site folder's ``.wh/`` where that is writable, else wh's user cache folder.
 """
@@ -33,7 +37,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
@@ -112,6 +116,8 @@ class VerdictCache:
         self._verdicts: dict[str, dict[str, Any]] = {}  # key -> {"run", "upto", "record", "at", "context"}
         self._valid_upto: dict[str, int] = {}  # run id -> how many of its files are unchanged, this run
         self._stat: dict[str, list | None] = {}
+        self._facts: dict[str, dict[str, list]] = {}  # kind -> {path: [*identity, value]}
+        self._facts_used: dict[str, set[str]] = {}  # kind -> paths asked this run (the others are pruned)
         self._dirty = False
 
     # ---- keys ------------------------------------------------------------------------------------------------
@@ -134,6 +140,8 @@ class VerdictCache:
                 and isinstance(data.get("runs"), dict) and isinstance(data.get("verdicts"), dict)):
             return
         self._runs = {k: r for k, r in data["runs"].items() if isinstance(r, dict) and isinstance(r.get("files"), list)}
+        self._facts = {k: {p: e for p, e in v.items() if isinstance(e, list) and len(e) == 6}
+                       for k, v in (data.get("facts") or {}).items() if isinstance(v, dict)}
         self._verdicts = {k: v for k, v in data["verdicts"].items()
                           if isinstance(v, dict) and v.get("run") in self._runs and isinstance(v.get("upto"), int)
                           and isinstance(v.get("record"), dict) and isinstance(v.get("at"), (int, float))}
@@ -178,6 +186,32 @@ class VerdictCache:
             self.reused += 1
             return Reused(v["record"], float(v["at"]))
 
+    def file_fact(self, kind: str, path: str | os.PathLike, compute: Callable[[], Any]) -> Any:
+        """``compute()`` (a JSON value read from file ``path`` alone, e.g. whether it exports ``PyInit_``), or the
+        value stored for the same file identity (device, inode, size, mtime_ns, ctime_ns), as the digest cache
+        keeps sha256s. What ``compute`` raises is raised and nothing is stored."""
+        path = os.path.abspath(os.fspath(path))
+        try:
+            before = file_identity(os.stat(path))
+        except OSError:
+            return compute()
+        with self._lock:
+            self._load()
+            self._facts_used.setdefault(kind, set()).add(path)
+            known = self._facts.get(kind, {}).get(path)
+        if known is not None and not self.thorough and tuple(known[:5]) == before:
+            return known[5]
+        value = compute()
+        try:
+            same = file_identity(os.stat(path)) == before  # not rewritten while it was read
+        except OSError:
+            same = False
+        if same:
+            with self._lock:
+                self._facts.setdefault(kind, {})[path] = [*before, value]
+                self._dirty = True
+        return value
+
     # ---- writing ---------------------------------------------------------------------------------------------
 
     def store_run(self, probe: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
@@ -210,8 +244,11 @@ class VerdictCache:
                 return []
             verdicts = {k: v for k, v in self._verdicts.items() if v.get("context") == self.context}
             used = {v["run"] for v in verdicts.values()}
+            # File facts: those asked this run, and every kind not asked this run kept whole (`--check`).
+            facts = {k: {p: e for p, e in v.items() if p in self._facts_used[k]} if k in self._facts_used else v
+                     for k, v in self._facts.items()}
             body = {"schema": SCHEMA, "site": self._site, "runs": {k: r for k, r in self._runs.items() if k in used},
-                    "verdicts": verdicts}
+                    "verdicts": verdicts, "facts": facts}
             self._dirty = False
         try:
             write_atomic(cache_path(self._site, self._environ, _NAME), json.dumps(body, separators=(",", ":")) + "\n")

@@ -46,7 +46,7 @@ from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 from wheelhouse.install.wheel.record import read_record
-from . import DoctorContext, Distribution, reinstall_command
+from . import DoctorContext, read_elf_cached, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional", "engine_loader_environment"]
@@ -162,12 +162,12 @@ class _Scan:
     foreign: bool = False  # built for another machine: the loader never maps it into this interpreter
 
 
-def _scan(paths: list[Path], facts: LoaderFacts) -> dict[Path, _Scan]:
+def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Path, _Scan]:
     """Resolve every shipped object's needs; a miss is retried with the RPATH of the shipped objects that load it."""
     scans: dict[Path, _Scan] = {}
     for path in dict.fromkeys(paths):
         try:
-            info = read_elf(path)
+            info = read_elf_cached(ctx, path)
         except BadElf as exc:
             scans[path] = _Scan(None, exc.reason)
             continue
@@ -406,7 +406,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # Every distribution's objects are read (not only the selected ones): who links a plugin may live elsewhere.
     every = dists if not ctx.patterns else [
         (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
-    scans = _scan([path for _, objs in every for _, path in objs], facts)
+    scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts)
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note)
     results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
