@@ -125,3 +125,19 @@ def test_modules_under_a_package_wait_for_its_verdict_alone(tmp_path):
                          timeout=10, env=env, costs={"poison": 5.0})  # the heaviest goes first: poison, then victim
     assert out["victim"].ok and out["victim"].isolated and out["victim.sub"].ok
     assert not out["broken"].ok and "broken.sub" not in out
+
+
+def test_a_hanging_package_costs_one_timeout_not_one_per_module_under_it(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "hangs", "import time\ntime.sleep(600)\n")
+    for sub in ("a", "b", "c"):
+        (root / "hangs" / f"{sub}.py").write_text("X = 1\n")
+    _pkg(root, "fine", "X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    t0 = time.monotonic()
+    out = import_modules(sys.executable, ["hangs", "fine", "hangs.a", "hangs.b", "hangs.c"], jobs=1, timeout=6,
+                         env=env)
+    seconds = time.monotonic() - t0
+    assert out["fine"].ok and not out["hangs"].ok and "timed out" in out["hangs"].crash
+    assert not any(m in out for m in ("hangs.a", "hangs.b", "hangs.c"))  # not loaded: their package hangs
+    assert seconds < 6 + 4 + 5  # one timeout, the grace, and room for a loaded machine; not one per module

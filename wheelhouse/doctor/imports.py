@@ -194,8 +194,18 @@ class _ImportRun:
                     self._confirm_alone(mod)
             else:
                 unstarted.append(mod)
-        if unstarted:
-            self.batches.append(unstarted)
+        ready = []
+        for mod in unstarted:  # what a crash or a hang kept from running goes into a new batch, but:
+            top = mod.split(".", 1)[0]
+            if "." not in mod or mod in self.always or top not in self.args:
+                ready.append(mod)
+            elif top not in self.results:
+                self.waiting.setdefault(top, []).append(mod)  # its package has no verdict yet (it may hang again)
+            elif self.results[top].ok:
+                ready.append(mod)
+            # else: its package does not import; it is not loaded
+        if ready:
+            self.batches.append(ready)
 
     def _remember(self, res: ProbeResult) -> None:
         """Store the passing verdicts of this process with the files each depended on (all loaded before it)."""

@@ -146,11 +146,18 @@ def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[Ch
         specs.append(ProbeSpec(cid, p.script, p.args, env=ctx.engine_env, timeout=max(ctx.timeout, 120 if p.needs_gpu else 0)))
         owners[cid] = (p, dist)
     def one(s: ProbeSpec):
-        return run_cached_probe(ctx.verdicts, ctx.python, s.script, s.args, timeout=s.timeout or ctx.timeout,
-                                env=s.env, name=s.name, passed=lambda r: r.ok and r.data.get("ok") is True)
+        try:
+            return run_cached_probe(ctx.verdicts, ctx.python, s.script, s.args, timeout=s.timeout or ctx.timeout,
+                                    env=s.env, name=s.name, passed=lambda r: r.ok and r.data.get("ok") is True)
+        finally:
+            ctx.reporter.advance("probes")
 
+    if not specs:
+        return out
+    ctx.reporter.start("probes", total=len(specs))
     with ThreadPoolExecutor(max_workers=max(1, min(ctx.jobs, len(specs)))) as pool:
         results = dict(zip([s.name for s in specs], pool.map(one, specs)))
+    ctx.reporter.finish("probes")
     for cid, (res, since) in results.items():
         p, dist = owners[cid]
         verdict = _verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0))
