@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 
-__all__ = ["MARKER", "emit", "error_record"]
+__all__ = ["MARKER", "emit", "error_record", "Evidence"]
 
 MARKER = "@@WH-PROBE@@"
 
@@ -54,3 +54,63 @@ def error_record(exc):
     """The failure record of a probe whose code under test raised ``exc`` (call it in the ``except``)."""
     return {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
             "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])}
+
+
+class Evidence:
+    """What this process has loaded, for the doctor's verdict cache: one identity per file, each file once.
+
+    A verdict is reused only while every file it depended on is unchanged, so this names them all: the file
+    of every module in ``sys.modules``, every file mapped into the process (extension modules and the
+    libraries they pulled in, from /proc/self/maps), the interpreter and its ``pyvenv.cfg``, and the folders
+    the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
+    shadowing copy or a ``.pth``, changes the folder). :meth:`new` returns what was not named before, as
+    ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there).
+    """
+
+    def __init__(self, extra=()):
+        self._seen = set()
+        self._extra = list(extra)
+
+    def _paths(self):
+        out = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")] + self._extra
+        out += [p if p else os.curdir for p in sys.path if isinstance(p, str)]
+        for mod in list(sys.modules.values()):
+            try:
+                d = vars(mod)  # not getattr: a module's __getattr__ may run code
+                f = d.get("__file__")
+                locations = d.get("__path__")
+                for name in (f, d.get("__cached__")):  # the byte code the import read counts as much
+                    if isinstance(name, str) and (name is f or os.path.exists(name)):
+                        out.append(name)
+                if locations is not None and not isinstance(locations, str):
+                    out += [x for x in list(locations) if isinstance(x, str)]
+            except Exception:  # noqa: BLE001 - sys.modules can hold anything
+                continue
+        try:
+            with open("/proc/self/maps") as fh:
+                for line in fh:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6 and parts[5].startswith("/"):
+                        out.append(parts[5].rstrip("\n"))
+        except OSError:
+            pass
+        return out
+
+    def new(self):
+        found = []
+        for path in self._paths():
+            gone = path.endswith(" (deleted)")  # mapped, then replaced: what was loaded is no file now
+            path = os.path.abspath(path[:-len(" (deleted)")] if gone else path)
+            if path in self._seen:
+                continue
+            self._seen.add(path)
+            if gone:
+                found.append([path, -1, -1, -1, -1, -1])  # matches no file: the verdict is never reused
+                continue
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                found.append([path])
+                continue
+            found.append([path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+        return found

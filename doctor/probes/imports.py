@@ -17,6 +17,9 @@ is what the engine gets. A module that fails only as a circular import back
 into itself is imported again through the sibling module the cycle runs through
 (``via``), as its package does. A module imported by name alone (no FILE) also
 reports what its import loaded (``reached``: the names new in sys.modules).
+A dotted name under a top-level name that failed to import earlier in the same
+process is not imported (a ``skipped`` record). Each result record carries ``deps``: the files (with their identities) the
+process loaded since the previous record, for the doctor's verdict cache.
 """
 
 import os
@@ -25,7 +28,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
@@ -192,10 +195,24 @@ def _import_through(via, name):
 
 
 def main(args):
+    evidence = Evidence()
+    failed = set()  # top-level names whose import failed in this process
     for arg in args:
         name, sep, path = arg.partition("=")  # a dotted name never holds '='; a path may
+        top = name.split(".", 1)[0]
+        if "." in name and top in failed:
+            # Its package did not import here: importing it would fail the same way (or hang again). The
+            # doctor loads it once its package's verdict, confirmed alone, is known to be ok.
+            _emit({"event": "skipped", "module": name, "because": top})
+            continue
         _emit({"event": "start", "module": name})
-        _emit(_probe(name, path if sep else None))
+        rec = _probe(name, path if sep else None)
+        if "." not in name and not rec.get("ok"):
+            failed.add(name)
+        # What this process has loaded that no earlier record named: a verdict depends on every file loaded
+        # before it in this process, so the doctor's cache keys it by all records' "deps" up to its own.
+        rec["deps"] = evidence.new()
+        _emit(rec)
     _emit({"event": "done"})
     try:
         sys.stdout.flush()

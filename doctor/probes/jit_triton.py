@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
@@ -39,8 +39,10 @@ def main():
         emit(error_record(exc))
         return
     good = bool(torch.equal(out, x + 2.0))
+    # What the doctor's verdict cache keys a pass by: every file loaded, and the ptxas Triton compiles with.
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     emit({"ok": good, "triton": triton.__version__, "device": torch.cuda.get_device_name(0),
-           "error": None if good else "kernel ran but the result is wrong"})
+           "error": None if good else "kernel ran but the result is wrong", "deps": Evidence([ptxas]).new()})
 
 
 if __name__ == "__main__":

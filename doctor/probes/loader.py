@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib.util  # noqa: E402
 
@@ -101,15 +101,20 @@ def main():
         "imported": [],
         "import_errors": {},
     }
-    emit(rec)
+    # What the doctor's verdict cache keys these facts by: the loader cache, every folder the loader searches
+    # (a library added or removed there changes it), and every file this process loaded.
+    evidence = Evidence(["/etc/ld.so.cache", "/etc/ld.so.conf"] + dirs + rec["ld_library_path"])
     if importlib.util.find_spec("torch") is None:
+        emit(dict(rec, deps=evidence.new()))
         return
+    emit(rec)
     try:
         import torch  # noqa: F401 - what it maps is the fact
         rec["imported"] = ["torch"]
     except BaseException as exc:  # noqa: BLE001 - a broken torch is native:torch's finding, not this probe's
         rec["import_errors"] = {"torch": "%s: %s" % (type(exc).__name__, exc)}
     rec["mapped"] = _mapped()
+    rec["deps"] = evidence.new()
     emit(rec)
 
 

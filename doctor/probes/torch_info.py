@@ -8,7 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
@@ -26,6 +26,7 @@ def main():
             rec["arch_list"] = list(torch.cuda.get_arch_list())
     except Exception as exc:  # noqa: BLE001 - an error here is the fact to report
         rec["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
+    rec["deps"] = Evidence().new()  # what the doctor's verdict cache keys this answer by
     emit(rec)
     sys.stdout.flush()
     os._exit(0)

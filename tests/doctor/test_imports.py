@@ -26,7 +26,7 @@ def test_batched_imports_isolate_crashes_and_failures(tmp_path):
     _pkg(root, "victim", "import builtins\nif getattr(builtins, 'WH_POISON', False):\n    raise RuntimeError('poisoned')\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     mods = ["good_a", "poison", "victim", "crasher", "raiser", "good_b", "not_installed_anywhere"]
-    out = import_modules(sys.executable, mods, jobs=1, timeout=10, env=env, batch_size=100)
+    out = import_modules(sys.executable, mods, jobs=1, timeout=10, env=env)
     assert list(out) == mods
     assert out["good_a"].ok and out["good_b"].ok and out["poison"].ok
     assert out["victim"].ok and out["victim"].isolated  # failed in the batch, passed alone: ok
@@ -43,7 +43,7 @@ def test_hanging_import_times_out_per_module_not_per_batch(tmp_path):
     _pkg(root, "stuck", "import time\ntime.sleep(600)\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.monotonic()
-    out = import_modules(sys.executable, ["slowish", "slowish2", "stuck"], jobs=1, timeout=1.5, env=env, batch_size=10)
+    out = import_modules(sys.executable, ["slowish", "slowish2", "stuck"], jobs=1, timeout=1.5, env=env)
     assert out["slowish"].ok and out["slowish2"].ok  # 1.6 s in one batch, but each under 1.5 s
     assert not out["stuck"].ok and "timed out" in out["stuck"].crash and out["stuck"].isolated
     assert time.monotonic() - t0 < 15
@@ -56,7 +56,7 @@ def test_a_hang_inside_a_batch_costs_one_timeout(tmp_path):
     _pkg(root, "late", "X = 2\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.monotonic()
-    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env, batch_size=10)
+    out = import_modules(sys.executable, ["early", "stuck", "late"], jobs=1, timeout=8, env=env)
     seconds = time.monotonic() - t0
     assert out["early"].ok and out["late"].ok
     assert not out["stuck"].ok and out["stuck"].isolated and "timed out after 8s" in out["stuck"].crash
@@ -92,3 +92,52 @@ def test_a_module_entered_first_in_a_circular_import_is_imported_through_its_sib
     assert out["cyc._x"].ok and out["cyc._x"].via == "cyc._m"
     p = out["cyc._p"]
     assert not p.ok and p.via is None and "partially initialized module 'cyc._p'" in p.error
+
+
+def test_a_slow_import_past_the_grace_is_not_thrown_away_by_its_batch(tmp_path, monkeypatch):
+    """torch takes ~8 s on the H200 image: its batch keeps it (one run alone starts beside it, for a hang's sake),
+    and the modules after it are not re-batched to import it again."""
+    import wheelhouse.doctor.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH_GRACE", 0.5)
+    root = tmp_path / "mods"
+    log = tmp_path / "imported.log"
+    _pkg(root, "heavy", f"import time\nopen({str(log)!r}, 'a').write('x')\ntime.sleep(1.5)\n")
+    for sub in ("a", "b", "c"):
+        (root / "heavy" / f"{sub}.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["heavy.a", "heavy.b", "heavy.c"], jobs=1, timeout=20, env=env)
+    assert all(o.ok for o in out.values())
+    assert len(log.read_text()) == 2  # the batch, and the run alone beside it: not once more per module after it
+
+
+def test_modules_under_a_package_wait_for_its_verdict_alone(tmp_path):
+    """A package that failed only among others (poisoned) gets its modules loaded; one that fails alone gets none
+    loaded (they would fail the same way, or hang again), and its own failure is the verdict."""
+    root = tmp_path / "mods"
+    _pkg(root, "poison", "import builtins\nbuiltins.WH_POISON = True\n")
+    _pkg(root, "victim", "import builtins\nif getattr(builtins, 'WH_POISON', False):\n    raise RuntimeError('poisoned')\n")
+    (root / "victim" / "sub.py").write_text("X = 1\n")
+    _pkg(root, "broken", "raise ImportError('broken on purpose')\n")
+    (root / "broken" / "sub.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["poison", "victim", "broken", "victim.sub", "broken.sub"], jobs=1,
+                         timeout=10, env=env, costs={"poison": 5.0})  # the heaviest goes first: poison, then victim
+    assert out["victim"].ok and out["victim"].isolated and out["victim.sub"].ok
+    assert not out["broken"].ok and "broken.sub" not in out
+
+
+def test_a_hanging_package_costs_one_timeout_not_one_per_module_under_it(tmp_path):
+    root = tmp_path / "mods"
+    _pkg(root, "hangs", "import time\ntime.sleep(600)\n")
+    for sub in ("a", "b", "c"):
+        (root / "hangs" / f"{sub}.py").write_text("X = 1\n")
+    _pkg(root, "fine", "X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    t0 = time.monotonic()
+    out = import_modules(sys.executable, ["hangs", "fine", "hangs.a", "hangs.b", "hangs.c"], jobs=1, timeout=6,
+                         env=env)
+    seconds = time.monotonic() - t0
+    assert out["fine"].ok and not out["hangs"].ok and "timed out" in out["hangs"].crash
+    assert not any(m in out for m in ("hangs.a", "hangs.b", "hangs.c"))  # not loaded: their package hangs
+    assert seconds < 6 + 4 + 5  # one timeout, the grace, and room for a loaded machine; not one per module

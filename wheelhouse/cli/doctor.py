@@ -182,8 +182,8 @@ class _DoctorGroup(click.Group):
 @click.option("--model", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Checkpoint folder: TP divisibility and fit, from config.json and safetensors headers.")
 @click.option("--tp", type=click.IntRange(1), help="Tensor-parallel size for --model (default: the GPU count).")
-@click.option("--thorough", is_flag=True, help="stack:files: hash every installed file again, not only those whose "
-                                               "identity (inode, size, mtime, ctime) changed since they were hashed.")
+@click.option("--thorough", is_flag=True, help="Hash every installed file again (stack:files) and execute every probe "
+                                               "again: reuse no digest and no verdict whose evidence is unchanged.")
 @click.pass_context
 def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, checks, list_checks, junit, strict, fix,
            include_forced, include_requested, model, tp, thorough) -> None:

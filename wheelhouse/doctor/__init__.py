@@ -31,6 +31,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from .inventory import installed_inventory, node_identity
 from .stackfacts import wheelhouse_facts
 from wheelhouse.install.digests import FileDigests
+from .verdicts import VerdictCache, context_digest
 from .report import CheckResult, DoctorReport, Fix
 from wheelhouse import __version__
 from wheelhouse.resources import doctor_dir
@@ -190,7 +191,8 @@ def gather_context(
 ) -> DoctorContext:
     """Run the facts probe in ``python`` and query the GPUs: everything checks share.
 
-    ``thorough``: hash every installed file again (``stack:files``), not only those changed since hashed."""
+    ``thorough``: hash every installed file again (``stack:files``), not only those changed since hashed,
+    and execute every probe again (no verdict is reused from the verdict cache)."""
     env = dict(os.environ if environ is None else environ)
     if checks:
         _check_patterns(checks, env, "--check")
@@ -250,6 +252,8 @@ def gather_context(
         site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
         jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
         digests=FileDigests(thorough=thorough, environ=env, jobs=jobs or default_jobs()),
+        verdicts=VerdictCache(facts.get("platlib") or facts.get("purelib"), context_digest(exe, gpu.to_json()),
+                              thorough=thorough, environ=env),
     )
 
 
@@ -377,6 +381,8 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0)) from None
     report = _report(ctx, results, started, t0)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
+        ctx.reporter.note(note)
+    for note in ctx.verdicts.save() if ctx.verdicts is not None else ():  # what passed, with its evidence
         ctx.reporter.note(note)
     return report
 

@@ -3,20 +3,31 @@
 One interpreter start per batch, not per module, with isolation semantics: a
 module whose import fails, crashes or hangs inside a batch is re-run in a process
 of its own, and only that solo run is its verdict. A module still importing after
-a short grace inside a batch is confirmed alone at once, so a hang costs one
-timeout (issue 10.7).
+a short grace inside a batch is started alone at once, beside the batch, so a hang
+costs one timeout (issue 10.7); the batch goes on, so a slow import (torch, 8 s on
+the H200 image) is not thrown away and imported again by every batch after it:
+where it passes in the batch, that is its verdict.
+
+Batches follow the import graph: the modules of one top-level package stay in one
+worker process, so a heavy parent (torch, scipy) is imported once per worker that
+needs it, not once per module; ``jobs`` workers are balanced by the measured import
+time of each top-level package (:func:`plan_batches`). A passing verdict whose
+evidence is unchanged comes from the verdict cache (:mod:`wheelhouse.doctor.verdicts`)
+instead of a process, and says so (``reused_since``).
 """
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
+from .verdicts import VerdictCache
 
-__all__ = ["ImportOutcome", "import_modules", "BATCH_GRACE"]
+__all__ = ["ImportOutcome", "import_modules", "plan_batches", "BATCH_GRACE"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ class ImportOutcome:
     output: str = ""  # stderr tail of the process that crashed
     seconds: float = 0.0
     isolated: bool = False  # the verdict comes from a process that imported only this module
+    reused_since: str | None = None  # from the verdict cache: executed then, nothing it loaded changed since
 
     @property
     def summary(self) -> str:
@@ -51,14 +63,49 @@ class ImportOutcome:
         return f"{self.error_type}: {self.error}"
 
 
-BATCH_GRACE = 4.0  # seconds one module may import inside a batch before it is confirmed alone instead
+BATCH_GRACE = 4.0  # seconds one module may import inside a batch before a run of it alone starts beside it
+_TICK = 0.25  # how often the runner looks for a module past its grace
 
 
-def _chunks(items: list[str], n: int) -> list[list[str]]:
-    if not items:
+_MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
+
+
+def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
+    """At most ``jobs`` batches, the modules of one top-level package together, balanced by cost.
+
+    ``costs``: top-level name -> seconds its import took (measured earlier this run); a package whose
+    modules alone outweigh a fair share is split, each part paying its parent's import again.
+    """
+    costs = costs or {}
+    groups: dict[str, list[str]] = {}
+    for m in modules:
+        groups.setdefault(m.split(".", 1)[0], []).append(m)
+    if not groups:
         return []
-    size = max(1, -(-len(items) // n))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    weight = {t: costs.get(t, _MODULE_COST) + _MODULE_COST * len(ms) for t, ms in groups.items()}
+    share = sum(weight.values()) / max(1, jobs)
+    parts: list[tuple[float, list[str]]] = []
+    for top, ms in groups.items():
+        pieces = max(1, min(len(ms), int(_MODULE_COST * len(ms) // max(share, 1e-9))))
+        size = -(-len(ms) // pieces)
+        parts += [(costs.get(top, _MODULE_COST) + _MODULE_COST * len(chunk), chunk)
+                  for chunk in (ms[i:i + size] for i in range(0, len(ms), size))]
+    bins: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(min(jobs, len(parts)))]
+    for cost, chunk in sorted(parts, key=lambda p: -p[0]):  # longest first, into the lightest bin
+        i = min(range(len(bins)), key=lambda b: bins[b][0])
+        bins[i] = (bins[i][0] + cost, bins[i][1] + chunk)
+    # Top-level names first in each worker: what importing them loads is traced before anything else is loaded.
+    return [sorted(b, key=lambda m: "." in m) for _, b in bins if b]
+
+
+def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
+    return ImportOutcome(
+        module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
+        error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
+        covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
+        reached=tuple(str(m) for m in rec.get("reached") or ()),
+        seconds=float(rec.get("seconds") or 0), isolated=isolated, reused_since=reused_since,
+    )
 
 
 @dataclass
@@ -67,9 +114,15 @@ class _ImportRun:
 
     timeout: float
     reporter: Reporter
+    cache: VerdictCache | None = None
+    env: Mapping[str, str] | None = None
+    args: Mapping[str, str] = field(default_factory=dict)  # module -> the probe's argument for it
     batches: list[list[str]] = field(default_factory=list)
     solo: list[str] = field(default_factory=list)
     results: dict[str, ImportOutcome] = field(default_factory=dict)
+    alone: set[str] = field(default_factory=set)  # started alone beside its batch (past the grace there)
+    waiting: dict[str, list[str]] = field(default_factory=dict)  # top-level name -> modules skipped until it passes
+    always: frozenset[str] = frozenset()  # loaded even where their top-level package does not import
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -78,8 +131,27 @@ class _ImportRun:
         return out
 
     def _verdict(self, outcome: ImportOutcome) -> None:
+        if outcome.module in self.results:
+            return  # its batch and its run alone both answered: the first answer stands (see judge)
         self.results[outcome.module] = outcome
         self.reporter.advance("imports")
+        under = self.waiting.pop(outcome.module, [])
+        # It failed among others only: now its modules are loaded. Else a package that does not import: the modules
+        # under it are not loaded (no verdict of their own), except those asked for in any case (entry modules).
+        under = under if outcome.ok else [m for m in under if m in self.always]
+        if under:
+            self.batches.append(under)
+
+    def _skipped(self, mod: str, top: str) -> None:
+        if top in self.results:
+            if self.results[top].ok or mod in self.always:
+                self.batches.append([mod])
+            return
+        self.waiting.setdefault(top, []).append(mod)
+
+    def _confirm_alone(self, mod: str) -> None:
+        if mod not in self.alone:  # already running alone: that run gives the verdict
+            self.solo.append(mod)
 
     def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
         """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
@@ -92,36 +164,66 @@ class _ImportRun:
                                             crash=res.failure(self.timeout) or "the interpreter printed nothing",
                                             seconds=res.duration))
             else:
-                self.solo.extend(batch)
+                for mod in batch:
+                    self._confirm_alone(mod)
             return
+        self._remember(res)
+        skipped = {r["module"]: str(r.get("because")) for r in res.records if r.get("event") == "skipped"}
         unstarted = []
         for mod in batch:
+            if mod in skipped:
+                self._skipped(mod, skipped[mod])
+                continue
             rec = finished.get(mod)
             if rec is not None:
-                outcome = ImportOutcome(
-                    module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
-                    error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
-                    covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
-                    reached=tuple(str(m) for m in rec.get("reached") or ()),
-                    seconds=float(rec.get("seconds") or 0), isolated=isolated,
-                )
+                outcome = _outcome(mod, rec, isolated=isolated)
                 if outcome.ok or isolated:
                     self._verdict(outcome)
                 else:
-                    self.solo.append(mod)  # confirm alone: another module may have caused it
-            elif mod in started:  # it was importing when the process died, or hung past the batch's grace
-                if isolated:
+                    self._confirm_alone(mod)  # another module may have caused it
+            elif mod in started:  # it was importing when the process died, or hung
+                if isolated and mod in self.results:
+                    pass  # its batch answered while this run alone was still importing it
+                elif isolated:
                     # os._exit(0) inside the import ends the process "well": say what happened, not "None: None".
                     crash = res.failure(self.timeout) or (f"ended the interpreter (exit status {res.returncode}) "
                                                           "before the import returned")
                     self._verdict(ImportOutcome(module=mod, ok=False, crash=crash,
                                                 output=res.tail(), isolated=True, seconds=res.duration))
                 else:
-                    self.solo.append(mod)
+                    self._confirm_alone(mod)
             else:
                 unstarted.append(mod)
-        if unstarted:
-            self.batches.append(unstarted)
+        ready = []
+        for mod in unstarted:  # what a crash or a hang kept from running goes into a new batch, but:
+            top = mod.split(".", 1)[0]
+            if "." not in mod or mod in self.always or top not in self.args:
+                ready.append(mod)
+            elif top not in self.results:
+                self.waiting.setdefault(top, []).append(mod)  # its package has no verdict yet (it may hang again)
+            elif self.results[top].ok:
+                ready.append(mod)
+            # else: its package does not import; it is not loaded
+        if ready:
+            self.batches.append(ready)
+
+    def _remember(self, res: ProbeResult) -> None:
+        """Store the passing verdicts of this process with the files each depended on (all loaded before it)."""
+        if self.cache is None:
+            return
+        files: list = []
+        keep = []
+        for rec in res.records:
+            if rec.get("event") != "result":
+                continue
+            deps = rec.get("deps")
+            if not isinstance(deps, list):
+                return  # a probe that does not name its evidence: nothing is stored
+            files += deps
+            mod = rec.get("module")
+            if rec.get("ok") and mod in self.args:
+                keep.append((self.args[mod], {k: v for k, v in rec.items() if k != "deps"}, len(files)))
+        self.cache.store_run("imports", self.env, files, keep)
 
 
 def import_modules(
@@ -131,42 +233,74 @@ def import_modules(
     jobs: int | None = None,
     timeout: float = 60,
     env: Mapping[str, str] | None = None,
-    batch_size: int = 24,
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
+    cache: VerdictCache | None = None,
+    costs: Mapping[str, float] | None = None,
+    always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
-    ``timeout`` applies per module, in the run that gives the verdict. Batches run
-    ``jobs`` at a time; a module that fails or crashes in a batch, or is still
-    importing after :data:`BATCH_GRACE` seconds there, is re-run alone at once (so a
-    hang costs one timeout, not two); modules a crash prevented from running go
-    into a new batch.
+    ``timeout`` applies per module. Batches run ``jobs`` at a time; a module that fails
+    or crashes in a batch is re-run alone; one still importing after :data:`BATCH_GRACE`
+    seconds there is started alone at once beside the batch (a hang costs one timeout,
+    not two; a slow import that passes in the batch has its verdict there); modules a
+    crash or a hang prevented from running go into a new batch.
 
     ``files``: extension module -> its file. Such a module is imported by its name only when
     find_spec resolves that name to that file and its package has not already loaded the file
     under another name; otherwise its outcome is ok with ``covered`` saying why (its package's
     import is what loads it).
+
+    A dotted module under a top-level name that failed earlier in its worker is loaded only once that
+    name passes alone (it failed among others only); where it fails alone, the module gets no outcome
+    (its package does not import), unless it is in ``always``.
+
+    ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
+    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`'.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
     script = probe_script("imports")
-    state = _ImportRun(timeout=timeout, reporter=reporter,
-                       batches=_chunks(mods, max(jobs, -(-len(mods) // batch_size))))
-    grace = min(timeout, BATCH_GRACE)
+    args = {m: f"{m}={files[m]}" if files and m in files else m for m in mods}
+    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args, always=frozenset(always))
     reporter.start("imports", total=len(mods))
+    for m in mods:
+        hit = cache.lookup("imports", args[m], env) if cache is not None else None
+        if hit is not None:
+            state._verdict(_outcome(m, hit.record, isolated=False, reused_since=hit.since))
+    state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
+    grace = min(timeout, BATCH_GRACE)
+    importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
-        limit = timeout if solo or len(batch) == 1 else grace
-        args = [f"{m}={files[m]}" if files and m in files else m for m in batch]
-        return batch, solo, run_probe(python, script, args, timeout=limit, env=env, idle_timeout=True, name="imports")
+        key = id(batch)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        def on_record(rec: Mapping) -> None:
+            if rec.get("event") == "start":
+                importing[key] = (str(rec.get("module")), time.monotonic())
+            else:
+                importing.pop(key, None)
+
+        try:
+            return batch, solo, run_probe(python, script, [args[m] for m in batch], timeout=timeout, env=env,
+                                          idle_timeout=True, name="imports",
+                                          on_record=None if solo or len(batch) == 1 else on_record)
+        finally:
+            importing.pop(key, None)
+
+    # Room for the runs started alone beside their batches (past the grace), so none waits behind a batch.
+    with ThreadPoolExecutor(max_workers=2 * jobs) as pool:
         running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
         while running:
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+            done, running = wait(running, timeout=_TICK, return_when=FIRST_COMPLETED)
             for fut in done:
                 state.judge(*fut.result())
+            now = time.monotonic()
+            for mod, since in list(importing.values()):
+                if now - since > grace and mod not in state.alone and mod not in state.results:
+                    state.alone.add(mod)  # a hang costs one timeout: its run alone starts now
+                    running.add(pool.submit(_run, [mod], True))
             running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
     reporter.finish("imports")
     return {m: state.results[m] for m in mods if m in state.results}

@@ -12,6 +12,7 @@ live in :mod:`wheelhouse.doctor.imports`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import selectors
@@ -40,6 +41,7 @@ __all__ = [
     "run_probe",
     "run_probes",
     "default_jobs",
+    "run_cached_probe",
 ]
 
 MARKER = "@@WH-PROBE@@"
@@ -417,3 +419,37 @@ def run_probes(
             reporter.advance("probes")
     reporter.finish("probes")
     return out
+
+
+def run_cached_probe(
+    cache,
+    python: str,
+    script: Path,
+    args: Sequence[str] = (),
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None,
+    name: str,
+    passed: Callable[[ProbeResult], bool],
+):
+    """:func:`run_probe`, or the stored result of its last passing run when nothing it loaded has changed.
+
+    ``cache``: a :class:`wheelhouse.doctor.verdicts.VerdictCache` (None: always execute). The probe's last
+    record carries ``deps`` (``Evidence`` of ``_probe_channel``); a run that ``passed`` is stored with them.
+    Returns (the result, when the reused one was executed: a time, else None)."""
+    from .verdicts import probe_digest
+
+    probe = f"{name}:{probe_digest(script)}"
+    arg = json.dumps(list(args))
+    hit = cache.lookup(probe, arg, env) if cache is not None else None
+    if hit is not None:
+        return ProbeResult(probe=name, returncode=0, timed_out=False, duration=0.0, records=(hit.record,),
+                           stdout="", stderr=""), hit.since
+    res = run_probe(python, script, args, timeout=timeout, env=env, name=name)
+    deps = res.data.get("deps")
+    if not isinstance(deps, list):
+        return res, None
+    res = dataclasses.replace(res, records=(*res.records[:-1], {k: v for k, v in res.data.items() if k != "deps"}))
+    if cache is not None and passed(res):
+        cache.store_run(probe, env, deps, [(arg, res.data, len(deps))])
+    return res, None

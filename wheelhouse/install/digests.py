@@ -40,19 +40,21 @@ SCHEMA = "wh-digests/1"
 _NAME = "digests.json"
 
 
-def cache_path(site: str | os.PathLike, environ: Mapping[str, str] | None = None) -> Path:
-    """Where the digest cache of ``site`` is written: in its ``.wh/`` when that is there and writable."""
+def cache_path(site: str | os.PathLike, environ: Mapping[str, str] | None = None, name: str = _NAME) -> Path:
+    """Where the digest cache of ``site`` is written: in its ``.wh/`` when that is there and writable.
+
+    ``name``: another cache of the same site kept beside it (the doctor's ``verdicts.json``)."""
     site = os.path.abspath(os.fspath(site))
     own = Path(site) / ".wh"
     if own.is_dir() and os.access(own, os.W_OK | os.X_OK):
-        return own / _NAME
-    return _user_path(site, environ)
+        return own / name
+    return _user_path(site, environ, name.split(".", 1)[0])
 
 
-def _user_path(site: str, environ: Mapping[str, str] | None = None) -> Path:
+def _user_path(site: str, environ: Mapping[str, str] | None = None, kind: str = "digests") -> Path:
     env = os.environ if environ is None else environ
     root = Path(env["WH_CACHE_DIR"]).expanduser() if env.get("WH_CACHE_DIR") else default_cache_dir()
-    return root / "digests" / f"{hashlib.sha256(site.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.json"
+    return root / kind / f"{hashlib.sha256(site.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.json"
 
 
 _UNKNOWN = object()

@@ -8,20 +8,23 @@ verdicts; an unexpected exception in one check becomes an ``error`` verdict.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse.elf import ElfInfo, read_elf
 from wheelhouse.install.digests import FileDigests
+from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target.gpu import GpuFacts
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target import TargetProfile
 
-__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command"]
+__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command", "read_elf_cached"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class DoctorContext:
     reporter: Reporter = field(default_factory=NullReporter)
     extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. extra JIT probes
     digests: FileDigests = field(default_factory=FileDigests)  # installed files' sha256, cached by identity
+    verdicts: VerdictCache | None = None  # passing probe verdicts, reused while their evidence is unchanged
 
     def dist(self, name: str) -> Distribution | None:
         return self.distributions.get(canonicalize_name(name))
@@ -112,3 +116,15 @@ def reinstall_command(ctx: DoctorContext, *names: str) -> str:
     recorded = installed_by_wh(ctx)
     house = "" if keys and all(k in recorded for k in keys) else "WHEELHOUSE "
     return f"wh install {house}--reinstall {','.join(keys)} --python {ctx.python}"
+
+
+def read_elf_cached(ctx: DoctorContext, path: str | Path) -> ElfInfo:
+    """:func:`wheelhouse.elf.read_elf`, kept in the verdict cache by the file's identity (reading every
+    shared object with pyelftools is most of an unchanged re-run's time otherwise); a :class:`BadElf` is raised
+    each time, never stored."""
+    if ctx.verdicts is None:
+        return read_elf(path)
+    d = ctx.verdicts.file_fact("elf", path, lambda: dataclasses.asdict(read_elf(path)))
+    return ElfInfo(path=str(path), elf_class=int(d["elf_class"]), machine=str(d["machine"]), soname=d["soname"],
+                   needed=tuple(d["needed"]), rpath=tuple(d["rpath"]), runpath=tuple(d["runpath"]),
+                   fatbin_sections=tuple(tuple(x) for x in d.get("fatbin_sections") or ()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wheelhouse.doctor.probes import probe_script, run_probe
+from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.gpu import GpuFacts
 from . import DoctorContext, reinstall_command
@@ -108,8 +108,9 @@ def _driver_vs_torch(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["gpu:driver-cuda"]
     if ctx.dist("torch") is None:
         return CheckResult("gpu:driver-cuda", title, "skip", "torch is not installed")
-    res = run_probe(ctx.python, probe_script("torch_info"), timeout=max(ctx.timeout, 120), env=ctx.environ,
-                    name="torch_info")
+    res, since = run_cached_probe(ctx.verdicts, ctx.python, probe_script("torch_info"), timeout=max(ctx.timeout, 120),
+                                  env=ctx.environ, name="torch_info",
+                                  passed=lambda r: r.ok and bool(r.data.get("cuda_available")))
     if not res.ok:
         return CheckResult("gpu:driver-cuda", title, "fail",
                            f"asking torch failed: {res.failure(max(ctx.timeout, 120))}\n{res.tail()}",
@@ -129,4 +130,6 @@ def _driver_vs_torch(ctx: DoctorContext) -> CheckResult:
                            ev + "; torch runs only through the forward-compat libcuda (see links:libcuda)",
                            hint="use a torch built for the driver's CUDA, or a newer driver")
     return CheckResult("gpu:driver-cuda", title, "ok",
-                       ev + f"; torch sees {len(d.get('devices') or [])} device(s)", data=dict(d))
+                       ev + f"; torch sees {len(d.get('devices') or [])} device(s)"
+                       + (f" (unchanged since {since}: torch's answer reused, nothing it loaded changed)" if since else ""),
+                       data={**d, "reused_since": since})

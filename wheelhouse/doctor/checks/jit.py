@@ -19,14 +19,16 @@ A probe script prints one marker record: ``{"ok": true}``, ``{"ok": false,
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.errors import UsageError
-from wheelhouse.doctor.probes import ProbeSpec, probe_script, run_probes
+from wheelhouse.doctor.probes import ProbeSpec, probe_script, run_cached_probe
 from wheelhouse.doctor.report import CheckResult
 from . import DoctorContext
 
@@ -143,8 +145,26 @@ def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[Ch
             continue
         specs.append(ProbeSpec(cid, p.script, p.args, env=ctx.engine_env, timeout=max(ctx.timeout, 120 if p.needs_gpu else 0)))
         owners[cid] = (p, dist)
-    results = run_probes(ctx.python, specs, jobs=ctx.jobs, timeout=ctx.timeout, reporter=ctx.reporter)
-    for cid, res in results.items():
+    def one(s: ProbeSpec):
+        try:
+            return run_cached_probe(ctx.verdicts, ctx.python, s.script, s.args, timeout=s.timeout or ctx.timeout,
+                                    env=s.env, name=s.name, passed=lambda r: r.ok and r.data.get("ok") is True)
+        finally:
+            ctx.reporter.advance("probes")
+
+    if not specs:
+        return out
+    ctx.reporter.start("probes", total=len(specs))
+    with ThreadPoolExecutor(max_workers=max(1, min(ctx.jobs, len(specs)))) as pool:
+        results = dict(zip([s.name for s in specs], pool.map(one, specs)))
+    ctx.reporter.finish("probes")
+    for cid, (res, since) in results.items():
         p, dist = owners[cid]
-        out.append(_verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0)))
+        verdict = _verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0))
+        if since:  # never "executed" when it was not: the stored pass, and why it still stands
+            verdict = dataclasses.replace(verdict, evidence=f"ok (unchanged since {since}): {p.script.name} passed "
+                                          "then and nothing it loaded, nor the interpreter, environment, GPU facts, wh "
+                                          f"or the probe, changed since; {verdict.evidence}",
+                                          data={**verdict.data, "reused_since": since})
+        out.append(verdict)
     return out

@@ -22,12 +22,15 @@ reason: ok, the reason in the evidence and data.
 
 from __future__ import annotations
 
+import dataclasses
+
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelhouse.datafile import get_value, load_tables
-from wheelhouse.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, sm_number
+from wheelhouse.fatbin import DeviceCode, FatbinEntry, KernelGap, device_code, kernel_gaps, sm_number
+from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
@@ -178,16 +181,34 @@ def _failed(gap: KernelGap, judged: JudgedGpus) -> str:
     return text
 
 
-def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None) -> dict[str, DeviceCode]:
+def _device_code(cache: VerdictCache | None, path: str, deep: bool = False) -> DeviceCode | None:
+    """:func:`device_code`, kept in the verdict cache by the file's identity (a 700 MB cuBLAS is read once)."""
+    if cache is None:
+        return device_code(path, deep=deep)
+
+    def read() -> dict | None:
+        code = device_code(path, deep=deep)
+        return None if code is None else dataclasses.asdict(code)
+
+    d = cache.file_fact("fatbin-deep" if deep else "fatbin", path, read)
+    if d is None:
+        return None
+    return DeviceCode(sass=tuple(d["sass"]), ptx=tuple(d["ptx"]), self_loaded=int(d["self_loaded"]),
+                      entries=tuple(FatbinEntry(e["kind"], int(e["arch"]), e["suffix"], tuple(e["version"]))
+                                    for e in d["entries"]))
+
+
+def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None,
+           cache: VerdictCache | None = None) -> dict[str, DeviceCode]:
     """RECORD path -> device code; an object whose fatbin covers no GPU here is read whole for the device code
     it loads itself (cuFFT keeps PTX for every GPU in .ldata, its fatbin section has sm_75 only)."""
     codes: dict[str, DeviceCode] = {}
     for rel, path in shared_objects(d):
-        code = device_code(path)
+        code = _device_code(cache, path)
         if code is None:
             continue
         if sms and any(not code.runs_on(sm, driver_cuda) for sm in sms) and (code.sass or code.ptx):
-            code = device_code(path, deep=True) or code
+            code = _device_code(cache, path, deep=True) or code
         codes[rel] = code
     return codes
 
@@ -199,7 +220,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
         if not ctx.wants(f"kernels:{d.key}"):
             continue
-        codes = _codes(d, judged.sms, judged.driver_cuda)
+        codes = _codes(d, judged.sms, judged.driver_cuda, ctx.verdicts)
         if codes:
             harmless = load_harmless() if harmless is None else harmless
             out.append(_verdict(d, codes, judged, harmless))

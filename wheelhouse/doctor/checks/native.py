@@ -150,6 +150,14 @@ def is_extension_module(path: str | Path) -> bool:
         return True
 
 
+def _is_extension_module(ctx: DoctorContext, path: Path) -> bool:
+    """:func:`is_extension_module`, kept in the verdict cache by the file's identity (an ELF read per file is most
+    of an unchanged re-run's time otherwise)."""
+    if ctx.verdicts is None:
+        return is_extension_module(path)
+    return bool(ctx.verdicts.file_fact("pyinit", path, lambda: is_extension_module(path)))
+
+
 def _module_of_path(relpath: str) -> str:
     """``pkg/sub/_ext.cpython-312-aarch64-linux-gnu.so`` -> ``pkg.sub._ext``."""
     folder, _, base = relpath.rpartition("/")
@@ -165,7 +173,7 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
     named = [r.module for r in (ctx.manifest.drops if ctx.manifest else ())
              if r.module and r.distribution.lower().replace("_", "-") == d.key]
     location = Path(d.location or "")
-    libraries = [rel for rel, _ in d.extensions if not is_extension_module(location / rel)]
+    libraries = [rel for rel, _ in d.extensions if not _is_extension_module(ctx, location / rel)]
     extensions = [*d.extensions, *_pyinit_libraries(d)]
     # A top-level name that only a library at the top provides (no package folder, no .py) is no module.
     at_top = {m: rel for rel, m in extensions if "/" not in rel}
@@ -245,6 +253,14 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mappin
     return parts
 
 
+def _reuse_note(reused: Mapping[str, str], judged: int) -> str:
+    """Evidence that says which verdicts were not executed this run (the verdict cache, ``--thorough`` re-runs)."""
+    since = min(reused.values())
+    return (f"ok (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
+            "run: every file their import loaded, the interpreter, the environment, the GPU facts, wh and the probe "
+            "are as they were (`--thorough` executes them again)")
+
+
 def _shadowing(plan: LoadPlan) -> list[tuple[str, str]]:
     """(module, the file it is loaded from) for each module another file of the same name stands behind."""
     chosen = {rel: m for m, rel in plan.relpaths.items()}
@@ -278,11 +294,16 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     bad = [outcomes[m] for m in mods if m in outcomes and not outcomes[m].ok]
     unloaded = [m for m in mods if m not in outcomes]  # under a top-level name that failed
     covered = [outcomes[m] for m in mods if m in outcomes and outcomes[m].covered]
-    seconds = sum(outcomes[m].seconds for m in mods if m in outcomes)
+    seconds = sum(outcomes[m].seconds for m in mods if m in outcomes and not outcomes[m].reused_since)
     tops = [m for m in d.import_names if m in mods]  # not a name only a library provides
     exts = [m for m in mods if m not in tops and m not in {o.module for o in covered}]
     notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
-    data_out = {"modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
+    reused = {m: outcomes[m].reused_since for m in mods if m in outcomes and outcomes[m].reused_since}
+    if reused:
+        notes.append(_reuse_note(reused, len([m for m in mods if m in outcomes])))
+    data_out = {"reused": reused, "executed": [m for m in mods if m in outcomes and not outcomes[m].reused_since
+                                               and m not in plan.missing],
+                "modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
                 "covered": [{"module": o.module, "reason": o.covered} for o in covered],
                 "through": {m: outcomes[m].via for m in mods if m in outcomes and outcomes[m].via},
                 "foreign": [f.to_json() for f in plan.foreign],
@@ -354,14 +375,16 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     entries = entry_modules(ctx)
     modules = [m for p in plans.values() for m in p.modules]
     files = {m: f for p in plans.values() for m, f in p.files.items()}
-    # Top-level names (and the stack's entry modules) first: what their import loads is what the stack reaches.
-    # An extension module under one that fails (or hangs) fails the same way, so it is not loaded at all (a hang
-    # then costs one timeout, not one per module under it).
-    outcomes = _load(list(dict.fromkeys([*[m for m in modules if "." not in m], *entries])), ctx, files)
-    failed = {m for m, o in outcomes.items() if not o.ok}
+    # One pass: each worker imports its top-level names (and the stack's entry modules) first, what their import
+    # loads is what the stack reaches, then the extension modules under them, so a package is imported once per
+    # worker. An extension module under a top-level name that fails (or hangs) fails the same way, so it is not
+    # loaded at all (a hang then costs one timeout, not one per module under it).
     gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
-    outcomes.update(_load([m for m in modules if "." in m and m.split(".", 1)[0] not in failed and m not in gone
-                           and m not in outcomes], ctx, files))
+    tops = list(dict.fromkeys([*[m for m in modules if "." not in m], *entries]))
+    outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops]],
+                     ctx, files, always=[m for m in tops if "." in m])
+    failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
+    outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     reach = stack_reach(ctx, entries, outcomes)
     data = _optional_data()
@@ -400,8 +423,9 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
                                f"install: reinstall {d.name})", isolated=True)
 
 
-def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str]) -> dict[str, ImportOutcome]:
+def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
+          always: Sequence[str] = ()) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                          reporter=ctx.reporter, files=files)
+                          reporter=ctx.reporter, files=files, cache=ctx.verdicts, always=always)

@@ -29,6 +29,8 @@ package ships as an extension module or links (triton's ``plugins/*.so`` need
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import fnmatch
 import functools
@@ -42,13 +44,13 @@ from packaging.utils import canonicalize_name
 from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
 from wheelhouse.doctor.extensions import is_python_extension
 from wheelhouse.env.cuda import engine_environment
-from wheelhouse.doctor.probes import probe_script, run_probe
+from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 from wheelhouse.install.wheel.record import read_record
-from . import DoctorContext, Distribution, reinstall_command
+from . import DoctorContext, read_elf_cached, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional", "engine_loader_environment"]
@@ -143,10 +145,11 @@ def gather_loader_facts(ctx: DoctorContext, env: Mapping[str, str] | None = None
     """(facts, the probe's record, why not) from the loader probe run in the engine environment."""
     timeout = max(ctx.timeout, 120) if ctx.dist("torch") else max(ctx.timeout, 30)
     env = env if env is not None else engine_loader_environment(ctx)[0]
-    res = run_probe(ctx.python, probe_script("loader"), timeout=timeout, env=env, name="loader")
+    res, since = run_cached_probe(ctx.verdicts, ctx.python, probe_script("loader"), timeout=timeout, env=env,
+                                  name="loader", passed=lambda r: r.ok and not r.data.get("import_errors"))
     if not res.records:
         return None, {}, f"the loader probe {res.failure(timeout)}\n{res.tail()}"
-    return loader_facts(res.data), res.data, None
+    return loader_facts(res.data), {**res.data, "reused_since": since}, None
 
 
 def _is_driver_lib(name: str) -> bool:
@@ -163,12 +166,12 @@ class _Scan:
     foreign: bool = False  # built for another machine: the loader never maps it into this interpreter
 
 
-def _scan(paths: list[Path], facts: LoaderFacts) -> dict[Path, _Scan]:
+def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Path, _Scan]:
     """Resolve every shipped object's needs; a miss is retried with the RPATH of the shipped objects that load it."""
     scans: dict[Path, _Scan] = {}
     for path in dict.fromkeys(paths):
         try:
-            info = read_elf(path)
+            info = read_elf_cached(ctx, path)
         except BadElf as exc:
             scans[path] = _Scan(None, exc.reason)
             continue
@@ -451,10 +454,18 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                             hint="check that the interpreter starts in the engine environment: `eval \"$(wh env)\"`")]
     note = "".join(f"\n(import {mod} failed in the loader probe: {err}; the libraries it would have loaded are "
                    f"not counted as loaded, see native:{mod})" for mod, err in (record.get("import_errors") or {}).items())
+
     # Every distribution's objects are read (not only the selected ones): who links a plugin may live elsewhere.
     every = dists if not ctx.patterns else [
         (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
-    scans = _scan([path for _, objs in every for _, path in objs], facts)
+    scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts)
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note)
-    return [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
+    results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
+    since = record.get("reused_since")
+    if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
+        results = [dataclasses.replace(r, evidence=r.evidence + f"\n(the loader's facts are unchanged since {since}, "
+                                       "reused: the loader cache, its folders and every file the loader probe loaded "
+                                       "are as they were)", data={**r.data, "loader_reused_since": since})
+                   for r in results]
+    return results

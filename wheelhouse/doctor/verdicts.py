@@ -1,0 +1,257 @@
+"""Probe verdicts reused only while everything they depended on is unchanged (the doctor's re-run).
+
+A probe that passed (an import, torch's CUDA facts, a JIT kernel) printed, with its result, every file its
+process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py``: the file of every
+module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
+system searched) with its identity (device, inode, size, mtime_ns, ctime_ns: the digest cache's key,
+``wheel.archive.file_identity``). Its verdict is reused when
+
+- the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
+  argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
+  shell variables no import reads), and the GPU facts (names, compute capabilities, driver, CUDA);
+- and every one of those files still has the identity it had, and every path that was absent still is.
+
+Anything else re-executes it. Only passing verdicts are stored: a failure is executed every run, so a red
+never outlives its cause. ``thorough`` reuses nothing (and stores afresh). A reused verdict says so in the
+evidence ("unchanged since <time>"), never that it executed.
+
+Where a verdict depends on files loaded before it in a shared worker process, that is part of its evidence:
+one process's files are stored once, in the order printed (a *run*), and a verdict names how many of them
+it depended on; the first changed file of a run invalidates every verdict from that point on.
+
+Facts read from one file alone (does this ``.so`` export ``PyInit_<name>``, its ELF dynamic section) are kept
+too, keyed by that file's identity (:meth:`VerdictCache.file_fact`): pyelftools reading every extension module
+was most of an unchanged re-run.
+
+The store is ``verdicts.json`` beside the stack check's digest cache (``install.digests.cache_path``): in
+the site folder's ``.wh/`` where that is writable, else wh's user cache folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from wheelhouse import __version__
+from wheelhouse.atomic import write_atomic
+from wheelhouse.install.digests import cache_path
+from wheelhouse.install.wheel.archive import file_identity
+
+__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
+
+SCHEMA = "wh-verdicts/1"
+_NAME = "verdicts.json"
+# Shell bookkeeping that no import reads and that differs between two shells of one user.
+_VOLATILE_ENV = frozenset({"_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR",
+                           "FORCE_COLOR", "PS1", "PS2", "PROMPT_COMMAND", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                           "WINDOWID", "HISTFILE", "HISTSIZE", "HISTCONTROL", "LS_COLORS"})
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A verdict taken from the cache: the probe's record, and when it was executed."""
+
+    record: Mapping[str, Any]
+    executed_at: float
+
+    @property
+    def since(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.executed_at))
+
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def probe_digest(script: str | os.PathLike) -> str:
+    """The probe script's bytes and those of the channel every probe imports."""
+    script = Path(script)
+    h = hashlib.sha256()
+    for f in (script, script.parent / "_probe_channel.py"):
+        try:
+            h.update(f.read_bytes())
+        except OSError:
+            h.update(b"-missing-" + str(f).encode())
+    return h.hexdigest()
+
+
+def env_digest(env: Mapping[str, str] | None) -> str:
+    env = os.environ if env is None else env
+    return _sha({k: v for k, v in env.items() if k not in _VOLATILE_ENV})
+
+
+def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
+    """wh's version, the interpreter (path and file identity), the GPU facts that stay put between runs."""
+    try:
+        ident: Any = file_identity(os.stat(os.path.realpath(python)))
+    except OSError:
+        ident = None
+    stable = {"gpus": [{k: g.get(k) for k in ("index", "name", "compute_capability", "memory_total_mib")}
+                       for g in gpu.get("gpus") or ()],
+              **{k: gpu.get(k) for k in ("driver_version", "cuda_version", "source", "cuda_visible_devices")}}
+    return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
+
+
+class VerdictCache:
+    """The reusable verdicts of one target's probes; thread-safe; saved once per doctor run."""
+
+    def __init__(self, site: str | os.PathLike | None, context: str, *, thorough: bool = False,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.context = context
+        self.thorough = thorough
+        self.reused = 0  # verdicts taken from the cache this run
+        self.stored = 0
+        self._site = os.path.abspath(os.fspath(site)) if site else None
+        self._environ = environ
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._runs: dict[str, dict[str, Any]] = {}  # run id -> {"files": [[path, *identity]]}
+        self._verdicts: dict[str, dict[str, Any]] = {}  # key -> {"run", "upto", "record", "at", "context"}
+        self._valid_upto: dict[str, int] = {}  # run id -> how many of its files are unchanged, this run
+        self._stat: dict[str, list | None] = {}
+        self._facts: dict[str, dict[str, list]] = {}  # kind -> {path: [*identity, value]}
+        self._facts_used: dict[str, set[str]] = {}  # kind -> paths asked this run (the others are pruned)
+        self._dirty = False
+
+    # ---- keys ------------------------------------------------------------------------------------------------
+
+    def key(self, probe: str, arg: str, env: Mapping[str, str] | None) -> str:
+        return _sha([self.context, probe, arg, env_digest(env)])
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self._loaded or self._site is None:
+            self._loaded = True
+            return
+        self._loaded = True
+        try:
+            data = json.loads(cache_path(self._site, self._environ, _NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not (isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("site") == self._site
+                and isinstance(data.get("runs"), dict) and isinstance(data.get("verdicts"), dict)):
+            return
+        self._runs = {k: r for k, r in data["runs"].items() if isinstance(r, dict) and isinstance(r.get("files"), list)}
+        self._facts = {k: {p: e for p, e in v.items() if isinstance(e, list) and len(e) == 6}
+                       for k, v in (data.get("facts") or {}).items() if isinstance(v, dict)}
+        self._verdicts = {k: v for k, v in data["verdicts"].items()
+                          if isinstance(v, dict) and v.get("run") in self._runs and isinstance(v.get("upto"), int)
+                          and isinstance(v.get("record"), dict) and isinstance(v.get("at"), (int, float))}
+
+    def _now(self, path: str) -> list | None:
+        """The identity of ``path`` now (as the probe printed it), memoised for this run."""
+        if path not in self._stat:
+            try:
+                st = os.stat(path)
+                self._stat[path] = [path, *file_identity(st)]
+            except (OSError, ValueError):
+                self._stat[path] = [path]
+        return self._stat[path]
+
+    def _unchanged_upto(self, run_id: str) -> int:
+        known = self._valid_upto.get(run_id)
+        if known is not None:
+            return known
+        files = self._runs[run_id]["files"]
+        n = 0
+        for entry in files:
+            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or self._now(entry[0]) != entry:
+                break
+            n += 1
+        self._valid_upto[run_id] = n
+        return n
+
+    def lookup(self, probe: str, arg: str, env: Mapping[str, str] | None) -> Reused | None:
+        """The stored verdict of ``probe`` on ``arg`` when nothing it depended on changed; else None."""
+        if self.thorough:
+            return None
+        key = self.key(probe, arg, env)
+        with self._lock:
+            self._load()
+            v = self._verdicts.get(key)
+            if v is None:
+                return None
+            if self._unchanged_upto(v["run"]) < v["upto"]:
+                del self._verdicts[key]  # stale: it is executed again (and stored again if it passes)
+                self._dirty = True
+                return None
+            self.reused += 1
+            return Reused(v["record"], float(v["at"]))
+
+    def file_fact(self, kind: str, path: str | os.PathLike, compute: Callable[[], Any]) -> Any:
+        """``compute()`` (a JSON value read from file ``path`` alone, e.g. whether it exports ``PyInit_``), or the
+        value stored for the same file identity (device, inode, size, mtime_ns, ctime_ns), as the digest cache
+        keeps sha256s. What ``compute`` raises is raised and nothing is stored."""
+        path = os.path.abspath(os.fspath(path))
+        try:
+            before = file_identity(os.stat(path))
+        except OSError:
+            return compute()
+        with self._lock:
+            self._load()
+            self._facts_used.setdefault(kind, set()).add(path)
+            known = self._facts.get(kind, {}).get(path)
+        if known is not None and not self.thorough and tuple(known[:5]) == before:
+            return known[5]
+        value = compute()
+        try:
+            same = file_identity(os.stat(path)) == before  # not rewritten while it was read
+        except OSError:
+            same = False
+        if same:
+            with self._lock:
+                self._facts.setdefault(kind, {})[path] = [*before, value]
+                self._dirty = True
+        return value
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+
+    def store_run(self, probe: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
+                  verdicts: Sequence[tuple[str, Mapping[str, Any], int]]) -> None:
+        """Keep the passing verdicts of one probe process: ``files`` in the order it printed them, and per
+        verdict (its argument, its record, how many of ``files`` it depended on)."""
+        if not verdicts or self._site is None:
+            return
+        clean = [list(f) for f in files if f and isinstance(f[0], str)]
+        if len(clean) != len(files):
+            return  # a file it could not name: nothing to key the verdicts by
+        run_id = uuid.uuid4().hex[:16]
+        at = time.time()
+        with self._lock:
+            self._load()
+            self._runs[run_id] = {"files": clean}
+            self._valid_upto[run_id] = len(clean)
+            for arg, record, upto in verdicts:
+                self._verdicts[self.key(probe, arg, env)] = {"run": run_id, "upto": int(upto), "record": dict(record),
+                                                             "at": at, "context": self.context}
+                self.stored += 1
+            self._dirty = True
+
+    def save(self) -> list[str]:
+        """Write the store when it changed (best-effort: a store that cannot be written is a slower next run).
+
+        Kept: this context's verdicts that were not found stale; runs no verdict names go."""
+        with self._lock:
+            if not self._dirty or self._site is None:
+                return []
+            verdicts = {k: v for k, v in self._verdicts.items() if v.get("context") == self.context}
+            used = {v["run"] for v in verdicts.values()}
+            # File facts: those asked this run, and every kind not asked this run kept whole (`--check`).
+            facts = {k: {p: e for p, e in v.items() if p in self._facts_used[k]} if k in self._facts_used else v
+                     for k, v in self._facts.items()}
+            body = {"schema": SCHEMA, "site": self._site, "runs": {k: r for k, r in self._runs.items() if k in used},
+                    "verdicts": verdicts, "facts": facts}
+            self._dirty = False
+        try:
+            write_atomic(cache_path(self._site, self._environ, _NAME), json.dumps(body, separators=(",", ":")) + "\n")
+        except OSError as exc:
+            return [f"verdict cache of {self._site} not written: {exc.strerror or exc}"]
+        return []
