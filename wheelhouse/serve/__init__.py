@@ -1,6 +1,6 @@
 """Run an engine: preflight, launch in its own process group, gate on real readiness, stop the whole group.
 
-Launching, the readiness loop and stopping are in ``launch``; the failures in ``errors``; a detached
+Launching, the readiness loop and stopping are in ``lifecycle``; the failures in ``errors``; a detached
 engine's stop in ``detached``; its state file in ``state``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from wheelhouse.procgroup import StopFailed, StopReport, group_members
 from .detached import stop_detached
 from .errors import EngineExited, EngineFailed, NotServing, PortBusy, ReadyTimeout, ServeError, StrayEngine
-from .launch import (LaunchSpec, ensure_port_free, launch, serve_until_exit, shutdown, start_engine, stop_engine,
+from .lifecycle import (LaunchSpec, ensure_port_free, launch, serve_until_exit, shutdown, start_engine, stop_engine,
                      stop_strays, wait_ready)
 from .log import LogFollower, log_tail
 from .ports import port_open

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from wheelhouse.procgroup import StopReport, group_members, start_ticks
 from .errors import NotServing
-from .launch import _confirm_port_free, stop_engine, stop_strays
+from .lifecycle import _confirm_port_free, stop_engine, stop_strays
 from .state import Engine, check_not_ours, leader_matches, read_state, remove_state, state_path
 
 __all__ = ["stop_detached"]
