@@ -31,7 +31,7 @@ from wheelhouse.fatbin import DeviceCode, KernelGap, device_code, kernel_gaps, s
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
-from . import DoctorContext, Distribution
+from .context import DoctorContext, Distribution
 from .sharedlibs import shared_objects
 
 __all__ = ["GROUP", "CHECKS", "run", "HarmlessGap", "load_harmless", "JudgedGpus", "judged_gpus"]
