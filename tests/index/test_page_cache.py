@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-import wheelhouse.index as index_mod
+import wheelhouse.index.source as index_mod  # PackageSource's module: the parsers it calls, its Accept header
 from wheelhouse.index import NotCached, PackageSource
 from wheelhouse.index.http import HttpClient
 from wheelhouse.index.metadata import MetadataReader

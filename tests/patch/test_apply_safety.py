@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-import wheelhouse.patch as patch_mod
+import wheelhouse.patch.apply as patch_mod  # the module whose recover_interrupted and _run_call apply_patch calls
+from wheelhouse.errors import WhError
 from wheelhouse.patch import apply_patch, revert_patch
 from wheelhouse.patch.spec import PatchSpecError, load_patch_spec
 
@@ -131,7 +132,7 @@ def test_a_symlinked_target_is_never_replaced_by_a_copy(tmp_path, venv):
     spec = write_spec(tmp_path / "spec")
     try:
         out = apply_patch(spec, str(py), facts={"sm": None})
-    except patch_mod.WhError as exc:
+    except WhError as exc:
         assert "symlink" in exc.message
     else:
         assert out.state == "applied"

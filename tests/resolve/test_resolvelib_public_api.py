@@ -33,6 +33,6 @@ def test_every_resolvelib_name_wh_uses_is_one_resolvelib_exports():
 
 
 def test_the_resolver_is_resolvelibs_own():
-    from wheelhouse import resolve
+    from wheelhouse.resolve import resolver  # the module resolve() searches in
 
-    assert resolve.Resolver is resolvelib.Resolver
+    assert resolver.Resolver is resolvelib.Resolver

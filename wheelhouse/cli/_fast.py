@@ -64,7 +64,7 @@ def _dl(rows, width: int, indent: int) -> list[str]:
 
 def help_text(width: int | None = None) -> str:
     """The top-level help, as ``click.Context.get_help()`` returns it (no final newline)."""
-    from . import _COMMANDS, DESCRIPTION, EPILOG
+    from ._commands import _COMMANDS, DESCRIPTION, EPILOG
 
     width = max(min(_columns(), 80) - 2, 50) if width is None else width
     usage = "Usage: wh "  # width >= 50 always leaves room for the arguments beside it

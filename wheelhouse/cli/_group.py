@@ -14,7 +14,7 @@ import click
 from wheelhouse import __version__
 from wheelhouse.errors import WhError
 
-from . import _COMMANDS, DESCRIPTION, EPILOG
+from ._commands import _COMMANDS, DESCRIPTION, EPILOG
 
 __all__ = ["cli", "usage_error", "NO_ARGS_IS_HELP"]
 

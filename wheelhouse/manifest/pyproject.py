@@ -24,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.datafile import load_toml
-from . import ManifestError, StackManifest
+from .model import ManifestError, StackManifest
 
 __all__ = ["is_pyproject_name", "parse_pyproject", "load_pyproject"]
 

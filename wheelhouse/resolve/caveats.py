@@ -20,7 +20,7 @@ from .candidates import CandidateFinder, spec_of
 from wheelhouse.index import PackageSource
 
 if TYPE_CHECKING:
-    from . import Pin
+    from .result import Pin
     from .provider import Provider
 
 __all__ = ["caveats"]

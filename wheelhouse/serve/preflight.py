@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.target.gpu import Gpu, visible_gpus
-from . import ServeError
+from .errors import ServeError
 from .listener import describe
 
 __all__ = ["DEFAULT_MAX_USED_MIB", "PreflightFailed", "check_gpus", "engine_python", "run_preflight"]

@@ -42,7 +42,7 @@ from wheelhouse.install.state import read_install_state
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledDistribution, InstalledListError, installed_distributions
 from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
-from . import DoctorContext, installed_by_wh
+from .context import DoctorContext, installed_by_wh
 
 __all__ = ["GROUP", "CHECKS", "run", "stack_names", "required_by"]
 

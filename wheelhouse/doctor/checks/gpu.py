@@ -5,7 +5,7 @@ from __future__ import annotations
 from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.gpu import GpuFacts
-from . import DoctorContext, reinstall_command
+from .context import DoctorContext, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "DEFAULT_MAX_USED_MIB"]
 

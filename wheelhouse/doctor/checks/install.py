@@ -21,7 +21,7 @@ from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
 from packaging.utils import canonicalize_name
 
-from . import DoctorContext, installed_by_wh, reinstall_command
+from .context import DoctorContext, installed_by_wh, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run"]
 

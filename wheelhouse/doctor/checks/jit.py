@@ -30,7 +30,7 @@ from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.errors import UsageError
 from wheelhouse.doctor.probes import ProbeSpec, probe_script, run_cached_probe
 from wheelhouse.doctor.report import CheckResult
-from . import DoctorContext
+from .context import DoctorContext
 
 __all__ = ["GROUP", "CHECKS", "JitProbe", "BUILTIN_JIT_PROBES", "JIT_ENV", "load_jit_probes", "run"]
 

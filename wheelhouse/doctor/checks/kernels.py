@@ -34,7 +34,7 @@ from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
-from . import DoctorContext, Distribution
+from .context import DoctorContext, Distribution
 from .sharedlibs import shared_objects
 
 __all__ = ["GROUP", "CHECKS", "run", "HarmlessGap", "load_harmless", "JudgedGpus", "judged_gpus"]

@@ -27,7 +27,7 @@ from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.manifest import DOCTOR_LINKS
 from wheelhouse.resources import doctor_dir
-from . import DoctorContext, read_elf_cached
+from .context import DoctorContext, read_elf_cached
 from .sharedlibs import shared_objects
 
 __all__ = ["GROUP", "CHECKS", "run", "LinkBuild", "load_link_builds", "link_needs"]

@@ -56,7 +56,7 @@ from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
 from wheelhouse.target.gpu import Gpu
-from . import DoctorContext, Distribution, reinstall_command
+from .context import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import load_optional
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",

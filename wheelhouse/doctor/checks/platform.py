@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wheelhouse.doctor.report import CheckResult
-from . import DoctorContext
+from .context import DoctorContext
 
 __all__ = ["GROUP", "CHECKS", "run"]
 

@@ -50,7 +50,7 @@ from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 from wheelhouse.install.wheel.record import read_record
-from . import DoctorContext, read_elf_cached, Distribution, reinstall_command
+from .context import DoctorContext, read_elf_cached, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional", "engine_loader_environment"]

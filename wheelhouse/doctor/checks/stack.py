@@ -34,7 +34,7 @@ from wheelhouse.install.state import installed_sources, read_install_state
 from wheelhouse.install.wheel.record import read_record
 from wheelhouse.target.interpreter import distinct_dirs
 
-from . import DoctorContext, Distribution, reinstall_command
+from .context import DoctorContext, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack", "record_rows"]
 

@@ -16,7 +16,7 @@ from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.manifest import ToolchainGroup
 from wheelhouse.manifest.toolchain import toolchain_rules
-from . import DoctorContext
+from .context import DoctorContext
 
 __all__ = ["GROUP", "CHECKS", "run", "DEFAULT_GROUP", "judge_groups"]
 
