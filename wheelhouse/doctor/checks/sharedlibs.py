@@ -464,8 +464,16 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
     since = record.get("reused_since")
     if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
-        results = [dataclasses.replace(r, evidence=r.evidence + f"\n(the loader's facts are unchanged since {since}, "
-                                       "reused: the loader cache, its folders and every file the loader probe loaded "
-                                       "are as they were)", data={**r.data, "loader_reused_since": since})
-                   for r in results]
+        reused = (f"(the loader's facts are unchanged since {since}, reused: the loader cache, its folders and every "
+                  "file the loader probe loaded are as they were)")
+        results = [dataclasses.replace(r, evidence=_before_strict_note(r.evidence, reused),
+                                       data={**r.data, "loader_reused_since": since}) for r in results]
     return results
+
+
+def _before_strict_note(evidence: str, line: str) -> str:
+    """``evidence`` with ``line`` added, kept above a closing "not counted by --strict" line (which stays last)."""
+    lines = evidence.splitlines()
+    if lines and lines[-1].startswith("not counted by --strict:"):
+        return "\n".join([*lines[:-1], line, lines[-1]])
+    return "\n".join([*lines, line])
