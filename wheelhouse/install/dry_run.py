@@ -74,7 +74,7 @@ def plan_install(wheelhouses: Sequence[Path], *, python: str | None = None, venv
     """The plan of ``install_wheelhouses`` with the same arguments, every check run, nothing written."""
     from wheelhouse.carry.verify import require_intact
     from wheelhouse.install import closure
-    from . import MissingRequirements, _check_requirements, _plan, _receiving, require_target
+    from .run import MissingRequirements, _check_requirements, _plan, _receiving, require_target
     from .assumed import check_assumed
     from .checks import verify_files
     from .wheel import default_jobs
