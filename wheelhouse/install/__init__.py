@@ -15,6 +15,7 @@ from wheelhouse.env.activation import write_activation
 from .checks import check_target, verify_files
 from .closure import MissingRequirements
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
+from .options import InstallOptions
 from .run import InstallReport, NoTarget, install_wheelhouses, recorded_wheelhouses, require_target
 from .state import read_install_state, state_path, unfinished_transaction
 from .transaction import UnfinishedInstall
@@ -22,6 +23,7 @@ from .wheelhouses import Wheelhouse, find_wheelhouses, load_wheelhouse
 
 __all__ = [
     "Wheelhouse",
+    "InstallOptions",
     "InstallReport",
     "TargetMismatch",
     "HashMismatch",

@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Collection, Literal, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from wheelhouse.env.activation import write_activation
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
@@ -57,6 +57,7 @@ from .digests import record_installed
 from .closure import Dist, MissingRequirements, check_closure, installed_view, rewrites_of, wheel_dist
 from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
 from .installed import canonical_name, drop_bytecode, find_installed
+from .options import InstallOptions
 from .state import read_install_state, state_path, unfinished_transaction, write_install_state
 from wheelhouse.folderlock import FolderLock, lockable
 from .transaction import Transaction, UnfinishedInstall, recover
@@ -407,15 +408,15 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
     check_closure(view, incoming, interp.target, excluded=excluded, overrides=overrides)
 
 
-def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, installer: str, compile: bool, jobs: int,
-            reporter: Reporter, expected: dict[Path, str] | None = None,
-            link_cache: Path | None = None, pycs: Precompiled | None = None,
+def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, options: InstallOptions,
+            reporter: Reporter, expected: dict[Path, str] | None = None, pycs: Precompiled | None = None,
             verified: Mapping[Path, FileIdentity | None] | None = None,
             record_checked: Collection[Path] = ()) -> tuple[list[InstalledDist], int]:
     """The verified files into the environment, inside ``txn``; returns what was installed and compiled.
 
-    ``pycs``: bytecode the wheelhouse carries; a module it covers gets its .pyc written from there by a
-    compile worker, the others are compiled."""
+    ``options.jobs`` is settled (a number). ``pycs``: bytecode the wheelhouse carries; a module it covers
+    gets its .pyc written from there by a compile worker, the others are compiled."""
+    installer, compile, jobs, link_cache = options.installer, options.compile, options.jobs, options.link_cache
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())])
@@ -445,8 +446,8 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, instal
     return dists, compiled
 
 
-def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patches, reporter, expected=None,
-              link_cache=None, pycs=None, verified=None, record_checked=()):
+def _transact(paths, interp, chosen, houses, options: InstallOptions, *, reporter, expected=None, pycs=None,
+              verified=None, record_checked=()):
     """Files, patches, then installed.json, as one transaction: all of it lands, or none of it.
 
     ``expected``: the lock's sha256 of each wheel, checked while unpacking (a wrong one rolls it all back).
@@ -455,9 +456,10 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
     # Read before the transaction begins: it moves the record aside with everything it will write.
     previous = read_install_state(interp.platlib)
     try:
-        dists, compiled = (_unpack(paths, interp, txn, installer, compile, jobs, reporter, expected, link_cache, pycs,
-                                   verified, record_checked) if paths else ([], 0))
-        applied = _apply_patches(houses, interp, reporter) if patches and any(h.patches for h in houses) else []
+        dists, compiled = (_unpack(paths, interp, txn, options, reporter, expected, pycs, verified, record_checked)
+                           if paths else ([], 0))
+        applied = (_apply_patches(houses, interp, reporter) if options.patches and any(h.patches for h in houses)
+                   else [])
         checkpoint("install.before-state")
         # Written beside it and renamed into place by the commit (while the journal is still there, so a kill
         # in between rolls it back too): until then installed.json names what is installed, not the new set.
@@ -484,48 +486,26 @@ def _transact(paths, interp, chosen, houses, *, installer, compile, jobs, patche
     return dists, compiled, applied, state_file
 
 
-def install_wheelhouses(
-    wheelhouses: Sequence[Path],
-    *,
-    python: str | None = None,
-    venv: Path | None = None,
-    system_site_packages: bool = False,
-    only: set[str] | None = None,
-    installer: Literal["wh", "pip"] = "wh",
-    compile: bool = False,
-    jobs: int | None = None,
-    links: bool = True,
-    patches: bool = True,
-    allow_missing: bool = False,
-    reporter: Reporter | None = None,
-    link_cache: Path | None = None,
-    precompiled: bool = True,
-    reinstall: bool | Sequence[str] = False,
-) -> InstallReport:
-    """Check, verify, then install ``wheelhouses`` into ``venv`` (created if missing) or ``python``'s environment.
-
-    One of them must be given: wh's own environment is only installed into when ``python`` names it.
-    ``precompiled``: with ``compile``, write the .pyc files the wheelhouse carries (``wh stage
-    --bytecode``) where they fit, instead of compiling those modules again.
-    ``reinstall``: install these names again (and only these, with ``only``), or with True every chosen
-    one, even where the same version is there: hash-verified, one transaction, like any install.
-    """
-    require_target(venv, python)
-    python, base_note = venv_base(venv, python, system_site_packages)
-    reinstall = reinstall if isinstance(reinstall, bool) else frozenset(canonical_name(n) for n in reinstall)
+def install_wheelhouses(wheelhouses: Sequence[Path], options: InstallOptions, *,
+                        reporter: Reporter | None = None) -> InstallReport:
+    """Check, verify, then install ``wheelhouses`` as ``options`` say, into ``options.venv`` (created if
+    missing) or ``options.python``'s environment (see ``InstallOptions``)."""
+    require_target(options.venv, options.python)
+    python, base_note = venv_base(options.venv, options.python, options.system_site_packages)
+    reinstall = (options.reinstall if isinstance(options.reinstall, bool)
+                 else frozenset(canonical_name(n) for n in options.reinstall))
+    only = options.only
     if reinstall and reinstall is not True:
-        only = set(only or ()) | set(reinstall)
+        only = frozenset(only or ()) | reinstall
+    options = replace(options, python=python, only=only, reinstall=reinstall)
     reporter = reporter or NullReporter()
     started = time.monotonic()
     houses = [load_wheelhouse(p) for p in wheelhouses]
     # Reading only, in the background, while the checks below run: nothing is written before they pass.
-    asked = _ask_ahead(venv, python)
-    reading = _read_ahead(houses) if only is None else []
+    asked = _ask_ahead(options.venv, options.python)
+    reading = _read_ahead(houses) if options.only is None else []
     try:
-        report = _install_all(houses, python=python, venv=venv, system_site_packages=system_site_packages, only=only,
-                              installer=installer, compile=compile, jobs=jobs, links=links, patches=patches,
-                              allow_missing=allow_missing, reporter=reporter, link_cache=link_cache, reading=reading,
-                              asked=asked, precompiled=precompiled, reinstall=reinstall)
+        report = _install_all(houses, options, reporter=reporter, reading=reading, asked=asked)
     finally:
         for f in reading:  # refused early: stop reading what will not be installed
             f.cancel()
@@ -534,14 +514,15 @@ def install_wheelhouses(
     return replace(report, seconds=time.monotonic() - started)
 
 
-def _install_all(houses, *, python, venv, system_site_packages, only, installer, compile, jobs, links, patches,
-                 allow_missing, reporter, link_cache, reading, asked, precompiled=True, reinstall=False) -> InstallReport:
+def _install_all(houses, options: InstallOptions, *, reporter, reading, asked) -> InstallReport:
     from wheelhouse.carry.verify import require_intact  # `wh verify`'s checks, before anything; hashes: verify_files
     from wheelhouse.install import closure
-    require_intact([h.path for h in houses], patches=patches, closure=closure)  # closure: install's rule, carry is below
+    # closure: install's rule, carry is below
+    require_intact([h.path for h in houses], patches=options.patches, closure=closure)
     if not houses:
         raise WheelhouseNotFound("no wheelhouse given", hint="pass one: `wh install PATH --venv VENV`")
-    venv = Path(venv).absolute() if venv is not None else None
+    venv = Path(options.venv).absolute() if options.venv is not None else None
+    options = replace(options, venv=venv)
     if venv is not None and venv.exists() and not venv.is_dir():
         raise UsageError(f"--venv {venv} is a file, not a folder", hint="pass a new or empty folder, or a venv")
     with ExitStack() as held:
@@ -554,11 +535,7 @@ def _install_all(houses, *, python, venv, system_site_packages, only, installer,
         # ours (another run may have made it while we waited). A user's folder with files is never emptied.
         fresh = venv_lock is not None and (venv_lock.created or not any(venv.iterdir()))
         try:
-            return _install_locked(houses, held, python=python, venv=venv, system_site_packages=system_site_packages,
-                                   only=only, installer=installer, compile=compile, jobs=jobs, links=links,
-                                   patches=patches, allow_missing=allow_missing, reporter=reporter,
-                                   link_cache=link_cache, reading=reading, asked=asked, precompiled=precompiled,
-                                   reinstall=reinstall)
+            return _install_locked(houses, held, options, reporter=reporter, reading=reading, asked=asked)
         except BaseException:
             if fresh:  # no half-made venv: the next run would take it for a finished one
                 _remove_venv(venv, made_folder=venv_lock.created)
@@ -576,17 +553,18 @@ def _remove_venv(venv: Path, made_folder: bool) -> None:
             child.unlink(missing_ok=True)
 
 
-def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packages, only, installer, compile,
-                    jobs, links, patches, allow_missing, reporter, link_cache=None, reading=(),
-                    asked=None, precompiled=True, reinstall=False) -> InstallReport:
-    jobs = jobs or default_jobs()
+def _install_locked(houses, held: ExitStack, options: InstallOptions, *, reporter, reading=(),
+                    asked=None) -> InstallReport:
+    options = replace(options, jobs=options.jobs or default_jobs())
+    venv, python, system_site_packages = options.venv, options.python, options.system_site_packages
+    installer, compile, jobs, patches = options.installer, options.compile, options.jobs, options.patches
     interp, existing = _receiving(venv, python, asked)
     notes: list[str] = []
     if existing:
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
         notes += _recover(interp)
-    houses, chosen, todo, skipped, target_notes = _plan(houses, interp, only, existing, system_site_packages,
-                                                        reinstall)
+    houses, chosen, todo, skipped, target_notes = _plan(houses, interp, options.only, existing, system_site_packages,
+                                                        options.reinstall)
     notes += target_notes
     notes += check_assumed(houses, interp, existing=existing, system_site_packages=system_site_packages,
                            incoming=[(f.name, f.version) for _, f in todo])
@@ -603,7 +581,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
     except BaseException as exc:
         if folded and isinstance(exc, Exception):  # a damaged wheel is named by its hash, not its METADATA
             verify_files(todo, jobs, reporter)
-        if not isinstance(exc, MissingRequirements) or not allow_missing:
+        if not isinstance(exc, MissingRequirements) or not options.allow_missing:
             raise
         notes += [f"unmet, installed anyway (--allow-missing): {line}" for line in (exc.detail or "").splitlines()]
     if patches and any(h.patches for h in houses) and importlib.util.find_spec("wheelhouse.patch") is None:
@@ -614,12 +592,11 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
     expected = {h.path / f.path: f.sha256 for h, f in todo} if folded else {}
     # Every wheel's sha256 is checked (while unpacking or before): a pack bound to it fits its files.
-    pycs = (Precompiled.start(todo, interp, interp.scheme()) if compile and installer == "wh" and precompiled
+    pycs = (Precompiled.start(todo, interp, interp.scheme()) if compile and installer == "wh" and options.precompiled
             else None)
     try:
-        dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, installer=installer,
-                                                         compile=compile, jobs=jobs, patches=patches,
-                                                         reporter=reporter, expected=expected, link_cache=link_cache,
+        dists, compiled, applied, state_file = _transact(paths, interp, chosen, houses, options,
+                                                         reporter=reporter, expected=expected,
                                                          pycs=pycs, verified=verified,
                                                          # RECORD rows copied unchecked only where the stage checked them
                                                          record_checked=[h.path / f.path for h, f in todo
@@ -632,7 +609,7 @@ def _install_locked(houses, held: ExitStack, *, python, venv, system_site_packag
         # What was just written, by RECORD's digest: the doctor's stack:files check hashes none of it again.
         record_installed(d.dist_info for d in dists if d.dist_info)
     link_changes: list[LinkChange] = []
-    if links:
+    if options.links:
         link_changes = apply_links(plan_links([Path(d) for d in interp.visible_site_dirs]), record_path(interp.platlib))
     activation = str(write_activation(Path(venv), interp)) if venv is not None else None
     return InstallReport(
