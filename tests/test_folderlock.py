@@ -134,9 +134,9 @@ def test_a_file_given_as_venv_is_a_clear_error(tmp_path):
                        timeout=300)
     assert r.returncode == 2 and "is a file" in r.stderr and "hint:" in r.stderr, r.stderr  # click says it
     from wheelhouse.errors import UsageError
-    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.install import InstallOptions, install_wheelhouses
     with pytest.raises(UsageError, match="is a file, not a folder"):  # and the library, for other callers
-        install_wheelhouses([_house(tmp_path / "2")], venv=f)
+        install_wheelhouses([_house(tmp_path / "2")], InstallOptions(venv=f))
     assert f.read_text() == "x"
 
 

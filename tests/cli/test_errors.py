@@ -303,7 +303,7 @@ def test_doctor_unknown_check_is_bad_input_before_any_probe(wh):
 
 @pytest.mark.parametrize("pattern", ["native", "native:numpy", "nat", "rule:", "gpu:devices", "model:tp-heads"])
 def test_doctor_known_check_patterns_pass_the_check(pattern):
-    from wheelhouse.doctor import _check_patterns
+    from wheelhouse.doctor.run import _check_patterns
 
     _check_patterns([pattern], {}, "--check")
 

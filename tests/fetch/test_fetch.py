@@ -213,7 +213,7 @@ def test_ctrl_c_leaves_a_ranges_files_open_until_its_writers_have_stopped(tmp_pa
     import threading
     import time
 
-    import wheelhouse.fetch as fetch
+    import wheelhouse.fetch.downloads as fetch  # the module fetch_all runs in
     from file_server import FileServer
     from wheelhouse.fetch.ranges import Segmented
 

@@ -22,7 +22,7 @@ from broken_packages import install_wheel, make_venv, site_packages
 from nvidia_fixtures import make_wheelhouse, tree_listing
 from wheelmaker import make_wheel
 
-from wheelhouse.install import install_wheelhouses
+from wheelhouse.install import InstallOptions, install_wheelhouses
 from wheelhouse.install.assumed import AssumedNotProvided, BadAssumedList
 
 TORCH = "2.11.0+cu130"
@@ -94,7 +94,7 @@ def test_a_local_version_label_is_a_different_build(image, tmp_path):
     _remove(image, "torchy")
     install_wheel(image, _dist(tmp_path / "w2", "torchy", "2.11.0+cu128"))
     with pytest.raises(AssumedNotProvided) as err:
-        install_wheelhouses([_delta(tmp_path)], python=str(image))
+        install_wheelhouses([_delta(tmp_path)], InstallOptions(python=str(image)))
     assert f"torchy: wheelhouse assumed {TORCH}, the box has 2.11.0+cu128" in err.value.message
     assert "numpyish" not in err.value.message  # only the differences are named
 
@@ -116,38 +116,38 @@ def test_what_an_existing_venv_sees_counts_its_own_copy_shadows_the_image(image,
     install_wheel(venv / "bin" / "python", _dist(tmp_path / "w3", "torchy", "2.9.0"))  # shadows the image's
     before = tree_listing(venv)
     with pytest.raises(AssumedNotProvided) as err:
-        install_wheelhouses([_delta(tmp_path)], venv=venv)
+        install_wheelhouses([_delta(tmp_path)], InstallOptions(venv=venv))
     assert f"torchy: wheelhouse assumed {TORCH}, the box has 2.9.0" in err.value.message
     assert tree_listing(venv) == before
     _remove(venv / "bin" / "python", "torchy")  # now the image's copy shows through
-    report = install_wheelhouses([_delta(tmp_path)], venv=venv)
+    report = install_wheelhouses([_delta(tmp_path)], InstallOptions(venv=venv))
     assert [d.name for d in report.installed] == ["app"]
 
 
 def test_a_new_venv_made_from_the_base_sees_only_the_base(image, tmp_path):
     """The image venv's packages reach a new venv only when it is made from the image's python."""
     with pytest.raises(AssumedNotProvided) as err:
-        install_wheelhouses([_delta(tmp_path)], python=sys.executable, venv=tmp_path / "venv",
-                            system_site_packages=True)
+        install_wheelhouses([_delta(tmp_path)], InstallOptions(python=sys.executable, venv=tmp_path / "venv",
+                                                               system_site_packages=True))
     assert "torchy: wheelhouse assumed" in err.value.message and "missing on the box" in err.value.message
     assert not (tmp_path / "venv").exists()
 
 
 def test_installing_into_the_image_interpreter_itself(image, tmp_path):
-    report = install_wheelhouses([_delta(tmp_path)], python=str(image))
+    report = install_wheelhouses([_delta(tmp_path)], InstallOptions(python=str(image)))
     assert [d.name for d in report.installed] == ["app"]
 
 
 def test_a_full_wheelhouse_is_not_checked(tmp_path):
     full = make_wheelhouse(tmp_path / "full", [make_wheel(tmp_path / "w", "lib", "1.0")])
-    report = install_wheelhouses([full], venv=tmp_path / "venv")
+    report = install_wheelhouses([full], InstallOptions(venv=tmp_path / "venv"))
     assert not any("assumed" in n for n in report.notes)
 
 
 def test_equal_versions_compare_as_versions(image, tmp_path):
     delta = _delta(tmp_path, assumed=[{"name": "TorchY", "version": "2.11.0.0+cu130"},
                                       {"name": "numpyish", "version": "2.0.0"}])
-    report = install_wheelhouses([delta], python=str(image))
+    report = install_wheelhouses([delta], InstallOptions(python=str(image)))
     assert [d.name for d in report.installed] == ["app"]
 
 
@@ -158,7 +158,7 @@ def test_a_damaged_assumed_list_is_refused(image, tmp_path, assumed):
     assert "assumed_present" in r.stderr and "wh.json" in r.stderr
     # Refused as a damaged list, or (a list of the wrong type) already as a wh.json field of the wrong type.
     with pytest.raises((BadAssumedList, LockError), match="assumed_present"):
-        install_wheelhouses([_delta(tmp_path, assumed=assumed, name="again")], python=str(image))
+        install_wheelhouses([_delta(tmp_path, assumed=assumed, name="again")], InstallOptions(python=str(image)))
 
 
 def test_a_new_venv_of_a_venv_sees_the_parent_and_the_base_system(image, tmp_path):
@@ -176,7 +176,8 @@ def test_a_new_venv_of_a_venv_sees_the_parent_and_the_base_system(image, tmp_pat
     from_base = {"name": system[0].key, "version": system[0].version}
     assert system[0].key not in installed_distributions(str(image))  # the image venv alone does not see it
     delta = _delta(tmp_path, assumed=[{"name": "torchy", "version": TORCH}, from_base])
-    report = install_wheelhouses([delta], python=str(image), venv=tmp_path / "venv", system_site_packages=True)
+    report = install_wheelhouses([delta], InstallOptions(python=str(image), venv=tmp_path / "venv",
+                                                         system_site_packages=True))
     assert [d.name for d in report.installed] == ["app"]
 
 
@@ -184,7 +185,7 @@ def test_with_two_deltas_each_difference_names_its_wheelhouse(image, tmp_path):
     good = _delta(tmp_path, name="good")
     stale = _delta(tmp_path, assumed=[{"name": "torchy", "version": "2.12.0"}], name="stale")
     with pytest.raises(AssumedNotProvided) as err:
-        install_wheelhouses([good, stale], python=str(image))
+        install_wheelhouses([good, stale], InstallOptions(python=str(image)))
     assert err.value.message.count("torchy: wheelhouse assumed") == 1
     assert f"torchy: wheelhouse assumed 2.12.0, the box has {TORCH} [{stale}]" in err.value.detail
     assert "2 wheelhouses" in err.value.message

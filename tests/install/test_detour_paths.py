@@ -241,7 +241,7 @@ def test_a_wheel_swapped_after_its_hash_was_checked_is_not_installed(tmp_path):
     """Into an environment that holds distributions every wheel is hashed before the first write; a
     wheelhouse another user can write to may have a wheel replaced right after (a rename over it).
     What is extracted must be the bytes that were hashed, not whatever the path names later."""
-    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.install import InstallOptions, install_wheelhouses
     from wheelhouse.progress import RecordingReporter
 
     venv = _venv(tmp_path)
@@ -257,7 +257,7 @@ def test_a_wheel_swapped_after_its_hash_was_checked_is_not_installed(tmp_path):
                 os.replace(evil, target)
 
     try:
-        install_wheelhouses([house], venv=venv, reporter=Swapper(), links=False)
+        install_wheelhouses([house], InstallOptions(venv=venv, links=False), reporter=Swapper())
     except Exception as exc:  # refused: fine, if nothing landed
         assert "app" in str(exc)
     out = subprocess.run([venv / "bin" / "python", "-c", "import app; print(app.WHO)"], capture_output=True,

@@ -18,6 +18,7 @@ from wheelhouse.install import (
     AmbiguousWheelhouse,
     HashMismatch,
     find_wheelhouses,
+    InstallOptions,
     install_wheelhouses,
     read_install_state,
 )
@@ -167,7 +168,7 @@ def test_tampered_wheel_refused_with_nothing_installed(tmp_path):
     # Into an existing environment: the good wheel is not installed either.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     with pytest.raises(HashMismatch) as exc:
-        install_wheelhouses([house], venv=venv)
+        install_wheelhouses([house], InstallOptions(venv=venv))
     assert exc.value.bad[0][0].endswith("zzz-1.0-py3-none-any.whl")
     assert not (site(venv) / "aaa.py").exists()
 
@@ -181,7 +182,7 @@ def test_wheel_with_unsafe_path_refused(tmp_path, evil):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     before = tree_listing(venv)
     with pytest.raises(UnsafeWheelPath, match="unsafe path"):
-        install_wheelhouses([house], venv=venv)
+        install_wheelhouses([house], InstallOptions(venv=venv))
     assert tree_listing(venv) == before
     assert not (site(venv).parent / "escaped.py").exists()
     assert not Path("/tmp/wh-absolute-escape.py").exists()
@@ -286,7 +287,7 @@ def test_search_flag_combines_wheelhouses(tmp_path):
 
 def test_progress_goes_through_the_reporter(house, tmp_path):
     rep = RecordingReporter()
-    report = install_wheelhouses([house], venv=tmp_path / "venv", reporter=rep)
+    report = install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv"), reporter=rep)
     assert report.installed
     starts = [e[1] for e in rep.events if e[0] == "start"]
     assert any(s.startswith("verifying") for s in starts) and any(s.startswith("installing") for s in starts)
@@ -296,7 +297,8 @@ def test_progress_goes_through_the_reporter(house, tmp_path):
 def test_one_wheel_is_one_wheel_not_one_wheels(tmp_path):
     w = make_wheel(tmp_path / "w", "solo", "1.0", modules={"solo/__init__.py": ""})
     rep = RecordingReporter()
-    install_wheelhouses([make_wheelhouse(tmp_path / "house", [w])], venv=tmp_path / "venv", reporter=rep)
+    install_wheelhouses([make_wheelhouse(tmp_path / "house", [w])], InstallOptions(venv=tmp_path / "venv"),
+                        reporter=rep)
     starts = [e[1] for e in rep.events if e[0] == "start"]
     assert "verifying 1 wheel" in starts and "installing 1 wheel" in starts, starts
 

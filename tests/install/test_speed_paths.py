@@ -25,7 +25,7 @@ from nvidia_fixtures import make_wheelhouse, tree_listing
 from wheelmaker import make_wheel
 
 from wheelhouse.errors import HashMismatch, UsageError
-from wheelhouse.install import install_wheelhouses
+from wheelhouse.install import InstallOptions, install_wheelhouses
 from wheelhouse.install.transaction import journal_path
 from wheelhouse.install.wheel import RecordMismatch, UnpackError, default_jobs, install_wheels
 from wheelhouse.install.wheel import inflate
@@ -169,7 +169,7 @@ def test_tampered_wheel_leaves_a_new_or_empty_venv_unchanged(tmp_path):
     venv = venv_without_pip(tmp_path / "empty")
     before = tree_listing(venv)
     with pytest.raises(HashMismatch):
-        install_wheelhouses([house], venv=venv, links=False)
+        install_wheelhouses([house], InstallOptions(venv=venv, links=False))
     assert tree_listing(venv) == before
 
 

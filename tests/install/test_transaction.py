@@ -16,7 +16,7 @@ from nvidia_fixtures import make_wheelhouse, tree_listing
 from venv_check import lock_problems
 from wheelmaker import make_wheel
 
-from wheelhouse.install import install_wheelhouses, read_install_state, unfinished_transaction
+from wheelhouse.install import InstallOptions, install_wheelhouses, read_install_state, unfinished_transaction
 from wheelhouse.install.transaction import Transaction, clean_leftovers, journal_path, recover
 
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -218,7 +218,7 @@ def test_a_failing_wheelhouse_patch_leaves_the_environment_as_it_was(tmp_path):
     assert wh("install", other, "--venv", venv).returncode == 0
     before = tree_listing(venv)
     with pytest.raises(Exception, match="drifted"):
-        install_wheelhouses([house], venv=venv)
+        install_wheelhouses([house], InstallOptions(venv=venv))
     assert tree_listing(venv) == before
 
 

@@ -24,7 +24,7 @@ from wheelhouse.stage.bootstrap import (
 from wheelhouse.lock.bootstrap import wheel_requirements
 from wheelhouse.install import closure
 from wheelhouse.lock import LockedFile, read_pylock
-from wheelhouse.stage import _bootstrap_requirements
+from wheelhouse.stage.pipeline import _bootstrap_requirements
 from wheelhouse.target import target_from_flags
 
 

@@ -80,7 +80,8 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     """
     from wheelhouse.carry import materialize, origin_of
     from wheelhouse.errors import UsageError
-    from wheelhouse.install import find_wheelhouses, install_wheelhouses, recorded_wheelhouses, require_target
+    from wheelhouse.install import (InstallOptions, find_wheelhouses, install_wheelhouses, recorded_wheelhouses,
+                                    require_target)
     from wheelhouse.install.wheel import linkcache
 
     require_target(venv, python)
@@ -99,6 +100,12 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     held = ExitStack()
     ctx_close = click.get_current_context().call_on_close
     ctx_close(held.close)
+    options = InstallOptions(
+        venv=venv, python=python, system_site_packages=system_site_packages, only=frozenset(only) if only else None,
+        installer=installer, compile=compile_, precompiled=not recompile, jobs=jobs, links=not no_links,
+        patches=not no_patches, allow_missing=allow_missing,
+        link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None, reinstall=again,
+    )
     reporter = ui.reporter()
     try:
         # An archive (or a part of one) is checked against its sidecar and unpacked first; an oci:// ref pulled.
@@ -108,17 +115,10 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
         if dry_run:
             from wheelhouse.install.dry_run import plan_install
 
-            plan = plan_install(found, python=python, venv=venv, system_site_packages=system_site_packages,
-                                only=set(only) if only else None, jobs=jobs, reporter=reporter)
+            plan = plan_install(found, options, reporter=reporter)
             plan = replace(plan, wheelhouses=tuple(origin_of(p) for p in plan.wheelhouses))
         else:
-            report = install_wheelhouses(
-                found, python=python, venv=venv, system_site_packages=system_site_packages,
-                only=set(only) if only else None, installer=installer, compile=compile_, jobs=jobs,
-                links=not no_links, patches=not no_patches, allow_missing=allow_missing, reporter=reporter,
-                link_cache=linkcache.default_dir() if linkcache.enabled(link_cache) else None,
-                precompiled=not recompile, reinstall=again,
-            )
+            report = install_wheelhouses(found, options, reporter=reporter)
             report = replace(report, wheelhouses=tuple(origin_of(p) for p in report.wheelhouses))
     finally:
         reporter.close()

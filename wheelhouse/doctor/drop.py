@@ -417,7 +417,7 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
     reinstalled by other means is only removed from the record (``already_installed``).
     """
     from wheelhouse.carry import origin_of
-    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.install import InstallOptions, install_wheelhouses
     from wheelhouse.target.interpreter import inspect_interpreter
 
     interp = inspect_interpreter(python)
@@ -436,8 +436,8 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
         return RestoreResult(entry["name"], entry.get("version"), None, already_installed=True)
     with ExitStack() as held:  # an archive or registry source lives in a temporary folder until installed
         source = _source_wheelhouse(entry, wheelhouse, interp.executable, held)
-        result = install_wheelhouses([source], python=interp.executable, only={entry["name"]},
-                                     links=False, patches=False, reporter=reporter)
+        result = install_wheelhouses([source], InstallOptions(python=interp.executable, only=frozenset({entry["name"]}),
+                                                              links=False, patches=False), reporter=reporter)
         recorded = origin_of(source)
     checkpoint("drop.restored")  # installed, still recorded: a kill here is reconciled by the next list or restore
     if _dist_info(list(interp.site_dirs), entry["name"]) is None:

@@ -383,7 +383,7 @@ def reinstall_distributions(python: str, items: Sequence[Reinstall], *, wheelhou
     A failure (no wheelhouse, not in it, a hash that does not match) leaves that wheelhouse's names as they were
     and is returned as an ``error``, for the report; the others go on.
     """
-    from wheelhouse.install import install_wheelhouses
+    from wheelhouse.install import InstallOptions, install_wheelhouses
     from wheelhouse.target.interpreter import inspect_interpreter
 
     interp = inspect_interpreter(python)
@@ -396,7 +396,8 @@ def reinstall_distributions(python: str, items: Sequence[Reinstall], *, wheelhou
         try:
             with ExitStack() as held:
                 source = _recorded_source(house, held) or Path(house)
-                result = install_wheelhouses([source], python=interp.executable, reinstall=names, links=False,
+                result = install_wheelhouses([source], InstallOptions(python=interp.executable,
+                                                                      reinstall=frozenset(names), links=False),
                                              reporter=reporter)
         except WhError as exc:
             out += [Reinstalled(n, None, house, f"{exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""))

@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from wheelhouse.errors import WhError
 from wheelhouse.progress import NullReporter, Reporter
 from .installed import canonical_name, find_installed
+from .options import InstallOptions
 
 __all__ = ["PlannedDist", "PlanCheck", "InstallPlan", "plan_install"]
 
@@ -68,18 +69,19 @@ class InstallPlan:
                 "checks": [c.to_json() for c in self.checks], "notes": list(self.notes)}
 
 
-def plan_install(wheelhouses: Sequence[Path], *, python: str | None = None, venv: Path | None = None,
-                 system_site_packages: bool = False, only: set[str] | None = None, jobs: int | None = None,
+def plan_install(wheelhouses: Sequence[Path], options: InstallOptions, *,
                  reporter: Reporter | None = None) -> InstallPlan:
-    """The plan of ``install_wheelhouses`` with the same arguments, every check run, nothing written."""
+    """The plan of ``install_wheelhouses`` with the same arguments, every check run, nothing written (of the
+    options, the target, ``only`` and ``jobs`` are read)."""
     from wheelhouse.carry.verify import require_intact
     from wheelhouse.install import closure
-    from . import MissingRequirements, _check_requirements, _plan, _receiving, require_target
+    from .run import MissingRequirements, _check_requirements, _plan, _receiving, require_target
     from .assumed import check_assumed
     from .checks import verify_files
     from .wheel import default_jobs
     from .wheelhouses import load_wheelhouse
 
+    venv, python, system_site_packages = options.venv, options.python, options.system_site_packages
     require_target(venv, python)
     reporter = reporter or NullReporter()
     houses = [load_wheelhouse(p) for p in wheelhouses]
@@ -87,9 +89,9 @@ def plan_install(wheelhouses: Sequence[Path], *, python: str | None = None, venv
     venv = Path(venv).absolute() if venv is not None else None
     interp, existing = _receiving(venv, python)
     checks: list[PlanCheck] = []
-    houses, chosen, todo, skipped, notes = _plan(houses, interp, only, existing, system_site_packages)
+    houses, chosen, todo, skipped, notes = _plan(houses, interp, options.only, existing, system_site_packages)
     checks.append(PlanCheck("target", True, f"{len(houses)} wheelhouse(s) staged for {interp.describe()}"))
-    checks.append(_answer("files", lambda: verify_files(todo, jobs or default_jobs(), reporter),
+    checks.append(_answer("files", lambda: verify_files(todo, options.jobs or default_jobs(), reporter),
                           f"{len(todo)} wheel(s) to install match pylock.toml (size and sha256)"))
     checks.append(_answer("assumed", lambda: check_assumed(houses, interp, existing=existing,
                                                            system_site_packages=system_site_packages,

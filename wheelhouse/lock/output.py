@@ -32,7 +32,7 @@ from wheelhouse.datafile import parse_json
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 
-from . import WH_JSON
+from .files import WH_JSON
 from .writer import is_owned, owned_paths
 
 __all__ = [
@@ -77,7 +77,7 @@ def read_meta(root: Path) -> dict | None:
         data = parse_json((root / WH_JSON).read_text(encoding="utf-8"), source=str(root / WH_JSON))
     except (OSError, ValueError, UsageError):
         return None
-    from . import WH_JSON_SCHEMA
+    from .files import WH_JSON_SCHEMA
 
     return data if isinstance(data, dict) and data.get("schema") == WH_JSON_SCHEMA else None
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 from wheelhouse.faults import checkpoint
 from wheelhouse.target import TargetProfile
 
-from . import Lock, WH_JSON, PYLOCK, write_pylock, write_wh_json
+from .files import Lock, WH_JSON, PYLOCK, write_pylock, write_wh_json
 from .simple_index import IndexEntry, write_simple_index
 
 __all__ = [
