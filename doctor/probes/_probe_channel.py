@@ -56,6 +56,12 @@ def error_record(exc):
             "traceback": "".join(traceback.format_exc().splitlines(True)[-12:])}
 
 
+# Mappings that name no file the probe loaded: shared anonymous memory shows as "/dev/zero (deleted)" (the CUDA
+# driver maps it in every process that touches a GPU), memfd and SysV segments likewise. As evidence they would
+# read as a replaced file and keep every GPU probe's pass from ever being reused.
+_NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/anon_hugepage", "/drm mm object")
+
+
 class Evidence:
     """What this process has loaded, for the doctor's verdict cache: one identity per file, each file once.
 
@@ -90,7 +96,7 @@ class Evidence:
             with open("/proc/self/maps") as fh:
                 for line in fh:
                     parts = line.split(None, 5)
-                    if len(parts) == 6 and parts[5].startswith("/"):
+                    if len(parts) == 6 and parts[5].startswith("/") and not parts[5].startswith(_NOT_FILES):
                         out.append(parts[5].rstrip("\n"))
         except OSError:
             pass

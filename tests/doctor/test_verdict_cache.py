@@ -146,3 +146,29 @@ def test_the_loader_facts_are_reused_only_while_unchanged_and_the_evidence_says_
     again = sharedlibs()
     assert again["verdict"] == "ok" and "the loader's facts are unchanged since" in again["evidence"]
     assert "unchanged since" not in sharedlibs("--thorough")["evidence"]
+
+
+_EVIDENCE_OF_A_PROCESS = r"""
+import json, mmap, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from _probe_channel import Evidence
+shared = mmap.mmap(-1, 1 << 16, flags=mmap.MAP_SHARED)  # shows in /proc/self/maps as "/dev/zero (deleted)", as
+# the CUDA driver's shared memory does in every GPU probe
+fd, path = tempfile.mkstemp(suffix=".bin")
+os.write(fd, b"x" * 4096)
+kept = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED)  # a real file, mapped and then deleted: a replaced file
+os.unlink(path)
+print(json.dumps({"deps": Evidence().new(), "deleted": path}))
+"""
+
+
+def test_shared_anonymous_memory_is_no_evidence_but_a_deleted_mapped_file_is(tmp_path):
+    """A GPU probe maps "/dev/zero (deleted)": read as a replaced file, no GPU probe's pass was ever reused (seen
+    on the H100 box: jit:triton executed on every re-run). A really deleted file still keeps a verdict fresh."""
+    probes = Path(__file__).resolve().parents[2] / "doctor" / "probes"
+    out = subprocess.run([sys.executable, "-c", _EVIDENCE_OF_A_PROCESS, str(probes)], capture_output=True, text=True,
+                         check=True)
+    record = json.loads(out.stdout)
+    paths = {entry[0]: entry for entry in record["deps"]}
+    assert not [p for p in paths if p.startswith("/dev/")]
+    assert paths[record["deleted"]][1:] == [-1, -1, -1, -1, -1]
