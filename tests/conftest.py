@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "registry" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_folders(tmp_path_factory):
+    """This pytest process's own temp, cache and state folders (TMPDIR, XDG_CACHE_HOME, XDG_STATE_HOME).
+
+    The suite runs in several processes (pytest-xdist, pyproject's addopts): without this, two of them would
+    share ~/.cache/wh (wh's page and metadata caches, keyed by loopback URLs whose ports get reused),
+    ~/.local/state/wh/serve.json (the one `wh serve` state), pip's and uv's caches, and /tmp, which some tests
+    scan for what a `wh` left behind. A test that means to use another folder still sets its own."""
+    root = tmp_path_factory.mktemp("private")
+    names = ("TMPDIR", "XDG_CACHE_HOME", "XDG_STATE_HOME")
+    saved = {name: os.environ.get(name) for name in names}
+    for name in names:
+        folder = root / name.lower()
+        folder.mkdir()
+        os.environ[name] = str(folder)
+    tempfile.tempdir = None  # tempfile caches the folder it found first; read TMPDIR again
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    tempfile.tempdir = None
 
 
 @pytest.fixture(autouse=True)

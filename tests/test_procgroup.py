@@ -38,12 +38,19 @@ def _start(tmp_path, log, *, ignore_term=False):
     pids = tmp_path / "pids"
     script = TREE.replace("{trap}", "trap '' TERM" if ignore_term else "")
     leader = spawn_group(["sh", "-c", script, "tree", str(pids)], stdout=log)
-    end = time.monotonic() + 5
-    while time.monotonic() < end and "ready" not in (pids.read_text() if pids.exists() else ""):
+
+    def members() -> list[int]:
+        return [int(x) for x in (pids.read_text() if pids.exists() else "").split() if x.isdigit()]
+
+    # "ready" can come before the grandchild's pid: its shell runs in the background. Wait for both.
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not ("ready" in (pids.read_text() if pids.exists() else "") and len(members()) == 4):
         time.sleep(0.01)
-    members = [int(x) for x in pids.read_text().split() if x.isdigit()]
-    assert len(members) == 4
-    return leader, members
+    if len(members()) != 4:
+        kill_group(leader.pid)
+        leader.wait()
+    assert len(members()) == 4
+    return leader, members()
 
 
 @pytest.fixture

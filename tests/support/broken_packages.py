@@ -111,13 +111,21 @@ def _gcc(args: list[str]) -> None:
         raise RuntimeError(f"gcc {' '.join(args)} failed:\n{proc.stderr}")
 
 
+_BUILT: dict[tuple[str, ...], bytes] = {}  # (modname, *defines) -> the .so gcc made from them, once per process
+
+
 def _ext(build: Path, modname: str, *defines: str, extra: list[str] = ()) -> bytes:
     src = build / f"{modname}-{'-'.join(defines) or 'ok'}.c"
     src.write_text(_EXT_C)
     out = build / f"{src.stem}.so"
+    if not extra and (modname, *defines) in _BUILT:  # the same source and flags: one build serves them all
+        out.write_bytes(_BUILT[(modname, *defines)])
+        return _BUILT[(modname, *defines)]
     args = ["-shared", "-fPIC", "-O0", f"-I{sysconfig.get_paths()['include']}", f"-DMODNAME={modname}"]
     args += [f"-D{d}" for d in defines] + [str(src), "-o", str(out), *extra]
     _gcc(args)
+    if not extra:
+        _BUILT[(modname, *defines)] = out.read_bytes()
     return out.read_bytes()
 
 
