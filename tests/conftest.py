@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -16,6 +17,12 @@ from wheelmaker import make_wheel  # noqa: E402
 from index_fixtures import pyindex  # noqa: E402,F401  (fixture: a PEP 691/503 index on 127.0.0.1)
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started as a background job of a non-interactive shell (`cmd &`, as some CI runners do) inherits SIGINT
+# ignored, and so would every wh the tests start: the Ctrl-C tests would then test nothing but that. A handler
+# here (not SIG_IGN) makes each child start with the default again (exec resets handled signals, not ignored ones).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
