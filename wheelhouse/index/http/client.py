@@ -30,7 +30,6 @@ from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .resolver import HostResolver
-from wheelhouse.tls import ssl_context
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
 from .transport import Cut, Router, retry_policy, set_current, take_raw
 
