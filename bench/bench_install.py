@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from _fair import clean_env, methodology, uv_flags  # noqa: E402
-from wheelhouse.install.wheel.inflate import available  # noqa: E402
+from wheelhouse.inflate import available  # noqa: E402
 from wheelhouse.lock import read_pylock  # noqa: E402
 
 

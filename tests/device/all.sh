@@ -31,7 +31,7 @@ C=$ROOT/card
   SPEC=$("$PY" -c "import json,sys; e=json.load(open(sys.argv[1]))['bootstrap'].get('extras') or []; print('wh[%s]' % ','.join(e) if e else 'wh')" "$WH_DIR/wh.json")
   (cd "$WH_DIR" && "$PY" -m pip --python /tmp/whv/bin/python install -q --no-index --find-links bootstrap/ "$SPEC")
   /tmp/whv/bin/wh --version
-  /tmp/whv/bin/python -c "from wheelhouse.install.wheel.inflate import choose; print('inflater', choose().name)"
+  /tmp/whv/bin/python -c "from wheelhouse.inflate import choose; print('inflater', choose().name)"
   time /tmp/whv/bin/wh install "$WH_DIR" --venv /tmp/serve --system-site-packages --python "$PY" --json >"$C/install.json"
   echo "install rc=$?"
   /tmp/whv/bin/wh install "$WH_DIR" --venv /tmp/serve --system-site-packages --python "$PY" --json >"$C/install-again.json"

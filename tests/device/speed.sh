@@ -38,7 +38,7 @@ ln -s "$PY" "$WORK/bin/python3"
   || { FAIL=1; say "FAIL bootstrap: $(tail -3 "$OUT/bootstrap.log")"; }
 WHPY="$WORK/home/wh-venv/bin/python"
 WH="$WORK/home/wh-venv/bin/wh"
-say "wh $("$WH" --version 2>&1); inflater: $("$WHPY" -c 'from wheelhouse.install.wheel.inflate import choose; print(choose().name)' 2>&1)"
+say "wh $("$WH" --version 2>&1); inflater: $("$WHPY" -c 'from wheelhouse.inflate import choose; print(choose().name)' 2>&1)"
 "$WH" install "$WH_DIR" --venv "$WORK/tools" --python "$PY" -q >"$OUT/tools.log" 2>&1 || { FAIL=1; say "FAIL uv install: $(tail -2 "$OUT/tools.log")"; }
 UV="$WORK/tools/bin/uv"
 say "$("$UV" --version 2>&1); cores: $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg); /tmp: $(df -T /tmp | tail -1 | awk '{print $2}')"

@@ -28,7 +28,7 @@ from wheelhouse.errors import HashMismatch, UsageError
 from wheelhouse.install import InstallOptions, install_wheelhouses
 from wheelhouse.install.transaction import journal_path
 from wheelhouse.install.wheel import RecordMismatch, UnpackError, default_jobs, install_wheels
-from wheelhouse.install.wheel import inflate
+from wheelhouse import inflate
 
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 

@@ -189,7 +189,7 @@ def test_a_mount_boundary_inside_the_venv_falls_back_to_extraction(tmp_path, mon
 # ---- inflation in pieces, and what checks each inflated byte ----------------------------------------
 
 def _backends() -> list:
-    from wheelhouse.install.wheel import inflate
+    from wheelhouse import inflate
 
     return [pytest.param(n, marks=pytest.mark.skipif(n not in inflate.available(), reason=f"{n} not importable"))
             for n in inflate.BACKENDS]

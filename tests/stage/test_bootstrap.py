@@ -245,7 +245,7 @@ def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, r
     env = _box_env(tmp_path, str(tmp_path / "box-venv" / "bin" / "python3"))
     subprocess.run(["sh", "-c", res.bootstrap_command], check=True, capture_output=True, cwd=out, env=env)
     got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "python"), "-c",
-                          "from wheelhouse.install.wheel.inflate import choose; print(choose().name)"],
+                          "from wheelhouse.inflate import choose; print(choose().name)"],
                          capture_output=True, text=True, check=True, env={**env, "WH_INFLATE": ""})
     assert got.stdout.strip() == "isal"
 

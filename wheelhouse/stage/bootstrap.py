@@ -58,7 +58,7 @@ BOOTSTRAP_DIR = "bootstrap"
 BOOTSTRAP_TXT = "BOOTSTRAP.txt"
 _DIST = "wh"
 # The extra bootstrap/ carries where the target has wheels for it: zlib-ng and ISA-L, so that the box's
-# `wh install` inflates 3-4x faster than with the standard zlib (install/wheel/inflate.py).
+# `wh install` inflates 3-4x faster than with the standard zlib (wheelhouse/inflate.py).
 FAST = "fast"
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the wheelhouse package
 _CHECKOUT = _PACKAGE_DIR.parent

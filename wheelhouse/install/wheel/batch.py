@@ -51,7 +51,7 @@ from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.progress import NullReporter, Reporter
 from .archive import FileIdentity
 from .extract import create_new, extract_plans
-from .inflate import choose as choose_inflater
+from wheelhouse.inflate import choose as choose_inflater
 from .launchers import shebang
 from .linkcache import LinkCache, Linking
 from .plan import PlannedFile, WheelPlan, plan_wheel

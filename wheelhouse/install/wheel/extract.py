@@ -38,7 +38,7 @@ from typing import Callable, Collection, Mapping
 
 from wheelhouse.faults import checkpoint
 from wheelhouse.progress import Reporter
-from .inflate import Inflater, choose
+from wheelhouse.inflate import Inflater, choose
 from .launchers import shebang
 from .archive import FileIdentity, file_identity
 from .linkcache import Linking, linkable
