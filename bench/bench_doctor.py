@@ -7,7 +7,7 @@ Environments, each timed in the same run, paired and alternating (``_fair.order`
   lazily loaded ``pkg.sub._lazy`` one (real .so files, all loaded for real);
 - every ``--venv PATH`` given, e.g. the venv of ``bench/requirements.txt`` (71 real wheels)::
 
-      python -m venv /tmp/req-venv && /tmp/req-venv/bin/pip install -r bench/requirements.txt
+      wh install WHEELHOUSE --venv /tmp/req-venv    (its .wh/ digests: the first run hashes nothing wh wrote)
 
 Per round and environment: ``wh doctor --json`` as a user runs it (a subprocess: wh's start-up counts) with
 empty caches (the stack check's digests and the verdict cache: the first run), then again with nothing
@@ -121,16 +121,34 @@ def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} s ({min(xs):.2f}-{max(xs):.2f})"
 
 
+def installed_state(py: Path, work: Path, label: str) -> tuple[Path, Path] | None:
+    """A copy of the site folder's ``.wh/`` as ``wh install`` left it (its digests, its records), without the
+    doctor's verdict store: what each first run starts from. None where wh never installed there."""
+    own = site_packages(py) / ".wh"
+    if not own.is_dir():
+        return None
+    snap = work / f"wh-state-{label}"
+    shutil.rmtree(snap, ignore_errors=True)
+    shutil.copytree(own, snap)
+    (snap / "verdicts.json").unlink(missing_ok=True)
+    return own, snap
+
+
 def measure(label: str, py: Path, work: Path, rounds: int) -> dict:
     """Paired rounds: (doctor first run, then its re-run) and the naive loop, order alternating."""
     mods = top_level_modules(py)
-    first, again, naive, reused, executed, reports = [], [], [], [], [], []
+    first, again, naive, reused, executed, reports, first_reports = [], [], [], [], [], [], []
+    state = installed_state(py, work, label)
 
     def doctor_pair(i: int) -> None:
         cache = work / f"cache-{label}-{i}"
         shutil.rmtree(cache, ignore_errors=True)
-        t, _ = doctor_cli(py, cache)
+        if state is not None:  # a venv wh installed keeps the doctor's stores in <site>/.wh: back to the install's
+            shutil.rmtree(state[0])
+            shutil.copytree(state[1], state[0])
+        t, rep1 = doctor_cli(py, cache)
         first.append(t)
+        first_reports.append(rep1)
         t, rep = doctor_cli(py, cache)
         again.append(t)
         native = [r for r in rep["results"] if r["group"] == "native"]
@@ -146,7 +164,8 @@ def measure(label: str, py: Path, work: Path, rounds: int) -> dict:
     return {"label": label, "dists": rep["facts"]["distributions"], "modules": len(mods), "first": first,
             "again": again, "naive": naive, "reused": reused[-1], "executed": executed[-1],
             "bad": [r["id"] for r in rep["results"] if r["verdict"] in ("fail", "error")],
-            "slowest": sorted(rep["results"], key=lambda r: -r["seconds"])[:3]}
+            "slowest": sorted(rep["results"], key=lambda r: -r["seconds"])[:3],
+            "slowest_first": sorted(first_reports[-1]["results"], key=lambda r: -r["seconds"])[:5]}
 
 
 def main() -> int:
@@ -178,6 +197,9 @@ def main() -> int:
         print(f"synthetic: {args.pure} pure + {args.native} gcc-built native packages (built in {t_build:.1f}s); "
               f"{os.cpu_count()} cores; load average {load[0]:.2f} before, {load_after[0]:.2f} after the rounds")
         print(methodology(None, cold=False, peers="one `python -c import X` per top-level module, sequential"))
+        print("first run: the digest and verdict caches as `wh install` left them (a venv wh installed: its "
+              "<site>/.wh/ restored, without verdicts.json; else empty); PYTHONDONTWRITEBYTECODE="
+              f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')} for the doctor and the loop alike")
         print("| environment | wh doctor, first run (empty caches) | wh doctor, re-run (unchanged) | naive loop "
               "| loop / first | loop / re-run | goal <= 5 s and >= 3x |")
         print("|---|---|---|---|---|---|---|")
@@ -194,6 +216,8 @@ def main() -> int:
         for r in rows:
             if r["bad"]:
                 print(f"{r['label']}: fail/error verdicts: {', '.join(r['bad'][:8])}")
+            print(f"{r['label']}: slowest checks of the first run: "
+                  + ", ".join(f"{x['id']} {x['seconds']:.2f}s" for x in r["slowest_first"]))
             print(f"{r['label']}: slowest checks of the re-run: "
                   + ", ".join(f"{x['id']} {x['seconds']:.2f}s" for x in r["slowest"]))
         hang_ok = t_hang < args.hang_timeout + 10 and hung is not None and hung["verdict"] == "fail"

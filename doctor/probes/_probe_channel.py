@@ -76,25 +76,54 @@ class Evidence:
     def __init__(self, extra=()):
         self._seen = set()
         self._extra = list(extra)
+        # Incremental, so a worker importing hundreds of modules does not re-walk everything per record: what
+        # was named before is skipped by its raw spelling (no abspath, no stat), a module already looked at by its
+        # object (its file does not change), a maps line by its text. What can change is still read every time:
+        # sys.path, each package's __path__, the maps. A module's byte code that is not there (not written:
+        # PYTHONDONTWRITEBYTECODE, a read-only folder) is named as absent: one written later is a change.
+        self._raw = set()
+        self._modules = {}  # name -> the module object whose __file__ / __cached__ were taken
+        self._packages = {}  # name -> a module of those with a __path__, read again each time
+        self._lines = set()
+
+    def _module_files(self, name, mod, out):
+        self._modules[name] = mod
+        d = vars(mod)  # not getattr: a module's __getattr__ may run code
+        f = d.get("__file__")
+        if isinstance(f, str):
+            out.append(f)
+        cached = d.get("__cached__")  # the byte code the import read counts as much; none there is named as absent
+        if isinstance(cached, str) and cached != f:
+            out.append(cached)
+        if d.get("__path__") is not None:
+            self._packages[name] = mod
 
     def _paths(self):
         out = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")] + self._extra
         out += [p if p else os.curdir for p in sys.path if isinstance(p, str)]
-        for mod in list(sys.modules.values()):
+        modules = self._modules
+        for name, mod in list(sys.modules.items()):
+            if modules.get(name) is not mod:
+                try:
+                    self._module_files(name, mod, out)
+                except Exception:  # noqa: BLE001 - sys.modules can hold anything
+                    continue
+        for name, mod in list(self._packages.items()):  # a package's __path__ can grow (namespace packages)
+            if sys.modules.get(name) is not mod:
+                del self._packages[name]
+                continue
             try:
-                d = vars(mod)  # not getattr: a module's __getattr__ may run code
-                f = d.get("__file__")
-                locations = d.get("__path__")
-                for name in (f, d.get("__cached__")):  # the byte code the import read counts as much
-                    if isinstance(name, str) and (name is f or os.path.exists(name)):
-                        out.append(name)
+                locations = vars(mod).get("__path__")
                 if locations is not None and not isinstance(locations, str):
                     out += [x for x in list(locations) if isinstance(x, str)]
-            except Exception:  # noqa: BLE001 - sys.modules can hold anything
+            except Exception:  # noqa: BLE001
                 continue
         try:
             with open("/proc/self/maps") as fh:
                 for line in fh:
+                    if line in self._lines:
+                        continue
+                    self._lines.add(line)
                     parts = line.split(None, 5)
                     if len(parts) == 6 and parts[5].startswith("/") and not parts[5].startswith(_NOT_FILES):
                         out.append(parts[5].rstrip("\n"))
@@ -104,9 +133,12 @@ class Evidence:
 
     def new(self):
         found = []
-        for path in self._paths():
-            gone = path.endswith(" (deleted)")  # mapped, then replaced: what was loaded is no file now
-            path = os.path.abspath(path[:-len(" (deleted)")] if gone else path)
+        for raw in self._paths():
+            if raw in self._raw:
+                continue
+            self._raw.add(raw)
+            gone = raw.endswith(" (deleted)")  # mapped, then replaced: what was loaded is no file now
+            path = os.path.abspath(raw[:-len(" (deleted)")] if gone else raw)
             if path in self._seen:
                 continue
             self._seen.add(path)

@@ -172,3 +172,27 @@ def test_shared_anonymous_memory_is_no_evidence_but_a_deleted_mapped_file_is(tmp
     paths = {entry[0]: entry for entry in record["deps"]}
     assert not [p for p in paths if p.startswith("/dev/")]
     assert paths[record["deleted"]][1:] == [-1, -1, -1, -1, -1]
+
+
+def test_byte_code_written_after_a_pass_is_a_change_even_where_none_was_read(stack, tmp_path):
+    """No byte code was there when beta passed (PYTHONDONTWRITEBYTECODE): betadep's import compiled its source.
+    A .pyc that appears later at betadep's cache path is what the next import reads (its header matches the
+    source, so the source's identity is unchanged): the pass must not be reused over it."""
+    import importlib._bootstrap_external as bx
+    import marshal  # noqa: F401 - the pyc's body is marshalled code
+
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))
+    (site / "__pycache__").mkdir(exist_ok=True)  # the folder is there already: only a file appears in it
+    (site / "__pycache__" / "other.txt").write_text("x")
+    first = _doctor(stack, tmp_path, env=env)
+    assert first["native:beta"]["verdict"] == "ok"
+    source = site / "betadep.py"
+    st = source.stat()
+    code = compile("raise ImportError('planted byte code')\n", str(source), "exec")
+    pyc = Path(bx.cache_from_source(str(source)))
+    pyc.write_bytes(bytes(bx._code_to_timestamp_pyc(code, st.st_mtime, st.st_size)))
+    after = _doctor(stack, tmp_path, env=env)
+    assert after["native:beta"]["verdict"] == "fail", after["native:beta"]
+    assert "planted byte code" in after["native:beta"]["evidence"]
+    assert "beta" in _executed(after, "native:beta")

@@ -293,6 +293,9 @@ def _group_runner(group: str) -> Callable[[DoctorContext], list[CheckResult]]:
     return importlib.import_module(f"wheelhouse.doctor.checks.{group}").run
 
 
+_SLOWEST_FIRST = ("jit", "native", "stack", "toolchain", "sharedlibs", "kernels")
+
+
 def run_checks(ctx: DoctorContext) -> list[CheckResult]:
     """Every selected group, concurrently (their probes are processes); results in group order."""
     groups = [g for g in GROUPS if selected(g, ctx.patterns) and (g != "model" or ctx.model is not None)]
@@ -311,8 +314,11 @@ def run_checks(ctx: DoctorContext) -> list[CheckResult]:
             results = [CheckResult(**{**r.__dict__, "seconds": share}) for r in results]
         return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
 
+    # The groups whose probes take longest (a JIT compile, the import workers) start first; the others overlap them.
+    first = [g for g in _SLOWEST_FIRST if g in groups]
     with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
-        futures = [pool.submit(one, g) for g in groups]
+        started = {g: pool.submit(one, g) for g in [*first, *(g for g in groups if g not in first)]}
+        futures = [started[g] for g in groups]
         try:
             per_group = [f.result() for f in futures]
         except BaseException as exc:
