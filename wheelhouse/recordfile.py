@@ -2,8 +2,9 @@
 and a wheelhouse's record of the wheels whose RECORD was checked against their files.
 
 The one RECORD reader: ``wh stage`` checks a wheel's RECORD against its members with it, ``wh
-install`` plans from it and ``wh doctor`` checks installed files against it. Standard library only
-(the install path imports it: nothing here can open a socket).
+install`` plans from it and ``wh doctor`` checks installed files against it; and the one error for a RECORD
+that does not describe its wheel's files (``RecordMismatch``), which stage's check and install's extraction both
+raise. Standard library only (the install path imports it: nothing here can open a socket).
 """
 
 from __future__ import annotations
@@ -12,11 +13,20 @@ import csv
 import io
 from typing import Any, Mapping
 
-__all__ = ["RECORD_CHECKED", "read_record", "record_checked"]
+from wheelhouse.errors import WhError
+
+__all__ = ["RECORD_CHECKED", "RecordMismatch", "read_record", "record_checked"]
 
 # wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
 # (wheelhouse.lock.records); ``wh install`` copies RECORD rows unchecked for those alone.
 RECORD_CHECKED = "record_checked"
+
+
+class RecordMismatch(WhError):
+    """A wheel's RECORD does not describe its own files (stage refuses the wheel; install stops before it
+    commits anything). Not an ``install``'s ``UnpackError``: install's handlers catch both."""
+
+    code = "record-mismatch"
 
 
 def read_record(text: str) -> list[tuple[str, str | None, int | None]]:

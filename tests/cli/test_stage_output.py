@@ -235,3 +235,30 @@ def test_the_resolution_warnings_reach_stderr(index, tmp_path):
     r = dry(index, tmp_path, reqs=("lib[nosuch]==1.0",))
     assert r.returncode == 0, r.stderr
     assert "warning: lib==1.0 declares no extra 'nosuch'" in r.stderr
+
+
+def test_a_pin_where_wh_differs_from_uv_on_purpose_carries_a_note(pyindex, tmp_path):
+    """docs/stage.md: Requires-Python upper bounds are honoured (uv reads only lower bounds). The pin that
+    rule decided carries the note in --json (dry run, stage, and a stage answered from the stored
+    resolution), no other pin does, and the human output says it once."""
+    d = tmp_path / "pub"
+    make_wheel(d, "tool", "1.5", requires=["lib"], requires_python=">=3.9,<3.12")
+    make_wheel(d, "tool", "1.4", requires=["lib"])
+    make_wheel(d, "lib", "1.0")
+    make_wheel(d, "lib", "2.0", requires_python=">=3.13")  # a lower bound: uv skips it too
+    index = pyindex(d, requires_python={"tool-1.5-py3-none-any.whl": ">=3.9,<3.12",
+                                        "lib-2.0-py3-none-any.whl": ">=3.13"})
+    runs = [dry(index, tmp_path, "--json", reqs=("tool",)), dry(index, tmp_path, reqs=("tool",))]
+    args = ["stage", "tool", "--index-url", index.url, "--cache-dir", str(tmp_path / "cache"), *PLATFORM, "--json"]
+    runs += [wh([*args, "-o", str(tmp_path / "a")]), wh([*args, "-o", str(tmp_path / "b")])]  # b: the stored one
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.count("requires-python-upper-bound") == 1, r.stderr
+        assert "note: tool==1.4: chosen where wh differs from uv on purpose (requires-python-upper-bound)" in r.stderr
+    assert "from the stored resolution" in runs[-1].stderr
+    for r in (runs[0], *runs[2:]):
+        notes = {p["name"]: p["notes"] for p in json.loads(r.stdout)["packages"]}
+        assert notes["lib"] == []
+        [note] = notes["tool"]
+        assert note["code"] == "requires-python-upper-bound"
+        assert note["message"].startswith("tool 1.5 was skipped for Requires-Python <3.12: wh honours the upper bound")

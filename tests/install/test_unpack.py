@@ -139,3 +139,26 @@ def test_old_record_naming_paths_outside_the_env_is_not_followed(tmp_path, schem
     assert outside.read_text() == "keep me\n"
     assert remove_distribution("victim", scheme) == ["2.0"]
     assert outside.exists()
+
+
+def test_stage_and_install_refuse_a_lying_record_with_one_error_class(tmp_path, scheme):
+    """One RecordMismatch (the ground floor's, code record-mismatch) from stage's check and install's plan:
+    one ``except`` catches a lying RECORD wherever it is found; install's own handlers catch it too (nothing
+    written)."""
+    from wheelhouse.errors import HashMismatch
+    from wheelhouse.lock.records import check_record
+    from wheelhouse.recordfile import RecordMismatch as Shared
+
+    w = make_wheel(tmp_path / "w", "sneaky", "1.0", modules={"sneaky.py": "S = 1\n"})
+    with zipfile.ZipFile(w, "a") as zf:
+        zf.writestr("sneaky_extra.py", "import os\n")
+    with pytest.raises(Shared, match="not listed in RECORD") as staged:
+        check_record(w)
+    with pytest.raises(Shared, match="not listed in RECORD") as installed:
+        install_wheels([w], scheme, sys.executable)
+    assert staged.value.code == installed.value.code == "record-mismatch"
+    assert RecordMismatch is Shared
+    # install's handler of a refused plan ran: a wheel that is not the lock's is named by its hash
+    with pytest.raises(HashMismatch):
+        install_wheels([w], scheme, sys.executable, expected={w: "0" * 64})
+    assert not list(Path(scheme["purelib"]).iterdir())

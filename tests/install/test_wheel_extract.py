@@ -276,7 +276,8 @@ def test_a_flipped_deflate_byte_is_caught_and_nothing_is_left(tmp_path, scheme, 
     data[body + info.compress_size // 2 + 1000] ^= 0x20
     w.write_bytes(bytes(data))
     before = tree_listing(tmp_path / "env")
-    with pytest.raises(UnpackError, match=f"{member} {caught}"):
+    # a CRC-32 mismatch is a RecordMismatch (the ground floor's), bad deflate data an UnpackError
+    with pytest.raises((UnpackError, RecordMismatch), match=f"{member} {caught}"):
         install_wheels([w], scheme, sys.executable, expected={w: _sha(w)})
     assert tree_listing(tmp_path / "env") == before
 

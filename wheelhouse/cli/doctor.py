@@ -75,10 +75,12 @@ _EVIDENCE_LINES = 8  # lines of a fail/error's evidence shown without -v (--json
 
 
 def _evidence(r, verbose: int) -> str:
-    """What the table shows of ``r.evidence``: the first line, or for a fail/error the lines that say why."""
+    """What the table shows of ``r.evidence``: the first line, or for a fail/error the lines that say why; a
+    warning ``--strict`` does not count (``r.strict`` False, whatever the check) says so."""
     lines = (r.evidence or "").splitlines()
     if r.verdict not in ("fail", "error"):
-        return lines[0] if lines else ""
+        first = lines[0] if lines else ""
+        return f"{first} (not counted by --strict)" if r.verdict == "warn" and not r.strict else first
     if verbose > 0:
         return "\n".join(lines)
     # importlib's own frames say nothing about the package that broke; the frames after them do.
@@ -135,7 +137,7 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
     c = report.counts()
     summary = ", ".join(f"{n} {v}" for v, n in c.items() if n)
     by_design = sum(1 for r in report.warnings if not r.strict)
-    if by_design:  # the warnings that say "not counted by --strict" in their evidence
+    if by_design:  # the warnings whose line says "(not counted by --strict)"
         summary = summary.replace(f"{c['warn']} warn", f"{c['warn']} warn ({by_design} optional by design, not "
                                   "counted by --strict)", 1)
     con.print(f"{summary} in {report.seconds:.1f}s", markup=False, highlight=False)

@@ -68,6 +68,12 @@ def _rewrite_lines(ui, result) -> None:
             ui.info(f"exclusion of {e.distribution} changed nothing: nothing in the closure requires it")
 
 
+def _parity_lines(ui, result) -> None:
+    """Once per difference from uv that wh keeps on purpose, the pins it decided (stderr; ``--json``: each pin's notes)."""
+    for line in result.parity_lines():
+        ui.info(f"note: {line}")
+
+
 def _exclusion(name: str):
     from wheelhouse.manifest import exclusion
 
@@ -382,10 +388,12 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
                 "(dry run: nothing downloaded)")
         _image_lines(ui, result)
         _rewrite_lines(ui, result)
+        _parity_lines(ui, result)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
     _image_lines(ui, result)
     _rewrite_lines(ui, result)
+    _parity_lines(ui, result)
     if result.reused:  # wheels/ and bootstrap/ together; the notes above counted each download on its own
         total = len(result.files) + len(result.bootstrap)
         ui.info(f"{result.reused} of {total} files (wheels/ and bootstrap/) were not downloaded again: "

@@ -35,9 +35,8 @@ from typing import Iterable, Iterator, Sequence
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from wheelhouse.digest import record_digest
-from wheelhouse.errors import WhError
 from wheelhouse.inflate import Inflater, choose
-from wheelhouse.recordfile import RECORD_CHECKED, read_record
+from wheelhouse.recordfile import RECORD_CHECKED, RecordMismatch, read_record
 from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 
 __all__ = ["RECORD_CHECKED", "RecordMismatch", "check_record", "RecordChecks"]
@@ -46,12 +45,6 @@ _READ = 1 << 20  # compressed bytes per read
 _OUT = 1 << 20  # the most one inflate call produces (a bomb never holds more in memory)
 _TASK = 64 << 20  # uncompressed bytes per task: a 1 GB wheel is checked by every thread of the pool
 _SIGNATURES = ("/RECORD", "/RECORD.jws", "/RECORD.p7s")
-
-
-class RecordMismatch(WhError):
-    """A wheel's RECORD does not describe its own files."""
-
-    code = "record-mismatch"
 
 
 def _lies(wheel: Path, what: str) -> RecordMismatch:

@@ -14,10 +14,11 @@ from .explain import (InvalidRequirementError, NoCompatibleWheel, NoMatchingVers
 from .image import ImageChange
 from .overrides import Rewritten
 from .resolver import resolve
-from .result import Pin, Resolution
+from .result import Pin, PinNote, Resolution
 
 __all__ = [
     "Pin",
+    "PinNote",
     "Resolution",
     "ImageChange",
     "Rewritten",

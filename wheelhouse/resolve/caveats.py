@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .candidates import CandidateFinder, spec_of
@@ -63,7 +61,7 @@ def _newer_sdist_only(pin: Pin, finder: CandidateFinder, source: PackageSource) 
         chosen = Version(pin.version)
     except InvalidVersion:
         return None
-    specs = [_specifier(t) for t in pin.requested_by]
+    specs = pin.specifiers()
     files = finder.files(pin.name)
     # A release with a wheel for the target is never sdist-only: its sdist is skipped unparsed (parsing
     # every sdist's version of every pin was ~7% of a cold resolve's CPU).
@@ -84,13 +82,6 @@ def _newer_sdist_only(pin: Pin, finder: CandidateFinder, source: PackageSource) 
     with_wheels = {Version(f.version) for f in source.files(pin.name) if f.is_wheel and _valid(f.version)}
     sdist_only = newer - with_wheels
     return max(sdist_only) if sdist_only else None
-
-
-def _specifier(text: str) -> SpecifierSet:
-    try:
-        return Requirement(text.replace(" (constraint)", "")).specifier
-    except InvalidRequirement:
-        return SpecifierSet()
 
 
 def _valid(v: str) -> bool:

@@ -54,6 +54,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from .provider import ProgressReporter, Provider
 from wheelhouse.target import TargetProfile
 from .caveats import caveats
+from .parity import with_parity_notes
 from .image import image_changes, provided_versions
 from .overrides import Rewrites
 from .result import Pin, Resolution
@@ -192,7 +193,7 @@ def resolve(
         sweep_temp(getattr(source.client, "cache_dir", None))  # what killed writers left (never a live one's)
         if gc_was_on:
             gc.enable()
-    pins = _pins(result, provider)
+    pins = with_parity_notes(_pins(result, provider), provider.finder)
     reporter.finish("resolve", f"{len(pins)} package{'' if len(pins) == 1 else 's'}")
     if explain:
         for line in explain_pins(result, provider, events):
@@ -261,9 +262,14 @@ def _search_again(result, provider: Provider, events, roots: Sequence[Req], agai
     progress = ProgressReporter(again.reporter, again)
     log = BacktrackLog(progress, events.rejected) if isinstance(events, BacktrackLog) else progress
     try:
-        return Resolver(again, log).resolve(roots, max_rounds=max_rounds), again, log
+        second = Resolver(again, log).resolve(roots, max_rounds=max_rounds)
     except (ResolutionImpossible, ResolutionTooDeep):
         return result, provider, events
+    # the releases the first search found the target's Python refuses (facts about releases, which the
+    # second search, trying the settled versions first, may never read): the pins' notes name them
+    for name, refused in provider.finder.python_refused.items():
+        again.finder.python_refused.setdefault(name, {}).update(refused)
+    return second, again, log
 
 
 def _allowed_yanks(reqs: Sequence[Req]) -> dict[str, frozenset[Version]]:

@@ -5,13 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse.index.distfile import Distfile
 from .image import ImageChange
 from .overrides import Rewritten
 
-__all__ = ["Pin", "Resolution"]
+__all__ = ["Pin", "PinNote", "Resolution"]
+
+
+@dataclass(frozen=True)
+class PinNote:
+    """Why a pin may differ from another resolver's: a stable ``code`` and one sentence (``parity``)."""
+
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -25,12 +38,24 @@ class Pin:
     extras: tuple[str, ...] = ()
     requested_by: tuple[str, ...] = ()  # the requirement strings that pulled it in
     provided: bool = False  # the image's own copy is kept: ``version`` is the image's, nothing to fetch
+    notes: tuple[PinNote, ...] = ()  # a rule of wh's that uv does not share decided this pin (``parity``)
+
+    def specifiers(self) -> list[SpecifierSet]:
+        """The version specifiers of the requirements that pulled it in (``requested_by``)."""
+        out = []
+        for text in self.requested_by:
+            try:
+                out.append(Requirement(text.removesuffix(" (constraint)").removesuffix(" (override)")).specifier)
+            except InvalidRequirement:
+                continue
+        return out
 
     def to_json(self) -> dict[str, Any]:
         d = self.distfile
         if self.provided:
             return {"name": self.name, "version": self.version, "provided": True, "extras": list(self.extras),
-                    "parents": list(self.parents), "requested_by": list(self.requested_by)}
+                    "parents": list(self.parents), "requested_by": list(self.requested_by),
+                    "notes": [n.to_json() for n in self.notes]}
         return {
             "name": self.name,
             "version": self.version,
@@ -45,6 +70,7 @@ class Pin:
             "extras": list(self.extras),
             "parents": list(self.parents),
             "requested_by": list(self.requested_by),
+            "notes": [n.to_json() for n in self.notes],
         }
 
 

@@ -116,6 +116,17 @@ class StageResult:
                 out.append(f"override {' and '.join(r.by)} replaced {asked} (required by {who})")
         return out
 
+    def parity_lines(self) -> list[str]:
+        """One sentence for each rule of wh's that uv does not share, naming the pins it decided (their notes)."""
+        from wheelhouse.resolve.parity import SUMMARIES
+
+        by_code: dict[str, list[str]] = {}
+        for f in (*self.files, *self.bootstrap):
+            for n in f.notes:
+                by_code.setdefault(n.code, []).append(f"{f.name}=={f.version}")
+        return [f"{', '.join(dict.fromkeys(pins))}: chosen where wh differs from uv on purpose ({code}): "
+                f"{SUMMARIES.get(code, code)} (each pin's note is in --json)" for code, pins in by_code.items()]
+
     @property
     def total_size(self) -> int:
         return sum(f.size or 0 for f in self.files)
@@ -565,6 +576,7 @@ def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
         release_key=art.key if art else None,
         yanked=bool(getattr(d, "yanked", False)),
         yanked_reason=getattr(d, "yanked_reason", None),
+        notes=tuple(getattr(pin, "notes", ())),
     )
 
 

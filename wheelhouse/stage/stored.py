@@ -136,6 +136,7 @@ def _encode(r) -> dict:
     return {
         "pins": [{"name": p.name, "version": p.version, "parents": list(p.parents), "extras": list(p.extras),
                   "requested_by": list(p.requested_by), "provided": p.provided,
+                  "notes": [[n.code, n.message] for n in p.notes],
                   "distfile": {f: (dict(p.distfile.hashes) if f == "hashes" else getattr(p.distfile, f)) for f in _DISTFILE}}
                  for p in r.pins],
         "requirements": list(r.requirements), "constraints": list(r.constraints), "skipped": list(r.skipped),
@@ -153,7 +154,7 @@ def _strs(value) -> tuple[str, ...]:
 
 def _resolution(d: dict):
     from wheelhouse.index.distfile import Distfile
-    from wheelhouse.resolve import ImageChange, Pin, Resolution, Rewritten
+    from wheelhouse.resolve import ImageChange, Pin, PinNote, Resolution, Rewritten
 
     pins = []
     for p in d["pins"]:
@@ -164,8 +165,9 @@ def _resolution(d: dict):
             raise TypeError("distfile types")
         if not isinstance(p["name"], str) or not isinstance(p["version"], str) or not isinstance(p["provided"], bool):
             raise TypeError("pin types")
+        notes = tuple(PinNote(*_strs(n)) for n in p["notes"])
         pins.append(Pin(p["name"], p["version"], Distfile(**f), _strs(p["parents"]), _strs(p["extras"]),
-                        _strs(p["requested_by"]), provided=p["provided"]))
+                        _strs(p["requested_by"]), provided=p["provided"], notes=notes))
     changes = []
     for c in d["changes"]:
         if set(c) != {"name", "image", "staged", "direction"} or not all(isinstance(v, str) for v in c.values()):

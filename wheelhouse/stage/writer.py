@@ -15,7 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.datafile import load_toml
@@ -36,6 +36,9 @@ from wheelhouse.recordfile import RECORD_CHECKED
 from wheelhouse.redact import redact_config, redact_settings
 from wheelhouse.resources import capture_script
 from wheelhouse.target import TargetProfile
+
+if TYPE_CHECKING:
+    from wheelhouse.resolve import PinNote
 
 __all__ = [
     "WHEELS",
@@ -74,6 +77,7 @@ class StagedFile:
     tool: Mapping[str, Any] = field(default_factory=dict)  # more [packages.tool.wh] data (a built engine's)
     yanked: bool = False  # PEP 592: only an exact pin stages a yanked release
     yanked_reason: str | None = None
+    notes: tuple[PinNote, ...] = ()  # where a rule uv does not share chose this pin (``resolve.parity``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +92,7 @@ class StagedFile:
             "extras": list(self.extras),
             "yanked": self.yanked,
             "yanked_reason": self.yanked_reason if self.yanked else None,
+            "notes": [n.to_json() for n in self.notes],
             **({"release": self.release_key} if self.release_key else {}),
         }
 

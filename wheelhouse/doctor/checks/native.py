@@ -223,9 +223,10 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
                     tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions))
 
 
-_NOT_COUNTED = ("not counted by --strict: each module is one nothing in the stack reaches and that its distribution "
-                "does without by design (named optional in doctor/*.toml, a build for another CUDA major, a module "
-                "its metadata does not require, or a file another distribution replaces)")
+# The reason of a warning --strict does not count (the report says "not counted by --strict", from ``strict``).
+_BY_DESIGN = ("optional by design: each module is one nothing in the stack reaches and that its distribution does "
+              "without (named optional in doctor/*.toml, a build for another CUDA major, a module its metadata does "
+              "not require, or a file another distribution replaces)")
 
 
 def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mapping[str, Judgement],
@@ -336,7 +337,7 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     if not red and not unloaded:
         # Every such warning is a module nothing in the stack reaches, which its distribution does without by
         # design (the data, its CUDA variant folders, its own metadata): --strict does not count it.
-        return CheckResult(cid, title, "warn", evidence + "\n" + _NOT_COUNTED,
+        return CheckResult(cid, title, "warn", evidence + "\n" + _BY_DESIGN,
                            hint=f"only code that uses {', '.join(judged)} is affected; install what it needs "
                                 f"(or rebuild the image) if the engine takes that path",
                            data=payload, seconds=seconds, strict=False)

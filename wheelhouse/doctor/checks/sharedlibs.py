@@ -419,7 +419,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                            data={**data, **({"reinstall": [d.key]} if bad else {})})
     if m.soft or m.warns:
         counted = bool(m.soft) or m.counted
-        said = [] if counted else [_NOT_COUNTED]
+        said = [] if counted else [_BY_DESIGN]
         return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller + said),
                            hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else
                            "fine unless the engine uses that feature; install the library it names to use it",
@@ -433,9 +433,9 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     return CheckResult(cid, title, "ok", "\n".join([ev, *by_package, *m.notes]), data=data)
 
 
-# A warn every miss of which doctor/sharedlibs.toml names optional: by design, the package does without it here.
-_NOT_COUNTED = ("not counted by --strict: every miss is optional by design (doctor/sharedlibs.toml) and absent on "
-                "this host")
+# A warn every miss of which doctor/sharedlibs.toml names optional: by design, the package does without it here
+# (the report says "not counted by --strict", from ``strict``).
+_BY_DESIGN = "optional by design: every miss is named optional in doctor/sharedlibs.toml and absent on this host"
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
         "cache": "via the ldconfig cache", "default": "in the default folders", "path": "by path",
@@ -466,14 +466,6 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
         reused = (f"(the loader's facts are unchanged since {since}, reused: the loader cache, its folders and every "
                   "file the loader probe loaded are as they were)")
-        results = [dataclasses.replace(r, evidence=_before_strict_note(r.evidence, reused),
+        results = [dataclasses.replace(r, evidence=f"{r.evidence}\n{reused}",
                                        data={**r.data, "loader_reused_since": since}) for r in results]
     return results
-
-
-def _before_strict_note(evidence: str, line: str) -> str:
-    """``evidence`` with ``line`` added, kept above a closing "not counted by --strict" line (which stays last)."""
-    lines = evidence.splitlines()
-    if lines and lines[-1].startswith("not counted by --strict:"):
-        return "\n".join([*lines[:-1], line, lines[-1]])
-    return "\n".join([*lines, line])

@@ -263,7 +263,7 @@ def install_wheels(
     inflater = choose_inflater()
     try:
         plans = plan_batch(wheels, scheme, jobs)
-    except UnpackError:
+    except (UnpackError, RecordMismatch):
         _refuse_if_altered(expected, jobs)
         raise
     txn = transaction or Transaction(scheme["platlib"], [w.name for w in wheels])

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
-from wheelhouse.recordfile import read_record  # the one RECORD reader (stage checks RECORD with it too)
+from wheelhouse.recordfile import RecordMismatch, read_record  # the one RECORD reader and its error (stage's too)
 
 __all__ = [
     "UnpackError",
@@ -39,10 +39,6 @@ class UnpackError(WhError):
 
 class UnsafeWheelPath(UnpackError):
     code = "unsafe-wheel-path"
-
-
-class RecordMismatch(UnpackError):
-    code = "record-mismatch"
 
 
 def parse_record(wheel: Path, text: str) -> dict[str, tuple[str | None, int | None]]:
