@@ -239,7 +239,8 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
             result[f"ratio_{tool.replace(' ', '_')}_over_floor"] = summary[tool]["median_s"] / floor
     if "wh stage" in summary and "wh fetch" in summary:
         result["stage_minus_fetch_s"] = summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]
-    print(methodology(index, peers="curl (8 whole files / 8 ranges at a time)" + (", pip" if with_pip else "")), file=sys.stderr)
+    print(methodology(index, peers="curl (8 whole files / 8 ranges at a time)" + (", pip" if with_pip else ""))
+          + "; wh's bytecode compiled before timing", file=sys.stderr)
     print(f"[{name}] {len(pins)} wheels / {total / 1e6:.0f} MB, medians (min-max):", file=sys.stderr)
     for tool, s in summary.items():
         print(f"  {tool:15s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s"
@@ -279,6 +280,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="wh-bench-fetch-", dir=args.workdir))
     try:
         index = index_url()
+        # wh as installed: bytecode compiled (pip compiles a wheel's modules when it installs it); from a checkout
+        # under PYTHONDONTWRITEBYTECODE every run would compile wh's source again (~0.85 s of CPU per stage).
+        for tree in (REPO, *([args.baseline] if args.baseline else [])):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "wheelhouse")], check=True,
+                           capture_output=True)
         load = os.getloadavg()
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
               file=sys.stderr)
