@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
 
 from wheelhouse.faults import checkpoint
 
-__all__ = ["write_atomic", "write_atomic_many", "replace_atomic", "probe_writable"]
-
-_SYNC_JOBS = 16  # fsyncs in flight at once: the filesystem commits them together (one journal commit, not one each)
+__all__ = ["write_atomic", "replace_atomic", "probe_writable"]
 
 
 def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644, *, fault: str | None = None) -> Path:
@@ -39,46 +35,6 @@ def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644, *, faul
             pass
         raise
     return path
-
-
-def write_atomic_many(files: Iterable[tuple[str | Path, bytes | str]], mode: int = 0o644) -> list[Path]:
-    """``write_atomic`` for many small files: each written to a temp file and ``os.replace``d into place, then
-    all of them fsynced at once before this returns (the same promise as one ``write_atomic`` each: on
-    return every file is on disk under its name). One fsync after another cost ~10 ms each, a journal
-    commit apiece (0.76 s for the 76 pages of a 73-wheel wheelhouse's ``simple/``); fsyncs in flight
-    together share their commits."""
-    written: list[Path] = []
-    for path, data in files:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        raw = data.encode("utf-8") if isinstance(data, str) else data
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(raw)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        written.append(path)
-    if len(written) > 1:
-        with ThreadPoolExecutor(max_workers=min(_SYNC_JOBS, len(written)), thread_name_prefix="wh-fsync") as pool:
-            list(pool.map(_fsync, written))
-    elif written:
-        _fsync(written[0])
-    return written
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def replace_atomic(tmp: str | Path, final: str | Path) -> Path:

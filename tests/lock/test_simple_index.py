@@ -99,18 +99,3 @@ def test_links_follow_the_wheels_folder_given(rel):
     html = render_project_page("demo", [IndexEntry("demo", "demo-1.0-py3-none-any.whl", "cd" * 32)], rel)
     assert f'href="{rel}/demo-1.0-py3-none-any.whl#sha256={"cd" * 32}"' in html
     assert "data-requires-python" not in html
-
-
-def test_every_page_is_on_disk_when_written_and_the_fsyncs_go_together_not_one_page_at_a_time(tmp_path, monkeypatch):
-    # One fsync after another cost a journal commit each: 0.76 s of a 73-wheel stage's ~6 s (issue 31).
-    events: list[tuple[str, object]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.fstat(fd).st_ino)), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (real_replace(a, b), events.append(("placed", b)))[0])
-    entries = [IndexEntry(f"p{i}", f"p{i}-1.0-py3-none-any.whl", "0" * 64, None) for i in range(20)]
-    written = write_simple_index(tmp_path / "simple", entries)
-    assert len(written) == 21 and all(p.is_file() and p.stat().st_size > 0 for p in written)
-    placed = [i for i, (what, _) in enumerate(events) if what == "placed"]
-    synced = [i for i, (what, _) in enumerate(events) if what == "fsync"]
-    assert max(placed) < min(synced)  # every page under its name before the first fsync: they commit together
-    assert {ino for what, ino in events if what == "fsync"} == {p.stat().st_ino for p in written}  # each one synced

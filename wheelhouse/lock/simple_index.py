@@ -16,7 +16,7 @@ from typing import Iterable
 
 from packaging.utils import canonicalize_name
 
-from wheelhouse.atomic import write_atomic_many
+from wheelhouse.atomic import write_atomic
 
 __all__ = ["IndexEntry", "render_project_page", "render_root_page", "write_simple_index"]
 
@@ -66,7 +66,7 @@ def write_simple_index(simple_dir: Path, entries: Iterable[IndexEntry], wheels_r
     for e in entries:
         by_project[canonicalize_name(e.name)].append(e)
     simple_dir = Path(simple_dir)
-    pages = [(simple_dir / "index.html", render_root_page(by_project))]
-    pages += [(simple_dir / project / "index.html", render_project_page(project, files, wheels_rel))
-              for project, files in by_project.items()]
-    return write_atomic_many(pages)  # each page atomic, all fsynced together (one after another: ~10 ms each)
+    written = [write_atomic(simple_dir / "index.html", render_root_page(by_project))]
+    for project, files in by_project.items():
+        written.append(write_atomic(simple_dir / project / "index.html", render_project_page(project, files, wheels_rel)))
+    return written
