@@ -3,7 +3,10 @@
 Two pinned sets, each resolved once by wh for a cp312 manylinux_2_35 x86_64 target:
 
 - ``nvidia``: four big NVIDIA CUDA 13 wheels and their closure (7 wheels, ~1.5 GB);
-- ``serving``: the closure of bench/requirements.txt (~70 wheels, ~0.9 GB), the install benchmark's set.
+- ``serving``: the closure of bench/requirements.txt (~70 wheels, ~0.9 GB), the install benchmark's set;
+- ``pins`` (with ``--pins FILE``): a fully pinned requirements file staged as it is, for this host (no target
+  flags: the file was written for one), e.g. /work/bench-data/pins-900.txt, the 71-wheel set of issue 31's
+  stage goal: ``wh stage -r FILE -o OUT --no-bootstrap --cache-dir FRESH`` against curl of the same URLs.
 
 Each round, in alternating order, from empty caches and after ``sync``:
 
@@ -24,6 +27,7 @@ before and around its downloads (index pages, metadata, writing the lock).
     python bench/bench_fetch.py --sets nvidia --rounds 5 --json > fetch.json
     git archive HEAD~3 wheelhouse | tar -x -C /tmp/before
     python bench/bench_fetch.py --only "wh fetch" --baseline /tmp/before --rounds 3   # before/after, same rounds
+    python bench/bench_fetch.py --sets pins --pins /work/bench-data/pins-900.txt --only "wh stage" --rounds 5
 
 One index for all, named on every command line: $BENCH_INDEX_URL, else pip's stated default; every tool with a
 clean pip configuration and empty caches each run (bench/_fair.py; the methodology line is printed with the
@@ -71,8 +75,12 @@ print(time.perf_counter() - t)
 """
 
 
+def _target(name: str) -> list[str]:
+    return [] if name == "pins" else TARGET  # a pins file is staged for the host it was written for
+
+
 def _pins(name: str, scratch: Path, index: str) -> list[dict]:
-    out = subprocess.run([*WH, "stage", *SETS[name], *TARGET, "--index-url", index, "--dry-run", "--json",
+    out = subprocess.run([*WH, "stage", *SETS[name], *_target(name), "--index-url", index, "--dry-run", "--json",
                           "--no-bootstrap", "--cache-dir", str(scratch / "resolve-cache")],
                          capture_output=True, text=True, check=True, env=clean_env(WH_CACHE_DIR=str(scratch / "home")))
     return json.loads(out.stdout)["packages"]
@@ -114,12 +122,12 @@ def run_wh_fetch(pins_json: Path, work: Path, index: str, tree: Path = REPO) -> 
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def run_wh_stage(pins_txt: Path, work: Path, index: str, tree: Path | None = None) -> float:
+def run_wh_stage(pins_txt: Path, work: Path, index: str, tree: Path | None = None, target=TARGET) -> float:
     """``tree``: the source tree whose ``wheelhouse`` runs (``--baseline``), else the installed one."""
     out, cache = work / "stage-out", work / "stage-cache"
     _fresh(out, cache, work / "stage-home")
     env = clean_env(WH_CACHE_DIR=str(work / "stage-home"), **({"PYTHONPATH": str(tree)} if tree else {}))
-    dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *TARGET, "--index-url", index, "-o", str(out),
+    dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *target, "--index-url", index, "-o", str(out),
                  "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], cwd=work, env=env)
     _fresh(out, cache)
     return dt
@@ -188,17 +196,21 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
     total = sum(p["size"] or 0 for p in pins)
     pins_json, pins_txt = work / f"{name}.json", work / f"{name}.txt"
     pins_json.write_text(json.dumps(pins))
-    pins_txt.write_text("".join(f"{p['name']}=={p['version']}\n" for p in pins))
+    if name == "pins":  # staged as given (its --hash lines too)
+        pins_txt.write_text(Path(SETS[name][1]).read_text())
+    else:
+        pins_txt.write_text("".join(f"{p['name']}=={p['version']}\n" for p in pins))
+    target = _target(name)
     print(f"[{name}] {len(pins)} wheels, {total / 1e6:.0f} MB", file=sys.stderr)
     tools = {
         "wh fetch": lambda: run_wh_fetch(pins_json, work, index),
-        "wh stage": lambda: run_wh_stage(pins_txt, work, index),
+        "wh stage": lambda: run_wh_stage(pins_txt, work, index, target=target),
         "curl whole": lambda: run_curl_whole(pins, work),
         "curl ranged": lambda: run_curl_ranged(pins, work),
     }
     if baseline is not None:
         tools["wh fetch before"] = lambda: run_wh_fetch(pins_json, work, index, baseline)
-        tools["wh stage before"] = lambda: run_wh_stage(pins_txt, work, index, baseline)
+        tools["wh stage before"] = lambda: run_wh_stage(pins_txt, work, index, baseline, target)
     if with_pip:
         tools["pip download"] = lambda: run_pip(pins_txt, work, index)
     if only:
@@ -227,14 +239,18 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
             result[f"ratio_{tool.replace(' ', '_')}_over_floor"] = summary[tool]["median_s"] / floor
     if "wh stage" in summary and "wh fetch" in summary:
         result["stage_minus_fetch_s"] = summary["wh stage"]["median_s"] - summary["wh fetch"]["median_s"]
-    print(methodology(index, peers="curl (8 whole files / 8 ranges at a time)" + (", pip" if with_pip else "")), file=sys.stderr)
+    print(methodology(index, peers="curl (8 whole files / 8 ranges at a time)" + (", pip" if with_pip else ""))
+          + "; wh's bytecode compiled before timing", file=sys.stderr)
     print(f"[{name}] {len(pins)} wheels / {total / 1e6:.0f} MB, medians (min-max):", file=sys.stderr)
     for tool, s in summary.items():
         print(f"  {tool:15s} {s['median_s']:6.2f} s ({s['min_s']:.2f}-{s['max_s']:.2f})  {s['mb_per_s']:6.1f} MB/s"
               f"  cpu {s['cpu_median_s']:5.2f} s", file=sys.stderr)
     ratios = ", ".join(f"{k.removeprefix('ratio_').removesuffix('_over_floor').replace('_', ' ')} / floor = {v:.2f}x"
                        for k, v in result.items() if k.startswith("ratio_"))
-    print(f"  floor = {floor_tool}; {ratios} (goal <= 1.0)"
+    if "wh stage" in summary:  # issue 31's stage goal names the plain 8-way curl of whole files
+        result["wh_stage_over_curl_whole"] = summary["wh stage"]["median_s"] / summary["curl whole"]["median_s"]
+        ratios += f", wh stage / curl whole = {result['wh_stage_over_curl_whole']:.2f}x"
+    print(f"  floor = {floor_tool}; {ratios} (goal: wh fetch <= 1.0, wh stage <= 1.5)"
           + (f"; stage - fetch = {result['stage_minus_fetch_s']:.2f} s" if "stage_minus_fetch_s" in result else ""),
           file=sys.stderr)
     return result
@@ -242,7 +258,8 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", nargs="+", choices=sorted(SETS), default=["nvidia", "serving"])
+    ap.add_argument("--sets", nargs="+", choices=[*sorted(SETS), "pins"], default=["nvidia", "serving"])
+    ap.add_argument("--pins", type=Path, metavar="FILE", help="the `pins` set: a fully pinned requirements file")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pip", action="store_true", help="time pip download too (slow)")
     ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
@@ -254,11 +271,20 @@ def main() -> int:
                     help="also time 'wh fetch before' and 'wh stage before': the wheelhouse package under TREE "
                          "(e.g. `git archive OLD wheelhouse | tar -x -C TREE`), in the same alternating rounds")
     args = ap.parse_args()
+    if "pins" in args.sets:
+        if args.pins is None or not args.pins.is_file():
+            ap.error("--sets pins needs --pins FILE (a fully pinned requirements file)")
+        SETS["pins"] = ["-r", str(args.pins.resolve())]
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wh-bench-fetch-", dir=args.workdir))
     try:
         index = index_url()
+        # wh as installed: bytecode compiled (pip compiles a wheel's modules when it installs it); from a checkout
+        # under PYTHONDONTWRITEBYTECODE every run would compile wh's source again (~0.85 s of CPU per stage).
+        for tree in (REPO, *([args.baseline] if args.baseline else [])):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "wheelhouse")], check=True,
+                           capture_output=True)
         load = os.getloadavg()
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores",
               file=sys.stderr)
