@@ -36,3 +36,28 @@ def test_tasks_started_and_finished_from_many_threads_never_raise():
         t.join()
     reporter.close()
     assert errors == []
+
+
+def test_notes_off_a_terminal_are_the_lines_rich_printed(monkeypatch, capsys):
+    """Notes off a terminal are written without rich (a stage answered from its stored resolution loads
+    nothing else of it); each line is what rich's console printed there, emoji codes apart (left as written)."""
+    from wheelhouse.cli._ui import PlainConsole, Ui
+
+    for var in ("TTY_COMPATIBLE", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    samples = ["plain note", "tab\there", "cr\rx", "bell\x07x", "trailing   ", "ünïcødé 漢字", "x" * 300,
+               "two\nlines", "[bold]not markup[/]", "https://host:8080/simple/ a:b"]
+    ui = Ui()
+    assert isinstance(ui.notes, PlainConsole)
+    for s in samples:
+        ui.info(s)
+        ui.reporter().note(s)
+    plain = capsys.readouterr().err
+    buf = io.StringIO()
+    rich_con = Console(file=buf, highlight=False, soft_wrap=True, force_terminal=False)
+    for s in samples:
+        rich_con.print(s, markup=False, soft_wrap=True)
+        rich_con.print(s, markup=False)
+    assert plain == buf.getvalue()
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich's rule: a terminal; notes then go through rich
+    assert isinstance(Ui().notes, Console)

@@ -128,3 +128,43 @@ def test_a_damaged_store_is_ignored(pyindex, wheels, tmp_path, resolves, damage)
         stored.write_bytes(b"wh-stored-resolution 1 " + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
     r = _dry(idx.url, cache, "--offline")
     assert r.stdout == first.stdout and len(resolves) == 2 and STORED not in r.stderr
+
+
+# What a stage answered from its stored resolution never calls: the search, the network layers, the
+# checks of the wheelhouse writer. Loading them is most of such a run's time (start-up), so they are not loaded.
+NOT_LOADED = ("resolvelib", "urllib3", "ssl", "http.client", "email", "wheelhouse.resolve.resolver",
+              "wheelhouse.resolve.provider", "wheelhouse.lock.records", "wheelhouse.fetch", "wheelhouse.stage.bootstrap",
+              "rich")  # (rich: stderr is not a terminal here, notes are plain lines)
+
+
+@pytest.mark.parametrize("shape", ["dry-run", "dry-run-json", "stage"])
+def test_a_stored_answer_loads_neither_the_search_nor_the_network(pyindex, wheels, tmp_path, shape):
+    """Through the real entry point (`python -m wheelhouse`, a process of its own): every module the run
+    imported is listed by `-X importtime`."""
+    import os
+    import subprocess
+    import sys
+
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    first = _dry(idx.url, cache)
+    if shape == "stage":  # the wheels downloaded once (into the cache), so that an offline stage can write
+        r = CliRunner().invoke(cli, ["stage", "app", "--no-bootstrap", "--index-url", idx.url, "--cache-dir", str(cache),
+                                     "-o", str(tmp_path / "first"), *TARGET], env={"PIP_CONFIG_FILE": "/dev/null"})
+        assert r.exit_code == 0, r.output
+    idx.stop()
+    more = {"dry-run": ["--dry-run"], "dry-run-json": ["--dry-run", "--json"], "stage": ["-o", str(tmp_path / "wh")]}[shape]
+    env = {**os.environ, "PIP_CONFIG_FILE": "/dev/null", "WH_CACHE_DIR": str(tmp_path / "home")}
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "wheelhouse", "stage", "app", "--no-bootstrap",
+                        "--offline", "--index-url", idx.url, "--cache-dir", str(cache), *TARGET, *more],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert STORED in r.stderr
+    if shape == "dry-run-json":
+        assert r.stdout == first.stdout
+    loaded = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    # writing a wheelhouse needs its writer (and may draw progress): there, only the search is never loaded
+    never = NOT_LOADED if shape != "stage" else ("resolvelib", "wheelhouse.resolve.resolver", "wheelhouse.resolve.provider")
+    if shape == "stage":
+        assert (tmp_path / "wh" / "pylock.toml").is_file()
+    assert not sorted(m for m in loaded if m in never or any(m.startswith(n + ".") for n in never))

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -20,7 +19,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-__all__ = ["Distfile", "distfile_from_filename", "split_hash_fragment"]
+__all__ = ["Distfile", "distfile_from_filename", "split_hash_fragment", "url2pathname"]
 
 _SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -55,7 +54,7 @@ class Distfile:
         """The file on disk, for file:// URLs."""
         parts = urllib.parse.urlsplit(self.url)
         if parts.scheme == "file":
-            return Path(urllib.request.url2pathname(parts.path))
+            return Path(url2pathname(parts.path))
         return None
 
     @property
@@ -102,3 +101,11 @@ def split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
         if algo in ("sha256", "sha384", "sha512", "md5") and value:
             hashes[algo] = value
     return base, hashes
+
+
+def url2pathname(path: str) -> str:
+    """``urllib.request.url2pathname``, loaded when a file:// URL is met (urllib.request loads http.client,
+    email and ssl: most runs never need them)."""
+    from urllib.request import url2pathname
+
+    return url2pathname(path)

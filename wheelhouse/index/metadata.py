@@ -27,7 +27,6 @@ import tempfile
 import threading
 import zipfile
 from dataclasses import dataclass
-from email.parser import BytesParser
 from pathlib import Path
 from typing import Callable
 
@@ -70,6 +69,8 @@ def parse_metadata(raw: bytes) -> CoreMetadata:
     end = min((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := raw.find(sep)) >= 0), default=len(raw))
     headers = _plain_headers(raw[:end])
     if headers is None:  # anything unusual: the stdlib parser decides
+        from email.parser import BytesParser  # (email: loaded by the first metadata read, not by every run)
+
         msg = BytesParser().parsebytes(raw[:end], headersonly=True)
         headers = {k: [str(v) for v in (msg.get_all(k) or ())] for k in ("name", "version", "requires-dist",
                                                                          "requires-python", "provides-extra")}

@@ -21,14 +21,13 @@ import dataclasses
 import hashlib
 import threading
 import urllib.parse
-import urllib.request
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from .distfile import Distfile, distfile_from_filename, split_hash_fragment
+from .distfile import Distfile, distfile_from_filename, split_hash_fragment, url2pathname
 from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, add_extra, read_deferred_body
@@ -256,7 +255,7 @@ class PackageSource:
         parts = urllib.parse.urlsplit(loc)
         if parts.scheme in ("http", "https"):
             return _validator(self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl, defer_body=True))
-        path = Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
+        path = Path(url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
         if path.is_dir():
             listing = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file())
             return "folder:" + hashlib.sha256(repr(listing).encode()).hexdigest()
@@ -271,7 +270,7 @@ class PackageSource:
         if parts.scheme in ("http", "https"):
             resp = self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl)
             return parse_simple_html(resp.body.decode("utf-8", "replace"), resp.url, loc)
-        path = Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
+        path = Path(url2pathname(parts.path)) if parts.scheme == "file" else Path(loc).expanduser()
         if path.is_dir():
             out = []
             for f in sorted(path.iterdir()):
@@ -292,3 +291,4 @@ class PackageSource:
 def _validator(resp) -> str:
     """What identifies a page's content: the sha256 the cache keeps of its body, else the body's own."""
     return getattr(resp, "sha256", "") or hashlib.sha256(resp.body).hexdigest()
+

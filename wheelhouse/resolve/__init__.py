@@ -9,12 +9,34 @@ what the stack changes of it) and ``explain`` (the errors, and why a resolution 
 
 from __future__ import annotations
 
-from .explain import (InvalidRequirementError, NoCompatibleWheel, NoMatchingVersion, PackageNotFound,
-                      ResolutionConflict, ResolveError, SearchLimit, ToolchainSkew)
-from .image import ImageChange
-from .overrides import Rewritten
-from .resolver import resolve
-from .result import Pin, PinNote, Resolution
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .explain import (InvalidRequirementError, NoCompatibleWheel, NoMatchingVersion, PackageNotFound,
+                          ResolutionConflict, ResolveError, SearchLimit, ToolchainSkew)
+    from .image import ImageChange
+    from .overrides import Rewritten
+    from .resolver import resolve
+    from .result import Pin, PinNote, Resolution
+
+# Each name is loaded from its module when first asked for (PEP 562): a stage answered from its stored
+# resolution needs ``Pin`` and ``Resolution``, not the search (resolvelib, the provider) that ``resolve`` loads.
+_WHERE = {"resolve": "resolver", "Pin": "result", "PinNote": "result", "Resolution": "result", "ImageChange": "image",
+          "Rewritten": "overrides",
+          **dict.fromkeys(("ResolveError", "InvalidRequirementError", "PackageNotFound", "NoCompatibleWheel",
+                           "NoMatchingVersion", "ResolutionConflict", "SearchLimit", "ToolchainSkew"), "explain")}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Pin",

@@ -42,7 +42,6 @@ from wheelhouse.errors import UsageError, WhError
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageFlags, StageInputs, merge_inputs
-from wheelhouse.lock.records import RecordChecks
 from .delta import ImageDelta, delta_of, offered
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
@@ -396,7 +395,6 @@ def _resolution(inputs: StageInputs, requirements: list[str], source, reader, re
     """The resolution of ``requirements``: the stored one when its inputs and every index page it read are
     unchanged (``wheelhouse.stage.stored``), else resolved now (and stored). ``-v`` always resolves: the
     explanation of each pin is the search's own account."""
-    from wheelhouse.resolve import resolve
     from .stored import load_stored, resolution_key, store_resolution
 
     key = resolution_key(requirements, inputs.target, source.locations(), options)
@@ -408,6 +406,8 @@ def _resolution(inputs: StageInputs, requirements: list[str], source, reader, re
             for line in stored.warnings:
                 reporter.note(line)
             return stored
+    from wheelhouse.resolve import resolve
+
     resolution = resolve(requirements, inputs.target, source, reporter=reporter, metadata=reader,
                          explain=inputs.explain, **options)
     store_resolution(cache, key, resolution, source.pages_read())
@@ -432,12 +432,12 @@ def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[st
 def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Background | None, reporter: Reporter,
                        stack_count: int):
     """bootstrap/: wh's own wheel and its dependencies for the target (None, () without it)."""
+    if not inputs.bootstrap or own_wheel is None:
+        return (), None
     from wheelhouse.resolve import ResolveError, resolve
 
     from .bootstrap import FAST, BootstrapError
 
-    if not inputs.bootstrap or own_wheel is None:
-        return (), None
     wh_wheel = own_wheel.result()
     boot_reqs = _bootstrap_requirements(wh_wheel.path, inputs.target)
     fast = [r for r in _bootstrap_requirements(wh_wheel.path, inputs.target, FAST) if r not in boot_reqs]
@@ -473,10 +473,10 @@ def _resolve_bootstrap(inputs: StageInputs, source, reader, own_wheel: _Backgrou
 
 def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
     """The printed bootstrap line: with the extras bootstrap/ carries, run by the pip it carries."""
-    from .bootstrap import bootstrap_command, pip_wheel_of
-
     if not inputs.bootstrap:
         return None
+    from .bootstrap import bootstrap_command, pip_wheel_of
+
     return bootstrap_command(extras=wh_wheel.extras if wh_wheel is not None else (), pip_wheel=pip_wheel_of(boot_files))
 
 
@@ -492,6 +492,8 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
     # Each wheel's RECORD is checked against its files as soon as it lands, while the others download.
+    from wheelhouse.lock.records import RecordChecks
+
     records = RecordChecks()
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.

@@ -154,7 +154,9 @@ def _strs(value) -> tuple[str, ...]:
 
 def _resolution(d: dict):
     from wheelhouse.index.distfile import Distfile
-    from wheelhouse.resolve import ImageChange, Pin, PinNote, Resolution, Rewritten
+    from wheelhouse.resolve.image import ImageChange
+    from wheelhouse.resolve.overrides import Rewritten
+    from wheelhouse.resolve.result import Pin, PinNote, Resolution
 
     pins = []
     for p in d["pins"]:

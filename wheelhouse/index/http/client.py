@@ -17,21 +17,21 @@ caller's reused buffer) in ``body``, TLS trust in ``tls``, ``file://`` in ``file
 from __future__ import annotations
 
 import contextlib
+import threading
 import urllib.parse
 import weakref
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from urllib3.exceptions import MaxRetryError
-
-from .body import READ_ERRORS, BodyReader
 from .cache import NotCached, get_cached as _get_cached
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .resolver import HostResolver
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
-from .transport import Cut, Router, retry_policy, set_current, take_raw
+
+# urllib3 (with ssl and http.client) and the modules over it (``transport``, ``body``) are loaded by the
+# first request that leaves this machine: a run answered from the page cache alone never loads them.
 
 __all__ = ["HttpClient", "HttpError", "ResponseTooLarge", "Response", "StreamResponse", "Headers", "user_agent"]
 
@@ -56,11 +56,21 @@ class HttpClient:
         self.timeout = timeout
         self.credentials = CredentialStore()  # learnt from URLs, used for requests, never recorded
         self.resolver = HostResolver()  # one getaddrinfo per (host, port) for this client's life
-        self._router = Router(self.credentials, timeout, self._is_trusted)
+        self._router_made = None  # the connection pools (``_router``), made with the first request
+        self._router_lock = threading.Lock()
         self._watchdog = Watchdog()
         self.requests = 0  # round trips made (for tests and benchmarks)
-        # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
-        weakref.finalize(self, self._router.clear)
+
+    @property
+    def _router(self):
+        with self._router_lock:
+            if self._router_made is None:
+                from .transport import Router
+
+                self._router_made = Router(self.credentials, self.timeout, self._is_trusted)
+                # Idle keep-alive sockets are closed when the client goes away (no ResourceWarning).
+                weakref.finalize(self, self._router_made.clear)
+            return self._router_made
 
     def __enter__(self) -> "HttpClient":
         return self
@@ -112,6 +122,8 @@ class HttpClient:
             raise HttpError(url, None, f"unsupported URL scheme {scheme!r}", hint="use an http(s):// or file:// URL, or a local path")
         if self.offline:  # --offline: nothing leaves this machine; what is not cached is named
             raise NotCached(url)
+        from .body import BodyReader
+
         resp, final, watch, raw = self._open(url, hdrs)
         window = stall_seconds()
         if whole:
@@ -141,7 +153,8 @@ class HttpClient:
 
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""
-        self._router.clear()
+        if self._router_made is not None:
+            self._router_made.clear()
 
     # --- requests -----------------------------------------------------------------------
     def _deadline_reason(self, watch, received: int) -> str:
@@ -156,6 +169,11 @@ class HttpClient:
     def _open(self, url: str, headers: dict[str, str]):
         """Send the request (urllib3 follows redirects and retries); returns (response, final url,
         watch, the http.client response under it) for a 2xx or 304, else raises HttpError."""
+        from urllib3.exceptions import MaxRetryError
+
+        from .body import READ_ERRORS
+        from .transport import Cut, retry_policy, set_current, take_raw
+
         try:
             watch = self._watchdog.watch(None, self.timeout, "headers")
         except InterruptedError as exc:  # aborted (Ctrl-C): no new request starts
@@ -180,6 +198,10 @@ class HttpClient:
         raise HttpError(self.credentials.strip(final), status, resp.reason or "")
 
     def _failed(self, url: str, exc: BaseException, watch) -> HttpError:
+        from urllib3.exceptions import MaxRetryError
+
+        from .transport import Cut
+
         reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
         if self._watchdog.aborted:
             return HttpError(url, None, "interrupted")

@@ -5,7 +5,6 @@ and local indexes need no special casing in the client's callers.
 from __future__ import annotations
 
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -17,7 +16,7 @@ __all__ = ["open_file_url"]
 def open_file_url(url: str, headers: Mapping[str, str]) -> StreamResponse:
     """A StreamResponse for a file (a folder's ``index.html``); a ``Range`` header is honoured."""
     parts = urllib.parse.urlsplit(url)
-    path = Path(urllib.request.url2pathname(parts.path))
+    path = Path(_url2pathname(parts.path))
     if path.is_dir():
         index = path / "index.html"
         if not index.is_file():
@@ -71,3 +70,11 @@ def _parse_range(value: str, size: int) -> tuple[int, int] | None:
     if start >= size or end <= start:
         return None
     return start, end
+
+
+def _url2pathname(path: str) -> str:
+    """``urllib.request.url2pathname``, loaded when a file:// URL is met (urllib.request loads http.client,
+    email and ssl: most runs never need them)."""
+    from urllib.request import url2pathname
+
+    return url2pathname(path)
