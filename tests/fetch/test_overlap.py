@@ -78,23 +78,3 @@ def test_a_full_disk_while_placing_a_fresh_download_is_no_space(tmp_path, monkey
         srv.close()
     assert not (tmp_path / "dest").exists() or os.listdir(tmp_path / "dest") == []
     assert cached_path(tmp_path / "cache", item.sha256).is_file()  # the verified download is kept
-
-
-def test_the_biggest_file_lands_first_with_every_connection_on_it(tmp_path):
-    """Its RECORD check (a stage's longest) then runs while the small files still arrive: every connection takes
-    a range of the biggest file before any smaller file starts."""
-    big = os.urandom(4 << 20)
-    smalls = {f"s{i}-1.0-py3-none-any.whl": os.urandom(200_000) for i in range(6)}
-    srv = serve_files({"big-1.0-py3-none-any.whl": big, **smalls}, rate=2_000_000)  # per connection
-    landed = []
-    try:
-        items = [FetchItem(srv.url(n), n, hashlib.sha256(d).hexdigest(), len(d))
-                 for n, d in (*smalls.items(), ("big-1.0-py3-none-any.whl", big))]
-        paths = fetch_all(items, tmp_path / "dest", tmp_path / "cache", jobs=4, segment_size=1 << 20,
-                          on_file=lambda p: landed.append(p.name))
-        big_ranges = [r for r in srv.ranges if r.startswith("big-")]
-    finally:
-        srv.close()
-    assert [p.read_bytes() for p in paths] == [*smalls.values(), big]
-    assert landed[0] == "big-1.0-py3-none-any.whl", landed
-    assert len(big_ranges) >= 4  # one per connection

@@ -152,39 +152,3 @@ def test_wh_stage_records_every_wheel_it_checked(tmp_path):
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "wh.json").read_text())
     assert meta["record_checked"] == [hashlib.sha256(good.read_bytes()).hexdigest()]
-
-
-def test_the_biggest_waiting_check_runs_first(tmp_path, monkeypatch):
-    """A queue in landing order put a 749 MB member (one serial inflate) behind the small wheels that landed
-    after it: the stage's last seconds. The biggest waiting task goes first."""
-    import threading
-
-    import wheelhouse.lock.records as records
-
-    def wheel(name: str, size: int) -> Path:
-        return make_wheel(tmp_path / "w", name, "1.0", modules={f"{name}/__init__.py": ""},
-                          files={f"{name}/blob.bin": os.urandom(size)})
-
-    first, small, big = wheel("first", 1000), wheel("small", 1000), wheel("big", 400_000)
-    order, release = [], threading.Event()
-    real = records._check_plain
-
-    def check(w, members, rows, inflater):
-        order.append(w.wheel.name.split("-")[0])
-        if len(order) == 1:
-            release.wait(10)  # the one thread is busy while the others land
-        real(w, members, rows, inflater)
-
-    monkeypatch.setattr(records, "_check_plain", check)
-    checks = RecordChecks(jobs=1)
-    try:
-        checks.submit(first)
-        while not order:
-            threading.Event().wait(0.01)
-        checks.submit(small)
-        checks.submit(big)
-        release.set()
-        checks.wait()
-    finally:
-        checks.close()
-    assert order == ["first", "big", "small"]
