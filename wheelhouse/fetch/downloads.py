@@ -18,7 +18,6 @@ transfers at once (the client's sockets are shut) and keeps what is on disk.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Sequence
@@ -204,7 +203,7 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
            and (jobs > 1 or _ranges_kept(s.cache, it.sha256))]
     split: list[Segmented] = []
     submitted: list[Future] = []  # every task, those _collect adds included
-    pieces = _pieces(big, jobs, segment)
+    pieces = _pieces(big, len(todo) - len(big), jobs, segment)
     try:
         for it in big:
             job = plan_segments(it, s.cache, -(-(it.size or 0) // pieces[id(it)]))
@@ -212,33 +211,26 @@ def _download_all(todo: list[FetchItem], s: Session, pool, jobs: int, segment: i
                 split.append(job)
                 s.advance(job.on_disk())  # bytes kept from an earlier run count as done
         in_split = {id(j.item) for j in split}
-        # (the file's size, its name, where in it, function, arguments)
-        work: list[tuple[int, str, int, object, tuple]] = []
+        work: list[tuple[int, object, tuple]] = []  # (bytes to fetch, function, arguments)
         for job in split:
             if job.remaining == 0:  # every range was already on disk: only join and verify
-                work.append((job.item.size or 0, job.item.filename, 0, finish_segmented, (job, s)))
+                work.append((0, finish_segmented, (job, s)))
                 continue  # (decided before any range task runs: the last of those joins)
             for i, ((a, b), have) in enumerate(zip(job.segments, job.have)):
                 if have < b - a:
-                    work.append((job.item.size or 0, job.item.filename, a, fetch_range, (job, i, s)))
-        work += [(it.size or 0, it.filename, 0, _when_free, (it, s, -(-(it.size or 0) // pieces[id(it)]))) if id(it) in pieces
-                 else (it.size or 0, it.filename, 0, download, (it, s)) for it in todo if id(it) not in in_split]
-        # Biggest first, all connections on one file before the next: it lands first and is checked while
-        # the rest arrive (``_pieces``). The pool takes tasks in submission order.
-        work.sort(key=lambda w: (-w[0], w[1], w[2]))
+                    work.append((b - a - have, fetch_range, (job, i, s)))
+        work += [(it.size or 0, _when_free, (it, s, -(-(it.size or 0) // pieces[id(it)]))) if id(it) in pieces
+                 else (it.size or 0, download, (it, s)) for it in todo if id(it) not in in_split]
+        work.sort(key=lambda w: -w[0])  # biggest first: the longest transfers start at once
 
-        queue = deque((fn, args) for _, _, _, fn, args in work)
-
-        def steal(queued: bool) -> tuple[Segmented, int] | None:
+        def steal() -> tuple[Segmented, int] | None:
             # An idle connection takes half of the range with the most left (ranges.split_range), in
-            # pieces of at least spans.split_minimum: of a file under way before any file still queued (the
-            # biggest files land first), of any file once none is queued (no connection idles at the end).
-            waiting = {id(args[0]) for _, args in queue} if queued else set()
-            return split_range([j for j in split if id(j) not in waiting], split_minimum(segment))
+            # pieces of at least spans.split_minimum.
+            return split_range(split, split_minimum(segment))
 
-        tasks = [(pool.submit(fn, *args), args[0]) for fn, args in (queue.popleft() for _ in range(min(jobs, len(queue))))]
-        submitted.extend(fut for fut, _ in tasks)
-        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted, queue)
+        tasks = [(n, pool.submit(fn, *args), args[0]) for n, fn, args in work]
+        submitted.extend(fut for _, fut, _ in tasks)
+        return _collect(tasks, s, pool, downloaded, steal if split else None, jobs, submitted)
     finally:
         running = [fut for fut in submitted if not fut.done()]
         if running:
@@ -328,38 +320,36 @@ def _give_up_ranges(job: Segmented, why: NoRanges, s: Session) -> None:
         if isinstance(why, KeptBytesUnverified) else "the server ignores Range requests; one stream instead"))
 
 
-def _pieces(big: list[FetchItem], jobs: int, segment: int) -> dict[int, int]:
-    """How many ranges each big file starts as (id(item) -> count): one per connection, none under ``segment``.
+def _pieces(big: list[FetchItem], others: int, jobs: int, segment: int) -> dict[int, int]:
+    """How many ranges each big file starts as (id(item) -> count): one each, then one more for each
+    connection that would have nothing to do, to the file with the biggest ranges, none under ``segment``.
 
-    The files are fetched biggest first, every connection on one file's ranges before the next file's
-    (``_download_all``): the biggest wheel lands first, and its RECORD check (the one long serial inflate
-    of a stage: libcublasLt.so, 749 MB in one member) runs while the small wheels still arrive, instead of
-    after the last byte. A range is hashed from memory only where it extends the file's hashed prefix, so
-    the bytes of its later ranges are read back from the page cache for the hash (~0.1 s of CPU per
-    500 MB, against seconds of the check's tail)."""
-    return {id(it): max(1, min(jobs, (it.size or 0) // segment)) for it in big}
+    A range is hashed from memory as it arrives only where it extends the file's hashed prefix; the
+    bytes of every later range are read back from the page cache once the ranges before them are in.
+    Cutting every big file into ``jobs`` ranges read back 7/8 of the bytes: ranges only to keep each
+    connection busy, and the tail balanced by ``split_range`` as connections finish."""
+    pieces = {id(it): 1 for it in big}
+    free = jobs - len(big) - others
+    while free > 0:
+        fits = [it for it in big if (it.size or 0) // (pieces[id(it)] + 1) >= segment]
+        if not fits:
+            break
+        most = max(fits, key=lambda it: (it.size or 0) / pieces[id(it)])
+        pieces[id(most)] += 1
+        free -= 1
+    return pieces
 
 
 def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
-             steal: Callable[[bool], tuple[Segmented, int] | None] | None = None, jobs: int = 1,
-             submitted: list[Future] | None = None, queue: deque | None = None) -> dict[str, Path]:
-    """Wait for every task (``tasks``: (future, what) running; ``queue``: (function, arguments) not yet
-    started, one per idle connection, in order); ranges refused by the server fall back to one stream. An
-    idle connection first asks ``steal(whether files are queued)`` to split a running range, then starts
-    the next queued task. The first failure (a hash mismatch before others) is raised once everything
-    else has finished."""
+             steal: Callable[[], tuple[Segmented, int] | None] | None = None, jobs: int = 1,
+             submitted: list[Future] | None = None) -> dict[str, Path]:
+    """Wait for every task; ranges refused by the server fall back to one stream. While fewer than
+    ``jobs`` tasks are left, ``steal`` splits a running range for each idle connection. The first
+    failure (a hash mismatch before others) is raised once everything else has finished."""
     got: dict[str, Path] = {}
     failures: list[BaseException] = []
     fallback: dict[Segmented, NoRanges] = {}
-    queue = queue if queue is not None else deque()
-    pending = {fut: what for fut, what in tasks}
-
-    def start(fn, *args) -> None:
-        fut = pool.submit(fn, *args)
-        pending[fut] = args[0]
-        if submitted is not None:
-            submitted.append(fut)
-
+    pending = {fut: what for _, fut, what in tasks}
     while pending:
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
@@ -381,34 +371,32 @@ def _collect(tasks, s: Session, pool, downloaded: Callable[[str, Path], None],
                 got[_key(item)] = fut.result()
                 if not failures:  # after a failure nothing more goes to dest: the run is failing
                     downloaded(_key(item), fut.result())
-        if not pending and not queue and fallback:
+        if not pending and fallback:
             for job, why in fallback.items():
                 _give_up_ranges(job, why, s)
-                start(download, job.item, s, job.on_disk())  # (its ranges' bytes are on the bar)
+                fut = pool.submit(download, job.item, s, job.on_disk())  # (its ranges' bytes are on the bar)
+                pending[fut] = job.item
+                if submitted is not None:
+                    submitted.append(fut)
             fallback = {}
-        while len(pending) < jobs and not s.cancel.is_set():
-            cut = None
-            if steal is not None and (pending or queue) and not failures:
-                try:
-                    cut = steal(bool(queue))  # (writes the new split of the file's ranges)
-                except OSError as exc:
-                    if not is_no_space(exc):
-                        raise
-                    _stop(s, pending)  # a full disk is one no-space error here too, once every writer stopped
-                    raise DiskFull(s.cache / "partial", []) from exc
-            if cut is not None:
-                start(fetch_range, cut[0], cut[1], s)
-            elif queue:  # (after a failure too: the others still finish into the cache for the next run)
-                fn, args = queue.popleft()
-                start(fn, *args)
-            else:
+        while steal is not None and pending and len(pending) < jobs and not failures and not s.cancel.is_set():
+            try:
+                cut = steal()  # (writes the new split of the file's ranges)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                _stop(s, pending)  # a full disk is one no-space error here too, once every writer stopped
+                raise DiskFull(s.cache / "partial", []) from exc
+            if cut is None:
                 break
+            fut = pool.submit(fetch_range, cut[0], cut[1], s)
+            pending[fut] = cut[0]
+            if submitted is not None:
+                submitted.append(fut)
     if failures:
         # Hash mismatches matter more than a flaky link; a cancelled task explains nothing.
         failures.sort(key=lambda e: (isinstance(e, Cancelled), not isinstance(e, HashMismatch)))
         raise failures[0]
-    if queue:  # the run was cancelled before these started
-        raise Cancelled()
     return got
 
 

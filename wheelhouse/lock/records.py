@@ -18,16 +18,12 @@ its fast path (members checked by CRC-32, RECORD rows copied) for those alone, a
 members of any other wheel against RECORD as it extracts them.
 
 ``RecordChecks`` runs the checks on a pool of threads while the downloads go on (inflate and
-sha256 release the GIL); a big wheel is cut into several tasks so it does not finish last alone, and the
-biggest task waiting runs first (a queue in submission order put the 749 MB libcublasLt.so, one serial
-inflate, behind the small wheels that landed after it: 2.4 s later, all of it at the stage's end).
+sha256 release the GIL); a big wheel is cut into several tasks so it does not finish last alone.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
-import itertools
 import os
 import threading
 import zipfile
@@ -226,9 +222,6 @@ class RecordChecks:
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 2),
                                         thread_name_prefix="wh-record")
         self._futures: list[tuple[str, Future]] = []
-        # Waiting tasks, the first to run first: (order, sequence, future, function, arguments, on cancel).
-        self._queue: list[tuple] = []
-        self._seq = itertools.count()
         self._unread: dict[int, int] = {}  # descriptors opened by submit, not yet taken by a task
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -244,8 +237,7 @@ class RecordChecks:
         with self._lock:
             self._unread[fd] = fd
             self._submitted.add((st.st_dev, st.st_ino))
-        # Reading a listing is quick and tells the size of the tasks behind it: before any member's check.
-        self._push(wheel, (0, -st.st_size), self._plan, (wheel, fd))
+        self._add(wheel, self._pool.submit(self._plan, wheel, fd))
 
     def ensure(self, wheels: Iterable[Path]) -> None:
         """Submit those of ``wheels`` whose file was not submitted yet (by its inode: a download is checked
@@ -256,26 +248,12 @@ class RecordChecks:
             if (st.st_dev, st.st_ino) not in self._submitted:
                 self.submit(Path(w))
 
-    def _push(self, wheel: Path, order: tuple, fn, args: tuple, on_cancel=None) -> None:
-        """Queue ``fn(*args)``; a free thread of the pool runs the waiting task of the lowest ``order``."""
-        fut: Future = Future()
+    def _add(self, wheel: Path, fut: Future) -> None:
         with self._lock:
-            heapq.heappush(self._queue, (order, next(self._seq), fut, fn, args, on_cancel))
             self._futures.append((wheel.name, fut))
-        self._pool.submit(self._next)  # one turn of the pool per task queued: the queue is never empty here
-
-    def _next(self) -> None:
-        with self._lock:
-            _, _, fut, fn, args, _ = heapq.heappop(self._queue)
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as exc:  # (the pool's own workers catch everything alike)
-            fut.set_exception(exc)
 
     def _plan(self, wheel: Path, fd: int) -> None:
-        """Read the listing and RECORD (the cheap checks), then queue the members in tasks."""
+        """Read the listing and RECORD (the cheap checks), then hand the members to the pool in tasks."""
         with self._lock:
             self._unread.pop(fd, None)
         try:
@@ -298,7 +276,7 @@ class RecordChecks:
             return
         w = _Wheel(wheel, fd, len(tasks))
         for batch in tasks:
-            self._push(wheel, (1, -sum(m[1] for m in batch)), self._run, (w, batch, rows), w.task_done)
+            self._add(wheel, self._pool.submit(self._run, w, batch, rows))
 
     def _run(self, w: _Wheel, batch: list[Member], rows: dict[str, tuple[str, int]]) -> None:
         try:
@@ -328,10 +306,6 @@ class RecordChecks:
         self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
-            for _, _, fut, _, _, on_cancel in self._queue:  # (tasks whose turn was cancelled)
-                if fut.cancel() and on_cancel is not None:
-                    on_cancel()  # a wheel's descriptor closes with its last task
-            self._queue.clear()
             for fd in self._unread.values():
                 os.close(fd)
             self._unread.clear()
