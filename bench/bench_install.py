@@ -16,7 +16,9 @@ the box as before.
 Every run gets a fresh venv (made outside the timing) and, for uv, an empty cache
 (UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache); with ``--warm``, also
 "wh --link-cache (warm)" against "uv (warm cache)": each one's cache filled by one untimed
-install before the rounds and kept between them (issue 31: within 3x of uv's warm install); every tool a clean pip
+install before the rounds and kept between them (issue 31: within 3x of uv's warm install); and, for
+reference, "uv --require-hashes" (the lock's sha256 of every wheel in its requirements: the check wh
+always makes, which plain "uv" does not); every tool a clean pip
 configuration, uv its interpreter (``--python``) and ``--no-config`` (bench/_fair.py; the
 methodology line is printed with the tables). Tools are
 alternated within each round (each round starts with the next tool). ``sync`` runs
@@ -101,6 +103,9 @@ def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[in
         base = [uv, "pip", "install", "--offline", "--no-index", "--find-links", str(wheels), "--no-deps", "-q"]
         tools["uv"] = lambda py, env: base + [*uv_flags(py), "-r", str(reqs)]
         tools["uv --compile-bytecode"] = lambda py, env: base + ["--compile-bytecode", *uv_flags(py), "-r", str(reqs)]
+        # The check wh always makes (every wheel's sha256 against the lock's), asked of uv too: a reference row.
+        hashed = reqs.with_name(f"hashed-{reqs.name}")
+        tools[UV_HASHES] = lambda py, env: base + ["--require-hashes", *uv_flags(py), "-r", str(hashed)]
     if warm is not None:  # each tool's cache filled once before the rounds (``_fill``), kept between them
         def wh_warm(py, env):
             env["WH_CACHE_DIR"] = str(warm / "wh")
@@ -116,7 +121,7 @@ def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[in
     return tools
 
 
-WH_WARM, UV_WARM = "wh --link-cache (warm)", "uv (warm cache)"
+WH_WARM, UV_WARM, UV_HASHES = "wh --link-cache (warm)", "uv (warm cache)", "uv --require-hashes"
 
 
 def _fill(tools: dict, work: Path) -> None:
@@ -171,6 +176,8 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
     print(f"\nwheelhouse: {house}: {len(lock.files)} wheels, {size / 1e6:.0f} MB; load {_load()}", flush=True)
     reqs = work / f"reqs-{house.name}.txt"
     reqs.write_text("".join(f"{f.name}=={f.version}\n" for f in lock.files))
+    reqs.with_name(f"hashed-{reqs.name}").write_text(
+        "".join(f"{f.name}=={f.version} --hash=sha256:{f.sha256}\n" for f in lock.files))
     warm = work / f"warm-{house.name}" if args.warm else None
     tools = _tools(house, args.uv, reqs, os.cpu_count() or 2, args.wh_jobs, warm)
     if args.only:
@@ -246,6 +253,8 @@ def _report(house: Path, res: dict[str, dict[str, list[float]]]) -> None:
         print(f"  (wh --compile above wrote the bytecode `wh bytecode` made at stage time; compiled on the box:)")
         print(f"  wh --compile --recompile / uv    {ratio('wh --compile --recompile', 'uv --compile-bytecode')} / "
               f"{ratio('wh --compile --recompile', 'uv --compile-bytecode', 'synced')}")
+    print(f"  wh / uv --require-hashes         {ratio('wh', UV_HASHES)} / {ratio('wh', UV_HASHES, 'synced')}"
+          "   (uv checking every wheel's sha256 too, as wh does)")
     print(f"  wh --link-cache warm / uv warm  {ratio(WH_WARM, UV_WARM)} / {ratio(WH_WARM, UV_WARM, 'synced')}"
           "   goal <= 3x (issue 31)")
     print(f"  wh / unzip floor                 {ratio('wh', 'unzip floor')} / {ratio('wh', 'unzip floor', 'synced')}")
