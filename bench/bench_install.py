@@ -14,7 +14,11 @@ of each wheelhouse; "wh --compile" then writes those .pyc files, "wh --compile -
 the box as before.
 
 Every run gets a fresh venv (made outside the timing) and, for uv, an empty cache
-(UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache); every tool a clean pip
+(UV_CACHE_DIR in a fresh temp folder: the box never has a warm cache); with ``--warm``, also
+"wh --link-cache (warm)" against "uv (warm cache)": each one's cache filled by one untimed
+install before the rounds and kept between them (issue 31: within 3x of uv's warm install); and, for
+reference, "uv --require-hashes" (the lock's sha256 of every wheel in its requirements: the check wh
+always makes, which plain "uv" does not); every tool a clean pip
 configuration, uv its interpreter (``--python``) and ``--no-config`` (bench/_fair.py; the
 methodology line is printed with the tables). Tools are
 alternated within each round (each round starts with the next tool). ``sync`` runs
@@ -67,7 +71,7 @@ def _site(python: Path) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[int]) -> dict:
+def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[int], warm: Path | None = None) -> dict:
     wheels = house / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
@@ -99,7 +103,38 @@ def _tools(house: Path, uv: str | None, reqs: Path, cores: int, wh_jobs: list[in
         base = [uv, "pip", "install", "--offline", "--no-index", "--find-links", str(wheels), "--no-deps", "-q"]
         tools["uv"] = lambda py, env: base + [*uv_flags(py), "-r", str(reqs)]
         tools["uv --compile-bytecode"] = lambda py, env: base + ["--compile-bytecode", *uv_flags(py), "-r", str(reqs)]
+        # The check wh always makes (every wheel's sha256 against the lock's), asked of uv too: a reference row.
+        hashed = reqs.with_name(f"hashed-{reqs.name}")
+        tools[UV_HASHES] = lambda py, env: base + ["--require-hashes", *uv_flags(py), "-r", str(hashed)]
+    if warm is not None:  # each tool's cache filled once before the rounds (``_fill``), kept between them
+        def wh_warm(py, env):
+            env["WH_CACHE_DIR"] = str(warm / "wh")
+            return wh(py, ["--link-cache"])
+
+        tools[WH_WARM] = wh_warm
+        if uv:
+            def uv_warm(py, env):
+                env["UV_CACHE_DIR"] = str(warm / "uv")
+                return base + [*uv_flags(py), "-r", str(reqs)]
+
+            tools[UV_WARM] = uv_warm
     return tools
+
+
+WH_WARM, UV_WARM, UV_HASHES = "wh --link-cache (warm)", "uv (warm cache)", "uv --require-hashes"
+
+
+def _fill(tools: dict, work: Path) -> None:
+    """One untimed install per warm tool into a throwaway venv: its cache holds every wheel afterwards."""
+    for name in (WH_WARM, UV_WARM):
+        if name in tools:
+            venv = work / "venv-fill"
+            py = _venv(venv)
+            env = clean_env()
+            proc = subprocess.run(tools[name](py, env), env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"filling the cache of {name} failed: {proc.stderr[-500:]}")
+            shutil.rmtree(venv, ignore_errors=True)
 
 
 def _cpu() -> tuple[float, float]:
@@ -141,9 +176,14 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
     print(f"\nwheelhouse: {house}: {len(lock.files)} wheels, {size / 1e6:.0f} MB; load {_load()}", flush=True)
     reqs = work / f"reqs-{house.name}.txt"
     reqs.write_text("".join(f"{f.name}=={f.version}\n" for f in lock.files))
-    tools = _tools(house, args.uv, reqs, os.cpu_count() or 2, args.wh_jobs)
+    reqs.with_name(f"hashed-{reqs.name}").write_text(
+        "".join(f"{f.name}=={f.version} --hash=sha256:{f.sha256}\n" for f in lock.files))
+    warm = work / f"warm-{house.name}" if args.warm else None
+    tools = _tools(house, args.uv, reqs, os.cpu_count() or 2, args.wh_jobs, warm)
     if args.only:
         tools = {k: v for k, v in tools.items() if k in args.only}
+    if warm is not None:
+        _fill(tools, work)
     res: dict[str, dict[str, list[float]]] = {k: {"returned": [], "synced": [], "user": [], "sys": []} for k in tools}
     names = list(tools)
     for r in range(args.runs):
@@ -153,6 +193,7 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
             py = _venv(venv)
             env = clean_env(UV_CACHE_DIR=str(work / f"uvcache-{r}-{names.index(name)}"),
                             WH_CACHE_DIR=str(work / f"whcache-{r}-{names.index(name)}"))
+            cold = (env["UV_CACHE_DIR"], env["WH_CACHE_DIR"])  # removed after the run (a warm tool's are kept)
             cmd = tools[name](py, env)
             subprocess.run(["sync"])
             (u0, s0), t = _cpu(), time.perf_counter()
@@ -169,8 +210,8 @@ def _bench(house: Path, args, work: Path) -> dict[str, dict[str, list[float]]]:
                 print(f"  run {r + 1} {name:<26} returned {returned:7.2f} s  +sync {synced:7.2f} s  "
                       f"user {u1 - u0:6.2f} s  sys {s1 - s0:6.2f} s  load {_load()}", flush=True)
             shutil.rmtree(venv, ignore_errors=True)
-            shutil.rmtree(env["UV_CACHE_DIR"], ignore_errors=True)
-            shutil.rmtree(env["WH_CACHE_DIR"], ignore_errors=True)
+            for folder in cold:
+                shutil.rmtree(folder, ignore_errors=True)
     return res
 
 
@@ -178,6 +219,8 @@ def _report(house: Path, res: dict[str, dict[str, list[float]]]) -> None:
     med = {k: {m: statistics.median(v[m]) for m in v} for k, v in res.items() if v["returned"]}
 
     def ref_of(k: str) -> str:
+        if k == WH_WARM:
+            return UV_WARM
         compiles = ("--compile" in k and "--no-compile" not in k) or k.startswith("pip (default")
         return "uv --compile-bytecode" if compiles else "uv"
 
@@ -210,6 +253,10 @@ def _report(house: Path, res: dict[str, dict[str, list[float]]]) -> None:
         print(f"  (wh --compile above wrote the bytecode `wh bytecode` made at stage time; compiled on the box:)")
         print(f"  wh --compile --recompile / uv    {ratio('wh --compile --recompile', 'uv --compile-bytecode')} / "
               f"{ratio('wh --compile --recompile', 'uv --compile-bytecode', 'synced')}")
+    print(f"  wh / uv --require-hashes         {ratio('wh', UV_HASHES)} / {ratio('wh', UV_HASHES, 'synced')}"
+          "   (uv checking every wheel's sha256 too, as wh does)")
+    print(f"  wh --link-cache warm / uv warm  {ratio(WH_WARM, UV_WARM)} / {ratio(WH_WARM, UV_WARM, 'synced')}"
+          "   goal <= 3x (issue 31)")
     print(f"  wh / unzip floor                 {ratio('wh', 'unzip floor')} / {ratio('wh', 'unzip floor', 'synced')}")
     print(f"  wh / pip --no-compile            {ratio('wh', 'pip --no-compile')}")
     print(f"  wh (stdlib zlib) / uv            {ratio('wh (stdlib zlib)', 'uv')}")
@@ -226,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bytecode", action="store_true",
                     help="also give each wheelhouse stage-time bytecode (`wh bytecode`, on a hardlinked copy) and time "
                          "`wh install --compile` writing it beside `--compile --recompile` (compiling on the box)")
+    ap.add_argument("--warm", action="store_true",
+                    help=f"also time {WH_WARM!r} and {UV_WARM!r}: each tool's cache filled once before the rounds "
+                         "(untimed) and kept between them; every run still gets a fresh venv")
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()), help="where the venvs go")
     args = ap.parse_args(argv)
     print(f"{os.cpu_count()} cores; wh inflates with {available()[0]}; uv: {args.uv or 'not found (skipped)'}; "
