@@ -5,7 +5,7 @@ interpreter's own start-up.
 
 Times each command ``--runs`` times (interleaved, the order reversed every other round, so a burst of load on a
 shared machine hits all alike) and prints the median and the range (fastest-slowest) with the load average
-before and after. Each console script is labelled with the install it belongs to: an editable (dev) install's
+before and after, and the median CPU time (user+sys) of each, which a loaded machine inflates far less. Each console script is labelled with the install it belongs to: an editable (dev) install's
 script pays for its import finder at every start (site imports it, ~14 ms here), a regular ``pip install .``,
 what users get, does not. ``--regular VENV`` makes that regular install of this checkout in VENV (a fresh venv,
 ``pip install .``) and measures its script too. Goals: ``--version`` / ``--help`` under 50 ms (issue 14),
@@ -70,20 +70,26 @@ def main() -> int:
     if uv.exists() or shutil.which("uv"):
         cmds["uv --version"] = [str(uv) if uv.exists() else "uv", "--version"]
     times: dict[str, list[float]] = {k: [] for k in cmds}
+    cpu: dict[str, list[float]] = {k: [] for k in cmds}  # user+sys of the process: what load inflates least
     before = os.getloadavg()
     for i in range(args.runs):
         for name in order(list(cmds), i):  # interleaved, the order reversed every other round
-            cmd = cmds[name]
             t = time.perf_counter()
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            proc = subprocess.Popen(cmds[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
             times[name].append(time.perf_counter() - t)
+            cpu[name].append(usage.ru_utime + usage.ru_stime)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name}: exit {proc.returncode}")
     after = os.getloadavg()
     print(methodology(None, cold=False, peers="python -c pass, uv --version"))
     print(f"{args.runs} runs each, interleaved; load average (1, 5, 15 min) {' '.join(f'{x:.2f}' for x in before)} "
           f"before, {' '.join(f'{x:.2f}' for x in after)} after, on {os.cpu_count()} cores; COLUMNS "
           f"{os.environ.get('COLUMNS', 'unset')} (off a terminal click renders at 80 columns)")
     for name, ts in times.items():
-        print(f"  {statistics.median(ts) * 1e3:6.1f} ms median ({min(ts) * 1e3:6.1f}-{max(ts) * 1e3:6.1f} ms)  {name}")
+        print(f"  {statistics.median(ts) * 1e3:6.1f} ms median ({min(ts) * 1e3:6.1f}-{max(ts) * 1e3:6.1f} ms), "
+              f"CPU {statistics.median(cpu[name]) * 1e3:5.1f} ms median  {name}")
     return 0
 
 
