@@ -103,10 +103,8 @@ def _command_help(argv: list[str]) -> str | None:
         return None
     if min(_columns(), 80) - 2 != 78:  # a narrow terminal: click wraps to it
         return None
-    try:
-        from . import _helptexts
-    except ImportError:  # not generated (a checkout mid-change): click answers
-        return None
+    from . import _helptexts
+
     text = _helptexts.TEXTS.get(" ".join(words))
     if text is None or _helptexts.SOURCES != sources_crc():
         return None
