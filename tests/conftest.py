@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -26,42 +25,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# Seconds each test file took in a whole run (setup, call and teardown of its tests summed), most first:
-# `pytest --record-file-costs` rewrites it. The suite runs one file per worker at a time (pyproject's
-# `--dist loadfile --no-loadscope-reorder`), and a file handed out last is the run's tail: files go out in this
-# order, the dearest first, so the cheap ones fill in at the end (longest-processing-time-first scheduling).
-# A file not listed (a new one) counts as the median file; stale figures cost balance, never a result.
-FILE_COSTS = Path(__file__).parent / "file_costs.json"
-
-
-def pytest_addoption(parser):
-    parser.addoption("--record-file-costs", action="store_true",
-                     help=f"after the run, write each test file's seconds into {FILE_COSTS.name} (the order files "
-                          "are handed to workers in)")
-
-
-def _file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
-def _by_cost(items: list) -> list:
-    """``items`` with whole files ordered dearest first (file_costs.json), the tests of a file in their order."""
-    try:
-        costs = json.loads(FILE_COSTS.read_text())
-    except (OSError, ValueError):
-        return items
-    known = sorted(costs.values())
-    unknown = known[len(known) // 2] if known else 0.0
-    first_seen = {}
-    for i, item in enumerate(items):
-        first_seen.setdefault(_file_of(item.nodeid), i)
-    return sorted(items, key=lambda item: (-costs.get(_file_of(item.nodeid), unknown),
-                                           first_seen[_file_of(item.nodeid)]))
-
-
 def pytest_collection_modifyitems(config, items):
-    """Files ordered dearest first (FILE_COSTS); registry tests are opt-in: -m registry, or WH_TEST_REGISTRY=1."""
-    items[:] = _by_cost(items)
+    """Registry tests are opt-in: -m registry, or WH_TEST_REGISTRY=1."""
     wanted = os.environ.get("WH_TEST_REGISTRY") == "1" or "registry" in (config.getoption("-m") or "")
     if wanted:
         return
@@ -69,26 +34,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "registry" in item.keywords:
             item.add_marker(skip)
-
-
-_file_seconds: dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report):
-    """Each test's phases, summed per file (the controller sees every worker's reports)."""
-    _file_seconds[_file_of(report.nodeid)] = _file_seconds.get(_file_of(report.nodeid), 0.0) + report.duration
-
-
-def pytest_sessionfinish(session):
-    if not session.config.getoption("--record-file-costs") or hasattr(session.config, "workerinput"):
-        return
-    try:
-        costs = json.loads(FILE_COSTS.read_text())
-    except (OSError, ValueError):
-        costs = {}
-    costs.update({name: round(seconds, 1) for name, seconds in _file_seconds.items()})
-    costs = {name: costs[name] for name in sorted(costs, key=lambda n: -costs[n]) if (REPO / name).exists()}
-    FILE_COSTS.write_text(json.dumps(costs, indent=0) + "\n")
 
 
 @pytest.fixture(scope="session", autouse=True)
