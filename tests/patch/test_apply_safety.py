@@ -22,7 +22,7 @@ _spec = importlib.util.spec_from_file_location("_wh_test_patch_fixtures", Path(_
 _tp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_tp)
 ORIGINAL, PAYLOAD, sha, write_spec = _tp.ORIGINAL, _tp.PAYLOAD, _tp.sha, _tp.write_spec
-engine_wheel, venv = _tp.engine_wheel, _tp.venv
+engine_wheel, installed_venv, venv = _tp.engine_wheel, _tp.installed_venv, _tp.venv
 
 # Same length as ORIGINAL: the pyc header (source mtime in whole seconds, source size) cannot tell them apart.
 SAME_SIZE = "def rowwise_ok():\n    return 1234\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,23 @@ def engine_wheel(tmp_path_factory):
                       modules={"tinyengine/__init__.py": "", FILE: ORIGINAL})
 
 
-@pytest.fixture
-def venv(tmp_path, engine_wheel):
-    """A fresh venv with tinyengine 1.0 installed by pip from a local wheel (no index)."""
-    path = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed_venv(tmp_path_factory, engine_wheel) -> Path:
+    """A venv with tinyengine 1.0 installed by pip from a local wheel (no index): made once, copied per test."""
+    path = tmp_path_factory.mktemp("template") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "--no-index",
+                    "--no-deps", "-q", "--disable-pip-version-check", str(engine_wheel)], check=True, capture_output=True)
+    return path
+
+
+@pytest.fixture
+def venv(tmp_path, installed_venv):
+    """A fresh venv with tinyengine 1.0 as pip installed it: a copy of ``installed_venv`` (links kept, so its
+    python is the base interpreter's; a venv finds its prefix from where it is), each test its own."""
+    path = tmp_path / "venv"
+    shutil.copytree(installed_venv, path, symlinks=True)
     py = path / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-index", "--no-deps", "-q",
-                    "--disable-pip-version-check", str(engine_wheel)], check=True, capture_output=True)
     installed = next(path.glob("lib/python3*/site-packages")) / FILE
     assert installed.read_text() == ORIGINAL
     return py, installed

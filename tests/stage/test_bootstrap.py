@@ -125,8 +125,8 @@ def test_write_bootstrap_lock_and_instructions(tmp_path):
 
 def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, tmp_path):
     import subprocess
-    import venv
 
+    from broken_packages import make_venv
     from wheelmaker import make_wheel
     from wheelhouse.stage import StageInputs, stage
     from wheelhouse.target import host_target
@@ -148,7 +148,7 @@ def test_fresh_venv_installs_wh_offline_from_bootstrap(pyindex, repacked_deps, t
     # pip refuses to install into it), else a fresh venv with pip as the stand-in.
     box_python = _externally_managed_python()
     if box_python is None:
-        venv.create(tmp_path / "box-venv", with_pip=True)  # ensurepip: offline by construction
+        make_venv(tmp_path / "box-venv", with_pip=True)  # ensurepip's own pip: offline by construction
         box_python = str(tmp_path / "box-venv" / "bin" / "python3")
     else:  # the old line fails there: the stand-in is faithful
         old = subprocess.run([box_python, "-m", "pip", "install", "--no-index", "--find-links", str(boot), "wh"],
@@ -213,8 +213,8 @@ def test_a_failing_self_build_shows_the_backends_own_error(tmp_path):
 def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, repacked_deps, tmp_path):
     import json
     import subprocess
-    import venv
 
+    from broken_packages import make_venv
     from wheelmaker import make_wheel
     from wheelhouse.carry.verify import verify_wheelhouse
     from wheelhouse.lock import write_pylock
@@ -241,7 +241,7 @@ def test_bootstrap_carries_the_fast_extra_and_the_box_unpacks_with_it(pyindex, r
 
     # The printed line, by a shell, on a "box" whose pip reaches no index: wh then inflates with the extra's
     # ISA-L (zlib-ng gives the CRC-32), not the standard zlib.
-    venv.create(tmp_path / "box-venv", with_pip=True)
+    make_venv(tmp_path / "box-venv", with_pip=True)
     env = _box_env(tmp_path, str(tmp_path / "box-venv" / "bin" / "python3"))
     subprocess.run(["sh", "-c", res.bootstrap_command], check=True, capture_output=True, cwd=out, env=env)
     got = subprocess.run([str(tmp_path / "home" / "wh-venv" / "bin" / "python"), "-c",

@@ -1,9 +1,13 @@
-"""``wh --version`` and ``wh --help`` without importing click or rich (start-up in a few milliseconds).
+"""``wh --version``, ``wh --help`` and ``wh COMMAND --help`` without importing click or rich (start-up in a few
+milliseconds).
 
-The text is click's, rendered the way click's ``HelpFormatter`` renders the group in ``_group.py``: the same
-width rule (the terminal's columns, clamped to 80, minus 2, at least 50), the same indents and definition-list
-columns. tests/cli/test_startup.py compares this rendering with click's at every width, so the two cannot drift.
-Anything else on the command line goes to click.
+The top-level help is click's, rendered the way click's ``HelpFormatter`` renders the group in ``_group.py``: the
+same width rule (the terminal's columns, clamped to 80, minus 2, at least 50), the same indents and
+definition-list columns. tests/cli/test_startup.py compares this rendering with click's at every width, so the
+two cannot drift. A command's help (``wh stage --help``, ``wh cache prune -h``) is printed from ``_helptexts``
+(click's own output, written by ``python -m wheelhouse.cli._helpgen``) when the terminal is 80 columns or more
+(click's width is then 78, whatever the columns) and the texts were rendered from these very sources
+(``sources_crc``); otherwise, and for anything else on the command line, click answers.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["answer"]
+__all__ = ["answer", "sources_crc"]
+
+HELP_FLAGS = ("--help", "-h")
 
 # The group's own options, in click's order (declared, then the help option last).
 OPTIONS = (
@@ -76,6 +82,35 @@ def help_text(width: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def sources_crc() -> int:
+    """CRC-32 of wheelhouse/cli's Python sources (but ``_helptexts.py``), in name order: what the texts were
+    rendered from. Reading them costs well under a millisecond; importing click to render them ~35 ms."""
+    import zlib
+
+    folder = os.path.dirname(os.path.abspath(__file__))
+    crc = 0
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and name != "_helptexts.py":
+            with open(os.path.join(folder, name), "rb") as f:
+                crc = zlib.crc32(name.encode() + b"\0" + f.read(), crc)
+    return crc
+
+
+def _command_help(argv: list[str]) -> str | None:
+    """``wh COMMAND [SUBCOMMAND] --help``'s text at 78 columns, if it was rendered from these sources."""
+    words = argv[:-1]
+    if not words or argv[-1] not in HELP_FLAGS or any(w.startswith("-") or not w for w in words):
+        return None
+    if min(_columns(), 80) - 2 != 78:  # a narrow terminal: click wraps to it
+        return None
+    from . import _helptexts
+
+    text = _helptexts.TEXTS.get(" ".join(words))
+    if text is None or _helptexts.SOURCES != sources_crc():
+        return None
+    return text
+
+
 def _emit(stream, text: str) -> None:
     if stream is None:  # stdout or stderr closed (`wh --version >&-`): click's echo writes nothing either
         return
@@ -96,4 +131,8 @@ def answer(argv: list[str]) -> int | None:
     if not argv:  # click: a group called alone prints its help to stderr and exits 2
         _emit(sys.stderr, help_text() + "\n")
         return 2
+    text = _command_help(argv)
+    if text is not None:
+        _emit(sys.stdout, text + "\n")
+        return 0
     return None
