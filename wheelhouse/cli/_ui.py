@@ -246,14 +246,18 @@ class RichReporter:
 
     def _ensure(self) -> Progress:
         if self._progress is None:
+            from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+            # A quiet run off a terminal is given a PlainConsole for its notes; its (disabled) bars still
+            # need a rich console to belong to.
+            console = self.console if isinstance(self.console, Console) else stderr_console()
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 _amount_column(),
                 TimeRemainingColumn(),
-                console=self.console,
+                console=console,
                 transient=True,
                 # Off a terminal (CI logs) a bar is no use, and each one left a blank line behind.
                 disable=self.quiet or not self.console.is_terminal,
