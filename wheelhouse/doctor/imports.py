@@ -10,8 +10,9 @@ where it passes in the batch, that is its verdict.
 
 Batches follow the import graph: the modules of one top-level package stay in one
 worker process, so a heavy parent (torch, scipy) is imported once per worker that
-needs it, not once per module; ``jobs`` workers are balanced by the measured import
-time of each top-level package (:func:`plan_batches`). A passing verdict whose
+needs it, not once per module. The batches wait in one queue, heaviest first by an
+estimate of each top-level package's import cost (the doctor's: its installed bytes),
+and ``jobs`` run at a time, each worker that finishes taking the next (:func:`plan_batches`). A passing verdict whose
 evidence is unchanged comes from the verdict cache (:mod:`wheelhouse.doctor.verdicts`)
 instead of a process, and says so (``reused_since``).
 """
@@ -68,13 +69,18 @@ _TICK = 0.25  # how often the runner looks for a module past its grace
 
 
 _MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
+_BATCHES_PER_JOB = 3  # the queue holds about this many batches per worker: the last ones are light
 
 
 def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
-    """At most ``jobs`` batches, the modules of one top-level package together, balanced by cost.
+    """Batches for a queue that ``jobs`` workers take from, heaviest first; the modules of one top-level package
+    stay together.
 
-    ``costs``: top-level name -> seconds its import took (measured earlier this run); a package whose
-    modules alone outweigh a fair share is split, each part paying its parent's import again.
+    ``costs``: top-level name -> its estimated import seconds (the doctor's: its distribution's installed
+    bytes); a package whose modules alone outweigh a worker's share is split, each part paying its parent's
+    import again. Packages lighter than a third of a worker's share are packed together (each batch is one
+    interpreter start). Taken from one queue, heaviest first, a worker that drew torch is not also handed
+    a third of the rest: the light batches at the end go to whichever worker is free.
     """
     costs = costs or {}
     groups: dict[str, list[str]] = {}
@@ -90,12 +96,21 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
         size = -(-len(ms) // pieces)
         parts += [(costs.get(top, _MODULE_COST) + _MODULE_COST * len(chunk), chunk)
                   for chunk in (ms[i:i + size] for i in range(0, len(ms), size))]
-    bins: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(min(jobs, len(parts)))]
-    for cost, chunk in sorted(parts, key=lambda p: -p[0]):  # longest first, into the lightest bin
-        i = min(range(len(bins)), key=lambda b: bins[b][0])
-        bins[i] = (bins[i][0] + cost, bins[i][1] + chunk)
-    # Top-level names first in each worker: what importing them loads is traced before anything else is loaded.
-    return [sorted(b, key=lambda m: "." in m) for _, b in bins if b]
+    target = share / _BATCHES_PER_JOB if jobs > 1 else float("inf")  # one worker: one batch (nothing to balance)
+    batches: list[tuple[float, list[str]]] = []
+    open_cost, open_mods = 0.0, []  # the batch light packages are packed into
+    for cost, chunk in sorted(parts, key=lambda p: -p[0]):
+        if cost >= target:
+            batches.append((cost, chunk))
+            continue
+        if open_mods and open_cost + cost > target:
+            batches.append((open_cost, open_mods))
+            open_cost, open_mods = 0.0, []
+        open_cost, open_mods = open_cost + cost, open_mods + chunk
+    if open_mods:
+        batches.append((open_cost, open_mods))
+    # Top-level names first in each batch: what importing them loads is traced before anything else is loaded.
+    return [sorted(b, key=lambda m: "." in m) for _, b in sorted(batches, key=lambda b: -b[0])]
 
 
 def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
@@ -289,18 +304,34 @@ def import_modules(
         finally:
             importing.pop(key, None)
 
-    # Room for the runs started alone beside their batches (past the grace), so none waits behind a batch.
+    # One queue, heaviest first: at most `jobs` batches run at once, each worker that finishes takes the next.
+    # The runs to confirm alone go first; room beside them for the runs started alone past the grace.
+    queue: list[tuple[list[str], bool]] = []
+    batch_runs: set[Future] = set()
+
+    def start(pool: ThreadPoolExecutor) -> set[Future]:
+        new = state.take()
+        queue[:0] = [run for run in new if run[1]]  # a module to confirm alone: ahead of the waiting batches
+        queue.extend(run for run in new if not run[1])
+        started = set()
+        while queue and len(batch_runs) < jobs:
+            fut = pool.submit(_run, *queue.pop(0))
+            batch_runs.add(fut)
+            started.add(fut)
+        return started
+
     with ThreadPoolExecutor(max_workers=2 * jobs) as pool:
-        running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
+        running: set[Future] = start(pool)
         while running:
             done, running = wait(running, timeout=_TICK, return_when=FIRST_COMPLETED)
             for fut in done:
+                batch_runs.discard(fut)
                 state.judge(*fut.result())
             now = time.monotonic()
             for mod, since in list(importing.values()):
                 if now - since > grace and mod not in state.alone and mod not in state.results:
                     state.alone.add(mod)  # a hang costs one timeout: its run alone starts now
                     running.add(pool.submit(_run, [mod], True))
-            running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
+            running |= start(pool)
     reporter.finish("imports")
     return {m: state.results[m] for m in mods if m in state.results}
