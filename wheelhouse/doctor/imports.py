@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
@@ -52,6 +52,9 @@ class ImportOutcome:
     seconds: float = 0.0
     isolated: bool = False  # the verdict comes from a process that imported only this module
     reused_since: str | None = None  # from the verdict cache: executed then, nothing it loaded changed since
+    # A failure in a process of its own: (the files that process loaded until it failed, its record), what keys
+    # it in the verdict cache should its check judge it an optional warning (VerdictCache.store_warning).
+    evidence: tuple[tuple, Mapping] | None = field(default=None, compare=False, repr=False)
 
     @property
     def summary(self) -> str:
@@ -182,7 +185,7 @@ class _ImportRun:
                 for mod in batch:
                     self._confirm_alone(mod)
             return
-        self._remember(res)
+        failed_deps = self._remember(res)
         skipped = {r["module"]: str(r.get("because")) for r in res.records if r.get("event") == "skipped"}
         unstarted = []
         for mod in batch:
@@ -192,6 +195,8 @@ class _ImportRun:
             rec = finished.get(mod)
             if rec is not None:
                 outcome = _outcome(mod, rec, isolated=isolated)
+                if isolated and not outcome.ok and mod in failed_deps:
+                    outcome = replace(outcome, evidence=failed_deps[mod])
                 if outcome.ok or isolated:
                     self._verdict(outcome)
                 else:
@@ -222,23 +227,32 @@ class _ImportRun:
         if ready:
             self.batches.append(ready)
 
-    def _remember(self, res: ProbeResult) -> None:
-        """Store the passing verdicts of this process with the files each depended on (all loaded before it)."""
+    def _remember(self, res: ProbeResult) -> dict[str, tuple[tuple, Mapping]]:
+        """Store the passing verdicts of this process with the files each depended on (all loaded before it).
+
+        Returns, per failed module, the files the process had loaded until it failed and its record: the
+        evidence a warning is stored with, once its check has judged it (never here: a failure is not a pass)."""
         if self.cache is None:
-            return
+            return {}
         files: list = []
         keep = []
+        failed: dict[str, tuple[tuple, Mapping]] = {}
         for rec in res.records:
             if rec.get("event") != "result":
                 continue
             deps = rec.get("deps")
             if not isinstance(deps, list):
-                return  # a probe that does not name its evidence: nothing is stored
+                return {}  # a probe that does not name its evidence: nothing is stored
             files += deps
             mod = rec.get("module")
-            if rec.get("ok") and mod in self.args:
-                keep.append((self.args[mod], {k: v for k, v in rec.items() if k != "deps"}, len(files)))
+            if mod in self.args:
+                record = {k: v for k, v in rec.items() if k != "deps"}
+                if rec.get("ok"):
+                    keep.append((self.args[mod], record, len(files)))
+                else:
+                    failed[str(mod)] = (tuple(files), record)
         self.cache.store_run("imports", self.env, files, keep)
+        return failed
 
 
 def import_modules(
@@ -283,7 +297,8 @@ def import_modules(
     for m in mods:
         hit = cache.lookup("imports", args[m], env) if cache is not None else None
         if hit is not None:
-            state._verdict(_outcome(m, hit.record, isolated=False, reused_since=hit.since))
+            # A stored failure (a warning, VerdictCache.store_warning) came from a process of its own.
+            state._verdict(_outcome(m, hit.record, isolated=not hit.record.get("ok"), reused_since=hit.since))
     state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
     grace = min(timeout, BATCH_GRACE)
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
