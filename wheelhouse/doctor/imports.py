@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
@@ -265,7 +265,7 @@ def import_modules(
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
     cache: VerdictCache | None = None,
-    costs: Mapping[str, float] | None = None,
+    costs: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
     always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
@@ -286,7 +286,8 @@ def import_modules(
     (its package does not import), unless it is in ``always``.
 
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
-    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`'.
+    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`' (or a function computing
+    them, called only when something is left to import).
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -299,7 +300,10 @@ def import_modules(
         if hit is not None:
             # A stored failure (a warning, VerdictCache.store_warning) came from a process of its own.
             state._verdict(_outcome(m, hit.record, isolated=not hit.record.get("ok"), reused_since=hit.since))
-    state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
+    todo = [m for m in mods if m not in state.results]
+    if callable(costs):  # an estimate that reads files: only when something is to be imported (not a reused re-run)
+        costs = costs() if todo else None
+    state.batches = plan_batches(todo, jobs, costs)
     grace = min(timeout, BATCH_GRACE)
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 

@@ -474,7 +474,7 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          costs=import_costs(ctx))
+                          costs=lambda: import_costs(ctx))
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
