@@ -453,6 +453,7 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         except OSError:
             proc = None
+        started = proc
         try:
             while True:
                 mine = batch()
@@ -476,12 +477,15 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
                 for i, g in zip(mine, got):
                     out[i] = g
         finally:
-            if proc is not None:
-                try:
-                    proc.stdin.close()  # type: ignore[union-attr]
-                except OSError:
-                    pass
-                proc.wait()
+            if started is not None:
+                for pipe in (started.stdin, started.stdout):
+                    try:
+                        pipe.close()  # type: ignore[union-attr]
+                    except OSError:
+                        pass
+                if proc is None:
+                    started.kill()  # it died or answered garbage: make sure
+                started.wait()
 
     threads = [threading.Thread(target=work, name="wh-hash", daemon=True) for _ in range(workers)]
     for t in threads:
