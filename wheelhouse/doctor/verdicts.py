@@ -302,7 +302,7 @@ def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> li
     the module's file through the libraries it needs that are found by name in those folders (up to
     :data:`_WITNESS_OBJECTS` objects), each object's file and its RPATH/RUNPATH folders. A folder's identity
     changes when an entry is added, removed or renamed in it: the missing library appearing there is a change."""
-    from wheelhouse.elf import BadElf, expand_dst, read_elf
+    from wheelhouse.elf import expand_dst, read_elf
 
     env = os.environ if env is None else env
     paths: list[str] = [*_LOADER_FILES]
@@ -323,7 +323,7 @@ def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> li
         paths.append(obj)
         try:
             info = read_elf(obj)
-        except (BadElf, OSError, ValueError, Exception):  # noqa: BLE001 - not ELF (a .py): its identity is enough
+        except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
             continue
         own = [os.path.normpath(expand_dst(e, info.origin)) for e in (*info.rpath, *info.runpath)]
         paths += own
