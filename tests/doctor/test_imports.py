@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from wheelhouse.doctor.imports import import_modules
+from wheelhouse.doctor.imports import import_modules, plan_batches
 
 
 def _pkg(root: Path, name: str, body: str) -> None:
@@ -141,3 +141,19 @@ def test_a_hanging_package_costs_one_timeout_not_one_per_module_under_it(tmp_pat
     assert out["fine"].ok and not out["hangs"].ok and "timed out" in out["hangs"].crash
     assert not any(m in out for m in ("hangs.a", "hangs.b", "hangs.c"))  # not loaded: their package hangs
     assert seconds < 6 + 4 + 5  # one timeout, the grace, and room for a loaded machine; not one per module
+
+
+def test_the_import_queue_starts_the_heaviest_package_first_and_packs_the_light_ones():
+    """One worker drew twice the CPU of the other when batches were split by module count: now the queue is
+    ordered by the estimated cost (installed bytes), heaviest first, and light packages are packed together."""
+    mods = ["torch", "torch._C", *[f"light{i}" for i in range(12)], "mid", "mid._ext"]
+    costs = {"torch": 15.0, "mid": 2.0}
+    batches = plan_batches(mods, 2, costs)
+    assert batches[0] == ["torch", "torch._C"]  # alone, first: the other worker takes everything else meanwhile
+    rest = [m for b in batches[1:] for m in b]
+    assert sorted(rest) == sorted(["mid", "mid._ext", *[f"light{i}" for i in range(12)]])
+    assert len(batches) == 2  # the light ones and mid (2 s) packed: one interpreter start, not thirteen
+    many = plan_batches([*mods, *[f"pkg{i}" for i in range(30)]], 2, {**costs, **{f"pkg{i}": 1.0 for i in range(30)}})
+    assert many[0] == ["torch", "torch._C"] and len(many) >= 4  # more batches than workers: taken as each frees up
+    one = plan_batches(mods, 1, costs)
+    assert len(one) == 1 and sorted(one[0]) == sorted(mods)  # one worker: one batch (nothing to balance)

@@ -10,8 +10,9 @@ where it passes in the batch, that is its verdict.
 
 Batches follow the import graph: the modules of one top-level package stay in one
 worker process, so a heavy parent (torch, scipy) is imported once per worker that
-needs it, not once per module; ``jobs`` workers are balanced by the measured import
-time of each top-level package (:func:`plan_batches`). A passing verdict whose
+needs it, not once per module. The batches wait in one queue, heaviest first by an
+estimate of each top-level package's import cost (the doctor's: its installed bytes),
+and ``jobs`` run at a time, each worker that finishes taking the next (:func:`plan_batches`). A passing verdict whose
 evidence is unchanged comes from the verdict cache (:mod:`wheelhouse.doctor.verdicts`)
 instead of a process, and says so (``reused_since``).
 """
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
 from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
@@ -51,6 +52,9 @@ class ImportOutcome:
     seconds: float = 0.0
     isolated: bool = False  # the verdict comes from a process that imported only this module
     reused_since: str | None = None  # from the verdict cache: executed then, nothing it loaded changed since
+    # A failure in a process of its own: (the files that process loaded until it failed, its record), what keys
+    # it in the verdict cache should its check judge it an optional warning (VerdictCache.store_warning).
+    evidence: tuple[tuple, Mapping] | None = field(default=None, compare=False, repr=False)
 
     @property
     def summary(self) -> str:
@@ -68,13 +72,18 @@ _TICK = 0.25  # how often the runner looks for a module past its grace
 
 
 _MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
+_BATCHES_PER_JOB = 3  # the queue holds about this many batches per worker: the last ones are light
 
 
 def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
-    """At most ``jobs`` batches, the modules of one top-level package together, balanced by cost.
+    """Batches for a queue that ``jobs`` workers take from, heaviest first; the modules of one top-level package
+    stay together.
 
-    ``costs``: top-level name -> seconds its import took (measured earlier this run); a package whose
-    modules alone outweigh a fair share is split, each part paying its parent's import again.
+    ``costs``: top-level name -> its estimated import seconds (the doctor's: its distribution's installed
+    bytes); a package whose modules alone outweigh a worker's share is split, each part paying its parent's
+    import again. Packages lighter than a third of a worker's share are packed together (each batch is one
+    interpreter start). Taken from one queue, heaviest first, a worker that drew torch is not also handed
+    a third of the rest: the light batches at the end go to whichever worker is free.
     """
     costs = costs or {}
     groups: dict[str, list[str]] = {}
@@ -90,12 +99,21 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
         size = -(-len(ms) // pieces)
         parts += [(costs.get(top, _MODULE_COST) + _MODULE_COST * len(chunk), chunk)
                   for chunk in (ms[i:i + size] for i in range(0, len(ms), size))]
-    bins: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(min(jobs, len(parts)))]
-    for cost, chunk in sorted(parts, key=lambda p: -p[0]):  # longest first, into the lightest bin
-        i = min(range(len(bins)), key=lambda b: bins[b][0])
-        bins[i] = (bins[i][0] + cost, bins[i][1] + chunk)
-    # Top-level names first in each worker: what importing them loads is traced before anything else is loaded.
-    return [sorted(b, key=lambda m: "." in m) for _, b in bins if b]
+    target = share / _BATCHES_PER_JOB if jobs > 1 else float("inf")  # one worker: one batch (nothing to balance)
+    batches: list[tuple[float, list[str]]] = []
+    open_cost, open_mods = 0.0, []  # the batch light packages are packed into
+    for cost, chunk in sorted(parts, key=lambda p: -p[0]):
+        if cost >= target:
+            batches.append((cost, chunk))
+            continue
+        if open_mods and open_cost + cost > target:
+            batches.append((open_cost, open_mods))
+            open_cost, open_mods = 0.0, []
+        open_cost, open_mods = open_cost + cost, open_mods + chunk
+    if open_mods:
+        batches.append((open_cost, open_mods))
+    # Top-level names first in each batch: what importing them loads is traced before anything else is loaded.
+    return [sorted(b, key=lambda m: "." in m) for _, b in sorted(batches, key=lambda b: -b[0])]
 
 
 def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
@@ -167,7 +185,7 @@ class _ImportRun:
                 for mod in batch:
                     self._confirm_alone(mod)
             return
-        self._remember(res)
+        failed_deps = self._remember(res)
         skipped = {r["module"]: str(r.get("because")) for r in res.records if r.get("event") == "skipped"}
         unstarted = []
         for mod in batch:
@@ -177,6 +195,8 @@ class _ImportRun:
             rec = finished.get(mod)
             if rec is not None:
                 outcome = _outcome(mod, rec, isolated=isolated)
+                if isolated and not outcome.ok and mod in failed_deps:
+                    outcome = replace(outcome, evidence=failed_deps[mod])
                 if outcome.ok or isolated:
                     self._verdict(outcome)
                 else:
@@ -207,23 +227,32 @@ class _ImportRun:
         if ready:
             self.batches.append(ready)
 
-    def _remember(self, res: ProbeResult) -> None:
-        """Store the passing verdicts of this process with the files each depended on (all loaded before it)."""
+    def _remember(self, res: ProbeResult) -> dict[str, tuple[tuple, Mapping]]:
+        """Store the passing verdicts of this process with the files each depended on (all loaded before it).
+
+        Returns, per failed module, the files the process had loaded until it failed and its record: the
+        evidence a warning is stored with, once its check has judged it (never here: a failure is not a pass)."""
         if self.cache is None:
-            return
+            return {}
         files: list = []
         keep = []
+        failed: dict[str, tuple[tuple, Mapping]] = {}
         for rec in res.records:
             if rec.get("event") != "result":
                 continue
             deps = rec.get("deps")
             if not isinstance(deps, list):
-                return  # a probe that does not name its evidence: nothing is stored
+                return {}  # a probe that does not name its evidence: nothing is stored
             files += deps
             mod = rec.get("module")
-            if rec.get("ok") and mod in self.args:
-                keep.append((self.args[mod], {k: v for k, v in rec.items() if k != "deps"}, len(files)))
+            if mod in self.args:
+                record = {k: v for k, v in rec.items() if k != "deps"}
+                if rec.get("ok"):
+                    keep.append((self.args[mod], record, len(files)))
+                else:
+                    failed[str(mod)] = (tuple(files), record)
         self.cache.store_run("imports", self.env, files, keep)
+        return failed
 
 
 def import_modules(
@@ -236,7 +265,7 @@ def import_modules(
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
     cache: VerdictCache | None = None,
-    costs: Mapping[str, float] | None = None,
+    costs: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
     always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
@@ -257,7 +286,8 @@ def import_modules(
     (its package does not import), unless it is in ``always``.
 
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
-    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`'.
+    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`' (or a function computing
+    them, called only when something is left to import).
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -268,8 +298,12 @@ def import_modules(
     for m in mods:
         hit = cache.lookup("imports", args[m], env) if cache is not None else None
         if hit is not None:
-            state._verdict(_outcome(m, hit.record, isolated=False, reused_since=hit.since))
-    state.batches = plan_batches([m for m in mods if m not in state.results], jobs, costs)
+            # A stored failure (a warning, VerdictCache.store_warning) came from a process of its own.
+            state._verdict(_outcome(m, hit.record, isolated=not hit.record.get("ok"), reused_since=hit.since))
+    todo = [m for m in mods if m not in state.results]
+    if callable(costs):  # an estimate that reads files: only when something is to be imported (not a reused re-run)
+        costs = costs() if todo else None
+    state.batches = plan_batches(todo, jobs, costs)
     grace = min(timeout, BATCH_GRACE)
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 
@@ -289,18 +323,34 @@ def import_modules(
         finally:
             importing.pop(key, None)
 
-    # Room for the runs started alone beside their batches (past the grace), so none waits behind a batch.
+    # One queue, heaviest first: at most `jobs` batches run at once, each worker that finishes takes the next.
+    # The runs to confirm alone go first; room beside them for the runs started alone past the grace.
+    queue: list[tuple[list[str], bool]] = []
+    batch_runs: set[Future] = set()
+
+    def start(pool: ThreadPoolExecutor) -> set[Future]:
+        new = state.take()
+        queue[:0] = [run for run in new if run[1]]  # a module to confirm alone: ahead of the waiting batches
+        queue.extend(run for run in new if not run[1])
+        started = set()
+        while queue and len(batch_runs) < jobs:
+            fut = pool.submit(_run, *queue.pop(0))
+            batch_runs.add(fut)
+            started.add(fut)
+        return started
+
     with ThreadPoolExecutor(max_workers=2 * jobs) as pool:
-        running: set[Future] = {pool.submit(_run, b, solo) for b, solo in state.take()}
+        running: set[Future] = start(pool)
         while running:
             done, running = wait(running, timeout=_TICK, return_when=FIRST_COMPLETED)
             for fut in done:
+                batch_runs.discard(fut)
                 state.judge(*fut.result())
             now = time.monotonic()
             for mod, since in list(importing.values()):
                 if now - since > grace and mod not in state.alone and mod not in state.results:
                     state.alone.add(mod)  # a hang costs one timeout: its run alone starts now
                     running.add(pool.submit(_run, [mod], True))
-            running |= {pool.submit(_run, b, solo) for b, solo in state.take()}
+            running |= start(pool)
     reporter.finish("imports")
     return {m: state.results[m] for m in mods if m in state.results}

@@ -44,7 +44,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
 
-__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
+__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest", "loader_witness"]
 
 SCHEMA = "wh-verdicts/1"
 _NAME = "verdicts.json"
@@ -235,6 +235,24 @@ class VerdictCache:
                 self.stored += 1
             self._dirty = True
 
+    def store_warning(self, probe: str, arg: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
+                      record: Mapping[str, Any]) -> None:
+        """Keep one failed probe whose failure the caller judged a warning every cause of which the doctor's data
+        names optional (never a fail): ``files`` is its process's evidence plus :func:`loader_witness` of what
+        failed, so a change that could mend or alter the failure (the missing library appearing in a folder the
+        loader searches, a new ``ld.so.cache``, the module's file replaced) executes it again. A reused one is
+        judged again each run; one that would now be a fail is executed again by the caller."""
+        if record.get("ok"):
+            return
+        self.store_run(probe, env, files, [(arg, record, len(files))])
+
+    def forget(self, probe: str, arg: str, env: Mapping[str, str] | None) -> None:
+        """Drop a stored verdict (it is executed again and stored afresh if it qualifies)."""
+        with self._lock:
+            self._load()
+            if self._verdicts.pop(self.key(probe, arg, env), None) is not None:
+                self._dirty = True
+
     def save(self) -> list[str]:
         """Write the store when it changed (best-effort: a store that cannot be written is a slower next run).
 
@@ -255,3 +273,64 @@ class VerdictCache:
         except OSError as exc:
             return [f"verdict cache of {self._site} not written: {exc.strerror or exc}"]
         return []
+
+
+# What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
+_LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload")
+_WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
+
+
+def _system_dirs() -> list[str]:
+    import platform
+
+    arch = f"{platform.machine()}-linux-gnu"
+    return ["/lib", "/lib64", "/usr/lib", "/usr/lib64", f"/lib/{arch}", f"/usr/lib/{arch}", "/usr/local/lib"]
+
+
+def _identity(path: str) -> list:
+    try:
+        return [path, *file_identity(os.stat(path))]
+    except (OSError, ValueError):
+        return [path]  # absent: its appearing is a change
+
+
+def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> list[list]:
+    """The files and folders whose identity keys a stored warning of a module that failed to load (a failed
+    dlopen maps nothing, so the probe's own evidence does not hold them): the module's file; the loader's
+    configuration (``/etc/ld.so.cache``, ``ld.so.conf`` and ``ld.so.conf.d`` with its files, ``ld.so.preload``);
+    every folder of the probe environment's ``LD_LIBRARY_PATH`` and the system library folders; and, from
+    the module's file through the libraries it needs that are found by name in those folders (up to
+    :data:`_WITNESS_OBJECTS` objects), each object's file and its RPATH/RUNPATH folders. A folder's identity
+    changes when an entry is added, removed or renamed in it: the missing library appearing there is a change."""
+    from wheelhouse.elf import expand_dst, read_elf
+
+    env = os.environ if env is None else env
+    paths: list[str] = [*_LOADER_FILES]
+    try:
+        paths += sorted(os.path.join("/etc/ld.so.conf.d", n) for n in os.listdir("/etc/ld.so.conf.d"))
+    except OSError:
+        pass
+    ld_path = [os.path.abspath(p) for p in (env.get("LD_LIBRARY_PATH") or "").split(":") if p]
+    system = _system_dirs()
+    paths += ld_path + system
+    seen: set[str] = set()
+    queue = [os.path.abspath(module_file)] if module_file else []
+    while queue and len(seen) < _WITNESS_OBJECTS:
+        obj = queue.pop(0)
+        if obj in seen:
+            continue
+        seen.add(obj)
+        paths.append(obj)
+        try:
+            info = read_elf(obj)
+        except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
+            continue
+        own = [os.path.normpath(expand_dst(e, info.origin)) for e in (*info.rpath, *info.runpath)]
+        paths += own
+        for name in info.needed:
+            for folder in (*own, *ld_path, *system):
+                cand = os.path.join(folder, name) if "/" not in name else name
+                if os.path.isfile(cand):
+                    queue.append(os.path.abspath(cand))
+                    break
+    return [_identity(p) for p in dict.fromkeys(paths)]

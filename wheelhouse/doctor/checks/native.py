@@ -55,6 +55,7 @@ from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
+from wheelhouse.doctor.verdicts import loader_witness
 from wheelhouse.target.gpu import Gpu
 from .context import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import load_optional
@@ -243,6 +244,9 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mappin
             line += f" -- find_spec({o.module!r}) is None"
         if o.shadowed:
             line += f" -- another copy of its package is imported instead, from {o.shadowed}"
+        if o.reused_since:
+            line += (f" (a warning stored {o.reused_since}, reused: nothing that could change it changed since; "
+                     "--thorough executes it)")
         detail = o.traceback or o.output
         j = judged.get(o.module)
         why = f"\na {'warning' if j.severity == 'warn' else 'fail'}: {j.reason}" if j else ""
@@ -254,10 +258,10 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mappin
     return parts
 
 
-def _reuse_note(reused: Mapping[str, str], judged: int) -> str:
+def _reuse_note(reused: Mapping[str, str], judged: int, ok: bool = True) -> str:
     """Evidence that says which verdicts were not executed this run (the verdict cache, ``--thorough`` re-runs)."""
     since = min(reused.values())
-    return (f"ok (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
+    return (f"{'ok' if ok else 'reused, a stored warning among them'} (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
             "run: every file their import loaded, the interpreter, the environment, the GPU facts, wh and the probe "
             "are as they were (`--thorough` executes them again)")
 
@@ -301,7 +305,8 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     notes = _not_by_name(plan, covered, [outcomes[m] for m in mods if m in outcomes and outcomes[m].via])
     reused = {m: outcomes[m].reused_since for m in mods if m in outcomes and outcomes[m].reused_since}
     if reused:
-        notes.append(_reuse_note(reused, len([m for m in mods if m in outcomes])))
+        notes.append(_reuse_note(reused, len([m for m in mods if m in outcomes]),
+                                 all(outcomes[m].ok for m in reused)))
     data_out = {"reused": reused, "executed": [m for m in mods if m in outcomes and not outcomes[m].reused_since
                                                and m not in plan.missing],
                 "modules": mods, "not_loaded": [s.to_json() for s in plan.skipped], "libraries": list(plan.libraries),
@@ -387,11 +392,51 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
     outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
-    reach = stack_reach(ctx, entries, outcomes)
     data = _optional_data()
-    results = [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name))
-               for d in dists]
+
+    def judge() -> list[CheckResult]:
+        reach = stack_reach(ctx, entries, outcomes)
+        return [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name))
+                for d in dists]
+
+    results = judge()
+    # A stored warning judged a fail now (the data, the manifest's entries or what the stack reaches changed): it
+    # is executed again, and only that run decides. A fail is never a reused verdict.
+    stale = [m for d, r in zip(dists, results) if r.verdict == "fail" for m in plans[d.key].modules
+             if m in outcomes and not outcomes[m].ok and outcomes[m].reused_since]
+    if stale and ctx.verdicts is not None:
+        for m in stale:
+            ctx.verdicts.forget("imports", _arg(m, files), ctx.environ)
+        outcomes.update(_load(stale, ctx, files, always=stale, reuse=False))
+        results = judge()
+    _store_warnings(ctx, dists, plans, results, outcomes, files)
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules})
+
+
+def _arg(module: str, files: Mapping[str, str]) -> str:
+    """The import probe's argument for ``module`` (as ``import_modules`` makes it): the verdict cache's key."""
+    return f"{module}={files[module]}" if module in files else module
+
+
+def _store_warnings(ctx: DoctorContext, dists: Sequence[Distribution], plans: Mapping[str, LoadPlan],
+                    results: Sequence[CheckResult], outcomes: Mapping[str, ImportOutcome],
+                    files: Mapping[str, str]) -> None:
+    """Keep the failed imports of each check that is a warning every cause of which the data names optional
+    (``strict`` false: never a fail, never a warning --strict counts), executed this run alone, lazily loaded
+    (a dotted module), keyed by their process's evidence plus what could change their cause
+    (:func:`~wheelhouse.doctor.verdicts.loader_witness`)."""
+    if ctx.verdicts is None:
+        return
+    for d, r in zip(dists, results):
+        if r.verdict != "warn" or r.strict:
+            continue
+        for m in plans[d.key].modules:
+            o = outcomes.get(m)
+            if o is None or o.ok or o.reused_since or not o.isolated or o.evidence is None or "." not in m:
+                continue
+            deps, record = o.evidence
+            witness = loader_witness(files.get(m) or o.origin, ctx.environ)
+            ctx.verdicts.store_warning("imports", _arg(m, files), ctx.environ, [*deps, *witness], record)
 
 
 def _optional_data() -> OptionalData:
@@ -425,8 +470,33 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
 
 
 def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
-          always: Sequence[str] = ()) -> dict[str, ImportOutcome]:
+          always: Sequence[str] = (), reuse: bool = True) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
-                          reporter=ctx.reporter, files=files, cache=ctx.verdicts, always=always)
+                          reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
+                          costs=lambda: import_costs(ctx))
+
+
+_BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
+
+
+def import_costs(ctx: DoctorContext) -> dict[str, float]:
+    """Top-level name -> an estimate of its import's seconds, from the bytes its distribution's RECORD lists
+    under that name (cheap: no import). Only orders the import queue (heaviest first): never a verdict."""
+    from wheelhouse.recordfile import read_record
+
+    out: dict[str, float] = {}
+    for d in ctx.distributions.values():
+        if not d.dist_info or not d.extension_modules:
+            continue
+        try:
+            text = Path(d.dist_info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            continue
+        for rel, _, size in read_record(text):
+            top = rel.split("/", 1)[0]
+            top = top[:-3] if top.endswith(".py") else top.split(".", 1)[0]
+            if size:
+                out[top] = out.get(top, 0.0) + size / _BYTES_PER_SECOND
+    return out
