@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Sequence
 
-from .distfile import Distfile
+from .distfile import Distfile, distfile_of
 
 __all__ = ["FORMAT", "extra_name", "decode_parsed", "encode_parsed"]
 
@@ -54,17 +54,15 @@ def decode_parsed(payload: bytes | None, body_sha256: str, page_url: str, origin
 
 
 def _distfile(row: list, origin: str) -> Distfile:
-    """A Distfile from a stored row. Tens of thousands are loaded per run, so the frozen dataclass's
-    ``__init__`` (one ``object.__setattr__`` per field) is bypassed: every field is set here, and
-    the types that matter are checked (a wrong one raises TypeError: the entry is a miss)."""
+    """A Distfile from a stored row (``distfile_of``: tens of thousands are loaded per run); the
+    types that matter are checked (a wrong one raises TypeError: the entry is a miss)."""
     if len(row) != len(_FIELDS):
         raise TypeError("row length")
     values = dict(zip(_FIELDS, row))
     if not all(isinstance(values[k], str) for k in ("name", "version", "filename", "url")) or not isinstance(values["hashes"], dict):
         raise TypeError("row types")
-    d = object.__new__(Distfile)
-    d.__dict__.update(values, origin=origin)
-    return d
+    values["origin"] = origin
+    return distfile_of(values)
 
 
 def encode_parsed(body_sha256: str, page_url: str, origin: str, keep_key: str, files: Sequence[Distfile]) -> bytes:

@@ -23,7 +23,6 @@ only), else a stand-in with no file (``origin == IMAGE``: no dependencies known)
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -159,27 +158,20 @@ class _TagFilter:
         return ok
 
     def many(self, filenames: Sequence[str]) -> list[bool]:
-        """``[self(f) for f in filenames]`` for a page's ~100k names at once: one regex pass finds
-        each wheel name's tags (as ``__call__`` cuts them) and the verdicts are dictionary
-        look-ups; calling ``self`` per name was most of a big page's parse."""
-        tags = _WHEEL_TAGS.findall("\n".join(filenames))
-        if len(tags) != len(filenames):  # a name with a line break: one at a time
-            return [self(f) for f in filenames]
-        seen = self._seen
-        seen.setdefault("", False)  # not a wheel name with 5 or 6 fields
-        verdicts = list(map(seen.get, tags))
-        if None in verdicts:
-            for t in {t for t, v in zip(tags, verdicts) if v is None}:
-                seen[t] = self._rank(f"x-0-{t}") is not None
-            verdicts = list(map(seen.get, tags))
-        for i, t in enumerate(tags):
-            if not t and filenames[i].endswith(SDIST_SUFFIXES):
-                verdicts[i] = True
-        return verdicts
-
-
-# One match per line: the last three fields of a name with 4 or 5 dashes ending in .whl, else "".
-_WHEEL_TAGS = re.compile(r"^(?:[^-\n]*-[^-\n]*(?:-[^-\n]*)?-([^-\n]*-[^-\n]*-[^-\n]*\.whl)|.*)$", re.M)
+        """``[self(f) for f in filenames]`` for a page's ~100k names at once. Each name's last three
+        dash-separated fields (the tag triple, as ``__call__`` cuts them) are judged once per distinct
+        text; only a name whose triple the target accepts has its field count checked (5 or 6), and
+        a name with a refused or no triple is kept only as a source distribution."""
+        seen, rank, sdist = self._seen, self._rank, SDIST_SUFFIXES
+        out = []
+        append = out.append
+        for f in filenames:
+            tags = f[f.rfind("-", 0, f.rfind("-", 0, f.rfind("-"))) + 1:]
+            ok = seen.get(tags)
+            if ok is None:
+                ok = seen[tags] = rank(f"x-0-{tags}") is not None
+            append(f.count("-") in (4, 5) if ok else f.endswith(sdist))
+        return out
 
 
 class CandidateFinder:
