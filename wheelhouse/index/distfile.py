@@ -22,7 +22,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-__all__ = ["Distfile", "distfile_of", "distfile_from_filename", "split_hash_fragment", "url2pathname"]
+__all__ = ["NORMAL_VERSION", "Distfile", "distfile_of", "distfile_from_filename", "split_hash_fragment", "url2pathname"]
 
 _SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -91,7 +91,7 @@ def distfile_of(values: dict) -> Distfile:
 
 # A version text that is already its own PEP 440 normal form (``str(Version(text)) == text``): no
 # epoch, no leading zeros, no local part, the canonical spellings of a/b/rc, .post and .dev.
-_NORMAL_VERSION = re.compile(r"(?:0|[1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*))*(?:(?:a|b|rc)(?:0|[1-9][0-9]*))?"
+NORMAL_VERSION = re.compile(r"(?:0|[1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*))*(?:(?:a|b|rc)(?:0|[1-9][0-9]*))?"
                              r"(?:\.post(?:0|[1-9][0-9]*))?(?:\.dev(?:0|[1-9][0-9]*))?")
 
 
@@ -105,7 +105,7 @@ def _sdist_name_version(filename: str) -> tuple[str, str]:
     already in normal form is taken as written (a page lists thousands of sdists: no Version each)."""
     stem = filename[:-7] if filename.endswith(".tar.gz") else filename[:-4] if filename.endswith(".zip") else ""
     name, sep, version = stem.rpartition("-")
-    if sep and name and _NORMAL_VERSION.fullmatch(version):
+    if sep and name and NORMAL_VERSION.fullmatch(version):
         return _canonical(name), version
     parsed_name, parsed = parse_sdist_filename(filename)
     return parsed_name, str(parsed)
