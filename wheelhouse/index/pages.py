@@ -136,9 +136,11 @@ def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] |
         json.loads(head + b"]}")
     except ValueError:
         return None
-    try:
-        names = [raw.decode("utf-8") for raw in raw_names]
+    try:  # decoded at once (JSON strings hold no raw line break: a count that differs is an odd page)
+        names = b"\n".join(raw_names).decode("utf-8").split("\n")
     except UnicodeDecodeError:
+        return None
+    if len(names) != n:
         return None
     many = getattr(keep, "many", None)
     verdicts = many(names) if many is not None else [keep(f) for f in names]
