@@ -146,7 +146,7 @@ def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] |
     verdicts = many(names) if many is not None else [keep(f) for f in names]
     decoder = json.JSONDecoder()
     kept = []
-    pos = first.start()  # object i starts at or after here: the end of the last object decoded
+    pos = first.start()  # object i starts at or after here (just after the start of the last one decoded)
     for i in [i for i, ok in enumerate(verdicts) if ok] + ([] if verdicts[-1] else [n - 1]):
         filename, last = names[i], i + 1 == n
         start = _object_start(body, raw_names[i], pos)

@@ -137,9 +137,10 @@ SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
 
 
 class _TagFilter:
-    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept, and every
-    source distribution (one a release: the resolution's caveats name releases that have only those).
-    Its ``cache_key`` names the tag set, so a page filtered for this target is stored pre-parsed."""
+    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept, and the
+    source distributions (the resolution's caveats name releases that have only those; ``many``, which
+    sees a whole page, leaves out those of releases with a kept wheel). Its ``cache_key`` names the
+    tag set, so a page filtered for this target is stored pre-parsed."""
 
     def __init__(self, target: TargetProfile):
         self._rank = target.wheel_rank
