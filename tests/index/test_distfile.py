@@ -70,3 +70,27 @@ def test_distfiles_are_frozen_values():
     d = Distfile("a", "1.0", "a-1.0.tar.gz", "u")
     with pytest.raises(AttributeError):
         d.version = "2.0"  # type: ignore[misc]
+
+
+def test_an_sdist_version_is_the_normal_form_packaging_gives_whatever_its_spelling():
+    """An sdist's version is taken as written only when it already is its normal form; every other
+    spelling (leading zeros, epochs, local parts, alternative pre/post/dev spellings) goes through
+    packaging, so the text equals ``str(Version(...))`` either way."""
+    import random
+
+    from packaging.utils import parse_sdist_filename
+
+    versions = ["1.0", "0", "01.2", "1.0.0a0", "1.0alpha1", "1.0-1", "1.0.post2", "1.0.dev0", "1.0rc1.post1.dev2", "2!1.0",
+                "1.0+local", "1.0.RC1", "1.0c1", "v1.0", "1.0.0.0.1", "1_0", "1.0a01", "10.20.30"]
+    rng = random.Random(30)
+    versions += ["".join(rng.choice("0123456789.abcrpostdev!+") for _ in range(rng.randint(1, 10))) for _ in range(3000)]
+    for v in versions:
+        for suffix in (".tar.gz", ".zip"):
+            filename = f"Some_Project-{v}{suffix}"
+            d = distfile_from_filename(filename, "https://x/" + filename)
+            try:
+                name, version = parse_sdist_filename(filename)
+            except ValueError:
+                assert d is None, filename
+                continue
+            assert d is not None and (d.name, d.version) == (name, str(version)), filename

@@ -120,20 +120,37 @@ def test_exact_pins_and_requires_python_parsing():
 
 
 def test_the_tag_filter_judges_a_whole_page_of_names_as_it_judges_each():
-    """``many`` (one regex pass over a big page's names) must agree with the per-name filter on
-    every shape of name: wheels with and without a build tag, sdists, too few or too many
-    fields, empty fields, odd extensions, a line break inside a name."""
+    """``many`` (a big page's names at once) must agree with the per-name filter on every shape of
+    name (wheels with and without a build tag, sdists, too few or too many fields, empty fields,
+    odd extensions, a line break inside a name), except that it drops an sdist of a release the
+    page has a kept wheel of: the one the caveats skip, found here by parsing both names."""
     import random
 
+    from wheelhouse.index.pages import parse_simple_json
     from wheelhouse.resolve.candidates import _TagFilter
 
     names = ["a-1.0-py3-none-any.whl", "a-1.0-1-cp312-cp312-manylinux_2_17_x86_64.whl", "a-1.0.tar.gz", "",
              "a-b-c-d-e-f-g.whl", "x-1-cp312-abi3-manylinux_2_28_x86_64.whl", "x-1-cp311-cp311-manylinux_2_28_x86_64.whl",
              "--py3-none-any.whl", "-py3-none-any.whl", "a-1.0-py3-none-any.whl.metadata", "a-1.0-py2.py3-none-any.whl",
-             "a-1.0-py3-none-any.WHL", "a--1-py3-none-any.whl", ".whl", "-", "a-1-cp312-cp312-manylinux_2_17_aarch64.whl"]
+             "a-1.0-py3-none-any.WHL", "a--1-py3-none-any.whl", ".whl", "-", "a-1-cp312-cp312-manylinux_2_17_aarch64.whl",
+             "A.b-2.0.zip", "a_b-2.0-py3-none-any.whl", "a-01.0.tar.gz", "a-3.0.tar.gz", "a-3.0-cp311-cp311-linux_x86_64.whl",
+             "x-1.tar.bz2", "x-1.tar.gz", "c-01-py3-none-any.whl", "c-1.tar.gz"]
     rng = random.Random(14)
     names += ["".join(rng.choice("ab-.whl3_py") for _ in range(rng.randint(0, 24))) for _ in range(2000)]
+    names += [f"{rng.choice(['a', 'A', 'a_b', 'a.b'])}-{rng.choice(['1', '1.0', '2.0', '01', '1.0.0'])}{rng.choice(['.tar.gz', '.zip', '-py3-none-any.whl'])}"
+              for _ in range(300)]
     one, bulk = _TagFilter(CP312), _TagFilter(CP312)
     expected = [one(f) for f in names]
-    assert bulk.many(names) == expected and sum(expected) >= 4
+    # what the JSON page parser makes of each kept name, and the caveats' rule on it: an sdist whose
+    # (name, version text) a kept wheel also carries is never read
+    made = {f: parse_simple_json({"files": [{"filename": f, "url": f"https://f/{f}"}]}, "https://i/", "o")
+            for f, ok in zip(names, expected) if ok}
+    kept_wheels = {(d.name, d.version) for ds in made.values() for d in ds if d.is_wheel}
+
+    def has_kept_wheel(f: str) -> bool:  # (an sdist whose version is spelled otherwise is kept: never wrong)
+        return any((d.name, d.version) in kept_wheels and f.endswith((f"-{d.version}.tar.gz", f"-{d.version}.zip"))
+                   for d in made[f] if not d.is_wheel)
+
+    pruned = [ok and not (not f.endswith(".whl") and has_kept_wheel(f)) for f, ok in zip(names, expected)]
+    assert bulk.many(names) == pruned and sum(pruned) >= 4 and sum(expected) - sum(pruned) >= 3
     assert bulk.many(["a\nb-1-py3-none-any.whl", "a-1-py3-none-any.whl"]) == [one("a\nb-1-py3-none-any.whl"), True]

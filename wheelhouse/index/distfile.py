@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import re
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
@@ -19,7 +22,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-__all__ = ["Distfile", "distfile_from_filename", "split_hash_fragment", "url2pathname"]
+__all__ = ["NORMAL_VERSION", "Distfile", "distfile_of", "distfile_from_filename", "split_hash_fragment", "url2pathname"]
 
 _SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -71,6 +74,43 @@ class Distfile:
         return tuple(sorted(str(t) for t in parse_wheel_filename(self.filename)[3]))
 
 
+_FIELDS = frozenset(f.name for f in fields(Distfile))
+
+
+def distfile_of(values: dict) -> Distfile:
+    """``Distfile(**values)`` for a dict that names every field. A cold resolve makes tens of
+    thousands from index pages; the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field) cost more than reading the page, so the fields are set at once (they are plain values:
+    ``__init__`` converts nothing)."""
+    if values.keys() != _FIELDS:
+        raise TypeError(f"a Distfile needs exactly the fields {sorted(_FIELDS)}")
+    d = object.__new__(Distfile)
+    d.__dict__.update(values)
+    return d
+
+
+# A version text that is already its own PEP 440 normal form (``str(Version(text)) == text``): no
+# epoch, no leading zeros, no local part, the canonical spellings of a/b/rc, .post and .dev.
+NORMAL_VERSION = re.compile(r"(?:0|[1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*))*(?:(?:a|b|rc)(?:0|[1-9][0-9]*))?"
+                             r"(?:\.post(?:0|[1-9][0-9]*))?(?:\.dev(?:0|[1-9][0-9]*))?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(name: str) -> str:
+    return canonicalize_name(name)
+
+
+def _sdist_name_version(filename: str) -> tuple[str, str]:
+    """``parse_sdist_filename``'s (name, str(version)) for a ``.tar.gz`` / ``.zip`` name; a version
+    already in normal form is taken as written (a page lists thousands of sdists: no Version each)."""
+    stem = filename[:-7] if filename.endswith(".tar.gz") else filename[:-4] if filename.endswith(".zip") else ""
+    name, sep, version = stem.rpartition("-")
+    if sep and name and NORMAL_VERSION.fullmatch(version):
+        return _canonical(name), version
+    parsed_name, parsed = parse_sdist_filename(filename)
+    return parsed_name, str(parsed)
+
+
 def distfile_from_filename(
     filename: str,
     url: str,
@@ -83,13 +123,18 @@ def distfile_from_filename(
     try:
         if filename.endswith(".whl"):
             name, version, _, _ = parse_wheel_filename(filename)
+            name, version = _canonical(name), str(version)
         elif filename.endswith(_SDIST_SUFFIXES):
-            name, version = parse_sdist_filename(filename if not filename.endswith((".tar.bz2", ".tgz")) else filename.rsplit(".t", 1)[0] + ".tar.gz")
+            name, version = _sdist_name_version(filename if not filename.endswith((".tar.bz2", ".tgz")) else filename.rsplit(".t", 1)[0] + ".tar.gz")
         else:
             return None
     except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
         return None
-    return Distfile(name=canonicalize_name(name), version=str(version), filename=filename, url=url, hashes=dict(hashes or {}), origin=origin, **info)
+    return distfile_of({**_DEFAULTS, **info, "name": name, "version": version, "filename": filename, "url": url,
+                        "hashes": dict(hashes or {}), "origin": origin})
+
+
+_DEFAULTS = {f.name: f.default for f in fields(Distfile) if f.default is not dataclasses.MISSING}
 
 
 def split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:

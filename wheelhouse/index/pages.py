@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from packaging.utils import canonicalize_name
 
-from .distfile import Distfile, distfile_from_filename, split_hash_fragment
+from .distfile import Distfile, distfile_from_filename, distfile_of, split_hash_fragment
 
 __all__ = ["parse_simple_json", "parse_simple_json_body", "parse_simple_html"]
 
@@ -62,23 +62,24 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[
         if h:
             hashes.update({k: v for k, v in h.items() if isinstance(v, str)})
         meta = f.get("core-metadata", f.get("data-dist-info-metadata", f.get("dist-info-metadata")))
-        has_meta, meta_sha = _metadata_info(meta)
+        has_meta, meta_sha = _metadata_info(meta) if meta is not None else (False, None)
         yanked = f.get("yanked", False)
         size = f.get("size")
-        info = dict(
-            requires_python=f.get("requires-python") or None,
-            yanked=bool(yanked),
-            yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
-            size=size if isinstance(size, int) else None,
-            metadata_url=url + ".metadata" if has_meta else None,
-            metadata_sha256=meta_sha,
-        )
+        info = {
+            "requires_python": f.get("requires-python") or None,
+            "yanked": bool(yanked),
+            "yanked_reason": yanked if isinstance(yanked, str) and yanked else None,
+            "size": size if isinstance(size, int) else None,
+            "metadata_url": url + ".metadata" if has_meta else None,
+            "metadata_sha256": meta_sha,
+        }
         parts = filename[:-4].split("-") if filename.endswith(".whl") else ()
         if len(parts) in (5, 6):
             name = names.get(parts[0])
             if name is None:
                 name = names[parts[0]] = canonicalize_name(parts[0])
-            out.append(Distfile(name=name, version=parts[1], filename=filename, url=url, hashes=hashes, origin=origin, **info))
+            out.append(distfile_of({"name": name, "version": parts[1], "filename": filename, "url": url, "hashes": hashes,
+                                    "origin": origin, **info}))
             continue
         d = distfile_from_filename(filename, url, hashes=hashes, origin=origin, **info)
         if d is not None:
@@ -88,7 +89,7 @@ def parse_simple_json(data: Mapping, page_url: str, origin: str, keep: Callable[
 
 # Byte patterns of a PEP 691 page. In valid JSON an unescaped quote only ever delimits a string, so
 # `"url":` is always a key and `{"filename": "` always an object whose first key is "filename".
-_FILE_SPLIT = re.compile(rb'(\{\s*"filename"\s*:\s*"([^"\\]*)")')  # split: [head, start 1, name 1, rest 1, ...]
+_FILE_START = re.compile(rb'\{\s*"filename"\s*:\s*"([^"\\]*)"')  # a file object's start and its name
 _FILENAME_KEY = re.compile(rb'"filename"\s*:')
 _URL_KEY = re.compile(rb'"url"\s*:')
 _FILES_OPEN = re.compile(rb'"files"\s*:\s*\[\s*$')
@@ -118,34 +119,45 @@ def parse_simple_json_body(body: bytes, page_url: str, origin: str, keep: Callab
 def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] | None:
     if not body.lstrip()[:1] == b"{" or not body.rstrip()[-1:] == b"}":
         return None
-    # [head, start 1, name 1, rest 1, start 2, ...]: object i is start i + rest i (up to the next)
-    pieces = _FILE_SPLIT.split(body)
-    n = (len(pieces) - 1) // 3
+    raw_names = _FILE_START.findall(body)  # object i's name (no object built, no slice of the page kept)
+    n = len(raw_names)
     if not n:
         return None
     # every file object starts with its name, and there is no other: PEP 691 gives each a url
-    # (the plain count is a C scan: when it equals n, no other "filename" key can exist)
-    if (body.count(b'"filename"') != n and len(_FILENAME_KEY.findall(body)) != n) or len(_URL_KEY.findall(body)) != n:
+    # (the plain counts are C scans: when one equals n, no other such key can exist)
+    if ((body.count(b'"filename"') != n and len(_FILENAME_KEY.findall(body)) != n)
+            or (body.count(b'"url"') != n and len(_URL_KEY.findall(body)) != n)):
         return None
-    head = pieces[0]
+    first = _FILE_START.search(body)
+    head = body[:first.start()]
     if _FILES_OPEN.search(head) is None:
         return None
     try:  # what comes before the list is whole JSON (closed here as the list and page would be)
         json.loads(head + b"]}")
     except ValueError:
         return None
-    try:
-        names = [raw.decode("utf-8") for raw in pieces[2::3]]
+    try:  # decoded at once (JSON strings hold no raw line break: a count that differs is an odd page)
+        names = b"\n".join(raw_names).decode("utf-8").split("\n")
     except UnicodeDecodeError:
+        return None
+    if len(names) != n:
         return None
     many = getattr(keep, "many", None)
     verdicts = many(names) if many is not None else [keep(f) for f in names]
     decoder = json.JSONDecoder()
     kept = []
+    pos = first.start()  # object i starts at or after here (just after the start of the last one decoded)
     for i in [i for i, ok in enumerate(verdicts) if ok] + ([] if verdicts[-1] else [n - 1]):
         filename, last = names[i], i + 1 == n
+        start = _object_start(body, raw_names[i], pos)
+        if start is None:
+            return None
+        # what it holds runs to the next object's start (the last: to the end of the page)
+        nxt = _FILE_START.search(body, start + 1) if not last else None
+        if (nxt is None) != last:
+            return None
         try:
-            text = (pieces[3 * i + 1] + pieces[3 * i + 3]).decode("utf-8")
+            text = body[start:nxt.start() if nxt is not None else len(body)].decode("utf-8")
             obj, stop = decoder.raw_decode(text)
         except ValueError:  # UnicodeDecodeError included
             return None
@@ -161,7 +173,23 @@ def _kept_file_objects(body: bytes, keep: Callable[[str], bool]) -> list[dict] |
             if not verdicts[i]:
                 continue
         kept.append(obj)
+        pos = start + 1
     return kept
+
+
+def _object_start(body: bytes, raw_name: bytes, pos: int) -> int | None:
+    """Where the first file object at or after ``pos`` named ``raw_name`` starts. Objects skipped
+    on the way have other names: one with this name would have had the same verdict, and been
+    found first. The name's text is found where it is the value of an object's first key."""
+    quoted = b'"' + raw_name + b'"'
+    at = body.find(quoted, pos)
+    while at != -1:
+        start = body.rfind(b"{", pos, at)
+        m = _FILE_START.match(body, start) if start != -1 else None
+        if m is not None and m.end() == at + len(quoted):
+            return start
+        at = body.find(quoted, at + 1)
+    return None
 
 
 class _Anchors(HTMLParser):

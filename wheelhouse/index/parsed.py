@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from typing import Sequence
 
-from .distfile import Distfile
+from .distfile import Distfile, distfile_of
 
 __all__ = ["FORMAT", "extra_name", "decode_parsed", "encode_parsed"]
 
@@ -30,6 +31,8 @@ FORMAT = 2  # bump when the row layout or what a filter key means changes
 _MAGIC = b"wh-parsed-page"
 _FIELDS = ("name", "version", "filename", "url", "hashes", "requires_python", "yanked", "yanked_reason", "size",
            "metadata_url", "metadata_sha256")
+_ROW = operator.attrgetter(*_FIELDS)
+_HASHES = _FIELDS.index("hashes")
 
 
 def extra_name(origin: str, keep_key: str) -> str:
@@ -54,22 +57,23 @@ def decode_parsed(payload: bytes | None, body_sha256: str, page_url: str, origin
 
 
 def _distfile(row: list, origin: str) -> Distfile:
-    """A Distfile from a stored row. Tens of thousands are loaded per run, so the frozen dataclass's
-    ``__init__`` (one ``object.__setattr__`` per field) is bypassed: every field is set here, and
-    the types that matter are checked (a wrong one raises TypeError: the entry is a miss)."""
+    """A Distfile from a stored row (``distfile_of``: tens of thousands are loaded per run); the
+    types that matter are checked (a wrong one raises TypeError: the entry is a miss)."""
     if len(row) != len(_FIELDS):
         raise TypeError("row length")
     values = dict(zip(_FIELDS, row))
     if not all(isinstance(values[k], str) for k in ("name", "version", "filename", "url")) or not isinstance(values["hashes"], dict):
         raise TypeError("row types")
-    d = object.__new__(Distfile)
-    d.__dict__.update(values, origin=origin)
-    return d
+    values["origin"] = origin
+    return distfile_of(values)
 
 
 def encode_parsed(body_sha256: str, page_url: str, origin: str, keep_key: str, files: Sequence[Distfile]) -> bytes:
     """``files`` (parsed from the page with ``body_sha256``) as a payload ``decode_parsed`` reads."""
-    rows = [[getattr(d, f) if f != "hashes" else dict(d.hashes) for f in _FIELDS] for d in files]
+    rows = [list(_ROW(d)) for d in files]
+    for row in rows:
+        if type(row[_HASHES]) is not dict:  # a Mapping json cannot write
+            row[_HASHES] = dict(row[_HASHES])
     data = json.dumps({"body": body_sha256, "context": [page_url, origin, keep_key], "files": rows},
                       separators=(",", ":")).encode()
     return b"%s %d\n" % (_MAGIC, FORMAT) + data

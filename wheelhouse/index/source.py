@@ -113,6 +113,9 @@ class PackageSource:
         memoized per (name, keep). A ``keep`` with a ``cache_key`` attribute (a string that
         changes whenever what it keeps would) has its filtered list stored pre-parsed with
         the cached page (``parsed``); any other ``keep`` is applied to the stored whole page.
+        A ``keep`` may also have ``many(filenames) -> list[bool]``, which judges a JSON page's
+        names at once and may use what the page holds (the resolver's leaves out sdists of
+        releases it keeps a wheel of); names from find-links and HTML pages go one by one.
         """
         key = canonicalize_name(name)
         return list(self._memo.get((key, keep), lambda: self._files(key, keep)))

@@ -23,14 +23,14 @@ only), else a stand-in with no file (``origin == IMAGE``: no dependencies known)
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelhouse.index.distfile import Distfile
+from wheelhouse.index.distfile import NORMAL_VERSION, Distfile
 from wheelhouse.index import PackageSource
 from wheelhouse.target import TargetProfile
 from .toolchain import toolchain_ident
@@ -137,13 +137,14 @@ SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
 
 
 class _TagFilter:
-    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept, and every
-    source distribution (one a release: the resolution's caveats name releases that have only those).
-    Its ``cache_key`` names the tag set, so a page filtered for this target is stored pre-parsed."""
+    """``keep(filename)`` for ``PackageSource.files``: the wheels the target's tags accept, and the
+    source distributions (the resolution's caveats name releases that have only those; ``many``, which
+    sees a whole page, leaves out those of releases with a kept wheel). Its ``cache_key`` names the
+    tag set, so a page filtered for this target is stored pre-parsed."""
 
     def __init__(self, target: TargetProfile):
         self._rank = target.wheel_rank
-        self.cache_key = "tags+sdists:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+        self.cache_key = "tags+sdist-only-releases:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
         # A page of a big project lists ~100k files sharing a few hundred tag triples: each triple
         # is judged once (a cold vllm resolve asks ~160k times). Keyed by the text after the
         # version, so the answer is wheel_rank's for any name.
@@ -159,27 +160,55 @@ class _TagFilter:
         return ok
 
     def many(self, filenames: Sequence[str]) -> list[bool]:
-        """``[self(f) for f in filenames]`` for a page's ~100k names at once: one regex pass finds
-        each wheel name's tags (as ``__call__`` cuts them) and the verdicts are dictionary
-        look-ups; calling ``self`` per name was most of a big page's parse."""
-        tags = _WHEEL_TAGS.findall("\n".join(filenames))
-        if len(tags) != len(filenames):  # a name with a line break: one at a time
-            return [self(f) for f in filenames]
-        seen = self._seen
-        seen.setdefault("", False)  # not a wheel name with 5 or 6 fields
-        verdicts = list(map(seen.get, tags))
-        if None in verdicts:
-            for t in {t for t, v in zip(tags, verdicts) if v is None}:
-                seen[t] = self._rank(f"x-0-{t}") is not None
-            verdicts = list(map(seen.get, tags))
-        for i, t in enumerate(tags):
-            if not t and filenames[i].endswith(SDIST_SUFFIXES):
-                verdicts[i] = True
-        return verdicts
+        """``[self(f) for f in filenames]`` for a page's ~100k names at once, less the source
+        distributions of releases the page has a kept wheel of (the version text as the page's
+        Distfiles carry it: a wheel's second field, an sdist's version when already in normal
+        form). Those are the sdists the caveats skip, ~40% of what a cold vllm resolve kept.
+
+        Each name's last three dash-separated fields (the tag triple, as ``__call__`` cuts them) are
+        judged once per distinct text; only a name whose triple the target accepts has its field
+        count checked (5 or 6); a name with a refused or no triple is kept only as an sdist."""
+        seen, rank, sdist = self._seen, self._rank, SDIST_SUFFIXES
+        out: list[bool] = []
+        append = out.append
+        wheels, sdists = [], []  # the kept ones
+        for f in filenames:
+            tags = f[f.rfind("-", 0, f.rfind("-", 0, f.rfind("-"))) + 1:]
+            ok = seen.get(tags)
+            if ok is None:
+                ok = seen[tags] = rank(f"x-0-{tags}") is not None
+            if ok and f.count("-") in (4, 5):
+                wheels.append(f)
+            elif ok or not f.endswith(sdist):
+                append(False)
+                continue
+            else:
+                sdists.append(len(out))
+            append(True)
+        if not wheels or not sdists:
+            return out
+        canonical: dict[str, str] = {}  # a page names one project, spelled a few ways
+
+        def release(name: str, version: str) -> tuple[str, str]:
+            key = canonical.get(name)
+            if key is None:
+                key = canonical[name] = canonicalize_name(name)
+            return key, version
+
+        kept = {release(*f.split("-", 2)[:2]) for f in wheels}
+        for i in sdists:
+            r = _sdist_release(filenames[i])
+            if r is not None and release(*r) in kept:
+                out[i] = False
+        return out
 
 
-# One match per line: the last three fields of a name with 4 or 5 dashes ending in .whl, else "".
-_WHEEL_TAGS = re.compile(r"^(?:[^-\n]*-[^-\n]*(?:-[^-\n]*)?-([^-\n]*-[^-\n]*-[^-\n]*\.whl)|.*)$", re.M)
+def _sdist_release(filename: str) -> tuple[str, str] | None:
+    """A ``.tar.gz`` / ``.zip`` sdist's (name as written, version) when the version text is the one
+    its Distfile carries (already in PEP 440 normal form); None otherwise (that sdist is kept)."""
+    stem = filename[:-7] if filename.endswith(".tar.gz") else filename[:-4] if filename.endswith(".zip") else ""
+    name, sep, version = stem.rpartition("-")
+    return (name, version) if sep and name and NORMAL_VERSION.fullmatch(version) else None
 
 
 class CandidateFinder:
