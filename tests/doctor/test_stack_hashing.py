@@ -85,3 +85,61 @@ def test_a_cache_of_the_older_schema_is_honoured_and_written_again_in_the_new_on
     body = json.loads(path.read_text())
     assert body["schema"] == "wh-digests/2" and set(body["files"]) == set(files)
     assert FileDigests(environ=env).states(items) and all(isinstance(e, str) for e in body["files"].values())
+
+
+def _children(cmd_part: str) -> list[int]:
+    """The pids of this process's children whose command line holds ``cmd_part``."""
+    pids = []
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if cmd_part.encode() in f.read():
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def test_ctrl_c_that_reaches_the_hash_workers_stops_the_hashing_instead_of_finishing_it_in_process(tmp_path):
+    # Ctrl-C goes to the whole foreground process group: the workers die of SIGINT. The doctor must stop, not
+    # hash what is left at one process's speed. Sparse files: gigabytes to hash, no disk used.
+    import signal
+    import threading
+    import time
+
+    paths = []
+    for i in range(64):
+        p = tmp_path / f"big{i}.bin"
+        with open(p, "wb") as f:
+            f.truncate(96 << 20)
+        paths.append(str(p))
+    result: dict = {}
+
+    def run():
+        try:
+            result["out"] = hash_files(paths, 2, sizes=[96 << 20] * len(paths))
+        except KeyboardInterrupt:
+            result["interrupted"] = time.monotonic()
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 20
+    workers: list[int] = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        workers = _children("-I")
+        time.sleep(0.02)
+    assert workers, "no hash worker started"
+    time.sleep(0.2)
+    sent = time.monotonic()
+    for pid in workers:
+        os.kill(pid, signal.SIGINT)
+    t.join(60)
+    assert "out" not in result, "every file was hashed in-process after the workers were interrupted"
+    assert result["interrupted"] - sent < 5

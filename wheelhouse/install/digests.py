@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -305,12 +306,13 @@ def record_installed(dist_infos: Iterable[str | os.PathLike], environ: Mapping[s
     return written
 
 
-
-
 def _odd(rel: str) -> bool:
     """Whether ``site + "/" + rel`` might not be normalized (``..``, ``.``, ``//``, absolute): then it is
     normalized as :meth:`FileDigests.state` does. A few plain names (``.hidden``) are caught too: harmless."""
     return rel.startswith(("/", ".")) or rel.endswith("/") or "//" in rel or "/." in rel
+
+
+_INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM)  # a worker ended by these was interrupted, not broken
 _STAT_THREADS = 8  # more threads than this only queue on the GIL between the system calls
 
 
@@ -420,7 +422,8 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
     is then bound by the cores and the disk, not by this process's GIL (the per-file open/stat/read calls
     of 50k files would serialize on it). Biggest files first, handed out in small batches from one queue:
     a worker that got the big ones does not finish last. A worker that cannot start or dies leaves its
-    files to be hashed here."""
+    files to be hashed here; one ended by SIGINT or SIGTERM (Ctrl-C reaches the whole process group) stops
+    the hashing: :class:`KeyboardInterrupt`."""
     sizes = list(sizes) if sizes is not None else [0] * len(paths)
     out: list[Hashed] = [None] * len(paths)
     order = sorted(range(len(paths)), key=lambda i: -sizes[i])
@@ -447,6 +450,8 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
             cursor[0] = end
         return order[start:end]
 
+    interrupted = threading.Event()
+
     def work() -> None:
         try:
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WORKER], stdin=subprocess.PIPE,
@@ -472,6 +477,10 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
                     except (OSError, ValueError):
                         got = None
                 if got is None:
+                    if started is not None and started.poll() in _INTERRUPTED:
+                        interrupted.set()  # Ctrl-C reached the worker too: stop, do not hash the rest here
+                    if interrupted.is_set():
+                        break
                     proc = None
                     got = [_hash_here(paths[i]) for i in mine]
                 for i, g in zip(mine, got):
@@ -492,4 +501,6 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
         t.start()
     for t in threads:
         t.join()
+    if interrupted.is_set():
+        raise KeyboardInterrupt("a hash worker was interrupted")
     return out
