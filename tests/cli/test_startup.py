@@ -133,3 +133,32 @@ def test_a_stale_help_text_is_never_printed(tmp_path):
     r = subprocess.run([sys.executable, "-m", "wheelhouse.cli", "stage", "--help"], capture_output=True,
                        text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0 and "Resolve a NEW stack" in r.stdout, r.stderr
+
+
+def test_a_value_rendered_into_help_from_outside_cli_is_part_of_the_checksum(tmp_path):
+    """`wh serve --help` lists READY_MODES of wheelhouse/serve/readiness.py: a new mode there is a changed text."""
+    import ast
+    import shutil
+
+    from wheelhouse.cli import _fast
+
+    cli = Path(__file__).resolve().parents[2] / "wheelhouse" / "cli"
+    constants = set()
+    for source in cli.glob("*.py"):
+        for node in ast.parse(source.read_text()).body:
+            if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wheelhouse.")
+                    and not node.module.startswith("wheelhouse.cli") and any(a.name.isupper() for a in node.names)
+                    and node.module not in ("wheelhouse.errors",)):  # exit codes and error classes: no help text
+                constants.add(node.module.removeprefix("wheelhouse.").replace(".", "/") + ".py")
+    assert constants <= set(_fast.RENDERED_FROM), "add the module to _fast.RENDERED_FROM"
+
+    copy = tmp_path / "wheelhouse"
+    shutil.copytree(cli.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    readiness = copy / "serve" / "readiness.py"
+    text = readiness.read_text()
+    assert "READY_MODES" in text
+    readiness.write_text(text.replace('"generate"', '"generate", "newmode"', 1))
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "wheelhouse.cli", "serve", "--help"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "newmode" in r.stdout, r.stderr

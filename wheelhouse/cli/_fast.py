@@ -82,17 +82,23 @@ def help_text(width: int | None = None) -> str:
     return "\n".join(lines)
 
 
+# Modules outside wheelhouse/cli whose values the commands render into their help (``--ready``'s choices, the
+# smoke prompt's default); tests/cli/test_startup.py fails when a command imports a constant from another.
+RENDERED_FROM = ("serve/readiness.py", "serve/smoke.py")
+
+
 def sources_crc() -> int:
-    """CRC-32 of wheelhouse/cli's Python sources (but ``_helptexts.py``), in name order: what the texts were
-    rendered from. Reading them costs well under a millisecond; importing click to render them ~35 ms."""
+    """CRC-32 of wheelhouse/cli's Python sources (but ``_helptexts.py``), in name order, then of
+    :data:`RENDERED_FROM`: what the texts were rendered from. Reading them costs well under a millisecond;
+    importing click to render them ~35 ms."""
     import zlib
 
     folder = os.path.dirname(os.path.abspath(__file__))
+    names = [n for n in sorted(os.listdir(folder)) if n.endswith(".py") and n != "_helptexts.py"]
     crc = 0
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py") and name != "_helptexts.py":
-            with open(os.path.join(folder, name), "rb") as f:
-                crc = zlib.crc32(name.encode() + b"\0" + f.read(), crc)
+    for name in names + [os.path.join("..", other) for other in RENDERED_FROM]:
+        with open(os.path.join(folder, name), "rb") as f:
+            crc = zlib.crc32(name.encode() + b"\0" + f.read(), crc)
     return crc
 
 
