@@ -58,8 +58,9 @@ def _upper_bound_note(pin: Pin, finder: CandidateFinder, python: Version) -> Pin
     span = f"{pin.name} {lo} was" if lo == hi else f"{pin.name} {lo}\u2013{hi} were"
     bounds = sorted({str(s) for rp in skipped.values() for s in (spec_of(rp) or ())
                      if not s.contains(python, prereleases=True)})
-    return PinNote(UPPER_BOUND, f"{span} skipped for Requires-Python {','.join(bounds)}: wh honours the upper bound "
-                                f"that the target's Python {python} exceeds, uv reads only lower bounds and may pick "
+    what = "the upper bound" if all(b.startswith("<") for b in bounds) else "the clause (not a lower bound)"
+    return PinNote(UPPER_BOUND, f"{span} skipped for Requires-Python {','.join(bounds)}: wh honours {what} "
+                                f"that the target's Python {python} fails, uv reads only lower bounds and may pick "
                                 f"{pin.name} {hi}")
 
 
