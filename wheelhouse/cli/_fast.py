@@ -85,16 +85,19 @@ def help_text(width: int | None = None) -> str:
 # Modules outside wheelhouse/cli whose values the commands render into their help (``--ready``'s choices, the
 # smoke prompt's default); tests/cli/test_startup.py fails when a command imports a constant from another.
 RENDERED_FROM = ("serve/readiness.py", "serve/smoke.py")
+# Modules of wheelhouse/cli that no help text is rendered from (output, this module, the texts themselves): an
+# edit there leaves the texts current.
+_NOT_RENDERED = frozenset({"_helptexts.py", "_ui.py", "_fast.py"})
 
 
 def sources_crc() -> int:
-    """CRC-32 of wheelhouse/cli's Python sources (but ``_helptexts.py``), in name order, then of
+    """CRC-32 of wheelhouse/cli's Python sources (but :data:`_NOT_RENDERED`), in name order, then of
     :data:`RENDERED_FROM`: what the texts were rendered from. Reading them costs well under a millisecond;
     importing click to render them ~35 ms."""
     import zlib
 
     folder = os.path.dirname(os.path.abspath(__file__))
-    names = [n for n in sorted(os.listdir(folder)) if n.endswith(".py") and n != "_helptexts.py"]
+    names = [n for n in sorted(os.listdir(folder)) if n.endswith(".py") and n not in _NOT_RENDERED]
     crc = 0
     for name in names + [os.path.join("..", other) for other in RENDERED_FROM]:
         with open(os.path.join(folder, name), "rb") as f:
