@@ -351,6 +351,10 @@ Hashed = tuple[str, FileIdentity, FileIdentity] | None
 # is not waited on.
 _WORKER = r"""
 import base64, hashlib, os, stat, sys
+try:
+    os.nice(10)  # the doctor's import probes come first: hashing takes what CPU they leave
+except OSError:
+    pass
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 buf = bytearray(1 << 20)
 view = memoryview(buf)
@@ -384,6 +388,8 @@ while True:
     out.write(("\n".join(lines) + "\n").encode())
     out.flush()
 """
+_MAX_WORKERS = 4  # on the 16-core box 16 workers read no faster (the disk bounds a cold 7.2 GB: ~0.9 GB/s) and
+# doubled the import probes' time (torch 5 -> 16 s): a first run of 26 s became 40 s
 _PROCESS_BYTES = 64 << 20  # less than this to hash: threads here (a worker process costs ~30 ms to start)
 _BATCH_BYTES = 8 << 20  # what one batch to a worker holds (or _BATCH_FILES files): small enough to balance
 _BATCH_FILES = 512
@@ -418,9 +424,9 @@ def _parse(line: str) -> Hashed:
 def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = None) -> list[Hashed]:
     """The sha256 of each file (:data:`Hashed`), hashed by up to ``jobs`` at once.
 
-    Enough bytes go to worker processes of the interpreter running wh (one per job): hashing a 7 GB tree
-    is then bound by the cores and the disk, not by this process's GIL (the per-file open/stat/read calls
-    of 50k files would serialize on it). Biggest files first, handed out in small batches from one queue:
+    Enough bytes go to worker processes of the interpreter running wh (one per job, at most 4, at a lower
+    priority than the import probes): hashing a 7 GB tree is then bound by the disk, not by this process's
+    GIL (the per-file open/stat/read calls of 50k files would serialize on it). Biggest files first, handed out in small batches from one queue:
     a worker that got the big ones does not finish last. A worker that cannot start or dies leaves its
     files to be hashed here; one ended by SIGINT or SIGTERM (Ctrl-C reaches the whole process group) stops
     the hashing: :class:`KeyboardInterrupt`."""
@@ -428,7 +434,7 @@ def hash_files(paths: Sequence[str], jobs: int, sizes: Sequence[int] | None = No
     out: list[Hashed] = [None] * len(paths)
     order = sorted(range(len(paths)), key=lambda i: -sizes[i])
     total = sum(sizes)
-    workers = min(jobs, max(1, total // (_BATCH_BYTES * 2)), len(paths))
+    workers = min(jobs, _MAX_WORKERS, max(1, total // (_BATCH_BYTES * 2)), len(paths))
     if workers <= 1 or total < _PROCESS_BYTES:
         threads = min(jobs, len(paths)) or 1
         if threads == 1:
