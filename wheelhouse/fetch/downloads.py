@@ -30,7 +30,6 @@ from .cache import (
     HashMismatch,
     cache_in_use,
     NoSpace,
-    add_to_cache,
     cached_path,
     copy_private,
     copy_verified,
@@ -39,28 +38,14 @@ from .cache import (
     link_entry,
     partial_path,
     place,
-    sha256_of,
 )
 from .ranges import (SEGMENT_MIN, KeptBytesUnverified, NoRanges, Segmented, fetch_range, finish_segmented, plan_segments,
                      split_range)
-from .session import Cancelled, Client, DiskFull, FetchError, FetchItem, Session
+from .session import Cancelled, Client, DiskFull, FetchItem, Session
 from .spans import split_minimum
 from .stream import download
 
-__all__ = [
-    "FetchItem",
-    "FetchError",
-    "HashMismatch",
-    "NoSpace",
-    "Client",
-    "default_cache_dir",
-    "cached_path",
-    "add_to_cache",
-    "sha256_of",
-    "fetch_all",
-    "place",
-    "SEGMENT_MIN",
-]
+__all__ = ["fetch_all"]
 
 
 def fetch_all(

@@ -75,7 +75,8 @@ def plan_install(wheelhouses: Sequence[Path], options: InstallOptions, *,
     options, the target, ``only`` and ``jobs`` are read)."""
     from wheelhouse.carry.verify import require_intact
     from wheelhouse.install import closure
-    from .run import MissingRequirements, _check_requirements, _plan, _receiving, require_target
+    from .closure import MissingRequirements
+    from .run import _check_requirements, _plan, _receiving, require_target
     from .assumed import check_assumed
     from .checks import verify_files
     from .wheel import default_jobs

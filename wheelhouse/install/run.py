@@ -55,41 +55,19 @@ from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .digests import record_installed
 from .closure import Dist, MissingRequirements, check_closure, installed_view, rewrites_of, wheel_dist
-from .errors import AmbiguousWheelhouse, HashMismatch, InstallFailed, PatchesUnavailable, TargetMismatch
+from .errors import InstallFailed, PatchesUnavailable
 from .installed import canonical_name, drop_bytecode, find_installed
 from .options import InstallOptions
-from .state import read_install_state, state_path, unfinished_transaction, write_install_state
+from .state import read_install_state, state_path, write_install_state
 from wheelhouse.folderlock import FolderLock, lockable
-from .transaction import Transaction, UnfinishedInstall, recover
+from .transaction import Transaction, recover
 from .wheel import InstalledDist, default_jobs, install_wheels, plan_batch
 from .wheel.archive import read_wheel
 from .wheel.archive import FileIdentity
 from .wheel.plan import forget_ahead, plan_ahead
-from .wheelhouses import Wheelhouse, check_unambiguous, find_wheelhouses, load_wheelhouse
+from .wheelhouses import Wheelhouse, check_unambiguous, load_wheelhouse
 
-__all__ = [
-    "Wheelhouse",
-    "InstallReport",
-    "TargetMismatch",
-    "HashMismatch",
-    "AmbiguousWheelhouse",
-    "InstallFailed",
-    "PatchesUnavailable",
-    "MissingRequirements",
-    "NoTarget",
-    "require_target",
-    "UnfinishedInstall",
-    "unfinished_transaction",
-    "find_wheelhouses",
-    "load_wheelhouse",
-    "install_wheelhouses",
-    "recorded_wheelhouses",
-    "read_install_state",
-    "state_path",
-    "check_target",
-    "verify_files",
-    "write_activation",
-]
+__all__ = ["InstallReport", "NoTarget", "require_target", "install_wheelhouses", "recorded_wheelhouses"]
 
 
 @dataclass(frozen=True)

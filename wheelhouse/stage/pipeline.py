@@ -41,17 +41,13 @@ from wheelhouse.digest import sha256_of
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
-from .inputs import StageFlags, StageInputs, merge_inputs
+from .inputs import StageInputs
 from .delta import ImageDelta, delta_of, offered
 from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
 from .writer import (
     WHEELS,
-    BadOutput,
     StagedFile,
-    StageError,
     check_out,
-    environment_marker,
-    requires_python_for,
     write_stage_tree,
 )
 from wheelhouse.manifest import Exclusion
@@ -67,19 +63,7 @@ if TYPE_CHECKING:
     from .previous import Previous
     from .release import ReleaseArtifact
 
-__all__ = [
-    "StageError",
-    "BadOutput",
-    "StagedFile",
-    "StageResult",
-    "ImageDelta",
-    "StageFlags",
-    "StageInputs",
-    "merge_inputs",
-    "stage",
-    "environment_marker",
-    "requires_python_for",
-]
+__all__ = ["StageResult", "stage"]
 
 
 @dataclass(frozen=True)

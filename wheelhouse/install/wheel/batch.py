@@ -40,14 +40,12 @@ from typing import Callable, Collection, Mapping, Sequence
 
 from wheelhouse.faults import checkpoint
 from wheelhouse.install.installed import (
-    canonical_name,
     find_installed,
     inside_scheme,
     installed_paths,
     prune_empty_dirs,
 )
 from wheelhouse.install.transaction import Transaction
-from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.progress import NullReporter, Reporter
 from .archive import FileIdentity
 from .extract import create_new, extract_plans
@@ -57,19 +55,7 @@ from .linkcache import LinkCache, Linking
 from .plan import PlannedFile, WheelPlan, plan_wheel
 from .record import RecordMismatch, UnpackError, UnsafeWheelPath, record_digest, render_record
 
-__all__ = [
-    "UnpackError",
-    "UnsafeWheelPath",
-    "RecordMismatch",
-    "InstalledDist",
-    "NoSpace",
-    "install_wheels",
-    "plan_batch",
-    "default_jobs",
-    "find_installed",
-    "remove_distribution",
-    "canonical_name",
-]
+__all__ = ["InstalledDist", "NoSpace", "install_wheels", "plan_batch", "default_jobs"]
 
 
 @dataclass(frozen=True)
