@@ -102,42 +102,10 @@ class FileDigests:
 
     def state(self, site: str, rel: str) -> FileState:
         """The digest and size of the file ``rel`` (a RECORD path) under ``site``; None when it is not a file."""
-        key = (site, rel)
-        known = self._memo.get(key, _UNKNOWN)  # asked before this run (stack:files, then the inventory)
+        known = self._memo.get((site, rel), _UNKNOWN)  # asked before this run (stack:files, then the inventory)
         if known is not _UNKNOWN:
             return known
-        site = os.path.abspath(site)  # one spelling per folder: one cache
-        full = os.path.normpath(os.path.join(site, rel))
-        with self._lock:
-            self._seen.setdefault(site, set()).add(rel)
-        state = self._state(site, rel, full)
-        with self._lock:
-            self._memo[key] = state
-        return state
-
-    def _state(self, site: str, rel: str, full: str) -> FileState:
-        try:
-            st = os.stat(full)
-        except (OSError, ValueError):
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        entries = self._entries(site)
-        cached = entries.get(rel)
-        key = _key(st)
-        if not self.thorough and type(cached) is str and cached.startswith(key) and len(cached) > len(key):
-            return cached[len(key):], st.st_size
-        got = _hash_here(full)
-        if got is None:
-            return None
-        digest, before, after = got
-        with self._lock:
-            self.hashed += 1
-            self.hashed_bytes += before[2]
-            if before == after:  # not written to while it was read: the digest is the file's
-                entries[rel] = _entry(before, digest)
-                self._dirty.add(site)
-        return digest, before[2]
+        return self.states([(site, rel)])[0]
 
     def states(self, items: Sequence[tuple[str, str]]) -> list[FileState]:
         """:meth:`state` of each ``(site, RECORD path)``, many at once.
@@ -170,7 +138,7 @@ class FileDigests:
                     out[i] = None
                     continue
                 cached = (empty if self.thorough else by_site[site]).get(rel)
-                key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"  # _key, inlined
+                key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"  # _entry's identity part
                 if type(cached) is str and cached.startswith(key) and len(cached) > len(key):
                     out[i] = (cached[len(key):], st.st_size)
                 else:
@@ -211,11 +179,6 @@ class FileDigests:
 
 
 _OLD = "\x00old"  # marks entries read from a wh-digests/1 cache (no RECORD path holds a NUL)
-
-
-def _key(st: os.stat_result) -> str:
-    """The identity part of a cache entry: ``dev:ino:size:mtime_ns:ctime_ns:``."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
 
 
 def _entry(ident: FileIdentity, digest: str) -> str:
