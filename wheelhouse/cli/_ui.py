@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # rich loads with the first console a command opens, not for 
     from rich.progress import Progress
 from wheelhouse.redact import redact
 
-__all__ = ["Ui", "RichReporter", "PlainConsole", "human_size", "print_error", "emit_json", "errors_as_json", "plural", "stderr_console",
-           "stdout_console", "write_output", "check_writable"]
+__all__ = ["Ui", "RichReporter", "PlainConsole", "human_size", "print_error", "emit_json", "errors_as_json", "plural",
+           "stderr_console", "stdout_console", "write_output", "check_writable"]
 
 
 def _console(stderr: bool) -> Console:

@@ -125,7 +125,8 @@ def distfile_from_filename(
             name, version, _, _ = parse_wheel_filename(filename)
             name, version = _canonical(name), str(version)
         elif filename.endswith(_SDIST_SUFFIXES):
-            name, version = _sdist_name_version(filename if not filename.endswith((".tar.bz2", ".tgz")) else filename.rsplit(".t", 1)[0] + ".tar.gz")
+            as_tar_gz = filename.rsplit(".t", 1)[0] + ".tar.gz" if filename.endswith((".tar.bz2", ".tgz")) else filename
+            name, version = _sdist_name_version(as_tar_gz)
         else:
             return None
     except (InvalidWheelFilename, InvalidSdistFilename, ValueError):

@@ -144,7 +144,8 @@ class _TagFilter:
 
     def __init__(self, target: TargetProfile):
         self._rank = target.wheel_rank
-        self.cache_key = "tags+sdist-only-releases:" + hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+        tags = hashlib.sha256("\n".join(sorted(target.tags)).encode()).hexdigest()[:32]
+        self.cache_key = "tags+sdist-only-releases:" + tags
         # A page of a big project lists ~100k files sharing a few hundred tag triples: each triple
         # is judged once (a cold vllm resolve asks ~160k times). Keyed by the text after the
         # version, so the answer is wheel_rank's for any name.
@@ -217,8 +218,9 @@ class CandidateFinder:
     Thread-safe enough for the resolver's prefetch threads: a memo miss computes the same value twice.
     """
 
-    def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]], prereleases: bool,
-                 provided: Mapping[str, str] | None = None, allowed_yanks: Mapping[str, frozenset[Version]] | None = None):
+    def __init__(self, target: TargetProfile, source: PackageSource, *, constraints: Mapping[str, list[Req]],
+                 prereleases: bool, provided: Mapping[str, str] | None = None,
+                 allowed_yanks: Mapping[str, frozenset[Version]] | None = None):
         self.target = target
         self.source = source
         self.constraints = constraints

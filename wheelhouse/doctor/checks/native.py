@@ -261,7 +261,8 @@ def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mappin
 def _reuse_note(reused: Mapping[str, str], judged: int, ok: bool = True) -> str:
     """Evidence that says which verdicts were not executed this run (the verdict cache, ``--thorough`` re-runs)."""
     since = min(reused.values())
-    return (f"{'ok' if ok else 'reused, a stored warning among them'} (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
+    head = "ok" if ok else "reused, a stored warning among them"
+    return (f"{head} (unchanged since {since}): {len(reused)} of {judged} import verdict(s) reused, not executed this "
             "run: every file their import loaded, the interpreter, the environment, the GPU facts, wh and the probe "
             "are as they were (`--thorough` executes them again)")
 
