@@ -8,7 +8,7 @@ shared machine hits all alike) and prints the median and the range (fastest-slow
 before and after, and the median CPU time (user+sys) of each, which a loaded machine inflates far less. Each console script is labelled with the install it belongs to: an editable (dev) install's
 script pays for its import finder at every start (site imports it, ~14 ms here), a regular ``pip install .``,
 what users get, does not. ``--regular VENV`` makes that regular install of this checkout in VENV (a fresh venv,
-``pip install .``) and measures its script too. Goals: ``--version`` / ``--help`` under 50 ms (issue 14),
+the checkout's wheel installed by pip) and measures its script too. Goals: ``--version`` / ``--help`` under 50 ms (issue 14),
 ``wh stage --help`` / ``wh doctor --help`` <= 0.1 s by median (issue 31).
 ``python -X importtime -m wheelhouse.cli stage --help`` shows what is imported.
 """
@@ -41,9 +41,17 @@ def install_kind(python: Path) -> str:
 
 
 def make_regular(venv: Path) -> Path:
-    """A fresh venv with this checkout installed as users get it (``pip install .``); its wh script."""
+    """A fresh venv with this checkout installed as users get it (a built wheel, what ``pip install .`` installs;
+    built by wh's own builder, which leaves no ``build/`` folder in the checkout); its wh script."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from wheelhouse.stage.bootstrap import build_from_checkout
+
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(REPO)], check=True)
+    with tempfile.TemporaryDirectory(prefix="wh-bench-wheel-") as cache:
+        wheel = build_from_checkout(REPO, Path(cache))
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True)
     return venv / "bin" / "wh"
 
 
