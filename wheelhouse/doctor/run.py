@@ -208,17 +208,21 @@ def gather_context(
         raise InterpreterError(f"interpreter {exe} does not exist or is not executable",
                                hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
-    res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
-    if not res.ok:
-        raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
-                              hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
-                              detail=res.tail())
-    facts: dict[str, Any] = dict(res.data)
-    gpu: GpuFacts | None = None
-    if facts_override:
-        facts, gpu = _apply_overrides(facts, gpu, facts_override)
-    if gpu is None:
-        gpu = query_gpu_facts(environ=env)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool:  # nvidia-smi (~1 s on a fresh box) while the probe runs
+        gpu_query = None if "gpu" in (facts_override or {}) else pool.submit(query_gpu_facts, environ=env)
+        res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
+        if not res.ok:
+            raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
+                                  hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
+                                  detail=res.tail())
+        facts: dict[str, Any] = dict(res.data)
+        gpu: GpuFacts | None = None
+        if facts_override:
+            facts, gpu = _apply_overrides(facts, gpu, facts_override)
+        if gpu is None:
+            gpu = gpu_query.result()
+    facts["gather_seconds"] = round(time.monotonic() - t0, 3)
     from wheelhouse.target.interpreter import visible_site_dirs
 
     own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
@@ -404,6 +408,7 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
         "target": ctx.target.describe() if ctx.target else None,
         "target_source": ctx.target_source,
         "memory": f.get("memory"),
+        "facts_seconds": f.get("gather_seconds"),  # the facts probe and nvidia-smi, before any check started
         # For `wh doctor compare` (reports from many nodes): who this is, and what is installed, with hashes.
         "node": node_identity(ctx.environ),
         "wh_version": __version__,
