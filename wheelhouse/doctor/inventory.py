@@ -55,24 +55,22 @@ def _site_rows(rows: Iterable[tuple[str, str | None, int | None]]) -> list[tuple
     return out
 
 
-def _rows_sha256(rows: Sequence[tuple[str, str]], actual: Callable[[str], Any] | None) -> tuple[str, int]:
-    lines = []
-    for path, recorded in rows:
-        if actual is None:
-            lines.append(f"{path} sha256={recorded}\n")
-            continue
-        state = actual(path)
-        lines.append(f"{path} sha256={state[0]}\n" if state else f"{path} missing\n")
+def _rows_sha256(rows: Sequence[tuple[str, str]], states: Sequence[Any] | None = None) -> tuple[str, int]:
+    """``states``: each row's file ``(digest, size)`` on disk, or None when it is missing; without them, the
+    digests RECORD records stand in (what the file should hold)."""
+    if states is None:
+        lines = [f"{path} sha256={recorded}\n" for path, recorded in rows]
+    else:
+        lines = [f"{path} sha256={state[0]}\n" if state else f"{path} missing\n"
+                 for (path, _), state in zip(rows, states)]
     lines.sort()
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest(), len(lines)
 
 
-def files_sha256(record_text: str, actual: Callable[[str], Any] | None = None) -> tuple[str, int]:
-    """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers.
-
-    ``actual(path)``: the file's ``(digest, size)`` on disk, or None when it is missing; without it, the
-    digests RECORD records stand in (what the file should hold)."""
-    return _rows_sha256(_site_rows(read_record(record_text)), actual)
+def files_sha256(record_text: str) -> tuple[str, int]:
+    """The sha256 over a RECORD's site-folder entries (see the module docstring), with the digests RECORD records,
+    and how many entries it covers."""
+    return _rows_sha256(_site_rows(read_record(record_text)))
 
 
 def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
@@ -98,16 +96,17 @@ def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Pa
     # No RECORD (an egg-info, a develop install): nothing to vouch for (None).
     rows = {key: None if d.record.error else _site_rows(d.record.rows) for key, d in distributions.items()}
     sites = {key: d.record.site for key, d in distributions.items() if rows[key]}
-    if digests is not None:  # hashed in parallel first (none when stack:files did it, or nothing changed)
-        digests.states([(sites[key], path) for key, r in rows.items() if r for path, _ in r])
+    items = [(sites[key], path) for key, r in rows.items() if r for path, _ in r]
+    states: dict[str, Sequence[Any]] = {}
+    if digests is not None:  # known already when stack:files ran: nothing is stat'ed or hashed twice
+        flat, at = digests.states(items), 0
+        for key, r in rows.items():
+            if r is not None:
+                states[key], at = flat[at:at + len(r)], at + len(r)
     out = []
     for key in sorted(distributions):
         d = distributions[key]
-        digest, count = None, None
-        if rows[key] is not None:
-            site = sites.get(key, "")
-            digest, count = _rows_sha256(rows[key], None if digests is None else
-                                         (lambda rel, site=site: digests.state(site, rel)))
+        digest, count = (None, None) if rows[key] is None else _rows_sha256(rows[key], states.get(key))
         wheel = wheels.get(key)
         out.append({"name": d.name, "version": d.version, "files_sha256": digest, "files": count,
                     "wheel_sha256": wheel[1] if wheel and wheel[0] == d.version else None})

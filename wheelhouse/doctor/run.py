@@ -101,7 +101,8 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
             library_candidates=tuple((str(f), str(m)) for f, m in (r.get("library_candidates") or ()) if f and m),
             foreign_extensions=tuple((str(f), str(t)) for f, t in (r.get("foreign_extensions") or ()) if f and t),
         )
-        out.setdefault(d.key, d)
+        if out.setdefault(d.key, d) is d:
+            d.record  # noqa: B018 - read here, once, before the checks' threads share it
     return out
 
 

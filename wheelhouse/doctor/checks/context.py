@@ -58,7 +58,7 @@ class Distribution:
     @functools.cached_property
     def shared_object_paths(self) -> tuple[str, ...]:
         """The RECORD paths of the shared objects it ships (``.so``, ``.so.N``), in RECORD's order, once each."""
-        return tuple(dict.fromkeys(rel for rel, _, _ in self.record.rows if is_shared_object(rel)))
+        return tuple(dict.fromkeys(rel for rel, _, _ in self.record.rows if ".so" in rel and is_shared_object(rel)))
 
     @property
     def import_names(self) -> tuple[str, ...]:
