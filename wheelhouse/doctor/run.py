@@ -209,6 +209,9 @@ def gather_context(
         raise InterpreterError(f"interpreter {exe} does not exist or is not executable",
                                hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
+    pool = ThreadPoolExecutor(max_workers=1)  # nvidia-smi (three calls on a GPU host) while the facts probe runs
+    asked = None if facts_override and "gpu" in facts_override else pool.submit(query_gpu_facts, environ=env)
+    pool.shutdown(wait=False)
     res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
     if not res.ok:
         raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
@@ -219,7 +222,7 @@ def gather_context(
     if facts_override:
         facts, gpu = _apply_overrides(facts, gpu, facts_override)
     if gpu is None:
-        gpu = query_gpu_facts(environ=env)
+        gpu = asked.result() if asked is not None else query_gpu_facts(environ=env)
     from wheelhouse.target.interpreter import visible_site_dirs
 
     own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
