@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,7 +86,13 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="wh-bench-doctor-rerun-"))
     py = make_venv(work / "venv", args.dists, args.files, args.mb)
-    trees = {"this checkout": ROOT}
+    # Both variants run from a copy of their wheelhouse/ and doctor/ on PYTHONPATH (which the probes inherit):
+    # the checkout's own folder would add its wh.egg-info to the distributions the target interpreter sees.
+    here = work / "this-checkout"
+    shutil.rmtree(here, ignore_errors=True)
+    for part in ("wheelhouse", "doctor"):
+        shutil.copytree(ROOT / part, here / part, ignore=shutil.ignore_patterns("__pycache__"))
+    trees = {"this checkout": here}
     if args.baseline:
         base = work / f"baseline-{args.baseline}"
         if not base.is_dir():
