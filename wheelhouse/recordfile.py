@@ -61,16 +61,11 @@ def read_record(text: str) -> list[tuple[str, str | None, int | None]]:
 @dataclass(frozen=True)
 class InstalledRecord:
     """An installed distribution's RECORD, read and parsed once: its rows (``read_record``'s), paths relative to
-    ``site`` (the folder that holds the ``.dist-info``). No RECORD, or one that cannot be read: no rows, and
-    ``error`` says why."""
+    the folder that holds the ``.dist-info``. No RECORD, or one that cannot be read: no rows, ``error`` says why."""
 
     dist_info: str
     rows: tuple[tuple[str, str | None, int | None], ...] = ()
     error: str | None = None
-
-    @functools.cached_property
-    def site(self) -> str:
-        return os.path.dirname(os.path.abspath(self.dist_info))
 
     @functools.cached_property
     def hashed(self) -> tuple[tuple[str, str, int | None], ...]:

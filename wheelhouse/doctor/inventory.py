@@ -19,7 +19,7 @@ import hashlib
 import os
 import platform
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from wheelhouse.recordfile import read_record
 
@@ -95,7 +95,7 @@ def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Pa
     wheels = _wheel_hashes(site_dirs)
     # No RECORD (an egg-info, a develop install): nothing to vouch for (None).
     rows = {key: None if d.record.error else _site_rows(d.record.rows) for key, d in distributions.items()}
-    sites = {key: d.record.site for key, d in distributions.items() if rows[key]}
+    sites = {key: os.path.dirname(os.path.abspath(d.dist_info)) for key, d in distributions.items() if rows[key]}
     items = [(sites[key], path) for key, r in rows.items() if r for path, _ in r]
     states: dict[str, Sequence[Any]] = {}
     if digests is not None:  # known already when stack:files ran: nothing is stat'ed or hashed twice
