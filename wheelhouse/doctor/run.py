@@ -15,8 +15,9 @@ import dataclasses
 import os
 import shutil
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -104,6 +105,20 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
         if out.setdefault(d.key, d) is d:
             d.record  # noqa: B018 - read here, once, before the checks' threads share it
     return out
+
+
+def _in_background(fn: Callable[[], Any]) -> Future:
+    """``fn()`` on a daemon thread: a run that stops early (a failed facts probe, Ctrl-C) does not wait for it."""
+    future: Future = Future()
+
+    def call() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for
+            future.set_exception(exc)
+
+    threading.Thread(target=call, daemon=True).start()
+    return future
 
 
 def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapping[str, Any]) -> tuple[dict, GpuFacts | None]:
@@ -209,9 +224,8 @@ def gather_context(
         raise InterpreterError(f"interpreter {exe} does not exist or is not executable",
                                hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
-    pool = ThreadPoolExecutor(max_workers=1)  # nvidia-smi (three calls on a GPU host) while the facts probe runs
-    asked = None if facts_override and "gpu" in facts_override else pool.submit(query_gpu_facts, environ=env)
-    pool.shutdown(wait=False)
+    # nvidia-smi (three calls on a GPU host) runs while the facts probe does
+    asked = None if facts_override and "gpu" in facts_override else _in_background(lambda: query_gpu_facts(environ=env))
     res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
     if not res.ok:
         raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
