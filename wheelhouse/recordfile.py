@@ -2,7 +2,8 @@
 and a wheelhouse's record of the wheels whose RECORD was checked against their files.
 
 The one RECORD reader: ``wh stage`` checks a wheel's RECORD against its members with it, ``wh
-install`` plans from it and ``wh doctor`` checks installed files against it; and the one error for a RECORD
+install`` plans from it and ``wh doctor`` reads an installed distribution's RECORD once per run through
+``read_installed_record`` (every check, the inventory, drop and repair share that parse); and the one error for a RECORD
 that does not describe its wheel's files (``RecordMismatch``), which stage's check and install's extraction both
 raise. Standard library only (the install path imports it: nothing here can open a socket).
 """
@@ -10,12 +11,17 @@ raise. Standard library only (the install path imports it: nothing here can open
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from wheelhouse.errors import WhError
 
-__all__ = ["RECORD_CHECKED", "RecordMismatch", "read_record", "record_checked"]
+__all__ = ["RECORD_CHECKED", "RecordMismatch", "read_record", "record_checked", "InstalledRecord",
+           "read_installed_record"]
 
 # wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
 # (wheelhouse.lock.records); ``wh install`` copies RECORD rows unchecked for those alone.
@@ -50,6 +56,35 @@ def read_record(text: str) -> list[tuple[str, str | None, int | None]]:
         size = int(size_text) if size_text.isascii() and size_text.isdigit() else None  # not '²', not '\x1c6'
         out.append((row[0], digest, size))
     return out
+
+
+@dataclass(frozen=True)
+class InstalledRecord:
+    """An installed distribution's RECORD, read and parsed once: its rows (``read_record``'s), paths relative to
+    the folder that holds the ``.dist-info``. No RECORD, or one that cannot be read: no rows, ``error`` says why."""
+
+    dist_info: str
+    rows: tuple[tuple[str, str | None, int | None], ...] = ()
+    error: str | None = None
+
+    @functools.cached_property
+    def hashed(self) -> tuple[tuple[str, str, int | None], ...]:
+        """The rows with a sha256, byte code aside (the interpreter rewrites it): the files RECORD vouches for."""
+        return tuple(r for r in self.rows if r[1] and not r[0].endswith((".pyc", ".pyo"))
+                     and "__pycache__/" not in r[0].replace("\\", "/"))
+
+
+def read_installed_record(dist_info: str | os.PathLike[str] | None) -> InstalledRecord:
+    """The RECORD of the ``.dist-info`` folder ``dist_info`` (decoded with surrogateescape: a path that is not
+    UTF-8 still names its file)."""
+    info = str(dist_info or "")
+    if not info:
+        return InstalledRecord(info, error="no .dist-info folder")
+    try:
+        text = Path(info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
+        return InstalledRecord(info, tuple(read_record(text)))
+    except (OSError, csv.Error) as e:
+        return InstalledRecord(info, error=f"{type(e).__name__}: {e}")
 
 
 def record_checked(meta: Mapping[str, Any]) -> frozenset[str]:

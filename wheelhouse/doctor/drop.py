@@ -36,6 +36,7 @@ from wheelhouse.install.transaction import recover
 from wheelhouse.install.uninstall import remove_distribution
 from wheelhouse.errors import UsageError, WhError
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.recordfile import read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .report import DoctorReport
 
@@ -200,16 +201,6 @@ def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:
     return None
 
 
-def _record_paths(info: Path) -> list[str]:
-    """The paths ``info``'s RECORD lists, relative to its site folder ('/'-separated); [] without a RECORD."""
-    from wheelhouse.install.wheel.record import read_record
-
-    try:
-        return [p for p, _, _ in read_record((info / "RECORD").read_text("utf-8", "replace"))]
-    except OSError:
-        return []
-
-
 def _confirm_names(info: Path, modules: Sequence[str]) -> tuple[str, ...]:
     """The names whose ``find_spec`` must be None once the distribution at ``info`` is gone.
 
@@ -217,7 +208,7 @@ def _confirm_names(info: Path, modules: Sequence[str]) -> tuple[str, ...]:
     ``nspkg/__init__.py``) is shared: another distribution's ``nspkg/b`` keeps ``find_spec('nspkg')``
     alive, which says nothing about this drop. Its own names under it are confirmed instead.
     """
-    paths = [p for p in _record_paths(info) if not p.startswith("..") and "__pycache__/" not in p]
+    paths = [p for p, _, _ in read_installed_record(info).rows if not p.startswith("..") and "__pycache__/" not in p]
 
     def expand(module: str) -> list[str]:
         prefix = module.replace(".", "/")

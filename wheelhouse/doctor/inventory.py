@@ -15,12 +15,13 @@ when wh installed it.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import os
 import platform
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from wheelhouse.recordfile import read_record
 
 __all__ = ["NODE_ENV", "node_identity", "installed_inventory", "files_sha256"]
 
@@ -41,52 +42,35 @@ def node_identity(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {"name": host, "source": "hostname", "host": host}
 
 
-def _recorded(path: str, digest: str) -> bool:
-    if not digest or path.startswith(("../", "/")) or path.endswith((".pyc", ".pyo")) or "__pycache__/" in path:
-        return False
-    head, _, base = path.rpartition("/")
-    return not (head.endswith(".dist-info") and "/" not in head and base in _INSTALLER_FILES)
-
-
-def _site_rows(record_text: str) -> list[tuple[str, str]]:
-    """The (path, recorded ``algo=digest``) rows ``files_sha256`` covers (see the module docstring)."""
+def _site_rows(rows: Iterable[tuple[str, str | None, int | None]]) -> list[tuple[str, str]]:
+    """The (path, recorded sha256) rows ``files_sha256`` covers (see the module docstring)."""
     out = []
-    for line in record_text.splitlines():
-        # A path with a comma or a quote is CSV-quoted (PEP 376); every other line splits at its last two commas.
-        row = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
-        if len(row) >= 2 and _recorded(row[0].replace("\\", "/"), row[1]):
-            out.append((row[0], row[1]))
+    for path, digest, _ in rows:
+        p = path.replace("\\", "/")
+        if not digest or p.startswith(("../", "/")) or p.endswith((".pyc", ".pyo")) or "__pycache__/" in p:
+            continue
+        head, _, base = p.rpartition("/")
+        if not (head.endswith(".dist-info") and "/" not in head and base in _INSTALLER_FILES):
+            out.append((path, digest))
     return out
 
 
-def _rows_sha256(rows: Sequence[tuple[str, str]], actual: Callable[[str], Any] | None) -> tuple[str, int]:
-    lines = []
-    for path, recorded in rows:
-        if actual is None:
-            lines.append(f"{path} {recorded}\n")
-            continue
-        state = actual(path)
-        lines.append(f"{path} sha256={state[0]}\n" if state else f"{path} missing\n")
+def _rows_sha256(rows: Sequence[tuple[str, str]], states: Sequence[Any] | None = None) -> tuple[str, int]:
+    """``states``: each row's file ``(digest, size)`` on disk, or None when it is missing; without them, the
+    digests RECORD records stand in (what the file should hold)."""
+    if states is None:
+        lines = [f"{path} sha256={recorded}\n" for path, recorded in rows]
+    else:
+        lines = [f"{path} sha256={state[0]}\n" if state else f"{path} missing\n"
+                 for (path, _), state in zip(rows, states)]
     lines.sort()
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest(), len(lines)
 
 
-def files_sha256(record_text: str, actual: Callable[[str], Any] | None = None) -> tuple[str, int]:
-    """The sha256 over a RECORD's site-folder entries (see the module docstring) and how many entries it covers.
-
-    ``actual(path)``: the file's ``(digest, size)`` on disk, or None when it is missing; without it, the
-    digests RECORD records stand in (what the file should hold)."""
-    return _rows_sha256(_site_rows(record_text), actual)
-
-
-def _record_rows(dist_info: str | None) -> list[tuple[str, str]] | None:
-    if not dist_info:
-        return None
-    try:
-        text = (Path(dist_info) / "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return None  # no RECORD (an egg-info, a develop install): nothing to vouch for
-    return _site_rows(text)
+def files_sha256(record_text: str) -> tuple[str, int]:
+    """The sha256 over a RECORD's site-folder entries (see the module docstring), with the digests RECORD records,
+    and how many entries it covers."""
+    return _rows_sha256(_site_rows(read_record(record_text)))
 
 
 def _wheel_hashes(site_dirs: Iterable[Path]) -> dict[str, tuple[str, str]]:
@@ -105,22 +89,24 @@ def installed_inventory(distributions: Mapping[str, Any], site_dirs: Sequence[Pa
                         digests: Any = None) -> list[dict[str, Any]]:
     """One entry per distribution the interpreter imports: name, version, files_sha256, files, wheel_sha256.
 
-    ``distributions`` maps canonical names to the doctor's ``Distribution`` (name, version, dist_info);
+    ``distributions`` maps canonical names to the doctor's ``Distribution`` (name, version, its parsed RECORD);
     ``digests``: an ``install.digests.FileDigests`` (the files' real digests; None: RECORD's).
     """
     wheels = _wheel_hashes(site_dirs)
-    rows = {key: _record_rows(getattr(d, "dist_info", None)) for key, d in distributions.items()}
+    # No RECORD (an egg-info, a develop install): nothing to vouch for (None).
+    rows = {key: None if d.record.error else _site_rows(d.record.rows) for key, d in distributions.items()}
     sites = {key: os.path.dirname(os.path.abspath(d.dist_info)) for key, d in distributions.items() if rows[key]}
-    if digests is not None:  # hashed in parallel first (none when stack:files did it, or nothing changed)
-        digests.states([(sites[key], path) for key, r in rows.items() if r for path, _ in r])
+    items = [(sites[key], path) for key, r in rows.items() if r for path, _ in r]
+    states: dict[str, Sequence[Any]] = {}
+    if digests is not None:  # known already when stack:files ran: nothing is stat'ed or hashed twice
+        flat, at = digests.states(items), 0
+        for key, r in rows.items():
+            if r is not None:
+                states[key], at = flat[at:at + len(r)], at + len(r)
     out = []
     for key in sorted(distributions):
         d = distributions[key]
-        digest, count = None, None
-        if rows[key] is not None:
-            site = sites.get(key, "")
-            digest, count = _rows_sha256(rows[key], None if digests is None else
-                                         (lambda rel, site=site: digests.state(site, rel)))
+        digest, count = (None, None) if rows[key] is None else _rows_sha256(rows[key], states.get(key))
         wheel = wheels.get(key)
         out.append({"name": d.name, "version": d.version, "files_sha256": digest, "files": count,
                     "wheel_sha256": wheel[1] if wheel and wheel[0] == d.version else None})

@@ -24,6 +24,7 @@ dependents), so the report says what loses it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .drop import DropPlan, _dist_info, _recorded_source, plan_drops
 from .report import DoctorReport
@@ -86,6 +88,11 @@ class _Installed:
     requires: tuple[str, ...]  # canonical names of the requirements that apply here (markers judged)
     unmet: tuple[str, ...]  # of those, the ones nothing installed satisfies (canonical names)
     info: Path | None  # its .dist-info folder
+
+    @functools.cached_property
+    def record(self) -> InstalledRecord:
+        """Its RECORD, read once (``_owner_of`` asks every distribution's, once per missing library)."""
+        return read_installed_record(self.info)
 
 
 # ---- what is installed ---------------------------------------------------------------------------
@@ -149,24 +156,13 @@ def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
     return sorted(graph[k].name for k in seen)
 
 
-def _record_rows(info: Path | None) -> list[tuple[str, str | None, int | None]]:
-    from wheelhouse.install.wheel.record import read_record
-
-    if info is None:
-        return []
-    try:
-        return read_record((info / "RECORD").read_text("utf-8", "replace"))
-    except OSError:
-        return []
-
-
 def damage_of(info: Path | None) -> list[str]:
     """The files ``info``'s RECORD lists that are gone or differ from its sha256 (byte code aside)."""
     if info is None:
         return []
     base = info.parent
     out = []
-    for rel, digest, _size in _record_rows(info):
+    for rel, digest, _size in read_installed_record(info).rows:
         if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or rel.startswith(("/", "..")) or digest is None:
             continue
         path = base / rel
@@ -190,7 +186,7 @@ def _owner_of(graph: Mapping[str, _Installed], soname: str) -> tuple[str, str] |
     for key, d in graph.items():
         if d.info is None:
             continue
-        for rel, _, _ in _record_rows(d.info):
+        for rel, _, _ in d.record.rows:
             if rel.rsplit("/", 1)[-1] == soname and not os.path.lexists(d.info.parent / rel):
                 return key, rel
     return None
@@ -220,7 +216,7 @@ def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
     (the copy may crash the interpreter)."""
     if info is None or not plan.modules:
         return {}
-    own = {os.path.normpath(info.parent / rel) for rel, _, _ in _record_rows(info)}
+    own = {os.path.normpath(info.parent / rel) for rel, _, _ in read_installed_record(info).rows}
     own_dirs = {os.path.dirname(p) for p in own}
     try:
         with tempfile.TemporaryDirectory(prefix="wh-origins-") as cwd:

@@ -15,8 +15,9 @@ import dataclasses
 import os
 import shutil
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -101,8 +102,23 @@ def _distributions(records: Sequence[Mapping[str, Any]]) -> dict[str, Distributi
             library_candidates=tuple((str(f), str(m)) for f, m in (r.get("library_candidates") or ()) if f and m),
             foreign_extensions=tuple((str(f), str(t)) for f, t in (r.get("foreign_extensions") or ()) if f and t),
         )
-        out.setdefault(d.key, d)
+        if out.setdefault(d.key, d) is d:
+            d.record  # noqa: B018 - read here, once, before the checks' threads share it
     return out
+
+
+def _in_background(fn: Callable[[], Any]) -> Future:
+    """``fn()`` on a daemon thread: a run that stops early (a failed facts probe, Ctrl-C) does not wait for it."""
+    future: Future = Future()
+
+    def call() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for
+            future.set_exception(exc)
+
+    threading.Thread(target=call, daemon=True).start()
+    return future
 
 
 def _apply_overrides(facts: dict[str, Any], gpu: GpuFacts | None, override: Mapping[str, Any]) -> tuple[dict, GpuFacts | None]:
@@ -209,19 +225,19 @@ def gather_context(
                                hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=1) as pool:  # nvidia-smi (~1 s on a fresh box) while the probe runs
-        gpu_query = None if "gpu" in (facts_override or {}) else pool.submit(query_gpu_facts, environ=env)
-        res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
-        if not res.ok:
-            raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
-                                  hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
-                                  detail=res.tail())
-        facts: dict[str, Any] = dict(res.data)
-        gpu: GpuFacts | None = None
-        if facts_override:
-            facts, gpu = _apply_overrides(facts, gpu, facts_override)
-        if gpu is None:
-            gpu = gpu_query.result()
+    # nvidia-smi (three calls on a GPU host) runs while the facts probe does
+    asked = None if facts_override and "gpu" in facts_override else _in_background(lambda: query_gpu_facts(environ=env))
+    res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
+    if not res.ok:
+        raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
+                              hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",
+                              detail=res.tail())
+    facts: dict[str, Any] = dict(res.data)
+    gpu: GpuFacts | None = None
+    if facts_override:
+        facts, gpu = _apply_overrides(facts, gpu, facts_override)
+    if gpu is None:
+        gpu = asked.result() if asked is not None else query_gpu_facts(environ=env)
     facts["gather_seconds"] = round(time.monotonic() - t0, 3)
     from wheelhouse.target.interpreter import visible_site_dirs
 

@@ -9,19 +9,21 @@ verdicts; an unexpected exception in one check becomes an ``error`` verdict.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from wheelhouse.elf import ElfInfo, read_elf
+from wheelhouse.elf import ElfInfo, is_shared_object, read_elf
 from wheelhouse.install.digests import FileDigests
 from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target.gpu import GpuFacts
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import NullReporter, Reporter
+from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.target import TargetProfile
 
 __all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command", "read_elf_cached"]
@@ -47,6 +49,16 @@ class Distribution:
     @property
     def key(self) -> str:
         return canonicalize_name(self.name)
+
+    @functools.cached_property
+    def record(self) -> InstalledRecord:
+        """Its RECORD, read and parsed once per run (every check, the inventory and the report share it)."""
+        return read_installed_record(self.dist_info)
+
+    @functools.cached_property
+    def shared_object_paths(self) -> tuple[str, ...]:
+        """The RECORD paths of the shared objects it ships (``.so``, ``.so.N``), in RECORD's order, once each."""
+        return tuple(dict.fromkeys(rel for rel, _, _ in self.record.rows if ".so" in rel and is_shared_object(rel)))
 
     @property
     def import_names(self) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ reason (``deps:excluded``), never missing; one on an overridden project is judge
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -115,9 +116,12 @@ def required_by(roots: frozenset[str], view: Mapping[str, Dist], target: TargetP
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
+    pool = ThreadPoolExecutor(max_workers=1)
+    asked = pool.submit(inspect_interpreter, ctx.python)  # the two questions to the interpreter at once
+    pool.shutdown(wait=False)
     try:
         dists = installed_distributions(ctx.python, env=ctx.environ)
-        target = inspect_interpreter(ctx.python).target
+        target = asked.result().target
     except (InstalledListError, InterpreterError) as exc:
         # The interpreter could not answer (a .pth that prints at every start, say): a verdict, not a crashed
         # doctor that writes no JSON and no JUnit after its probes ran.

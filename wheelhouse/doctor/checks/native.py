@@ -485,17 +485,11 @@ _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s 
 def import_costs(ctx: DoctorContext) -> dict[str, float]:
     """Top-level name -> an estimate of its import's seconds, from the bytes its distribution's RECORD lists
     under that name (cheap: no import). Only orders the import queue (heaviest first): never a verdict."""
-    from wheelhouse.recordfile import read_record
-
     out: dict[str, float] = {}
     for d in ctx.distributions.values():
         if not d.dist_info or not d.extension_modules:
             continue
-        try:
-            text = Path(d.dist_info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            continue
-        for rel, _, size in read_record(text):
+        for rel, _, size in d.record.rows:
             top = rel.split("/", 1)[0]
             top = top[:-3] if top.endswith(".py") else top.split(".", 1)[0]
             if size:

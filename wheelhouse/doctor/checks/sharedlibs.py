@@ -30,10 +30,7 @@ package ships as an extension module or links (triton's ``plugins/*.so`` need
 from __future__ import annotations
 
 import dataclasses
-
-import csv
 import fnmatch
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, is_shared_object, read_elf
+from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
 from wheelhouse.doctor.extensions import is_python_extension
 from wheelhouse.env.cuda import engine_environment
 from wheelhouse.doctor.probes import probe_script, run_cached_probe
@@ -49,7 +46,6 @@ from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
-from wheelhouse.install.wheel.record import read_record
 from .context import DoctorContext, read_elf_cached, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
@@ -66,26 +62,12 @@ _DRIVER_LIBS = ("libcuda.so", "libnvidia-", "libnvcuvid.so")
 _SHOWN = 4  # needers named per missing library before "+N more"
 
 
-@functools.lru_cache(maxsize=4096)
-def _record_objects(dist_info: str, _mtime: int) -> tuple[str, ...]:
-    try:
-        with open(os.path.join(dist_info, "RECORD"), newline="", encoding="utf-8") as fh:
-            rows = read_record(fh.read())  # the one RECORD reader
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return ()
-    return tuple(dict.fromkeys(path for path, _, _ in rows if is_shared_object(path)))
-
-
 def shared_objects(d: Distribution) -> list[tuple[str, Path]]:
     """(RECORD path, file) of every shared object ``d`` ships that is on disk."""
     if not d.dist_info or not d.location:
         return []
-    try:
-        mtime = os.stat(os.path.join(d.dist_info, "RECORD")).st_mtime_ns
-    except OSError:
-        return []
     out = []
-    for rel in _record_objects(d.dist_info, mtime):
+    for rel in d.shared_object_paths:
         path = Path(os.path.normpath(os.path.join(d.location, rel)))
         if path.is_file():
             out.append((rel, path))

@@ -31,12 +31,11 @@ from packaging.utils import canonicalize_name
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.digests import patched_files
 from wheelhouse.install.state import installed_sources, read_install_state
-from wheelhouse.install.wheel.record import read_record
 from wheelhouse.target.interpreter import distinct_dirs
 
 from .context import DoctorContext, Distribution, reinstall_command
 
-__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack", "record_rows"]
+__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack"]
 
 GROUP = "stack"
 CHECKS = {
@@ -173,16 +172,6 @@ def _hint(ctx: DoctorContext, missing: list[tuple[StackEntry, bool]]) -> str:
 # ---- stack:files -------------------------------------------------------------------------------------------
 
 
-def record_rows(dist_info: str) -> list[tuple[str, str, int | None]] | None:
-    """The (path, sha256, size) rows of a RECORD that name a file to check; None without a RECORD."""
-    try:
-        text = Path(dist_info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return None
-    return [(rel, digest, size) for rel, digest, size in read_record(text)
-            if digest and not rel.endswith((".pyc", ".pyo")) and "__pycache__/" not in rel.replace("\\", "/")]
-
-
 def _installer(dist_info: str) -> str:
     try:
         return Path(dist_info, "INSTALLER").read_text(encoding="utf-8", errors="replace").strip().lower()
@@ -228,13 +217,13 @@ def _judge(site: str, rel: str, digest: str, size: int | None, state, patched, s
 def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
     cid, title = "stack:files", CHECKS["stack:files"]
     digests = ctx.digests
-    judged: list[tuple[Distribution, list[tuple[str, str, int | None]]]] = []
+    judged: list[tuple[Distribution, tuple[tuple[str, str, int | None], ...]]] = []
     foreign, no_record = [], 0
     for key in sorted(ctx.distributions):
         d = ctx.distributions[key]
         if not d.dist_info or not d.location:
             continue
-        rows = record_rows(d.dist_info)
+        rows = d.record.hashed
         if not rows:
             no_record += 1  # install:records says why (none, unreadable, no hashes)
             continue

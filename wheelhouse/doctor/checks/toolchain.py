@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -113,6 +114,15 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         for cid in ("toolchain:nvcc", "toolchain:ptxas", "toolchain:compile"):
             out.append(CheckResult(cid, CHECKS[cid], "skip", "no nvcc on the engine's PATH and no nvidia-cuda-nvcc wheel"))
         return out
+    # The three processes (nvcc --version, ptxas --version, the compile probe) run at once; verdicts in order.
+    ptxas = Path(nvcc).resolve().parent / "ptxas"
+    ptxas_path = str(ptxas) if ptxas.exists() else shutil.which("ptxas", path=env.get("PATH"))
+    pool = ThreadPoolExecutor(max_workers=2)
+    args = [nvcc] + (["--run"] if ctx.gpu.gpus else [])
+    compiled = pool.submit(run_probe, ctx.python, probe_script("jit_nvcc"), args, timeout=max(ctx.timeout, 120),
+                           env=env, name="jit_nvcc")
+    ptxas_version = pool.submit(_version_of, ptxas_path, env) if ptxas_path else None
+    pool.shutdown(wait=False)  # both run on; their results are awaited below
     release, line = _version_of(nvcc, env)
     want = _nvcc_wheel(ctx)
     problems = []
@@ -127,20 +137,17 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                            hint="put the wheel's nvcc first on PATH: `eval \"$(wh env)\"`" if problems else None,
                            data={"nvcc": nvcc, "release": release, "pinned": pinned}))
     # 3. ptxas next to it.
-    ptxas = Path(nvcc).resolve().parent / "ptxas"
-    ptxas_path = str(ptxas) if ptxas.exists() else shutil.which("ptxas", path=env.get("PATH"))
-    if not ptxas_path:
+    if ptxas_version is None:
         out.append(CheckResult("toolchain:ptxas", CHECKS["toolchain:ptxas"], "fail", f"no ptxas next to {nvcc} or on PATH",
                                hint="install nvidia-cuda-nvcc from the wheelhouse (it ships ptxas)"))
     else:
-        p_release, p_line = _version_of(ptxas_path, env)
+        p_release, p_line = ptxas_version.result()
         same = p_release is not None and release is not None and _mm(p_release) == _mm(release)
         out.append(CheckResult("toolchain:ptxas", CHECKS["toolchain:ptxas"], "ok" if same else "fail",
                                f"{ptxas_path}: release {p_release}; nvcc release {release}",
                                hint=None if same else "use one toolchain: pin nvcc/crt/nvvm together and re-stage"))
     # 4. Execute: compile, and run where a GPU exists.
-    args = [nvcc] + (["--run"] if ctx.gpu.gpus else [])
-    res = run_probe(ctx.python, probe_script("jit_nvcc"), args, timeout=max(ctx.timeout, 120), env=env, name="jit_nvcc")
+    res = compiled.result()
     d = res.data
     if not res.ok:
         out.append(CheckResult("toolchain:compile", CHECKS["toolchain:compile"], "fail",
