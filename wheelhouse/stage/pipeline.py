@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
@@ -43,21 +41,16 @@ from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageInputs
 from .delta import ImageDelta, delta_of, offered
-from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
-from .writer import (
-    WHEELS,
-    StagedFile,
-    check_out,
-    write_stage_tree,
-)
-from wheelhouse.manifest import Exclusion
-from wheelhouse.target import TargetProfile
+from .staged import StagedFile
 
 # Imported where used, not here: the resolver, the index client, the downloads, bootstrap/ and the
 # wheelhouse writer. A dry run never loads the last three, and a stage answered from its stored
 # resolution (``stored``) loads little more than this module (start-up is most of such a run).
 if TYPE_CHECKING:
     from wheelhouse.index.http import HttpClient
+    from wheelhouse.manifest import Exclusion
+    from wheelhouse.manifest.requirements_file import RequirementLine
+    from wheelhouse.target import TargetProfile
     from wheelhouse.resolve.overrides import Rewritten
 
     from .previous import Previous
@@ -199,6 +192,8 @@ class _Plan:
 # --- requirements --------------------------------------------------------------------------------
 
 def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out = []
     for r in reqs:
         r = r.strip()
@@ -238,6 +233,8 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
         return _run(dataclasses.replace(inputs, bootstrap=False), None, cache, client, reporter, ())
     from wheelhouse.lock.output import hold_output, real_output
 
+    from .writer import check_out
+
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
     compiler = None
     if inputs.bytecode:  # before anything is downloaded: no Python of the target's version is a usage error
@@ -274,6 +271,7 @@ def _top_level_writes(inputs: StageInputs) -> list[str]:
     """The names at the top of -o that this run writes (a user's file there is refused before work)."""
     m = inputs.manifest
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS
 
     names = ["wh.json", "pylock.toml", WHEELS, "simple", "capture_target.py"]
     names += [BOOTSTRAP_DIR] if inputs.bootstrap else []
@@ -370,7 +368,10 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
-    check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
+    if hash_rules:  # files with a published sha256; the rest once downloaded
+        from wheelhouse.manifest.requirements_file import check_hashes
+
+        check_hashes(files, hash_rules)
     return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
 
 
@@ -469,8 +470,10 @@ def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
            reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
     from wheelhouse.lock.output import new_tree, swap_in
+    from wheelhouse.manifest.requirements_file import check_hashes
 
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS, write_stage_tree
 
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
@@ -569,6 +572,8 @@ def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
 def _applies(line: RequirementLine, target: TargetProfile) -> bool:
     """Whether a requirement line's marker holds for the target (uv's universal output pins a
     project twice, under exclusive markers, each with its own hashes)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         marker = Requirement(line.text).marker
     except InvalidRequirement:
@@ -583,6 +588,9 @@ def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:
 
 def _bootstrap_requirements(wheel: Path, target: TargetProfile, extra: str | None = None) -> list[str]:
     """wh's own Requires-Dist that apply on the target (markers judged for the target, with ``extra`` or none)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
     from wheelhouse.lock.bootstrap import BootstrapError, wheel_requirements
 
     with_python = SpecifierSet(">=3.10")
@@ -603,6 +611,7 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
     from wheelhouse.fetch.cache import add_to_cache, cached_path
 
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS
 
     reused = 0
     for f in files:
