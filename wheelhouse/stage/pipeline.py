@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -94,12 +95,13 @@ class StageResult:
 
     def parity_lines(self) -> list[str]:
         """One sentence for each rule of wh's that uv does not share, naming the pins it decided (their notes)."""
-        from wheelhouse.resolve.parity import SUMMARIES
-
         by_code: dict[str, list[str]] = {}
         for f in (*self.files, *self.bootstrap):
             for n in f.notes:
                 by_code.setdefault(n.code, []).append(f"{f.name}=={f.version}")
+        if not by_code:
+            return []
+        from wheelhouse.resolve.parity import SUMMARIES
         return [f"{', '.join(dict.fromkeys(pins))}: chosen where wh differs from uv on purpose ({code}): "
                 f"{SUMMARIES.get(code, code)} (each pin's note is in --json)" for code, pins in by_code.items()]
 
@@ -191,9 +193,12 @@ class _Plan:
 
 # --- requirements --------------------------------------------------------------------------------
 
-def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
-    from packaging.requirements import InvalidRequirement, Requirement
+# A bare PEP 508 name, or one pinned ``==`` to a plain release (``vllm==0.33.0``): valid whatever else, so
+# accepted without packaging's parser, which a stage answered from its stored resolution would load for nothing.
+_PLAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:==[0-9]+(?:\.[0-9]+)*)?")
 
+
+def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
     out = []
     for r in reqs:
         r = r.strip()
@@ -202,6 +207,11 @@ def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
         if r.endswith(".whl") or "/" in r.split(";")[0] and "@" not in r:
             out.append(r)  # a wheel file or URL: the resolver's direct reference
             continue
+        if _PLAIN.fullmatch(r):
+            out.append(r)
+            continue
+        from packaging.requirements import InvalidRequirement, Requirement
+
         try:
             Requirement(r)
         except InvalidRequirement as exc:
