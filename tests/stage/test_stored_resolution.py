@@ -125,7 +125,10 @@ def test_a_damaged_store_is_ignored(pyindex, wheels, tmp_path, resolves, damage)
         data = json.loads(body)
         data["resolution"]["pins"][0]["parents"] = 7
         body = json.dumps(data).encode()
-        stored.write_bytes(b"wh-stored-resolution 1 " + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        from wheelhouse.stage.stored import FORMAT
+
+        stored.write_bytes(f"wh-stored-resolution {FORMAT} ".encode() + hashlib.sha256(body).hexdigest().encode() + b"\n"
+                           + body)
     r = _dry(idx.url, cache, "--offline")
     assert r.stdout == first.stdout and len(resolves) == 2 and STORED not in r.stderr
 
@@ -252,3 +255,37 @@ def test_an_expired_page_is_revalidated_and_a_change_misses(pyindex, wheels, tmp
     r = _stage(idx.url, cache, "app")
     assert (STORED in r.stderr) is (not upload) and len(resolves) == 1 + upload
     assert _pins(r)["lib"] == ("2.1" if upload else "2.0")
+
+
+def test_an_unchanged_hit_stats_each_page_and_reads_none(pyindex, wheels, tmp_path, monkeypatch, resolves):
+    """Each page's entry is still the very file the stored answer recorded: one stat each, no entry read."""
+    import wheelhouse.index.http.cache as cache_mod
+
+    idx = pyindex(wheels, serve_metadata=True)
+    cache = tmp_path / "cache"
+    first = _dry(idx.url, cache)
+    reads = []
+    real = cache_mod._load
+    monkeypatch.setattr(cache_mod, "_load", lambda path: reads.append(path) or real(path))
+    again = _dry(idx.url, cache, "--offline")
+    assert STORED in again.stderr and again.stdout == first.stdout and len(resolves) == 1
+    assert not [p for p in reads if p.suffix == ".page"]
+
+
+def test_a_page_past_its_lifetime_is_revalidated_though_its_file_is_unchanged(pyindex, wheels, tmp_path, monkeypatch,
+                                                                              resolves):
+    """The recorded file is the same, but two hours have passed: online, the page is asked again (here it
+    changed: a new upload), never taken as it is."""
+    import types
+
+    import wheelhouse.index.http.cache as cache_mod
+
+    idx = pyindex(wheels, serve_metadata=True, validators="both")
+    cache = tmp_path / "cache"
+    _dry(idx.url, cache)
+    make_wheel(wheels, "lib", "2.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+    idx.add(wheels)
+    real = cache_mod.time.time
+    monkeypatch.setattr(cache_mod, "time", types.SimpleNamespace(time=lambda: real() + 7200))
+    r = _dry(idx.url, cache)
+    assert _pins(r)["lib"] == "2.1" and STORED not in r.stderr and len(resolves) == 2
