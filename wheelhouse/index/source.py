@@ -125,31 +125,13 @@ class PackageSource:
         modification times); None when it also read a file named directly."""
         return None if self._pages is None else dict(self._pages)
 
-    def page_states(self, pages: Mapping[str, str]) -> dict[str, list[int]]:
-        """For each index page of ``pages`` (as ``pages_read`` gave them) whose cache entry holds that very
-        content now, what identifies the entry's file (``cache.entry_state``); the others are left out."""
-        out = {}
-        for url, seen in pages.items():
-            if url not in self.find_links and seen != "404":
-                state = self.client.entry_state(url, {"Accept": SIMPLE_ACCEPT}, seen)
-                if state is not None:
-                    out[url] = state
-        return out
-
-    def unchanged(self, pages: Mapping[str, str], states: Mapping[str, list[int]] | None = None) -> bool:
+    def unchanged(self, pages: Mapping[str, str]) -> bool:
         """Whether every page of ``pages`` (as ``pages_read`` gave them) reads the same now.
 
         Asked through the page cache and its rules, bodies left unread: offline, the cache alone;
         otherwise an entry younger than the page lifetime as it is, an older one revalidated (a
-        conditional request), every one with ``refresh``. Any doubt (not cached, an error) is False.
-        ``states`` (``page_states`` of the same pages, kept from then): a page whose entry is still
-        that very file, and would be used as it is, is not read again (one stat instead)."""
-        states = states or {}
+        conditional request), every one with ``refresh``. Any doubt (not cached, an error) is False."""
         for url, seen in pages.items():
-            state = states.get(url)
-            if state is not None and self.client.same_entry(url, {"Accept": SIMPLE_ACCEPT}, state,
-                                                            max_age=self.page_ttl):
-                continue
             try:
                 if url in self.find_links:
                     if self._links_validator(url) != seen:

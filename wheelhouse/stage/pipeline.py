@@ -405,8 +405,7 @@ def _resolution(inputs: StageInputs, requirements: list[str], source, reader, re
 
     resolution = resolve(requirements, inputs.target, source, reporter=reporter, metadata=reader,
                          explain=inputs.explain, **options)
-    pages = source.pages_read()
-    store_resolution(cache, key, resolution, pages, source.page_states(pages) if pages else None)
+    store_resolution(cache, key, resolution, source.pages_read())
     return resolution
 
 

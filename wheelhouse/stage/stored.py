@@ -12,11 +12,7 @@ code's result).
 The next stage with the same key asks each of those pages again through the page cache and its
 rules (``PackageSource.unchanged``: offline, the cache alone; a fresh entry as it is; a stale one
 revalidated; ``--refresh``, every one revalidated); when every page reads the same, the stored
-result is the answer and resolvelib does not run. What identified each page's cache entry on disk
-when it was stored (inode, size, modification and change times: every rewrite of an entry is a new
-file, an edit in place changes its change time) is kept too: an entry that is still that file, and
-would be used as it is (offline; or younger than the page lifetime), is one stat instead of a read
-of its header; any other is asked through the cache as above. Any difference (a new upload, a yanked file, an
+result is the answer and resolvelib does not run. Any difference (a new upload, a yanked file, an
 input changed) is a full resolve, whose result replaces the stored one.
 
 Not stored: a run that read a find-links location or a file named directly (no page validator
@@ -38,7 +34,7 @@ from wheelhouse import __version__
 
 __all__ = ["FORMAT", "resolution_key", "load_stored", "store_resolution"]
 
-FORMAT = 2  # bump when the stored layout changes: older files are then misses
+FORMAT = 1  # bump when the stored layout changes: older files are then misses
 _MAGIC = "wh-stored-resolution"
 _CODE = ("resolve", "index", "target")  # the packages whose code decides an answer (see the docstring)
 
@@ -70,25 +66,18 @@ def load_stored(cache: Path, key: str, source):
         pages = data["pages"]
         if not isinstance(pages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pages.items()):
             return None
-        states = data["states"]
-        if not isinstance(states, dict) or not all(
-                k in pages and isinstance(v, list) and len(v) == 4 and all(type(n) is int for n in v)
-                for k, v in states.items()):
-            return None
         resolution = _resolution(data["resolution"])
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return resolution if source.unchanged(pages, states) else None
+    return resolution if source.unchanged(pages) else None
 
 
-def store_resolution(cache: Path, key: str, resolution, pages: Mapping[str, str] | None,
-                     states: Mapping[str, list[int]] | None = None) -> None:
-    """Keep ``resolution`` under ``key`` with the pages it read (and ``states``: what identified each
-    page's cache entry on disk, ``PackageSource.page_states``); nothing when ``pages`` is None. A cache
+def store_resolution(cache: Path, key: str, resolution, pages: Mapping[str, str] | None) -> None:
+    """Keep ``resolution`` under ``key`` with the pages it read; nothing when ``pages`` is None. A cache
     that cannot be written costs a resolve next time, never the run."""
     if pages is None:
         return
-    body = json.dumps({"key": key, "pages": dict(pages), "states": dict(states or {}), "resolution": _encode(resolution)},
+    body = json.dumps({"key": key, "pages": dict(pages), "resolution": _encode(resolution)},
                       separators=(",", ":")).encode()
     path = _path(cache, key)
     try:

@@ -45,8 +45,8 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "entry_state", "same_entry",
-           "CachedResponse", "NotCached", "OFFLINE_HINT", "PACK_FORMAT"]
+__all__ = ["get_cached", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
+           "OFFLINE_HINT", "PACK_FORMAT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
 PACK_FORMAT = 1  # bump when the packed layout changes: older entries are then misses
@@ -94,7 +94,6 @@ class _Entry:
     extras_at: int
     stored: float
     legacy: bool = False
-    state: tuple[int, int, int, int] | None = None  # inode, size, mtime_ns, ctime_ns of the file read (packed)
 
     @property
     def body_at(self) -> int:
@@ -160,41 +159,9 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
 
 def _lookup(cache_dir: Path, url: str, headers: Mapping[str, str] | None) -> tuple[Path, "_Entry | None"]:
     """The packed entry's path for (url, headers), and its checked header (None: no usable entry)."""
-    path = _lookup_path(cache_dir, url, headers)
-    key = path.stem
-    return path, _load(path) or _load_legacy(cache_dir / "http" / key[:2] / key)
-
-
-def entry_state(cache_dir: Path, url: str, headers: Mapping[str, str] | None, sha256: str) -> list[int] | None:
-    """What identifies, on disk, the packed entry of (url, headers) whose header (checked) says its body's
-    sha256 is ``sha256``: [inode, size, mtime_ns, ctime_ns], taken from the file that was read; None when
-    there is no such entry (absent, torn, a 404, another body, the older layout)."""
-    ent = _load(_lookup_path(cache_dir, url, headers))
-    if ent is None or ent.meta["status"] != 200 or ent.meta["sha256"] != sha256 or ent.state is None:
-        return None
-    return list(ent.state)
-
-
-def same_entry(cache_dir: Path, url: str, headers: Mapping[str, str] | None, state: list[int], *, max_age: float,
-               offline: bool, refresh: bool) -> bool:
-    """Whether the entry of (url, headers) is still the very file ``entry_state`` described (one stat: every
-    rewrite is a new file, and an edit in place changes its ctime) and is used as it is under the rules of
-    ``get_cached`` (offline: whatever its age; else younger than ``max_age``, never with ``refresh``).
-    False means only "ask ``get_cached``", which decides."""
-    if refresh:
-        return False
-    try:
-        st = os.stat(_lookup_path(cache_dir, url, headers))
-    except OSError:
-        return False
-    if [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] != state:
-        return False
-    return offline or time.time() - st.st_mtime < max_age
-
-
-def _lookup_path(cache_dir: Path, url: str, headers: Mapping[str, str] | None) -> Path:
     key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
-    return cache_dir / "http" / f"{key}.page"
+    path = cache_dir / "http" / f"{key}.page"
+    return path, _load(path) or _load_legacy(cache_dir / "http" / key[:2] / key)
 
 
 def _fresh(ent: "_Entry", max_age: float, refresh: bool) -> bool:
@@ -247,8 +214,7 @@ def _load(path: Path) -> _Entry | None:
             return None
         meta = json.loads(raw)
         _check_meta(meta)
-        ent = _Entry(path, meta, len(line) + 1 + size, st.st_mtime,
-                     state=(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        ent = _Entry(path, meta, len(line) + 1 + size, st.st_mtime)
         if st.st_size != ent.body_at + meta["size"]:  # cut short (or grown): a miss
             return None
         return ent

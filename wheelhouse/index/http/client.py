@@ -23,7 +23,7 @@ import weakref
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from .cache import NotCached, entry_state as _entry_state, get_cached as _get_cached, same_entry as _same_entry
+from .cache import NotCached, get_cached as _get_cached
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
@@ -150,19 +150,6 @@ class HttpClient:
         ``extra``: (name, make), kept with the page (``cache.get_cached``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
                            offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
-
-    def entry_state(self, url: str, headers: Mapping[str, str] | None, sha256: str) -> list[int] | None:
-        """``cache.entry_state`` for this client's cache (None without one)."""
-        if self.cache_dir is None:
-            return None
-        return _entry_state(self.cache_dir, self.credentials.strip(url), headers, sha256)
-
-    def same_entry(self, url: str, headers: Mapping[str, str] | None, state: list[int], *, max_age: float) -> bool:
-        """``cache.same_entry`` under this client's rules (offline, refresh); False without a cache."""
-        if self.cache_dir is None:
-            return False
-        return _same_entry(self.cache_dir, self.credentials.strip(url), headers, state, max_age=max_age,
-                           offline=self.offline, refresh=self.refresh)
 
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""
