@@ -25,11 +25,6 @@ from typing import Any, BinaryIO, Iterable, Mapping
 
 from wheelhouse.errors import UsageError, WhError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 __all__ = [
     "MAX_BYTES",
     "MAX_DEPTH",
@@ -149,6 +144,10 @@ def _deep_error(what: str, source: str, error: type[WhError], hint: str | None) 
 def parse_toml(text: str, *, source: str, what: str = "file", error: type[WhError] = UsageError,
                hint: str | None = None) -> dict[str, Any]:
     """Parsed TOML; a syntax error names ``source`` and the line; nesting deeper than MAX_DEPTH is ``error``."""
+    if sys.version_info >= (3, 11):  # imported here: the JSON readers of this module are on paths that read no TOML
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -701,3 +701,23 @@ def test_format_hints_point_at_help_and_a_manual_page_that_exists(tmp_path, call
     doc = Path(__file__).resolve().parents[2] / path
     assert doc.is_file(), f"{path} named by the hint does not exist"
     assert anchor in _github_anchors(doc.read_text(encoding="utf-8")), f"{path} has no heading for #{anchor}"
+
+
+@pytest.mark.parametrize("text", ["foo-", "foo==1.", "foo==", "foo==1..2", "fo o", ".foo"])
+def test_stage_a_near_plain_requirement_is_still_refused(wh, tmp_path, text):
+    """A plain name (or name==release) is accepted without packaging's parser; whatever is not quite that
+    goes to the parser and is refused like any invalid requirement."""
+    rc, _out, err = wh("stage", text, "-o", tmp_path / "out", *_FLAGS)
+    assert rc == 2 and "is not a valid requirement" in err.splitlines()[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_plain_requirements_accepted_without_the_parser_are_valid_pep_508():
+    from packaging.requirements import Requirement
+
+    from wheelhouse.stage.pipeline import _PLAIN
+
+    for text in ["a", "A1", "vllm", "apache-airflow", "zope.interface", "foo_bar", "vllm==0.33.0", "x==1", "a.b-c_d==10.2.3"]:
+        assert _PLAIN.fullmatch(text), text
+        r = Requirement(text)
+        assert str(r) == text and not r.marker and not r.extras and not r.url

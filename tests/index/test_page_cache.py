@@ -168,8 +168,10 @@ def test_pages_are_loaded_pre_parsed_on_a_warm_run(pyindex, wheels, tmp_path, mo
         raise AssertionError("the page was parsed again")
 
     with monkeypatch.context() as m:
-        m.setattr(index_mod, "parse_simple_json_body", no_parsing)
-        m.setattr(index_mod, "parse_simple_html", no_parsing)
+        import wheelhouse.index.pages as pages_mod  # PackageSource imports the parsers from here when it parses
+
+        m.setattr(pages_mod, "parse_simple_json_body", no_parsing)
+        m.setattr(pages_mod, "parse_simple_html", no_parsing)
         assert _source([idx.url], cache).files("alpha", KEEP) == cold
     # another filter (or none) is its own pre-parsed form: never the list filtered for someone else
     assert len(_source([idx.url], cache).files("alpha")) == 2

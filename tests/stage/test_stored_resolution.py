@@ -125,7 +125,10 @@ def test_a_damaged_store_is_ignored(pyindex, wheels, tmp_path, resolves, damage)
         data = json.loads(body)
         data["resolution"]["pins"][0]["parents"] = 7
         body = json.dumps(data).encode()
-        stored.write_bytes(b"wh-stored-resolution 1 " + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        from wheelhouse.stage.stored import FORMAT
+
+        stored.write_bytes(f"wh-stored-resolution {FORMAT} ".encode() + hashlib.sha256(body).hexdigest().encode() + b"\n"
+                           + body)
     r = _dry(idx.url, cache, "--offline")
     assert r.stdout == first.stdout and len(resolves) == 2 and STORED not in r.stderr
 
@@ -134,7 +137,13 @@ def test_a_damaged_store_is_ignored(pyindex, wheels, tmp_path, resolves, damage)
 # checks of the wheelhouse writer. Loading them is most of such a run's time (start-up), so they are not loaded.
 NOT_LOADED = ("resolvelib", "urllib3", "ssl", "http.client", "email", "wheelhouse.resolve.resolver",
               "wheelhouse.resolve.provider", "wheelhouse.lock.records", "wheelhouse.fetch", "wheelhouse.stage.bootstrap",
-              "rich")  # (rich: stderr is not a terminal here, notes are plain lines)
+              "rich",  # (rich: stderr is not a terminal here, notes are plain lines)
+              # nor what only a miss, a manifest or a wheelhouse written needs: packaging's requirement and marker
+              # parsers (the request is a plain name), the TOML and pylock readers, the wheelhouse writer and lock
+              # package, the resolver's candidate finder, the page parsers, zipfile, socket, configparser
+              "packaging.requirements", "packaging.markers", "packaging.specifiers", "tomllib", "packaging.pylock",
+              "wheelhouse.manifest.model", "wheelhouse.stage.writer", "wheelhouse.lock", "wheelhouse.resolve.candidates",
+              "wheelhouse.index.pages", "zipfile", "socket", "configparser")
 
 
 @pytest.mark.parametrize("shape", ["dry-run", "dry-run-json", "stage"])
@@ -168,3 +177,100 @@ def test_a_stored_answer_loads_neither_the_search_nor_the_network(pyindex, wheel
     if shape == "stage":
         assert (tmp_path / "wh" / "pylock.toml").is_file()
     assert not sorted(m for m in loaded if m in never or any(m.startswith(n + ".") for n in never))
+
+
+def _stage(idx_url, cache, *args, env=None):
+    r = CliRunner().invoke(cli, ["stage", *args, "--dry-run", "--json", "--no-bootstrap", "--index-url", idx_url,
+                                 "--cache-dir", str(cache), *TARGET], env={"PIP_CONFIG_FILE": "/dev/null", **(env or {})})
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_a_changed_constraints_file_misses(pyindex, wheels, tmp_path, resolves):
+    idx = pyindex(wheels, serve_metadata=True)
+    cache, cons = tmp_path / "cache", tmp_path / "constraints.txt"
+    cons.write_text("lib>=1\n")
+    assert _pins(_stage(idx.url, cache, "app", "-c", str(cons)))["lib"] == "2.0"
+    assert STORED in _stage(idx.url, cache, "app", "-c", str(cons), "--offline").stderr and len(resolves) == 1
+    cons.write_text("lib<2\n")  # the same file, edited
+    r = _stage(idx.url, cache, "app", "-c", str(cons))
+    assert _pins(r)["lib"] == "1.0" and STORED not in r.stderr and len(resolves) == 2
+
+
+def test_another_index_configuration_misses(pyindex, wheels, tmp_path, resolves):
+    """An index added on the command line, or by pip's configuration (a pip.conf's extra-index-url), is
+    another input: the stored answer read other pages."""
+    idx = pyindex(wheels, serve_metadata=True)
+    other = tmp_path / "other"
+    make_wheel(other, "lib", "3.0", tags="cp312-cp312-manylinux_2_17_x86_64")
+    extra = pyindex(other, serve_metadata=True)
+    cache = tmp_path / "cache"
+    _stage(idx.url, cache, "app")
+    r = _stage(idx.url, cache, "app", "--extra-index-url", extra.url)
+    assert STORED not in r.stderr and len(resolves) == 2
+    third = tmp_path / "third"
+    make_wheel(third, "lib", "3.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+    configured = pyindex(third, serve_metadata=True)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nextra-index-url = {configured.url}\n")
+    r = _stage(idx.url, cache, "app", env={"PIP_CONFIG_FILE": str(conf)})
+    assert STORED not in r.stderr and len(resolves) == 3
+    assert configured.url.rstrip("/") in [u.rstrip("/") for u in json.loads(r.stdout)["indexes"]]
+    conf.write_text("[global]\n")  # the same file, its extra index taken out: the first answer again, from its store
+    r = _stage(idx.url, cache, "app", "--offline", env={"PIP_CONFIG_FILE": str(conf)})
+    assert STORED in r.stderr and len(resolves) == 3
+
+
+def test_a_cached_page_changed_since_misses_offline(pyindex, wheels, tmp_path, resolves):
+    """Another run refreshed a page the stored answer read (here: a stage of lib alone, after an upload): offline,
+    the stored answer of app no longer matches the cache and app is resolved again from the cache."""
+    idx = pyindex(wheels, serve_metadata=True, validators="both")
+    cache = tmp_path / "cache"
+    assert _pins(_stage(idx.url, cache, "app"))["lib"] == "2.0"
+    make_wheel(wheels, "lib", "2.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+    idx.add(wheels)
+    _stage(idx.url, cache, "lib", "--refresh")  # lib's page in the cache is the new one now
+    idx.stop()
+    r = _stage(idx.url, cache, "app", "--offline")
+    assert _pins(r)["lib"] == "2.1" and STORED not in r.stderr and len(resolves) == 3
+
+
+@pytest.mark.parametrize("upload", [False, True])
+def test_an_expired_page_is_revalidated_and_a_change_misses(pyindex, wheels, tmp_path, resolves, upload):
+    """Online, a page older than its freshness lifetime is asked again (a conditional request): unchanged (304),
+    the stored answer stands; changed, it is resolved again."""
+    import os
+    import time
+
+    idx = pyindex(wheels, serve_metadata=True, validators="both")
+    cache = tmp_path / "cache"
+    _stage(idx.url, cache, "app")
+    if upload:
+        make_wheel(wheels, "lib", "2.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+        idx.add(wheels)
+    assert STORED in _stage(idx.url, cache, "app").stderr  # still fresh: no request, the stored answer
+    old = time.time() - 7200  # every cached page two hours old: past the lifetime
+    for entry in (cache / "http").glob("*.page"):
+        os.utime(entry, (old, old))
+    r = _stage(idx.url, cache, "app")
+    assert (STORED in r.stderr) is (not upload) and len(resolves) == 1 + upload
+    assert _pins(r)["lib"] == ("2.1" if upload else "2.0")
+
+
+def test_a_page_past_its_lifetime_is_revalidated(pyindex, wheels, tmp_path, monkeypatch,
+                                                                              resolves):
+    """Nothing touched the cached page, but two hours have passed: online, the page is asked again (here it
+    changed: a new upload), never taken as it is."""
+    import types
+
+    import wheelhouse.index.http.cache as cache_mod
+
+    idx = pyindex(wheels, serve_metadata=True, validators="both")
+    cache = tmp_path / "cache"
+    _dry(idx.url, cache)
+    make_wheel(wheels, "lib", "2.1", tags="cp312-cp312-manylinux_2_17_x86_64")
+    idx.add(wheels)
+    real = cache_mod.time.time
+    monkeypatch.setattr(cache_mod, "time", types.SimpleNamespace(time=lambda: real() + 7200))
+    r = _dry(idx.url, cache)
+    assert _pins(r)["lib"] == "2.1" and STORED not in r.stderr and len(resolves) == 2

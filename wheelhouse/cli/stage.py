@@ -149,10 +149,7 @@ def _split_manifest(args: tuple[str, ...], extras=(), groups=()):
     """The first argument is a manifest when it is a .toml file or a bundled name (a ``pyproject.toml`` is read
     as one: its dependencies, extras and groups), or a PEP 751 lock staged as it is; the rest are requirements.
     Returns (manifest, requirements, lock file or None)."""
-    from wheelhouse.manifest import load_manifest
-    from wheelhouse.manifest.pyproject import is_pyproject_name, load_pyproject
     from wheelhouse.resources import manifests_dir
-    from wheelhouse.stage.locked import is_pylock_name
 
     if not args:
         return None, [], None
@@ -163,14 +160,28 @@ def _split_manifest(args: tuple[str, ...], extras=(), groups=()):
         raise UsageError(f"{first} is uv's own lock format, which wh does not read",
                          hint="export it as PEP 751 first: uv export --format pylock.toml -o pylock.toml && "
                               "wh stage pylock.toml ... (docs/inputs.md)")
-    if is_pylock_name(first):
-        return None, list(args[1:]), Path(first)
-    if is_pyproject_name(first):
-        return load_pyproject(first, extras, groups), list(args[1:]), None
+    # The readers are imported only for a file of theirs: a stage of requirements alone (the common case, and
+    # the whole of a stage answered from its stored resolution) loads no TOML nor pylock code.
+    if first.endswith(".toml"):
+        from wheelhouse.manifest.pyproject import is_pyproject_name, load_pyproject
+        from wheelhouse.stage.locked import is_pylock_name
+
+        if is_pylock_name(first):
+            return None, list(args[1:]), Path(first)
+        if is_pyproject_name(first):
+            return load_pyproject(first, extras, groups), list(args[1:]), None
     if first.endswith(".toml") or (not any(c in first for c in "=<>!~[;@ ") and (manifests_dir() / f"{first}.toml").is_file()
                                    and not Path(first).exists()):
+        from wheelhouse.manifest import load_manifest
+
         return load_manifest(first), list(args[1:]), None
     return None, list(args), None
+
+
+def _pyproject_name(arg: str) -> bool:
+    from wheelhouse.manifest.pyproject import is_pyproject_name
+
+    return is_pyproject_name(arg)
 
 
 def _check_lock_input(lock, reqs, req_lines, con_lines, override_lines, excludes) -> None:
@@ -297,7 +308,6 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
            index_url, extra_index_url, find_links, constraint_files, override_files, excludes, extras, groups, jobs,
            cache_dir, pre, dry_run, as_json, fmt, no_bootstrap, lock_timeout, allow_missing_kernels, full, offline,
            refresh, bytecode, bytecode_python, keep_image=()) -> None:
-    from wheelhouse.manifest.pyproject import is_pyproject_name
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
 
     manifest, reqs, lock = _split_manifest(tuple(inputs), extras, groups)
@@ -306,7 +316,7 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
     for note in files.notes:
         ui.info(f"note: {note}")
     override_lines = _read_requirement_files(override_files, ()).requirements
-    is_pyproject = bool(inputs) and is_pyproject_name(inputs[0])
+    is_pyproject = bool(inputs) and inputs[0].endswith(".toml") and _pyproject_name(inputs[0])
     if (extras or groups) and not (lock or is_pyproject):
         raise UsageError("--extra and --group select from a pyproject.toml or a pylock.toml",
                          hint="give one first: wh stage pyproject.toml --extra cuda -o DIR")

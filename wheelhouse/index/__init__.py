@@ -9,11 +9,35 @@ variables, without importing pip).
 
 from __future__ import annotations
 
-from .distfile import Distfile, distfile_from_filename
-from .http.cache import NotCached
-from .pages import parse_simple_html, parse_simple_json
-from .pip_config import NoIndexConfigured, default_index_url, read_pip_index_config
-from .source import SIMPLE_ACCEPT, BadDirectReference, IndexPageError, PackageSource  # SIMPLE_ACCEPT: as before
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .distfile import Distfile, distfile_from_filename
+    from .http.cache import NotCached
+    from .pages import parse_simple_html, parse_simple_json
+    from .pip_config import NoIndexConfigured, default_index_url, read_pip_index_config
+    from .source import SIMPLE_ACCEPT, BadDirectReference, IndexPageError, PackageSource  # SIMPLE_ACCEPT: as before
+
+# Each name is loaded from its module when first asked for (PEP 562): a stage answered from its stored resolution
+# (wheelhouse.stage.stored) loads only the modules it uses; start-up is most of such a run.
+_WHERE = {
+    "Distfile": "distfile", "distfile_from_filename": "distfile", "NotCached": "http.cache", "parse_simple_html":
+    "pages", "parse_simple_json": "pages", "NoIndexConfigured": "pip_config", "default_index_url": "pip_config",
+    "read_pip_index_config": "pip_config", "SIMPLE_ACCEPT": "source", "BadDirectReference": "source",
+    "IndexPageError": "source", "PackageSource": "source"
+}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Distfile",

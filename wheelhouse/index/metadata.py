@@ -25,7 +25,6 @@ import io
 import re
 import tempfile
 import threading
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -203,6 +202,8 @@ class MetadataReader:
 
     @staticmethod
     def _from_zipfile(path: Path, d: Distfile) -> bytes:
+        import zipfile  # here, as in each reader below: a stage answered from its stored resolution reads no wheel
+
         try:
             with zipfile.ZipFile(path) as zf:
                 return zf.read(_metadata_member(zf.namelist(), d))
@@ -241,6 +242,8 @@ class MetadataReader:
         raw = _metadata_by_directory(remote, total, d)
         if raw is not None:
             return raw
+        import zipfile
+
         try:  # anything unusual (zip64, encryption, a damaged member): zipfile decides, from the bytes held
             with zipfile.ZipFile(remote) as zf:  # reads the central directory (one more range at most)
                 member = zf.getinfo(_metadata_member(zf.namelist(), d))
@@ -276,6 +279,8 @@ class MetadataReader:
                                     f"be kept to read its METADATA ({exc.strerror or exc}, in {tempfile.gettempdir()})",
                                     hint="free space there (or set TMPDIR), or use an index that serves PEP 658 metadata") from exc
             tmp.seek(0)
+            import zipfile
+
             try:
                 with zipfile.ZipFile(tmp) as zf:
                     return zf.read(_metadata_member(zf.namelist(), d))

@@ -24,7 +24,6 @@ that is where most people put their index.
 
 from __future__ import annotations
 
-import configparser
 import functools
 import os
 import re
@@ -100,6 +99,10 @@ def pip_config_files(env: Mapping[str, str] | None = None, prefix: str | None = 
 def _values(files: Sequence[Path]) -> dict[str, tuple[str, str]]:
     """key -> (value, file) after merging ``files``: every file's [global], then every file's
     [install], then [download] (a command's section overrides [global] wherever it is)."""
+    if not files:
+        return {}
+    import configparser  # here: where no pip.conf exists, no parser is loaded
+
     parsed = []
     for f in files:
         parser = configparser.RawConfigParser()

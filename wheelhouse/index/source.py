@@ -32,7 +32,6 @@ from wheelhouse.errors import UsageError, WhError
 from .http import HttpClient, HttpError
 from .http.cache import NotCached, add_extra, read_deferred_body
 from .http.deadline import max_body_bytes
-from .pages import parse_simple_html, parse_simple_json_body
 from .parsed import decode_parsed, encode_parsed, extra_name
 from .pip_config import UNCONFIGURED, default_index_url, no_index_configured, read_pip_index_config
 
@@ -245,6 +244,8 @@ class PackageSource:
 
     @staticmethod
     def _parse_page(resp, url: str, index: str, keep: Callable[[str], bool] | None) -> list[Distfile]:
+        from .pages import parse_simple_html, parse_simple_json_body  # here: a stored answer parses no page
+
         ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype.endswith("json") or (ctype == "" and resp.body[:1] == b"{"):
             try:
@@ -269,6 +270,8 @@ class PackageSource:
             self._read(loc, self._links_validator(loc))
         except (WhError, OSError):
             self._pages = None  # cannot say what it holds: this run's resolution is not stored
+        from .pages import parse_simple_html
+
         parts = urllib.parse.urlsplit(loc)
         if parts.scheme in ("http", "https"):
             resp = self.client.get_cached(loc, {"Accept": "text/html"}, max_age=self.page_ttl)

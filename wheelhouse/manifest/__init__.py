@@ -8,11 +8,35 @@ reads no file; its docstring shows the format, every key); reading is in ``load`
 
 from __future__ import annotations
 
-from .flag_rules import FlagRule
-from .load import load_manifest, read_requirement_files
-from .model import (DOCTOR_LINKS, MANIFEST_KEYS, DoctorExpectations, DropRule, Exclusion, ManifestError,
-                    ReleaseManifest, ServeSpec, StackManifest, ToolchainGroup)
-from .parse import exclusion, parse_manifest, resolve_data_path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .flag_rules import FlagRule
+    from .load import load_manifest, read_requirement_files
+    from .model import (DOCTOR_LINKS, MANIFEST_KEYS, DoctorExpectations, DropRule, Exclusion, ManifestError,
+                        ReleaseManifest, ServeSpec, StackManifest, ToolchainGroup)
+    from .parse import exclusion, parse_manifest, resolve_data_path
+
+# Each name is loaded from its module when first asked for (PEP 562): a stage of requirements alone, and one
+# answered from its stored resolution (wheelhouse.stage.stored), loads no TOML reader nor manifest model.
+_WHERE = {
+    "FlagRule": "flag_rules", "load_manifest": "load", "read_requirement_files": "load",
+    **dict.fromkeys(("DOCTOR_LINKS", "MANIFEST_KEYS", "DoctorExpectations", "DropRule", "Exclusion", "ManifestError",
+                     "ReleaseManifest", "ServeSpec", "StackManifest", "ToolchainGroup"), "model"),
+    "exclusion": "parse", "parse_manifest": "parse", "resolve_data_path": "parse",
+}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ManifestError",

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from wheelhouse.errors import UsageError, WhError
@@ -86,6 +85,8 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _project(text: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement  # here: a stage with no file loads no parser
+
     try:
         return canonicalize_name(Requirement(text).name)
     except InvalidRequirement:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from .candidates import Req
+if TYPE_CHECKING:  # the search loads it; a stored answer reads Rewritten alone
+    from .candidates import Req
 
 __all__ = ["Rewrites", "Rewritten"]
 

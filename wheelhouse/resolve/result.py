@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse.index.distfile import Distfile
 from .image import ImageChange
 from .overrides import Rewritten
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 __all__ = ["Pin", "PinNote", "Resolution"]
 
@@ -42,6 +43,8 @@ class Pin:
 
     def specifiers(self) -> list[SpecifierSet]:
         """The version specifiers of the requirements that pulled it in (``requested_by``)."""
+        from packaging.requirements import InvalidRequirement, Requirement  # here: a stored answer parses none
+
         out = []
         for text in self.requested_by:
             try:

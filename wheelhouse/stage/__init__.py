@@ -9,10 +9,33 @@ resolution ``stored``, the previous wheelhouse ``previous``.
 
 from __future__ import annotations
 
-from .delta import ImageDelta
-from .inputs import StageFlags, StageInputs, merge_inputs
-from .pipeline import StageResult, stage
-from .writer import BadOutput, StagedFile, StageError, environment_marker, requires_python_for
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .delta import ImageDelta
+    from .inputs import StageFlags, StageInputs, merge_inputs
+    from .pipeline import StageResult, stage
+    from .writer import BadOutput, StagedFile, StageError, environment_marker, requires_python_for
+
+# Each name is loaded from its module when first asked for (PEP 562): a stage answered from its stored resolution
+# (wheelhouse.stage.stored) loads only the modules it uses; start-up is most of such a run.
+_WHERE = {
+    "ImageDelta": "delta", "StageFlags": "inputs", "StageInputs": "inputs", "merge_inputs": "inputs",
+    "StageResult": "pipeline", "stage": "pipeline", "BadOutput": "writer", "StagedFile": "writer", "StageError":
+    "writer", "environment_marker": "writer", "requires_python_for": "writer"
+}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "StageError",

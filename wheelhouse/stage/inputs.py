@@ -21,12 +21,14 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from wheelhouse.errors import UsageError
-from wheelhouse.manifest import Exclusion, StackManifest
-from wheelhouse.manifest.requirements_file import RequirementLine
 from wheelhouse.target import TargetProfile
+
+if TYPE_CHECKING:
+    from wheelhouse.manifest import Exclusion, StackManifest
+    from wheelhouse.manifest.requirements_file import RequirementLine
 
 __all__ = ["StageFlags", "StageInputs", "merge_inputs"]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -32,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from wheelhouse import __version__
@@ -43,21 +42,16 @@ from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.progress import NullReporter, Reporter
 from .inputs import StageInputs
 from .delta import ImageDelta, delta_of, offered
-from wheelhouse.manifest.requirements_file import RequirementLine, check_hashes
-from .writer import (
-    WHEELS,
-    StagedFile,
-    check_out,
-    write_stage_tree,
-)
-from wheelhouse.manifest import Exclusion
-from wheelhouse.target import TargetProfile
+from .staged import StagedFile
 
 # Imported where used, not here: the resolver, the index client, the downloads, bootstrap/ and the
 # wheelhouse writer. A dry run never loads the last three, and a stage answered from its stored
 # resolution (``stored``) loads little more than this module (start-up is most of such a run).
 if TYPE_CHECKING:
     from wheelhouse.index.http import HttpClient
+    from wheelhouse.manifest import Exclusion
+    from wheelhouse.manifest.requirements_file import RequirementLine
+    from wheelhouse.target import TargetProfile
     from wheelhouse.resolve.overrides import Rewritten
 
     from .previous import Previous
@@ -101,12 +95,13 @@ class StageResult:
 
     def parity_lines(self) -> list[str]:
         """One sentence for each rule of wh's that uv does not share, naming the pins it decided (their notes)."""
-        from wheelhouse.resolve.parity import SUMMARIES
-
         by_code: dict[str, list[str]] = {}
         for f in (*self.files, *self.bootstrap):
             for n in f.notes:
                 by_code.setdefault(n.code, []).append(f"{f.name}=={f.version}")
+        if not by_code:
+            return []
+        from wheelhouse.resolve.parity import SUMMARIES
         return [f"{', '.join(dict.fromkeys(pins))}: chosen where wh differs from uv on purpose ({code}): "
                 f"{SUMMARIES.get(code, code)} (each pin's note is in --json)" for code, pins in by_code.items()]
 
@@ -198,6 +193,11 @@ class _Plan:
 
 # --- requirements --------------------------------------------------------------------------------
 
+# A bare PEP 508 name, or one pinned ``==`` to a plain release (``vllm==0.33.0``): valid whatever else, so
+# accepted without packaging's parser, which a stage answered from its stored resolution would load for nothing.
+_PLAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:==[0-9]+(?:\.[0-9]+)*)?")
+
+
 def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
     out = []
     for r in reqs:
@@ -207,6 +207,11 @@ def _parse_requirements(reqs: Sequence[str], what: str) -> list[str]:
         if r.endswith(".whl") or "/" in r.split(";")[0] and "@" not in r:
             out.append(r)  # a wheel file or URL: the resolver's direct reference
             continue
+        if _PLAIN.fullmatch(r):
+            out.append(r)
+            continue
+        from packaging.requirements import InvalidRequirement, Requirement
+
         try:
             Requirement(r)
         except InvalidRequirement as exc:
@@ -237,6 +242,8 @@ def stage(inputs: StageInputs, *, reporter: Reporter | None = None, client: Http
     if inputs.dry_run:  # the stack's pins only: bootstrap/ (wh's own dependencies) is resolved when writing
         return _run(dataclasses.replace(inputs, bootstrap=False), None, cache, client, reporter, ())
     from wheelhouse.lock.output import hold_output, real_output
+
+    from .writer import check_out
 
     out = real_output(inputs.out)  # -o a symlink: write into its target, keep the link
     compiler = None
@@ -274,6 +281,7 @@ def _top_level_writes(inputs: StageInputs) -> list[str]:
     """The names at the top of -o that this run writes (a user's file there is refused before work)."""
     m = inputs.manifest
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS
 
     names = ["wh.json", "pylock.toml", WHEELS, "simple", "capture_target.py"]
     names += [BOOTSTRAP_DIR] if inputs.bootstrap else []
@@ -370,7 +378,10 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
     if engine is not None:  # the built engine stands for its project, whatever an index has of it
         files = [f for f in files if f.name != engine.file.name]
-    check_hashes(files, hash_rules)  # files with a published sha256; the rest once downloaded
+    if hash_rules:  # files with a published sha256; the rest once downloaded
+        from wheelhouse.manifest.requirements_file import check_hashes
+
+        check_hashes(files, hash_rules)
     return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
 
 
@@ -469,8 +480,10 @@ def _command(inputs: StageInputs, wh_wheel, boot_files=()) -> str | None:
 def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cache: Path, client,
            reporter: Reporter, recovered: tuple[str, ...], compiler=None) -> StageResult:
     from wheelhouse.lock.output import new_tree, swap_in
+    from wheelhouse.manifest.requirements_file import check_hashes
 
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS, write_stage_tree
 
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
@@ -569,6 +582,8 @@ def _staged(pin, releases: dict[str, ReleaseArtifact]) -> StagedFile:
 def _applies(line: RequirementLine, target: TargetProfile) -> bool:
     """Whether a requirement line's marker holds for the target (uv's universal output pins a
     project twice, under exclusive markers, each with its own hashes)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         marker = Requirement(line.text).marker
     except InvalidRequirement:
@@ -583,6 +598,9 @@ def _local_file(name: str, version: str, path: Path, origin: str) -> StagedFile:
 
 def _bootstrap_requirements(wheel: Path, target: TargetProfile, extra: str | None = None) -> list[str]:
     """wh's own Requires-Dist that apply on the target (markers judged for the target, with ``extra`` or none)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
     from wheelhouse.lock.bootstrap import BootstrapError, wheel_requirements
 
     with_python = SpecifierSet(">=3.10")
@@ -603,6 +621,7 @@ def _seed_cache_from(out: Path, old: dict[str, str], files: Sequence[StagedFile]
     from wheelhouse.fetch.cache import add_to_cache, cached_path
 
     from .bootstrap import BOOTSTRAP_DIR
+    from .writer import WHEELS
 
     reused = 0
     for f in files:

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
-from wheelhouse.lock import LockedFile, read_pylock
-from wheelhouse.lock.journal import inside_wheelhouse
-from wheelhouse.lock.output import read_meta
-from wheelhouse.manifest import StackManifest
-from wheelhouse.progress import Reporter
-from wheelhouse.target import TargetProfile
+from .staged import StagedFile
 
-from .writer import StagedFile
+if TYPE_CHECKING:  # the readers are loaded by read_previous: a dry run has no previous wheelhouse
+    from wheelhouse.lock import LockedFile
+    from wheelhouse.manifest import StackManifest
+    from wheelhouse.progress import Reporter
+    from wheelhouse.target import TargetProfile
 
 __all__ = ["KeptEngine", "Previous", "read_previous"]
 
@@ -47,6 +46,9 @@ class Previous:
 
 def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfile, reporter: Reporter) -> Previous:
     """The previous wheelhouse's verified wheels and the built engine to carry over (or why not)."""
+    from wheelhouse.lock import read_pylock
+    from wheelhouse.lock.output import read_meta
+
     meta = read_meta(out) if out.is_dir() else None
     if meta is None:
         return Previous({})
@@ -89,6 +91,8 @@ def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, 
 def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[LockedFile],
                  target: TargetProfile) -> KeptEngine | str:
     """The engine to carry over, or the sentence saying why it cannot be (its wheel is gone or damaged)."""
+    from wheelhouse.lock.journal import inside_wheelhouse
+
     rel = str(record["wheel"])
     wheel = out / rel
     # wh.json may have been edited: a path outside the wheelhouse is never read, linked or replaced
@@ -115,6 +119,8 @@ def _kept_engine(out: Path, record: Mapping[str, Any], lock_files: Sequence[Lock
 
 def _inside_only(out: Path, record: Mapping[str, Any]) -> Mapping[str, Any]:
     """The engine's record without the log or exported files it names outside the wheelhouse (an edited wh.json)."""
+    from wheelhouse.lock.journal import inside_wheelhouse
+
     def outside(p: object) -> bool:
         return isinstance(p, str) and not inside_wheelhouse(out, p)
 

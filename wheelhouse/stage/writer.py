@@ -13,9 +13,8 @@ import dataclasses
 import datetime as _dt
 import shutil
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.datafile import load_toml
@@ -36,9 +35,7 @@ from wheelhouse.recordfile import RECORD_CHECKED
 from wheelhouse.redact import redact_config, redact_settings
 from wheelhouse.resources import capture_script
 from wheelhouse.target import TargetProfile
-
-if TYPE_CHECKING:
-    from wheelhouse.resolve import PinNote
+from .staged import StagedFile
 
 __all__ = [
     "WHEELS",
@@ -57,44 +54,6 @@ __all__ = [
 
 class StageError(WhError):
     code = "stage"
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """One pinned wheel: what was chosen and why (``parents``: who required it)."""
-
-    name: str
-    version: str
-    filename: str
-    url: str
-    sha256: str | None
-    size: int | None
-    requires_python: str | None = None
-    parents: tuple[str, ...] = ()
-    extras: tuple[str, ...] = ()
-    origin: str = ""  # index URL, find-links location, or release manifest URL
-    release_key: str | None = None
-    tool: Mapping[str, Any] = field(default_factory=dict)  # more [packages.tool.wh] data (a built engine's)
-    yanked: bool = False  # PEP 592: only an exact pin stages a yanked release
-    yanked_reason: str | None = None
-    notes: tuple[PinNote, ...] = ()  # where a rule uv does not share chose this pin (``resolve.parity``)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "filename": self.filename,
-            "size": self.size,
-            "sha256": self.sha256,
-            "url": self.url,
-            "requires_python": self.requires_python,
-            "parents": list(self.parents),
-            "extras": list(self.extras),
-            "yanked": self.yanked,
-            "yanked_reason": self.yanked_reason if self.yanked else None,
-            "notes": [n.to_json() for n in self.notes],
-            **({"release": self.release_key} if self.release_key else {}),
-        }
 
 
 # --- what goes into it ---------------------------------------------------------------------------

@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -21,6 +20,9 @@ from wheelhouse.datafile import load_json
 from wheelhouse.errors import TargetError
 from . import capture as capture_target
 from .gpu import Gpu, gpu_from_json
+
+if TYPE_CHECKING:
+    from packaging.markers import Marker
 
 __all__ = ["TargetProfile", "ProvidedDist", "target_from_json", "load_target", "host_target", "MARKER_KEYS", "glibc_version", "libc_of"]
 
@@ -130,6 +132,8 @@ class TargetProfile:
         if marker is None:
             return True
         if isinstance(marker, str):
+            from packaging.markers import Marker  # here: a stage answered from its stored resolution evaluates none
+
             marker = Marker(marker)
         return marker.evaluate(self.environment(extra))
 

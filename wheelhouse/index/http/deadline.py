@@ -19,7 +19,6 @@ of waiting for them. Sizes: ``max_body_bytes()`` bounds what is read into memory
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -83,6 +82,8 @@ class Watch:
     def cut(self) -> None:
         sock = self.sock or getattr(self.owner, "sock", None)
         if sock is not None:
+            import socket  # here: a client that never connects (a stage answered from the cache) loads no socket
+
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:

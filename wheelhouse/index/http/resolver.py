@@ -15,7 +15,6 @@ host is the proxy, so the proxy's name is the one resolved (the index host is re
 
 from __future__ import annotations
 
-import socket
 import threading
 
 __all__ = ["HostResolver"]
@@ -40,6 +39,8 @@ class HostResolver:
             with self._lock:
                 if key in self._answers:
                     return list(self._answers[key])
+            import socket  # here: a client that never connects (a stage answered from the cache) loads no socket
+
             self.lookups += 1
             found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)  # a failure is raised, never kept
             if not found:
