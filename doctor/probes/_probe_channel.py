@@ -10,10 +10,11 @@ output of the code under test cannot break parsing.
 
 import json
 import os
+import stat
 import sys
 import traceback
 
-__all__ = ["MARKER", "emit", "error_record", "Evidence"]
+__all__ = ["MARKER", "emit", "error_record", "Evidence", "names_digest"]
 
 MARKER = "@@WH-PROBE@@"
 
@@ -38,6 +39,45 @@ def _die_with_the_doctor():
 if sys.platform.startswith("linux"):
     _die_with_the_doctor()
 
+# Byte code this process's imports wrote: path -> the sha256 of the bytes written (what the import then ran).
+_WROTE = {}
+
+
+def _sha256_hex(data):
+    """sha256 without hashlib where the interpreter has it built in: hashlib loads OpenSSL into the process under
+    test, which could change which libcrypto a package's import then binds to."""
+    try:
+        from _sha256 import sha256  # CPython <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # CPython >= 3.12
+        except ImportError:
+            from hashlib import sha256
+    return sha256(bytes(data)).hexdigest()
+
+
+def _watch_byte_code_writes():
+    """Note what the import system writes as byte code (SourceLoader compiles a source whose .pyc is absent or
+    stale, then writes it). Another probe process compiling the same source at the same time writes the file
+    again: the evidence keeps the digest of these bytes, so the same bytes written over them are no change."""
+    try:
+        from importlib.machinery import SourceFileLoader
+        original = SourceFileLoader._cache_bytecode
+    except (ImportError, AttributeError):
+        return
+
+    def _cache_bytecode(self, source_path, bytecode_path, data):
+        try:
+            _WROTE[os.path.abspath(bytecode_path)] = _sha256_hex(data)
+        except Exception:  # noqa: BLE001 - no digest: the file is evidence by its identity alone
+            pass
+        return original(self, source_path, bytecode_path, data)
+
+    SourceFileLoader._cache_bytecode = _cache_bytecode
+
+
+_watch_byte_code_writes()
+
 _HERE = os.path.dirname(os.path.realpath(__file__))
 while sys.path and os.path.realpath(sys.path[0] or os.curdir) == _HERE:
     del sys.path[0]  # never let a probe file shadow an installed module
@@ -60,6 +100,13 @@ def error_record(exc):
 # driver maps it in every process that touches a GPU), memfd and SysV segments likewise. As evidence they would
 # read as a replaced file and keep every GPU probe's pass from ever being reused.
 _NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/anon_hugepage", "/drm mm object")
+_BYTE_CODE_FOLDER = "__pycache__"
+
+
+def names_digest(names):
+    """The digest of a folder's entry names, ``__pycache__`` left out (``wheelhouse.doctor.verdicts`` computes the
+    same): the import system never imports that name, and the first import under a folder creates it."""
+    return _sha256_hex("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER)).encode("utf-8", "surrogateescape"))
 
 
 class Evidence:
@@ -70,7 +117,15 @@ class Evidence:
     libraries they pulled in, from /proc/self/maps), the interpreter and its ``pyvenv.cfg``, and the folders
     the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
     shadowing copy or a ``.pth``, changes the folder). :meth:`new` returns what was not named before, as
-    ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there).
+    ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there), and a seventh
+    element where the identity alone would change with no change to what an import gets:
+
+    - a folder: ``"names:<digest>"``, its entry names but ``__pycache__`` (:func:`names_digest`). A folder's
+      mtime changes when an import elsewhere creates its ``__pycache__``, as the first import of a one-file
+      module of site-packages does, in this process or in a probe running beside it.
+    - byte code this process's imports wrote: ``"wrote:<sha256>"``, of the bytes written, which are the code
+      the import ran. A probe beside it that compiled the same source wrote the file again; the same bytes are
+      no change. Where the file no longer holds those bytes when it is named, it is named as changed.
     """
 
     def __init__(self, extra=()):
@@ -150,5 +205,21 @@ class Evidence:
             except (OSError, ValueError):
                 found.append([path])
                 continue
-            found.append([path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+            entry = [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    entry.append("names:" + names_digest(os.listdir(path)))
+                except OSError:
+                    pass  # unlistable: its identity alone
+            elif path in _WROTE:
+                try:
+                    with open(path, "rb") as fh:
+                        now = _sha256_hex(fh.read())
+                except OSError:
+                    now = None
+                if now != _WROTE[path]:
+                    entry = [path, -1, -1, -1, -1, -1]  # not the code that ran here: the verdict is never reused
+                else:
+                    entry.append("wrote:" + now)
+            found.append(entry)
         return found

@@ -9,7 +9,9 @@ system searched) with its identity (device, inode, size, mtime_ns, ctime_ns: the
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
   shell variables no import reads), and the GPU facts (names, compute capabilities, driver, CUDA);
-- and every one of those files still has the identity it had, and every path that was absent still is.
+- and every one of those files still has the identity it had, and every path that was absent still is; a
+  folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
+  the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
 
 Anything else re-executes it. Only passing verdicts are stored: a failure is executed every run, so a red
 never outlives its cause. ``thorough`` reuses nothing (and stores afresh). A reused verdict says so in the
@@ -99,6 +101,22 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
     return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
 
 
+def _names_now(folder: str) -> str | None:
+    """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n != "__pycache__")
+    except OSError:
+        return None
+    return hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _sha256_now(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 class VerdictCache:
     """The reusable verdicts of one target's probes; thread-safe; saved once per doctor run."""
 
@@ -156,6 +174,30 @@ class VerdictCache:
                 self._stat[path] = [path]
         return self._stat[path]
 
+    def _same(self, entry: list) -> bool:
+        """Whether ``entry`` (as the probe printed it) still holds. Its identity unchanged, or, for an entry with
+        a seventh element, what the import gets unchanged: a folder (``names:``) with the same entry names but
+        ``__pycache__``, byte code its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
+        rewritten with the identity now, so the next run finds it by ``stat`` alone."""
+        now = self._now(entry[0])
+        if len(entry) <= 6:
+            return now == entry
+        if now == entry[:6]:
+            return True
+        tag, _, digest = str(entry[6]).partition(":")
+        if len(now) != 6 or len(entry) != 7 or not digest:
+            return False
+        if tag == "names":
+            same = now[1:3] == entry[1:3] and _names_now(entry[0]) == digest  # the same folder, the same names
+        elif tag == "wrote":
+            same = _sha256_now(entry[0]) == digest
+        else:
+            same = False
+        if same:
+            entry[1:6] = now[1:6]
+            self._dirty = True
+        return same
+
     def _unchanged_upto(self, run_id: str) -> int:
         known = self._valid_upto.get(run_id)
         if known is not None:
@@ -163,7 +205,7 @@ class VerdictCache:
         files = self._runs[run_id]["files"]
         n = 0
         for entry in files:
-            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or self._now(entry[0]) != entry:
+            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or not self._same(entry):
                 break
             n += 1
         self._valid_upto[run_id] = n
