@@ -39,12 +39,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
+
+if TYPE_CHECKING:
+    from wheelhouse.elf import LoaderFacts
 
 __all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest", "loader_witness"]
 
@@ -322,13 +325,6 @@ _LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/e
 _WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
 
 
-def _system_dirs() -> list[str]:
-    import platform
-
-    arch = f"{platform.machine()}-linux-gnu"
-    return ["/lib", "/lib64", "/usr/lib", "/usr/lib64", f"/lib/{arch}", f"/usr/lib/{arch}", "/usr/local/lib"]
-
-
 def _identity(path: str) -> list:
     try:
         return [path, *file_identity(os.stat(path))]
@@ -336,29 +332,27 @@ def _identity(path: str) -> list:
         return [path]  # absent: its appearing is a change
 
 
-def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> list[list]:
+def loader_witness(module_file: str | None, facts: LoaderFacts) -> list[list]:
     """The files and folders whose identity keys a stored warning of a module that failed to load (a failed
     dlopen maps nothing, so the probe's own evidence does not hold them): the module's file; the loader's
     configuration (``/etc/ld.so.cache``, ``ld.so.conf`` and ``ld.so.conf.d`` with its files, ``ld.so.preload``);
-    every folder of the probe environment's ``LD_LIBRARY_PATH`` and the system library folders; and, from
-    the module's file through the libraries it needs that are found by name in those folders (up to
-    :data:`_WITNESS_OBJECTS` objects), each object's file and its RPATH/RUNPATH folders. A folder's identity
-    changes when an entry is added, removed or renamed in it: the missing library appearing there is a change."""
-    from wheelhouse.elf import expand_dst, read_elf
+    the folders of ``facts`` (the probe environment's ``LD_LIBRARY_PATH``, the loader's default folders); and,
+    from the module's file through the libraries :func:`wheelhouse.elf.find_needed` resolves for it (up to
+    :data:`_WITNESS_OBJECTS` objects), each object's file, its RPATH/RUNPATH folders and every folder searched
+    for a library that is not found. A folder's identity changes when an entry is added, removed or renamed in
+    it: the missing library appearing there is a change."""
+    from wheelhouse.elf import expand_dst, find_needed, read_elf, rpath_dirs
 
-    env = os.environ if env is None else env
     paths: list[str] = [*_LOADER_FILES]
     try:
         paths += sorted(os.path.join("/etc/ld.so.conf.d", n) for n in os.listdir("/etc/ld.so.conf.d"))
     except OSError:
         pass
-    ld_path = [os.path.abspath(p) for p in (env.get("LD_LIBRARY_PATH") or "").split(":") if p]
-    system = _system_dirs()
-    paths += ld_path + system
+    paths += [*facts.ld_library_path, *facts.default_dirs]
     seen: set[str] = set()
-    queue = [os.path.abspath(module_file)] if module_file else []
+    queue = [(os.path.abspath(module_file), ())] if module_file else []
     while queue and len(seen) < _WITNESS_OBJECTS:
-        obj = queue.pop(0)
+        obj, chain = queue.pop(0)
         if obj in seen:
             continue
         seen.add(obj)
@@ -367,12 +361,10 @@ def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> li
             info = read_elf(obj)
         except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
             continue
-        own = [os.path.normpath(expand_dst(e, info.origin)) for e in (*info.rpath, *info.runpath)]
-        paths += own
-        for name in info.needed:
-            for folder in (*own, *ld_path, *system):
-                cand = os.path.join(folder, name) if "/" not in name else name
-                if os.path.isfile(cand):
-                    queue.append(os.path.abspath(cand))
-                    break
-    return [_identity(p) for p in dict.fromkeys(paths)]
+        paths += rpath_dirs(info, facts)
+        paths += [os.path.normpath(expand_dst(e, info.origin, facts.lib, facts.platform)) for e in info.runpath]
+        for found in find_needed(info, facts, chain):
+            if found.path is not None:
+                queue.append((os.path.abspath(found.path), (info, *chain)))
+            paths += [p for p in found.searched if os.path.isabs(p)]
+    return [_identity(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]
