@@ -14,7 +14,7 @@ import stat
 import sys
 import traceback
 
-__all__ = ["MARKER", "emit", "error_record", "Evidence", "names_digest"]
+__all__ = ["MARKER", "CODE_CACHE_ENV", "emit", "error_record", "Evidence", "names_digest"]
 
 MARKER = "@@WH-PROBE@@"
 
@@ -76,6 +76,54 @@ def _watch_byte_code_writes():
 
 
 _watch_byte_code_writes()
+
+CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"
+
+
+def _share_compiled_code(folder):
+    """Where the import system writes no byte code (PYTHONDONTWRITEBYTECODE, ``-B``), every probe process compiled
+    every source it imported again: numpy's, once per batch that imports numpy (on the 71-wheel bench venv 2170 of
+    4520 compiles, 5.0 s of CPU). The doctor gives its probes one private folder for the run (:data:`CODE_CACHE_ENV`):
+    the code ``compile`` makes of a source is kept there, keyed by everything it depends on (the source's bytes, its
+    path, the optimisation level, this interpreter's magic number and version), and a probe that finds it loads it
+    with marshal, as an import loads a ``.pyc``. The code is the same; what an import reads from the target (its
+    source, its ``__pycache__``) is not changed, nor is anything written into the target."""
+    try:
+        import marshal
+        from importlib.machinery import SourceFileLoader
+        from importlib.util import MAGIC_NUMBER
+        original = SourceFileLoader.source_to_code
+    except (ImportError, AttributeError):
+        return
+    salt = MAGIC_NUMBER + sys.version.encode() + b"\0"
+
+    def source_to_code(self, data, path, *, _optimize=-1):
+        try:
+            level = sys.flags.optimize if _optimize == -1 else _optimize
+            kept = os.path.join(folder, _digest(b"\0".join([salt, str(level).encode(), os.fsencode(path), bytes(data)])))
+        except Exception:  # noqa: BLE001 - a str source, an odd path: compiled as the loader would
+            return original(self, data, path, _optimize=_optimize)
+        try:
+            with open(kept, "rb") as fh:
+                return marshal.loads(fh.read())
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        code = original(self, data, path, _optimize=_optimize)
+        try:
+            part = "%s.%d" % (kept, os.getpid())
+            with open(part, "wb") as fh:
+                fh.write(marshal.dumps(code))
+            os.replace(part, kept)
+        except (OSError, ValueError):
+            pass
+        return code
+
+    SourceFileLoader.source_to_code = source_to_code
+
+
+_code_folder = os.environ.pop(CODE_CACHE_ENV, None)  # the code under test never sees it
+if sys.dont_write_bytecode and _code_folder and os.path.isdir(_code_folder):
+    _share_compiled_code(_code_folder)
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 while sys.path and os.path.realpath(sys.path[0] or os.curdir) == _HERE:
