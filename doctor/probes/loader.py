@@ -67,7 +67,9 @@ def _default_dirs(loader):
     """The loader's own system search path (``ld.so --help``, glibc >= 2.33), else the usual folders."""
     if loader:
         try:
-            out = subprocess.run([loader, "--help"], capture_output=True, text=True, timeout=20).stdout
+            # Without LD_LIBRARY_PATH: glibc lists its folders first, labelled "(system search path)" as well.
+            env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+            out = subprocess.run([loader, "--help"], capture_output=True, text=True, timeout=20, env=env).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         dirs = [line.strip().rsplit(" (system search path)", 1)[0] for line in out.splitlines()

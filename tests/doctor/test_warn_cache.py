@@ -118,3 +118,45 @@ def test_a_stored_warning_that_would_now_be_a_fail_is_executed_again(image, tmp_
     assert after["verdict"] == "fail", after["evidence"]
     assert MOD in after["data"]["executed"] and MOD not in after["data"]["reused"]
     assert "a warning stored" not in after["evidence"]
+
+
+_MAPPED_COPY = """import ctypes, sys
+ctypes.CDLL(sys.argv[1])
+print(next(line.split(None, 5)[5].strip() for line in open("/proc/self/maps") if line.rstrip().endswith(sys.argv[2])))
+"""
+
+
+def test_the_library_appearing_in_a_runpath_folder_named_with_lib_executes_it_again(tmp_path):
+    """RUNPATH ``/deps/$LIB``: the loader expands ``$LIB`` to its own folder name (Debian's ``lib/x86_64-linux-gnu``,
+    elsewhere ``lib64``), which the loader probe reads from the target's ``ld.so``; the witness searches where
+    that loader searches (wheelhouse.elf's resolution), so the library appearing there executes it again."""
+    build = tmp_path / "build"
+    build.mkdir()
+    deps = tmp_path / "deps"
+    lib = build / SONAME
+    src = build / "cutensor.c"
+    src.write_text("int whgone_value(void) { return 7; }\n")
+    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{SONAME}", str(src), "-o", str(lib)])
+    ext_bytes = _ext(build, "_cutensor", "WH_NEEDLIB",
+                     extra=[f"-L{build}", f"-l:{SONAME}", f"-Wl,-rpath,{deps}/$LIB", "-Wl,--enable-new-dtags"])
+    lib = lib.rename(tmp_path / SONAME)  # not in build/: nothing but the RUNPATH may find it
+    # Which folder the real loader takes for $LIB here: a copy in each candidate, load once, see which is mapped.
+    candidates = [deps / "lib64", deps / "lib", deps / "lib" / f"{os.uname().machine}-linux-gnu"]
+    for folder in candidates:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib, folder / SONAME)
+    (build / f"probe{SUFFIX}").write_bytes(ext_bytes)
+    mapped = subprocess.run([sys.executable, "-c", _MAPPED_COPY, str(build / f"probe{SUFFIX}"), SONAME],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    for folder in candidates:
+        (folder / SONAME).unlink()
+    searched = Path(mapped).parent
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "cupy-cuda13x", {"cupy/__init__.py": "X = 1\n", "cupyx/__init__.py": "X = 1\n"},
+                 {f"cupyx/_cutensor{SUFFIX}": ext_bytes})
+    image = {"python": py}
+    _warned_then_reused(image, tmp_path)
+    shutil.copy(lib, searched / SONAME)
+    after = _doctor(image, tmp_path)
+    assert after["verdict"] == "ok", after["evidence"]
+    assert MOD in after["data"]["executed"]

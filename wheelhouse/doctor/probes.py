@@ -266,6 +266,27 @@ _DRAIN = 2.0  # after the probe exited, at most this long reading what something
 _TICK = 0.25  # how often a waiting runner looks at the interrupt flag
 
 
+_CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"  # CODE_CACHE_ENV of doctor/probes/_probe_channel.py
+_code_cache: list[str] = []
+_code_cache_lock = threading.Lock()
+
+
+def _code_cache_folder() -> str:
+    """This process's private folder where probes share the code they compiled when the target writes no byte
+    code (``_share_compiled_code`` of the probe channel); removed when wh exits. Not part of any verdict's key:
+    it changes no import's result."""
+    with _code_cache_lock:
+        if not _code_cache:
+            import atexit
+            import shutil
+            import tempfile
+
+            folder = tempfile.mkdtemp(prefix="wh-probe-code-")
+            atexit.register(shutil.rmtree, folder, True)
+            _code_cache.append(folder)
+        return _code_cache[0]
+
+
 def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen:
     if _STOPPING.is_set():
         raise ProbeInterrupted("interrupted: no new probe is started", hint="run `wh doctor` again")
@@ -273,7 +294,7 @@ def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[st
         proc = subprocess.Popen(
             [python, str(script), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
+            env={**(os.environ if env is None else env), _CODE_CACHE_ENV: _code_cache_folder()},
             start_new_session=True,  # own process group: a timeout kills its children too
         )
     except OSError as exc:

@@ -9,7 +9,9 @@ system searched) with its identity (device, inode, size, mtime_ns, ctime_ns: the
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
   shell variables no import reads), and the GPU facts (names, compute capabilities, driver, CUDA);
-- and every one of those files still has the identity it had, and every path that was absent still is.
+- and every one of those files still has the identity it had, and every path that was absent still is; a
+  folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
+  the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
 
 Anything else re-executes it. Only passing verdicts are stored: a failure is executed every run, so a red
 never outlives its cause. ``thorough`` reuses nothing (and stores afresh). A reused verdict says so in the
@@ -37,12 +39,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
+
+if TYPE_CHECKING:
+    from wheelhouse.elf import LoaderFacts
 
 __all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest", "loader_witness"]
 
@@ -97,6 +102,23 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
                        for g in gpu.get("gpus") or ()],
               **{k: gpu.get(k) for k in ("driver_version", "cuda_version", "source", "cuda_visible_devices")}}
     return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
+
+
+def _names_now(folder: str) -> str | None:
+    """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n != "__pycache__")
+    except OSError:
+        return None
+    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
+
+
+def _digest_now(path: str) -> str | None:
+    """``_digest`` of ``doctor/probes/_probe_channel.py`` (BLAKE2b-256) of the file's bytes now."""
+    try:
+        return hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
+    except OSError:
+        return None
 
 
 class VerdictCache:
@@ -156,6 +178,30 @@ class VerdictCache:
                 self._stat[path] = [path]
         return self._stat[path]
 
+    def _same(self, entry: list) -> bool:
+        """Whether ``entry`` (as the probe printed it) still holds. Its identity unchanged, or, for an entry with
+        a seventh element, what the import gets unchanged: a folder (``names:``) with the same entry names but
+        ``__pycache__``, byte code its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
+        rewritten with the identity now, so the next run finds it by ``stat`` alone."""
+        now = self._now(entry[0])
+        if len(entry) <= 6:
+            return now == entry
+        if now == entry[:6]:
+            return True
+        tag, _, digest = str(entry[6]).partition(":")
+        if len(now) != 6 or len(entry) != 7 or not digest:
+            return False
+        if tag == "names":
+            same = now[1:3] == entry[1:3] and _names_now(entry[0]) == digest  # the same folder, the same names
+        elif tag == "wrote":
+            same = _digest_now(entry[0]) == digest
+        else:
+            same = False
+        if same:
+            entry[1:6] = now[1:6]
+            self._dirty = True
+        return same
+
     def _unchanged_upto(self, run_id: str) -> int:
         known = self._valid_upto.get(run_id)
         if known is not None:
@@ -163,7 +209,7 @@ class VerdictCache:
         files = self._runs[run_id]["files"]
         n = 0
         for entry in files:
-            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or self._now(entry[0]) != entry:
+            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or not self._same(entry):
                 break
             n += 1
         self._valid_upto[run_id] = n
@@ -280,13 +326,6 @@ _LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/e
 _WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
 
 
-def _system_dirs() -> list[str]:
-    import platform
-
-    arch = f"{platform.machine()}-linux-gnu"
-    return ["/lib", "/lib64", "/usr/lib", "/usr/lib64", f"/lib/{arch}", f"/usr/lib/{arch}", "/usr/local/lib"]
-
-
 def _identity(path: str) -> list:
     try:
         return [path, *file_identity(os.stat(path))]
@@ -294,29 +333,27 @@ def _identity(path: str) -> list:
         return [path]  # absent: its appearing is a change
 
 
-def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> list[list]:
+def loader_witness(module_file: str | None, facts: LoaderFacts) -> list[list]:
     """The files and folders whose identity keys a stored warning of a module that failed to load (a failed
     dlopen maps nothing, so the probe's own evidence does not hold them): the module's file; the loader's
     configuration (``/etc/ld.so.cache``, ``ld.so.conf`` and ``ld.so.conf.d`` with its files, ``ld.so.preload``);
-    every folder of the probe environment's ``LD_LIBRARY_PATH`` and the system library folders; and, from
-    the module's file through the libraries it needs that are found by name in those folders (up to
-    :data:`_WITNESS_OBJECTS` objects), each object's file and its RPATH/RUNPATH folders. A folder's identity
-    changes when an entry is added, removed or renamed in it: the missing library appearing there is a change."""
-    from wheelhouse.elf import expand_dst, read_elf
+    the folders of ``facts`` (the probe environment's ``LD_LIBRARY_PATH``, the loader's default folders); and,
+    from the module's file through the libraries :func:`wheelhouse.elf.find_needed` resolves for it (up to
+    :data:`_WITNESS_OBJECTS` objects), each object's file, its RPATH/RUNPATH folders and every folder searched
+    for a library that is not found. A folder's identity changes when an entry is added, removed or renamed in
+    it: the missing library appearing there is a change."""
+    from wheelhouse.elf import expand_dst, find_needed, read_elf, rpath_dirs
 
-    env = os.environ if env is None else env
     paths: list[str] = [*_LOADER_FILES]
     try:
         paths += sorted(os.path.join("/etc/ld.so.conf.d", n) for n in os.listdir("/etc/ld.so.conf.d"))
     except OSError:
         pass
-    ld_path = [os.path.abspath(p) for p in (env.get("LD_LIBRARY_PATH") or "").split(":") if p]
-    system = _system_dirs()
-    paths += ld_path + system
+    paths += [*facts.ld_library_path, *facts.default_dirs]
     seen: set[str] = set()
-    queue = [os.path.abspath(module_file)] if module_file else []
+    queue = [(os.path.abspath(module_file), ())] if module_file else []
     while queue and len(seen) < _WITNESS_OBJECTS:
-        obj = queue.pop(0)
+        obj, chain = queue.pop(0)
         if obj in seen:
             continue
         seen.add(obj)
@@ -325,12 +362,10 @@ def loader_witness(module_file: str | None, env: Mapping[str, str] | None) -> li
             info = read_elf(obj)
         except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
             continue
-        own = [os.path.normpath(expand_dst(e, info.origin)) for e in (*info.rpath, *info.runpath)]
-        paths += own
-        for name in info.needed:
-            for folder in (*own, *ld_path, *system):
-                cand = os.path.join(folder, name) if "/" not in name else name
-                if os.path.isfile(cand):
-                    queue.append(os.path.abspath(cand))
-                    break
-    return [_identity(p) for p in dict.fromkeys(paths)]
+        paths += rpath_dirs(info, facts)
+        paths += [os.path.normpath(expand_dst(e, info.origin, facts.lib, facts.platform)) for e in info.runpath]
+        for found in find_needed(info, facts, chain):
+            if found.path is not None:
+                queue.append((os.path.abspath(found.path), (info, *chain)))
+            paths += [p for p in found.searched if os.path.isabs(p)]
+    return [_identity(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]

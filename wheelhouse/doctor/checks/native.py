@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 
-from wheelhouse.elf import BadElf, exports_pyinit
+from wheelhouse.elf import BadElf, LoaderFacts, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.fatbin import device_code, sm_number
@@ -58,7 +58,7 @@ from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, jud
 from wheelhouse.doctor.verdicts import loader_witness
 from wheelhouse.target.gpu import Gpu
 from .context import DoctorContext, Distribution, reinstall_command
-from .sharedlibs import load_optional
+from .sharedlibs import gather_loader_facts, load_optional
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
            "is_extension_module", "load_plan"]
@@ -428,6 +428,7 @@ def _store_warnings(ctx: DoctorContext, dists: Sequence[Distribution], plans: Ma
     (:func:`~wheelhouse.doctor.verdicts.loader_witness`)."""
     if ctx.verdicts is None:
         return
+    facts = None
     for d, r in zip(dists, results):
         if r.verdict != "warn" or r.strict:
             continue
@@ -435,9 +436,24 @@ def _store_warnings(ctx: DoctorContext, dists: Sequence[Distribution], plans: Ma
             o = outcomes.get(m)
             if o is None or o.ok or o.reused_since or not o.isolated or o.evidence is None or "." not in m:
                 continue
+            if facts is None:
+                facts = _witness_facts(ctx)
+                if facts is None:
+                    return  # no loader facts: nothing to key a warning by, it is executed again next run
             deps, record = o.evidence
-            witness = loader_witness(files.get(m) or o.origin, ctx.environ)
+            witness = loader_witness(files.get(m) or o.origin, facts)
             ctx.verdicts.store_warning("imports", _arg(m, files), ctx.environ, [*deps, *witness], record)
+
+
+def _witness_facts(ctx: DoctorContext) -> LoaderFacts | None:
+    """The loader's facts as the import probes met them: the target's loader (its cache, its default folders,
+    ``$LIB``: the loader probe sharedlibs runs too, reused within the run) with the probes' ``LD_LIBRARY_PATH``;
+    nothing counted as already loaded (a failed import's process had loaded what it had)."""
+    facts, _, _ = gather_loader_facts(ctx)
+    if facts is None:
+        return None
+    ld_path = tuple(os.path.abspath(p) for p in (ctx.environ.get("LD_LIBRARY_PATH") or "").split(":") if p)
+    return replace(facts, ld_library_path=ld_path, loaded={})
 
 
 def _optional_data() -> OptionalData:
