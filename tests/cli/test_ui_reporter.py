@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import threading
 
 from rich.console import Console
@@ -61,3 +63,12 @@ def test_notes_off_a_terminal_are_the_lines_rich_printed(monkeypatch, capsys):
     assert plain == buf.getvalue()
     monkeypatch.setenv("FORCE_COLOR", "1")  # rich's rule: a terminal; notes then go through rich
     assert isinstance(Ui().notes, Console)
+
+
+def test_a_quiet_run_does_not_load_the_progress_bars():
+    """`wh -q` draws nothing: rich's progress machinery (~50 ms of imports) is never loaded for its tasks."""
+    code = ("import sys\nfrom wheelhouse.cli._ui import RichReporter\n"
+            "r = RichReporter(quiet=True)\nr.start('verifying 8 wheels', total=8)\nr.advance('verifying 8 wheels')\n"
+            "r.finish('verifying 8 wheels', 'done')\nprint(sorted(m for m in sys.modules if m.startswith('rich.progress')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -312,3 +312,83 @@ def test_a_batch_with_a_wrong_wheel_adds_no_entry(house, tmp_path, env):
     unpacked = Path(env["WH_CACHE_DIR"]) / "unpacked"
     assert not list(unpacked.glob("*/*/manifest.json"))  # not even lib's, whose bytes were right
     assert not (unpacked / ".tmp").exists() or not any((unpacked / ".tmp").iterdir())
+
+
+# ---- a wheel file unchanged since its sha256 matched is not read again -----------------------------------
+
+HASHING = "install.wheel-sha256"  # the point where an install reads a whole wheel for the lock's sha256
+
+
+def test_a_wheel_file_unchanged_since_its_hash_matched_is_not_read_again(house, tmp_path, env):
+    """The entry remembers the identity of the wheel file whose sha256 matched; the next install passes it
+    without reading it whole (an I/O error injected where a wheel is hashed does not happen)."""
+    failed = run_with_fault(["install", house, "--venv", tmp_path / "x"], HASHING, "eio", env=env)
+    assert failed.returncode != 0  # the point is reached when a wheel is hashed
+    install(env, house, tmp_path / "a")
+    remembered = json.loads((entry(env, house, LIB) / "manifest.json").read_text())["wheel_files"]
+    st = (house / "wheels" / LIB).stat()
+    assert remembered == [[st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]]
+    warm = run_with_fault(["install", house, "--venv", tmp_path / "b", "--json"], HASHING, "eio", env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert json.loads(warm.stdout)["linked"]["wheels"] == 2
+    assert_lib_right(house, tmp_path / "b")
+
+
+def _flip_in_place_keeping_size_and_mtime(wheel: Path, at: int = 100) -> None:
+    st = wheel.stat()
+    with open(wheel, "r+b") as fh:
+        fh.seek(at)
+        old = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([old[0] ^ 0xFF]))
+    os.utime(wheel, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back: only the ctime says it changed
+
+
+def _replace_by_rename_keeping_size_and_mtime(wheel: Path, at: int = 100) -> None:
+    st = wheel.stat()
+    data = bytearray(wheel.read_bytes())
+    data[at] ^= 0xFF
+    tmp = wheel.with_name("tampered.tmp")
+    tmp.write_bytes(bytes(data))
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, wheel)  # another inode at the path
+
+
+@pytest.mark.parametrize("tamper", [_flip_in_place_keeping_size_and_mtime, _replace_by_rename_keeping_size_and_mtime],
+                         ids=["in-place-mtime-set-back", "renamed-over"])
+def test_a_wheel_changed_since_its_hash_matched_is_hashed_and_refused(house, tmp_path, env, tamper):
+    install(env, house, tmp_path / "a")
+    wheel = house / "wheels" / LIB
+    size, mtime = wheel.stat().st_size, wheel.stat().st_mtime_ns
+    tamper(wheel)
+    assert (wheel.stat().st_size, wheel.stat().st_mtime_ns) == (size, mtime)
+    r = wh(env, "install", house, "--venv", tmp_path / "b")
+    assert r.returncode == 1 and LIB in r.stderr and "sha256" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("how", ["touch", "chmod"])
+def test_a_touched_wheel_is_hashed_again_then_remembered(house, tmp_path, env, how):
+    install(env, house, tmp_path / "a")
+    wheel = house / "wheels" / LIB
+    if how == "touch":
+        os.utime(wheel)
+    else:
+        wheel.chmod(0o600)
+    again = run_with_fault(["install", house, "--venv", tmp_path / "b"], HASHING, "eio", env=env)
+    assert again.returncode != 0  # its identity moved: it is read whole again
+    install(env, house, tmp_path / "c")  # hashed, right: the entry learns the file as it is now
+    warm = run_with_fault(["install", house, "--venv", tmp_path / "d"], HASHING, "eio", env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert_lib_right(house, tmp_path / "d")
+
+
+def test_a_copy_of_the_wheelhouse_is_hashed_once_then_trusted_too(house, tmp_path, env):
+    install(env, house, tmp_path / "a")
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", house, copy], check=True)  # other inodes, the same sha256s
+    assert run_with_fault(["install", copy, "--venv", tmp_path / "b"], HASHING, "eio", env=env).returncode != 0
+    install(env, copy, tmp_path / "c")
+    for h, v in ((house, "d"), (copy, "e")):  # both files remembered
+        r = run_with_fault(["install", h, "--venv", tmp_path / v], HASHING, "eio", env=env)
+        assert r.returncode == 0, r.stderr

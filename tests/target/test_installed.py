@@ -85,3 +85,48 @@ def test_the_doctors_facts_agree_with_the_one_view(layered):
     view = installed_distributions(str(layered))
     assert {k: d.version for k, d in ctx.distributions.items()} == {k: d.version for k, d in view.items()}
     assert ctx.distributions["setuptools"].version == "81.0"
+
+
+def _no_importlib_metadata(tmp_path: Path) -> dict[str, str]:
+    """An environment whose interpreter fails on ``import importlib.metadata`` (a sitecustomize on PYTHONPATH
+    blocks it): a listing that imports it when there is nothing to find fails."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text("import sys\nsys.modules['importlib.metadata'] = None\n")
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(guard)}
+
+
+def test_an_environment_with_nothing_installed_is_listed_without_importlib_metadata(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    assert installed_distributions(str(py), env=_no_importlib_metadata(tmp_path)) == {}
+
+
+def test_the_quick_empty_answer_still_finds_a_distribution_on_pythonpath_or_in_a_zip(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    extra = tmp_path / "extra"
+    _unpack(make_wheel(tmp_path / "w1", "onpath", "1.0"), extra)
+    zipped = make_wheel(tmp_path / "w2", "zipped", "2.0")  # a wheel is a zip: importlib.metadata reads it
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{extra}:{zipped}"}
+    view = installed_distributions(str(py), env=env)
+    assert view["onpath"].version == "1.0" and view["zipped"].version == "2.0"
+
+
+def test_a_distribution_finder_installed_by_a_pth_is_still_asked(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    (site_packages(py) / "finder.pth").write_text("import _wh_test_finder\n")
+    (site_packages(py) / "_wh_test_finder.py").write_text(
+        "import sys, importlib.metadata as m\n"
+        "class D(m.Distribution):\n"
+        "    def read_text(self, name):\n"
+        "        return 'Metadata-Version: 2.1\\nName: virtual\\nVersion: 3.0\\n' if name == 'METADATA' else None\n"
+        "    def locate_file(self, path):\n"
+        "        return path\n"
+        "class F:\n"
+        "    @staticmethod\n"
+        "    def find_spec(*a, **k):\n"
+        "        return None\n"
+        "    @staticmethod\n"
+        "    def find_distributions(context=None):\n"
+        "        return iter([D()])\n"
+        "sys.meta_path.append(F)\n")
+    assert installed_distributions(str(py))["virtual"].version == "3.0"

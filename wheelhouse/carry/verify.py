@@ -337,8 +337,6 @@ def _extras_unmet(folder: Path, lock: Lock, record: Mapping[str, Any], view: Map
 
 def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """Every patch wh.json lists: there; each spec readable, its payload there with the spec's sha256."""
-    from wheelhouse.patch.spec import load_patch_spec
-
     problems, notes = [], []
     if not isinstance(meta.get("patches") or [], list):
         return [f"wh.json's patches must be a list of paths, not {type(meta['patches']).__name__}"], []
@@ -351,6 +349,8 @@ def _patches(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str]]
             continue
         if not rel.endswith(".toml"):
             continue
+        from wheelhouse.patch.spec import load_patch_spec  # only where a patch is listed (~15 ms of imports)
+
         try:
             spec = load_patch_spec(root / rel)
         except WhError as exc:

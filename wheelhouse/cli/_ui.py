@@ -266,6 +266,8 @@ class RichReporter:
         return self._progress
 
     def start(self, task: str, total: float | None = None, unit: str = "") -> None:
+        if self.quiet:  # no bars and no lines: rich's progress (~50 ms of imports) is not even loaded
+            return
         with self._lock:
             if self._plain is not None:
                 self._start_plain(task, total, unit)

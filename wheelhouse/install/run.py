@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from wheelhouse.env.activation import write_activation
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
@@ -258,6 +258,21 @@ def _receiving_exe(venv: Path | None, python: str | None) -> tuple[str | None, b
     return python, venv is None
 
 
+def _in_background(name: str, call: Callable[[], object]) -> Future:
+    """``call()`` in a daemon thread (a run refused before the answer is needed does not wait for it at exit)."""
+    future: Future = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(call())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
 def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Future] | None:
     """For a venv still to be made: ask its base interpreter about itself in the background (a subprocess,
     ~0.1 s) while the wheelhouse is checked; ``_receiving`` uses the answer only when, once the target is
@@ -265,19 +280,7 @@ def _ask_ahead(venv: Path | None, python: str | None) -> tuple[str | None, Futur
     run may be changing what it imports: a .pth, a parent venv's folders)."""
     if venv is None or venv_python(Path(venv).absolute()).exists():
         return None
-    exe = python
-    future: Future = Future()
-
-    def ask() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(inspect_interpreter(exe))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-    # A daemon thread: a run refused before the answer is needed does not wait for it at exit.
-    threading.Thread(target=ask, name="wh-ask-ahead", daemon=True).start()
-    return exe, future
+    return python, _in_background("wh-ask-ahead", lambda: inspect_interpreter(python))
 
 
 def _receiving(venv: Path | None, python: str | None,
@@ -375,11 +378,14 @@ def _create_planning_ahead(venv: Path, python: str | None, system_site_packages:
 
 
 def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: Interpreter, existing: bool,
-                        system_site_packages: bool) -> None:
-    """Refuse before any write when the install would leave a requirement unmet (see ``closure``)."""
+                        system_site_packages: bool, listed: Future | None = None) -> None:
+    """Refuse before any write when the install would leave a requirement unmet (see ``closure``).
+
+    ``listed``: ``installed_view(interp.executable)`` started by the caller once the target was locked and
+    recovered (nothing the caller does in between writes to it)."""
     view: dict[str, Dist] = {}
     if existing or system_site_packages:
-        view = installed_view(interp.executable)
+        view = listed.result() if listed is not None else installed_view(interp.executable)
     incoming = [wheel_dist(h.path / f.path) for h, f in todo]
     houses = {id(h): h for h, _ in todo}.values()  # the wheelhouses' overrides and exclusions hold here too
     excluded, overrides = rewrites_of(h.meta for h in houses)
@@ -541,6 +547,10 @@ def _install_locked(houses, held: ExitStack, options: InstallOptions, *, reporte
     if existing:
         held.enter_context(FolderLock(lockable(interp.platlib), on_wait=reporter.note))
         notes += _recover(interp)
+    # What the target imports, asked now (a subprocess) while the checks below only read: it is locked and
+    # recovered, and nothing is written to it before the requirements check takes the answer.
+    listed = (_in_background("wh-list-installed", lambda: installed_view(interp.executable))
+              if existing or system_site_packages else None)
     houses, chosen, todo, skipped, target_notes = _plan(houses, interp, options.only, existing, system_site_packages,
                                                         options.reinstall)
     notes += target_notes
@@ -555,7 +565,7 @@ def _install_locked(houses, held: ExitStack, options: InstallOptions, *, reporte
     paths = list(verified)
     wait(reading)  # the read-ahead has read (or failed to read) every wheel: nothing is read twice
     try:
-        _check_requirements(todo, interp, existing, system_site_packages)
+        _check_requirements(todo, interp, existing, system_site_packages, listed)
     except BaseException as exc:
         if folded and isinstance(exc, Exception):  # a damaged wheel is named by its hash, not its METADATA
             verify_files(todo, jobs, reporter)

@@ -27,35 +27,54 @@ __all__ = ["InstalledDistribution", "InstalledListError", "installed_distributio
 # Runs in the TARGET interpreter, stdlib only, from an empty folder (with -c, sys.path[0] is the cwd).
 # importlib.metadata.distributions() walks sys.path in order: the first copy of a name is the one imported.
 _LIST = r"""
-import importlib.metadata as m, json, re, sys
-def undecodable(d):
-    # importlib.metadata cannot read a METADATA that is not UTF-8 (a latin-1 author name); the package imports.
-    import email
-    for f in ("METADATA", "PKG-INFO"):
-        try:
-            return email.message_from_string((d._path / f).read_bytes().decode("utf-8", "replace"))
-        except (OSError, TypeError, AttributeError):
-            pass
-    return None
-seen, out = set(), []
-for d in m.distributions():
+import json, os, re, sys
+def may_hold(entry):
+    # Whether importlib.metadata could find a distribution through this sys.path entry: it lists a folder's
+    # children for *.dist-info / *.egg-info (in an *.egg folder, EGG-INFO too) and reads a zip file's.
+    path = entry or "."
+    if path.lower().endswith(".egg") or not os.path.isdir(path):
+        return os.path.exists(path)
     try:
-        meta, read = d.metadata, True
-    except UnicodeDecodeError:
-        meta, read = undecodable(d), False
-    except Exception:
-        continue
-    name = meta["Name"] if meta else None
-    if not name:
-        continue
-    version, requires = (d.version, list(d.requires or [])) if read else (meta["Version"], meta.get_all("Requires-Dist") or [])
-    key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:
-        continue
-    seen.add(key)
-    path = getattr(d, "_path", None)
-    out.append([name, version, requires, str(path.parent) if path else None])
-answer = out
+        return any(n.lower().endswith((".dist-info", ".egg-info")) for n in os.listdir(path))
+    except OSError:
+        return True
+def listed():
+    # importlib.metadata (0.1-0.3 s of imports) only where it could find something: an entry that may hold
+    # a distribution, or a finder besides the standard ones (a .pth may install one with find_distributions).
+    standard = all(getattr(f, "__module__", "").startswith(("_frozen_importlib", "importlib."))
+                   for f in sys.meta_path)
+    if standard and not any(may_hold(p) for p in sys.path):
+        return []
+    import importlib.metadata as m
+    def undecodable(d):
+        # importlib.metadata cannot read a METADATA that is not UTF-8 (a latin-1 author name); the package imports.
+        import email
+        for f in ("METADATA", "PKG-INFO"):
+            try:
+                return email.message_from_string((d._path / f).read_bytes().decode("utf-8", "replace"))
+            except (OSError, TypeError, AttributeError):
+                pass
+        return None
+    seen, out = set(), []
+    for d in m.distributions():
+        try:
+            meta, read = d.metadata, True
+        except UnicodeDecodeError:
+            meta, read = undecodable(d), False
+        except Exception:
+            continue
+        name = meta["Name"] if meta else None
+        if not name:
+            continue
+        version, requires = (d.version, list(d.requires or [])) if read else (meta["Version"], meta.get_all("Requires-Dist") or [])
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        path = getattr(d, "_path", None)
+        out.append([name, version, requires, str(path.parent) if path else None])
+    return out
+answer = listed()
 """ + PRINT_ANSWER
 
 

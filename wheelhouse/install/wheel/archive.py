@@ -51,6 +51,9 @@ class WheelArchive:
     wheel: Path
     members: tuple[Member, ...]  # every entry, folders included, in central-directory order
     texts: Mapping[str, str]  # archive path -> text, for the small members asked for by ``_wanted``
+    # The identity of the file these were read from (``fstat`` of the descriptor read, the same before and
+    # after reading), None when it changed while it was read: what a plan made from this is a plan of.
+    identity: FileIdentity | None = None
 
     @property
     def names(self) -> list[str]:
@@ -82,9 +85,14 @@ def _text(fd: int, wheel: Path, m: Member) -> str:
     return data.decode("utf-8", "replace")
 
 
+def _same(before: FileIdentity, fd: int) -> FileIdentity | None:
+    return before if file_identity(os.fstat(fd)) == before else None
+
+
 def _read_fast(wheel: Path) -> WheelArchive | None:
     fd = os.open(wheel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
+        before = file_identity(os.fstat(fd))
         members = read_directory(fd)
         if members is None:
             return None
@@ -92,14 +100,16 @@ def _read_fast(wheel: Path) -> WheelArchive | None:
         wanted = [by_name[n] for n in _wanted(list(by_name))]
         if any(m[3] not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) for m in wanted):
             return None
-        return WheelArchive(wheel, tuple(members), {m[0]: _text(fd, wheel, m) for m in wanted})
+        texts = {m[0]: _text(fd, wheel, m) for m in wanted}
+        return WheelArchive(wheel, tuple(members), texts, _same(before, fd))
     finally:
         os.close(fd)
 
 
 def _read_zipfile(wheel: Path) -> WheelArchive:
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with open(wheel, "rb") as fh, zipfile.ZipFile(fh) as zf:
+            before = file_identity(os.fstat(fh.fileno()))
             infos = zf.infolist()
             members = tuple((i.filename, i.file_size, i.compress_size, i.compress_type, i.CRC, i.header_offset,
                              (i.external_attr >> 16) & 0o777) for i in infos)
@@ -108,12 +118,13 @@ def _read_zipfile(wheel: Path) -> WheelArchive:
                 if zf.getinfo(n).file_size > _TEXT_LIMIT:
                     raise _unreadable(wheel, f"{n} is {zf.getinfo(n).file_size} bytes")
                 texts[n] = zf.read(n).decode("utf-8", "replace")
+            identity = _same(before, fh.fileno())
     except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError) as exc:
         raise _unreadable(wheel, exc) from exc
-    return WheelArchive(wheel, members, texts)
+    return WheelArchive(wheel, members, texts, identity)
 
 
-_cache: dict[Path, tuple[tuple[int, int, int, int], WheelArchive]] = {}
+_cache: dict[Path, tuple[FileIdentity, WheelArchive]] = {}
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 256
 

@@ -235,7 +235,8 @@ def install_wheels(
     never carries a false row.
     ``link_cache``: the folder of the verified extraction cache (``linkcache``), or None for none;
     used for the wheels of ``expected`` that are ``record_checked`` (the lock's sha256 names their entry;
-    a linked file is not hashed), on the same filesystem.
+    a linked file is not hashed), on the same filesystem. Such a wheel whose file has an identity its entry
+    remembers (``Linking.trust``) is not hashed again: it is passed as ``verified``, that identity pinned.
     """
     from wheelhouse.install.checks import hash_mismatch
 
@@ -264,6 +265,14 @@ def install_wheels(
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())], _missing_dirs(dirs))
         os.makedirs(scheme["scripts"], exist_ok=True)  # the others: by the workers, wheel by wheel
         linking = _linking(link_cache, plans, {w: s for w, s in expected.items() if w in record_checked}, scheme)
+        if linking is not None:
+            # A wheel file the entry remembers, identity unchanged since its sha256 matched: passed as checked,
+            # pinned (extraction refuses another file at the path), its bytes not read whole again.
+            pinned = dict(verified) if isinstance(verified, Mapping) else {Path(w): None for w in verified}
+            for wheel, identity in linking.trust(plans).items():
+                expected.pop(wheel, None)
+                pinned[wheel] = identity
+            verified = pinned
         bad = extract_plans(plans, python, jobs=jobs, total=total, reporter=reporter, task=task,
                             on_written=on_written, expected=expected,
                             verified=verified, inflater=inflater, linking=linking, record_checked=record_checked)

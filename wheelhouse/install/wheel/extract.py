@@ -339,10 +339,15 @@ class Extraction:
 
     def sha256(self, wheel: Path) -> str:
         """The whole wheel's sha256, read through the descriptor extraction uses."""
+        checkpoint("install.wheel-sha256")
         fd = self.archives.fd(wheel)
+        before = os.fstat(fd)
         h = hashlib.sha256()
-        for chunk in _raw_chunks(fd, 0, os.fstat(fd).st_size):
+        for chunk in _raw_chunks(fd, 0, before.st_size):
             h.update(chunk)
+        if self.linking is not None:  # the entry remembers which file had this sha256
+            identity = file_identity(before)
+            self.linking.hashed_file(wheel, identity if file_identity(os.fstat(fd)) == identity else None)
         return h.hexdigest()
 
 

@@ -44,6 +44,7 @@ from typing import Iterable, Mapping
 
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.faults import checkpoint
+from .archive import FileIdentity, file_identity
 
 __all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat", "Linking", "Staged"]
 
@@ -54,6 +55,7 @@ ENV = "WH_LINK_CACHE"
 ENABLED_BY_DEFAULT = False
 _SCHEMA = "wh-unpacked/1"
 _MAX_NLINK = 60000  # ext4 refuses past 65000 (EMLINK); an entry near that is not used
+_MAX_WHEEL_FILES = 8  # wheel files remembered per entry (copies of one wheel in several wheelhouses)
 
 
 def default_dir() -> Path:
@@ -112,6 +114,9 @@ class Manifest:
     folder: Path  # the entry's files/ folder
     sha256: str
     files: Mapping[str, FileStat]
+    # The identity (``archive.file_identity``) of each wheelhouse file whose whole sha256 was found to be
+    # this entry's, most recent last: a wheel file with one of these identities is passed as checked.
+    wheel_files: tuple[FileIdentity, ...] = ()
 
 
 def _parse(data: object, sha256: str) -> dict[str, FileStat] | None:
@@ -123,11 +128,23 @@ def _parse(data: object, sha256: str) -> dict[str, FileStat] | None:
         return None
     out: dict[str, FileStat] = {}
     for name, row in rows.items():
-        if (not isinstance(name, str) or not isinstance(row, list) or len(row) != 5
-                or not all(type(v) is int and v >= 0 for v in row)):
+        if not isinstance(name, str) or not _ints(row, 5):
             return None
         out[name] = FileStat(*row)
     return out
+
+
+def _ints(row: object, n: int) -> bool:
+    return isinstance(row, list) and len(row) == n and all(type(v) is int and v >= 0 for v in row)
+
+
+def _wheel_files(data: dict) -> tuple[FileIdentity, ...] | None:
+    """The identities of wheel files whose sha256 was checked (``wheel_files``; none in an older manifest),
+    or None when the field is there but not wh's."""
+    rows = data.get("wheel_files", [])
+    if not isinstance(rows, list) or len(rows) > _MAX_WHEEL_FILES or not all(_ints(r, 5) for r in rows):
+        return None
+    return tuple(tuple(r) for r in rows)
 
 
 class LinkCache:
@@ -161,7 +178,8 @@ class LinkCache:
         except (OSError, ValueError, RecursionError):  # (nested too deep: not wh's)
             return None
         files = _parse(data, sha256)
-        return None if files is None else Manifest(folder / "files", sha256, files)
+        wheel_files = _wheel_files(data) if files is not None else None
+        return None if wheel_files is None else Manifest(folder / "files", sha256, files, wheel_files)
 
     def link(self, manifest: Manifest, name: str, dest: str, mode: int, size: int) -> os.stat_result | None:
         """Hardlink the entry's ``name`` at ``dest`` and check the link made (see the module docstring).
@@ -233,13 +251,16 @@ class LinkCache:
             return None
         return Staged(sha256, work, rows)
 
-    def publish(self, staged: "Staged", wheel: str, replace: bool = False) -> bool:
+    def publish(self, staged: "Staged", wheel: str, replace: bool = False,
+                wheel_files: Iterable[FileIdentity] = ()) -> bool:
         """Write the manifest and rename the staged folder into place (atomic). ``replace``: the entry there
-        failed its check; it is moved aside first. False: another run's entry won the rename (or the cache
-        cannot be written); the staged folder is removed."""
+        failed its check; it is moved aside first. ``wheel_files``: the identities of wheel files whose sha256
+        was found to be the entry's. False: another run's entry won the rename (or the cache cannot be
+        written); the staged folder is removed."""
         work, final = staged.folder, self.entry(staged.sha256)
         try:
-            body = json.dumps({"schema": _SCHEMA, "sha256": staged.sha256, "wheel": wheel, "files": staged.rows})
+            body = json.dumps({"schema": _SCHEMA, "sha256": staged.sha256, "wheel": wheel, "files": staged.rows,
+                               "wheel_files": [list(i) for i in wheel_files][-_MAX_WHEEL_FILES:]})
             with open(work / "manifest.json", "xb") as fh:
                 fh.write(body.encode())
             final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -250,6 +271,31 @@ class LinkCache:
             return True
         except OSError:
             shutil.rmtree(work, ignore_errors=True)
+            return False
+
+    def remember(self, manifest: Manifest, identity: FileIdentity) -> bool:
+        """Add ``identity`` (a wheel file whose whole sha256 this run found to be the entry's) to the entry's
+        ``wheel_files``: the manifest is written beside it and renamed over it. Only when the entry on disk is
+        still the one ``manifest`` was read from (same files); False when not, or it cannot be written."""
+        now = self.lookup(manifest.sha256)
+        if now is None or now.files != manifest.files:
+            return False
+        if identity in now.wheel_files:
+            return True
+        path = self.entry(manifest.sha256) / "manifest.json"
+        tmp = path.with_name(f".manifest.{os.getpid()}.{time.time_ns()}.{threading.get_ident()}")
+        try:
+            data = json.loads(path.read_bytes())
+            data["wheel_files"] = [list(i) for i in (*now.wheel_files, identity)][-_MAX_WHEEL_FILES:]
+            with open(tmp, "xb") as fh:
+                fh.write(json.dumps(data).encode())
+            os.replace(tmp, path)
+            return True
+        except (OSError, ValueError, RecursionError):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
             return False
 
     def drop(self, staged: "Staged") -> None:
@@ -313,8 +359,36 @@ class Linking:
         self.linked: dict[Path, int] = {}
         self.staged: dict[Path, Staged] = {}  # wheel -> its entry, built, waiting for the batch's hashes
         self.off = False  # EXDEV met: no more links this batch
+        # wheel -> the identity of the file whose whole sha256 this batch computed (the entry remembers it)
+        self.hashed: dict[Path, FileIdentity] = {}
+        # wheel -> the identity its entry remembers and the file still has: passed as checked, not read whole
+        self.trusted: dict[Path, FileIdentity] = {}
         self.umask = _umask()
         self._lock = threading.Lock()
+
+    def trust(self, plans) -> dict[Path, FileIdentity]:
+        """The wheels whose whole sha256 need not be read again: the entry of the lock's sha256 remembers a
+        wheel file with the identity (device, inode, size, mtime_ns, ctime_ns) that the plan was read from and
+        that the file at the path still has. Extraction opens such a wheel only if that identity is still
+        there (``verified``'s pin). Any write, rename over, ``touch`` or ``chmod`` moves the ctime: hashed."""
+        for plan in plans:
+            manifest = self.manifests.get(plan.wheel)
+            if manifest is None or plan.identity is None or plan.identity not in manifest.wheel_files:
+                continue
+            try:
+                now = file_identity(os.stat(plan.wheel))
+            except OSError:
+                continue
+            if now == plan.identity:
+                self.trusted[plan.wheel] = now
+        return dict(self.trusted)
+
+    def hashed_file(self, wheel: Path, identity: FileIdentity | None) -> None:
+        """Extraction computed ``wheel``'s whole sha256 from the file with ``identity`` (None: it changed while
+        it was read): remembered in the entry once the batch's hashes all matched."""
+        if identity is not None:
+            with self._lock:
+                self.hashed[wheel] = identity
 
     def entry_for(self, wheel: Path) -> Manifest | None:
         if self.off or wheel in self.stale:
@@ -363,7 +437,14 @@ class Linking:
         names = {p.wheel: p.wheel.name for p in plans}
         done = 0
         for wheel, staged in self.staged.items():
-            done += self.cache.publish(staged, names.get(wheel, wheel.name), replace=wheel in self.stale)
+            known = self.hashed.get(wheel) or self.trusted.get(wheel)
+            done += self.cache.publish(staged, names.get(wheel, wheel.name), replace=wheel in self.stale,
+                                       wheel_files=[known] if known is not None else ())
+        for wheel, identity in self.hashed.items():  # an entry that was used as it is: it learns this file
+            manifest = self.manifests.get(wheel)
+            if wheel not in self.staged and wheel not in self.stale and manifest is not None \
+                    and identity not in manifest.wheel_files:
+                self.cache.remember(manifest, identity)
         self.staged.clear()
         return done
 

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .archive import WheelArchive, read_wheel
+from .archive import FileIdentity, WheelArchive, read_wheel
 from .launchers import check_script_name, console_launchers
 from .record import RecordMismatch, UnpackError, UnsafeWheelPath, check_archive_paths, check_inside, parse_record
 
@@ -59,6 +59,8 @@ class WheelPlan:
     replaced: str | None = None
     dirs_made: bool = False  # set by the first extraction worker to reach this wheel
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The identity of the wheel file this plan was read from (``WheelArchive.identity``), None if unknown.
+    identity: FileIdentity | None = None
 
     def written_paths(self) -> list[str]:
         """Every path installing this plan writes: its files, launchers, INSTALLER, REQUESTED, RECORD."""
@@ -262,4 +264,5 @@ def _plan(wheel: Path, scheme: Mapping[str, str]) -> WheelPlan:
     for script, body in console_launchers(entry_points):
         check_script_name(wheel, name, script)
         launchers.append((os.path.normpath(os.path.join(scheme["scripts"], script)), body))
-    return WheelPlan(wheel, name, version, dist_info, root, members, entry_points, launchers)
+    return WheelPlan(wheel, name, version, dist_info, root, members, entry_points, launchers,
+                     identity=archive.identity)
