@@ -22,9 +22,16 @@ def main(argv: list[str] | None = None) -> None:
     if rc is not None:
         sys.exit(rc)
 
+    import atexit
+    import gc
+
     import click
 
     from wheelhouse.errors import EXIT_INTERNAL, WhError
+
+    # The interpreter's collections at exit walk every object still alive (after a cold resolve,
+    # millions: ~0.07 s) only to free what the process's end frees anyway: frozen, they are skipped.
+    atexit.register(gc.freeze)
 
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a hostile file's name or text is shown escaped,
         try:                                 # never a UnicodeEncodeError that loses the rest of the output

@@ -150,6 +150,11 @@ class _TagFilter:
         # is judged once (a cold vllm resolve asks ~160k times). Keyed by the text after the
         # version, so the answer is wheel_rank's for any name.
         self._seen: dict[str, bool] = {}
+        # A name's last field (its platform tags and ".whl") -> whether any of those platforms is one of
+        # the target's: when none is, no tag triple with that field can be accepted (most names of a
+        # big page: other systems and architectures), judged with one cut instead of three.
+        self._platforms = frozenset(t.rpartition("-")[2] for t in target.tags)
+        self._last_seen: dict[str, bool] = {}
 
     def __call__(self, filename: str) -> bool:
         if not filename.endswith(".whl") or filename.count("-") not in (4, 5):  # PEP 427: 5 or 6 fields
@@ -170,10 +175,22 @@ class _TagFilter:
         judged once per distinct text; only a name whose triple the target accepts has its field
         count checked (5 or 6); a name with a refused or no triple is kept only as an sdist."""
         seen, rank, sdist = self._seen, self._rank, SDIST_SUFFIXES
+        last_seen, platforms = self._last_seen, self._platforms
         out: list[bool] = []
         append = out.append
         wheels, sdists = [], []  # the kept ones
         for f in filenames:
+            last = f[f.rfind("-") + 1:]
+            possible = last_seen.get(last)
+            if possible is None:
+                possible = last_seen[last] = last.endswith(".whl") and not platforms.isdisjoint(last[:-4].split("."))
+            if not possible:  # no triple ending so is accepted: kept only as an sdist (as below)
+                if f.endswith(sdist):
+                    sdists.append(len(out))
+                    append(True)
+                else:
+                    append(False)
+                continue
             tags = f[f.rfind("-", 0, f.rfind("-", 0, f.rfind("-"))) + 1:]
             ok = seen.get(tags)
             if ok is None:

@@ -101,16 +101,26 @@ class Provider(AbstractProvider):
     def get_preference(self, identifier, resolutions, candidates, information, backtrack_causes):
         # The live pins of this round; find_matches uses them to treat pins as decisions (below).
         self._pins = resolutions
+        return self._preference(identifier, information, _cause_idents(backtrack_causes))
+
+    def narrow_requirement_selection(self, identifiers, resolutions, candidates, information, backtrack_causes):
+        """The one identifier resolvelib would pick with ``get_preference`` (resolvelib >= 1.1 asks this
+        first, and skips its ``min`` over ``get_preference`` when one is left): the same key, in the same
+        order, computed here in one pass (the causes once a round, no mapping views made per name)."""
+        self._pins = resolutions
+        causes = _cause_idents(backtrack_causes)
+        return [min(identifiers, key=lambda ident: self._preference(ident, information, causes))]
+
+    def _preference(self, identifier, information, causes: frozenset[str]):
         virtual = identifier.startswith("<")
         direct = pinned = False
         for i in information[identifier]:
             req = i.requirement
             direct = direct or req.direct is not None
             pinned = pinned or self._pins_exactly(req.specifier)
-        in_causes = any(c.requirement.ident == identifier or (c.parent is not None and c.parent.ident == identifier) for c in backtrack_causes)
         hot = self.conflicts.get(identifier.split("[")[0], 0) >= _HOT
         order = self.order.setdefault(identifier, len(self.order))
-        return (not virtual, not direct, not pinned, not in_causes, not hot, order, identifier)
+        return (not virtual, not direct, not pinned, identifier not in causes, not hot, order, identifier)
 
     def find_matches(self, identifier, requirements, incompatibilities):
         reqs = list(requirements[identifier])
@@ -381,6 +391,12 @@ class Provider(AbstractProvider):
             self.prefetch(nxt)
         except Exception:  # a guess that failed; the resolver will ask again and report it
             return
+
+
+def _cause_idents(backtrack_causes) -> frozenset[str]:
+    """The identifiers a round's backtrack causes name (each requirement's and its parent's)."""
+    return frozenset(ident for c in backtrack_causes
+                     for ident in (c.requirement.ident, c.parent.ident if c.parent is not None else None) if ident is not None)
 
 
 class _Ordered(SequenceABC):
