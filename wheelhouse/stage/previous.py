@@ -19,6 +19,7 @@ from wheelhouse.lock.journal import inside_wheelhouse
 from wheelhouse.lock.output import read_meta
 from wheelhouse.manifest import StackManifest
 from wheelhouse.progress import Reporter
+from wheelhouse.recordfile import record_checked
 from wheelhouse.target import TargetProfile
 
 from .writer import StagedFile
@@ -43,6 +44,9 @@ class Previous:
     wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
     engine: KeptEngine | None = None
     notes: tuple[str, ...] = ()
+    # The sha256 of the wheels whose RECORD the previous stage checked (its wh.json's record_checked): a wheel
+    # placed now with one of these hashes has the same bytes, and the check's answer is the same.
+    checked: frozenset[str] = frozenset()
 
 
 def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfile, reporter: Reporter) -> Previous:
@@ -55,19 +59,20 @@ def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfi
     except WhError:
         lock_files = ()
     wheels = {f.filename: f.sha256 for f in lock_files}
+    checked = record_checked(meta)
     record = meta.get("engine")
     if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
-        return Previous(wheels)  # no engine was built into it
+        return Previous(wheels, checked=checked)  # no engine was built into it
     why_not = _engine_replaced(record, manifest, out)
     if why_not is None:
         kept = _kept_engine(out, record, lock_files, target)
         if isinstance(kept, KeptEngine):
             reporter.note(f"keeping the engine {kept.file.filename} that `wh build` added (commit "
                           f"{str(record.get('commit', ''))[:12]})")
-            return Previous(wheels, kept)
+            return Previous(wheels, kept, checked=checked)
         why_not = kept
     reporter.note(why_not)
-    return Previous(wheels, None, (why_not,))
+    return Previous(wheels, None, (why_not,), checked)
 
 
 def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, out: Path) -> str | None:
