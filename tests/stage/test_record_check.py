@@ -194,6 +194,11 @@ def test_a_restage_does_not_check_again_what_the_previous_wheelhouse_checked(tmp
     # Into another folder nothing is taken as checked; nor from a find-links folder that publishes no sha256.
     assert _stage(tmp_path, idx, tmp_path / "elsewhere", fault="records.check:kill").returncode == -9
     assert _stage(tmp_path, good.parent, out, fault="records.check:kill").returncode == -9
+    # Nor what another version of wh recorded (it may have checked by other rules).
+    meta = json.loads((out / "wh.json").read_text())
+    meta["tool"]["version"] = "0.0.1"
+    (out / "wh.json").write_text(json.dumps(meta))
+    assert _stage(tmp_path, idx, out, fault="records.check:kill").returncode == -9
 
 
 def test_a_restage_checks_a_wheel_republished_under_the_same_name(tmp_path, pyindex):

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse import __version__
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
 from wheelhouse.lock import LockedFile, read_pylock
@@ -44,8 +45,8 @@ class Previous:
     wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
     engine: KeptEngine | None = None
     notes: tuple[str, ...] = ()
-    # The sha256 of the wheels whose RECORD the previous stage checked (its wh.json's record_checked): a wheel
-    # placed now with one of these hashes has the same bytes, and the check's answer is the same.
+    # The sha256 of the wheels whose RECORD the previous stage checked (its wh.json's record_checked, written by
+    # this version of wh): a wheel placed now with one of these hashes has the same bytes, and the same answer.
     checked: frozenset[str] = frozenset()
 
 
@@ -59,7 +60,9 @@ def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfi
     except WhError:
         lock_files = ()
     wheels = {f.filename: f.sha256 for f in lock_files}
-    checked = record_checked(meta)
+    # Only from this version of wh: another may have checked by other rules (the answer is this check's, or none).
+    tool = meta.get("tool")
+    checked = record_checked(meta) if isinstance(tool, dict) and tool.get("version") == __version__ else frozenset()
     record = meta.get("engine")
     if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
         return Previous(wheels, checked=checked)  # no engine was built into it
