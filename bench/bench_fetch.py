@@ -16,7 +16,9 @@ Each round, in alternating order, from empty caches and after ``sync``:
 - ``wh stage``: the whole ``wh stage -r PINS`` (index pages and metadata, then the downloads);
 - ``curl whole``: one curl, 8 whole files at a time (``--parallel --parallel-max 8``, HTTP/1.1);
 - ``curl ranged``: one curl, every file cut into 8 ranges, 8 ranges at a time (parts left unjoined);
-- ``pip download`` with ``--pip`` (slow; off by default).
+- ``pip download`` with ``--pip`` (slow; off by default);
+- ``wh restage`` with ``--only "wh restage"``: the same ``wh stage`` again into its ``-o`` with its caches warm
+  (the first, cold run untimed), what a restage costs.
 
 The floor is the faster curl. Prints each run (with the CPU seconds its processes used and the load
 average), medians, ranges (min-max), MB/s and the ratios
@@ -122,14 +124,28 @@ def run_wh_fetch(pins_json: Path, work: Path, index: str, tree: Path = REPO) -> 
     return float(r.stdout.strip().splitlines()[-1])
 
 
+def _stage_cmd(pins_txt: Path, work: Path, index: str, tree: Path | None, target, name: str):
+    out, cache = work / f"{name}-out", work / f"{name}-cache"
+    _fresh(out, cache, work / f"{name}-home")
+    env = clean_env(WH_CACHE_DIR=str(work / f"{name}-home"), **({"PYTHONPATH": str(tree)} if tree else {}))
+    return [*WH, "-q", "stage", "-r", str(pins_txt), *target, "--index-url", index, "-o", str(out),
+            "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], env, (out, cache, work / f"{name}-home")
+
+
 def run_wh_stage(pins_txt: Path, work: Path, index: str, tree: Path | None = None, target=TARGET) -> float:
     """``tree``: the source tree whose ``wheelhouse`` runs (``--baseline``), else the installed one."""
-    out, cache = work / "stage-out", work / "stage-cache"
-    _fresh(out, cache, work / "stage-home")
-    env = clean_env(WH_CACHE_DIR=str(work / "stage-home"), **({"PYTHONPATH": str(tree)} if tree else {}))
-    dt = _timed([*WH, "-q", "stage", "-r", str(pins_txt), *target, "--index-url", index, "-o", str(out),
-                 "--cache-dir", str(cache), "--no-bootstrap", "--jobs", str(JOBS)], cwd=work, env=env)
-    _fresh(out, cache)
+    cmd, env, paths = _stage_cmd(pins_txt, work, index, tree, target, "stage")
+    dt = _timed(cmd, cwd=work, env=env)
+    _fresh(*paths)
+    return dt
+
+
+def run_wh_restage(pins_txt: Path, work: Path, index: str, tree: Path | None = None, target=TARGET) -> float:
+    """The same ``wh stage`` again into its ``-o``, its caches warm (the first run untimed): a restage."""
+    cmd, env, paths = _stage_cmd(pins_txt, work, index, tree, target, "restage")
+    subprocess.run(cmd, check=True, cwd=work, env=env)
+    dt = _timed(cmd, cwd=work, env=env)
+    _fresh(*paths)
     return dt
 
 
@@ -208,9 +224,13 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
         "curl whole": lambda: run_curl_whole(pins, work),
         "curl ranged": lambda: run_curl_ranged(pins, work),
     }
+    if only and "wh restage" in only:  # opt-in: each run is a whole cold stage first
+        tools["wh restage"] = lambda: run_wh_restage(pins_txt, work, index, target=target)
     if baseline is not None:
         tools["wh fetch before"] = lambda: run_wh_fetch(pins_json, work, index, baseline)
         tools["wh stage before"] = lambda: run_wh_stage(pins_txt, work, index, baseline, target)
+        if "wh restage" in tools:
+            tools["wh restage before"] = lambda: run_wh_restage(pins_txt, work, index, baseline, target)
     if with_pip:
         tools["pip download"] = lambda: run_pip(pins_txt, work, index)
     if only:
@@ -247,6 +267,9 @@ def bench_set(name: str, rounds: int, work: Path, index: str, with_pip: bool,
               f"  cpu {s['cpu_median_s']:5.2f} s", file=sys.stderr)
     ratios = ", ".join(f"{k.removeprefix('ratio_').removesuffix('_over_floor').replace('_', ' ')} / floor = {v:.2f}x"
                        for k, v in result.items() if k.startswith("ratio_"))
+    if "wh restage" in summary and "wh restage before" in summary:
+        result["wh_restage_over_before"] = summary["wh restage"]["median_s"] / summary["wh restage before"]["median_s"]
+        ratios += f"; wh restage / wh restage before = {result['wh_restage_over_before']:.2f}x"
     if "wh stage" in summary:  # issue 31's stage goal names the plain 8-way curl of whole files
         result["wh_stage_over_curl_whole"] = summary["wh stage"]["median_s"] / summary["curl whole"]["median_s"]
         ratios += f", wh stage / curl whole = {result['wh_stage_over_curl_whole']:.2f}x"
@@ -265,7 +288,8 @@ def main() -> int:
     ap.add_argument("--workdir", default="/work/bench-data/fetch" if Path("/work/bench-data").is_dir() else None)
     ap.add_argument("--json", action="store_true", help="results as JSON on stdout")
     ap.add_argument("--only", nargs="+", metavar="TOOL",
-                    help="time only these wh tools ('wh fetch', 'wh stage', and with --baseline their 'before'); "
+                    help="time only these wh tools ('wh fetch', 'wh stage', 'wh restage', and with --baseline their "
+                         "'before'); "
                          "the curl floor always runs")
     ap.add_argument("--baseline", type=Path, metavar="TREE",
                     help="also time 'wh fetch before' and 'wh stage before': the wheelhouse package under TREE "

@@ -127,11 +127,14 @@ def test_a_big_wheel_is_checked_in_several_tasks_and_every_wheel_is_waited_for(t
         checks.close()
 
 
-def _stage(tmp_path, links: Path, out: Path):
-    return subprocess.run(wh_command(["stage", "liar==1.0", "--find-links", links, "-o", out, "--no-bootstrap",
-                                      "--cache-dir", tmp_path / "cache", "--python-version", "3.12",
+def _stage(tmp_path, links, out: Path, *reqs: str, fault: str | None = None):
+    """``links``: a find-links folder, or an index (IndexServer: each file's sha256 published)."""
+    source = ["--find-links", links] if isinstance(links, Path) else ["--index-url", links.url]
+    env = {**os.environ, **({"WH_FAULT": fault} if fault else {})}
+    return subprocess.run(wh_command(["stage", *(reqs or ["liar==1.0"]), *source, "-o", out,
+                                      "--no-bootstrap", "--cache-dir", tmp_path / "cache", "--python-version", "3.12",
                                       "--platform", "manylinux_2_35_x86_64"]),
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
 
 
 def test_wh_stage_refuses_a_lying_wheel_and_writes_nothing(tmp_path):
@@ -145,6 +148,22 @@ def test_wh_stage_refuses_a_lying_wheel_and_writes_nothing(tmp_path):
     assert not out.exists() and not [p for p in tmp_path.iterdir() if ".wh-" in p.name]
 
 
+
+def test_a_lying_wheel_checked_while_another_downloads_fails_the_stage_and_leaves_nothing(tmp_path, pyindex):
+    bad = rewritten(honest(tmp_path / "w"), tmp_path / "pub", lying_hash)
+    slow = make_wheel(tmp_path / "pub", "slow", "1.0", files={"slow/blob.bin": os.urandom(600_000)})
+    idx = pyindex(tmp_path / "pub")
+    idx.rates[slow.name] = 400_000  # ~1.5 s: the liar lands and is checked while this one still arrives
+    out = tmp_path / "house"
+    r = _stage(tmp_path, idx, out, "liar==1.0", "slow==1.0")
+    assert r.returncode == 1, r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and bad.name in errors[0] and "does not match its RECORD sha256" in errors[0]
+    # No wheel under its final name, no half-built wheelhouse beside -o; the downloads stay in the cache.
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".wh-" in p.name]
+    assert not [p for p in tmp_path.rglob("*.whl") if p.parent.name in ("wheels", "house")]
+
+
 def test_wh_stage_records_every_wheel_it_checked(tmp_path):
     good = honest(tmp_path / "links")
     out = tmp_path / "house"
@@ -152,3 +171,46 @@ def test_wh_stage_records_every_wheel_it_checked(tmp_path):
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "wh.json").read_text())
     assert meta["record_checked"] == [hashlib.sha256(good.read_bytes()).hexdigest()]
+
+
+
+def test_a_restage_does_not_check_again_what_the_previous_wheelhouse_checked(tmp_path, pyindex):
+    good = honest(tmp_path / "pub")
+    idx = pyindex(good.parent)
+    out = tmp_path / "house"
+    assert _stage(tmp_path, idx, out).returncode == 0
+    sha = hashlib.sha256(good.read_bytes()).hexdigest()
+    # A check begun now would kill the run: the same wheel (the sha256 the index publishes, verified as it was
+    # placed) was checked by the stage that wrote the previous wheelhouse, and wh.json lists it as checked.
+    r = _stage(tmp_path, idx, out, fault="records.check:kill")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "wh.json").read_text())["record_checked"] == [sha]
+    # A wheel the previous wheelhouse did not hold is checked (the fault point is reached); the kill leaves
+    # the previous wheelhouse as it was.
+    idx.add(make_wheel(tmp_path / "more", "other", "1.0", modules={"other/__init__.py": "Y = 1\n"}))
+    r = _stage(tmp_path, idx, out, "liar==1.0", "other==1.0", fault="records.check:kill")
+    assert r.returncode == -9
+    assert json.loads((out / "wh.json").read_text())["record_checked"] == [sha]
+    # Into another folder nothing is taken as checked; nor from a find-links folder that publishes no sha256.
+    assert _stage(tmp_path, idx, tmp_path / "elsewhere", fault="records.check:kill").returncode == -9
+    assert _stage(tmp_path, good.parent, out, fault="records.check:kill").returncode == -9
+    # Nor what another version of wh recorded (it may have checked by other rules).
+    meta = json.loads((out / "wh.json").read_text())
+    meta["tool"]["version"] = "0.0.1"
+    (out / "wh.json").write_text(json.dumps(meta))
+    assert _stage(tmp_path, idx, out, fault="records.check:kill").returncode == -9
+
+
+def test_a_restage_checks_a_wheel_republished_under_the_same_name(tmp_path, pyindex):
+    good = honest(tmp_path / "pub")
+    out = tmp_path / "house"
+    assert _stage(tmp_path, pyindex(good.parent), out).returncode == 0
+    before = (out / "wh.json").read_text()
+    # The same file name, other bytes (its sha256 published), a RECORD that lies: the previous wheelhouse's
+    # record_checked names the old bytes' sha256, not these. Checked, refused, nothing written.
+    bad = rewritten(good, tmp_path / "republished", lying_hash)
+    r = _stage(tmp_path, pyindex(bad.parent), out)
+    assert r.returncode == 1, r.stderr
+    assert bad.name in r.stderr and "liar/__init__.py does not match its RECORD sha256" in r.stderr
+    assert (out / "wh.json").read_text() == before
+    assert (out / "wheels" / good.name).read_bytes() == good.read_bytes()

@@ -35,6 +35,7 @@ from typing import Iterable, Iterator, Sequence
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from wheelhouse.digest import record_digest
+from wheelhouse.faults import checkpoint
 from wheelhouse.inflate import Inflater, choose
 from wheelhouse.recordfile import RECORD_CHECKED, RecordMismatch, read_record
 from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
@@ -232,6 +233,7 @@ class RecordChecks:
         """Check ``wheel``. It is opened now: the caller may remove or rename that name at once (the stage's
         scratch folder goes as soon as the downloads are placed)."""
         wheel = Path(wheel)
+        checkpoint("records.check")  # (tests: a check begun here where none should be)
         fd = os.open(wheel, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         st = os.fstat(fd)
         with self._lock:

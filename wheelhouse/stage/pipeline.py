@@ -488,18 +488,19 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
     engine = previous.engine
     reused = _seed_cache_from(out, previous.wheels, plan.files, cache)
     new = new_tree(out)
-    # Each wheel's RECORD is checked against its files as soon as it lands, while the others download.
+    # Each wheel's RECORD is checked against its files as soon as it lands, while the others download; not
+    # again where the previous wheelhouse recorded that wheel (the same sha256) as checked.
     from wheelhouse.lock.records import RecordChecks
 
     records = RecordChecks()
     try:
         # The stack downloads while bootstrap/ is still being resolved; then bootstrap/'s few files.
         files = _fetch_into(plan.files, new / WHEELS, new / ".fetch", cache, inputs.jobs, client, reporter,
-                            records.submit)
+                            _unless_checked(records, plan.files, previous.checked))
         boot_files, wh_wheel = plan.bootstrap.result()
         reused += _seed_cache_from(out, previous.wheels, boot_files, cache)
         boot_files = _fetch_into(boot_files, new / BOOTSTRAP_DIR, new / ".fetch-boot", cache, inputs.jobs, client,
-                                 reporter, records.submit)
+                                 reporter, _unless_checked(records, boot_files, previous.checked))
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
         from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
@@ -519,9 +520,10 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
                 _link_or_copy(out / rel, new / rel)
             kept = {"record": engine.record, "paths": engine.paths}
         written = tuple(sorted((*files, *([engine.file] if engine else ())), key=lambda f: f.name))
-        # Every wheel written is checked, whatever way it came (wh.json lists them all as checked).
-        records.ensure([*(new / WHEELS / f.filename for f in written),
-                        *(new / BOOTSTRAP_DIR / f.filename for f in boot_files)])
+        # Every wheel written is checked, whatever way it came (wh.json lists them all as checked), here or by the
+        # stage that wrote the previous wheelhouse (its bytes verified against that sha256 as they were placed).
+        records.ensure([*(new / WHEELS / f.filename for f in written if f.sha256 not in previous.checked),
+                        *(new / BOOTSTRAP_DIR / f.filename for f in boot_files if f.sha256 not in previous.checked)])
         records.wait()  # a wheel whose RECORD lies is refused before the wheelhouse is written
         write_stage_tree(new, inputs.manifest, inputs.target, written, boot_files, wh_wheel, {
             "requirements": plan.requirements, "constraints": plan.constraints, "indexes": plan.indexes,
@@ -546,6 +548,18 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
         notes=(*recovered, *previous.notes, *(g.warning() for g in kernel_gaps)), image=plan.image,
         rewritten=plan.rewritten, excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image,
     )
+
+
+def _unless_checked(records, files: Sequence[StagedFile], checked: frozenset[str]) -> Callable[[Path], None]:
+    """``records.submit`` for each file as it lands, but those of ``files`` whose sha256 is in ``checked`` (the
+    fetch placed them verified against that sha256: the bytes the previous stage checked)."""
+    skip = {f.filename for f in files if f.sha256 and f.sha256 in checked}
+
+    def submit(path: Path) -> None:
+        if path.name not in skip:
+            records.submit(path)
+
+    return submit
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

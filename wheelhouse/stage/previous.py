@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
+from wheelhouse import __version__
 from wheelhouse.digest import sha256_of
 from wheelhouse.errors import WhError
 from .staged import StagedFile
@@ -42,12 +43,16 @@ class Previous:
     wheels: Mapping[str, str]  # filename -> sha256 that the previous lock vouches for
     engine: KeptEngine | None = None
     notes: tuple[str, ...] = ()
+    # The sha256 of the wheels whose RECORD the previous stage checked (its wh.json's record_checked, written by
+    # this version of wh): a wheel placed now with one of these hashes has the same bytes, and the same answer.
+    checked: frozenset[str] = frozenset()
 
 
 def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfile, reporter: Reporter) -> Previous:
     """The previous wheelhouse's verified wheels and the built engine to carry over (or why not)."""
     from wheelhouse.lock import read_pylock
     from wheelhouse.lock.output import read_meta
+    from wheelhouse.recordfile import record_checked
 
     meta = read_meta(out) if out.is_dir() else None
     if meta is None:
@@ -57,19 +62,22 @@ def read_previous(out: Path, manifest: StackManifest | None, target: TargetProfi
     except WhError:
         lock_files = ()
     wheels = {f.filename: f.sha256 for f in lock_files}
+    # Only from this version of wh: another may have checked by other rules (the answer is this check's, or none).
+    tool = meta.get("tool")
+    checked = record_checked(meta) if isinstance(tool, dict) and tool.get("version") == __version__ else frozenset()
     record = meta.get("engine")
     if not (isinstance(record, dict) and record.get("wheel") and record.get("sha256")):
-        return Previous(wheels)  # no engine was built into it
+        return Previous(wheels, checked=checked)  # no engine was built into it
     why_not = _engine_replaced(record, manifest, out)
     if why_not is None:
         kept = _kept_engine(out, record, lock_files, target)
         if isinstance(kept, KeptEngine):
             reporter.note(f"keeping the engine {kept.file.filename} that `wh build` added (commit "
                           f"{str(record.get('commit', ''))[:12]})")
-            return Previous(wheels, kept)
+            return Previous(wheels, kept, checked=checked)
         why_not = kept
     reporter.note(why_not)
-    return Previous(wheels, None, (why_not,))
+    return Previous(wheels, None, (why_not,), checked)
 
 
 def _engine_replaced(record: Mapping[str, Any], manifest: StackManifest | None, out: Path) -> str | None:
