@@ -250,7 +250,7 @@ def _report(house: Path, res: dict[str, dict[str, list[float]]]) -> None:
     print(f"  wh --compile / uv --compile-bc   {ratio('wh --compile', 'uv --compile-bytecode')} / "
           f"{ratio('wh --compile', 'uv --compile-bytecode', 'synced')}   goal <= 0.80x")
     if "wh --compile --recompile" in med:
-        print(f"  (wh --compile above wrote the bytecode `wh bytecode` made at stage time; compiled on the box:)")
+        print("  (wh --compile above wrote the bytecode `wh bytecode` made at stage time; compiled on the box:)")
         print(f"  wh --compile --recompile / uv    {ratio('wh --compile --recompile', 'uv --compile-bytecode')} / "
               f"{ratio('wh --compile --recompile', 'uv --compile-bytecode', 'synced')}")
     print(f"  wh / uv --require-hashes         {ratio('wh', UV_HASHES)} / {ratio('wh', UV_HASHES, 'synced')}"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import errno
 import signal
 import subprocess
-import sys
-
 import os
+import sys
 
 import pytest
 
@@ -18,7 +17,6 @@ _PROG = "import sys; from wheelhouse.faults import checkpoint; checkpoint('a.poi
 
 def _run(env_value):
     env = {"WH_FAULT": env_value} if env_value is not None else {}
-    import os
     full = {k: v for k, v in os.environ.items() if k != "WH_FAULT"} | env
     return subprocess.run([sys.executable, "-c", _PROG], capture_output=True, text=True, env=full)
 

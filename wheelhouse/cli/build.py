@@ -62,7 +62,7 @@ def _show_plan(say, plan) -> None:
     elif plan["commit"] and plan["tag"]:
         commit += f" (tag {plan['tag']}: checked to point here when fetched)"
     lines = [
-        f"dry run: nothing is fetched, linked or written",
+        "dry run: nothing is fetched, linked or written",
         f"recipe     {plan['recipe']}",
         f"source     {plan['repo']} at {commit}",
         f"fetch      {', '.join(plan['fetch']) or 'branches and tags only'}"

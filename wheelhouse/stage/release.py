@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path

@@ -21,7 +21,7 @@ import threading
 import urllib.parse
 import weakref
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from .cache import NotCached, get_cached as _get_cached
 from .credentials import CredentialStore
@@ -29,6 +29,9 @@ from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
 from .resolver import HostResolver
 from .messages import Headers, HttpError, Response, ResponseTooLarge, StreamResponse, user_agent
+
+if TYPE_CHECKING:  # loaded where a response is read
+    from .body import BodyReader
 
 # urllib3 (with ssl and http.client) and the modules over it (``transport``, ``body``) are loaded by the
 # first request that leaves this machine: a run answered from the page cache alone never loads them.
