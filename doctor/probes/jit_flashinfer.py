@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit, error_record  # noqa: E402 - first: it takes this folder off sys.path again
 
 
 def main():
@@ -30,8 +30,29 @@ def main():
         return
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).half()
     good = bool(torch.allclose(got, ref, atol=2e-2, rtol=2e-2))
+    # What the doctor's verdict cache keys a pass by: every file loaded, each nvcc flashinfer may compile with
+    # (CUDA_HOME's, torch's idea of it, the first on PATH; one not there is named as absent: one appearing is a
+    # change), and the host compiler and ninja its build runs.
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), _torch_cuda_home()]
+    nvcc = [os.path.join(h, "bin", "nvcc") for h in homes if h]
+    nvcc += [_which(t) for t in ("nvcc", os.environ.get("CXX") or "c++", "ninja")]
     emit({"ok": good, "flashinfer": getattr(flashinfer, "__version__", None),
-           "error": None if good else "rmsnorm ran but disagrees with torch"})
+           "error": None if good else "rmsnorm ran but disagrees with torch",
+           "deps": Evidence([p for p in dict.fromkeys(nvcc) if p]).new()})
+
+
+def _torch_cuda_home():
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    except Exception:  # noqa: BLE001 - a torch without it: flashinfer finds nvcc by the other ways
+        return None
+    return CUDA_HOME
+
+
+def _which(name):
+    import shutil
+
+    return shutil.which(name)
 
 
 if __name__ == "__main__":

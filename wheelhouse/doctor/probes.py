@@ -452,11 +452,13 @@ def run_cached_probe(
     env: Mapping[str, str] | None,
     name: str,
     passed: Callable[[ProbeResult], bool],
+    fresh: Mapping[str, str] | None = None,
 ):
     """:func:`run_probe`, or the stored result of its last passing run when nothing it loaded has changed.
 
     ``cache``: a :class:`wheelhouse.doctor.verdicts.VerdictCache` (None: always execute). The probe's last
     record carries ``deps`` (``Evidence`` of ``_probe_channel``); a run that ``passed`` is stored with them.
+    ``fresh``: variables set for this execution only, not part of the verdict's key (folders made for this run).
     Returns (the result, when the reused one was executed: a time, else None)."""
     from .verdicts import probe_digest
 
@@ -466,7 +468,8 @@ def run_cached_probe(
     if hit is not None:
         return ProbeResult(probe=name, returncode=0, timed_out=False, duration=0.0, records=(hit.record,),
                            stdout="", stderr=""), hit.since
-    res = run_probe(python, script, args, timeout=timeout, env=env, name=name)
+    run_env = {**(os.environ if env is None else env), **fresh} if fresh else env
+    res = run_probe(python, script, args, timeout=timeout, env=run_env, name=name)
     deps = res.data.get("deps")
     if not isinstance(deps, list):
         return res, None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,12 @@ BUILTIN_JIT_PROBES: tuple[JitProbe, ...] = (
              probe_script("jit_flashinfer"), needs_gpu=True, droppable=True),
 )
 CHECKS = {f"jit:{p.id}": p.title for p in BUILTIN_JIT_PROBES}
+
+
+# A JIT library keeps what it compiled (Triton's kernel cache, flashinfer's workspace, torch's extensions) and
+# answers the next compile of the same kernel from there: a probe answered so proves nothing about the compiler
+# the engine's new kernels will need. Each probe compiles into folders made for this run, removed after.
+FRESH_CACHES = ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TORCH_EXTENSIONS_DIR")
 
 
 class JitRegistryError(UsageError):
@@ -145,18 +152,24 @@ def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[Ch
             continue
         specs.append(ProbeSpec(cid, p.script, p.args, env=ctx.engine_env, timeout=max(ctx.timeout, 120 if p.needs_gpu else 0)))
         owners[cid] = (p, dist)
-    def one(s: ProbeSpec):
+    if not specs:
+        return out
+
+    def one(s: ProbeSpec, scratch: str):
+        fresh = {var: os.path.join(scratch, s.name.replace(":", "-"), var.lower()) for var in FRESH_CACHES}
+        for folder in fresh.values():
+            os.makedirs(folder)
         try:
             return run_cached_probe(ctx.verdicts, ctx.python, s.script, s.args, timeout=s.timeout or ctx.timeout,
-                                    env=s.env, name=s.name, passed=lambda r: r.ok and r.data.get("ok") is True)
+                                    env=s.env, name=s.name, passed=lambda r: r.ok and r.data.get("ok") is True,
+                                    fresh=fresh)
         finally:
             ctx.reporter.advance("probes")
 
-    if not specs:
-        return out
     ctx.reporter.start("probes", total=len(specs))
-    with ThreadPoolExecutor(max_workers=max(1, min(ctx.jobs, len(specs)))) as pool:
-        results = dict(zip([s.name for s in specs], pool.map(one, specs)))
+    with tempfile.TemporaryDirectory(prefix="wh-jit-") as scratch, \
+            ThreadPoolExecutor(max_workers=max(1, min(ctx.jobs, len(specs)))) as pool:
+        results = dict(zip([s.name for s in specs], pool.map(lambda s: one(s, scratch), specs)))
     ctx.reporter.finish("probes")
     for cid, (res, since) in results.items():
         p, dist = owners[cid]
