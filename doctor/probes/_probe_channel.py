@@ -156,6 +156,31 @@ def names_digest(names):
     return _digest("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER)).encode("utf-8", "surrogateescape"))
 
 
+def _startup_site_files():
+    """The ``.pth`` files ``site`` read at startup and the user site folder where ``site`` would add one. What a
+    ``.pth`` holds (a folder put on sys.path, an ``import`` line run before any probe) decides imports, and one
+    rewritten in place changes neither its folder's names nor any file an import loaded; the user site folder,
+    absent at startup, is on no sys.path, and created it is searched before site-packages."""
+    site = sys.modules.get("site")
+    if site is None:  # -S: no .pth was read
+        return []
+    out = []
+    try:
+        folders = list(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            out.append(site.getusersitepackages())
+            folders.append(out[-1])
+    except Exception:  # noqa: BLE001 - a site module without these: nothing more to name
+        return out
+    for folder in folders:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        out += [os.path.join(folder, n) for n in names if n.endswith(".pth")]
+    return out
+
+
 class Evidence:
     """What this process has loaded, for the doctor's verdict cache: one identity per file, each file once.
 
@@ -163,7 +188,8 @@ class Evidence:
     of every module in ``sys.modules``, every file mapped into the process (extension modules and the
     libraries they pulled in, from /proc/self/maps), the interpreter and its ``pyvenv.cfg``, and the folders
     the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
-    shadowing copy or a ``.pth``, changes the folder). :meth:`new` returns what was not named before, as
+    shadowing copy or a ``.pth``, changes the folder), the ``.pth`` files site read and the user site folder
+    (:func:`_startup_site_files`). :meth:`new` returns what was not named before, as
     ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there), and a seventh
     element where the identity alone would change with no change to what an import gets:
 
@@ -187,6 +213,7 @@ class Evidence:
         self._modules = {}  # name -> the module object whose __file__ / __cached__ were taken
         self._packages = {}  # name -> a module of those with a __path__, read again each time
         self._lines = set()
+        self._site_named = False
 
     def _module_files(self, name, mod, out):
         self._modules[name] = mod
@@ -202,6 +229,9 @@ class Evidence:
 
     def _paths(self):
         out = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")] + self._extra
+        if not self._site_named:  # read once: site ran before this process's first import
+            self._site_named = True
+            out += _startup_site_files()
         out += [p if p else os.curdir for p in sys.path if isinstance(p, str)]
         modules = self._modules
         for name, mod in list(sys.modules.items()):

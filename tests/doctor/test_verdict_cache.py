@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, have_toolchain, install_dist, make_venv
+from broken_packages import _ext, _gcc, have_toolchain, install_dist, make_venv
 
 pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
 
@@ -280,3 +280,62 @@ def test_byte_code_rewritten_during_the_run_is_reused_only_when_it_is_the_same(t
         assert again["native:eta"]["verdict"] == "fail", again["native:eta"]
         assert "other byte code was written" in again["native:eta"]["evidence"]
         assert "eta" in _executed(again, "native:eta")
+
+
+def _needed_lib(folder: Path, body: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "dep.c"
+    src.write_text(body)
+    _gcc(["-shared", "-fPIC", "-Wl,-soname,libwhdep.so.1", str(src), "-o", str(folder / "libwhdep.so.1")])
+    src.unlink()
+
+
+@pytest.mark.parametrize("how", ["runpath", "ld_library_path"])
+def test_a_library_of_the_same_name_appearing_earlier_on_the_search_path_is_a_change(tmp_path, how):
+    """omega's extension needs libwhdep.so.1, found in the second folder of its RUNPATH (or of LD_LIBRARY_PATH).
+    A library of that name put in the first folder is what the loader maps next: one without the symbol the
+    extension needs fails its import. Neither mapped file changed: the searched folders are the evidence."""
+    early, late, build = tmp_path / "early", tmp_path / "late", tmp_path / "build"
+    early.mkdir()
+    build.mkdir()
+    _needed_lib(late, "int whgone_value(void) { return 7; }\n")
+    extra = [f"-L{late}", "-l:libwhdep.so.1"]
+    if how == "runpath":
+        extra += [f"-Wl,-rpath,{early}:{late}", "-Wl,--enable-new-dtags"]
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    env = {"LD_LIBRARY_PATH": f"{early}:{late}" if how == "ld_library_path" else None}
+    first = _doctor(py, tmp_path, env=env)
+    assert first["native:omega"]["verdict"] == "ok", first["native:omega"]
+    again = _doctor(py, tmp_path, env=env)
+    assert _reused(again, "native:omega") == {"omega", "omega._core"}, again["native:omega"]
+    _needed_lib(early, "int other_value(void) { return 1; }\n")  # the same soname, without whgone_value
+    after = _doctor(py, tmp_path, env=env)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]
+    assert "omega" in _executed(after, "native:omega")
+
+
+def test_a_pth_file_rewritten_in_place_is_a_change(tmp_path, exts):
+    """An editable install's .pth names the folder omegadep is imported from; re-installed from another checkout,
+    the same file names another folder. No file the import loaded changed, nor the names in site-packages."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "omegadep.py").write_text("VALUE = 1\n")
+    (bad / "omegadep.py").write_text("raise ImportError('the other checkout')\n")
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "import omegadep\nfrom ._core import answer\n"},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
+    pth = site / "__editable__.omegadep-1.0.pth"
+    pth.write_text(f"{good}\n")
+    first = _doctor(py, tmp_path)
+    assert first["native:omega"]["verdict"] == "ok", first["native:omega"]
+    again = _doctor(py, tmp_path)
+    assert _reused(again, "native:omega") == {"omega", "omega._core"}, again["native:omega"]
+    with open(pth, "w") as fh:  # in place: the same inode, the same names in site-packages
+        fh.write(f"{bad}\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "the other checkout" in after["native:omega"]["evidence"]

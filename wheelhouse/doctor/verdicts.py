@@ -3,7 +3,8 @@
 A probe that passed (an import, torch's CUDA facts, a JIT kernel) printed, with its result, every file its
 process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py``: the file of every
 module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
-system searched) with its identity (device, inode, size, mtime_ns, ctime_ns: the digest cache's key,
+system searched, the ``.pth`` files ``site`` read; and, added here, what the loader searched for the libraries
+it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns, ctime_ns: the digest cache's key,
 ``wheel.archive.file_identity``). Its verdict is reused when
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
@@ -34,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -269,6 +271,8 @@ class VerdictCache:
         clean = [list(f) for f in files if f and isinstance(f[0], str)]
         if len(clean) != len(files):
             return  # a file it could not name: nothing to key the verdicts by
+        clean, at_count = self._with_search_folders(clean, env)
+        verdicts = [(arg, record, at_count[int(upto)]) for arg, record, upto in verdicts]
         run_id = uuid.uuid4().hex[:16]
         at = time.time()
         with self._lock:
@@ -280,6 +284,50 @@ class VerdictCache:
                                                              "at": at, "context": self.context}
                 self.stored += 1
             self._dirty = True
+
+    def _with_search_folders(self, files: list[list], env: Mapping[str, str] | None) -> tuple[list[list], list[int]]:
+        """``files`` with what decides which file the loader maps for a library name besides the mapped files
+        themselves: its cache and preload list first, the folders of the probe's ``LD_LIBRARY_PATH``, and after
+        each ELF object its RPATH/RUNPATH folders. A library of the same name appearing in a folder searched
+        before the one it was found in is then a change. Returns them and, per count of ``files``, the count of
+        the new list that covers as much."""
+        env = os.environ if env is None else env
+        seen = {f[0] for f in files}
+        ld_path = re.split("[:;]", env.get("LD_LIBRARY_PATH", ""))
+        out = [_search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path])
+               if p and os.path.isabs(p) and p not in seen]
+        seen.update(e[0] for e in out)
+        at_count = [len(out)]
+        for entry in files:
+            out.append(entry)
+            for folder in self._elf_search_folders(entry[0]) if len(entry) == 6 else ():
+                if folder not in seen:
+                    seen.add(folder)
+                    out.append(_search_entry(folder))
+            at_count.append(len(out))
+        return out, at_count
+
+    def _elf_search_folders(self, path: str) -> list[str]:
+        """The RPATH (where no RUNPATH disables it) and RUNPATH folders of ELF object ``path``, expanded; none for
+        a file that is no ELF object. Kept by the file's identity (:meth:`file_fact`)."""
+        if path.endswith(_NOT_ELF):
+            return []
+
+        def read() -> list[str]:
+            from wheelhouse.elf import BadElf, expand_dst, read_elf
+
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read(4) != b"\x7fELF":
+                        return []
+                info = read_elf(path)
+            except (OSError, BadElf):
+                return []
+            raw = info.runpath or info.rpath
+            return [os.path.normpath(expand_dst(e, info.origin)) for e in raw]
+
+        folders = self.file_fact("search-folders", path, read)
+        return [f for f in folders if isinstance(f, str)] if isinstance(folders, list) else []
 
     def store_warning(self, probe: str, arg: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
                       record: Mapping[str, Any]) -> None:
@@ -324,6 +372,23 @@ class VerdictCache:
 # What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
 _LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload")
 _WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
+
+
+_NOT_ELF = (".py", ".pyc", ".pth", ".cfg", ".json", ".txt")
+# What the loader reads besides the searched folders for a name that no RPATH/LD_LIBRARY_PATH/RUNPATH folder holds
+# (ld.so(8)): a new cache (ldconfig after a library was installed) may name another file.
+_LOADER_STATE = ("/etc/ld.so.cache", "/etc/ld.so.preload")
+
+
+def _search_entry(path: str) -> list:
+    """The evidence entry of a file or folder the loader reads: its identity and, for a folder, as the probe names
+    one, the digest of its entry names (``names:``), so a ``__pycache__`` created in it is no change."""
+    entry = _identity(path)
+    if len(entry) == 6 and os.path.isdir(path):
+        names = _names_now(path)
+        if names is not None:
+            entry.append("names:" + names)
+    return entry
 
 
 def _identity(path: str) -> list:
