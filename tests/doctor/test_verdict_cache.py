@@ -339,3 +339,20 @@ def test_a_pth_file_rewritten_in_place_is_a_change(tmp_path, exts):
     after = _doctor(py, tmp_path)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "the other checkout" in after["native:omega"]["evidence"]
+
+
+def test_a_pass_thorough_found_failing_is_not_reused_by_the_next_run(tmp_path, exts):
+    """A file a module reads at import without importing it is no evidence (docs/doctor.md: such a change is seen
+    by --thorough). Once --thorough has executed the import and seen it fail, the pass stored before is gone:
+    the next run executes it again, never turning the red that --thorough showed back into a reused green."""
+    conf = tmp_path / "omega.conf"
+    conf.write_text("good\n")
+    py = make_venv(tmp_path / "venv")
+    init = f"if open({str(conf)!r}).read() != 'good\\n':\n    raise ImportError('omega.conf is broken')\nfrom ._core import answer\n"
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    conf.write_text("broken\n")
+    assert _doctor(py, tmp_path, "--thorough")["native:omega"]["verdict"] == "fail"
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "omega" in _executed(after, "native:omega")
