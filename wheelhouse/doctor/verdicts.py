@@ -15,7 +15,8 @@ it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device,
   the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
 
 Anything else re-executes it. Only passing verdicts are stored: a failure is executed every run, so a red
-never outlives its cause. ``thorough`` reuses nothing (and stores afresh). A reused verdict says so in the
+never outlives its cause. ``thorough`` reuses nothing and stores afresh: a verdict it executed and saw fail
+is no longer stored. A reused verdict says so in the
 evidence ("unchanged since <time>"), never that it executed.
 
 Where a verdict depends on files loaded before it in a shared worker process, that is part of its evidence:
@@ -218,14 +219,17 @@ class VerdictCache:
         return n
 
     def lookup(self, probe: str, arg: str, env: Mapping[str, str] | None) -> Reused | None:
-        """The stored verdict of ``probe`` on ``arg`` when nothing it depended on changed; else None."""
-        if self.thorough:
-            return None
+        """The stored verdict of ``probe`` on ``arg`` when nothing it depended on changed; else None. ``thorough``
+        drops it: what this run does not store afresh (a failure it saw) is not reused by the next run."""
         key = self.key(probe, arg, env)
         with self._lock:
             self._load()
             v = self._verdicts.get(key)
             if v is None:
+                return None
+            if self.thorough:
+                del self._verdicts[key]
+                self._dirty = True
                 return None
             if self._unchanged_upto(v["run"]) < v["upto"]:
                 del self._verdicts[key]  # stale: it is executed again (and stored again if it passes)
