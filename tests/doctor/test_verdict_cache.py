@@ -356,3 +356,31 @@ def test_a_pass_thorough_found_failing_is_not_reused_by_the_next_run(tmp_path, e
     after = _doctor(py, tmp_path)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "omega" in _executed(after, "native:omega")
+
+
+_FORWARDED = """from ._core import answer
+import sys
+
+class _Deprecating:  # as deprecation shims do: a forwarding object takes the module's place in sys.modules
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+sys.modules[__name__] = _Deprecating(sys.modules[__name__])
+"""
+
+
+def test_a_module_whose_place_a_forwarding_object_took_is_evidence_by_its_file(tmp_path, exts):
+    """omega's __init__ puts an object without __file__ in its place in sys.modules: the probe finds no file to
+    name there, yet the next import runs omega/__init__.py again. Edited into a failing state, it is executed."""
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": _FORWARDED},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    with open(site / "omega" / "__init__.py", "a") as fh:
+        fh.write("raise ImportError('the shim was edited')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "the shim was edited" in after["native:omega"]["evidence"]
