@@ -77,6 +77,39 @@ def _watch_byte_code_writes():
 
 _watch_byte_code_writes()
 
+# The files the import system read a module's code from (its source and byte code path, or its sourceless .pyc),
+# in order, not yet named by a record.
+_CODE_READ = []
+
+
+def _watch_code_reads():
+    """Note the file of every module the import system loads from Python code, whatever becomes of the module
+    object: one whose place in sys.modules a forwarding object takes (a deprecation shim) leaves no ``__file__``
+    to name, yet the next import runs that file again."""
+    try:
+        from importlib.machinery import SourceFileLoader, SourcelessFileLoader
+        from importlib.util import cache_from_source
+    except ImportError:
+        return
+
+    def watched(original, with_byte_code):
+        def get_code(self, fullname):
+            try:
+                path = self.get_filename(fullname)
+                _CODE_READ.append(path)
+                if with_byte_code:
+                    _CODE_READ.append(cache_from_source(path))
+            except Exception:  # noqa: BLE001 - nothing to note: the module's __file__ is evidence where it has one
+                pass
+            return original(self, fullname)
+        return get_code
+
+    SourceFileLoader.get_code = watched(SourceFileLoader.get_code, True)
+    SourcelessFileLoader.get_code = watched(SourcelessFileLoader.get_code, False)
+
+
+_watch_code_reads()
+
 CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"
 
 
@@ -186,7 +219,8 @@ class Evidence:
 
     A verdict is reused only while every file it depended on is unchanged, so this names them all: the file
     of every module in ``sys.modules``, every file mapped into the process (extension modules and the
-    libraries they pulled in, from /proc/self/maps), the interpreter and its ``pyvenv.cfg``, and the folders
+    libraries they pulled in, from /proc/self/maps), the file of every module the import system loaded code
+    for (:func:`_watch_code_reads`), the interpreter and its ``pyvenv.cfg``, and the folders
     the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
     shadowing copy or a ``.pth``, changes the folder), the ``.pth`` files site read and the user site folder
     (:func:`_startup_site_files`). :meth:`new` returns what was not named before, as
@@ -229,6 +263,9 @@ class Evidence:
 
     def _paths(self):
         out = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")] + self._extra
+        read = len(_CODE_READ)
+        out += _CODE_READ[:read]
+        del _CODE_READ[:read]
         if not self._site_named:  # read once: site ran before this process's first import
             self._site_named = True
             out += _startup_site_files()
