@@ -384,3 +384,30 @@ def test_a_module_whose_place_a_forwarding_object_took_is_evidence_by_its_file(t
     after = _doctor(py, tmp_path)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "the shim was edited" in after["native:omega"]["evidence"]
+
+
+def test_a_run_from_another_working_folder_is_executed_again(tmp_path, exts):
+    """A relative PYTHONPATH entry (or LD_LIBRARY_PATH, RUNPATH entry) is resolved against the probes' working
+    folder, which is wh's. Run from another folder, with the same environment (PWD is whatever the caller left:
+    a process started with another cwd and no shell keeps it), the copy of omega found there is what the engine
+    started there imports."""
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": exts["core"]})
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    (there / "src" / "omega").mkdir(parents=True)
+    (there / "src" / "omega" / "__init__.py").write_text("raise ImportError('the checkout in this folder')\n")
+    env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": "src", "PWD": str(here)}
+
+    def doctor(cwd: Path) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                               "--json"], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+        assert proc.returncode in (0, 1), proc.stderr
+        return {r["id"]: r for r in json.loads(proc.stdout)["results"]}["native:omega"]
+
+    assert doctor(here)["verdict"] == "ok"
+    assert doctor(here)["data"]["reused"], "reused where nothing changed"
+    after = doctor(there)
+    assert after["verdict"] == "fail", after
+    assert "the checkout in this folder" in after["evidence"]
