@@ -9,7 +9,7 @@ it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device,
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
-  shell variables no import reads), and the GPU facts (names, compute capabilities, driver, CUDA);
+  shell variables no import reads), the working folder the probe runs in, and the GPU facts (names, compute capabilities, driver, CUDA);
 - and every one of those files still has the identity it had, and every path that was absent still is; a
   folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
   the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
@@ -107,6 +107,13 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
     return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
 
 
+def _working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: the probes' relative paths resolve nowhere
+        return None
+
+
 def _names_now(folder: str) -> str | None:
     """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
     try:
@@ -148,7 +155,9 @@ class VerdictCache:
     # ---- keys ------------------------------------------------------------------------------------------------
 
     def key(self, probe: str, arg: str, env: Mapping[str, str] | None) -> str:
-        return _sha([self.context, probe, arg, env_digest(env)])
+        # The probes run in wh's working folder, against which a relative PYTHONPATH, LD_LIBRARY_PATH or RUNPATH
+        # entry is resolved (PWD in the environment says nothing where no shell set it).
+        return _sha([self.context, probe, arg, env_digest(env), _working_folder()])
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
