@@ -411,3 +411,37 @@ def test_a_run_from_another_working_folder_is_executed_again(tmp_path, exts):
     after = doctor(there)
     assert after["verdict"] == "fail", after
     assert "the checkout in this folder" in after["evidence"]
+
+
+def test_a_folder_a_pth_file_names_appearing_after_a_pass_is_a_change(tmp_path, exts):
+    """site puts a .pth file's folder on sys.path only where it exists. omega imports an optional accelerator
+    when there is one; the folder the .pth names, created after the pass with a broken one in it, is searched by
+    the next import, while neither the .pth file nor any searched folder changed."""
+    plugins = tmp_path / "plugins"
+    py = make_venv(tmp_path / "venv")
+    init = "try:\n    import omega_accel\nexcept ImportError:\n    pass\nfrom ._core import answer\n"
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    (site / "plugins.pth").write_text(f"# optional accelerators\n{plugins}\n")
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    plugins.mkdir()
+    (plugins / "omega_accel.py").write_text("raise RuntimeError('a broken accelerator')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "a broken accelerator" in after["native:omega"]["evidence"]
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_a_change(stack, tmp_path):
+    """The same size and a restored mtime (an upgrade whose file differs in a few bytes, a tool preserving
+    times): its ctime changed, which no one can set back."""
+    _doctor(stack, tmp_path)
+    site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))
+    dep = site / "betadep.py"
+    st = dep.stat()
+    body = "1 / 0".ljust(st.st_size - 1) + "\n"
+    assert len(body) == st.st_size
+    with open(dep, "w") as fh:  # in place: the same inode
+        fh.write(body)
+    os.utime(dep, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = _doctor(stack, tmp_path)
+    assert after["native:beta"]["verdict"] == "fail", after["native:beta"]
+    assert "beta" in _executed(after, "native:beta")
