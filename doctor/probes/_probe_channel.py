@@ -190,10 +190,11 @@ def names_digest(names):
 
 
 def _startup_site_files():
-    """The ``.pth`` files ``site`` read at startup and the user site folder where ``site`` would add one. What a
-    ``.pth`` holds (a folder put on sys.path, an ``import`` line run before any probe) decides imports, and one
-    rewritten in place changes neither its folder's names nor any file an import loaded; the user site folder,
-    absent at startup, is on no sys.path, and created it is searched before site-packages."""
+    """The ``.pth`` files ``site`` read at startup, the folders their path lines name, and the user site folder
+    where ``site`` would add one. What a ``.pth`` holds (a folder put on sys.path, an ``import`` line run before
+    any probe) decides imports, and one rewritten in place changes neither its folder's names nor any file an
+    import loaded; a folder absent at startup is on no sys.path (the user site folder, created, is searched
+    before site-packages)."""
     site = sys.modules.get("site")
     if site is None:  # -S: no .pth was read
         return []
@@ -210,8 +211,23 @@ def _startup_site_files():
             names = sorted(os.listdir(folder))
         except OSError:
             continue
-        out += [os.path.join(folder, n) for n in names if n.endswith(".pth")]
+        for name in names:
+            if name.endswith(".pth"):
+                out.append(os.path.join(folder, name))
+                out += _pth_folders(folder, out[-1])
     return out
+
+
+def _pth_folders(site_dir, pth):
+    """The folders a ``.pth`` file's path lines name (``site.addpackage``): one that does not exist was left off
+    sys.path, and created later it is searched."""
+    try:
+        with open(pth, encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    return [os.path.join(site_dir, line.rstrip()) for line in lines
+            if line.strip() and not line.startswith(("#", "import ", "import\t"))]
 
 
 class Evidence:
