@@ -445,3 +445,22 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_a_change(stack, tmp_pa
     after = _doctor(stack, tmp_path)
     assert after["native:beta"]["verdict"] == "fail", after["native:beta"]
     assert "beta" in _executed(after, "native:beta")
+
+
+def test_the_user_site_folder_appearing_after_a_pass_is_a_change(tmp_path, exts):
+    """A venv with the system's site packages reads the user site folder too, only where it exists: omega's
+    optional accelerator, installed there after the pass (``pip install --user``), is what the next import gets."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    init = "try:\n    import omega_accel\nexcept ImportError:\n    pass\nfrom ._core import answer\n"
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    env = {"HOME": str(tmp_path / "home"), "PYTHONUSERBASE": None, "PYTHONNOUSERSITE": None}
+    assert _doctor(py, tmp_path, "--check", "native:omega", env=env)["native:omega"]["verdict"] == "ok"
+    user = subprocess.run([str(py), "-c", "import site; print(site.getusersitepackages())"], capture_output=True,
+                          text=True, check=True, env={**os.environ, "HOME": env["HOME"]}).stdout.strip()
+    Path(user).mkdir(parents=True)
+    Path(user, "omega_accel.py").write_text("raise RuntimeError('installed with --user')\n")
+    after = _doctor(py, tmp_path, "--check", "native:omega", env=env)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "installed with --user" in after["native:omega"]["evidence"]
