@@ -326,7 +326,8 @@ def test_a_pth_file_rewritten_in_place_is_a_change(tmp_path, exts):
     (good / "omegadep.py").write_text("VALUE = 1\n")
     (bad / "omegadep.py").write_text("raise ImportError('the other checkout')\n")
     py = make_venv(tmp_path / "venv")
-    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "import omegadep\nfrom ._core import answer\n"},
+    init = "import omegadep\nfrom ._core import answer\n"
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init},
                         {f"omega/_core{SUFFIX}": exts["core"]})
     pth = site / "__editable__.omegadep-1.0.pth"
     pth.write_text(f"{good}\n")
@@ -348,7 +349,8 @@ def test_a_pass_thorough_found_failing_is_not_reused_by_the_next_run(tmp_path, e
     conf = tmp_path / "omega.conf"
     conf.write_text("good\n")
     py = make_venv(tmp_path / "venv")
-    init = f"if open({str(conf)!r}).read() != 'good\\n':\n    raise ImportError('omega.conf is broken')\nfrom ._core import answer\n"
+    init = (f"if open({str(conf)!r}).read() != 'good\\n':\n    raise ImportError('omega.conf is broken')\n"
+            "from ._core import answer\n")
     install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
     assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
     conf.write_text("broken\n")
@@ -420,7 +422,8 @@ def test_a_folder_a_pth_file_names_appearing_after_a_pass_is_a_change(tmp_path, 
     plugins = tmp_path / "plugins"
     py = make_venv(tmp_path / "venv")
     init = "try:\n    import omega_accel\nexcept ImportError:\n    pass\nfrom ._core import answer\n"
-    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
     (site / "plugins.pth").write_text(f"# optional accelerators\n{plugins}\n")
     assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
     plugins.mkdir()

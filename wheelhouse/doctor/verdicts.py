@@ -4,12 +4,13 @@ A probe that passed (an import, torch's CUDA facts, a JIT kernel) printed, with 
 process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py``: the file of every
 module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
 system searched, the ``.pth`` files ``site`` read; and, added here, what the loader searched for the libraries
-it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns, ctime_ns: the digest cache's key,
-``wheel.archive.file_identity``). Its verdict is reused when
+it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns,
+ctime_ns: the digest cache's key, ``wheel.archive.file_identity``). Its verdict is reused when
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
-  shell variables no import reads), the working folder the probe runs in, and the GPU facts (names, compute capabilities, driver, CUDA);
+  shell variables no import reads), the working folder the probe runs in, and the GPU facts (names, compute
+  capabilities, driver, CUDA);
 - and every one of those files still has the identity it had, and every path that was absent still is; a
   folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
   the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
