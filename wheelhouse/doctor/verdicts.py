@@ -307,9 +307,9 @@ class VerdictCache:
         the new list that covers as much."""
         env = os.environ if env is None else env
         seen = {f[0] for f in files}
-        ld_path = re.split("[:;]", env.get("LD_LIBRARY_PATH", ""))
-        out = [_search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path])
-               if p and os.path.isabs(p) and p not in seen]
+        # A relative entry is the probe's working folder's (part of the key): the same folder from here.
+        ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
+        out = [_search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path]) if p not in seen]
         seen.update(e[0] for e in out)
         at_count = [len(out)]
         for entry in files:
@@ -341,7 +341,7 @@ class VerdictCache:
             return [os.path.normpath(expand_dst(e, info.origin)) for e in raw]
 
         folders = self.file_fact("search-folders", path, read)
-        return [f for f in folders if isinstance(f, str)] if isinstance(folders, list) else []
+        return [os.path.abspath(f) for f in folders if isinstance(f, str)] if isinstance(folders, list) else []
 
     def store_warning(self, probe: str, arg: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
                       record: Mapping[str, Any]) -> None:
