@@ -467,3 +467,26 @@ def test_the_user_site_folder_appearing_after_a_pass_is_a_change(tmp_path, exts)
     after = _doctor(py, tmp_path, "--check", "native:omega", env=env)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "installed with --user" in after["native:omega"]["evidence"]
+
+
+def test_a_library_link_retargeted_in_its_runpath_folder_is_a_change(tmp_path):
+    """libwhdep.so.1 is a link to libwhdep.so.1.0 beside libwhdep.so.1.1 (as ldconfig and conda keep them); the
+    link pointed at the other file is what the loader maps next, while no file was added to the folder and the
+    mapped one is unchanged."""
+    lib, build = tmp_path / "lib", tmp_path / "build"
+    build.mkdir()
+    _needed_lib(lib, "int whgone_value(void) { return 7; }\n")
+    (lib / "libwhdep.so.1").rename(lib / "libwhdep.so.1.0")
+    _needed_lib(lib, "int other_value(void) { return 1; }\n")
+    (lib / "libwhdep.so.1").rename(lib / "libwhdep.so.1.1")
+    (lib / "libwhdep.so.1").symlink_to("libwhdep.so.1.0")
+    py = make_venv(tmp_path / "venv")
+    extra = [f"-L{lib}", "-l:libwhdep.so.1", f"-Wl,-rpath,{lib}", "-Wl,--enable-new-dtags"]
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    (lib / "new").symlink_to("libwhdep.so.1.1")
+    (lib / "new").rename(lib / "libwhdep.so.1")  # as ln -sfn does: the same names in the folder
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]
