@@ -124,6 +124,18 @@ def _names_now(folder: str) -> str | None:
     return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
 
 
+def _links_now(folder: str) -> str | None:
+    """A folder's entry names but ``__pycache__``, each link with its target: a library name the loader looks up
+    in a folder is often a link (``libfoo.so.1 -> libfoo.so.1.2``), pointed elsewhere by a rename over it."""
+    try:
+        with os.scandir(folder) as it:
+            names = sorted(e.name + ("\0->" + os.readlink(e.path) if e.is_symlink() else "")
+                           for e in it if e.name != "__pycache__")
+    except OSError:
+        return None
+    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
+
+
 def _digest_now(path: str) -> str | None:
     """``_digest`` of ``doctor/probes/_probe_channel.py`` (BLAKE2b-256) of the file's bytes now."""
     try:
@@ -206,6 +218,8 @@ class VerdictCache:
             return False
         if tag == "names":
             same = now[1:3] == entry[1:3] and _names_now(entry[0]) == digest  # the same folder, the same names
+        elif tag == "links":
+            same = now[1:3] == entry[1:3] and _links_now(entry[0]) == digest
         elif tag == "wrote":
             same = _digest_now(entry[0]) == digest
         else:
@@ -306,7 +320,7 @@ class VerdictCache:
         before the one it was found in is then a change. Returns them and, per count of ``files``, the count of
         the new list that covers as much."""
         env = os.environ if env is None else env
-        seen = {f[0] for f in files}
+        seen: set[str] = set()  # a folder the probe named by its names is named again with its links
         # A relative entry is the probe's working folder's (part of the key): the same folder from here.
         ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
         out = [_search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path]) if p not in seen]
@@ -395,13 +409,13 @@ _LOADER_STATE = ("/etc/ld.so.cache", "/etc/ld.so.preload")
 
 
 def _search_entry(path: str) -> list:
-    """The evidence entry of a file or folder the loader reads: its identity and, for a folder, as the probe names
-    one, the digest of its entry names (``names:``), so a ``__pycache__`` created in it is no change."""
+    """The evidence entry of a file or folder the loader reads: its identity and, for a folder, the digest of its
+    entry names and link targets (``links:``, :func:`_links_now`), so a ``__pycache__`` created in it is no change."""
     entry = _identity(path)
     if len(entry) == 6 and os.path.isdir(path):
-        names = _names_now(path)
-        if names is not None:
-            entry.append("names:" + names)
+        links = _links_now(path)
+        if links is not None:
+            entry.append("links:" + links)
     return entry
 
 
