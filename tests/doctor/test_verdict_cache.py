@@ -490,3 +490,32 @@ def test_a_library_link_retargeted_in_its_runpath_folder_is_a_change(tmp_path):
     after = _doctor(py, tmp_path)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "whgone_value" in after["native:omega"]["evidence"]
+
+
+@pytest.fixture
+def shm_folder(tmp_path):
+    import shutil
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="wh-test-", dir="/dev/shm"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_library_mapped_from_dev_shm_is_evidence(tmp_path, shm_folder):
+    """/dev/shm is a folder of real files (a library unpacked to RAM): one mapped from there is no device mapping,
+    and replaced by one without the symbol the extension needs, the import is executed again."""
+    build = tmp_path / "build"
+    build.mkdir()
+    _needed_lib(shm_folder, "int whgone_value(void) { return 7; }\n")
+    extra = [f"-L{shm_folder}", "-l:libwhdep.so.1", f"-Wl,-rpath,{shm_folder}", "-Wl,--enable-new-dtags"]
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    _needed_lib(shm_folder, "int other_value(void) { return 1; }\n")  # a new file over it: the same names
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]
