@@ -180,6 +180,17 @@ def error_record(exc):
 # driver maps it in every process that touches a GPU), memfd and SysV segments likewise. As evidence they would
 # read as a replaced file and keep every GPU probe's pass from ever being reused.
 _NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/anon_hugepage", "/drm mm object")
+_FILES_UNDER_DEV = "/dev/shm/"
+
+
+def _maps_a_file(path):
+    """Whether a mapping's path names a file the probe loaded. /dev/shm is a tmpfs of real files: a shared object
+    unpacked there is one (its semaphores and POSIX shared memory, named otherwise, are not)."""
+    if not path.startswith("/"):
+        return False
+    if path.startswith(_FILES_UNDER_DEV):
+        return ".so" in os.path.basename(path)
+    return not path.startswith(_NOT_FILES)
 _BYTE_CODE_FOLDER = "__pycache__"
 
 
@@ -310,7 +321,7 @@ class Evidence:
                         continue
                     self._lines.add(line)
                     parts = line.split(None, 5)
-                    if len(parts) == 6 and parts[5].startswith("/") and not parts[5].startswith(_NOT_FILES):
+                    if len(parts) == 6 and _maps_a_file(parts[5]):
                         out.append(parts[5].rstrip("\n"))
         except OSError:
             pass

@@ -158,6 +158,8 @@ sys.path.insert(0, sys.argv[1])
 from _probe_channel import Evidence
 shared = mmap.mmap(-1, 1 << 16, flags=mmap.MAP_SHARED)  # shows in /proc/self/maps as "/dev/zero (deleted)", as
 # the CUDA driver's shared memory does in every GPU probe
+import multiprocessing
+lock = multiprocessing.Lock()  # a POSIX semaphore: /dev/shm/sem.* mapped, then unlinked
 fd, path = tempfile.mkstemp(suffix=".bin")
 os.write(fd, b"x" * 4096)
 kept = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED)  # a real file, mapped and then deleted: a replaced file
