@@ -206,7 +206,8 @@ class VerdictCache:
     def _same(self, entry: list) -> bool:
         """Whether ``entry`` (as the probe printed it) still holds. Its identity unchanged, or, for an entry with
         a seventh element, what the import gets unchanged: a folder (``names:``) with the same entry names but
-        ``__pycache__``, byte code its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
+        ``__pycache__``, a folder the loader searches (``links:``) with the same names and link targets, byte code
+        its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
         rewritten with the identity now, so the next run finds it by ``stat`` alone."""
         now = self._now(entry[0])
         if len(entry) <= 6:
