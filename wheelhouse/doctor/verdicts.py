@@ -163,6 +163,7 @@ class VerdictCache:
         self._stat: dict[str, list | None] = {}
         self._facts: dict[str, dict[str, list]] = {}  # kind -> {path: [*identity, value]}
         self._facts_used: dict[str, set[str]] = {}  # kind -> paths asked this run (the others are pruned)
+        self._searched: dict[str, list] = {}  # path -> its _search_entry, once per run (every batch names them)
         self._dirty = False
 
     # ---- keys ------------------------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ class VerdictCache:
         seen: set[str] = set()  # a folder the probe named by its names is named again with its links
         # A relative entry is the probe's working folder's (part of the key): the same folder from here.
         ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
-        out = [_search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path]) if p not in seen]
+        out = [self._search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path]) if p not in seen]
         seen.update(e[0] for e in out)
         at_count = [len(out)]
         for entry in files:
@@ -332,9 +333,18 @@ class VerdictCache:
             for folder in self._elf_search_folders(entry[0]) if len(entry) == 6 else ():
                 if folder not in seen:
                     seen.add(folder)
-                    out.append(_search_entry(folder))
+                    out.append(self._search_entry(folder))
             at_count.append(len(out))
         return out, at_count
+
+    def _search_entry(self, path: str) -> list:
+        with self._lock:
+            known = self._searched.get(path)
+        if known is None:
+            known = _search_entry(path)
+            with self._lock:
+                self._searched[path] = known
+        return list(known)
 
     def _elf_search_folders(self, path: str) -> list[str]:
         """The RPATH (where no RUNPATH disables it) and RUNPATH folders of ELF object ``path``, expanded; none for
