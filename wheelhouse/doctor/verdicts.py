@@ -43,17 +43,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
 
-if TYPE_CHECKING:
-    from wheelhouse.elf import LoaderFacts
+from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, links_digest, search_entry
 
-__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest", "loader_witness"]
+__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
 
 SCHEMA = "wh-verdicts/1"
 _NAME = "verdicts.json"
@@ -119,18 +118,6 @@ def _names_now(folder: str) -> str | None:
     """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
     try:
         names = sorted(n for n in os.listdir(folder) if n != "__pycache__")
-    except OSError:
-        return None
-    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
-
-
-def _links_now(folder: str) -> str | None:
-    """A folder's entry names but ``__pycache__``, each link with its target: a library name the loader looks up
-    in a folder is often a link (``libfoo.so.1 -> libfoo.so.1.2``), pointed elsewhere by a rename over it."""
-    try:
-        with os.scandir(folder) as it:
-            names = sorted(e.name + ("\0->" + os.readlink(e.path) if e.is_symlink() else "")
-                           for e in it if e.name != "__pycache__")
     except OSError:
         return None
     return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
@@ -221,7 +208,7 @@ class VerdictCache:
         if tag == "names":
             same = now[1:3] == entry[1:3] and _names_now(entry[0]) == digest  # the same folder, the same names
         elif tag == "links":
-            same = now[1:3] == entry[1:3] and _links_now(entry[0]) == digest
+            same = now[1:3] == entry[1:3] and links_digest(entry[0]) == digest
         elif tag == "wrote":
             same = _digest_now(entry[0]) == digest
         else:
@@ -325,7 +312,7 @@ class VerdictCache:
         seen: set[str] = set()  # a folder the probe named by its names is named again with its links
         # A relative entry is the probe's working folder's (part of the key): the same folder from here.
         ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
-        out = [self._search_entry(p) for p in dict.fromkeys([*_LOADER_STATE, *ld_path]) if p not in seen]
+        out = [self._search_entry(p) for p in dict.fromkeys([*LOADER_STATE, *ld_path]) if p not in seen]
         seen.update(e[0] for e in out)
         at_count = [len(out)]
         for entry in files:
@@ -341,31 +328,17 @@ class VerdictCache:
         with self._lock:
             known = self._searched.get(path)
         if known is None:
-            known = _search_entry(path)
+            known = search_entry(path)
             with self._lock:
                 self._searched[path] = known
         return list(known)
 
     def _elf_search_folders(self, path: str) -> list[str]:
-        """The RPATH (where no RUNPATH disables it) and RUNPATH folders of ELF object ``path``, expanded; none for
-        a file that is no ELF object. Kept by the file's identity (:meth:`file_fact`)."""
-        if path.endswith(_NOT_ELF):
+        """:func:`~wheelhouse.doctor.loaderevidence.elf_search_folders` of ``path``, kept by the file's identity
+        (:meth:`file_fact`)."""
+        if path.endswith(NOT_ELF):
             return []
-
-        def read() -> list[str]:
-            from wheelhouse.elf import BadElf, expand_dst, read_elf
-
-            try:
-                with open(path, "rb") as fh:
-                    if fh.read(4) != b"\x7fELF":
-                        return []
-                info = read_elf(path)
-            except (OSError, BadElf):
-                return []
-            raw = info.runpath or info.rpath
-            return [os.path.normpath(expand_dst(e, info.origin)) for e in raw]
-
-        folders = self.file_fact("search-folders", path, read)
+        folders = self.file_fact("search-folders", path, lambda: elf_search_folders(path))
         return [os.path.abspath(f) for f in folders if isinstance(f, str)] if isinstance(folders, list) else []
 
     def store_warning(self, probe: str, arg: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
@@ -406,70 +379,3 @@ class VerdictCache:
         except OSError as exc:
             return [f"verdict cache of {self._site} not written: {exc.strerror or exc}"]
         return []
-
-
-# What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
-_LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload")
-_WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
-
-
-_NOT_ELF = (".py", ".pyc", ".pth", ".cfg", ".json", ".txt")
-# What the loader reads besides the searched folders for a name that no RPATH/LD_LIBRARY_PATH/RUNPATH folder holds
-# (ld.so(8)): a new cache (ldconfig after a library was installed) may name another file.
-_LOADER_STATE = ("/etc/ld.so.cache", "/etc/ld.so.preload")
-
-
-def _search_entry(path: str) -> list:
-    """The evidence entry of a file or folder the loader reads: its identity and, for a folder, the digest of its
-    entry names and link targets (``links:``, :func:`_links_now`), so a ``__pycache__`` created in it is no change."""
-    entry = _identity(path)
-    if len(entry) == 6 and os.path.isdir(path):
-        links = _links_now(path)
-        if links is not None:
-            entry.append("links:" + links)
-    return entry
-
-
-def _identity(path: str) -> list:
-    try:
-        return [path, *file_identity(os.stat(path))]
-    except (OSError, ValueError):
-        return [path]  # absent: its appearing is a change
-
-
-def loader_witness(module_file: str | None, facts: LoaderFacts) -> list[list]:
-    """The files and folders whose identity keys a stored warning of a module that failed to load (a failed
-    dlopen maps nothing, so the probe's own evidence does not hold them): the module's file; the loader's
-    configuration (``/etc/ld.so.cache``, ``ld.so.conf`` and ``ld.so.conf.d`` with its files, ``ld.so.preload``);
-    the folders of ``facts`` (the probe environment's ``LD_LIBRARY_PATH``, the loader's default folders); and,
-    from the module's file through the libraries :func:`wheelhouse.elf.find_needed` resolves for it (up to
-    :data:`_WITNESS_OBJECTS` objects), each object's file, its RPATH/RUNPATH folders and every folder searched
-    for a library that is not found. A folder's identity changes when an entry is added, removed or renamed in
-    it: the missing library appearing there is a change."""
-    from wheelhouse.elf import expand_dst, find_needed, read_elf, rpath_dirs
-
-    paths: list[str] = [*_LOADER_FILES]
-    try:
-        paths += sorted(os.path.join("/etc/ld.so.conf.d", n) for n in os.listdir("/etc/ld.so.conf.d"))
-    except OSError:
-        pass
-    paths += [*facts.ld_library_path, *facts.default_dirs]
-    seen: set[str] = set()
-    queue = [(os.path.abspath(module_file), ())] if module_file else []
-    while queue and len(seen) < _WITNESS_OBJECTS:
-        obj, chain = queue.pop(0)
-        if obj in seen:
-            continue
-        seen.add(obj)
-        paths.append(obj)
-        try:
-            info = read_elf(obj)
-        except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
-            continue
-        paths += rpath_dirs(info, facts)
-        paths += [os.path.normpath(expand_dst(e, info.origin, facts.lib, facts.platform)) for e in info.runpath]
-        for found in find_needed(info, facts, chain):
-            if found.path is not None:
-                queue.append((os.path.abspath(found.path), (info, *chain)))
-            paths += [p for p in found.searched if os.path.isabs(p)]
-    return [_identity(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]
