@@ -77,6 +77,39 @@ def _watch_byte_code_writes():
 
 _watch_byte_code_writes()
 
+# The files the import system read a module's code from (its source and byte code path, or its sourceless .pyc),
+# in order, not yet named by a record.
+_CODE_READ = []
+
+
+def _watch_code_reads():
+    """Note the file of every module the import system loads from Python code, whatever becomes of the module
+    object: one whose place in sys.modules a forwarding object takes (a deprecation shim) leaves no ``__file__``
+    to name, yet the next import runs that file again."""
+    try:
+        from importlib.machinery import SourceFileLoader, SourcelessFileLoader
+        from importlib.util import cache_from_source
+    except ImportError:
+        return
+
+    def watched(original, with_byte_code):
+        def get_code(self, fullname):
+            try:
+                path = self.get_filename(fullname)
+                _CODE_READ.append(path)
+                if with_byte_code:
+                    _CODE_READ.append(cache_from_source(path))
+            except Exception:  # noqa: BLE001 - nothing to note: the module's __file__ is evidence where it has one
+                pass
+            return original(self, fullname)
+        return get_code
+
+    SourceFileLoader.get_code = watched(SourceFileLoader.get_code, True)
+    SourcelessFileLoader.get_code = watched(SourcelessFileLoader.get_code, False)
+
+
+_watch_code_reads()
+
 CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"
 
 
@@ -147,6 +180,17 @@ def error_record(exc):
 # driver maps it in every process that touches a GPU), memfd and SysV segments likewise. As evidence they would
 # read as a replaced file and keep every GPU probe's pass from ever being reused.
 _NOT_FILES = ("/dev/", "/memfd:", "/SYSV", "/anon_hugepage", "/drm mm object")
+_FILES_UNDER_DEV = "/dev/shm/"
+
+
+def _maps_a_file(path):
+    """Whether a mapping's path names a file the probe loaded. /dev/shm is a tmpfs of real files: a shared object
+    unpacked there is one (its semaphores and POSIX shared memory, named otherwise, are not)."""
+    if not path.startswith("/"):
+        return False
+    if path.startswith(_FILES_UNDER_DEV):
+        return ".so" in os.path.basename(path)
+    return not path.startswith(_NOT_FILES)
 _BYTE_CODE_FOLDER = "__pycache__"
 
 
@@ -156,14 +200,57 @@ def names_digest(names):
     return _digest("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER)).encode("utf-8", "surrogateescape"))
 
 
+def _startup_site_files():
+    """The ``.pth`` files ``site`` read at startup, the folders their path lines name, and the user site folder
+    where ``site`` would add one. What a ``.pth`` holds (a folder put on sys.path, an ``import`` line run before
+    any probe) decides imports, and one rewritten in place changes neither its folder's names nor any file an
+    import loaded; a folder absent at startup is on no sys.path (the user site folder, created, is searched
+    before site-packages)."""
+    site = sys.modules.get("site")
+    if site is None:  # -S: no .pth was read
+        return []
+    out = []
+    try:
+        folders = list(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            out.append(site.getusersitepackages())
+            folders.append(out[-1])
+    except Exception:  # noqa: BLE001 - a site module without these: nothing more to name
+        return out
+    for folder in folders:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".pth"):
+                out.append(os.path.join(folder, name))
+                out += _pth_folders(folder, out[-1])
+    return out
+
+
+def _pth_folders(site_dir, pth):
+    """The folders a ``.pth`` file's path lines name (``site.addpackage``): one that does not exist was left off
+    sys.path, and created later it is searched."""
+    try:
+        with open(pth, encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    return [os.path.join(site_dir, line.rstrip()) for line in lines
+            if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+
+
 class Evidence:
     """What this process has loaded, for the doctor's verdict cache: one identity per file, each file once.
 
     A verdict is reused only while every file it depended on is unchanged, so this names them all: the file
     of every module in ``sys.modules``, every file mapped into the process (extension modules and the
-    libraries they pulled in, from /proc/self/maps), the interpreter and its ``pyvenv.cfg``, and the folders
+    libraries they pulled in, from /proc/self/maps), the file of every module the import system loaded code
+    for (:func:`_watch_code_reads`), the interpreter and its ``pyvenv.cfg``, and the folders
     the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
-    shadowing copy or a ``.pth``, changes the folder). :meth:`new` returns what was not named before, as
+    shadowing copy or a ``.pth``, changes the folder), the ``.pth`` files site read and the user site folder
+    (:func:`_startup_site_files`). :meth:`new` returns what was not named before, as
     ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there), and a seventh
     element where the identity alone would change with no change to what an import gets:
 
@@ -187,6 +274,7 @@ class Evidence:
         self._modules = {}  # name -> the module object whose __file__ / __cached__ were taken
         self._packages = {}  # name -> a module of those with a __path__, read again each time
         self._lines = set()
+        self._site_named = False
 
     def _module_files(self, name, mod, out):
         self._modules[name] = mod
@@ -202,6 +290,12 @@ class Evidence:
 
     def _paths(self):
         out = [os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")] + self._extra
+        read = len(_CODE_READ)
+        out += _CODE_READ[:read]
+        del _CODE_READ[:read]
+        if not self._site_named:  # read once: site ran before this process's first import
+            self._site_named = True
+            out += _startup_site_files()
         out += [p if p else os.curdir for p in sys.path if isinstance(p, str)]
         modules = self._modules
         for name, mod in list(sys.modules.items()):
@@ -227,7 +321,7 @@ class Evidence:
                         continue
                     self._lines.add(line)
                     parts = line.split(None, 5)
-                    if len(parts) == 6 and parts[5].startswith("/") and not parts[5].startswith(_NOT_FILES):
+                    if len(parts) == 6 and _maps_a_file(parts[5]):
                         out.append(parts[5].rstrip("\n"))
         except OSError:
             pass

@@ -55,3 +55,41 @@ def test_a_source_two_probe_processes_import_is_compiled_once_and_nothing_is_wri
     pids = {line.split()[0] for line in log.read_text().splitlines()}
     assert len(pids) == 1, log.read_text()  # compiled by one probe process, loaded by the other
     assert not list(site_packages(py).rglob("*.pyc"))
+
+
+_SEES_NO_CODE_FOLDER = """import os, subprocess, sys
+assert "WH_PROBE_CODE_CACHE" not in os.environ, "the code under test sees the doctor's code folder"
+subprocess.run([sys.executable, "-c", "import os; assert 'WH_PROBE_CODE_CACHE' not in os.environ"], check=True)
+import time
+time.sleep(float(os.environ.get("SLOW_IMPORT", "0")))
+from ._core import answer
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_the_code_folder_is_no_part_of_the_target_and_goes_when_the_doctor_is_stopped(tmp_path, sig):
+    """Neither the module under test nor a process it starts finds the folder in its environment; a doctor stopped
+    (Ctrl-C, SIGTERM) while a probe runs removes it."""
+    import signal
+    import time
+
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "looker", {"looker/__init__.py": _SEES_NO_CODE_FOLDER},
+                 {f"looker/_core{SUFFIX}": _ext(tmp_path, "_core")})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp)}
+    args = [sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native:looker", "--json"]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    result = {r["id"]: r for r in json.loads(proc.stdout)["results"]}["native:looker"]
+    assert result["verdict"] == "ok", result["evidence"]
+    assert not list(tmp.iterdir())
+    stopped = subprocess.Popen([*args, "--thorough"], env={**env, "SLOW_IMPORT": "60"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob("wh-probe-code-*/*")) and time.monotonic() < deadline:  # a probe compiled something
+        time.sleep(0.1)
+    assert list(tmp.glob("wh-probe-code-*/*"))
+    stopped.send_signal(getattr(signal, sig))
+    stopped.wait(timeout=60)
+    assert not list(tmp.iterdir())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broken_packages import _ext, have_toolchain, install_dist, make_venv
+from broken_packages import _ext, _gcc, have_toolchain, install_dist, make_venv
 
 pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
 
@@ -158,6 +158,8 @@ sys.path.insert(0, sys.argv[1])
 from _probe_channel import Evidence
 shared = mmap.mmap(-1, 1 << 16, flags=mmap.MAP_SHARED)  # shows in /proc/self/maps as "/dev/zero (deleted)", as
 # the CUDA driver's shared memory does in every GPU probe
+import multiprocessing
+lock = multiprocessing.Lock()  # a POSIX semaphore: /dev/shm/sem.* mapped, then unlinked
 fd, path = tempfile.mkstemp(suffix=".bin")
 os.write(fd, b"x" * 4096)
 kept = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED)  # a real file, mapped and then deleted: a replaced file
@@ -280,3 +282,242 @@ def test_byte_code_rewritten_during_the_run_is_reused_only_when_it_is_the_same(t
         assert again["native:eta"]["verdict"] == "fail", again["native:eta"]
         assert "other byte code was written" in again["native:eta"]["evidence"]
         assert "eta" in _executed(again, "native:eta")
+
+
+def _needed_lib(folder: Path, body: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "dep.c"
+    src.write_text(body)
+    _gcc(["-shared", "-fPIC", "-Wl,-soname,libwhdep.so.1", str(src), "-o", str(folder / "libwhdep.so.1")])
+    src.unlink()
+
+
+@pytest.mark.parametrize("how", ["runpath", "ld_library_path"])
+def test_a_library_of_the_same_name_appearing_earlier_on_the_search_path_is_a_change(tmp_path, how):
+    """omega's extension needs libwhdep.so.1, found in the second folder of its RUNPATH (or of LD_LIBRARY_PATH).
+    A library of that name put in the first folder is what the loader maps next: one without the symbol the
+    extension needs fails its import. Neither mapped file changed: the searched folders are the evidence."""
+    early, late, build = tmp_path / "early", tmp_path / "late", tmp_path / "build"
+    early.mkdir()
+    build.mkdir()
+    _needed_lib(late, "int whgone_value(void) { return 7; }\n")
+    extra = [f"-L{late}", "-l:libwhdep.so.1"]
+    if how == "runpath":
+        extra += [f"-Wl,-rpath,{early}:{late}", "-Wl,--enable-new-dtags"]
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    env = {"LD_LIBRARY_PATH": f"{early}:{late}" if how == "ld_library_path" else None}
+    first = _doctor(py, tmp_path, env=env)
+    assert first["native:omega"]["verdict"] == "ok", first["native:omega"]
+    again = _doctor(py, tmp_path, env=env)
+    assert _reused(again, "native:omega") == {"omega", "omega._core"}, again["native:omega"]
+    _needed_lib(early, "int other_value(void) { return 1; }\n")  # the same soname, without whgone_value
+    after = _doctor(py, tmp_path, env=env)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]
+    assert "omega" in _executed(after, "native:omega")
+
+
+def test_a_pth_file_rewritten_in_place_is_a_change(tmp_path, exts):
+    """An editable install's .pth names the folder omegadep is imported from; re-installed from another checkout,
+    the same file names another folder. No file the import loaded changed, nor the names in site-packages."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "omegadep.py").write_text("VALUE = 1\n")
+    (bad / "omegadep.py").write_text("raise ImportError('the other checkout')\n")
+    py = make_venv(tmp_path / "venv")
+    init = "import omegadep\nfrom ._core import answer\n"
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
+    pth = site / "__editable__.omegadep-1.0.pth"
+    pth.write_text(f"{good}\n")
+    first = _doctor(py, tmp_path)
+    assert first["native:omega"]["verdict"] == "ok", first["native:omega"]
+    again = _doctor(py, tmp_path)
+    assert _reused(again, "native:omega") == {"omega", "omega._core"}, again["native:omega"]
+    with open(pth, "w") as fh:  # in place: the same inode, the same names in site-packages
+        fh.write(f"{bad}\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "the other checkout" in after["native:omega"]["evidence"]
+
+
+def test_a_pass_thorough_found_failing_is_not_reused_by_the_next_run(tmp_path, exts):
+    """A file a module reads at import without importing it is no evidence (docs/doctor.md: such a change is seen
+    by --thorough). Once --thorough has executed the import and seen it fail, the pass stored before is gone:
+    the next run executes it again, never turning the red that --thorough showed back into a reused green."""
+    conf = tmp_path / "omega.conf"
+    conf.write_text("good\n")
+    py = make_venv(tmp_path / "venv")
+    init = (f"if open({str(conf)!r}).read() != 'good\\n':\n    raise ImportError('omega.conf is broken')\n"
+            "from ._core import answer\n")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    conf.write_text("broken\n")
+    assert _doctor(py, tmp_path, "--thorough")["native:omega"]["verdict"] == "fail"
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "omega" in _executed(after, "native:omega")
+
+
+_FORWARDED = """from ._core import answer
+import sys
+
+class _Deprecating:  # as deprecation shims do: a forwarding object takes the module's place in sys.modules
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+sys.modules[__name__] = _Deprecating(sys.modules[__name__])
+"""
+
+
+def test_a_module_whose_place_a_forwarding_object_took_is_evidence_by_its_file(tmp_path, exts):
+    """omega's __init__ puts an object without __file__ in its place in sys.modules: the probe finds no file to
+    name there, yet the next import runs omega/__init__.py again. Edited into a failing state, it is executed."""
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": _FORWARDED},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    with open(site / "omega" / "__init__.py", "a") as fh:
+        fh.write("raise ImportError('the shim was edited')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "the shim was edited" in after["native:omega"]["evidence"]
+
+
+def test_a_run_from_another_working_folder_is_executed_again(tmp_path, exts):
+    """A relative PYTHONPATH entry (or LD_LIBRARY_PATH, RUNPATH entry) is resolved against the probes' working
+    folder, which is wh's. Run from another folder, with the same environment (PWD is whatever the caller left:
+    a process started with another cwd and no shell keeps it), the copy of omega found there is what the engine
+    started there imports."""
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": exts["core"]})
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    (there / "src" / "omega").mkdir(parents=True)
+    (there / "src" / "omega" / "__init__.py").write_text("raise ImportError('the checkout in this folder')\n")
+    env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": "src", "PWD": str(here)}
+
+    def doctor(cwd: Path) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--check", "native",
+                               "--json"], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+        assert proc.returncode in (0, 1), proc.stderr
+        return {r["id"]: r for r in json.loads(proc.stdout)["results"]}["native:omega"]
+
+    assert doctor(here)["verdict"] == "ok"
+    assert doctor(here)["data"]["reused"], "reused where nothing changed"
+    after = doctor(there)
+    assert after["verdict"] == "fail", after
+    assert "the checkout in this folder" in after["evidence"]
+
+
+def test_a_folder_a_pth_file_names_appearing_after_a_pass_is_a_change(tmp_path, exts):
+    """site puts a .pth file's folder on sys.path only where it exists. omega imports an optional accelerator
+    when there is one; the folder the .pth names, created after the pass with a broken one in it, is searched by
+    the next import, while neither the .pth file nor any searched folder changed."""
+    plugins = tmp_path / "plugins"
+    py = make_venv(tmp_path / "venv")
+    init = "try:\n    import omega_accel\nexcept ImportError:\n    pass\nfrom ._core import answer\n"
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init},
+                        {f"omega/_core{SUFFIX}": exts["core"]})
+    (site / "plugins.pth").write_text(f"# optional accelerators\n{plugins}\n")
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    plugins.mkdir()
+    (plugins / "omega_accel.py").write_text("raise RuntimeError('a broken accelerator')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "a broken accelerator" in after["native:omega"]["evidence"]
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_a_change(stack, tmp_path):
+    """The same size and a restored mtime (an upgrade whose file differs in a few bytes, a tool preserving
+    times): its ctime changed, which no one can set back."""
+    _doctor(stack, tmp_path)
+    site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))
+    dep = site / "betadep.py"
+    st = dep.stat()
+    body = "1 / 0".ljust(st.st_size - 1) + "\n"
+    assert len(body) == st.st_size
+    with open(dep, "w") as fh:  # in place: the same inode
+        fh.write(body)
+    os.utime(dep, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = _doctor(stack, tmp_path)
+    assert after["native:beta"]["verdict"] == "fail", after["native:beta"]
+    assert "beta" in _executed(after, "native:beta")
+
+
+def test_the_user_site_folder_appearing_after_a_pass_is_a_change(tmp_path, exts):
+    """A venv with the system's site packages reads the user site folder too, only where it exists: omega's
+    optional accelerator, installed there after the pass (``pip install --user``), is what the next import gets."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    init = "try:\n    import omega_accel\nexcept ImportError:\n    pass\nfrom ._core import answer\n"
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    env = {"HOME": str(tmp_path / "home"), "PYTHONUSERBASE": None, "PYTHONNOUSERSITE": None}
+    assert _doctor(py, tmp_path, "--check", "native:omega", env=env)["native:omega"]["verdict"] == "ok"
+    user = subprocess.run([str(py), "-c", "import site; print(site.getusersitepackages())"], capture_output=True,
+                          text=True, check=True, env={**os.environ, "HOME": env["HOME"]}).stdout.strip()
+    Path(user).mkdir(parents=True)
+    Path(user, "omega_accel.py").write_text("raise RuntimeError('installed with --user')\n")
+    after = _doctor(py, tmp_path, "--check", "native:omega", env=env)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "installed with --user" in after["native:omega"]["evidence"]
+
+
+def test_a_library_link_retargeted_in_its_runpath_folder_is_a_change(tmp_path):
+    """libwhdep.so.1 is a link to libwhdep.so.1.0 beside libwhdep.so.1.1 (as ldconfig and conda keep them); the
+    link pointed at the other file is what the loader maps next, while no file was added to the folder and the
+    mapped one is unchanged."""
+    lib, build = tmp_path / "lib", tmp_path / "build"
+    build.mkdir()
+    _needed_lib(lib, "int whgone_value(void) { return 7; }\n")
+    (lib / "libwhdep.so.1").rename(lib / "libwhdep.so.1.0")
+    _needed_lib(lib, "int other_value(void) { return 1; }\n")
+    (lib / "libwhdep.so.1").rename(lib / "libwhdep.so.1.1")
+    (lib / "libwhdep.so.1").symlink_to("libwhdep.so.1.0")
+    py = make_venv(tmp_path / "venv")
+    extra = [f"-L{lib}", "-l:libwhdep.so.1", f"-Wl,-rpath,{lib}", "-Wl,--enable-new-dtags"]
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    (lib / "new").symlink_to("libwhdep.so.1.1")
+    (lib / "new").rename(lib / "libwhdep.so.1")  # as ln -sfn does: the same names in the folder
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]
+
+
+@pytest.fixture
+def shm_folder(tmp_path):
+    import shutil
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="wh-test-", dir="/dev/shm"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_library_mapped_from_dev_shm_is_evidence(tmp_path, shm_folder):
+    """/dev/shm is a folder of real files (a library unpacked to RAM): one mapped from there is no device mapping,
+    and replaced by one without the symbol the extension needs, the import is executed again."""
+    build = tmp_path / "build"
+    build.mkdir()
+    _needed_lib(shm_folder, "int whgone_value(void) { return 7; }\n")
+    extra = [f"-L{shm_folder}", "-l:libwhdep.so.1", f"-Wl,-rpath,{shm_folder}", "-Wl,--enable-new-dtags"]
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": "from ._core import answer\n"},
+                 {f"omega/_core{SUFFIX}": _ext(build, "_core", "WH_NEEDLIB", extra=extra)})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    _needed_lib(shm_folder, "int other_value(void) { return 1; }\n")  # a new file over it: the same names
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "whgone_value" in after["native:omega"]["evidence"]

@@ -3,18 +3,21 @@
 A probe that passed (an import, torch's CUDA facts, a JIT kernel) printed, with its result, every file its
 process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py``: the file of every
 module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
-system searched) with its identity (device, inode, size, mtime_ns, ctime_ns: the digest cache's key,
-``wheel.archive.file_identity``). Its verdict is reused when
+system searched, the ``.pth`` files ``site`` read; and, added here, what the loader searched for the libraries
+it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns,
+ctime_ns: the digest cache's key, ``wheel.archive.file_identity``). Its verdict is reused when
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
-  shell variables no import reads), and the GPU facts (names, compute capabilities, driver, CUDA);
+  shell variables no import reads), the working folder the probe runs in, and the GPU facts (names, compute
+  capabilities, driver, CUDA);
 - and every one of those files still has the identity it had, and every path that was absent still is; a
   folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
   the same bytes, count as unchanged (the doctor's own imports create those: :meth:`VerdictCache._same`).
 
 Anything else re-executes it. Only passing verdicts are stored: a failure is executed every run, so a red
-never outlives its cause. ``thorough`` reuses nothing (and stores afresh). A reused verdict says so in the
+never outlives its cause. ``thorough`` reuses nothing and stores afresh: a verdict it executed and saw fail
+is no longer stored. A reused verdict says so in the
 evidence ("unchanged since <time>"), never that it executed.
 
 Where a verdict depends on files loaded before it in a shared worker process, that is part of its evidence:
@@ -34,22 +37,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
 
-if TYPE_CHECKING:
-    from wheelhouse.elf import LoaderFacts
+from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, links_digest, search_entry
 
-__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest", "loader_witness"]
+__all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
 
 SCHEMA = "wh-verdicts/1"
 _NAME = "verdicts.json"
@@ -104,6 +107,13 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
     return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
 
 
+def _working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: the probes' relative paths resolve nowhere
+        return None
+
+
 def _names_now(folder: str) -> str | None:
     """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
     try:
@@ -140,12 +150,15 @@ class VerdictCache:
         self._stat: dict[str, list | None] = {}
         self._facts: dict[str, dict[str, list]] = {}  # kind -> {path: [*identity, value]}
         self._facts_used: dict[str, set[str]] = {}  # kind -> paths asked this run (the others are pruned)
+        self._searched: dict[str, list] = {}  # path -> its _search_entry, once per run (every batch names them)
         self._dirty = False
 
     # ---- keys ------------------------------------------------------------------------------------------------
 
     def key(self, probe: str, arg: str, env: Mapping[str, str] | None) -> str:
-        return _sha([self.context, probe, arg, env_digest(env)])
+        # The probes run in wh's working folder, against which a relative PYTHONPATH, LD_LIBRARY_PATH or RUNPATH
+        # entry is resolved (PWD in the environment says nothing where no shell set it).
+        return _sha([self.context, probe, arg, env_digest(env), _working_folder()])
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
@@ -181,7 +194,8 @@ class VerdictCache:
     def _same(self, entry: list) -> bool:
         """Whether ``entry`` (as the probe printed it) still holds. Its identity unchanged, or, for an entry with
         a seventh element, what the import gets unchanged: a folder (``names:``) with the same entry names but
-        ``__pycache__``, byte code its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
+        ``__pycache__``, a folder the loader searches (``links:``) with the same names and link targets, byte code
+        its probe wrote (``wrote:``) holding the same bytes. Such an entry is then
         rewritten with the identity now, so the next run finds it by ``stat`` alone."""
         now = self._now(entry[0])
         if len(entry) <= 6:
@@ -193,6 +207,8 @@ class VerdictCache:
             return False
         if tag == "names":
             same = now[1:3] == entry[1:3] and _names_now(entry[0]) == digest  # the same folder, the same names
+        elif tag == "links":
+            same = now[1:3] == entry[1:3] and links_digest(entry[0]) == digest
         elif tag == "wrote":
             same = _digest_now(entry[0]) == digest
         else:
@@ -216,14 +232,17 @@ class VerdictCache:
         return n
 
     def lookup(self, probe: str, arg: str, env: Mapping[str, str] | None) -> Reused | None:
-        """The stored verdict of ``probe`` on ``arg`` when nothing it depended on changed; else None."""
-        if self.thorough:
-            return None
+        """The stored verdict of ``probe`` on ``arg`` when nothing it depended on changed; else None. ``thorough``
+        drops it: what this run does not store afresh (a failure it saw) is not reused by the next run."""
         key = self.key(probe, arg, env)
         with self._lock:
             self._load()
             v = self._verdicts.get(key)
             if v is None:
+                return None
+            if self.thorough:
+                del self._verdicts[key]
+                self._dirty = True
                 return None
             if self._unchanged_upto(v["run"]) < v["upto"]:
                 del self._verdicts[key]  # stale: it is executed again (and stored again if it passes)
@@ -269,6 +288,8 @@ class VerdictCache:
         clean = [list(f) for f in files if f and isinstance(f[0], str)]
         if len(clean) != len(files):
             return  # a file it could not name: nothing to key the verdicts by
+        clean, at_count = self._with_search_folders(clean, env)
+        verdicts = [(arg, record, at_count[int(upto)]) for arg, record, upto in verdicts]
         run_id = uuid.uuid4().hex[:16]
         at = time.time()
         with self._lock:
@@ -280,6 +301,45 @@ class VerdictCache:
                                                              "at": at, "context": self.context}
                 self.stored += 1
             self._dirty = True
+
+    def _with_search_folders(self, files: list[list], env: Mapping[str, str] | None) -> tuple[list[list], list[int]]:
+        """``files`` with what decides which file the loader maps for a library name besides the mapped files
+        themselves: its cache and preload list first, the folders of the probe's ``LD_LIBRARY_PATH``, and after
+        each ELF object its RPATH/RUNPATH folders. A library of the same name appearing in a folder searched
+        before the one it was found in is then a change. Returns them and, per count of ``files``, the count of
+        the new list that covers as much."""
+        env = os.environ if env is None else env
+        seen: set[str] = set()  # a folder the probe named by its names is named again with its links
+        # A relative entry is the probe's working folder's (part of the key): the same folder from here.
+        ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
+        out = [self._search_entry(p) for p in dict.fromkeys([*LOADER_STATE, *ld_path]) if p not in seen]
+        seen.update(e[0] for e in out)
+        at_count = [len(out)]
+        for entry in files:
+            out.append(entry)
+            for folder in self._elf_search_folders(entry[0]) if len(entry) == 6 else ():
+                if folder not in seen:
+                    seen.add(folder)
+                    out.append(self._search_entry(folder))
+            at_count.append(len(out))
+        return out, at_count
+
+    def _search_entry(self, path: str) -> list:
+        with self._lock:
+            known = self._searched.get(path)
+        if known is None:
+            known = search_entry(path)
+            with self._lock:
+                self._searched[path] = known
+        return list(known)
+
+    def _elf_search_folders(self, path: str) -> list[str]:
+        """:func:`~wheelhouse.doctor.loaderevidence.elf_search_folders` of ``path``, kept by the file's identity
+        (:meth:`file_fact`)."""
+        if path.endswith(NOT_ELF):
+            return []
+        folders = self.file_fact("search-folders", path, lambda: elf_search_folders(path))
+        return [os.path.abspath(f) for f in folders if isinstance(f, str)] if isinstance(folders, list) else []
 
     def store_warning(self, probe: str, arg: str, env: Mapping[str, str] | None, files: Sequence[Sequence[Any]],
                       record: Mapping[str, Any]) -> None:
@@ -319,53 +379,3 @@ class VerdictCache:
         except OSError as exc:
             return [f"verdict cache of {self._site} not written: {exc.strerror or exc}"]
         return []
-
-
-# What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
-_LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload")
-_WITNESS_OBJECTS = 64  # ELF objects followed from the failed module through the libraries it needs
-
-
-def _identity(path: str) -> list:
-    try:
-        return [path, *file_identity(os.stat(path))]
-    except (OSError, ValueError):
-        return [path]  # absent: its appearing is a change
-
-
-def loader_witness(module_file: str | None, facts: LoaderFacts) -> list[list]:
-    """The files and folders whose identity keys a stored warning of a module that failed to load (a failed
-    dlopen maps nothing, so the probe's own evidence does not hold them): the module's file; the loader's
-    configuration (``/etc/ld.so.cache``, ``ld.so.conf`` and ``ld.so.conf.d`` with its files, ``ld.so.preload``);
-    the folders of ``facts`` (the probe environment's ``LD_LIBRARY_PATH``, the loader's default folders); and,
-    from the module's file through the libraries :func:`wheelhouse.elf.find_needed` resolves for it (up to
-    :data:`_WITNESS_OBJECTS` objects), each object's file, its RPATH/RUNPATH folders and every folder searched
-    for a library that is not found. A folder's identity changes when an entry is added, removed or renamed in
-    it: the missing library appearing there is a change."""
-    from wheelhouse.elf import expand_dst, find_needed, read_elf, rpath_dirs
-
-    paths: list[str] = [*_LOADER_FILES]
-    try:
-        paths += sorted(os.path.join("/etc/ld.so.conf.d", n) for n in os.listdir("/etc/ld.so.conf.d"))
-    except OSError:
-        pass
-    paths += [*facts.ld_library_path, *facts.default_dirs]
-    seen: set[str] = set()
-    queue = [(os.path.abspath(module_file), ())] if module_file else []
-    while queue and len(seen) < _WITNESS_OBJECTS:
-        obj, chain = queue.pop(0)
-        if obj in seen:
-            continue
-        seen.add(obj)
-        paths.append(obj)
-        try:
-            info = read_elf(obj)
-        except Exception:  # noqa: BLE001 - not ELF (a .py), unreadable: its identity above is the evidence
-            continue
-        paths += rpath_dirs(info, facts)
-        paths += [os.path.normpath(expand_dst(e, info.origin, facts.lib, facts.platform)) for e in info.runpath]
-        for found in find_needed(info, facts, chain):
-            if found.path is not None:
-                queue.append((os.path.abspath(found.path), (info, *chain)))
-            paths += [p for p in found.searched if os.path.isabs(p)]
-    return [_identity(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]

@@ -55,7 +55,7 @@ from wheelhouse.doctor.imports import ImportOutcome, import_modules
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
-from wheelhouse.doctor.verdicts import loader_witness
+from wheelhouse.doctor.loaderevidence import loader_witness
 from wheelhouse.target.gpu import Gpu
 from .context import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import gather_loader_facts, load_optional
@@ -425,7 +425,7 @@ def _store_warnings(ctx: DoctorContext, dists: Sequence[Distribution], plans: Ma
     """Keep the failed imports of each check that is a warning every cause of which the data names optional
     (``strict`` false: never a fail, never a warning --strict counts), executed this run alone, lazily loaded
     (a dotted module), keyed by their process's evidence plus what could change their cause
-    (:func:`~wheelhouse.doctor.verdicts.loader_witness`)."""
+    (:func:`~wheelhouse.doctor.loaderevidence.loader_witness`)."""
     if ctx.verdicts is None:
         return
     facts = None
