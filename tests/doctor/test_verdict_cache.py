@@ -415,6 +415,10 @@ def test_a_run_from_another_working_folder_is_executed_again(tmp_path, exts):
     after = doctor(there)
     assert after["verdict"] == "fail", after
     assert "the checkout in this folder" in after["evidence"]
+    # With no relative entry the working folder decides nothing: a run from elsewhere reuses what passed.
+    env["PYTHONPATH"] = str(here)
+    assert doctor(here)["verdict"] == "ok"
+    assert doctor(there)["data"]["reused"], "a run from another folder with absolute paths only re-executed"
 
 
 def test_a_folder_a_pth_file_names_appearing_after_a_pass_is_a_change(tmp_path, exts):

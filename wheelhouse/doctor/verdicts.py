@@ -9,7 +9,8 @@ ctime_ns: the digest cache's key, ``wheel.archive.file_identity``). Its verdict 
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
-  shell variables no import reads), the working folder the probe runs in, and the GPU facts (names, compute
+  shell variables no import reads), the working folder the probe runs in where its PYTHONPATH or
+  LD_LIBRARY_PATH has a relative or empty entry, and the GPU facts (names, compute
   capabilities, driver, CUDA);
 - and every one of those files still has the identity it had, and every path that was absent still is; a
   folder whose entry names but ``__pycache__`` are the same, and byte code the probe's import wrote that holds
@@ -107,11 +108,19 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
     return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
 
 
-def _working_folder() -> str | None:
+_SEARCH_PATHS = ("PYTHONPATH", "LD_LIBRARY_PATH")
+
+
+def _working_folder(env: Mapping[str, str] | None) -> str | None:
+    """The working folder where the probe's search paths resolve against it (an entry that is relative, or empty:
+    the working folder itself), else None: a run from another folder reuses what passed."""
+    env = os.environ if env is None else env
+    if all(os.path.isabs(p) for var in _SEARCH_PATHS if env.get(var) for p in env[var].split(os.pathsep)):
+        return None
     try:
         return os.getcwd()
     except OSError:  # removed under us: the probes' relative paths resolve nowhere
-        return None
+        return "(removed)"
 
 
 def _names_now(folder: str) -> str | None:
@@ -156,9 +165,9 @@ class VerdictCache:
     # ---- keys ------------------------------------------------------------------------------------------------
 
     def key(self, probe: str, arg: str, env: Mapping[str, str] | None) -> str:
-        # The probes run in wh's working folder, against which a relative PYTHONPATH, LD_LIBRARY_PATH or RUNPATH
-        # entry is resolved (PWD in the environment says nothing where no shell set it).
-        return _sha([self.context, probe, arg, env_digest(env), _working_folder()])
+        # The probes run in wh's working folder, against which a relative PYTHONPATH or LD_LIBRARY_PATH entry is
+        # resolved (PWD in the environment says nothing where no shell set it).
+        return _sha([self.context, probe, arg, env_digest(env), _working_folder(env)])
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
@@ -310,7 +319,7 @@ class VerdictCache:
         the new list that covers as much."""
         env = os.environ if env is None else env
         seen: set[str] = set()  # a folder the probe named by its names is named again with its links
-        # A relative entry is the probe's working folder's (part of the key): the same folder from here.
+        # A relative entry is the working folder's, which is then part of the key: the same folder from here.
         ld_path = [os.path.abspath(p) for p in re.split("[:;]", env.get("LD_LIBRARY_PATH", "")) if p]
         out = [self._search_entry(p) for p in dict.fromkeys([*LOADER_STATE, *ld_path]) if p not in seen]
         seen.update(e[0] for e in out)
