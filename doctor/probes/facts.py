@@ -127,32 +127,6 @@ def _metadata(dist):
 _MISSING_SHOWN = 20
 
 
-def _lstat(path):
-    """os.lstat, None where the file is gone, False where it cannot be stat-ed otherwise."""
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _lstat_chunk(paths):
-    return [_lstat(p) for p in paths]
-
-
-_STAT_CHUNK = 1024
-_stat_pool = None  # a second pool for one big distribution's files (torch: ~20k), set by _distributions
-
-
-def _lstat_all(paths):
-    """The lstat of each path; a big list in chunks on the stat pool, so one distribution is no long pole."""
-    if _stat_pool is None or len(paths) <= 2 * _STAT_CHUNK:
-        return _lstat_chunk(paths)
-    chunks = [paths[i:i + _STAT_CHUNK] for i in range(0, len(paths), _STAT_CHUNK)]
-    return [st for sts in _stat_pool.map(_lstat_chunk, chunks) for st in sts]
-
-
 def _record_facts(dist, path):
     """(RECORD paths, facts about RECORD): whether there is one, its error, the files it lists that are gone."""
     try:
@@ -171,17 +145,18 @@ def _record_facts(dist, path):
     # A RECORD path is relative to the folder that holds the .dist-info (what f.locate() computes, at twice
     # the cost: ~100k rows for a serving stack).
     base = str(path.parent) if path is not None else None
-    # Byte code is the installer's cache, and only what is under an importable name is imported:
-    # launchers and distutils' stray paths (``../scripts/pip``, ``scripts-3.10/distro``) are not.
-    checked = [(f, rel) for f, rel in zip(listed, rels)
-               if not (rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or not _top_of(rel))]
-    stats = _lstat_all([os.path.join(base, rel) if base else str(f.locate()) for f, rel in checked])
     missing, resized = [], []
-    for (f, rel), st in zip(checked, stats):
-        if st is None:
+    for f, rel in zip(listed, rels):
+        if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or not _top_of(rel):
+            # Byte code is the installer's cache, and only what is under an importable name is imported:
+            # launchers and distutils' stray paths (``../scripts/pip``, ``scripts-3.10/distro``) are not.
+            continue
+        try:
+            st = os.lstat(os.path.join(base, rel) if base else str(f.locate()))
+        except FileNotFoundError:
             missing.append(rel)
             continue
-        if st is False:
+        except Exception:  # noqa: BLE001
             continue
         # The same stat tells the size: a file cut short (a truncated .so) no longer matches its RECORD row.
         size = getattr(f, "size", None)
@@ -280,24 +255,16 @@ def _distributions():
     (49k files, nothing cached) one thread waits on each in turn. Threads overlap the waits (reads and
     ``lstat`` release the GIL); the order of the answer is sys.path's all the same.
     """
-    global _stat_pool
     found = list(importlib.metadata.distributions())
-    workers = min(16, max(4, 2 * (os.cpu_count() or 1)))
-    # Its own pool: a distribution's thread waits on its chunks, which a pool of its own threads could starve.
-    with ThreadPoolExecutor(max_workers=workers) as pool, ThreadPoolExecutor(max_workers=workers) as stat_pool:
-        _stat_pool = stat_pool
-        try:
-            named = list(pool.map(_named, found))
-            first, seen = [], set()
-            for dist, (key, meta) in zip(found, named):
-                if key not in seen:  # a later copy of a name is shadowed: its RECORD is not walked
-                    seen.add(key)
-                    first.append((dist, meta))
-            futures = [meta if isinstance(meta, dict) else pool.submit(_described, dist, meta)
-                       for dist, meta in first]
-            return [f if isinstance(f, dict) else f.result() for f in futures]
-        finally:
-            _stat_pool = None
+    with ThreadPoolExecutor(max_workers=min(16, max(4, 2 * (os.cpu_count() or 1)))) as pool:
+        named = list(pool.map(_named, found))
+        first, seen = [], set()
+        for dist, (key, meta) in zip(found, named):
+            if key not in seen:  # a later copy of a name is shadowed: its RECORD is not walked
+                seen.add(key)
+                first.append((dist, meta))
+        futures = [meta if isinstance(meta, dict) else pool.submit(_described, dist, meta) for dist, meta in first]
+        return [f if isinstance(f, dict) else f.result() for f in futures]
 
 
 def main():
