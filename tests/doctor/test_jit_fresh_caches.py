@@ -39,16 +39,20 @@ def kernel():
     return proc.returncode, proc.stdout + proc.stderr
 '''
 
-# Prints where it compiled, and names the compiler as what its pass depends on (the verdict cache's key).
+# Prints where it compiled, and names what its pass depends on (the verdict cache's key): the compiler, and, as
+# Triton's process does with the launcher it compiled and loaded, the kernel it compiled into the cache folder.
 _PROBE = r'''
 import json, os, shutil, sys
 import cachejit
 rc, out = cachejit.kernel()
 cc = shutil.which(os.environ.get("CC", "gcc"))
-st = os.stat(cc)
+def ident(p):
+    st = os.stat(p)
+    return [p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+built = os.path.join(os.environ["TRITON_CACHE_DIR"], "k.o")
 rec = {"ok": rc == 0, "error": None if rc == 0 else "the compiler exited %d" % rc, "compiler_output": out,
        "cache": os.environ.get("TRITON_CACHE_DIR"),
-       "deps": [[cc, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]]}
+       "deps": [ident(cc)] + ([ident(built), ident(os.path.dirname(built))] if rc == 0 else [])}
 sys.stdout.write("\n@@WH-PROBE@@ " + json.dumps(rec) + "\n")
 '''
 

@@ -442,6 +442,14 @@ def run_probes(
     return out
 
 
+def _outside(deps: list, folders: Iterable[str]) -> list:
+    """The entries of ``deps`` not naming ``folders`` or a path in them (as given, or with links resolved)."""
+    names = {g for f in folders for g in (f, os.path.realpath(f))}
+    prefixes = tuple(n + os.sep for n in names)
+    return [d for d in deps if not (isinstance(d, list) and d and isinstance(d[0], str)
+                                    and (d[0] in names or d[0].startswith(prefixes)))]
+
+
 def run_cached_probe(
     cache,
     python: str,
@@ -474,6 +482,8 @@ def run_cached_probe(
     if not isinstance(deps, list):
         return res, None
     res = dataclasses.replace(res, records=(*res.records[:-1], {k: v for k, v in res.data.items() if k != "deps"}))
+    if fresh:  # what the run compiled into its own folders is its product, gone after it: no evidence of a change
+        deps = _outside(deps, fresh.values())
     if cache is not None and passed(res):
         cache.store_run(probe, env, deps, [(arg, res.data, len(deps))])
     return res, None
