@@ -165,3 +165,24 @@ def test_the_requirements_of_a_distribution_with_metadata_that_is_not_utf8_are_j
     r = report.get("deps:latinreq")
     assert r is not None and r.verdict == "fail", [(x.id, x.verdict) for x in report.results]
     assert "zmq-missing-xyz>=1: not installed" in r.evidence
+
+
+def test_a_record_importlib_metadata_refuses_is_unreadable_and_one_it_reads_lists_the_same_files(tmp_path):
+    """The facts probe parses RECORD itself (not a PackagePath per row): a row importlib.metadata refuses (a blank
+    line, four fields, a size that is no number) is still an unreadable RECORD, named by its line; the paths it
+    accepts are normalised as PackagePath normalises them (``./x//y`` is ``x/y``), so a file it lists is found."""
+    py = make_venv(tmp_path / "venv")
+    site = site_packages(py)
+    for name, record in (("blank", "blank/__init__.py,,6\n\n"), ("four", "four/__init__.py,,6,x\n"),
+                         ("badsize", "badsize/__init__.py,,six\n"), ("dotted", "./dotted//__init__.py,,6\n"),
+                         ("gone", "./gone//missing.py,,6\ngone/__init__.py,,6\n")):
+        install_dist(py, tmp_path / "w", name, {f"{name}/__init__.py": "X = 1\n"}, {})
+        (site / f"{name}-1.0.dist-info" / "RECORD").write_text(record)
+    r = run_doctor(str(py), checks=["install:records"], timeout=20).get("install:records")
+    assert r.verdict == "fail", r
+    lines = {line.split(" ", 1)[0]: line for line in r.evidence.splitlines()}
+    assert "RECORD line 2 has 0 fields" in lines["blank"]
+    assert "RECORD line 1 has 4 fields" in lines["four"]
+    assert "cannot be read" in lines["badsize"] and "six" in lines["badsize"]
+    assert "1 file(s) its RECORD lists are not on disk: gone/missing.py" in lines["gone"]
+    assert "dotted" not in r.evidence
