@@ -71,10 +71,9 @@ def setup(tmp_path):
     broken.write_text("#!/bin/sh\necho 'ptxas fatal   : Unsupported .version 9.0' >&2\nexit 1\n")
     broken.chmod(0o755)
     user_cache = tmp_path / "user-cache"
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    scratch = tmp_path / "wh-cache"  # the fresh folders go under wh's cache folder: a noexec /tmp loads nothing
     env = {**os.environ, "WH_DOCTOR_JIT_PROBES": str(reg / "jit.toml"), "TRITON_CACHE_DIR": str(user_cache),
-           "WH_CACHE_DIR": str(tmp_path / "wh-cache"), "TMPDIR": str(scratch), "COLUMNS": "250"}
+           "WH_CACHE_DIR": str(scratch), "COLUMNS": "250"}
     return py, env, broken, user_cache, scratch
 
 
@@ -95,7 +94,7 @@ def test_a_kernel_cached_by_the_library_does_not_hide_a_broken_compiler(setup):
     assert (rc, r["verdict"]) == (1, "fail"), r
     assert "Unsupported .version" in r["evidence"]
     assert sorted(p.name for p in user_cache.iterdir()) == ["k.c", "k.o"]  # the user's cache is left alone
-    assert list(scratch.iterdir()) == []  # the probe's own folders are gone
+    assert list((scratch / "jit-scratch").iterdir()) == []  # the probe's own folders are gone
 
 
 def test_a_pass_compiled_in_a_fresh_folder_is_reused_while_the_compiler_is_unchanged(setup):
@@ -104,6 +103,7 @@ def test_a_pass_compiled_in_a_fresh_folder_is_reused_while_the_compiler_is_uncha
     assert (rc, first["verdict"]) == (0, "ok"), first
     assert "reused_since" not in first["data"]
     assert not user_cache.exists()  # it compiled elsewhere, not into the user's cache
+    assert f"cache={scratch / 'jit-scratch'}" in first["evidence"], first["evidence"]
     rc, again = _doctor(py, env)  # the folder made for the run is not part of the verdict's key
     assert (rc, again["verdict"]) == (0, "ok") and again["data"].get("reused_since"), again
-    assert list(scratch.iterdir()) == []
+    assert list((scratch / "jit-scratch").iterdir()) == []

@@ -66,6 +66,19 @@ CHECKS = {f"jit:{p.id}": p.title for p in BUILTIN_JIT_PROBES}
 FRESH_CACHES = ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TORCH_EXTENSIONS_DIR")
 
 
+def _scratch_parent() -> str | None:
+    """Where the probes' fresh folders go: under wh's cache folder (the user's home, as the libraries' own caches
+    are), not the temporary folder, which hardened hosts mount noexec: a launcher compiled there would not load."""
+    from wheelhouse.cachedir import default_cache_dir
+
+    parent = default_cache_dir() / "jit-scratch"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # a read-only home: the temporary folder it is
+    return str(parent)
+
+
 class JitRegistryError(UsageError):
     code = "bad-jit-registry"
 
@@ -167,7 +180,7 @@ def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[Ch
             ctx.reporter.advance("probes")
 
     ctx.reporter.start("probes", total=len(specs))
-    with tempfile.TemporaryDirectory(prefix="wh-jit-") as scratch, \
+    with tempfile.TemporaryDirectory(prefix="jit-", dir=_scratch_parent()) as scratch, \
             ThreadPoolExecutor(max_workers=max(1, min(ctx.jobs, len(specs)))) as pool:
         results = dict(zip([s.name for s in specs], pool.map(lambda s: one(s, scratch), specs)))
     ctx.reporter.finish("probes")
