@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,11 @@ def test_a_kernel_cached_by_the_library_does_not_hide_a_broken_compiler(setup):
 
 def test_a_pass_compiled_in_a_fresh_folder_is_reused_while_the_compiler_is_unchanged(setup):
     py, env, _, user_cache, scratch = setup
+    # A killed doctor's leftover from two days ago goes; a folder of a doctor running beside this one stays.
+    old, running = scratch / "jit-scratch" / "jit-killed", scratch / "jit-scratch" / "jit-running"
+    for folder in (old, running):
+        (folder / "jit-triton").mkdir(parents=True)
+    os.utime(old, (time.time() - 2 * 86400,) * 2)
     rc, first = _doctor(py, env)
     assert (rc, first["verdict"]) == (0, "ok"), first
     assert "reused_since" not in first["data"]
@@ -106,4 +112,4 @@ def test_a_pass_compiled_in_a_fresh_folder_is_reused_while_the_compiler_is_uncha
     assert f"cache={scratch / 'jit-scratch'}" in first["evidence"], first["evidence"]
     rc, again = _doctor(py, env)  # the folder made for the run is not part of the verdict's key
     assert (rc, again["verdict"]) == (0, "ok") and again["data"].get("reused_since"), again
-    assert list((scratch / "jit-scratch").iterdir()) == []
+    assert list((scratch / "jit-scratch").iterdir()) == [running]

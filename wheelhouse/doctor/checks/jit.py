@@ -76,7 +76,24 @@ def _scratch_parent() -> str | None:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None  # a read-only home: the temporary folder it is
+    _remove_stale(parent)
     return str(parent)
+
+
+_STALE_SECONDS = 86400  # a probe's folder untouched this long is a killed doctor's leftover, never a running one's
+
+
+def _remove_stale(parent: Path) -> None:
+    import shutil
+    import time
+
+    now = time.time()
+    for entry in parent.glob("jit-*"):
+        try:
+            if now - entry.lstat().st_mtime > _STALE_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
 
 
 class JitRegistryError(UsageError):
