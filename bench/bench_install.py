@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print(f"{os.cpu_count()} cores; wh inflates with {available()[0]}; uv: {args.uv or 'not found (skipped)'}; "
           f"load {_load()}", flush=True)
+    if not args.scratch.is_dir():
+        ap.error(f"--scratch {args.scratch}: not a folder; create it, or leave --scratch out for the temporary folder")
+    if args.uv and not shutil.which(args.uv):
+        ap.error(f"--uv {args.uv}: no such executable; give uv's path, or leave --uv out to use the uv on PATH")
     work = Path(tempfile.mkdtemp(prefix="wh-bench-", dir=args.scratch))
     results = {}
     try:

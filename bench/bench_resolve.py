@@ -250,6 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)} (cold always runs)")
     p.add_argument("--json", type=Path, help="also write the numbers here")
     a = p.parse_args(argv)
+    if a.uv and not shutil.which(a.uv):
+        p.error(f"--uv {a.uv}: no such executable; give uv's path, or leave --uv out to install uv into a temporary venv")
 
     a.index_url = index_url(a.index_url)
     # wh as installed: bytecode compiled (pip compiles a wheel's modules when it installs it)
