@@ -56,12 +56,17 @@ print(sum(len(r['data'].get('reused') or ()) for r in rs), 'import verdicts reus
       sum(len(r['data'].get('executed') or ()) for r in rs), 'executed')" "$OUT/a-doctor2.json" 2>/dev/null)
   say "stock image doctor: rc=$rc (again rc=$rc2), $(count ok "$OUT/a-doctor.json") ok, $(count warn "$OUT/a-doctor.json") warn, $(count fail "$OUT/a-doctor.json") fail; $secs (again: ${reuse:-?})"
   fails "$OUT/a-doctor.json" | head -20 | sed 's/^/    /' >&2
-  # Where each run's time went: the 8 slowest checks with their seconds (from the JSON), per run.
+  # Where each run's time went: the facts probe, whether each JIT probe was executed or reused, and the 8 slowest
+  # checks with their seconds (from the JSON), per run.
   for f in a-doctor a-doctor2 a-doctor3; do
     say "  slowest checks ($f): $("$PY" -c "
 import json,sys
-rs = json.load(open(sys.argv[1])).get('results', [])
-print(', '.join('%s %.1fs' % (r.get('id'), r.get('seconds') or 0) for r in sorted(rs, key=lambda r: -(r.get('seconds') or 0))[:8]))" "$OUT/$f.json" 2>/dev/null)"
+d = json.load(open(sys.argv[1]))
+rs = d.get('results', [])
+jit = ['%s %s' % (r.get('id'), 'reused' if (r.get('data') or {}).get('reused_since') else r.get('verdict'))
+       for r in rs if str(r.get('id')).startswith('jit:')]
+print('facts probe %ss; %s; ' % ((d.get('facts') or {}).get('facts_seconds'), ', '.join(jit) or 'no jit')
+      + ', '.join('%s %.1fs' % (r.get('id'), r.get('seconds') or 0) for r in sorted(rs, key=lambda r: -(r.get('seconds') or 0))[:8]))" "$OUT/$f.json" 2>/dev/null)"
   done
   [ "$(count fail "$OUT/a-doctor.json")" = 0 ] && [ $rc -ne 1 ] && pass "A1 the stock image has no fail" || bad "A1 stock image: $(fails "$OUT/a-doctor.json" | head -5 | cut -c1-160 | tr '\n' ';')"
   "$PY" -c "
