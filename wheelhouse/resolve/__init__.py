@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from wheelhouse.lazyface import lazy_names
+
 if TYPE_CHECKING:
     from .explain import (InvalidRequirementError, NoCompatibleWheel, NoMatchingVersion, PackageNotFound,
                           ResolutionConflict, ResolveError, SearchLimit, ToolchainSkew)
@@ -27,15 +29,7 @@ _WHERE = {"resolve": "resolver", "Pin": "result", "PinNote": "result", "Resoluti
                            "NoMatchingVersion", "ResolutionConflict", "SearchLimit", "ToolchainSkew"), "explain")}
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from wheelhouse.lazyface import lazy_names
+
 if TYPE_CHECKING:
     from .delta import ImageDelta
     from .inputs import StageFlags, StageInputs, merge_inputs
@@ -26,15 +28,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
 
 
 __all__ = [
