@@ -17,7 +17,8 @@ from wheelhouse.install.wheel.archive import file_identity
 if TYPE_CHECKING:
     from wheelhouse.elf import LoaderFacts
 
-__all__ = ["LOADER_STATE", "NOT_ELF", "search_entry", "links_digest", "elf_search_folders", "loader_witness"]
+__all__ = ["LOADER_STATE", "NOT_ELF", "identity_entry", "search_entry", "links_digest", "elf_search_folders",
+           "loader_witness"]
 
 
 # What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
@@ -45,7 +46,7 @@ def search_entry(path: str) -> list:
     """The evidence entry of a file or folder the loader reads: its identity and, for a folder, the digest of its
     entry names and link targets (``links:``, :func:`links_digest`): a ``__pycache__`` created in it is no
     change."""
-    entry = _identity(path)
+    entry = identity_entry(path)
     if len(entry) == 6 and os.path.isdir(path):
         links = links_digest(path)
         if links is not None:
@@ -53,7 +54,8 @@ def search_entry(path: str) -> list:
     return entry
 
 
-def _identity(path: str) -> list:
+def identity_entry(path: str) -> list:
+    """``[path, *file_identity]`` of what is there now, ``[path]`` where nothing is."""
     try:
         return [path, *file_identity(os.stat(path))]
     except (OSError, ValueError):
@@ -110,4 +112,4 @@ def loader_witness(module_file: str | None, facts: LoaderFacts) -> list[list]:
             if found.path is not None:
                 queue.append((os.path.abspath(found.path), (info, *chain)))
             paths += [p for p in found.searched if os.path.isabs(p)]
-    return [_identity(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]
+    return [identity_entry(p) for p in dict.fromkeys(os.path.abspath(p) for p in paths)]

@@ -51,7 +51,7 @@ from wheelhouse.atomic import write_atomic
 from wheelhouse.install.digests import cache_path
 from wheelhouse.install.wheel.archive import file_identity
 
-from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, links_digest, search_entry
+from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, identity_entry, links_digest, search_entry
 
 __all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
 
@@ -193,11 +193,7 @@ class VerdictCache:
     def _now(self, path: str) -> list | None:
         """The identity of ``path`` now (as the probe printed it), memoised for this run."""
         if path not in self._stat:
-            try:
-                st = os.stat(path)
-                self._stat[path] = [path, *file_identity(st)]
-            except (OSError, ValueError):
-                self._stat[path] = [path]
+            self._stat[path] = identity_entry(path)
         return self._stat[path]
 
     def _same(self, entry: list) -> bool:
