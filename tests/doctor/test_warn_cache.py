@@ -30,6 +30,17 @@ CID = "native:cupy-cuda13x"
 SONAME = "libcutensor.so.2"
 
 
+def _cutensor(build: Path, runpath: str) -> tuple[Path, bytes]:
+    """libcutensor.so.2 built in ``build``, and the bytes of a ``_cutensor`` extension module that needs it, its
+    RUNPATH ``runpath``."""
+    lib = build / SONAME
+    src = build / "cutensor.c"
+    src.write_text("int whgone_value(void) { return 7; }\n")
+    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{SONAME}", str(src), "-o", str(lib)])
+    return lib, _ext(build, "_cutensor", "WH_NEEDLIB",
+                     extra=[f"-L{build}", f"-l:{SONAME}", f"-Wl,-rpath,{runpath}", "-Wl,--enable-new-dtags"])
+
+
 @pytest.fixture
 def image(tmp_path) -> dict[str, Path]:
     """cupy-cuda13x whose ``cupyx/_cutensor`` needs libcutensor.so.2 (built, kept aside, absent) and has a RUNPATH
@@ -38,12 +49,7 @@ def image(tmp_path) -> dict[str, Path]:
     build.mkdir()
     runpath = tmp_path / "runpath"
     runpath.mkdir()
-    lib = build / SONAME
-    src = build / "cutensor.c"
-    src.write_text("int whgone_value(void) { return 7; }\n")
-    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{SONAME}", str(src), "-o", str(lib)])
-    ext = _ext(build, "_cutensor", "WH_NEEDLIB",
-               extra=[f"-L{build}", f"-l:{SONAME}", f"-Wl,-rpath,{runpath}", "-Wl,--enable-new-dtags"])
+    lib, ext = _cutensor(build, str(runpath))
     kept = tmp_path / "kept" / SONAME
     kept.parent.mkdir()
     lib.rename(kept)
@@ -133,12 +139,7 @@ def test_the_library_appearing_in_a_runpath_folder_named_with_lib_executes_it_ag
     build = tmp_path / "build"
     build.mkdir()
     deps = tmp_path / "deps"
-    lib = build / SONAME
-    src = build / "cutensor.c"
-    src.write_text("int whgone_value(void) { return 7; }\n")
-    _gcc(["-shared", "-fPIC", f"-Wl,-soname,{SONAME}", str(src), "-o", str(lib)])
-    ext_bytes = _ext(build, "_cutensor", "WH_NEEDLIB",
-                     extra=[f"-L{build}", f"-l:{SONAME}", f"-Wl,-rpath,{deps}/$LIB", "-Wl,--enable-new-dtags"])
+    lib, ext_bytes = _cutensor(build, f"{deps}/$LIB")
     lib = lib.rename(tmp_path / SONAME)  # not in build/: nothing but the RUNPATH may find it
     # Which folder the real loader takes for $LIB here: a copy in each candidate, load once, see which is mapped.
     candidates = [deps / "lib64", deps / "lib", deps / "lib" / f"{os.uname().machine}-linux-gnu"]
