@@ -66,7 +66,9 @@ rs = d.get('results', [])
 jit = ['%s %s' % (r.get('id'), 'reused' if (r.get('data') or {}).get('reused_since') else r.get('verdict'))
        for r in rs if str(r.get('id')).startswith('jit:')]
 print('facts probe %ss; %s; ' % ((d.get('facts') or {}).get('facts_seconds'), ', '.join(jit) or 'no jit')
-      + ', '.join('%s %.1fs' % (r.get('id'), r.get('seconds') or 0) for r in sorted(rs, key=lambda r: -(r.get('seconds') or 0))[:8]))" "$OUT/$f.json" 2>/dev/null)"
+      + ', '.join('%s %.1fs' % (r.get('id'), r.get('seconds') or 0) for r in sorted(rs, key=lambda r: -(r.get('seconds') or 0))[:8])
+      + '; groups (start-end s): ' + ', '.join('%s %s-%s' % (g, *s) for g, s in sorted(
+          ((d.get('facts') or {}).get('group_seconds') or {}).items(), key=lambda i: -i[1][-1])))" "$OUT/$f.json" 2>/dev/null)"
   done
   [ "$(count fail "$OUT/a-doctor.json")" = 0 ] && [ $rc -ne 1 ] && pass "A1 the stock image has no fail" || bad "A1 stock image: $(fails "$OUT/a-doctor.json" | head -5 | cut -c1-160 | tr '\n' ';')"
   "$PY" -c "

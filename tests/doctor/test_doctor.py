@@ -234,6 +234,10 @@ def test_json_matches_schema_and_junit_has_one_testcase_per_check(zoo, tmp_path,
     assert validate(report, SCHEMA) == []
     # + 1: missinglib also fails sharedlibs (its .so needs libwhgone.so, read without importing it)
     assert report["exit_code"] == 1 and report["counts"]["fail"] == len(BROKEN) + 1
+    # Where the time went: each group that ran, with its [start, end] inside the run's seconds.
+    spans = report["facts"]["group_seconds"]
+    assert {r["group"] for r in report["results"]} <= set(spans)
+    assert all(0 <= start <= end <= report["seconds"] for start, end in spans.values())
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == [r["id"] for r in report["results"]]

@@ -316,12 +316,18 @@ def _group_runner(group: str) -> Callable[[DoctorContext], list[CheckResult]]:
 _SLOWEST_FIRST = ("jit", "native", "stack", "toolchain", "sharedlibs", "kernels")
 
 
-def run_checks(ctx: DoctorContext) -> list[CheckResult]:
-    """Every selected group, concurrently (their probes are processes); results in group order."""
+def run_checks(ctx: DoctorContext, spans: dict[str, list[float]] | None = None,
+               t0: float | None = None) -> list[CheckResult]:
+    """Every selected group, concurrently (their probes are processes); results in group order.
+
+    ``spans``: filled with each group's [start, end] in seconds after ``t0`` (default: now), for the report."""
+    t0 = time.monotonic() if t0 is None else t0
+    spans = {} if spans is None else spans
     groups = [g for g in GROUPS if selected(g, ctx.patterns) and (g != "model" or ctx.model is not None)]
 
     def one(group: str) -> list[CheckResult]:
-        t0 = time.monotonic()
+        began = time.monotonic()
+        spans[group] = [round(began - t0, 3)]
         try:
             results = _group_runner(group)(ctx)
         except WhError:
@@ -329,8 +335,10 @@ def run_checks(ctx: DoctorContext) -> list[CheckResult]:
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             return [CheckResult(f"{group}:internal", f"the {group} checks could not run", "error",
                                 f"{type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 and report it")]
+        finally:
+            spans[group].append(round(time.monotonic() - t0, 3))
         if results and not any(r.seconds for r in results):
-            share = (time.monotonic() - t0) / len(results)
+            share = (time.monotonic() - began) / len(results)
             results = [CheckResult(**{**r.__dict__, "seconds": share}) for r in results]
         return [r for r in results if ctx.wants(r.id) or r.id.endswith(":internal")]
 
@@ -401,11 +409,12 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     t0 = time.monotonic()
     allow_probes()  # a doctor interrupted earlier in this process stopped its probes, not this run's
     ctx = gather_context(python, **options)
+    spans: dict[str, list[float]] = {}
     try:
-        results = run_checks(ctx)
+        results = run_checks(ctx, spans, t0)
     except _ChecksInterrupted as exc:
-        raise DoctorInterrupted(_report(ctx, exc.results, started, t0)) from None
-    report = _report(ctx, results, started, t0)
+        raise DoctorInterrupted(_report(ctx, exc.results, started, t0, spans)) from None
+    report = _report(ctx, results, started, t0, spans)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
         ctx.reporter.note(note)
     for note in ctx.verdicts.save() if ctx.verdicts is not None else ():  # what passed, with its evidence
@@ -413,7 +422,8 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     return report
 
 
-def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float) -> DoctorReport:
+def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float,
+            spans: Mapping[str, Sequence[float]] | None = None) -> DoctorReport:
     f = ctx.facts
     summary = {
         "interpreter": {k: f.get(k) for k in ("executable", "implementation", "python_full_version", "soabi", "machine",
@@ -425,6 +435,9 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
         "target_source": ctx.target_source,
         "memory": f.get("memory"),
         "facts_seconds": f.get("gather_seconds"),  # the facts probe and nvidia-smi, before any check started
+        # Where the run's time went: each check group's [start, end], seconds after the doctor started (the groups
+        # run at once; the one that ends last is the run's critical path).
+        "group_seconds": {g: list(span) for g, span in (spans or {}).items()},
         # For `wh doctor compare` (reports from many nodes): who this is, and what is installed, with hashes.
         "node": node_identity(ctx.environ),
         "wh_version": __version__,
