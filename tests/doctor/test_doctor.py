@@ -227,10 +227,15 @@ def test_doctor_fix_keeps_a_passing_forced_entry_unless_include_forced(tmp_path,
 
 def test_json_matches_schema_and_junit_has_one_testcase_per_check(zoo, tmp_path, jit_registry):
     junit = tmp_path / "doctor.xml"
+    trace = tmp_path / "trace.jsonl"
     proc = wh("doctor", "--python", str(zoo), "--json", "--junit", str(junit), "--timeout", TIMEOUT,
-              env={"WH_DOCTOR_JIT_PROBES": str(jit_registry)})
+              env={"WH_DOCTOR_JIT_PROBES": str(jit_registry), "WH_DOCTOR_TRACE": str(trace)})
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
+    # WH_DOCTOR_TRACE: one line per probe process, with its span, the import probes among them.
+    probes = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert {"facts", "imports"} <= {p["probe"] for p in probes}
+    assert all(0 <= p["start"] <= p["end"] for p in probes)
     assert validate(report, SCHEMA) == []
     # + 1: missinglib also fails sharedlibs (its .so needs libwhgone.so, read without importing it)
     assert report["exit_code"] == 1 and report["counts"]["fail"] == len(BROKEN) + 1

@@ -394,6 +394,7 @@ def run_probe(
     finally:
         returncode = _finish(proc, pipes_open)
     stdout, stderr = out.finish()
+    _trace(name or Path(script).stem, args, t0, returncode)
     return ProbeResult(
         probe=name or Path(script).stem,
         returncode=returncode,
@@ -403,6 +404,22 @@ def run_probe(
         stdout=stdout,
         stderr=stderr,
     )
+
+
+_TRACE_LOCK = threading.Lock()
+_EPOCH = time.monotonic()
+
+
+def _trace(name: str, args: Sequence[str], t0: float, returncode: int | None) -> None:
+    """``WH_DOCTOR_TRACE=FILE``: one JSON line per probe process (its name, first argument, how many, start and
+    end in seconds since wh started, exit status), to see where a run's time went."""
+    path = os.environ.get("WH_DOCTOR_TRACE")
+    if not path:
+        return
+    line = json.dumps({"probe": name, "first": str(args[0])[:120] if args else None, "args": len(args),
+                       "start": round(t0 - _EPOCH, 3), "end": round(time.monotonic() - _EPOCH, 3), "rc": returncode})
+    with _TRACE_LOCK, open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 @dataclass(frozen=True)
