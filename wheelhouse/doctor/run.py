@@ -410,10 +410,16 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     allow_probes()  # a doctor interrupted earlier in this process stopped its probes, not this run's
     ctx = gather_context(python, **options)
     spans: dict[str, list[float]] = {}
+    import os as _os
+    switch = sys.getswitchinterval()
+    if _os.environ.get("WH_SWITCH"):
+        sys.setswitchinterval(float(_os.environ["WH_SWITCH"]))
     try:
         results = run_checks(ctx, spans, t0)
     except _ChecksInterrupted as exc:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0, spans)) from None
+    finally:
+        sys.setswitchinterval(switch)
     report = _report(ctx, results, started, t0, spans)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
         ctx.reporter.note(note)
