@@ -400,7 +400,9 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
         _rewrite_lines(ui, result)
         _parity_lines(ui, result)
         read_files = manifest or lock or req_files or constraint_files or override_files or target_file or export_to
-        if result.evidence is not None and run.offline and not run.refresh and index_url and not read_files:
+        # the target from flags, never the host's (its facts are read from files no record names)
+        given = index_url and (python_version or platforms) and not read_files
+        if result.evidence is not None and run.offline and not run.refresh and given:
             _offer_record(run.cache_dir, result.evidence, inputs)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
