@@ -85,9 +85,9 @@ def help_text(width: int | None = None) -> str:
 # Modules outside wheelhouse/cli whose values the commands render into their help (``--ready``'s choices, the
 # smoke prompt's default); tests/cli/test_startup.py fails when a command imports a constant from another.
 RENDERED_FROM = ("serve/readiness.py", "serve/smoke.py")
-# Modules of wheelhouse/cli that no help text is rendered from (output, this module, the texts themselves): an
+# Modules of wheelhouse/cli that no help text is rendered from (output, the fast answers, the texts themselves): an
 # edit there leaves the texts current.
-_NOT_RENDERED = frozenset({"_helptexts.py", "_ui.py", "_fast.py"})
+_NOT_RENDERED = frozenset({"_helptexts.py", "_ui.py", "_fast.py", "_recorded.py"})
 
 
 def sources_crc() -> int:

@@ -1,4 +1,5 @@
-"""``wh``'s console entry point: the fast answers first, then the click group; any WhError rendered once.
+"""``wh``'s console entry point: the fast answers first (``_fast``, ``_recorded``), then the click group; any WhError
+rendered once.
 
 Exit codes: 0 success; 1 the thing asked for failed (doctor: a check failed);
 2 bad input (nothing was changed), or doctor --strict with warnings; 3 wh itself
@@ -19,6 +20,10 @@ def main(argv: list[str] | None = None) -> None:
     from . import _fast
 
     rc = _fast.answer(args)
+    if rc is None:
+        from . import _recorded
+
+        rc = _recorded.replay(args)
     if rc is not None:
         sys.exit(rc)
 
@@ -42,9 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     from . import _ui
     from ._group import NO_ARGS_IS_HELP, cli, usage_error
 
+    recording = _recorded.Recording.start(args)  # a dry run answered from its stored resolution is kept
     try:
         # standalone_mode=False: click returns ctx.exit(n)'s code instead of exiting.
         rc = cli.main(args=args, prog_name="wh", standalone_mode=False)
+        if recording is not None:
+            recording.finish(rc)
     except WhError as exc:
         _ui.print_error(exc)
         sys.exit(exc.exit_code)

@@ -399,6 +399,11 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
         _image_lines(ui, result)
         _rewrite_lines(ui, result)
         _parity_lines(ui, result)
+        read_files = manifest or lock or req_files or constraint_files or override_files or target_file or export_to
+        # the target from flags, never the host's (its facts are read from files no record names)
+        given = index_url and (python_version or platforms) and not read_files
+        if result.evidence is not None and run.offline and not run.refresh and given:
+            _offer_record(run.cache_dir, result.evidence, inputs)
         return
     ui.info(f"staged {_count(len(result.files), 'wheel')} ({_human(result.total_size)}) for {target.describe()} in {result.out}")
     _image_lines(ui, result)
@@ -415,6 +420,22 @@ def _stage(ui, inputs, req_files, out, target_file, python_version, platforms, i
     if result.bootstrap_command:
         ui.info(f"on the box, install wh first (from {result.out}): {result.bootstrap_command}")
     ui.info(f"then: wh install {result.out} --venv /path/to/venv && wh doctor --python /path/to/venv/bin/python")
+
+
+def _offer_record(cache_dir: Path | None, evidence, inputs) -> None:
+    """A dry run of requirements, answered offline from its stored resolution: recorded (``_recorded``) with the
+    files it stands for, and the others its answer depends on (pip's configuration files; what a bare name
+    could also name: a bundled manifest, a file here)."""
+    from wheelhouse.cachedir import default_cache_dir
+    from wheelhouse.fileidentity import identity_entry
+    from wheelhouse.index.pip_config import pip_config_candidates
+    from wheelhouse.resources import manifests_dir
+
+    from . import _recorded
+
+    names = [*(str(Path(a).resolve()) for a in inputs), *(str(manifests_dir() / f"{a}.toml") for a in inputs)]
+    more = [identity_entry(str(f)) for f in (*pip_config_candidates(), *names)]
+    _recorded.offer(str(cache_dir or default_cache_dir()), (*evidence, *more))
 
 
 def _say_partials_kept(ui, cache_dir: Path | None) -> None:

@@ -12,7 +12,7 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
-from wheelhouse.install.wheel.archive import file_identity
+from wheelhouse.fileidentity import identity_entry
 
 if TYPE_CHECKING:
     from wheelhouse.elf import LoaderFacts
@@ -53,13 +53,6 @@ def search_entry(path: str) -> list:
             entry.append("links:" + links)
     return entry
 
-
-def identity_entry(path: str) -> list:
-    """``[path, *file_identity]`` of what is there now, ``[path]`` where nothing is."""
-    try:
-        return [path, *file_identity(os.stat(path))]
-    except (OSError, ValueError):
-        return [path]  # absent: its appearing is a change
 
 
 def elf_search_folders(path: str) -> list[str]:

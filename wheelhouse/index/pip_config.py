@@ -37,7 +37,8 @@ from typing import Mapping, Sequence
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.errors import UsageError
 
-__all__ = ["PipIndexConfig", "NoIndexConfigured", "UNCONFIGURED", "pip_config_files", "read_pip_index_config",
+__all__ = ["PipIndexConfig", "NoIndexConfigured", "UNCONFIGURED", "pip_config_files", "pip_config_candidates",
+           "read_pip_index_config",
            "default_index_url", "pip_stated_default"]
 
 # What default_index_url() answers when nothing names an index and no pip states its default.
@@ -80,20 +81,34 @@ def pip_config_files(env: Mapping[str, str] | None = None, prefix: str | None = 
     """The configuration files pip reads here, in load order (later overrides earlier); only
     those that exist. ``env``/``prefix``/``home`` default to this process's."""
     env = os.environ if env is None else env
+    env_file = env.get("PIP_CONFIG_FILE")
+    if env_file and env_file == os.devnull:
+        return []
+    user = set(_user_files(env, home)) if env_file and Path(env_file).is_file() else set()
+    return [f for f in pip_config_candidates(env, prefix, home) if f not in user and f.is_file()]
+
+
+def pip_config_candidates(env: Mapping[str, str] | None = None, prefix: str | None = None,
+                          home: Path | None = None) -> list[Path]:
+    """Every file whose presence or content decides what ``pip_config_files`` reads, in load order: the
+    user's are listed even where ``PIP_CONFIG_FILE`` names an existing file (which skips them)."""
+    env = os.environ if env is None else env
     prefix = sys.prefix if prefix is None else prefix
-    home = Path(env.get("HOME") or Path.home()) if home is None else home
     env_file = env.get("PIP_CONFIG_FILE")
     if env_file and env_file == os.devnull:
         return []
     xdg_dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep) if d]
     files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs] + [Path("/etc/pip.conf")]
-    if not (env_file and Path(env_file).is_file()):
-        xdg_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
-        files += [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
-    files.append(Path(prefix) / "pip.conf")
+    files += [*_user_files(env, home), Path(prefix) / "pip.conf"]
     if env_file:
         files.append(Path(env_file))
-    return [f for f in files if f.is_file()]
+    return files
+
+
+def _user_files(env: Mapping[str, str], home: Path | None) -> list[Path]:
+    home = Path(env.get("HOME") or Path.home()) if home is None else home
+    xdg_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    return [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
 
 
 def _values(files: Sequence[Path]) -> dict[str, tuple[str, str]]:

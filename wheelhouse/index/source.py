@@ -147,6 +147,17 @@ class PackageSource:
                 return False
         return True
 
+    def page_files(self, pages: Mapping[str, str]) -> list[Path] | None:
+        """The cache files that ``unchanged(pages)`` reads, offline, for every page of ``pages``; None when one is
+        read elsewhere (a find-links location, a ``file://`` index) or no cache keeps them."""
+        files: list[Path] = []
+        for url in pages:
+            entries = None if url in self.find_links else self.client.cache_entries(url, {"Accept": SIMPLE_ACCEPT})
+            if entries is None:
+                return None
+            files += entries
+        return files
+
     def locations(self) -> list[str]:
         """Where this source looks, for messages."""
         return [*self.index_urls, *self.find_links]

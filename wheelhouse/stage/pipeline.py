@@ -78,6 +78,8 @@ class StageResult:
     excludes: tuple[Exclusion, ...] = ()  # the exclusions asked for (with their reasons)
     overrides: tuple[str, ...] = ()  # the overrides asked for
     keep_image: tuple[tuple[str, str], ...] = ()  # (name, the image's version) held as a hard constraint
+    # The files this answer was read from, when it came from a stored resolution (``stored.Stored.evidence``)
+    evidence: tuple[list, ...] | None = None
 
     def rewrite_lines(self) -> list[str]:
         """A sentence for each override and exclusion that changed what a requirement asked for."""
@@ -189,6 +191,7 @@ class _Plan:
     hash_rules: tuple[RequirementLine, ...]
     image: ImageDelta | None = None
     rewritten: tuple[Rewritten, ...] = ()  # what the overrides replaced and the exclusions removed
+    evidence: tuple[list, ...] | None = None  # from a stored resolution: the files it was read from
 
 
 # --- requirements --------------------------------------------------------------------------------
@@ -311,7 +314,8 @@ def _run(inputs: StageInputs, out: Path | None, cache: Path, client, reporter: R
                 return StageResult(inputs.out, inputs.target, plan.files, True, bootstrap=boot_files,
                                    bootstrap_command=_command(inputs, wh_wheel, boot_files),
                                    indexes=plan.indexes, image=plan.image, rewritten=plan.rewritten,
-                                   excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image)
+                                   excludes=inputs.excludes, overrides=inputs.overrides, keep_image=inputs.keep_image,
+                                   evidence=plan.evidence)
             return _write(inputs, out, plan, previous, cache, client, reporter, recovered, compiler)
     finally:
         for job in own:
@@ -345,20 +349,21 @@ def _resolve_stack(inputs: StageInputs, previous: Previous, scratch: Path, cache
                              inputs.groups or None)
         reporter.note(f"{len(files)} of the lock's packages for {target.describe()} (staged as locked)")
         reqs = [f"{f.name}=={f.version}" for f in files]  # wh.json's requirements: what the lock pinned
-        plan = (files, (), None, ())
+        plan = (files, (), None, (), None)
     else:
         plan = _resolved(inputs, previous, artifacts, reqs, cons, source, reader, reporter, cache)
-    files, hash_rules, delta, rewritten = plan
+    files, hash_rules, delta, rewritten, evidence = plan
     own_wheel = own[0] if own else None
     own.append(_Background(lambda: _resolve_bootstrap(inputs, source, reader, own_wheel, reporter, len(files)),
                            "wh-bootstrap"))
     return _Plan(tuple(reqs), tuple(cons), tuple(links), tuple(release_prov), tuple(source.locations()),
-                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules, delta, rewritten)
+                 tuple(sorted(files, key=lambda f: f.name)), own[-1], hash_rules, delta, rewritten, evidence)
 
 
 def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str], cons: list[str], source, reader,
               reporter: Reporter, cache: Path):
-    """The stack resolved for the target: (files to stage, --hash rules, image delta, rewritten requirements)."""
+    """The stack resolved for the target: (files to stage, --hash rules, image delta, rewritten requirements,
+    the files a stored resolution was read from or None)."""
     manifest, target, engine = inputs.manifest, inputs.target, previous.engine
     # A file the stack names (a release wheel, the built engine, a --hash line) is staged, image or not.
     named = [*(a.project for a in artifacts), *([engine.file.name] if engine else ()),
@@ -372,7 +377,7 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
     options = dict(constraints=cons, toolchains=manifest.toolchains if manifest else (), prereleases=inputs.prereleases,
                    provided=image, overrides=inputs.overrides, excludes=[e.distribution for e in inputs.excludes],
                    keep=inputs.keep_image)
-    resolution = _resolution(inputs, [*reqs, *(engine.requirements if engine else ())], source, reader, reporter,
+    resolution, evidence = _resolution(inputs, [*reqs, *(engine.requirements if engine else ())], source, reader, reporter,
                              options, cache)
     by_url = {a.url: a for a in artifacts}
     files = [_staged(p, by_url) for p in resolution.pins if not p.provided]
@@ -382,31 +387,31 @@ def _resolved(inputs: StageInputs, previous: Previous, artifacts, reqs: list[str
         from wheelhouse.manifest.requirements_file import check_hashes
 
         check_hashes(files, hash_rules)
-    return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten
+    return files, hash_rules, delta_of(target, inputs.full, resolution, never), resolution.rewritten, evidence
 
 
 def _resolution(inputs: StageInputs, requirements: list[str], source, reader, reporter: Reporter,
                 options: dict[str, Any], cache: Path):
-    """The resolution of ``requirements``: the stored one when its inputs and every index page it read are
-    unchanged (``wheelhouse.stage.stored``), else resolved now (and stored). ``-v`` always resolves: the
-    explanation of each pin is the search's own account."""
+    """The resolution of ``requirements``, and the files it was read from: the stored one when its inputs and
+    every index page it read are unchanged (``wheelhouse.stage.stored``), else resolved now (and stored; no
+    files). ``-v`` always resolves: the explanation of each pin is the search's own account."""
     from .stored import load_stored, resolution_key, store_resolution
 
     key = resolution_key(requirements, inputs.target, source.locations(), options)
     if not inputs.explain:
         stored = load_stored(cache, key, source)
         if stored is not None:
-            reporter.note(f"{len(stored.pins)} packages from the stored resolution (its inputs and every index page "
-                          "it read are unchanged)")
-            for line in stored.warnings:
+            reporter.note(f"{len(stored.resolution.pins)} packages from the stored resolution (its inputs and every "
+                          "index page it read are unchanged)")
+            for line in stored.resolution.warnings:
                 reporter.note(line)
-            return stored
+            return stored.resolution, stored.evidence
     from wheelhouse.resolve import resolve
 
     resolution = resolve(requirements, inputs.target, source, reporter=reporter, metadata=reader,
                          explain=inputs.explain, **options)
     store_resolution(cache, key, resolution, source.pages_read())
-    return resolution
+    return resolution, None
 
 
 def _release_artifacts(manifest, scratch: Path, client, reporter, links: list[str], reqs: list[str]):

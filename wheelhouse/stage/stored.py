@@ -18,6 +18,9 @@ input changed) is a full resolve, whose result replaces the stored one.
 Not stored: a run that read a find-links location or a file named directly (no page validator
 covers them). A stored file is never trusted: its own sha256 is checked, and any doubt about its
 content (torn, edited, another format, a wrong type anywhere) is a miss, never an error.
+
+A stored resolution found current says which files it was read from (``Stored.evidence``): a dry run
+answered from it is recorded whole for its command line (``wheelhouse.cli._recorded``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
+from wheelhouse.fileidentity import identity_entry
 
-__all__ = ["FORMAT", "resolution_key", "load_stored", "store_resolution"]
+__all__ = ["FORMAT", "Stored", "resolution_key", "load_stored", "store_resolution"]
 
 FORMAT = 1  # bump when the stored layout changes: older files are then misses
 _MAGIC = "wh-stored-resolution"
@@ -48,10 +52,21 @@ def resolution_key(requirements: Sequence[str], target, locations: Sequence[str]
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def load_stored(cache: Path, key: str, source):
-    """The stored Resolution for ``key`` when every page it read is unchanged (``source.unchanged``);
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """A stored resolution found current, and what it was read from: the identity entries
+    (``wheelhouse.fileidentity``) of its file and of every cache file its pages' check reads, taken before
+    the check (a file changed since then differs); None where a page is read from no cache file."""
+
+    resolution: Any
+    evidence: tuple[list, ...] | None
+
+
+def load_stored(cache: Path, key: str, source) -> Stored | None:
+    """The stored resolution for ``key`` when every page it read is unchanged (``source.unchanged``);
     None otherwise (none stored, any doubt about the file, a page that changed)."""
     path = _path(cache, key)
+    stored_file = identity_entry(str(path))  # before reading: a file replaced after it differs
     try:
         raw = path.read_bytes()
     except OSError:
@@ -69,7 +84,9 @@ def load_stored(cache: Path, key: str, source):
         resolution = _resolution(data["resolution"])
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return resolution if source.unchanged(pages) else None
+    files = source.page_files(pages)
+    evidence = None if files is None else (stored_file, *(identity_entry(str(f)) for f in files))
+    return Stored(resolution, evidence) if source.unchanged(pages) else None
 
 
 def store_resolution(cache: Path, key: str, resolution, pages: Mapping[str, str] | None) -> None:

@@ -45,7 +45,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.redact import redact
 from .messages import Headers, HttpError, Response
 
-__all__ = ["get_cached", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
+__all__ = ["get_cached", "entry_paths", "sweep_temp", "read_deferred_body", "add_extra", "store_entry", "CachedResponse", "NotCached",
            "OFFLINE_HINT", "PACK_FORMAT"]
 
 OFFLINE_HINT = "run the same command once without --offline (it fills the cache), or drop --offline (WH_OFFLINE)"
@@ -157,11 +157,16 @@ def get_cached(get: Callable[..., Response], cache_dir: Path | None, url: str, h
                           revalidated=True, extra=made)
 
 
+def entry_paths(cache_dir: Path, url: str, headers: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+    """Where (url, headers) is kept: the packed entry's path, then the old layout's."""
+    key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
+    return cache_dir / "http" / f"{key}.page", cache_dir / "http" / key[:2] / key
+
+
 def _lookup(cache_dir: Path, url: str, headers: Mapping[str, str] | None) -> tuple[Path, "_Entry | None"]:
     """The packed entry's path for (url, headers), and its checked header (None: no usable entry)."""
-    key = hashlib.sha256(json.dumps([url, sorted((headers or {}).items())]).encode()).hexdigest()
-    path = cache_dir / "http" / f"{key}.page"
-    return path, _load(path) or _load_legacy(cache_dir / "http" / key[:2] / key)
+    path, legacy = entry_paths(cache_dir, url, headers)
+    return path, _load(path) or _load_legacy(legacy)
 
 
 def _fresh(ent: "_Entry", max_age: float, refresh: bool) -> bool:

@@ -23,7 +23,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-from .cache import NotCached, get_cached as _get_cached
+from .cache import NotCached, entry_paths, get_cached as _get_cached
 from .credentials import CredentialStore
 from .deadline import Watchdog, body_deadline, max_body_bytes, stall_seconds
 from .file_url import open_file_url
@@ -153,6 +153,13 @@ class HttpClient:
         ``extra``: (name, make), kept with the page (``cache.get_cached``)."""
         return _get_cached(self.get, self.cache_dir, self.credentials.strip(url), headers, max_age=max_age,
                            offline=self.offline, refresh=self.refresh, defer_body=defer_body, extra=extra)
+
+    def cache_entries(self, url: str, headers: Mapping[str, str] | None = None) -> tuple[Path, ...] | None:
+        """The files in which ``get_cached(url, headers)`` looks (the packed entry, then the old layout's); None
+        where it keeps none (no cache_dir, a ``file://`` URL read as it is)."""
+        if self.cache_dir is None or urllib.parse.urlsplit(url).scheme == "file":
+            return None
+        return entry_paths(self.cache_dir, self.credentials.strip(url), headers)
 
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""

@@ -27,19 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from wheelhouse.fileidentity import FileIdentity, file_identity
 from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 from .record import UnpackError
 
 __all__ = ["Member", "WheelArchive", "read_wheel", "FileIdentity", "file_identity"]
 
-# (device, inode, size, mtime, ctime): another file at the path, or the same one written to, differs.
-FileIdentity = tuple[int, int, int, int, int]
-
-
-def file_identity(st: os.stat_result) -> FileIdentity:
-    """What says a file is the one read before (``os.stat``/``os.fstat`` of it): a rename over it or a write
-    changes it (the ctime too, where a write kept the size and set the mtime back)."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 _TEXT_LIMIT = 64 << 20  # WHEEL, RECORD, METADATA, entry_points.txt: a bigger one is not read into memory
 
