@@ -150,3 +150,28 @@ def test_prune_keeps_a_link_cache_entry_while_a_venv_links_it(pyindex, tmp_path)
     shutil.rmtree(tmp_path / "v1")
     gone = json.loads(_wh("cache", "prune", "--cache-dir", cache, "--json").stdout)
     assert gone["removed"]["link-cache"]["files"] > 0 and _kinds(cache)["link-cache"]["files"] == 0
+
+
+def test_recorded_dry_runs_are_counted_pruned_after_a_week_and_cleaned(pyindex, tmp_path):
+    from wheelmaker import make_wheel
+
+    pub = tmp_path / "pub"
+    make_wheel(pub, "small", "1.0")
+    idx = pyindex(pub, serve_metadata=True)
+    cache = tmp_path / "cache"
+    args = ["stage", "small", "-i", idx.url, "--python-version", "3.12", "--platform", "manylinux_2_35_x86_64",
+            "--dry-run", "--json", "--no-bootstrap", "--cache-dir", cache]
+    assert _wh(*args).returncode == 0  # online: the stored resolution
+    assert _wh(*args, "--offline").returncode == 0  # offline, answered from it: recorded
+    records = [p for p in (cache / "answers").rglob("*") if p.is_file()]
+    assert len(records) == 1 and _kinds(cache)["other"]["files"] >= 2  # the record and the resolution
+    assert "answers" not in json.dumps(json.loads(_wh("cache", "prune", "--cache-dir", cache, "--json").stdout))
+    assert records[0].is_file()  # a fresh record stays
+    week = time.time() - 8 * 86400
+    os.utime(records[0], (week, week))
+    pruned = json.loads(_wh("cache", "prune", "--cache-dir", cache, "--json").stdout)
+    assert not records[0].exists() and pruned["removed"]["other"]["files"] == 1
+    assert _wh(*args, "--offline").returncode == 0  # the full path again, recorded again
+    assert any((cache / "answers").rglob("*"))
+    assert _wh("cache", "clean", "--cache-dir", cache, "--kind", "other").returncode == 0
+    assert not (cache / "answers").exists() and not (cache / "resolutions").exists()

@@ -39,9 +39,10 @@ KINDS: tuple[tuple[Kind, tuple[str, ...]], ...] = (
     ("metadata", ("metadata",)),
     ("link-cache", ("unpacked",)),
     ("builds", ("builds", "mirrors", "self")),
-    ("other", ("kernels", "digests", "locks")),
+    ("other", ("kernels", "digests", "locks", "resolutions", "answers", "jit-scratch")),
 )
 _TEMP_AGE = 3600.0
+_ANSWER_AGE = 7 * 86400.0  # a recorded dry run (wheelhouse.cli._recorded) not written for a week: pruned
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ def prune_cache(cache: Path, *, now: float | None = None) -> Removed:
             if path.name.startswith(".") and path.name.endswith(".tmp") and now - st.st_mtime > _TEMP_AGE:
                 path.unlink(missing_ok=True)
                 done.add("temp", 1, _disk(st))
+    for path, st in _files(cache / "answers"):  # each costs one full run to write again
+        if now - st.st_mtime > _ANSWER_AGE:
+            path.unlink(missing_ok=True)
+            done.add("other", 1, _disk(st))
     return done
 
 
