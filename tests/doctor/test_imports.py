@@ -152,8 +152,40 @@ def test_the_import_queue_starts_the_heaviest_package_first_and_packs_the_light_
     assert batches[0] == ["torch", "torch._C"]  # alone, first: the other worker takes everything else meanwhile
     rest = [m for b in batches[1:] for m in b]
     assert sorted(rest) == sorted(["mid", "mid._ext", *[f"light{i}" for i in range(12)]])
-    assert len(batches) == 2  # the light ones and mid (2 s) packed: one interpreter start, not thirteen
+    # the light ones and mid (2 s) packed, at most 8 packages to an interpreter start: not thirteen starts, and no
+    # one batch of everything an estimate from bytes called light (the run's tail)
+    assert len(batches) == 3 and all(len({m.split(".")[0] for m in b}) <= 8 for b in batches)
     many = plan_batches([*mods, *[f"pkg{i}" for i in range(30)]], 2, {**costs, **{f"pkg{i}": 1.0 for i in range(30)}})
     assert many[0] == ["torch", "torch._C"] and len(many) >= 4  # more batches than workers: taken as each frees up
     one = plan_batches(mods, 1, costs)
     assert len(one) == 1 and sorted(one[0]) == sorted(mods)  # one worker: one batch (nothing to balance)
+
+
+def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bare_namespace_light(tmp_path):
+    """torchvision's import is torch's first: packed with light packages as its own bytes said, it was the box's
+    tail (a batch of 9.6 s). Its estimate now carries the heaviest distribution it requires; a namespace folder
+    (nvidia/, 3 GB of libraries nothing imports) costs nothing."""
+    from types import SimpleNamespace
+
+    from wheelhouse.doctor.checks.context import Distribution
+    from wheelhouse.doctor.checks.native import import_costs
+
+    def dist(name, files, requires=()):
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "RECORD").write_text("".join(f"{rel},,{size}\n" for rel, size in files))
+        return Distribution(name=name, version="1.0", location=str(tmp_path), dist_info=str(info),
+                            top_level=(), extension_modules=0, extension_top_level=(), requires=tuple(requires))
+
+    dists = [dist("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000)]),
+             dist("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)],
+                  ["torch==2.11", "pillow", "scipy; extra == 'docs'"]),
+             dist("scipy", [("scipy/__init__.py", 1000), ("scipy/big.so", 900_000_000)]),
+             dist("pillow", [("PIL/__init__.py", 1000), ("PIL/_imaging.so", 5_000_000)]),
+             dist("nvidia-cublas", [("nvidia/cublas/lib/libcublasLt.so.13", 700_000_000)])]
+    by = {d.key: d for d in dists}
+    ctx = SimpleNamespace(distributions=by, dist=lambda n: by.get(n.lower().replace("_", "-")))
+    costs = import_costs(ctx)
+    assert costs["torchvision"] > costs["torch"] >= 14  # torch first, then its own bytes
+    assert costs["torchvision"] < costs["scipy"] + costs["torch"]  # an extra's requirement is not counted
+    assert costs["PIL"] < 1 and costs["nvidia"] == 0

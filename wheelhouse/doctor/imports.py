@@ -73,6 +73,9 @@ _TICK = 0.25  # how often the runner looks for a module past its grace
 
 _MODULE_COST = 0.02  # seconds: a guess for one module under a package already imported
 _BATCHES_PER_JOB = 3  # the queue holds about this many batches per worker: the last ones are light
+# Light packages packed into one batch, at most: an estimate from bytes misses what an import pulls in (fastapi:
+# pydantic, starlette, anyio), and the last batch of the queue is the run's tail.
+_PACKED_AT_MOST = 8
 
 
 def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
@@ -81,8 +84,8 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
 
     ``costs``: top-level name -> its estimated import seconds (the doctor's: its distribution's installed
     bytes); a package whose modules alone outweigh a worker's share is split, each part paying its parent's
-    import again. Packages lighter than a third of a worker's share are packed together (each batch is one
-    interpreter start). Taken from one queue, heaviest first, a worker that drew torch is not also handed
+    import again. Packages lighter than a third of a worker's share are packed together, at most
+    ``_PACKED_AT_MOST`` to a batch (each batch is one interpreter start). Taken from one queue, heaviest first, a worker that drew torch is not also handed
     a third of the rest: the light batches at the end go to whichever worker is free.
     """
     costs = costs or {}
@@ -101,15 +104,15 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
                   for chunk in (ms[i:i + size] for i in range(0, len(ms), size))]
     target = share / _BATCHES_PER_JOB if jobs > 1 else float("inf")  # one worker: one batch (nothing to balance)
     batches: list[tuple[float, list[str]]] = []
-    open_cost, open_mods = 0.0, []  # the batch light packages are packed into
+    open_cost, open_mods, packed = 0.0, [], 0  # the batch light packages are packed into, and how many
     for cost, chunk in sorted(parts, key=lambda p: -p[0]):
         if cost >= target:
             batches.append((cost, chunk))
             continue
-        if open_mods and open_cost + cost > target:
+        if open_mods and (open_cost + cost > target or (jobs > 1 and packed >= _PACKED_AT_MOST)):
             batches.append((open_cost, open_mods))
-            open_cost, open_mods = 0.0, []
-        open_cost, open_mods = open_cost + cost, open_mods + chunk
+            open_cost, open_mods, packed = 0.0, [], 0
+        open_cost, open_mods, packed = open_cost + cost, open_mods + chunk, packed + 1
     if open_mods:
         batches.append((open_cost, open_mods))
     # Top-level names first in each batch: what importing them loads is traced before anything else is loaded.

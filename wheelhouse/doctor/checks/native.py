@@ -496,18 +496,50 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
+_SOURCE_BYTES_PER_SECOND = 30e6  # Python source is compiled and run on import: a byte of it costs more
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def import_costs(ctx: DoctorContext) -> dict[str, float]:
-    """Top-level name -> an estimate of its import's seconds, from the bytes its distribution's RECORD lists
-    under that name (cheap: no import). Only orders the import queue (heaviest first): never a verdict."""
-    out: dict[str, float] = {}
+    """Top-level name -> an estimate of its import's seconds (cheap: no import): the bytes its distribution's
+    RECORD lists under that name, plus the heaviest distribution it requires (torchvision's import is torch's
+    first). Only orders and packs the import queue (heaviest first, alone): never a verdict."""
+    own: dict[str, dict[str, float]] = {}  # distribution -> top-level name -> seconds
+    loads: set[str] = set()  # top-level names whose import runs code: not a bare namespace (nvidia/)
     for d in ctx.distributions.values():
-        if not d.dist_info or not d.extension_modules:
+        if not d.dist_info:
             continue
+        tops = own.setdefault(d.key, {})
         for rel, _, size in d.record.rows:
-            top = rel.split("/", 1)[0]
+            top, slash, below = rel.partition("/")
+            if below == "__init__.py" or not slash:
+                loads.add(top.split(".", 1)[0])
             top = top[:-3] if top.endswith(".py") else top.split(".", 1)[0]
             if size:
-                out[top] = out.get(top, 0.0) + size / _BYTES_PER_SECOND
+                rate = _SOURCE_BYTES_PER_SECOND if rel.endswith(".py") else _BYTES_PER_SECOND
+                tops[top] = tops.get(top, 0.0) + size / rate
+    own = {k: {t: (v if t in loads else 0.0) for t, v in tops.items()} for k, tops in own.items()}
+    total = {k: sum(tops.values()) for k, tops in own.items()}
+    heaviest: dict[str, float] = {}
+
+    def required(key: str, seen: frozenset[str]) -> float:
+        """The heaviest distribution ``key`` requires, directly or not (extras' requirements left out)."""
+        if key in heaviest:
+            return heaviest[key]
+        d = ctx.distributions.get(key)
+        most = 0.0
+        for text in d.requires if d is not None else ():
+            name, _, marker = text.partition(";")
+            found = _REQUIREMENT_NAME.match(name)
+            dep = ctx.dist(found.group(1)) if found and "extra" not in marker else None
+            if dep is not None and dep.key not in seen:
+                most = max(most, total.get(dep.key, 0.0), required(dep.key, seen | {dep.key}))
+        heaviest[key] = most
+        return most
+
+    out: dict[str, float] = {}
+    for key, tops in own.items():
+        below = required(key, frozenset({key}))
+        for top, seconds in tops.items():
+            out[top] = max(out.get(top, 0.0), seconds + below)
     return out
