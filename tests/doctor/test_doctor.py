@@ -233,9 +233,17 @@ def test_json_matches_schema_and_junit_has_one_testcase_per_check(zoo, tmp_path,
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
     # WH_DOCTOR_TRACE: one line per probe process, with its span, the import probes among them.
-    probes = [json.loads(line) for line in trace.read_text().splitlines()]
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    probes = [p for p in lines if "probe" in p]
     assert {"facts", "imports"} <= {p["probe"] for p in probes}
-    assert all(0 <= p["start"] <= p["end"] for p in probes)
+    assert all(0 <= p["start"] <= p["end"] for p in lines)
+    # The groups that parse and hash in this process start once the native group has planned its imports (they
+    # shared the interpreter lock with its plan, and the imports, the longest path, waited): none before it.
+    groups = {p["group"]: p for p in lines if "group" in p}
+    planned = groups["native:planned"]["start"]
+    first_import = min(p["start"] for p in probes if p["probe"] == "imports")
+    assert groups["native"]["start"] <= planned <= first_import
+    assert all(groups[g]["start"] >= planned for g in ("sharedlibs", "kernels", "links", "stack", "deps"))
     assert validate(report, SCHEMA) == []
     # + 1: missinglib also fails sharedlibs (its .so needs libwhgone.so, read without importing it)
     assert report["exit_code"] == 1 and report["counts"]["fail"] == len(BROKEN) + 1

@@ -135,6 +135,11 @@ def interrupt_probes() -> None:
         _kill_group(proc)
 
 
+def probes_stopped() -> bool:
+    """Was the run interrupted (:func:`interrupt_probes`)? A group that has not started yet then does not."""
+    return _STOPPING.is_set()
+
+
 def allow_probes() -> None:
     """Start accepting probes again (a new doctor run after an interrupted one in the same process)."""
     _STOPPING.clear()
@@ -413,13 +418,21 @@ _EPOCH = time.monotonic()
 def _trace(name: str, args: Sequence[str], t0: float, returncode: int | None) -> None:
     """``WH_DOCTOR_TRACE=FILE``: one JSON line per probe process (its name, first argument, how many, start and
     end in seconds since wh started, exit status), to see where a run's time went."""
+    trace_line({"probe": name, "first": str(args[0])[:120] if args else None, "args": len(args),
+                "start": round(t0 - _EPOCH, 3), "end": round(time.monotonic() - _EPOCH, 3), "rc": returncode})
+
+
+def trace_span(group: str, t0: float, t1: float | None = None) -> None:
+    """A check group's span (``t1`` None: a moment, e.g. ``native:planned``) in the ``WH_DOCTOR_TRACE`` file."""
+    trace_line({"group": group, "start": round(t0 - _EPOCH, 3), "end": round((t1 or t0) - _EPOCH, 3)})
+
+
+def trace_line(record: Mapping) -> None:
     path = os.environ.get("WH_DOCTOR_TRACE")
     if not path:
         return
-    line = json.dumps({"probe": name, "first": str(args[0])[:120] if args else None, "args": len(args),
-                       "start": round(t0 - _EPOCH, 3), "end": round(time.monotonic() - _EPOCH, 3), "rc": returncode})
     with _TRACE_LOCK, open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
+        f.write(json.dumps(record) + "\n")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ bad input, ``InterpreterError``, exit 2).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import os
 import shutil
@@ -27,7 +28,7 @@ from .checks import DoctorContext, Distribution, selected
 from wheelhouse.errors import EXIT_INTERNAL, UsageError, WhError
 from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
-from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, run_probe
+from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, probes_stopped, run_probe, trace_span
 from wheelhouse.progress import NullReporter, Reporter
 from .inventory import installed_inventory, node_identity
 from .stackfacts import wheelhouse_facts
@@ -303,17 +304,23 @@ def _model(ctx: DoctorContext) -> list[CheckResult]:
     return out
 
 
-def _group_runner(group: str) -> Callable[[DoctorContext], list[CheckResult]]:
+def _group_runner(group: str, planned: threading.Event) -> Callable[[DoctorContext], list[CheckResult]]:
     if group == "rule":
         return _rules
     if group == "model":
         return _model
     import importlib
 
-    return importlib.import_module(f"wheelhouse.doctor.checks.{group}").run
+    run = importlib.import_module(f"wheelhouse.doctor.checks.{group}").run
+    return functools.partial(run, planned=planned) if group == "native" else run
 
 
 _SLOWEST_FIRST = ("jit", "native", "stack", "toolchain", "sharedlibs", "kernels")
+# Groups whose work is Python in this process (ELF and fatbin parsing, hashing, RECORD reading): they start once
+# the native group has planned its imports and started them. Sharing the interpreter lock with them, its plan
+# (1.3 s alone on the box's image) took 8-15 s, and the imports, the run's longest path, waited for it.
+_AFTER_NATIVE_PLAN = ("stack", "links", "deps", "sharedlibs", "kernels", "install", "platform", "rule")
+_PLAN_WAIT = 60.0  # seconds, at most: a plan that never says so does not hold the other groups for ever
 
 
 def run_checks(ctx: DoctorContext, spans: dict[str, list[float]] | None = None,
@@ -325,11 +332,19 @@ def run_checks(ctx: DoctorContext, spans: dict[str, list[float]] | None = None,
     spans = {} if spans is None else spans
     groups = [g for g in GROUPS if selected(g, ctx.patterns) and (g != "model" or ctx.model is not None)]
 
+    planned = threading.Event()  # the native group's imports are planned and started
+    if "native" not in groups:
+        planned.set()
+
     def one(group: str) -> list[CheckResult]:
+        if group in _AFTER_NATIVE_PLAN:
+            planned.wait(_PLAN_WAIT)
+            if probes_stopped():
+                raise KeyboardInterrupt  # interrupted while it waited: it never started
         began = time.monotonic()
         spans[group] = [round(began - t0, 3)]
         try:
-            results = _group_runner(group)(ctx)
+            results = _group_runner(group, planned)(ctx)
         except WhError:
             raise
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
@@ -337,6 +352,9 @@ def run_checks(ctx: DoctorContext, spans: dict[str, list[float]] | None = None,
                                 f"{type(exc).__name__}: {exc}", hint="re-run with WH_DEBUG=1 and report it")]
         finally:
             spans[group].append(round(time.monotonic() - t0, 3))
+            trace_span(group, began, time.monotonic())
+            if group == "native":
+                planned.set()  # whatever happened to it, the others go on
         if results and not any(r.seconds for r in results):
             share = (time.monotonic() - began) / len(results)
             results = [CheckResult(**{**r.__dict__, "seconds": share}) for r in results]
@@ -355,6 +373,7 @@ def run_checks(ctx: DoctorContext, spans: dict[str, list[float]] | None = None,
             # Ctrl-C (or a WhError) must not wait out every running probe's timeout: kill them all now,
             # and let no queued probe start, so the pool below winds down in well under a second.
             interrupt_probes()
+            planned.set()  # the groups still waiting for the native plan see the interrupt and return
             if isinstance(exc, KeyboardInterrupt):
                 raise _ChecksInterrupted(
                     [r for rs in done if rs for r in rs]
@@ -410,16 +429,10 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     allow_probes()  # a doctor interrupted earlier in this process stopped its probes, not this run's
     ctx = gather_context(python, **options)
     spans: dict[str, list[float]] = {}
-    import os as _os
-    switch = sys.getswitchinterval()
-    if _os.environ.get("WH_SWITCH"):
-        sys.setswitchinterval(float(_os.environ["WH_SWITCH"]))
     try:
         results = run_checks(ctx, spans, t0)
     except _ChecksInterrupted as exc:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0, spans)) from None
-    finally:
-        sys.setswitchinterval(switch)
     report = _report(ctx, results, started, t0, spans)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
         ctx.reporter.note(note)

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -56,6 +58,7 @@ from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
 from wheelhouse.doctor.loaderevidence import loader_witness
+from wheelhouse.doctor.probes import trace_span
 from wheelhouse.target.gpu import Gpu
 from .context import DoctorContext, Distribution, reinstall_command
 from .sharedlibs import gather_loader_facts, load_optional
@@ -372,7 +375,16 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
                        fix=f"wh drop {d.key}", data={**payload, "drop": drop}, seconds=seconds)
 
 
-def run(ctx: DoctorContext) -> list[CheckResult]:
+def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[CheckResult]:
+    """``planned``: set once the imports are planned (the run's other in-process groups wait for it)."""
+    try:
+        return _run(ctx, planned)
+    finally:
+        if planned is not None:
+            planned.set()
+
+
+def _run(ctx: DoctorContext, planned: threading.Event | None) -> list[CheckResult]:
     dists = [d for d in native_distributions(ctx) if ctx.wants(f"native:{d.key}")]
     if not dists:
         return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
@@ -388,6 +400,9 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # loaded at all (a hang then costs one timeout, not one per module under it).
     gone = {m: (d, rel) for d in dists for m, rel in plans[d.key].missing.items()}
     tops = list(dict.fromkeys([*[m for m in modules if "." not in m], *entries]))
+    if planned is not None:
+        trace_span("native:planned", time.monotonic())
+        planned.set()  # from here on this thread mostly waits for its import processes
     outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops]],
                      ctx, files, always=[m for m in tops if "." in m])
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
