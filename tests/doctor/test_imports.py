@@ -189,3 +189,35 @@ def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bar
     assert costs["torchvision"] > costs["torch"] >= 14  # torch first, then its own bytes
     assert costs["torchvision"] < costs["scipy"] + costs["torch"]  # an extra's requirement is not counted
     assert costs["PIL"] < 1 and costs["nvidia"] == 0
+
+
+def test_packages_whose_import_is_mostly_another_one_share_its_worker(tmp_path):
+    """torch, functorch, torchvision and torchaudio in four workers imported torch four times at once (the box's
+    first wave: torchvision 8.7-10.9 s); as one family, one worker imports torch once, then the rest."""
+    from types import SimpleNamespace
+
+    from wheelhouse.doctor.checks.context import Distribution
+    from wheelhouse.doctor.checks.native import import_families
+
+    def dist(name, files, requires=()):
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "RECORD").write_text("".join(f"{rel},,{size}\n" for rel, size in files))
+        return Distribution(name=name, version="1.0", location=str(tmp_path), dist_info=str(info),
+                            top_level=(), extension_modules=0, extension_top_level=(), requires=tuple(requires))
+
+    dists = [dist("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000),
+                            ("functorch/__init__.py", 1000)]),
+             dist("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)], ["torch"]),
+             dist("vast", [("vast/__init__.py", 1000), ("vast/core.so", 2_000_000_000)], ["torch"]),
+             dist("numpy", [("numpy/__init__.py", 1000), ("numpy/core.so", 30_000_000)])]
+    by = {d.key: d for d in dists}
+    families = import_families(SimpleNamespace(distributions=by, dist=lambda n: by.get(n)))
+    assert families == {"torchvision": "torch", "functorch": "torch"}  # vast outweighs torch: its own batch
+    mods = ["torch", "torch._C", "functorch", "torchvision", "torchvision._C", "numpy", "numpy.core", "vast"]
+    costs = {"torch": 15.0, "functorch": 15.0, "torchvision": 15.5, "vast": 35.0, "numpy": 0.3}
+    batches = plan_batches(mods, 4, costs, families)
+    torch = next(b for b in batches if "torch" in b)
+    assert torch[0] == "torch" and set(torch) == {"torch", "torch._C", "functorch", "torchvision", "torchvision._C"}
+    assert ["vast"] in batches and all(b.count("torch") <= 1 for b in batches)
+    assert sorted(m for b in batches for m in b) == sorted(mods)  # every module once

@@ -78,9 +78,11 @@ _BATCHES_PER_JOB = 3  # the queue holds about this many batches per worker: the 
 _PACKED_AT_MOST = 8
 
 
-def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
+def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] | None = None,
+                 families: Mapping[str, str] | None = None) -> list[list[str]]:
     """Batches for a queue that ``jobs`` workers take from, heaviest first; the modules of one top-level package
-    stay together.
+    stay together, and so do the packages whose import is mostly another's (``families``: top-level name -> that
+    one's, torchvision -> torch): the heavy import is paid once, by one worker, not by each at once.
 
     ``costs``: top-level name -> its estimated import seconds (the doctor's: its distribution's installed
     bytes); a package whose modules alone outweigh a worker's share is split, each part paying its parent's
@@ -88,12 +90,24 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
     ``_PACKED_AT_MOST`` to a batch (each batch is one interpreter start). Taken from one queue, heaviest first, a worker that drew torch is not also handed
     a third of the rest: the light batches at the end go to whichever worker is free.
     """
-    costs = costs or {}
+    costs = dict(costs or {})
+    families = families or {}
     groups: dict[str, list[str]] = {}
+    def root(top: str) -> str:
+        seen = {top}
+        while families.get(top, top) not in seen:  # a family of a family: its root's (a cycle: where it closes)
+            top = families[top]
+            seen.add(top)
+        return top
+
     for m in modules:
-        groups.setdefault(m.split(".", 1)[0], []).append(m)
+        groups.setdefault(root(m.split(".", 1)[0]), []).append(m)
     if not groups:
         return []
+    for root, ms in groups.items():  # a family: its root's import once, then each member's own part
+        base = costs.get(root, _MODULE_COST)
+        tops = {m.split(".", 1)[0] for m in ms} - {root}
+        costs[root] = base + sum(max(costs.get(t, _MODULE_COST) - base, _MODULE_COST) for t in tops)
     weight = {t: costs.get(t, _MODULE_COST) + _MODULE_COST * len(ms) for t, ms in groups.items()}
     share = sum(weight.values()) / max(1, jobs)
     parts: list[tuple[float, list[str]]] = []
@@ -115,8 +129,10 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
         open_cost, open_mods, packed = open_cost + cost, open_mods + chunk, packed + 1
     if open_mods:
         batches.append((open_cost, open_mods))
-    # Top-level names first in each batch: what importing them loads is traced before anything else is loaded.
-    return [sorted(b, key=lambda m: "." in m) for _, b in sorted(batches, key=lambda b: -b[0])]
+    # Top-level names first in each batch (a family's root first of all): what importing them loads is traced
+    # before anything else is loaded.
+    roots = set(groups)
+    return [sorted(b, key=lambda m: ("." in m, m not in roots)) for _, b in sorted(batches, key=lambda b: -b[0])]
 
 
 def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None = None) -> ImportOutcome:
@@ -268,7 +284,7 @@ def import_modules(
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
     cache: VerdictCache | None = None,
-    costs: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
+    costs: Mapping[str, float] | tuple | Callable[[], Mapping[str, float] | tuple] | None = None,
     always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
@@ -289,8 +305,8 @@ def import_modules(
     (its package does not import), unless it is in ``always``.
 
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
-    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`' (or a function computing
-    them, called only when something is left to import).
+    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`' costs, or (costs, families),
+    or a function computing either, called only when something is left to import.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -306,7 +322,10 @@ def import_modules(
     todo = [m for m in mods if m not in state.results]
     if callable(costs):  # an estimate that reads files: only when something is to be imported (not a reused re-run)
         costs = costs() if todo else None
-    state.batches = plan_batches(todo, jobs, costs)
+    families = None
+    if isinstance(costs, tuple):  # (costs, families)
+        costs, families = costs
+    state.batches = plan_batches(todo, jobs, costs, families)
     grace = min(timeout, BATCH_GRACE)
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 

@@ -507,7 +507,7 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          costs=lambda: import_costs(ctx))
+                          costs=lambda: _estimates(ctx))
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
@@ -519,6 +519,16 @@ def import_costs(ctx: DoctorContext) -> dict[str, float]:
     """Top-level name -> an estimate of its import's seconds (cheap: no import): the bytes its distribution's
     RECORD lists under that name, plus the heaviest distribution it requires (torchvision's import is torch's
     first). Only orders and packs the import queue (heaviest first, alone): never a verdict."""
+    return _estimates(ctx)[0]
+
+
+def import_families(ctx: DoctorContext) -> dict[str, str]:
+    """Top-level name -> the top-level name of the heavy distribution its import is mostly made of (torchvision,
+    torchaudio, functorch -> torch): imported in one worker, that import is paid once, not once per package."""
+    return _estimates(ctx)[1]
+
+
+def _estimates(ctx: DoctorContext) -> tuple[dict[str, float], dict[str, str]]:
     own: dict[str, dict[str, float]] = {}  # distribution -> top-level name -> seconds
     loads: set[str] = set()  # top-level names whose import runs code: not a bare namespace (nvidia/)
     for d in ctx.distributions.values():
@@ -535,26 +545,35 @@ def import_costs(ctx: DoctorContext) -> dict[str, float]:
                 tops[top] = tops.get(top, 0.0) + size / rate
     own = {k: {t: (v if t in loads else 0.0) for t, v in tops.items()} for k, tops in own.items()}
     total = {k: sum(tops.values()) for k, tops in own.items()}
-    heaviest: dict[str, float] = {}
+    main = {k: max(tops, key=tops.__getitem__) for k, tops in own.items() if tops and max(tops.values()) > 0}
+    heaviest: dict[str, tuple[float, str | None]] = {}
 
-    def required(key: str, seen: frozenset[str]) -> float:
+    def required(key: str, seen: frozenset[str]) -> tuple[float, str | None]:
         """The heaviest distribution ``key`` requires, directly or not (extras' requirements left out)."""
         if key in heaviest:
             return heaviest[key]
         d = ctx.distributions.get(key)
-        most = 0.0
+        most: tuple[float, str | None] = (0.0, None)
         for text in d.requires if d is not None else ():
             name, _, marker = text.partition(";")
             found = _REQUIREMENT_NAME.match(name)
             dep = ctx.dist(found.group(1)) if found and "extra" not in marker else None
             if dep is not None and dep.key not in seen:
-                most = max(most, total.get(dep.key, 0.0), required(dep.key, seen | {dep.key}))
+                most = max(most, (total.get(dep.key, 0.0), dep.key), required(dep.key, seen | {dep.key}),
+                           key=lambda m: m[0])
         heaviest[key] = most
         return most
 
-    out: dict[str, float] = {}
+    costs: dict[str, float] = {}
+    families: dict[str, str] = {}
     for key, tops in own.items():
-        below = required(key, frozenset({key}))
+        below, under = required(key, frozenset({key}))
         for top, seconds in tops.items():
-            out[top] = max(out.get(top, 0.0), seconds + below)
-    return out
+            costs[top] = max(costs.get(top, 0.0), seconds + below)
+            # Mostly its requirement's import (its own under half of it): imported beside that one; a light
+            # top-level name beside its distribution's main one (functorch, torchgen: torch's) likewise.
+            if under in main and 0 < seconds < below / 2 and main[under] != top:
+                families[top] = main[under]
+            elif key in main and main[key] != top and seconds < tops[main[key]] / 2:
+                families[top] = families.get(main[key], main[key])
+    return costs, families
