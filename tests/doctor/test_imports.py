@@ -221,3 +221,8 @@ def test_packages_whose_import_is_mostly_another_one_share_its_worker(tmp_path):
     assert torch[0] == "torch" and set(torch) == {"torch", "torch._C", "functorch", "torchvision", "torchvision._C"}
     assert ["vast"] in batches and all(b.count("torch") <= 1 for b in batches)
     assert sorted(m for b in batches for m in b) == sorted(mods)  # every module once
+    # A family's batch is at most about twice its root's import: a member past that pays the root's import again
+    # in a batch of its own (vLLM and its kind, each mostly torch, are not all imported by one worker in a row).
+    bound = plan_batches(["t", "v", "big1", "big2"], 4, {"t": 10, "v": 10.5, "big1": 16, "big2": 17},
+                         {"v": "t", "big1": "t", "big2": "t"})
+    assert sorted(map(sorted, bound)) == [["big1", "t", "v"], ["big2"]]

@@ -100,14 +100,27 @@ def plan_batches(modules: Sequence[str], jobs: int, costs: Mapping[str, float] |
             seen.add(top)
         return top
 
+    # A family's members join its root's batch lightest first while their own parts add up to no more than the
+    # root's import (a batch at most twice it); the rest pay the root's import again in batches of their own.
+    tops = list(dict.fromkeys(m.split(".", 1)[0] for m in modules))
+    member_of: dict[str, str] = {}
+    extra: dict[str, float] = {}
+    for top in sorted(tops, key=lambda t: costs.get(t, _MODULE_COST)):
+        head = root(top)
+        if head == top:
+            continue
+        base = costs.get(head, _MODULE_COST)
+        part = max(costs.get(top, _MODULE_COST) - base, _MODULE_COST)
+        if extra.get(head, 0.0) + part <= base:
+            member_of[top] = head
+            extra[head] = extra.get(head, 0.0) + part
     for m in modules:
-        groups.setdefault(root(m.split(".", 1)[0]), []).append(m)
+        top = m.split(".", 1)[0]
+        groups.setdefault(member_of.get(top, top), []).append(m)
     if not groups:
         return []
-    for root, ms in groups.items():  # a family: its root's import once, then each member's own part
-        base = costs.get(root, _MODULE_COST)
-        tops = {m.split(".", 1)[0] for m in ms} - {root}
-        costs[root] = base + sum(max(costs.get(t, _MODULE_COST) - base, _MODULE_COST) for t in tops)
+    for head, more in extra.items():  # a family: its root's import once, then each member's own part
+        costs[head] = costs.get(head, _MODULE_COST) + more
     weight = {t: costs.get(t, _MODULE_COST) + _MODULE_COST * len(ms) for t, ms in groups.items()}
     share = sum(weight.values()) / max(1, jobs)
     parts: list[tuple[float, list[str]]] = []
