@@ -30,10 +30,17 @@ def _installed_closure(roots) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def repacked_deps(tmp_path_factory):
+def built_self_wheel(tmp_path_factory):
+    """wh's own wheel, built once per process from the checkout (a PEP 517 build, ~2 s) for the tests that only
+    read it; the test of self_wheel's cache builds its own."""
+    return self_wheel(tmp_path_factory.mktemp("selfcache")).path
+
+
+@pytest.fixture(scope="session")
+def repacked_deps(tmp_path_factory, built_self_wheel):
     """wh's dependencies as wheels, repacked from this venv's installs: a hermetic stand-in for the index."""
     folder = tmp_path_factory.mktemp("repacked")
-    wheel = self_wheel(tmp_path_factory.mktemp("selfcache")).path
+    wheel = built_self_wheel
     roots = [r.name for r in wheel_requirements(wheel) if r.marker is None or r.marker.evaluate({"extra": ""})]
     for name in sorted(_installed_closure(roots)):
         repack_installed(name, folder)

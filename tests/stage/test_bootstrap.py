@@ -62,12 +62,12 @@ def test_self_wheel_from_checkout_has_the_cli_and_is_cached(tmp_path):
     assert not (root / "build").exists() or not any((root / "build").glob("lib*/wheelhouse/stage/__init__.py"))
 
 
-def test_self_wheel_carries_every_subpackage_of_the_checkout(tmp_path):
+def test_self_wheel_carries_every_subpackage_of_the_checkout(built_self_wheel):
     """A subpackage missing from pyproject's package list would be missing on the box."""
     root = Path(__file__).resolve().parents[2]
     wanted = {p.parent.relative_to(root).as_posix() + "/__init__.py" for p in (root / "wheelhouse").rglob("__init__.py")
               if "__pycache__" not in p.parts}
-    with zipfile.ZipFile(self_wheel(tmp_path / "cache").path) as zf:
+    with zipfile.ZipFile(built_self_wheel) as zf:
         names = set(zf.namelist())
     assert wanted <= names, sorted(wanted - names)
 
@@ -95,8 +95,8 @@ def test_editable_install_is_not_repacked(tmp_path):
         repack_installed("wh", tmp_path)
 
 
-def test_wh_dependencies_are_judged_for_the_target(tmp_path):
-    wheel = self_wheel(tmp_path / "cache").path
+def test_wh_dependencies_are_judged_for_the_target(built_self_wheel):
+    wheel = built_self_wheel
     reqs = {str(r).split(">")[0].split("=")[0] for r in wheel_requirements(wheel)}
     assert {"click", "packaging", "resolvelib", "rich"} <= reqs
     py310 = _bootstrap_requirements(wheel, target_from_flags("3.10", ["manylinux_2_35_x86_64"]))

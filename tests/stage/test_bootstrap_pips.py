@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -58,14 +60,36 @@ def module_index():  # (module-scoped: one staged wheelhouse for every pip)
     next(gen, None)
 
 
+_PIP_SITES: dict[Path, Path] = {}  # pip wheel -> the site-packages a venv got from installing it (this process's)
+
+
+def _site_of(venv_dir: Path) -> Path:
+    return venv_dir / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+def _venv_with_pip(venv_dir: Path, pip_wheel: Path) -> None:
+    """A venv holding exactly what ``pip install <pip_wheel>`` (pip installing itself from its own wheel, offline)
+    puts in site-packages. That install (~5 s: it byte-compiles pip) runs once per wheel in a venv of its own;
+    each box copies its files with their times, so the byte code stays valid."""
+    venv.create(venv_dir, with_pip=False)
+    if pip_wheel not in _PIP_SITES:
+        template = Path(tempfile.mkdtemp(prefix="pip-template-")) / "venv"
+        venv.create(template, with_pip=False)
+        subprocess.run([str(template / "bin" / "python3"), f"{pip_wheel}/pip", "install", "--no-index", "-q",
+                        str(pip_wheel)], check=True, capture_output=True,
+                       env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        _PIP_SITES[pip_wheel] = _site_of(template)
+    shutil.copytree(_PIP_SITES[pip_wheel], _site_of(venv_dir), dirs_exist_ok=True, copy_function=shutil.copy2)
+
+
 def _box(tmp: Path, pip_wheel: Path | None) -> dict[str, str]:
     """A box's shell: ``python3`` is a Python with exactly this pip (none: no pip, no ensurepip used),
     a HOME of its own, no index reachable."""
-    venv.create(tmp / "system", with_pip=False)
     py = tmp / "system" / "bin" / "python3"
-    if pip_wheel is not None:  # pip installs itself from its own wheel, offline
-        subprocess.run([str(py), f"{pip_wheel}/pip", "install", "--no-index", "-q", str(pip_wheel)], check=True,
-                       capture_output=True, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    if pip_wheel is None:
+        venv.create(tmp / "system", with_pip=False)
+    else:
+        _venv_with_pip(tmp / "system", pip_wheel)
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     # A script, not a symlink: a venv's Python finds its pyvenv.cfg beside the path it was started by.
@@ -110,9 +134,7 @@ def _check_venv_pip_line(staged: Path, tmp: Path, pip_wheel: Path, version: str)
     env = _box(tmp, None)
     line = next(ln for ln in _lines(staged) if ln.startswith(f"python3 -m venv {WH_VENV} &&"))
     home_venv = Path(env["HOME"]) / "wh-venv"
-    venv.create(home_venv, with_pip=False)
-    subprocess.run([str(home_venv / "bin" / "python"), f"{pip_wheel}/pip", "install", "--no-index", "-q",
-                    str(pip_wheel)], check=True, capture_output=True, env=env)
+    _venv_with_pip(home_venv, pip_wheel)
     pip_v = subprocess.run([str(home_venv / "bin" / "python"), "-m", "pip", "--version"], capture_output=True,
                            text=True, env=env)
     assert pip_v.stdout.startswith(f"pip {version}"), pip_v.stdout

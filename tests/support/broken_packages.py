@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import venv
 import zipfile
 from pathlib import Path
 
@@ -211,8 +212,10 @@ def make_venv(path: Path, with_pip: bool = False) -> Path:
     .pyc files stay valid): ensurepip runs pip to install pip, and a first pip run in a fresh venv compiles
     every module it imports, ~5-10 s each on a loaded 2-core machine."""
     tree = _compiled_pip() if with_pip else None
-    args = [sys.executable, "-m", "venv", str(path)] + ([] if with_pip and tree is None else ["--without-pip"])
-    subprocess.run(args, check=True, capture_output=True)
+    if with_pip and tree is None:  # no bundled pip to copy: ensurepip's own run
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    else:  # what `python -m venv --without-pip` makes, without starting an interpreter to make it
+        venv.EnvBuilder(symlinks=True, with_pip=False).create(path)
     python = path / "bin" / "python"
     if tree is not None:
         site = path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
