@@ -72,18 +72,18 @@ def _folder(argv: list[str]) -> str:
 
 def _read(path: str, key: str) -> tuple[str, str] | None:
     """(stdout, stderr) of the record at ``path`` for ``key`` when every file it stands for is as it was."""
-    import hashlib
     import marshal
 
     from wheelhouse.fileidentity import identity_entry
+    from wheelhouse.sealed import unseal
 
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
     except OSError:
         return None
-    head, sep, body = raw.partition(b"\n")
-    if not sep or head != f"{_MAGIC} {FORMAT} {hashlib.sha256(body).hexdigest()}".encode():
+    body = unseal(raw, _MAGIC, FORMAT)
+    if body is None:
         return None
     try:
         got, evidence, out, err = marshal.loads(body)
@@ -192,14 +192,13 @@ def _code_files() -> list[str]:
 
 def _write(path: str, key: str, evidence: list, out: str, err: str) -> None:
     """Write the record; a cache that cannot be written costs the full path next time, never this run."""
-    import hashlib
     import marshal
 
     from wheelhouse.atomic import write_atomic
+    from wheelhouse.sealed import seal
 
-    body = marshal.dumps((key, evidence, out, err))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, f"{_MAGIC} {FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode() + body)
+        write_atomic(path, seal(_MAGIC, FORMAT, marshal.dumps((key, evidence, out, err))))
     except OSError:
         pass

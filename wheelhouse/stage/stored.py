@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.fileidentity import identity_entry
+from wheelhouse.sealed import seal, unseal
 
 __all__ = ["FORMAT", "Stored", "resolution_key", "load_stored", "store_resolution"]
 
@@ -71,8 +72,8 @@ def load_stored(cache: Path, key: str, source) -> Stored | None:
         raw = path.read_bytes()
     except OSError:
         return None
-    head, sep, body = raw.partition(b"\n")
-    if not sep or head != f"{_MAGIC} {FORMAT} {hashlib.sha256(body).hexdigest()}".encode():
+    body = unseal(raw, _MAGIC, FORMAT)
+    if body is None:
         return None
     try:
         data = json.loads(body)
@@ -102,7 +103,7 @@ def store_resolution(cache: Path, key: str, resolution, pages: Mapping[str, str]
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:  # not fsynced: a torn file fails its sha256 and is a miss
-                fh.write(f"{_MAGIC} {FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode() + body)
+                fh.write(seal(_MAGIC, FORMAT, body))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
