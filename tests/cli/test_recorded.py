@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from index_fixtures import pyindex  # noqa: F401  (fixture)
-from wheelmaker import make_wheel
+from wheelmaker import make_app_and_lib, make_wheel
 
 TARGET = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
 # Runs wh's entry point and says, in $PROBE, whether click was loaded: which path answered.
@@ -31,11 +31,7 @@ finally:
 
 @pytest.fixture
 def wheels(tmp_path):
-    d = tmp_path / "pub"
-    make_wheel(d, "app", "1.0", requires=["lib>=1"])
-    make_wheel(d, "lib", "1.0")
-    make_wheel(d, "lib", "2.0", tags="cp312-cp312-manylinux_2_17_x86_64")
-    return d
+    return make_app_and_lib(tmp_path / "pub")
 
 
 @pytest.fixture

@@ -161,31 +161,37 @@ def test_the_import_queue_starts_the_heaviest_package_first_and_packs_the_light_
     assert len(one) == 1 and sorted(one[0]) == sorted(mods)  # one worker: one batch (nothing to balance)
 
 
+def _installed(site, specs):
+    """The doctor's view of installed distributions (what the import estimates read): each spec is (name, RECORD
+    rows as (path, size), Requires-Dist), its RECORD written under ``site``."""
+    from types import SimpleNamespace
+
+    from wheelhouse.doctor.checks.context import Distribution
+
+    by = {}
+    for name, files, *requires in specs:
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "RECORD").write_text("".join(f"{rel},,{size}\n" for rel, size in files))
+        d = Distribution(name=name, version="1.0", location=str(site), dist_info=str(info), top_level=(),
+                         extension_modules=0, extension_top_level=(), requires=tuple(*requires))
+        by[d.key] = d
+    return SimpleNamespace(distributions=by, dist=lambda n: by.get(n.lower().replace("_", "-")))
+
+
 def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bare_namespace_light(tmp_path):
     """torchvision's import is torch's first: packed with light packages as its own bytes said, it was the box's
     tail (a batch of 9.6 s). Its estimate now carries the heaviest distribution it requires; a namespace folder
     (nvidia/, 3 GB of libraries nothing imports) costs nothing."""
-    from types import SimpleNamespace
-
-    from wheelhouse.doctor.checks.context import Distribution
     from wheelhouse.doctor.checks.native import import_costs
 
-    def dist(name, files, requires=()):
-        info = tmp_path / f"{name}-1.0.dist-info"
-        info.mkdir()
-        (info / "RECORD").write_text("".join(f"{rel},,{size}\n" for rel, size in files))
-        return Distribution(name=name, version="1.0", location=str(tmp_path), dist_info=str(info),
-                            top_level=(), extension_modules=0, extension_top_level=(), requires=tuple(requires))
-
-    dists = [dist("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000)]),
-             dist("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)],
-                  ["torch==2.11", "pillow", "scipy; extra == 'docs'"]),
-             dist("scipy", [("scipy/__init__.py", 1000), ("scipy/big.so", 900_000_000)]),
-             dist("pillow", [("PIL/__init__.py", 1000), ("PIL/_imaging.so", 5_000_000)]),
-             dist("nvidia-cublas", [("nvidia/cublas/lib/libcublasLt.so.13", 700_000_000)])]
-    by = {d.key: d for d in dists}
-    ctx = SimpleNamespace(distributions=by, dist=lambda n: by.get(n.lower().replace("_", "-")))
-    costs = import_costs(ctx)
+    costs = import_costs(_installed(tmp_path, [
+        ("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000)]),
+        ("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)],
+         ["torch==2.11", "pillow", "scipy; extra == 'docs'"]),
+        ("scipy", [("scipy/__init__.py", 1000), ("scipy/big.so", 900_000_000)]),
+        ("pillow", [("PIL/__init__.py", 1000), ("PIL/_imaging.so", 5_000_000)]),
+        ("nvidia-cublas", [("nvidia/cublas/lib/libcublasLt.so.13", 700_000_000)])]))
     assert costs["torchvision"] > costs["torch"] >= 14  # torch first, then its own bytes
     assert costs["torchvision"] < costs["scipy"] + costs["torch"]  # an extra's requirement is not counted
     assert costs["PIL"] < 1 and costs["nvidia"] == 0
@@ -194,25 +200,14 @@ def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bar
 def test_packages_whose_import_is_mostly_another_one_share_its_worker(tmp_path):
     """torch, functorch, torchvision and torchaudio in four workers imported torch four times at once (the box's
     first wave: torchvision 8.7-10.9 s); as one family, one worker imports torch once, then the rest."""
-    from types import SimpleNamespace
-
-    from wheelhouse.doctor.checks.context import Distribution
     from wheelhouse.doctor.checks.native import import_families
 
-    def dist(name, files, requires=()):
-        info = tmp_path / f"{name}-1.0.dist-info"
-        info.mkdir()
-        (info / "RECORD").write_text("".join(f"{rel},,{size}\n" for rel, size in files))
-        return Distribution(name=name, version="1.0", location=str(tmp_path), dist_info=str(info),
-                            top_level=(), extension_modules=0, extension_top_level=(), requires=tuple(requires))
-
-    dists = [dist("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000),
-                            ("functorch/__init__.py", 1000)]),
-             dist("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)], ["torch"]),
-             dist("vast", [("vast/__init__.py", 1000), ("vast/core.so", 2_000_000_000)], ["torch"]),
-             dist("numpy", [("numpy/__init__.py", 1000), ("numpy/core.so", 30_000_000)])]
-    by = {d.key: d for d in dists}
-    families = import_families(SimpleNamespace(distributions=by, dist=lambda n: by.get(n)))
+    families = import_families(_installed(tmp_path, [
+        ("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000),
+                   ("functorch/__init__.py", 1000)]),
+        ("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)], ["torch"]),
+        ("vast", [("vast/__init__.py", 1000), ("vast/core.so", 2_000_000_000)], ["torch"]),
+        ("numpy", [("numpy/__init__.py", 1000), ("numpy/core.so", 30_000_000)])]))
     assert families == {"torchvision": "torch", "functorch": "torch"}  # vast outweighs torch: its own batch
     mods = ["torch", "torch._C", "functorch", "torchvision", "torchvision._C", "numpy", "numpy.core", "vast"]
     costs = {"torch": 15.0, "functorch": 15.0, "torchvision": 15.5, "vast": 35.0, "numpy": 0.3}

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from index_fixtures import pyindex  # noqa: F401  (fixture)
-from wheelmaker import make_wheel
+from wheelmaker import make_app_and_lib, make_wheel
 from wheelhouse.cli import cli
 
 TARGET = ["--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]
@@ -23,11 +23,7 @@ STORED = "from the stored resolution"
 
 @pytest.fixture
 def wheels(tmp_path):
-    d = tmp_path / "pub"
-    make_wheel(d, "app", "1.0", requires=["lib>=1"])
-    make_wheel(d, "lib", "1.0")
-    make_wheel(d, "lib", "2.0", tags="cp312-cp312-manylinux_2_17_x86_64")
-    return d
+    return make_app_and_lib(tmp_path / "pub")
 
 
 @pytest.fixture

@@ -101,3 +101,12 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def make_app_and_lib(folder: Path) -> Path:
+    """The stage tests' small index: app 1.0 requires lib>=1; lib 1.0 for any Python, lib 2.0 only for cp312 on
+    manylinux_2_17 x86_64 (what a cp312/manylinux_2_35 target resolves to). Returns ``folder``."""
+    make_wheel(folder, "app", "1.0", requires=["lib>=1"])
+    make_wheel(folder, "lib", "1.0")
+    make_wheel(folder, "lib", "2.0", tags="cp312-cp312-manylinux_2_17_x86_64")
+    return folder
