@@ -122,7 +122,7 @@ def test_modules_under_a_package_wait_for_its_verdict_alone(tmp_path):
     (root / "broken" / "sub.py").write_text("X = 1\n")
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = import_modules(sys.executable, ["poison", "victim", "broken", "victim.sub", "broken.sub"], jobs=1,
-                         timeout=10, env=env, costs={"poison": 5.0})  # the heaviest goes first: poison, then victim
+                         timeout=10, env=env, estimates=lambda: ({"poison": 5.0}, {}))  # the heaviest goes first: poison, then victim
     assert out["victim"].ok and out["victim"].isolated and out["victim.sub"].ok
     assert not out["broken"].ok and "broken.sub" not in out
 
@@ -183,9 +183,9 @@ def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bar
     """torchvision's import is torch's first: packed with light packages as its own bytes said, it was the box's
     tail (a batch of 9.6 s). Its estimate now carries the heaviest distribution it requires; a namespace folder
     (nvidia/, 3 GB of libraries nothing imports) costs nothing."""
-    from wheelhouse.doctor.checks.native import import_costs
+    from wheelhouse.doctor.checks.native import import_estimates
 
-    costs = import_costs(_installed(tmp_path, [
+    costs, _ = import_estimates(_installed(tmp_path, [
         ("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000)]),
         ("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)],
          ["torch==2.11", "pillow", "scipy; extra == 'docs'"]),
@@ -200,9 +200,9 @@ def test_an_import_that_imports_a_heavy_requirement_is_estimated_heavy_and_a_bar
 def test_packages_whose_import_is_mostly_another_one_share_its_worker(tmp_path):
     """torch, functorch, torchvision and torchaudio in four workers imported torch four times at once (the box's
     first wave: torchvision 8.7-10.9 s); as one family, one worker imports torch once, then the rest."""
-    from wheelhouse.doctor.checks.native import import_families
+    from wheelhouse.doctor.checks.native import import_estimates
 
-    families = import_families(_installed(tmp_path, [
+    _, families = import_estimates(_installed(tmp_path, [
         ("torch", [("torch/__init__.py", 1000), ("torch/lib/libtorch_cuda.so", 1_500_000_000),
                    ("functorch/__init__.py", 1000)]),
         ("torchvision", [("torchvision/__init__.py", 1000), ("torchvision/_C.so", 5_000_000)], ["torch"]),

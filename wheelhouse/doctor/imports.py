@@ -297,7 +297,7 @@ def import_modules(
     reporter: Reporter = NullReporter(),
     files: Mapping[str, str] | None = None,
     cache: VerdictCache | None = None,
-    costs: Mapping[str, float] | tuple | Callable[[], Mapping[str, float] | tuple] | None = None,
+    estimates: Callable[[], tuple[Mapping[str, float], Mapping[str, str]]] | None = None,
     always: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
@@ -318,8 +318,8 @@ def import_modules(
     (its package does not import), unless it is in ``always``.
 
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
-    and new passing verdicts are stored in it. ``costs``: :func:`plan_batches`' costs, or (costs, families),
-    or a function computing either, called only when something is left to import.
+    and new passing verdicts are stored in it. ``estimates``: a function giving :func:`plan_batches`' costs and
+    families, called only when something is left to import.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -333,11 +333,8 @@ def import_modules(
             # A stored failure (a warning, VerdictCache.store_warning) came from a process of its own.
             state._verdict(_outcome(m, hit.record, isolated=not hit.record.get("ok"), reused_since=hit.since))
     todo = [m for m in mods if m not in state.results]
-    if callable(costs):  # an estimate that reads files: only when something is to be imported (not a reused re-run)
-        costs = costs() if todo else None
-    families = None
-    if isinstance(costs, tuple):  # (costs, families)
-        costs, families = costs
+    # An estimate that reads files: only when something is to be imported (not a reused re-run).
+    costs, families = estimates() if estimates is not None and todo else (None, None)
     state.batches = plan_batches(todo, jobs, costs, families)
     grace = min(timeout, BATCH_GRACE)
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)

@@ -17,8 +17,7 @@ from wheelhouse.fileidentity import identity_entry
 if TYPE_CHECKING:
     from wheelhouse.elf import LoaderFacts
 
-__all__ = ["LOADER_STATE", "NOT_ELF", "identity_entry", "search_entry", "links_digest", "elf_search_folders",
-           "loader_witness"]
+__all__ = ["LOADER_STATE", "NOT_ELF", "search_entry", "links_digest", "elf_search_folders", "loader_witness"]
 
 
 # What decides where the loader finds a library besides the searched folders' contents (ld.so(8), ldconfig(8)).
@@ -52,7 +51,6 @@ def search_entry(path: str) -> list:
         if links is not None:
             entry.append("links:" + links)
     return entry
-
 
 
 def elf_search_folders(path: str) -> list[str]:

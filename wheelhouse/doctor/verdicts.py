@@ -5,7 +5,7 @@ process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py
 module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
 system searched, the ``.pth`` files ``site`` read; and, added here, what the loader searched for the libraries
 it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns,
-ctime_ns: the digest cache's key, ``wheel.archive.file_identity``). Its verdict is reused when
+ctime_ns: the digest cache's key, ``wheelhouse.fileidentity.file_identity``). Its verdict is reused when
 
 - the key matches: wh's version, the probe script's own bytes (and the channel it imports), the probe's
   argument, the interpreter (its path and file identity), the environment the probe is given (minus a few
@@ -48,10 +48,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from wheelhouse import __version__
 from wheelhouse.atomic import write_atomic
+from wheelhouse.fileidentity import file_identity, identity_entry
 from wheelhouse.install.digests import cache_path
-from wheelhouse.install.wheel.archive import file_identity
 
-from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, identity_entry, links_digest, search_entry
+from .loaderevidence import LOADER_STATE, NOT_ELF, elf_search_folders, links_digest, search_entry
 
 __all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest", "env_digest"]
 

@@ -24,7 +24,7 @@ from wheelhouse.digest import update_hash_from
 from wheelhouse.errors import UsageError
 from .errors import HashMismatch, TargetMismatch
 from .installed import canonical_name
-from .wheel.archive import FileIdentity, file_identity
+from wheelhouse.fileidentity import FileIdentity, file_identity
 from wheelhouse.target.interpreter import Interpreter
 from wheelhouse.lock import LockedFile
 from wheelhouse.progress import Reporter

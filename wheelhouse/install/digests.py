@@ -3,7 +3,7 @@
 ``wh doctor``'s ``stack:files`` check compares every file a RECORD lists with the sha256 RECORD
 records, and ``wh doctor compare`` compares those real digests across nodes. Hashing a serving stack
 (~100k files, several GB) on every run would cost most of the doctor's budget, so a cache remembers,
-per file, its identity (device, inode, size, mtime_ns, ctime_ns: ``wheel.archive.FileIdentity``) and
+per file, its identity (device, inode, size, mtime_ns, ctime_ns: ``wheelhouse.fileidentity.FileIdentity``) and
 its digest. A file whose identity is unchanged holds the bytes it held: any write, truncation, rename
 over it, ``touch`` or ``chmod`` changes the ctime, which no user-level tool can set back.
 
@@ -34,7 +34,7 @@ from typing import Iterable, Mapping, Sequence
 from wheelhouse.atomic import write_atomic
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.digest import record_digest, update_hash_from
-from .wheel.archive import FileIdentity, file_identity
+from wheelhouse.fileidentity import FileIdentity, file_identity
 from .wheel.record import read_record
 
 __all__ = ["SCHEMA", "FileDigests", "FileState", "Hashed", "cache_path", "hash_files", "patched_files",

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from .errors import AmbiguousWheelhouse
 from .installed import canonical_name
-from .wheel.archive import file_identity
+from wheelhouse.fileidentity import file_identity
 from wheelhouse.lock import WH_JSON, LockedFile, WheelhouseNotFound, read_pylock, read_wh_json
 from wheelhouse.errors import TargetError
 from wheelhouse.target import TargetProfile, target_from_json

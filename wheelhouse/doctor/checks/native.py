@@ -376,15 +376,8 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
 
 
 def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[CheckResult]:
-    """``planned``: set once the imports are planned (the run's other in-process groups wait for it)."""
-    try:
-        return _run(ctx, planned)
-    finally:
-        if planned is not None:
-            planned.set()
-
-
-def _run(ctx: DoctorContext, planned: threading.Event | None) -> list[CheckResult]:
+    """``planned``: set once the imports are planned (the run's other in-process groups wait for it; ``run_checks``
+    sets it too when this returns or raises earlier)."""
     dists = [d for d in native_distributions(ctx) if ctx.wants(f"native:{d.key}")]
     if not dists:
         return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
@@ -507,7 +500,7 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          costs=lambda: _estimates(ctx))
+                          estimates=lambda: import_estimates(ctx))
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
@@ -515,20 +508,13 @@ _SOURCE_BYTES_PER_SECOND = 30e6  # Python source is compiled and run on import: 
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-def import_costs(ctx: DoctorContext) -> dict[str, float]:
-    """Top-level name -> an estimate of its import's seconds (cheap: no import): the bytes its distribution's
-    RECORD lists under that name, plus the heaviest distribution it requires (torchvision's import is torch's
-    first). Only orders and packs the import queue (heaviest first, alone): never a verdict."""
-    return _estimates(ctx)[0]
+def import_estimates(ctx: DoctorContext) -> tuple[dict[str, float], dict[str, str]]:
+    """(costs, families), cheap (no import): only order and pack the import queue, never a verdict.
 
-
-def import_families(ctx: DoctorContext) -> dict[str, str]:
-    """Top-level name -> the top-level name of the heavy distribution its import is mostly made of (torchvision,
-    torchaudio, functorch -> torch): imported in one worker, that import is paid once, not once per package."""
-    return _estimates(ctx)[1]
-
-
-def _estimates(ctx: DoctorContext) -> tuple[dict[str, float], dict[str, str]]:
+    costs: top-level name -> an estimate of its import's seconds: the bytes its distribution's RECORD lists under
+    that name, plus the heaviest distribution it requires (torchvision's import is torch's first).
+    families: top-level name -> the top-level name of the heavy distribution its import is mostly made of
+    (torchvision, torchaudio, functorch -> torch): imported in one worker, that import is paid once."""
     own: dict[str, dict[str, float]] = {}  # distribution -> top-level name -> seconds
     loads: set[str] = set()  # top-level names whose import runs code: not a bare namespace (nvidia/)
     for d in ctx.distributions.values():

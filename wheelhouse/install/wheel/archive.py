@@ -31,7 +31,7 @@ from wheelhouse.fileidentity import FileIdentity, file_identity
 from wheelhouse.zipdirectory import BadMember, LOCAL_HEADER_SIZE, Member, inflate_member, local_data_start, read_directory
 from .record import UnpackError
 
-__all__ = ["Member", "WheelArchive", "read_wheel", "FileIdentity", "file_identity"]
+__all__ = ["Member", "WheelArchive", "read_wheel"]
 
 
 _TEXT_LIMIT = 64 << 20  # WHEEL, RECORD, METADATA, entry_points.txt: a bigger one is not read into memory

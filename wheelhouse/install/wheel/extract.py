@@ -40,7 +40,7 @@ from wheelhouse.faults import checkpoint
 from wheelhouse.progress import Reporter
 from wheelhouse.inflate import Inflater, choose
 from .launchers import shebang
-from .archive import FileIdentity, file_identity
+from wheelhouse.fileidentity import FileIdentity, file_identity
 from .linkcache import Linking, linkable
 from .plan import PlannedFile, WheelPlan
 from .record import RecordMismatch, UnpackError, record_digest

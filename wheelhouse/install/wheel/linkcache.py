@@ -44,7 +44,7 @@ from typing import Iterable, Mapping
 
 from wheelhouse.cachedir import default_cache_dir
 from wheelhouse.faults import checkpoint
-from .archive import FileIdentity, file_identity
+from wheelhouse.fileidentity import FileIdentity, file_identity
 
 __all__ = ["ENV", "ENABLED_BY_DEFAULT", "default_dir", "enabled", "linkable", "Manifest", "LinkCache", "FileStat", "Linking", "Staged"]
 
@@ -114,7 +114,7 @@ class Manifest:
     folder: Path  # the entry's files/ folder
     sha256: str
     files: Mapping[str, FileStat]
-    # The identity (``archive.file_identity``) of each wheelhouse file whose whole sha256 was found to be
+    # The identity (``fileidentity.file_identity``) of each wheelhouse file whose whole sha256 was found to be
     # this entry's, most recent last: a wheel file with one of these identities is passed as checked.
     wheel_files: tuple[FileIdentity, ...] = ()
 
