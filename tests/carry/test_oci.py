@@ -63,12 +63,15 @@ def pub(tmp_path):
 
 
 def stage(tmp_path: Path, pub: Path, name: str, *reqs: str) -> Path:
-    """A wheelhouse made by `wh stage`, with a bootstrap/ folder (two wheels and its own lock) added."""
-    out = tmp_path / name
-    r = wh("stage", *reqs, "-f", pub, "-o", out, "--no-bootstrap", "--cache-dir", tmp_path / "cache")
-    assert r.returncode == 0, r.stderr
+    """A wheelhouse staged as `wh stage REQS -f PUB -o OUT --no-bootstrap --cache-dir CACHE` stages it (in this
+    process: it is the setup, not what is tested), with a bootstrap/ folder (two wheels and its own lock) added."""
     from wheelhouse.lock import LockedFile
+    from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
     from wheelhouse.stage.bootstrap import write_bootstrap
+
+    out = tmp_path / name
+    flags = StageFlags(requirements=reqs, find_links=(str(pub),))
+    run_stage(merge_inputs(None, flags, out, cache_dir=tmp_path / "cache", bootstrap=False))
 
     boot = out / "bootstrap"
     boot.mkdir()

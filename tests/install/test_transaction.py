@@ -30,6 +30,13 @@ def wh(*args, **kw):
     return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300, **kw)
 
 
+def installed(house: Path, venv: Path, compile: bool = False) -> Path:
+    """What `wh install HOUSE --venv VENV [--compile]` does, in this process: the setup before the command under
+    test (a killed or failing one, which runs as a real `wh`)."""
+    install_wheelhouses([house], InstallOptions(venv=venv, compile=compile))
+    return venv
+
+
 def _stack(folder: Path, version: str = "1.0") -> list[Path]:
     """Three wheels, ~90 files: enough for a kill in the middle of extraction."""
     return [
@@ -105,7 +112,7 @@ def test_killed_upgrade_is_rolled_back_to_the_exact_previous_tree(tmp_path, poin
     old = make_wheelhouse(tmp_path / "old", _stack(tmp_path / "w1", "1.0"))
     new = make_wheelhouse(tmp_path / "new", _stack(tmp_path / "w2", "2.0"))
     venv = tmp_path / "venv"
-    assert wh("install", old, "--venv", venv, "--compile").returncode == 0
+    installed(old, venv, compile=True)
     before = tree_listing(venv)
     assert run_with_fault(["install", new, "--venv", venv], point).returncode == -signal.SIGKILL
     assert tree_listing(venv) != before
@@ -121,7 +128,7 @@ def test_failed_install_leaves_every_byte_as_it_was_even_files_another_dist_owns
     venv = tmp_path / "venv"
     first = make_wheelhouse(tmp_path / "first", [make_wheel(tmp_path / "w", "upa", "1.0",
                                                             modules={"upa/__init__.py": "OWNER = 'upa'\n"})])
-    assert wh("install", first, "--venv", venv, "--compile").returncode == 0
+    installed(first, venv, compile=True)
     clash = make_wheel(tmp_path / "w2", "upb", "1.0", modules={"upa/__init__.py": "OWNER = 'upb'\n", "upb.py": ""})
     bad = _corrupt_member(make_wheel(tmp_path / "w2", "zbad", "1.0", modules={"zbad.py": "Z = 1\n"}), "zbad.py")
     second = make_wheelhouse(tmp_path / "second", [clash, bad])
@@ -134,7 +141,7 @@ def test_failed_install_leaves_every_byte_as_it_was_even_files_another_dist_owns
 
 def test_a_crash_during_a_rollback_is_finished_by_the_next_run(tmp_path):
     venv = tmp_path / "venv"
-    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    installed(make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), venv)
     before = tree_listing(venv)
     bad = _corrupt_member(make_wheel(tmp_path / "w2", "zbad", "1.0", modules={"zbad.py": "Z = 1\n"}), "zbad.py")
     house = make_wheelhouse(tmp_path / "b", [*_stack(tmp_path / "w2", "2.0"), bad])
@@ -187,7 +194,7 @@ def test_leftover_trash_backups_and_half_written_records_are_cleaned(tmp_path):
 def test_killed_while_writing_installed_json_leaves_nothing_after_recovery(tmp_path):
     """Seen in bench/soak.py: a kill inside write_atomic left .wh/.installed.json.XXXX.tmp behind."""
     venv = tmp_path / "venv"
-    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    installed(make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), venv)
     before = tree_listing(venv)
     (site(venv) / ".wh" / ".installed.json.k1ll3d.tmp").write_text("")  # what the kill leaves
     (site(venv) / ".wh" / "txn" / "99-1").mkdir(parents=True)  # made by begin just before its journal
@@ -215,7 +222,7 @@ def test_a_failing_wheelhouse_patch_leaves_the_environment_as_it_was(tmp_path):
     assert r.returncode != 0 and "drifted" in r.stderr, r.stderr
     assert not venv.exists()
     other = make_wheelhouse(tmp_path / "plain", [make_wheel(tmp_path / "w2", "plain", "1.0", modules={"plain.py": ""})])
-    assert wh("install", other, "--venv", venv).returncode == 0
+    installed(other, venv)
     before = tree_listing(venv)
     with pytest.raises(Exception, match="drifted"):
         install_wheelhouses([house], InstallOptions(venv=venv))
@@ -228,7 +235,7 @@ def test_a_second_journal_never_clobbers_an_unfinished_one_and_the_uninstaller_r
     from wheelhouse.target.interpreter import inspect_interpreter
 
     venv = tmp_path / "venv"
-    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    installed(make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), venv)
     before = tree_listing(venv)
     new = make_wheelhouse(tmp_path / "b", _stack(tmp_path / "w2", "2.0"))
     assert run_with_fault(["install", new, "--venv", venv], "install.file.20").returncode == -signal.SIGKILL
@@ -260,7 +267,7 @@ def test_killed_pip_install_is_rolled_back_too(tmp_path):
 @pytest.mark.parametrize("point", ["install.journal-written", "install.file.30", "install.before-state"])
 def test_a_full_disk_mid_install_is_one_clear_error_and_changes_nothing(tmp_path, point):
     venv = tmp_path / "venv"
-    assert wh("install", make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), "--venv", venv).returncode == 0
+    installed(make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0")), venv)
     before = tree_listing(venv)
     new = make_wheelhouse(tmp_path / "b", _stack(tmp_path / "w2", "2.0"))
     r = run_with_fault(["install", new, "--venv", venv], point, action="enospc")
@@ -275,7 +282,7 @@ def test_when_a_later_patch_fails_the_earlier_ones_are_reverted_with_the_wheels(
     sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
     venv = tmp_path / "venv"
     base = make_wheel(tmp_path / "w0", "baseeng", "1.0", modules={"baseeng/__init__.py": "", "baseeng/k.py": "A = 1\n"})
-    assert wh("install", make_wheelhouse(tmp_path / "first", [base]), "--venv", venv).returncode == 0
+    installed(make_wheelhouse(tmp_path / "first", [base]), venv)
     before = tree_listing(venv)
     new = make_wheel(tmp_path / "w1", "neweng", "1.0", modules={"neweng/__init__.py": "", "neweng/k.py": "B = 1\n"})
     house = make_wheelhouse(tmp_path / "house", [base, new], patches=["patches/a/spec.toml", "patches/b/spec.toml"])
@@ -301,7 +308,7 @@ def test_killed_just_before_the_commit_installed_json_still_names_the_previous_s
     old = make_wheelhouse(tmp_path / "old", _stack(tmp_path / "w1", "1.0"))
     new = make_wheelhouse(tmp_path / "new", _stack(tmp_path / "w2", "2.0"))
     venv = tmp_path / "venv"
-    assert wh("install", old, "--venv", venv).returncode == 0
+    installed(old, venv)
     record = site(venv) / ".wh" / "installed.json"
     before = record.read_text()
     assert run_with_fault(["install", new, "--venv", venv], "install.before-commit").returncode == -signal.SIGKILL
