@@ -36,9 +36,11 @@ def _installed(venv: Path) -> set[str]:
 
 
 def _setup(tmp_path, house):
+    """A venv wh's install (in this process: the doctor and its --fix are what run as `wh`) put ``house`` in."""
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
     venv = tmp_path / "venv"
-    r = wh("install", house, "--venv", venv)
-    assert r.returncode == 0, r.stderr
+    install_wheelhouses([house], InstallOptions(venv=venv))
     return venv, venv / "lib" / PY / "site-packages", venv / "bin" / "python"
 
 

@@ -58,11 +58,13 @@ def wheels(tmp_path_factory):
 
 @pytest.fixture
 def installed(wheels, tmp_path):
-    """The two installed by `wh install` from one wheelhouse into a new venv: (python, site, wheelhouse)."""
+    """The two installed by wh's install (in this process: the doctor is what runs as `wh`) from one wheelhouse
+    into a new venv: (python, site, wheelhouse)."""
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
     house = make_wheelhouse(tmp_path / "house", list(wheels))
     venv = tmp_path / "venv"
-    r = wh("install", house, "--venv", venv)
-    assert r.returncode == 0, r.stderr
+    install_wheelhouses([house], InstallOptions(venv=venv))
     py = venv / "bin" / "python"
     return py, site_packages(py), house
 
