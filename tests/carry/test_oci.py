@@ -63,8 +63,8 @@ def pub(tmp_path):
 
 
 def stage(tmp_path: Path, pub: Path, name: str, *reqs: str) -> Path:
-    """A wheelhouse staged as `wh stage REQS -f PUB -o OUT --no-bootstrap --cache-dir CACHE` stages it (in this
-    process: it is the setup, not what is tested), with a bootstrap/ folder (two wheels and its own lock) added."""
+    """A wheelhouse staged as `wh stage REQS -f PUB -o OUT --no-bootstrap --cache-dir CACHE` would stage it (run in
+    this process: it is the setup, not what is tested), with a bootstrap/ folder (two wheels and its own lock) added."""
     from wheelhouse.lock import LockedFile
     from wheelhouse.stage import StageFlags, merge_inputs, stage as run_stage
     from wheelhouse.stage.bootstrap import write_bootstrap

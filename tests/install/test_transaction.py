@@ -30,11 +30,10 @@ def wh(*args, **kw):
     return subprocess.run(wh_command(args), capture_output=True, text=True, timeout=300, **kw)
 
 
-def installed(house: Path, venv: Path, compile: bool = False) -> Path:
+def installed(house: Path, venv: Path, compile: bool = False) -> None:
     """What `wh install HOUSE --venv VENV [--compile]` does, in this process: the setup before the command under
     test (a killed or failing one, which runs as a real `wh`)."""
     install_wheelhouses([house], InstallOptions(venv=venv, compile=compile))
-    return venv
 
 
 def _stack(folder: Path, version: str = "1.0") -> list[Path]:
