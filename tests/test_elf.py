@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wheelhouse.doctor.checks.sharedlibs import loader_facts
-from wheelhouse.elf import BadElf, LoaderFacts, expand_dst, find_needed, read_elf
+from wheelhouse.elf import BadElf, LoaderFacts, expand_dst, exports_pyinit, find_needed, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("ldd") is None, reason="needs gcc and ldd")
@@ -222,3 +222,37 @@ def test_exports_pyinit_finds_only_a_defined_visible_init_function(tmp_path, has
     (tmp_path / "empty.so").write_bytes(b"")
     with pytest.raises(BadElf):
         exports_pyinit(tmp_path / "empty.so", "empty")
+
+
+
+@pytest.mark.parametrize("style", ["gnu", "sysv"])
+def test_exports_pyinit_walks_long_hash_chains_and_needs_no_section_headers(tmp_path: Path, style: str) -> None:
+    """Among 600 exported names (hash chains longer than one), a weak definition counts and every absent name
+    is absent; with the section headers gone (an sstripped file), the lookup and the needs still come from
+    PT_DYNAMIC, as the loader reads them."""
+    src = tmp_path / "m.c"
+    src.write_text("__attribute__((weak)) int PyInit_weak(void) { return 2; }\n"
+                   + "".join(f"int PyInit_f{i}(void) {{ return {i}; }}\n" for i in range(600)))
+    lib = tmp_path / f"m-{style}.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib), f"-Wl,--hash-style={style}", "-Wl,--no-as-needed", "-lm"],
+                   check=True, capture_output=True)
+    assert exports_pyinit(lib, "weak") and all(exports_pyinit(lib, f"f{i}") for i in range(600))
+    assert not any(exports_pyinit(lib, f"g{i}") for i in range(600))
+    stripped = tmp_path / f"stripped-{style}.so"
+    data = bytearray(lib.read_bytes())
+    data[0x28:0x30] = bytes(8)  # e_shoff
+    data[0x3C:0x40] = bytes(4)  # e_shnum, e_shstrndx
+    stripped.write_bytes(bytes(data))
+    assert read_elf(stripped).needed == read_elf(lib).needed and "libm.so.6" in read_elf(lib).needed
+    assert read_elf(stripped).fatbin_sections == ()
+    assert exports_pyinit(stripped, "f599") and not exports_pyinit(stripped, "g1")
+
+
+def test_a_file_cut_inside_its_headers_is_a_bad_elf(tmp_path: Path) -> None:
+    """Cut inside its program headers: BadElf naming its size, for the link check and the extension check alike."""
+    cut = tmp_path / "libcut.so"
+    cut.write_bytes(gcc_lib(tmp_path / "libfull.so").read_bytes()[:80])
+    with pytest.raises(BadElf, match=r"not a loadable ELF file \(80 bytes\)"):
+        read_elf(cut)
+    with pytest.raises(BadElf, match=r"not a loadable ELF file \(80 bytes\)"):
+        exports_pyinit(cut, "libcut")

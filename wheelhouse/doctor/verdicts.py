@@ -26,7 +26,7 @@ one process's files are stored once, in the order printed (a *run*), and a verdi
 it depended on; the first changed file of a run invalidates every verdict from that point on.
 
 Facts read from one file alone (does this ``.so`` export ``PyInit_<name>``, its ELF dynamic section) are kept
-too, keyed by that file's identity (:meth:`VerdictCache.file_fact`): pyelftools reading every extension module
+too, keyed by that file's identity (:meth:`VerdictCache.file_fact`): reading every extension module
 was most of an unchanged re-run.
 
 The store is ``verdicts.json`` beside the stack check's digest cache (``install.digests.cache_path``): in

@@ -508,7 +508,7 @@ def _write(inputs: StageInputs, out: Path, plan: _Plan, previous: Previous, cach
                                  reporter, _unless_checked(records, boot_files, previous.checked))
         check_hashes(files, plan.hash_rules)
         # Before the wheelhouse gets its name: device code no GPU of the target can run (issue 10).
-        from .kernels import check_kernels  # ELF reading (doctor, pyelftools): imported only when writing
+        from .kernels import check_kernels  # ELF reading (the doctor's): imported only when writing
 
         kernel_gaps = check_kernels([(new / WHEELS / f.filename, f.sha256) for f in files], inputs.target, new,
                                     allow=inputs.allow_missing_kernels, cache=cache / "kernels", jobs=inputs.jobs,

@@ -132,7 +132,7 @@ def reinstall_command(ctx: DoctorContext, *names: str) -> str:
 
 def read_elf_cached(ctx: DoctorContext, path: str | Path) -> ElfInfo:
     """:func:`wheelhouse.elf.read_elf`, kept in the verdict cache by the file's identity (reading every
-    shared object with pyelftools is most of an unchanged re-run's time otherwise); a :class:`BadElf` is raised
+    shared object was most of an unchanged re-run's time otherwise); a :class:`BadElf` is raised
     each time, never stored."""
     if ctx.verdicts is None:
         return read_elf(path)
