@@ -119,7 +119,8 @@ class DeviceCode:
 
     @classmethod
     def of(cls, entries: tuple[FatbinEntry, ...], self_loaded: tuple[FatbinEntry, ...] = ()) -> "DeviceCode":
-        every = tuple(entries) + tuple(self_loaded)
+        """Each distinct image once (libtorch_cuda.so repeats the same few in ~20,000 kernels' containers)."""
+        every = tuple(dict.fromkeys((*entries, *self_loaded)))
         return cls(sass=tuple(sorted({e.arch for e in every if e.kind == "sass"})),
                    ptx=tuple(sorted({e.arch for e in every if e.kind == "ptx"})), entries=every,
                    self_loaded=len(self_loaded))
