@@ -8,6 +8,6 @@ verdicts; an unexpected exception in one check becomes an ``error`` verdict.
 
 from __future__ import annotations
 
-from .context import DoctorContext, Distribution, installed_by_wh, read_elf_cached, reinstall_command, selected
+from .context import DoctorContext, Distribution, installed_by_wh, reinstall_command, selected
 
-__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command", "read_elf_cached"]
+__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command"]

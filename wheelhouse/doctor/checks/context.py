@@ -8,7 +8,6 @@ verdicts; an unexpected exception in one check becomes an ``error`` verdict.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from wheelhouse.elf import ElfInfo, is_shared_object, read_elf
+from wheelhouse.elf import is_shared_object
 from wheelhouse.install.digests import FileDigests
 from wheelhouse.doctor.verdicts import VerdictCache
 from wheelhouse.install.state import read_install_state
@@ -26,7 +25,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.target import TargetProfile
 
-__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command", "read_elf_cached"]
+__all__ = ["DoctorContext", "Distribution", "selected", "installed_by_wh", "reinstall_command"]
 
 
 @dataclass(frozen=True)
@@ -130,13 +129,3 @@ def reinstall_command(ctx: DoctorContext, *names: str) -> str:
     return f"wh install {house}--reinstall {','.join(keys)} --python {ctx.python}"
 
 
-def read_elf_cached(ctx: DoctorContext, path: str | Path) -> ElfInfo:
-    """:func:`wheelhouse.elf.read_elf`, kept in the verdict cache by the file's identity (reading every
-    shared object was most of an unchanged re-run's time otherwise); a :class:`BadElf` is raised
-    each time, never stored."""
-    if ctx.verdicts is None:
-        return read_elf(path)
-    d = ctx.verdicts.file_fact("elf", path, lambda: dataclasses.asdict(read_elf(path)))
-    return ElfInfo(path=str(path), elf_class=int(d["elf_class"]), machine=str(d["machine"]), soname=d["soname"],
-                   needed=tuple(d["needed"]), rpath=tuple(d["rpath"]), runpath=tuple(d["runpath"]),
-                   fatbin_sections=tuple(tuple(x) for x in d.get("fatbin_sections") or ()))

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelhouse.datafile import get_value, load_tables, load_toml
-from wheelhouse.elf import BadElf
+from wheelhouse.elf import BadElf, read_elf
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.manifest import DOCTOR_LINKS
 from wheelhouse.resources import doctor_dir
-from .context import DoctorContext, read_elf_cached
+from .context import DoctorContext
 from .sharedlibs import shared_objects
 
 __all__ = ["GROUP", "CHECKS", "run", "LinkBuild", "load_link_builds", "link_needs"]
@@ -121,7 +121,7 @@ def _object_needs(ctx: DoctorContext, plan) -> dict[str, list[str]]:
     for d in sorted(ctx.distributions.values(), key=lambda d: d.key):
         for rel, path in shared_objects(d):
             try:
-                info = read_elf_cached(ctx, path)
+                info = read_elf(path)
             except BadElf:
                 continue
             out["sonames"] += [f"{d.name}'s {rel} needs {n} (DT_NEEDED)" for n in info.needed if n in names]

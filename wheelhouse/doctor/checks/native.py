@@ -154,14 +154,6 @@ def is_extension_module(path: str | Path) -> bool:
         return True
 
 
-def _is_extension_module(ctx: DoctorContext, path: Path) -> bool:
-    """:func:`is_extension_module`, kept in the verdict cache by the file's identity (an ELF read per file is most
-    of an unchanged re-run's time otherwise)."""
-    if ctx.verdicts is None:
-        return is_extension_module(path)
-    return bool(ctx.verdicts.file_fact("pyinit", path, lambda: is_extension_module(path)))
-
-
 def _module_of_path(relpath: str) -> str:
     """``pkg/sub/_ext.cpython-312-aarch64-linux-gnu.so`` -> ``pkg.sub._ext``."""
     folder, _, base = relpath.rpartition("/")
@@ -177,7 +169,7 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
     named = [r.module for r in (ctx.manifest.drops if ctx.manifest else ())
              if r.module and r.distribution.lower().replace("_", "-") == d.key]
     location = Path(d.location or "")
-    libraries = [rel for rel, _ in d.extensions if not _is_extension_module(ctx, location / rel)]
+    libraries = [rel for rel, _ in d.extensions if not is_extension_module(location / rel)]
     extensions = [*d.extensions, *_pyinit_libraries(d)]
     # A top-level name that only a library at the top provides (no package folder, no .py) is no module.
     at_top = {m: rel for rel, m in extensions if "/" not in rel}

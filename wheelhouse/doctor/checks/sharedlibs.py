@@ -46,7 +46,7 @@ from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
-from .context import DoctorContext, read_elf_cached, Distribution, reinstall_command
+from .context import DoctorContext, Distribution, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "shared_objects", "loader_facts", "gather_loader_facts", "OptionalObject",
            "load_optional", "engine_loader_environment"]
@@ -153,7 +153,7 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     scans: dict[Path, _Scan] = {}
     for path in dict.fromkeys(paths):
         try:
-            info = read_elf_cached(ctx, path)
+            info = read_elf(path)
         except BadElf as exc:
             scans[path] = _Scan(None, exc.reason)
             continue
