@@ -256,3 +256,33 @@ def test_a_file_cut_inside_its_headers_is_a_bad_elf(tmp_path: Path) -> None:
         read_elf(cut)
     with pytest.raises(BadElf, match=r"not a loadable ELF file \(80 bytes\)"):
         exports_pyinit(cut, "libcut")
+
+
+
+def _endless_chain_elf(path: Path, size: int) -> None:
+    """A 64-bit little-endian ELF file of ``size`` bytes (sparse) whose one GNU hash bucket starts a chain that
+    never ends (every value 0: no end bit, no match) and runs to the end of the file."""
+    import struct
+
+    dyn_at, hash_at = 64 + 2 * 56, 64 + 2 * 56 + 5 * 16
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 64, 0, 0, 64, 56, 2,
+                                                               64, 0, 0)
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)
+    dynamic = struct.pack("<IIQQQQQQ", 2, 6, dyn_at, dyn_at, dyn_at, 5 * 16, 5 * 16, 8)
+    entries = struct.pack("<qQqQqQqQqQ", 0x6FFFFEF5, hash_at, 6, hash_at + 64, 5, hash_at + 128, 10, 64, 0, 0)
+    table = struct.pack("<IIII", 1, 1, 1, 0) + b"\xff" * 8 + struct.pack("<I", 1)  # bucket 0 -> symbol 1
+    path.write_bytes(header + load + dynamic + entries + table)
+    os.truncate(path, size)
+
+
+def test_a_crafted_hash_chain_costs_a_bounded_walk(tmp_path: Path) -> None:
+    """A GNU hash chain that never ends, in a 1 GiB (sparse) file: refused after a bounded walk (as a file the
+    loader cannot use), in well under a second's worth of reads, never 268 million of them."""
+    import time
+
+    path = tmp_path / "libendless.so"
+    _endless_chain_elf(path, 1 << 30)
+    t0 = time.monotonic()
+    with pytest.raises(BadElf, match="without an end"):
+        exports_pyinit(path, "endless")
+    assert time.monotonic() - t0 < 5

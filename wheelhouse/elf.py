@@ -139,6 +139,8 @@ def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int]:
 
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _SHT_NOBITS = 8
+# Bounds no real object comes near, so a crafted file costs a bounded read, never gigabytes or an endless walk.
+_MAX_ENTRY, _MAX_TABLE, _MAX_CHAIN = 1024, 1 << 20, 1 << 16
 _DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 6, 10
 _DT_SONAME, _DT_RPATH, _DT_RUNPATH, _DT_GNU_HASH = 14, 15, 29, 0x6FFFFEF5
 _SHN_UNDEF, _STB_GLOBAL, _STB_WEAK, _STV_DEFAULT, _STV_PROTECTED = 0, 1, 2, 0, 3
@@ -185,7 +187,7 @@ class _Elf:
             fmt, size, pick = f"{self.end}IIQQQQQQ", 56, (0, 2, 3, 5)
         else:
             fmt, size, pick = f"{self.end}IIIIIIII", 32, (0, 1, 2, 4)
-        if self.phentsize < size:
+        if not size <= self.phentsize <= _MAX_ENTRY:
             raise ValueError(f"program header entries of {self.phentsize} bytes")
         table = self.read(self.phoff, self.phentsize * self.phnum)
         out = []
@@ -203,7 +205,7 @@ class _Elf:
             return []
         fmt = f"{self.end}q{self._word}" if self.bits == 64 else f"{self.end}iI"
         step = struct.calcsize(fmt)
-        data = self.read(dyn[0], min(dyn[1], self.size - dyn[0]) // step * step)
+        data = self.read(dyn[0], min(dyn[1], self.size - dyn[0], _MAX_TABLE) // step * step)
         out = []
         for tag, value in struct.iter_unpack(fmt, data):
             if tag == _DT_NULL:
@@ -221,7 +223,7 @@ class _Elf:
     def string(self, table: int, index: int, limit: int | None = None) -> str:
         """The NUL-terminated string at ``index`` of the string table at file offset ``table``."""
         start, chunk, parts = table + index, 256, []
-        end = self.size if limit is None else min(self.size, table + limit)
+        end = min(self.size if limit is None else min(self.size, table + limit), start + _MAX_TABLE)
         pos = start
         while pos < end:
             data = self.read(pos, min(chunk, end - pos))
@@ -242,12 +244,12 @@ class _Elf:
             fmt, size = f"{self.end}IIQQQQIIQQ", 64
         else:
             fmt, size = f"{self.end}IIIIIIIIII", 40
-        if self.shentsize < size:
+        if not size <= self.shentsize <= _MAX_ENTRY:
             raise ValueError(f"section header entries of {self.shentsize} bytes")
         table = self.read(self.shoff, self.shentsize * self.shnum)
         rows = [struct.unpack_from(fmt, table, i * self.shentsize) for i in range(self.shnum)]
         names = rows[self.shstrndx] if self.shstrndx < len(rows) and rows[self.shstrndx][1] != _SHT_NOBITS else None
-        strings = self.read(names[4], names[5]) if names is not None else b""
+        strings = self.read(names[4], min(names[5], _MAX_TABLE)) if names is not None else b""
 
         def name_at(index: int) -> str:
             end = strings.find(b"\0", index)
@@ -297,7 +299,7 @@ class _Elf:
             if index < symoffset:
                 return None
             chains = buckets + nbuckets * 4
-            while True:
+            for _ in range(_MAX_CHAIN):  # a chain ends with its low bit set; one that never does is no hash table
                 (value,) = struct.unpack(u32, self.read(chains + (index - symoffset) * 4, 4))
                 if value | 1 == h | 1:
                     found = entry(index)
@@ -306,6 +308,7 @@ class _Elf:
                 if value & 1:
                     return None
                 index += 1
+            raise ValueError(f"a GNU hash chain of over {_MAX_CHAIN} symbols without an end")
         if _DT_HASH in tags:
             at = self.offset_of(tags[_DT_HASH])
             nbucket, nchain = struct.unpack(f"{self.end}II", self.read(at, 8))
@@ -320,7 +323,7 @@ class _Elf:
                 h &= ~g & 0xFFFFFFFF
             (index,) = struct.unpack(u32, self.read(at + 8 + h % nbucket * 4, 4))
             seen = 0
-            while index and seen <= nchain:  # a chain that loops in a crafted file ends after nchain steps
+            while index and seen <= min(nchain, _MAX_CHAIN):  # a chain that loops in a crafted file ends
                 found = entry(index)
                 if found is not None:
                     return found
