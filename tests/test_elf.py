@@ -286,3 +286,34 @@ def test_a_crafted_hash_chain_costs_a_bounded_walk(tmp_path: Path) -> None:
     with pytest.raises(BadElf, match="without an end"):
         exports_pyinit(path, "endless")
     assert time.monotonic() - t0 < 5
+
+
+def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() -> None:
+    """Every 8th shared object of the system's library folder and every extension module of the interpreter's
+    lib-dynload: the needs, soname, RPATH and RUNPATH as `readelf -d` prints them, and `PyInit_<stem>` exported
+    exactly where `nm -D --defined-only` lists it."""
+    if shutil.which("readelf") is None or shutil.which("nm") is None:
+        pytest.skip("needs readelf and nm (binutils)")
+    libdirs = [Path("/usr/lib") / (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"),
+               Path(sysconfig.get_config_var("LIBDIR") or "/usr/lib")]
+    dynload = Path(os.__file__).parent / "lib-dynload"  # the base interpreter's, also from a venv
+    system = sorted({os.path.realpath(p) for d in libdirs for p in d.glob("**/*.so*") if p.is_file()})[::8]
+    files = [*system[:150], *sorted(str(p) for p in dynload.glob("*.so"))]
+    compared = 0
+    for path in files:
+        try:
+            info = read_elf(path)
+        except BadElf:
+            continue  # a linker script named like a library
+        out = subprocess.run(["readelf", "-dW", path], capture_output=True, text=True).stdout
+        rpath = [e for v in re.findall(r"\(RPATH\)\s+Library rpath: \[(.*)\]", out) for e in v.split(":") if e]
+        runpath = [e for v in re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.*)\]", out) for e in v.split(":") if e]
+        soname = re.findall(r"\(SONAME\)\s+Library soname: \[(.*)\]", out)
+        assert (info.needed, info.soname, info.rpath, info.runpath) == (
+            tuple(re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", out)), soname[0] if soname else None,
+            tuple(rpath), tuple(runpath)), path
+        stem = os.path.basename(path).split(".", 1)[0]
+        symbols = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+        assert exports_pyinit(path, stem) == bool(re.search(rf" [TtWwi] PyInit_{re.escape(stem)}$", symbols, re.M)), path
+        compared += 1
+    assert compared >= 20, f"only {compared} shared objects found under {libdirs} and {dynload}"
