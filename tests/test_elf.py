@@ -317,3 +317,54 @@ def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() 
         assert exports_pyinit(path, stem) == bool(re.search(rf" [TtWwi] PyInit_{re.escape(stem)}$", symbols, re.M)), path
         compared += 1
     assert compared >= 20, f"only {compared} shared objects found under {libdirs} and {dynload}"
+
+
+def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str) -> bytes:
+    """A minimal shared object of either ELF class and byte order: one PT_LOAD mapping the whole file at address
+    0, a PT_DYNAMIC naming ``needed`` and a GNU hash table (one bucket, one bloom word) over ``.dynsym``'s one
+    defined global function ``symbol``; no section headers (as sstrip leaves a file)."""
+    import struct
+
+    word = "Q" if bits == 64 else "I"
+    ehsize, phsize, dynsize = (64, 56, 16) if bits == 64 else (52, 32, 8)
+    symsize = 24 if bits == 64 else 16
+    strtab = b"\0" + needed.encode() + b"\0" + symbol.encode() + b"\0"
+    dyn_at = ehsize + 2 * phsize
+    hash_at = dyn_at + 6 * dynsize
+    h = 5381
+    for c in symbol.encode():
+        h = (h * 33 + c) & 0xFFFFFFFF
+    bloom = (1 << (h % bits)) | (1 << ((h >> 5) % bits))
+    table = struct.pack(f"{end}IIII", 1, 1, 1, 5) + struct.pack(f"{end}{word}", bloom) \
+        + struct.pack(f"{end}I", 1) + struct.pack(f"{end}I", h | 1)  # bucket 0 -> symbol 1, the chain's end
+    sym_at = hash_at + len(table)
+    str_at = sym_at + 2 * symsize
+    if bits == 64:
+        syms = bytes(symsize) + struct.pack(f"{end}IBBHQQ", 1 + len(needed) + 1, 0x12, 0, 7, 0x100, 8)
+    else:
+        syms = bytes(symsize) + struct.pack(f"{end}IIIBBH", 1 + len(needed) + 1, 0x100, 8, 0x12, 0, 7)
+    size = str_at + len(strtab)
+    tags = [(0x6FFFFEF5, hash_at), (6, sym_at), (5, str_at), (10, len(strtab)), (1, 1), (0, 0)]
+    dynamic = b"".join(struct.pack(f"{end}q{word}" if bits == 64 else f"{end}iI", t, v) for t, v in tags)
+    if bits == 64:
+        header = struct.pack(f"{end}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 64, 0, 0)
+        phdrs = struct.pack(f"{end}IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000) \
+            + struct.pack(f"{end}IIQQQQQQ", 2, 6, dyn_at, dyn_at, dyn_at, len(dynamic), len(dynamic), 8)
+    else:
+        header = struct.pack(f"{end}HHIIIIIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 40, 0, 0)
+        phdrs = struct.pack(f"{end}IIIIIIII", 1, 0, 0, 0, size, size, 5, 0x1000) \
+            + struct.pack(f"{end}IIIIIIII", 2, dyn_at, dyn_at, dyn_at, len(dynamic), len(dynamic), 6, 4)
+    ident = b"\x7fELF" + bytes([2 if bits == 64 else 1, 1 if end == "<" else 2, 1]) + bytes(9)
+    return ident + header + phdrs + dynamic + table + syms + strtab
+
+
+@pytest.mark.parametrize("bits, end, machine, name", [(64, ">", 22, "EM_S390"), (32, "<", 40, "EM_ARM"),
+                                                      (32, ">", 20, "EM_PPC"), (64, "<", 183, "EM_AARCH64")])
+def test_either_class_and_byte_order_is_read(tmp_path: Path, bits: int, end: str, machine: int, name: str) -> None:
+    """A shared object of another machine (s390x is 64-bit big-endian, 32-bit ARM little, PowerPC big): its class,
+    machine and needs are read, and its init function found through its GNU hash table, as its own loader would."""
+    path = tmp_path / "_mod.so"
+    path.write_bytes(_tiny_elf(bits, end, machine, "libc.so.6", "PyInit__mod"))
+    info = read_elf(path)
+    assert (info.elf_class, info.machine, info.needed, info.fatbin_sections) == (bits, name, ("libc.so.6",), ())
+    assert exports_pyinit(path, "_mod") and not exports_pyinit(path, "_other")
