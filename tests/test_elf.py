@@ -319,10 +319,13 @@ def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() 
     assert compared >= 20, f"only {compared} shared objects found under {libdirs} and {dynload}"
 
 
-def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str) -> bytes:
+def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str, *, style: str = "gnu", info: int = 0x12,
+              value: int = 0x100, bloom_words: int = 1) -> bytes:
     """A minimal shared object of either ELF class and byte order: one PT_LOAD mapping the whole file at address
-    0, a PT_DYNAMIC naming ``needed`` and a GNU hash table (one bucket, one bloom word) over ``.dynsym``'s one
-    defined global function ``symbol``; no section headers (as sstrip leaves a file)."""
+    0, a PT_DYNAMIC naming ``needed`` and a GNU hash table (one bucket, ``bloom_words`` bloom words, the bit set in
+    the one glibc reads) or with ``style="sysv"`` a DT_HASH table (8-byte words on 64-bit S/390, as there) over
+    ``.dynsym``'s one defined symbol ``symbol`` (st_info ``info``: a global function; st_value ``value``); no
+    section headers (as sstrip leaves a file)."""
     import struct
 
     word = "Q" if bits == 64 else "I"
@@ -335,16 +338,19 @@ def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str) -> by
     for c in symbol.encode():
         h = (h * 33 + c) & 0xFFFFFFFF
     bloom = (1 << (h % bits)) | (1 << ((h >> 5) % bits))
-    table = struct.pack(f"{end}IIII", 1, 1, 1, 5) + struct.pack(f"{end}{word}", bloom) \
+    words = [bloom if i == (h // bits) & (bloom_words - 1) else 0 for i in range(bloom_words)]
+    table = struct.pack(f"{end}IIII", 1, 1, bloom_words, 5) + b"".join(struct.pack(f"{end}{word}", w) for w in words) \
         + struct.pack(f"{end}I", 1) + struct.pack(f"{end}I", h | 1)  # bucket 0 -> symbol 1, the chain's end
+    if style == "sysv":  # nbucket 1, nchain 2, bucket 0 -> symbol 1, chain[1] = 0: the end
+        table = struct.pack(end + ("Q" if bits == 64 and machine == 22 else "I") * 5, 1, 2, 1, 0, 0)
     sym_at = hash_at + len(table)
     str_at = sym_at + 2 * symsize
     if bits == 64:
-        syms = bytes(symsize) + struct.pack(f"{end}IBBHQQ", 1 + len(needed) + 1, 0x12, 0, 7, 0x100, 8)
+        syms = bytes(symsize) + struct.pack(f"{end}IBBHQQ", 1 + len(needed) + 1, info, 0, 7, value, 8)
     else:
-        syms = bytes(symsize) + struct.pack(f"{end}IIIBBH", 1 + len(needed) + 1, 0x100, 8, 0x12, 0, 7)
+        syms = bytes(symsize) + struct.pack(f"{end}IIIBBH", 1 + len(needed) + 1, value, 8, info, 0, 7)
     size = str_at + len(strtab)
-    tags = [(0x6FFFFEF5, hash_at), (6, sym_at), (5, str_at), (10, len(strtab)), (1, 1), (0, 0)]
+    tags = [(0x6FFFFEF5 if style == "gnu" else 4, hash_at), (6, sym_at), (5, str_at), (10, len(strtab)), (1, 1), (0, 0)]
     dynamic = b"".join(struct.pack(f"{end}q{word}" if bits == 64 else f"{end}iI", t, v) for t, v in tags)
     if bits == 64:
         header = struct.pack(f"{end}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 64, 0, 0)
@@ -368,3 +374,72 @@ def test_either_class_and_byte_order_is_read(tmp_path: Path, bits: int, end: str
     info = read_elf(path)
     assert (info.elf_class, info.machine, info.needed, info.fatbin_sections) == (bits, name, ("libc.so.6",), ())
     assert exports_pyinit(path, "_mod") and not exports_pyinit(path, "_other")
+
+
+@pytest.mark.parametrize("bits, end, machine", [(64, ">", 22), (32, ">", 22), (64, "<", 62), (32, "<", 40)])
+def test_a_sysv_hash_table_is_read_with_the_word_size_of_its_machine(tmp_path: Path, bits: int, end: str,
+                                                                     machine: int) -> None:
+    """DT_HASH words are 4 bytes, except on 64-bit S/390 (and Alpha, IA-64), where glibc's Elf_Symndx and
+    binutils' hash entries are 8 bytes: read as 4-byte words, an s390x module's nbucket is the zero high half of
+    its 8-byte one, and its init function would not be found."""
+    path = tmp_path / "_mod.so"
+    path.write_bytes(_tiny_elf(bits, end, machine, "libc.so.6", "PyInit__mod", style="sysv"))
+    assert exports_pyinit(path, "_mod") and not exports_pyinit(path, "_other")
+
+
+@pytest.mark.parametrize("info, value, found", [
+    (0x12, 0x100, True),  # GLOBAL FUNC
+    (0x1A, 0x100, True),  # GLOBAL GNU_IFUNC: dlsym runs its resolver
+    (0xA1, 0x100, True),  # GNU_UNIQUE OBJECT: dlsym returns it (do_lookup_unique)
+    (0x13, 0x100, False),  # GLOBAL SECTION: no code or data definition, check_match skips it
+    (0x14, 0x100, False),  # GLOBAL FILE: likewise
+    (0x12, 0, False),  # no value (and not SHN_ABS, not TLS): check_match skips it
+])
+def test_the_init_function_is_what_glibcs_check_match_would_return(tmp_path: Path, info: int, value: int,
+                                                                  found: bool) -> None:
+    path = tmp_path / "_mod.so"
+    for style in ("gnu", "sysv"):
+        path.write_bytes(_tiny_elf(64, "<", 62, "libc.so.6", "PyInit__mod", style=style, info=info, value=value))
+        assert exports_pyinit(path, "_mod") is found, style
+
+
+def test_the_bloom_word_is_picked_as_glibc_picks_it(tmp_path: Path) -> None:
+    """glibc indexes the bloom filter with ``(hash / ELFCLASS) & (nwords - 1)``: with a word count no linker
+    writes (3), that is not ``% nwords``, and the loader finds the symbol only through the word it reads."""
+    h = 5381
+    for c in b"PyInit__mod":
+        h = (h * 33 + c) & 0xFFFFFFFF
+    assert (h // 64) & 2 != (h // 64) % 3  # the two picks differ for this name
+    path = tmp_path / "_mod.so"
+    path.write_bytes(_tiny_elf(64, "<", 62, "libc.so.6", "PyInit__mod", bloom_words=3))
+    assert exports_pyinit(path, "_mod")
+
+
+_VERSIONED = r"""
+int impl_hidden(void) { return 1; }
+int impl_default(void) { return 2; }
+int impl_old(void) { return 3; }
+int impl_new(void) { return 4; }
+__asm__(".symver impl_hidden, PyInit__hidden@V1");
+__asm__(".symver impl_default, PyInit__default@@V1");
+__asm__(".symver impl_old, PyInit__both@V1");
+__asm__(".symver impl_new, PyInit__both@@V2");
+"""
+
+
+@pytest.mark.parametrize("hash_style", ["gnu", "sysv"])
+def test_a_symbol_of_a_hidden_version_only_is_not_what_dlsym_returns(tmp_path: Path, hash_style: str) -> None:
+    """dlsym (no version asked) skips a definition of a hidden version (``name@V1``, no ``@@``): a module whose
+    init function has only such a definition fails to import ("does not define module export function"). ctypes,
+    which looks names up with dlsym, is the judge."""
+    import ctypes
+
+    src, script, so = tmp_path / "v.c", tmp_path / "v.map", tmp_path / f"v-{hash_style}.so"
+    src.write_text(_VERSIONED)
+    script.write_text("V1 { global: PyInit_*; local: *; };\nV2 { global: PyInit_*; } V1;\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,--hash-style={hash_style}", f"-Wl,--version-script={script}",
+                    str(src), "-o", str(so)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(so))
+    for leaf in ("_hidden", "_default", "_both", "_absent"):
+        assert exports_pyinit(so, leaf) is hasattr(lib, f"PyInit_{leaf}"), leaf
+    assert not exports_pyinit(so, "_hidden") and exports_pyinit(so, "_default") and exports_pyinit(so, "_both")

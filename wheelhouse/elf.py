@@ -144,6 +144,12 @@ _MAX_ENTRY, _MAX_TABLE, _MAX_CHAIN = 1024, 1 << 20, 1 << 16
 _DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 6, 10
 _DT_SONAME, _DT_RPATH, _DT_RUNPATH, _DT_GNU_HASH = 14, 15, 29, 0x6FFFFEF5
 _SHN_UNDEF, _STB_GLOBAL, _STB_WEAK, _STV_DEFAULT, _STV_PROTECTED = 0, 1, 2, 0, 3
+_DT_VERSYM, _SHN_ABS, _STT_TLS, _STB_GNU_UNIQUE = 0x6FFFFFF0, 0xFFF1, 6, 10
+# The symbol types glibc's check_match lets a lookup return: NOTYPE, OBJECT, FUNC, COMMON, TLS, GNU_IFUNC (never
+# SECTION or FILE).
+_ALLOWED_STT = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 5) | (1 << 6) | (1 << 10)
+# 64-bit S/390, Alpha (EM_ALPHA and the older 0x9026) and IA-64: DT_HASH words are 8 bytes (glibc's Elf_Symndx).
+_HASH64_MACHINES = (22, 41, 50, 0x9026)
 # e_machine -> its name in the ELF specification (what ElfInfo.machine holds; another number: the number).
 _MACHINES = {2: "EM_SPARC", 3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64", 22: "EM_S390", 40: "EM_ARM",
              43: "EM_SPARCV9", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV", 258: "EM_LOONGARCH"}
@@ -265,19 +271,37 @@ class _Elf:
             return None
         symtab, strtab = self.offset_of(tags[_DT_SYMTAB]), self.offset_of(tags[_DT_STRTAB])
         strsz = tags.get(_DT_STRSZ)
+        versym = self.offset_of(tags[_DT_VERSYM]) if _DT_VERSYM in tags else None
         wanted = name.encode("ascii")
         if self.bits == 64:
             sym_fmt, sym_size = f"{self.end}IBBHQQ", 24
         else:
             sym_fmt, sym_size = f"{self.end}IIIBBH", 16
 
+        versioned: list[tuple[int, int, int]] = []  # matches of a non-default, non-hidden version (glibc's)
+
         def entry(index: int) -> tuple[int, int, int] | None:
+            """The symbol at ``index`` when glibc's check_match takes it for a dlsym of ``name``, else None."""
             row = struct.unpack(sym_fmt, self.read(symtab + index * sym_size, sym_size))
-            st_name, info, other, shndx = (row[0], row[1], row[2], row[3]) if self.bits == 64 else \
-                (row[0], row[3], row[4], row[5])
+            st_name, info, other, shndx, value = (row[0], row[1], row[2], row[3], row[4]) if self.bits == 64 else \
+                (row[0], row[3], row[4], row[5], row[1])
+            if value == 0 and shndx != _SHN_ABS and (info & 0xF) != _STT_TLS:
+                return None  # no value: no definition
+            if not (1 << (info & 0xF)) & _ALLOWED_STT:
+                return None  # a section or file symbol is no code or data definition
             if self.string(strtab, st_name, strsz).encode("utf-8", "surrogateescape") != wanted:
                 return None
+            if versym is not None:
+                (ver,) = struct.unpack(f"{self.end}H", self.read(versym + index * 2, 2))
+                if (ver & 0x7FFF) >= 2:  # dlsym takes a named version only when it is the one visible
+                    if not ver & 0x8000:
+                        versioned.append((info, other, shndx))
+                    return None
             return info, other, shndx
+
+        def only_version() -> tuple[int, int, int] | None:
+            """After the chain: the one non-hidden versioned definition, when there is exactly one."""
+            return versioned[0] if len(versioned) == 1 else None
 
         u32 = f"{self.end}I"
         if _DT_GNU_HASH in tags:
@@ -290,7 +314,7 @@ class _Elf:
                 h = (h * 33 + c) & 0xFFFFFFFF
             bits, word_size = self.bits, self.bits // 8
             (bloom,) = struct.unpack(f"{self.end}{self._word}",
-                                     self.read(at + 16 + (h // bits) % bloom_size * word_size, word_size))
+                                     self.read(at + 16 + ((h // bits) & (bloom_size - 1)) * word_size, word_size))
             mask = (1 << (h % bits)) | (1 << ((h >> bloom_shift) % bits))
             if bloom & mask != mask:
                 return None
@@ -306,12 +330,15 @@ class _Elf:
                     if found is not None:
                         return found
                 if value & 1:
-                    return None
+                    return only_version()
                 index += 1
             raise ValueError(f"a GNU hash chain of over {_MAX_CHAIN} symbols without an end")
         if _DT_HASH in tags:
             at = self.offset_of(tags[_DT_HASH])
-            nbucket, nchain = struct.unpack(f"{self.end}II", self.read(at, 8))
+            ent = 8 if self.bits == 64 and self.machine_number in _HASH64_MACHINES else 4
+            c = "Q" if ent == 8 else "I"
+            u = f"{self.end}{c}"
+            nbucket, nchain = struct.unpack(f"{self.end}{c}{c}", self.read(at, 2 * ent))
             if not nbucket:
                 return None
             h = 0
@@ -321,14 +348,15 @@ class _Elf:
                 if g:
                     h ^= g >> 24
                 h &= ~g & 0xFFFFFFFF
-            (index,) = struct.unpack(u32, self.read(at + 8 + h % nbucket * 4, 4))
+            (index,) = struct.unpack(u, self.read(at + 2 * ent + h % nbucket * ent, ent))
             seen = 0
             while index and seen <= min(nchain, _MAX_CHAIN):  # a chain that loops in a crafted file ends
                 found = entry(index)
                 if found is not None:
                     return found
-                (index,) = struct.unpack(u32, self.read(at + 8 + nbucket * 4 + index * 4, 4))
+                (index,) = struct.unpack(u, self.read(at + 2 * ent + nbucket * ent + index * ent, ent))
                 seen += 1
+            return only_version()
         return None
 
 
@@ -402,7 +430,7 @@ def _exports_cached(key: tuple[str, int, int, int, int], leaf: str) -> bool:
 def _exported(sym: tuple[int, int, int]) -> bool:
     """Defined here, global or weak, visible to other objects: what dlsym (and so the import system) finds."""
     info, other, shndx = sym
-    return shndx != _SHN_UNDEF and info >> 4 in (_STB_GLOBAL, _STB_WEAK) and other & 3 in (_STV_DEFAULT, _STV_PROTECTED)
+    return shndx != _SHN_UNDEF and info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE) and other & 3 in (_STV_DEFAULT, _STV_PROTECTED)
 
 
 def _dynamic_tags(elf: _Elf) -> list[tuple[str, str]]:
