@@ -234,8 +234,8 @@ def test_exports_pyinit_walks_long_hash_chains_and_needs_no_section_headers(tmp_
     src.write_text("__attribute__((weak)) int PyInit_weak(void) { return 2; }\n"
                    + "".join(f"int PyInit_f{i}(void) {{ return {i}; }}\n" for i in range(600)))
     lib = tmp_path / f"m-{style}.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib), f"-Wl,--hash-style={style}", "-Wl,--no-as-needed", "-lm"],
-                   check=True, capture_output=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib), f"-Wl,--hash-style={style}",
+                    "-Wl,--no-as-needed", "-lm"], check=True, capture_output=True)
     assert exports_pyinit(lib, "weak") and all(exports_pyinit(lib, f"f{i}") for i in range(600))
     assert not any(exports_pyinit(lib, f"g{i}") for i in range(600))
     stripped = tmp_path / f"stripped-{style}.so"
@@ -314,7 +314,8 @@ def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() 
             tuple(rpath), tuple(runpath)), path
         stem = os.path.basename(path).split(".", 1)[0]
         symbols = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
-        assert exports_pyinit(path, stem) == bool(re.search(rf" [TtWwi] PyInit_{re.escape(stem)}$", symbols, re.M)), path
+        listed = re.search(rf" [TtWwi] PyInit_{re.escape(stem)}$", symbols, re.M)
+        assert exports_pyinit(path, stem) == bool(listed), path
         compared += 1
     assert compared >= 20, f"only {compared} shared objects found under {libdirs} and {dynload}"
 

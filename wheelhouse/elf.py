@@ -6,7 +6,8 @@ for :mod:`wheelhouse.fatbin`); a 1 GB libtorch_cuda.so costs a few reads. :func:
 function up through the hash table PT_DYNAMIC names, as ``dlsym`` does, to tell an extension module from a
 library. (pyelftools did this until stop 42: building its parsers cost ~3 ms per file, ~1 s of the interpreter
 lock for the 322 shared objects of a 71-wheel serving venv, several on an image with thousands; docs/design.md.)
-Results are cached by (path, size, mtime, ctime, inode), so the link check and the kernel check read each file once per process.
+Results are cached by (path, size, mtime, ctime, inode), so the link check and the kernel check read each file
+once per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
 
@@ -428,9 +429,11 @@ def _exports_cached(key: tuple[str, int, int, int, int], leaf: str) -> bool:
 
 
 def _exported(sym: tuple[int, int, int]) -> bool:
-    """Defined here, global or weak, visible to other objects: what dlsym (and so the import system) finds."""
+    """Defined here, global, weak or GNU-unique, visible to other objects: what dlsym (and so the import system)
+    finds."""
     info, other, shndx = sym
-    return shndx != _SHN_UNDEF and info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE) and other & 3 in (_STV_DEFAULT, _STV_PROTECTED)
+    return (shndx != _SHN_UNDEF and info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE)
+            and other & 3 in (_STV_DEFAULT, _STV_PROTECTED))
 
 
 def _dynamic_tags(elf: _Elf) -> list[tuple[str, str]]:
