@@ -444,3 +444,16 @@ def test_a_symbol_of_a_hidden_version_only_is_not_what_dlsym_returns(tmp_path: P
     for leaf in ("_hidden", "_default", "_both", "_absent"):
         assert exports_pyinit(so, leaf) is hasattr(lib, f"PyInit_{leaf}"), leaf
     assert not exports_pyinit(so, "_hidden") and exports_pyinit(so, "_default") and exports_pyinit(so, "_both")
+
+
+def test_a_relocatable_object_named_like_a_library_is_a_bad_elf(tmp_path: Path) -> None:
+    """`gcc -c` output renamed `libfoo.so` (or `_mod.so`): the loader maps only ET_DYN and ET_EXEC, so it is a
+    BadElf for the link check and an extension module whose import shows the error, never a healthy library."""
+    src = tmp_path / "m.c"
+    src.write_text("int PyInit__mod(void) { return 0; }\n")
+    obj = tmp_path / "_mod.so"
+    subprocess.run(["gcc", "-c", "-fPIC", str(src), "-o", str(obj)], check=True, capture_output=True)
+    with pytest.raises(BadElf, match="relocatable object"):
+        read_elf(obj)
+    with pytest.raises(BadElf, match="relocatable object"):
+        exports_pyinit(obj, "_mod")

@@ -140,6 +140,7 @@ def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int]:
 
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _SHT_NOBITS = 8
+_ET_EXEC, _ET_DYN = 2, 3
 # Bounds no real object comes near, so a crafted file costs a bounded read, never gigabytes or an endless walk.
 _MAX_ENTRY, _MAX_TABLE, _MAX_CHAIN = 1024, 1 << 20, 1 << 16
 _DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 6, 10
@@ -164,9 +165,11 @@ class _Elf:
 
     def __init__(self, fd: int, path: str, size: int) -> None:
         self.fd, self.path, self.size = fd, path, size
-        ident = self.read(0, 64)
+        ident = os.pread(fd, 64, 0)
         if ident[:4] != b"\x7fELF":
-            raise ValueError("bad magic number")
+            raise ValueError("bad magic number (not ELF: a linker script, or data)")
+        if len(ident) < (64 if ident[4:5] == b"\x02" else 52):
+            raise ValueError("the ELF header is cut short")
         if ident[4] not in (1, 2) or ident[5] not in (1, 2):
             raise ValueError(f"unknown ELF class {ident[4]} or data encoding {ident[5]}")
         self.bits = 64 if ident[4] == 2 else 32
@@ -175,6 +178,9 @@ class _Elf:
         (_type, self.machine_number, _version, _entry, self.phoff, self.shoff, _flags, _ehsize, self.phentsize,
          self.phnum, self.shentsize, self.shnum, self.shstrndx) = struct.unpack_from(
             f"{self.end}HHI{word}{word}{word}IHHHHHH", ident, 16)
+        if _type not in (_ET_EXEC, _ET_DYN):  # ld.so: "only ET_DYN and ET_EXEC can be loaded"
+            kind = {1: "a relocatable object (.o)", 4: "a core dump"}.get(_type, f"of type {_type}")
+            raise ValueError(f"an ELF file {kind}: the loader maps only shared objects and executables")
         self._word = word
 
     def read(self, offset: int, n: int) -> bytes:
@@ -194,8 +200,8 @@ class _Elf:
             fmt, size, pick = f"{self.end}IIQQQQQQ", 56, (0, 2, 3, 5)
         else:
             fmt, size, pick = f"{self.end}IIIIIIII", 32, (0, 1, 2, 4)
-        if not size <= self.phentsize <= _MAX_ENTRY:
-            raise ValueError(f"program header entries of {self.phentsize} bytes")
+        if self.phentsize != size:  # ld.so: "ELF file's phentsize not the expected size"
+            raise ValueError(f"program header entries of {self.phentsize} bytes, not {size}")
         table = self.read(self.phoff, self.phentsize * self.phnum)
         out = []
         for i in range(self.phnum):
