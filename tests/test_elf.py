@@ -321,19 +321,21 @@ def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() 
 
 
 def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str, *, style: str = "gnu", info: int = 0x12,
-              value: int = 0x100, bloom_words: int = 1) -> bytes:
+              value: int = 0x100, bloom_words: int = 1, decoy: bool = False) -> bytes:
     """A minimal shared object of either ELF class and byte order: one PT_LOAD mapping the whole file at address
     0, a PT_DYNAMIC naming ``needed`` and a GNU hash table (one bucket, ``bloom_words`` bloom words, the bit set in
     the one glibc reads) or with ``style="sysv"`` a DT_HASH table (8-byte words on 64-bit S/390, as there) over
     ``.dynsym``'s one defined symbol ``symbol`` (st_info ``info``: a global function; st_value ``value``); no
-    section headers (as sstrip leaves a file)."""
+    section headers (as sstrip leaves a file). ``decoy``: a first PT_DYNAMIC before the real one, naming an empty
+    dynamic table (ld.so keeps the last)."""
     import struct
 
     word = "Q" if bits == 64 else "I"
     ehsize, phsize, dynsize = (64, 56, 16) if bits == 64 else (52, 32, 8)
     symsize = 24 if bits == 64 else 16
     strtab = b"\0" + needed.encode() + b"\0" + symbol.encode() + b"\0"
-    dyn_at = ehsize + 2 * phsize
+    nph = 3 if decoy else 2
+    dyn_at = ehsize + nph * phsize
     hash_at = dyn_at + 6 * dynsize
     h = 5381
     for c in symbol.encode():
@@ -350,19 +352,22 @@ def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str, *, st
         syms = bytes(symsize) + struct.pack(f"{end}IBBHQQ", 1 + len(needed) + 1, info, 0, 7, value, 8)
     else:
         syms = bytes(symsize) + struct.pack(f"{end}IIIBBH", 1 + len(needed) + 1, value, 8, info, 0, 7)
-    size = str_at + len(strtab)
+    decoy_at = str_at + len(strtab)  # an empty dynamic table (DT_NULL alone)
+    size = decoy_at + (2 * dynsize if decoy else 0)
     tags = [(0x6FFFFEF5 if style == "gnu" else 4, hash_at), (6, sym_at), (5, str_at), (10, len(strtab)), (1, 1), (0, 0)]
     dynamic = b"".join(struct.pack(f"{end}q{word}" if bits == 64 else f"{end}iI", t, v) for t, v in tags)
     if bits == 64:
-        header = struct.pack(f"{end}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 64, 0, 0)
+        header = struct.pack(f"{end}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, nph, 64, 0, 0)
         phdrs = struct.pack(f"{end}IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000) \
+            + (struct.pack(f"{end}IIQQQQQQ", 2, 6, decoy_at, decoy_at, decoy_at, 32, 32, 8) if decoy else b"") \
             + struct.pack(f"{end}IIQQQQQQ", 2, 6, dyn_at, dyn_at, dyn_at, len(dynamic), len(dynamic), 8)
     else:
-        header = struct.pack(f"{end}HHIIIIIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, 2, 40, 0, 0)
+        header = struct.pack(f"{end}HHIIIIIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phsize, nph, 40, 0, 0)
         phdrs = struct.pack(f"{end}IIIIIIII", 1, 0, 0, 0, size, size, 5, 0x1000) \
+            + (struct.pack(f"{end}IIIIIIII", 2, decoy_at, decoy_at, decoy_at, 16, 16, 6, 4) if decoy else b"") \
             + struct.pack(f"{end}IIIIIIII", 2, dyn_at, dyn_at, dyn_at, len(dynamic), len(dynamic), 6, 4)
     ident = b"\x7fELF" + bytes([2 if bits == 64 else 1, 1 if end == "<" else 2, 1]) + bytes(9)
-    return ident + header + phdrs + dynamic + table + syms + strtab
+    return ident + header + phdrs + dynamic + table + syms + strtab + (bytes(2 * dynsize) if decoy else b"")
 
 
 @pytest.mark.parametrize("bits, end, machine, name", [(64, ">", 22, "EM_S390"), (32, "<", 40, "EM_ARM"),
@@ -457,3 +462,12 @@ def test_a_relocatable_object_named_like_a_library_is_a_bad_elf(tmp_path: Path) 
         read_elf(obj)
     with pytest.raises(BadElf, match="relocatable object"):
         exports_pyinit(obj, "_mod")
+
+
+@pytest.mark.parametrize("bits", [64, 32])
+def test_of_two_pt_dynamic_headers_the_last_is_the_one_read(tmp_path: Path, bits: int) -> None:
+    """ld.so keeps the last PT_DYNAMIC it sees: a first one naming an empty table hides nothing the loader reads."""
+    path = tmp_path / "_mod.so"
+    path.write_bytes(_tiny_elf(bits, "<", 62 if bits == 64 else 3, "libc.so.6", "PyInit__mod", decoy=True))
+    assert read_elf(path).needed == ("libc.so.6",)
+    assert exports_pyinit(path, "_mod")

@@ -210,10 +210,11 @@ class _Elf:
         return out
 
     def dynamic(self) -> list[tuple[int, int]]:
-        """(d_tag, d_val) of the first PT_DYNAMIC, up to DT_NULL."""
+        """(d_tag, d_val) of the last PT_DYNAMIC (as ld.so takes it), up to DT_NULL."""
         segments = self.segments()
         self._loads = [(vaddr, offset, filesz) for kind, offset, vaddr, filesz in segments if kind == _PT_LOAD]
-        dyn = next(((offset, filesz) for kind, offset, _, filesz in segments if kind == _PT_DYNAMIC), None)
+        # ld.so keeps the last PT_DYNAMIC it sees (its l_ld is overwritten per header).
+        dyn = next(((offset, filesz) for kind, offset, _, filesz in reversed(segments) if kind == _PT_DYNAMIC), None)
         if dyn is None:
             return []
         fmt = f"{self.end}q{self._word}" if self.bits == 64 else f"{self.end}iI"
