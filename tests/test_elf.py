@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -207,8 +210,6 @@ int tail_PyInit__tail(void) { return 0; }  /* '.dynstr' may hold PyInit__tail on
 
 @pytest.mark.parametrize("hash_style", ["gnu", "sysv", "both"])
 def test_exports_pyinit_finds_only_a_defined_visible_init_function(tmp_path, hash_style):
-    from wheelhouse.elf import exports_pyinit
-
     src = tmp_path / "m.c"
     src.write_text(_INITS)
     so = tmp_path / "m.so"
@@ -262,8 +263,6 @@ def test_a_file_cut_inside_its_headers_is_a_bad_elf(tmp_path: Path) -> None:
 def _endless_chain_elf(path: Path, size: int) -> None:
     """A 64-bit little-endian ELF file of ``size`` bytes (sparse) whose one GNU hash bucket starts a chain that
     never ends (every value 0: no end bit, no match) and runs to the end of the file."""
-    import struct
-
     dyn_at, hash_at = 64 + 2 * 56, 64 + 2 * 56 + 5 * 16
     header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 64, 0, 0, 64, 56, 2,
                                                                64, 0, 0)
@@ -278,8 +277,6 @@ def _endless_chain_elf(path: Path, size: int) -> None:
 def test_a_crafted_hash_chain_costs_a_bounded_walk(tmp_path: Path) -> None:
     """A GNU hash chain that never ends, in a 1 GiB (sparse) file: refused after a bounded walk (as a file the
     loader cannot use), in well under a second's worth of reads, never 268 million of them."""
-    import time
-
     path = tmp_path / "libendless.so"
     _endless_chain_elf(path, 1 << 30)
     t0 = time.monotonic()
@@ -328,8 +325,6 @@ def _tiny_elf(bits: int, end: str, machine: int, needed: str, symbol: str, *, st
     ``.dynsym``'s one defined symbol ``symbol`` (st_info ``info``: a global function; st_value ``value``); no
     section headers (as sstrip leaves a file). ``decoy``: a first PT_DYNAMIC before the real one, naming an empty
     dynamic table (ld.so keeps the last)."""
-    import struct
-
     word = "Q" if bits == 64 else "I"
     ehsize, phsize, dynsize = (64, 56, 16) if bits == 64 else (52, 32, 8)
     symsize = 24 if bits == 64 else 16
@@ -438,8 +433,6 @@ def test_a_symbol_of_a_hidden_version_only_is_not_what_dlsym_returns(tmp_path: P
     """dlsym (no version asked) skips a definition of a hidden version (``name@V1``, no ``@@``): a module whose
     init function has only such a definition fails to import ("does not define module export function"). ctypes,
     which looks names up with dlsym, is the judge."""
-    import ctypes
-
     src, script, so = tmp_path / "v.c", tmp_path / "v.map", tmp_path / f"v-{hash_style}.so"
     src.write_text(_VERSIONED)
     script.write_text("V1 { global: PyInit_*; local: *; };\nV2 { global: PyInit_*; } V1;\n")

@@ -3,8 +3,8 @@
 The file is read by :mod:`wheelhouse.elffile` (the ELF format, with ``struct``): only the ELF header, the program
 headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to locate CUDA fatbin sections for
 :mod:`wheelhouse.fatbin`); a 1 GB libtorch_cuda.so costs a few reads. :func:`exports_pyinit` looks the init
-function up as ``dlsym`` does, to tell an extension module from a library. Results are cached by (path, size, mtime, ctime, inode), so the link check and the kernel check read each file
-once per process.
+function up as ``dlsym`` does, to tell an extension module from a library. Results are cached by (path, size,
+mtime, ctime, inode), so the link check and the kernel check read each file once per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
 

@@ -10,6 +10,7 @@ needed, and every table is bounded, so a crafted file costs a bounded read. Malf
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from typing import Mapping
@@ -70,8 +71,9 @@ class ElfFile:
             raise ValueError(f"short read at offset {offset}")
         return data
 
+    @functools.cached_property
     def segments(self) -> list[tuple[int, int, int, int]]:
-        """(p_type, p_offset, p_vaddr, p_filesz) of each program header."""
+        """(p_type, p_offset, p_vaddr, p_filesz) of each program header (read once)."""
         if not self.phnum:
             return []
         if self.bits == 64:
@@ -89,10 +91,9 @@ class ElfFile:
 
     def dynamic(self) -> list[tuple[int, int]]:
         """(d_tag, d_val) of the last PT_DYNAMIC (as ld.so takes it), up to DT_NULL."""
-        segments = self.segments()
-        self._loads = [(vaddr, offset, filesz) for kind, offset, vaddr, filesz in segments if kind == _PT_LOAD]
         # ld.so keeps the last PT_DYNAMIC it sees (its l_ld is overwritten per header).
-        dyn = next(((offset, filesz) for kind, offset, _, filesz in reversed(segments) if kind == _PT_DYNAMIC), None)
+        dyn = next(((offset, filesz) for kind, offset, _, filesz in reversed(self.segments) if kind == _PT_DYNAMIC),
+                   None)
         if dyn is None:
             return []
         fmt = f"{self.end}q{self._word}" if self.bits == 64 else f"{self.end}iI"
@@ -107,8 +108,8 @@ class ElfFile:
 
     def offset_of(self, address: int) -> int:
         """The file offset of a virtual address (of the PT_LOAD that maps it), as the loader finds its tables."""
-        for vaddr, offset, filesz in self._loads:
-            if vaddr <= address < vaddr + filesz:
+        for kind, offset, vaddr, filesz in self.segments:
+            if kind == _PT_LOAD and vaddr <= address < vaddr + filesz:
                 return address - vaddr + offset
         raise ValueError(f"address {address:#x} is in no loaded segment")
 
@@ -222,9 +223,8 @@ class ElfFile:
         if _DT_HASH in tags:
             at = self.offset_of(tags[_DT_HASH])
             ent = 8 if self.bits == 64 and self.machine_number in _HASH64_MACHINES else 4
-            c = "Q" if ent == 8 else "I"
-            u = f"{self.end}{c}"
-            nbucket, nchain = struct.unpack(f"{self.end}{c}{c}", self.read(at, 2 * ent))
+            u = f"{self.end}{'Q' if ent == 8 else 'I'}"
+            nbucket, nchain = struct.unpack(u + u[1:], self.read(at, 2 * ent))
             if not nbucket:
                 return None
             h = 0
