@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from wheelhouse.elf import BadElf, exports_pyinit
+from wheelhouse.elffile import elf_ident
 
 __all__ = ["TargetInterpreter", "ForeignFile", "target_interpreter", "by_import_order", "foreign_by_name",
-           "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension", "elf_header"]
+           "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension"]
 
 # e_machine -> the name platform.machine() and wheel tags use.
-_MACHINES = {62: "x86_64", 183: "aarch64", 21: "ppc64le", 22: "s390x", 3: "i686", 40: "armv7l", 243: "riscv64"}
 _ARCHES = ("x86_64", "aarch64", "arm64", "ppc64le", "ppc64", "s390x", "i686", "i386", "armv7l", "riscv64")
 
 
@@ -75,7 +75,7 @@ def _tag_of_soabi(soabi: str | None, implementation: str | None, version: str | 
 
 def target_interpreter(facts: Mapping[str, Any], python: str) -> TargetInterpreter:
     """The target interpreter's loading rules, from the facts probe and its own ELF header."""
-    elf = elf_header(os.path.realpath(python))
+    elf = elf_ident(os.path.realpath(python))
     machine = elf[1] if elf else ""
     return TargetInterpreter(
         tag=_tag_of_soabi(facts.get("soabi"), facts.get("implementation"), facts.get("python_version")),
@@ -108,22 +108,6 @@ def foreign_by_name(relpath: str, tag: str, module: str, here: TargetInterpreter
     return ForeignFile(relpath, module, describe_tag(tag), here.describe())
 
 
-def elf_header(path: str | Path) -> tuple[int, str] | None:
-    """(ELF class, machine) from the file's first 20 bytes; None when it is no ELF file (importing it says why).
-
-    Only the header: reading every .so's dynamic section here cost more than the imports on a real stack.
-    """
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
-        return None
-    number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-    return (32 if head[4] == 1 else 64), _MACHINES.get(number, f"machine {number}")
-
-
 def foreign_by_elf(relpath: str, path: str | Path, module: str, here: TargetInterpreter) -> ForeignFile | None:
     """The file's ELF header says another machine or class than the interpreter's; None: it could load.
 
@@ -131,7 +115,7 @@ def foreign_by_elf(relpath: str, path: str | Path, module: str, here: TargetInte
     """
     if here.elf is None:
         return None
-    header = elf_header(path)
+    header = elf_ident(path)
     if header is None or header == here.elf:
         return None
     bits = "" if header[0] == here.elf[0] else f" ({header[0]}-bit)"
