@@ -78,6 +78,16 @@ def test_a_rerun_of_an_unchanged_stack_executes_nothing_and_says_so(stack, tmp_p
         assert "ok (unchanged since " in again[cid]["evidence"]
 
 
+def test_a_traced_rerun_reuses_what_an_untraced_run_executed(stack, tmp_path):
+    """WH_DOCTOR_TRACE is read by wh, never by a probe: timing a re-run must not make it a first run."""
+    first = _doctor(stack, tmp_path, env={"WH_DOCTOR_TRACE": None})
+    trace = tmp_path / "trace.jsonl"
+    again = _doctor(stack, tmp_path, env={"WH_DOCTOR_TRACE": str(trace)})
+    assert _executed(again, "native:alpha") == set(), again["native:alpha"]
+    assert _reused(again, "native:alpha") == _executed(first, "native:alpha")
+    assert trace.read_text().strip(), "the trace was written"
+
+
 def test_a_rewritten_extension_is_executed_again_and_turns_red(stack, tmp_path):
     _doctor(stack, tmp_path)
     site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))

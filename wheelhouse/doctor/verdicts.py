@@ -58,8 +58,9 @@ __all__ = ["SCHEMA", "VerdictCache", "Reused", "probe_digest", "context_digest",
 
 SCHEMA = "wh-verdicts/1"
 _NAME = "verdicts.json"
-# Shell bookkeeping that no import reads and that differs between two shells of one user.
-_VOLATILE_ENV = frozenset({"_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR",
+# Shell bookkeeping that no import reads and that differs between two shells of one user; and the doctor's own
+# timing trace (read by wh, never by a probe: a traced run reuses what an untraced one executed).
+_VOLATILE_ENV = frozenset({"WH_DOCTOR_TRACE", "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR",
                            "FORCE_COLOR", "PS1", "PS2", "PROMPT_COMMAND", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
                            "WINDOWID", "HISTFILE", "HISTSIZE", "HISTCONTROL", "LS_COLORS"})
 
