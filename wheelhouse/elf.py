@@ -47,6 +47,7 @@ __all__ = [
     "FATBIN_SECTIONS",
     "is_shared_object",
     "exports_pyinit",
+    "exported_init_functions",
     "module_init_names",
 ]
 
@@ -201,6 +202,23 @@ def _exports_cached(key: tuple[str, int, int, int, int], leaf: str) -> bool:
         tags = dict(elf.dynamic())
         return any(exported(sym) for name in module_init_names(leaf)
                    if (sym := elf.symbol(name, tags)) is not None)
+
+
+def exported_init_functions(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The Python init functions (``PyInit_*``, ``PyInitU_*``) ``path`` exports, whatever module they name: a file
+    with an extension suffix that exports ``PyInit_core`` but not the ``PyInit__core`` its name asks for is an
+    extension module built under another name (importing it fails), not a library loaded by path. Raises
+    :class:`BadElf` for what the loader could not map."""
+    return _inits_cached(_file_key(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _inits_cached(key: tuple[str, int, int, int, int]) -> tuple[str, ...]:
+    with _opened(key) as elf:
+        tags = dict(elf.dynamic())
+        names = elf.strings_starting(b"PyInit", tags)
+        return tuple(n for n in dict.fromkeys(names) if n.startswith(("PyInit_", "PyInitU_"))
+                     and (sym := elf.symbol(n, tags)) is not None and exported(sym))
 
 
 def expand_dst(entry: str, origin: str, lib: str = "lib64", platform: str = "x86_64") -> str:

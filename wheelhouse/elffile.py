@@ -22,6 +22,7 @@ SHT_NOBITS = 8
 _ET_EXEC, _ET_DYN = 2, 3
 # Bounds no real object comes near, so a crafted file costs a bounded read, never gigabytes or an endless walk.
 _MAX_ENTRY, _MAX_TABLE, _MAX_CHAIN = 1024, 1 << 20, 1 << 16
+_MAX_STRINGS = 64 << 20  # a dynamic string table read whole (libtorch_cuda.so's: ~10 MB)
 _DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 6, 10
 _DT_SONAME, _DT_RPATH, _DT_RUNPATH, _DT_GNU_HASH = 14, 15, 29, 0x6FFFFEF5
 _SHN_UNDEF, _STB_GLOBAL, _STB_WEAK, _STV_DEFAULT, _STV_PROTECTED = 0, 1, 2, 0, 3
@@ -152,6 +153,20 @@ class ElfFile:
             pos += len(data)
             chunk *= 4
         raise ValueError(f"unterminated string at offset {start}")
+
+    def strings_starting(self, prefix: bytes, tags: Mapping[int, int]) -> list[str]:
+        """The strings of the dynamic string table (DT_STRTAB, DT_STRSZ bytes, bounded) that start with ``prefix``:
+        candidates among the dynamic symbols' names, each still to be looked up (:meth:`symbol`)."""
+        if _DT_STRTAB not in tags or _DT_STRSZ not in tags:
+            return []
+        at = self.offset_of(tags[_DT_STRTAB])
+        table = self.read(at, min(tags[_DT_STRSZ], self.size - at, _MAX_STRINGS))
+        out, pos = [], table.find(b"\0" + prefix)
+        while pos != -1:
+            end = table.find(b"\0", pos + 1)
+            out.append(table[pos + 1:end if end != -1 else len(table)].decode("utf-8", "surrogateescape"))
+            pos = table.find(b"\0" + prefix, pos + 1)
+        return out
 
     def sections(self) -> list[tuple[str, int, int, int]]:
         """(name, sh_type, sh_offset, sh_size) of each section; none when the file has no section headers."""

@@ -111,6 +111,23 @@ def _shadowing_copy(name, spec, path):
     return mine[0] if mine else None
 
 
+def _taken_instead(name, origin, real):
+    """Does the import system take ``origin`` for ``name`` from file ``real``'s own folder: another file of that
+    name there (a stale build whose suffix comes first: ``_rust.cpython-311-x86_64-linux-gnu.so`` beside a
+    healthy ``_rust.abi3.so``), or a package folder of that name there? Then that is what loads, and importing
+    the name is the check."""
+    folder = os.path.dirname(real)
+    origin = _real(origin)
+    leaf = name.rpartition(".")[2]
+    if os.path.basename(real).split(".", 1)[0] != leaf:
+        return False  # this file is no build of that name
+    if os.path.dirname(origin) == folder:
+        return os.path.basename(origin).split(".", 1)[0] == leaf
+    package = os.path.dirname(origin)
+    return os.path.basename(origin).startswith("__init__.") and os.path.basename(package) == leaf \
+        and os.path.dirname(package) == folder
+
+
 def _covered(name, spec, path):
     """Why extension module file ``path`` is not to be imported as ``name`` (None: import it)."""
     if name in sys.modules:
@@ -119,6 +136,8 @@ def _covered(name, spec, path):
         return "find_spec(%r) is None: the import system never loads this file by that name" % name
     real = _real(path)
     if not spec.origin or _real(spec.origin) != real:
+        if spec.origin and _taken_instead(name, spec.origin, real):
+            return None  # a stale build or a package folder beside it wins: what the import system loads is checked
         return "find_spec(%r) resolves to %s, not this file" % (name, spec.origin)
     other = _initialised_from(real, name.split(".", 1)[0])
     if other:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,40 @@ def test_a_broken_shadow_copy_never_drops_the_installed_one(tmp_path, how):
     assert any(k["name"] == "fastpack" and str(shadow) in k["reason"] for k in out["not_dropped"])
     fix = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:fastpack", env=env)
     assert not any(f["action"] == "drop" for f in _fixes(fix.stdout)) and "fastpack" in _installed(venv)
+
+
+def _consumer_of(tmp_path, helper_init: str) -> Path:
+    """``nativeapp`` (a healthy gcc-built extension) that requires and imports the pure-Python ``purehelper``,
+    whose ``__init__`` is ``helper_init``; installed by pip-like unpacking (no wh record: judged whole)."""
+    from broken_packages import _ext, install_dist, make_venv
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "purehelper", {"purehelper/__init__.py": helper_init}, {})
+    install_dist(py, tmp_path / "w", "nativeapp",
+                 {"nativeapp/__init__.py": "import purehelper\npurehelper.setup()\nfrom ._core import answer\n"},
+                 {f"nativeapp/_core{sysconfig.get_config_var('EXT_SUFFIX')}": _ext(build, "_core")},
+                 requires=["purehelper"])
+    return py
+
+
+def test_a_healthy_importer_of_a_broken_pure_python_requirement_is_not_dropped(tmp_path):
+    # purehelper raises on import; it has no extension, so no probe of its own fails: only nativeapp's does, with
+    # a traceback that ends in purehelper's file. Dropping nativeapp would remove working code and keep the fault.
+    py = _consumer_of(tmp_path, "raise RuntimeError('purehelper is broken')\ndef setup():\n    pass\n")
+    r = wh("drop", "--dry-run", "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert not out["dropped"], out
+    kept = [k for k in out["not_dropped"] if k["name"] == "nativeapp"]
+    assert kept and "its requirement purehelper" in kept[0]["reason"], out
+
+
+def test_an_importer_whose_call_fails_inside_a_requirement_that_imports_alone_is_still_dropped(tmp_path):
+    # The traceback ends in purehelper's file too, but purehelper imports on its own (as torch does when
+    # torch.ops.load_library raises for a broken extension's library): the importer is what fails, and is dropped.
+    py = _consumer_of(tmp_path, "def setup():\n    raise RuntimeError('nativeapp called setup wrongly')\n")
+    r = wh("drop", "--dry-run", "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [d["name"] for d in json.loads(r.stdout)["dropped"]] == ["nativeapp"], r.stdout

@@ -91,3 +91,82 @@ def test_a_junit_file_that_cannot_be_written_does_not_cost_the_json(tmp_path, ex
     assert any(r["id"] == "native:fine" and r["verdict"] == "ok" for r in report["results"])
     assert "--junit" in proc.stderr and "Traceback" not in proc.stderr
     assert not junit.exists() and not list(junit.parent.iterdir())  # no temp file, no half a JUnit
+
+
+def _lazy_core(tmp_path: Path, core: bytes) -> tuple[Path, Path]:
+    """``lazy`` 1.0 whose ``lazy/_core.abi3.so`` (healthy, in RECORD) is loaded only when ``lazy.answer()`` runs."""
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "lazy", {"lazy/__init__.py": "def answer():\n    from ._core import answer\n"
+                                                                  "    return answer()\n"},
+                 {"lazy/_core.abi3.so": core})
+    return py, py.parent.parent / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages" / "lazy"
+
+
+def test_a_stale_build_outside_record_that_the_import_system_prefers_is_imported_and_fails(tmp_path):
+    # A left-over build beside the healthy file (cryptography's `_rust`): its suffix comes first in the import
+    # system's order, so `lazy.answer()` loads it and dies of an undefined symbol. Not in RECORD, it was never
+    # planned; the probe said "find_spec resolves to ..., not this file": ok.
+    from broken_packages import _ext
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py, pkg = _lazy_core(tmp_path, _ext(build, "_core"))
+    (pkg / f"_core{SUFFIX}").write_bytes(_ext(build, "_core", "WH_UNDEF"))
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
+    assert r is not None and r.verdict == "fail", r
+    assert "wh_missing_symbol" in r.evidence and f"_core{SUFFIX}" in r.evidence
+
+
+def test_a_left_over_package_folder_of_the_same_name_is_imported_and_fails(tmp_path):
+    # `lazy/_core/__init__.py` beside `lazy/_core.abi3.so`: the folder wins, and it raises.
+    from broken_packages import _ext
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py, pkg = _lazy_core(tmp_path, _ext(build, "_core"))
+    (pkg / "_core").mkdir()
+    (pkg / "_core" / "__init__.py").write_text("raise ImportError('a stale left-over package')\n")
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
+    assert r is not None and r.verdict == "fail", r
+    assert "a stale left-over package" in r.evidence
+
+
+def test_the_healthy_file_alone_stays_green(tmp_path):
+    from broken_packages import _ext
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py, _ = _lazy_core(tmp_path, _ext(build, "_core"))
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
+    assert r is not None and r.verdict == "ok", r
+
+
+def test_an_extension_built_under_another_name_is_imported_and_fails_not_called_a_library(tmp_path):
+    # `_core.abi3.so` whose init function is PyInit_core (a renamed build): the import system asks for
+    # PyInit__core and refuses it. Called "a library, link-checked" (no PyInit__core), it was never imported.
+    from broken_packages import _ext
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py, _ = _lazy_core(tmp_path, _ext(build, "core"))
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
+    assert r is not None and r.verdict == "fail", r
+    assert "does not define module export function (PyInit__core)" in r.evidence
+    assert not r.data["libraries"]
+
+
+def test_a_library_with_no_init_function_at_all_is_still_a_library(tmp_path):
+    # torchvision's `_C.so`: loaded by path (torch.ops.load_library), no PyInit_ of any name: not imported.
+    build = tmp_path / "build"
+    build.mkdir()
+    src = build / "lib.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    from broken_packages import _gcc
+
+    _gcc(["-shared", "-fPIC", str(src), "-o", str(build / "plain.so")])
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "plainlib", {"plainlib/__init__.py": "X = 1\n"},
+                 {"plainlib/_C.so": (build / "plain.so").read_bytes()})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:plainlib")
+    assert r is not None and r.verdict == "ok", r
+    assert r.data["libraries"] == ["plainlib/_C.so"]

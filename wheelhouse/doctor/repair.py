@@ -303,6 +303,57 @@ def plan_repair(report: DoctorReport, interp, *, include_forced: bool = False, p
     return RepairPlan(tuple(reinstall.values()), tuple(drops), tuple(kept))
 
 
+def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str, d: _Installed | None,
+                           graph: Mapping[str, _Installed], python: str) -> tuple[str, str] | None:
+    """(name, file) when the failure's traceback was raised in a file of one of ``d``'s requirements (directly or
+    not) *and* that requirement fails to import in a process of its own: a pure-Python requirement gets no import
+    probe of its own, so its failure shows only in its importers'. A requirement that imports alone (torch, whose
+    ``torch.ops.load_library`` raises for a broken extension's library) is not to blame: ``d`` is dropped."""
+    if d is None:
+        return None
+    files: list[str] = []
+    for r in report.results:
+        if r.id == check_id:
+            for f in (r.data or {}).get("failures") or ():
+                if isinstance(f, dict):
+                    files += [str(x) for x in f.get("files") or ()]
+    if not files:
+        return None
+    innermost = os.path.normpath(files[-1])
+    for req in sorted(_closure(graph, d.requires) - {key}):
+        info = graph[req].info
+        if info is None:
+            continue
+        rows = [rel for rel, _, _ in graph[req].record.rows]
+        if innermost in {os.path.normpath(info.parent / rel) for rel in rows}:
+            return (graph[req].name, innermost) if not _imports_alone(python, _top_names(rows)) else None
+    return None
+
+
+def _top_names(rows: Sequence[str]) -> list[str]:
+    """The top-level names a RECORD's files make importable (a package folder with ``__init__.py``, a module)."""
+    names = []
+    for rel in rows:
+        top, slash, rest = rel.partition("/")
+        if (slash and rest == "__init__.py") or (not slash and rel.endswith(".py")):
+            name = top[:-3] if not slash else top
+            if name.isidentifier():
+                names.append(name)
+    return sorted(set(names))
+
+
+def _imports_alone(python: str, names: Sequence[str]) -> bool:
+    """Do ``names`` import in a fresh process of ``python`` (no names: nothing to blame them for)?"""
+    if not names:
+        return True
+    try:
+        with tempfile.TemporaryDirectory(prefix="wh-alone-") as cwd:
+            return subprocess.run([python, "-c", "".join(f"import {n}\n" for n in names)], capture_output=True,
+                                  timeout=120, cwd=cwd).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+
+
 def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, graph, failing: set[str],
                 reinstall: dict[str, Reinstall], report: DoctorReport, interp) -> str | None:
     """Why ``p``'s distribution is not to be dropped (adding what mends it to ``reinstall``), or None."""
@@ -328,6 +379,11 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
     if upstream:
         return (f"it fails because its requirement {', '.join(graph[u].name for u in upstream)} fails: "
                 "that one is mended or dropped, not this one")
+    raised_in = _raised_in_requirement(report, p.check_id, key, d, graph, interp.executable)
+    if raised_in is not None:
+        name, path = raised_in
+        return (f"it fails in the code of its requirement {name} ({path} raised): {name} is what to mend "
+                f"(`wh install --reinstall {name}`, or drop it); not dropped")
     shadows = _shadows(interp.executable, p, info)
     if shadows:
         where = ", ".join(sorted(set(shadows.values())))

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
-from wheelhouse.elf import BadElf, LoaderFacts, exports_pyinit
+from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.fatbin import device_code, sm_number
@@ -144,14 +144,25 @@ class LoadPlan:
 
 
 def is_extension_module(path: str | Path) -> bool:
-    """Does ``path`` export the init function of the module its file name names (``_C`` for ``_C.abi3.so``)?
+    """Does ``path`` export the init function of the module its file name names (``_C`` for ``_C.abi3.so``), or
+    any other Python init function (``PyInit_core`` in ``_core.abi3.so``: a module built under another name, whose
+    import by this name fails)? Else it is a library its package loads by path (torchvision's ``_C.so``).
 
     A file the loader cannot map counts as a module: importing it shows the real error.
     """
     try:
-        return exports_pyinit(path, Path(path).name.split(".", 1)[0])
+        return exports_pyinit(path, Path(path).name.split(".", 1)[0]) or bool(exported_init_functions(path))
     except BadElf:
         return True
+
+
+_TRACEBACK_FILE = re.compile(r'^\s*File "([^"<][^"]*)", line \d+', re.MULTILINE)
+
+
+def _traceback_files(traceback: str | None) -> list[str]:
+    """The source files a failure's traceback passes through, innermost last (where it was raised): the evidence
+    of whose code failed, for a repair that must not drop the importer of a broken requirement."""
+    return list(dict.fromkeys(_TRACEBACK_FILE.findall(traceback or "")))
 
 
 def _module_of_path(relpath: str) -> str:
@@ -322,7 +333,7 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
                                       installed, plan.relpaths) for o in bad}
     failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
                  "missing": o.missing, "crash": o.crash, "severity": judged[o.module].severity,
-                 "why": judged[o.module].reason} for o in bad]
+                 "why": judged[o.module].reason, "files": _traceback_files(o.traceback)} for o in bad]
     failures += [{"module": f.module, "error_type": "ForeignBuild", "error": f.reason, "severity": "fail",
                   "why": "the interpreter can never load it"} for f in plan.foreign]
     evidence = "\n".join(_failure_lines(bad, unloaded, judged, plan) + notes)
