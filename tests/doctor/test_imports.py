@@ -221,3 +221,36 @@ def test_packages_whose_import_is_mostly_another_one_share_its_worker(tmp_path):
     bound = plan_batches(["t", "v", "big1", "big2"], 4, {"t": 10, "v": 10.5, "big1": 16, "big2": 17},
                          {"v": "t", "big1": "t", "big2": "t"})
     assert sorted(map(sorted, bound)) == [["big1", "t", "v"], ["big2"]]
+
+
+def test_a_run_alone_that_raced_its_batch_over_a_first_import_cache_is_run_again(tmp_path, monkeypatch):
+    """The first import writes a cache as it goes (half, a pause, the rest); every later import reads it. Past the
+    grace, the run alone beside the batch read the half-written file and failed, and that answer stood: a false
+    red that `wh drop` acted on. The batch then imported it: one more run alone, after the batch, decides."""
+    import wheelhouse.doctor.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH_GRACE", 0.5)
+    root = tmp_path / "mods"
+    cache = tmp_path / "cache.json"
+    _pkg(root, "slowcache", f"import json, os, time\nPATH = {str(cache)!r}\n"
+                            "if os.path.exists(PATH):\n    TABLE = json.load(open(PATH))\n"
+                            "else:\n    with open(PATH, 'w') as fh:\n        fh.write('[1, ')\n        fh.flush()\n"
+                            "        time.sleep(2)\n        fh.write('2]')\n    TABLE = [1, 2]\n")
+    _pkg(root, "filler", "X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["slowcache", "filler"], jobs=1, timeout=20, env=env)
+    assert out["slowcache"].ok, out["slowcache"]
+    assert out["filler"].ok
+
+
+def test_a_run_alone_that_fails_as_its_batch_does_stays_a_failure(tmp_path, monkeypatch):
+    import wheelhouse.doctor.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH_GRACE", 0.5)
+    root = tmp_path / "mods"
+    _pkg(root, "slowbroken", "import time\ntime.sleep(1.5)\nraise RuntimeError('broken after a while')\n")
+    _pkg(root, "filler", "X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["slowbroken", "filler"], jobs=1, timeout=20, env=env)
+    assert not out["slowbroken"].ok and out["slowbroken"].isolated
+    assert "broken after a while" in out["slowbroken"].error

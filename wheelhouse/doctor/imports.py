@@ -173,6 +173,8 @@ class _ImportRun:
     alone: set[str] = field(default_factory=set)  # started alone beside its batch (past the grace there)
     waiting: dict[str, list[str]] = field(default_factory=dict)  # top-level name -> modules skipped until it passes
     always: frozenset[str] = frozenset()  # loaded even where their top-level package does not import
+    rechecked: set[str] = field(default_factory=set)  # run alone again: its run alone and its batch disagreed
+    unloaded: dict[str, list[str]] = field(default_factory=dict)  # failed package -> modules left unloaded
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -181,13 +183,27 @@ class _ImportRun:
         return out
 
     def _verdict(self, outcome: ImportOutcome) -> None:
-        if outcome.module in self.results:
-            return  # its batch and its run alone both answered: the first answer stands (see judge)
-        self.results[outcome.module] = outcome
-        self.reporter.advance("imports")
-        under = self.waiting.pop(outcome.module, [])
+        mod = outcome.module
+        if mod in self.results:
+            first = self.results[mod]
+            if outcome.ok and not first.ok and mod in self.alone and mod not in self.rechecked:
+                # Its run alone, started beside its batch past the grace, failed while the batch was still
+                # importing it, and the batch then imported it: the two raced (a cache the first import writes as
+                # it goes). One more run alone, now that the batch is done, is the verdict.
+                self.rechecked.add(mod)
+                del self.results[mod]
+                self.solo.append(mod)
+                if self.unloaded.get(mod):
+                    self.waiting[mod] = self.unloaded.pop(mod)
+            return  # else: its batch and its run alone both answered: the first answer stands (see judge)
+        self.results[mod] = outcome
+        if mod not in self.rechecked:
+            self.reporter.advance("imports")
+        under = self.waiting.pop(mod, [])
         # It failed among others only: now its modules are loaded. Else a package that does not import: the modules
         # under it are not loaded (no verdict of their own), except those asked for in any case (entry modules).
+        if not outcome.ok:
+            self.unloaded[mod] = [m for m in under if m not in self.always]
         under = under if outcome.ok else [m for m in under if m in self.always]
         if under:
             self.batches.append(under)
