@@ -110,6 +110,45 @@ def _watch_code_reads():
 
 _watch_code_reads()
 
+# The files Python code opened for reading (a config, a table, a data file read at import), not yet named by a record.
+_OPENED = []
+
+
+def _watch_opens():
+    """Note every regular file Python code opens for reading in this process (the ``open`` audit event of
+    ``open()``, ``os.open``, ``io.open_code``): what an import reads is evidence as much as its code. A package
+    whose ``__init__`` does ``json.load(open(config))`` fails once that file is corrupted; a verdict reused over it
+    was a false green. Not noted: pseudo-files (/proc, /sys, /dev) and what this process opened for writing (an
+    output, or a cache its first import writes and then reads back: its name may be new every run), nor the
+    doctor's own files (these probes, the run's private code cache: new every run)."""
+    skip = ("/proc/", "/sys/", "/dev/", os.path.join(os.path.dirname(os.path.realpath(__file__)), ""),
+            *((os.path.join(os.path.abspath(_code_folder), ""),) if _code_folder else ()))
+    writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    isfile, abspath, note, written = os.path.isfile, os.path.abspath, _OPENED.append, set()
+
+    def hook(event, args):
+        if event != "open":
+            return
+        try:
+            path, mode, flags = args
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if not isinstance(path, str):
+                return  # a file descriptor
+            path = abspath(path)
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & writing):
+                written.add(path)
+            elif path not in written and not path.startswith(skip) and isfile(path):
+                note(path)
+        except Exception:  # noqa: BLE001 - an audit hook must never break the code it watches
+            pass
+
+    try:
+        sys.addaudithook(hook)
+    except Exception:  # noqa: BLE001 - no hook (an embedding that forbids it): module and mapped files only
+        pass
+
+
 CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"
 
 
@@ -155,6 +194,7 @@ def _share_compiled_code(folder):
 
 
 _code_folder = os.environ.pop(CODE_CACHE_ENV, None)  # the code under test never sees it
+_watch_opens()
 if sys.dont_write_bytecode and _code_folder and os.path.isdir(_code_folder):
     _share_compiled_code(_code_folder)
 
@@ -293,6 +333,9 @@ class Evidence:
         read = len(_CODE_READ)
         out += _CODE_READ[:read]
         del _CODE_READ[:read]
+        opened = len(_OPENED)
+        out += _OPENED[:opened]
+        del _OPENED[:opened]
         if not self._site_named:  # read once: site ran before this process's first import
             self._site_named = True
             out += _startup_site_files()

@@ -538,3 +538,43 @@ def test_a_library_mapped_from_dev_shm_is_evidence(tmp_path, shm_folder):
     after = _doctor(py, tmp_path)
     assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
     assert "whgone_value" in after["native:omega"]["evidence"]
+
+
+@pytest.mark.parametrize("where", ["beside the venv", "in the package, in RECORD"])
+def test_a_file_the_import_reads_changed_after_a_pass_is_a_change(tmp_path, exts, where):
+    """`json.load(open(config))` at import: the config is what the import depends on as much as its code. Reused
+    over a corrupted config, the pass was a false green (an in-package data file only warns in stack:files)."""
+    py = make_venv(tmp_path / "venv")
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    config = "os.path.join(sys.prefix, 'cfg.json')" if where == "beside the venv" else \
+        "os.path.join(os.path.dirname(__file__), 'cfg.json')"
+    files = {f"cfgpkg/_core{SUFFIX}": exts["core"]}
+    if where != "beside the venv":
+        files["cfgpkg/cfg.json"] = b'{"mode": "fast"}'
+    install_dist(py, tmp_path / "wheels", "cfgpkg",
+                 {"cfgpkg/__init__.py": f"import json, os, sys\nfrom ._core import answer\nCONF = json.load(open({config}))\n"},
+                 files)
+    path = (py.parent.parent / "cfg.json") if where == "beside the venv" else site / "cfgpkg" / "cfg.json"
+    path.write_text('{"mode": "fast"}')
+    first = _doctor(py, tmp_path)
+    assert first["native:cfgpkg"]["verdict"] == "ok"
+    path.write_text('{"mode": ')
+    again = _doctor(py, tmp_path)
+    assert again["native:cfgpkg"]["verdict"] == "fail", again["native:cfgpkg"]
+    assert "JSONDecodeError" in again["native:cfgpkg"]["evidence"]
+
+
+def test_a_file_the_import_writes_then_reads_back_does_not_make_every_rerun_a_first_run(tmp_path, exts):
+    """A cache the first import writes under a new name every run, and reads back: not evidence (a re-run would
+    execute it again every time), and the doctor's own files (its probes, its code cache) are none either."""
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "wheels", "cachepkg",
+                 {"cachepkg/__init__.py": "import os, tempfile\nfrom ._core import answer\n"
+                                          "fd, p = tempfile.mkstemp()\nos.write(fd, b'1')\nos.close(fd)\n"
+                                          "VALUE = open(p).read()\nos.unlink(p)\n"},
+                 {f"cachepkg/_core{SUFFIX}": exts["core"]})
+    first = _doctor(py, tmp_path, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert first["native:cachepkg"]["verdict"] == "ok"
+    again = _doctor(py, tmp_path, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert _executed(again, "native:cachepkg") == set(), again["native:cachepkg"]
