@@ -17,6 +17,11 @@ is what the engine gets. A module that fails only as a circular import back
 into itself is imported again through the sibling module the cycle runs through
 (``via``), as its package does. A module imported by name alone (no FILE) also
 reports what its import loaded (``reached``: the names new in sys.modules).
+``MOD@library=FILE``: FILE is a library its package loads by path (no Python init function:
+``torch.ops.load_library``, ctypes), named after its place (``torchvision._C@library``). Its
+top-level package is imported; if that import mapped FILE, it loaded; else it is loaded here as
+``torch.ops.load_library`` loads it (``ctypes.CDLL``: every symbol bound now), and the record says
+whether the package's import had asked for it (``library_load``: a failure it swallowed).
 A dotted name under a top-level name that failed to import earlier in the same
 process is not imported (a ``skipped`` record). Each result record carries ``deps``: the files (with their identities) the
 process loaded since the previous record, for the doctor's verdict cache.
@@ -46,6 +51,73 @@ def _real(path):
         return os.path.realpath(path)
     except (OSError, TypeError, ValueError):
         return None
+
+
+_LIBRARY = "@library"
+_DLOPENED = set()  # what ctypes was asked to load (torch.ops.load_library goes through it), by real path
+
+
+def _watch_dlopens():
+    def hook(event, args):
+        if event != "ctypes.dlopen":
+            return
+        try:
+            name = args[0]
+            name = os.fsdecode(name) if isinstance(name, bytes) else name
+            if isinstance(name, str) and os.sep in name:
+                _DLOPENED.add(_real(name))
+        except Exception:  # noqa: BLE001 - an audit hook must never break the code it watches
+            pass
+
+    try:
+        sys.addaudithook(hook)
+    except Exception:  # noqa: BLE001 - no hook: every library counts as loaded on demand
+        pass
+
+
+_watch_dlopens()
+
+
+def _mapped(real):
+    """Is file ``real`` mapped into this process (None: the maps cannot be read)?"""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split(None, 5)[5].rstrip("\n") for line in fh if line.count(" ") >= 5 and "/" in line}
+    except (OSError, IndexError):
+        return None
+    return real in paths or any(_real(p) == real for p in paths if os.path.basename(p) == os.path.basename(real))
+
+
+def _probe_library(name, path):
+    """A library its package loads by path: loaded by the package's import, or loadable here (RTLD_NOW)."""
+    rec = {"event": "result", "module": name, "ok": False, "found": True, "origin": path, "error_type": None,
+           "error": None, "missing": None, "traceback": None}
+    t0 = time.monotonic()
+    top = name.split(".", 1)[0]
+    try:
+        importlib.import_module(top)
+    except BaseException as exc:  # noqa: BLE001 - its package's own verdict says why
+        rec.update(error_type=type(exc).__name__, error="its package %s does not import: %s" % (top, exc),
+                   library_load="its package does not import")
+        rec["seconds"] = round(time.monotonic() - t0, 4)
+        return rec
+    real = _real(path)
+    asked = real in _DLOPENED
+    if _mapped(real):
+        rec.update(ok=True, library_load="loaded by its package's import" if asked else "loaded (already mapped)")
+    else:
+        try:
+            import ctypes
+
+            ctypes.CDLL(path)
+            rec.update(ok=True, library_load="its package's import asked for it and it loads here" if asked else
+                       "loaded on demand: its package's import does not load it; it loads here")
+        except OSError as exc:
+            rec.update(error_type="OSError", error=str(exc),
+                       library_load="asked for by its package's import, which went on without it" if asked else
+                       "loaded on demand: its package's import does not load it")
+    rec["seconds"] = round(time.monotonic() - t0, 4)
+    return rec
 
 
 def _file_of(obj):
@@ -225,7 +297,7 @@ def main(args):
             _emit({"event": "skipped", "module": name, "because": top})
             continue
         _emit({"event": "start", "module": name})
-        rec = _probe(name, path if sep else None)
+        rec = _probe_library(name, path) if name.endswith(_LIBRARY) else _probe(name, path if sep else None)
         if "." not in name and not rec.get("ok"):
             failed.add(name)
         # What this process has loaded that no earlier record named: a verdict depends on every file loaded

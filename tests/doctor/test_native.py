@@ -166,8 +166,10 @@ def test_a_library_its_package_loads_by_path_is_link_checked_not_imported_by_nam
     assert r.verdict == "ok", r.evidence
     # _ctroot.so at the top of site-packages is no top-level module either: only a library provides that name.
     assert r.data["modules"] == ["ctlib"] and sorted(r.data["libraries"]) == ["_ctroot.so", "ctlib/_C.so"]
-    assert "library, link-checked by sharedlibs (no PyInit_, not imported by name): " in r.evidence
+    assert "library its package loads by path (no Python init function, not imported by name; " in r.evidence
     assert "ctlib/_C.so" in r.evidence
+    # ctlib/_C.so loads after ctlib's import (ld.so binds every symbol): said so; _ctroot.so has no package
+    assert "libraries loaded after its package's import (1): ctlib/_C.so" in r.evidence
     assert "0 extension module(s), 2 libraries" in r.title and r.evidence.startswith("imported ctlib and loaded 0")
 
 

@@ -30,10 +30,10 @@ def _console(stderr: bool) -> Console:
     from rich.console import Console
 
     no_color = bool(os.environ.get("NO_COLOR")) or None
-    con = Console(stderr=stderr, no_color=no_color, highlight=False)
+    con = Console(stderr=stderr, no_color=no_color, highlight=False, emoji=False)
     if not con.is_terminal:
         # A CI log or a file: no hard wrapping at 80 columns, a long name or path is never split.
-        con = Console(stderr=stderr, no_color=no_color, highlight=False, soft_wrap=True)
+        con = Console(stderr=stderr, no_color=no_color, highlight=False, soft_wrap=True, emoji=False)
     return con
 
 

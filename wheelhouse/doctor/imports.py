@@ -52,6 +52,7 @@ class ImportOutcome:
     seconds: float = 0.0
     isolated: bool = False  # the verdict comes from a process that imported only this module
     reused_since: str | None = None  # from the verdict cache: executed then, nothing it loaded changed since
+    library_load: str | None = None  # a library loaded by path (MOD@library): how it loaded, or why it did not
     # A failure in a process of its own: (the files that process loaded until it failed, its record), what keys
     # it in the verdict cache should its check judge it an optional warning (VerdictCache.store_warning).
     evidence: tuple[tuple, Mapping] | None = field(default=None, compare=False, repr=False)
@@ -153,7 +154,7 @@ def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None
         module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
         error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
         covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
-        reached=tuple(str(m) for m in rec.get("reached") or ()),
+        reached=tuple(str(m) for m in rec.get("reached") or ()), library_load=rec.get("library_load"),
         seconds=float(rec.get("seconds") or 0), isolated=isolated, reused_since=reused_since,
     )
 

@@ -141,6 +141,7 @@ class LoadPlan:
     other_builds: tuple[str, ...] = ()  # another target's build beside a loadable one (RECORD paths): never loaded
     shadowed: tuple[tuple[str, str], ...] = ()  # (file never loaded, the file the import system takes instead)
     count: int = 0  # extension module files (for this interpreter or another), libraries not counted
+    library_keys: dict[str, str] = field(default_factory=dict)  # "pkg._C@library" -> its RECORD path: load-checked
 
 
 def is_extension_module(path: str | Path) -> bool:
@@ -226,8 +227,15 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
             other_builds.append(relpath)  # this interpreter's build of the same module is what loads
         else:
             foreign.append(foreign_by_name(relpath, tag, module, here))
+    # A library its package loads by path (torch.ops.load_library: torchvision's _C.so, xformers', torchaudio's) is
+    # loaded after its package's import, as that loads it: an undefined torch symbol (a build for another torch)
+    # shows only there; its package's import swallows the error and the ops it registers are missing.
+    library_keys = {f"{_module_of_path(rel)}{LIBRARY_SUFFIX}": rel for rel in libraries if "/" in rel
+                    and all(p.isidentifier() for p in rel.split("/")[:-1]) and os.path.isfile(location / rel)}
+    files.update({key: str(location / rel) for key, rel in library_keys.items()})
     return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing, relpaths, tuple(foreign),
-                    tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions))
+                    tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions),
+                    library_keys)
 
 
 # The reason of a warning --strict does not count (the report says "not counted by --strict", from ``strict``).
@@ -290,12 +298,43 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
     if plan.other_builds:
         out.append("another target's build, never loaded here: " + ", ".join(plan.other_builds))
     if plan.libraries:
-        out.append("library, link-checked by sharedlibs (no PyInit_, not imported by name): "
-                   + ", ".join(plan.libraries))
+        out.append("library its package loads by path (no Python init function, not imported by name; loaded "
+                   "after its package's import, links checked by sharedlibs): " + ", ".join(plan.libraries))
     return out
 
 
+LIBRARY_SUFFIX = "@library"  # the import probe's name for a library loaded by path (doctor/probes/imports.py)
+_NOT_FOUND = "cannot open shared object file"  # a missing DT_NEEDED library: the sharedlibs check judges it
+
+
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
+             data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
+    """The distribution's verdict on its modules (:func:`_module_verdict`), then on its libraries loaded by path:
+    one its package's import asked for and that does not load is a fail (the package went on without it: what
+    it registers is missing); one loaded only on demand that does not load is a warning --strict counts. A
+    library missing is the sharedlibs check's (not judged twice)."""
+    result = _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)
+    failed = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
+              and not o.ok and _NOT_FOUND not in (o.error or "") and o.library_load != "its package does not import"]
+    loaded = [rel for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
+    evidence = result.evidence
+    if loaded:
+        evidence += f"\nlibraries loaded after its package's import ({len(loaded)}): {', '.join(loaded[:_SHOWN])}"
+    if not failed:
+        return replace(result, evidence=evidence) if loaded else result
+    asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
+    lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
+    verdict = "fail" if asked or result.verdict == "fail" else "warn"
+    hint = result.hint if result.verdict == "fail" else (
+        f"{d.name}'s library was built for other libraries than these (an undefined symbol: another torch?): "
+        f"install a build of {d.name} that matches them")
+    payload = {**(result.data or {}), "library_failures": [{"path": rel, "error": o.error, "how": o.library_load}
+                                                          for rel, o in failed]}
+    return replace(result, verdict=verdict, evidence=evidence + "\n" + "\n".join(lines), hint=hint, data=payload,
+                   strict=True)
+
+
+def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
              data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
     """``installed``: every distribution, by canonical name; ``reach``: what the stack loads."""
     cid = f"native:{d.key}"
@@ -399,8 +438,9 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     if planned is not None:
         trace_span("native:planned", time.monotonic())
         planned.set()  # from here on this thread mostly waits for its import processes
-    outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops]],
-                     ctx, files, always=[m for m in tops if "." in m])
+    libraries = [key for p in plans.values() for key in p.library_keys]
+    outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops],
+                      *libraries], ctx, files, always=[m for m in tops if "." in m])
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
     outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
