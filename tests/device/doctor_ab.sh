@@ -14,7 +14,8 @@
 # emptied (the disk warm; a third build C, D... joins each round, the order rotating): one line per run with its
 # seconds, verdict counts and the slowest groups' spans, the medians, and the checks whose verdicts differ from
 # A's (there should be none). PROFILE=1 and a py-spy next to this script (.device/py-spy): one more run of B
-# under `py-spy record --gil`, to $OUT/profgil.txt. Exit 1 when a doctor failed to run or two judged differently.
+# under `py-spy record --gil`, to $OUT/profgil.txt. COLD=1: the page cache is dropped before every run, so each
+# stands for a fresh box. Exit 1 when a doctor failed to run or two judged differently.
 set -u
 WH_DIR=$(realpath "${1:?usage: doctor_ab.sh WHEELHOUSE A.whl B.whl [C.whl ...]}")
 shift
@@ -41,6 +42,9 @@ doctor() {  # doctor a|b TAG [PREFIX...]: one run with empty caches, its report 
   shift 2
   export WH_CACHE_DIR="$WORK/cache-$tag"
   rm -rf "$WH_CACHE_DIR"
+  if [ "${COLD:-0}" = 1 ]; then  # every run a fresh box's: the page cache emptied (root, a writable /proc/sys)
+    sync; echo 3 2>/dev/null >/proc/sys/vm/drop_caches || echo "== $tag: the page cache cannot be dropped here"
+  fi
   t0=$(date +%s.%N)
   WH_DOCTOR_TRACE="$OUT/trace-$tag.jsonl" "$@" "$WORK/wh-$v/bin/wh" doctor --python "$PY" --json >"$OUT/$tag.json" 2>"$OUT/$tag.err"
   rc=$?
