@@ -22,6 +22,8 @@ reports what its import loaded (``reached``: the names new in sys.modules).
 top-level package is imported; if that import mapped FILE, it loaded; else it is loaded here as
 ``torch.ops.load_library`` loads it (``ctypes.CDLL``: every symbol bound now), and the record says
 whether the package's import had asked for it (``library_load``: a failure it swallowed).
+``MOD@library-asked=FILE``: the same, but FILE is loaded here only where the package's import asked
+for it (a plugin of another program is not loaded into a process it was not made for).
 A dotted name under a top-level name that failed to import earlier in the same
 process is not imported (a ``skipped`` record). Each result record carries ``deps``: the files (with their identities) the
 process loaded since the previous record, for the doctor's verdict cache.
@@ -54,6 +56,7 @@ def _real(path):
 
 
 _LIBRARY = "@library"
+_ASKED_ONLY = "@library-asked"
 _DLOPENED = set()  # what ctypes was asked to load (torch.ops.load_library goes through it), by real path
 
 
@@ -105,6 +108,8 @@ def _probe_library(name, path):
     asked = real in _DLOPENED
     if _mapped(real):
         rec.update(ok=True, library_load="loaded by its package's import" if asked else "loaded (already mapped)")
+    elif not asked and name.endswith(_ASKED_ONLY):
+        rec.update(ok=True, library_load="not loaded: its package's import does not load it (on demand)")
     else:
         try:
             import ctypes
@@ -297,7 +302,8 @@ def main(args):
             _emit({"event": "skipped", "module": name, "because": top})
             continue
         _emit({"event": "start", "module": name})
-        rec = _probe_library(name, path) if name.endswith(_LIBRARY) else _probe(name, path if sep else None)
+        rec = _probe_library(name, path) if name.endswith((_LIBRARY, _ASKED_ONLY)) else \
+            _probe(name, path if sep else None)
         if "." not in name and not rec.get("ok"):
             failed.add(name)
         # What this process has loaded that no earlier record named: a verdict depends on every file loaded

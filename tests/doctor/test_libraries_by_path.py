@@ -40,7 +40,14 @@ def libs(tmp_path_factory) -> dict[str, bytes]:
     build = tmp_path_factory.mktemp("libs")
     (build / "libdep.c").write_text("int dep(void) { return 1; }\n")
     _gcc(["-shared", "-fPIC", str(build / "libdep.c"), "-o", str(build / "libwhgone.so")])
+    # a stand-in libc10.so, found through the library's RUNPATH: what makes a library a torch op library
+    (build / "c10").mkdir()
+    _gcc(["-shared", "-fPIC", str(build / "libdep.c"), "-o", str(build / "c10" / "libc10.so")])
+    torch_op = ("extern int dep(void);\nextern int abi_v2_symbol(void);\n"
+                "int nms(void) { return dep() + abi_v2_symbol(); }\n")
     return {
+        "torch_undef": _lib(build, "torch_undef", torch_op, f"-L{build / 'c10'}", "-lc10",
+                            f"-Wl,-rpath,{build / 'c10'}", "-Wl,--no-as-needed"),
         "ok": _lib(build, "ok", "int nms(void) { return 42; }\n"),
         # built against another ABI: a symbol nothing defines (an undefined torch symbol)
         "undef": _lib(build, "undef", "extern int abi_v2_symbol(void);\nint nms(void) { return abi_v2_symbol(); }\n"),
@@ -72,11 +79,20 @@ def test_a_library_its_package_asks_for_at_import_that_does_not_load_is_a_fail(t
     assert "matches them" in r.hint
 
 
-def test_a_library_loaded_only_on_demand_that_does_not_load_is_a_warning_strict_counts(tmp_path, libs):
-    py = _venv(tmp_path, libs, "undef", "")
+def test_a_torch_op_library_loaded_only_on_demand_that_does_not_load_is_a_warning_strict_counts(tmp_path, libs):
+    # It links libc10: made to be loaded into a torch process (torch.ops.load_library), so wh loads it there.
+    py = _venv(tmp_path, libs, "torch_undef", "")
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:tvlike")
     assert r is not None and r.verdict == "warn" and r.strict, r
     assert "loaded on demand" in r.evidence and "abi_v2_symbol" in r.evidence
+
+
+def test_another_library_loaded_only_on_demand_is_not_loaded_into_the_probe(tmp_path, libs):
+    # No torch op library (a plugin of some other program, say): not loaded where nothing asked for it.
+    py = _venv(tmp_path, libs, "undef", "")
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:tvlike")
+    assert r is not None and r.verdict == "ok", r
+    assert "libraries loaded only on demand, not loaded here" in r.evidence and "tvlike/_C.so" in r.evidence
 
 
 def test_a_library_that_loads_is_ok_and_said_so(tmp_path, libs):
@@ -84,7 +100,10 @@ def test_a_library_that_loads_is_ok_and_said_so(tmp_path, libs):
         py = _venv(tmp_path / how.replace(" ", "-"), libs, "ok", init)
         r = run_doctor(str(py), checks=["native"], timeout=20).get("native:tvlike")
         assert r is not None and r.verdict == "ok", (how, r)
-        assert "libraries loaded after its package's import (1): tvlike/_C.so" in r.evidence
+        if how == "at import":
+            assert "libraries loaded after its package's import (1): tvlike/_C.so" in r.evidence
+        else:
+            assert "libraries loaded only on demand, not loaded here" in r.evidence
 
 
 def test_a_library_missing_a_needed_library_is_left_to_sharedlibs(tmp_path, libs):

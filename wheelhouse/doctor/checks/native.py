@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
-from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit
+from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit, read_elf
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.fatbin import device_code, sm_number
@@ -230,8 +230,12 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
     # A library its package loads by path (torch.ops.load_library: torchvision's _C.so, xformers', torchaudio's) is
     # loaded after its package's import, as that loads it: an undefined torch symbol (a build for another torch)
     # shows only there; its package's import swallows the error and the ops it registers are missing.
-    library_keys = {f"{_module_of_path(rel)}{LIBRARY_SUFFIX}": rel for rel in libraries if "/" in rel
-                    and all(p.isidentifier() for p in rel.split("/")[:-1]) and os.path.isfile(location / rel)}
+    # A torch op library (it links libtorch/libc10) is made to be loaded into any torch process, so one its
+    # package's import does not load is loaded too; any other library only where its package's import asks for it
+    # (a plugin of another program is not loaded into a process it was not made for).
+    library_keys = {f"{_module_of_path(rel)}{LIBRARY_SUFFIX if _links_torch(location / rel) else ASKED_ONLY}": rel
+                    for rel in libraries if "/" in rel and all(p.isidentifier() for p in rel.split("/")[:-1])
+                    and os.path.isfile(location / rel)}
     files.update({key: str(location / rel) for key, rel in library_keys.items()})
     return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing, relpaths, tuple(foreign),
                     tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions),
@@ -304,6 +308,15 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
 
 
 LIBRARY_SUFFIX = "@library"  # the import probe's name for a library loaded by path (doctor/probes/imports.py)
+ASKED_ONLY = "@library-asked"  # ... loaded by the probe only where its package's import asked for it
+
+
+def _links_torch(path: Path) -> bool:
+    """Does the library link libtorch or libc10 (a torch op library, ``torch.ops.load_library``'s kind)?"""
+    try:
+        return any(n.startswith(("libtorch", "libc10")) for n in read_elf(path).needed)
+    except BadElf:
+        return False
 _NOT_FOUND = "cannot open shared object file"  # a missing DT_NEEDED library: the sharedlibs check judges it
 
 
@@ -316,12 +329,17 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     result = _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)
     failed = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
               and not o.ok and _NOT_FOUND not in (o.error or "") and o.library_load != "its package does not import"]
-    loaded = [rel for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
+    checked = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
+    loaded = [rel for rel, o in checked if not (o.library_load or "").startswith("not loaded")]
+    later = [rel for rel, o in checked if (o.library_load or "").startswith("not loaded")]
     evidence = result.evidence
     if loaded:
         evidence += f"\nlibraries loaded after its package's import ({len(loaded)}): {', '.join(loaded[:_SHOWN])}"
+    if later:
+        evidence += (f"\nlibraries loaded only on demand, not loaded here (no torch op library; links checked by "
+                     f"sharedlibs) ({len(later)}): {', '.join(later[:_SHOWN])}")
     if not failed:
-        return replace(result, evidence=evidence) if loaded else result
+        return replace(result, evidence=evidence) if checked else result
     asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
     lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
     verdict = "fail" if asked or result.verdict == "fail" else "warn"
