@@ -55,6 +55,7 @@ def libs(tmp_path_factory) -> dict[str, bytes]:
         "gone": _lib(build, "gone", "extern int dep(void);\nint nms(void) { return dep(); }\n",
                      f"-L{build}", "-lwhgone"),
         "core": _ext(build, "_core"),
+        "c10_dir": str(build / "c10"),
     }
 
 
@@ -124,3 +125,20 @@ def test_a_check_id_with_colons_prints_as_written(tmp_path, libs):
                          capture_output=True, text=True, env={**env, "WH_CACHE_DIR": str(tmp_path / "c")})
     assert "native:tv:" in out.stdout + out.stderr, out.stdout + out.stderr
     assert "\N{TELEVISION}" not in out.stdout + out.stderr
+
+
+def test_a_torch_op_library_whose_load_crashes_the_process_is_not_judged(tmp_path, libs):
+    # Loaded beside what its package loaded, a second library registering the same op namespace makes torch
+    # abort: that says nothing of the library, so no warning; the evidence says it was not judged.
+    build = tmp_path / "build"
+    build.mkdir()
+    crash = _lib(build, "crash", "#include <stdlib.h>\nextern int dep(void);\n"
+                 "__attribute__((constructor)) static void init(void) { abort(); }\nint nms(void) { return dep(); }\n",
+                 f"-L{Path(libs['c10_dir'])}", "-lc10", f"-Wl,-rpath,{libs['c10_dir']}", "-Wl,--no-as-needed")
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "tvlike", {"tvlike/__init__.py": "from ._core import answer\n"},
+                 {"tvlike/_C.so": crash,
+                  f"tvlike/_core{__import__('sysconfig').get_config_var('EXT_SUFFIX')}": libs["core"]})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:tvlike")
+    assert r is not None and r.verdict == "ok", r
+    assert "libraries not judged here" in r.evidence and "tvlike/_C.so" in r.evidence

@@ -327,8 +327,14 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     it registers is missing); one loaded only on demand that does not load is a warning --strict counts. A
     library missing is the sharedlibs check's (not judged twice)."""
     result = _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)
+    # Judged: a dlopen that fails (OSError: an undefined symbol, a missing symbol version). Not judged here: a
+    # needed library missing (sharedlibs'), a package that does not import (its own verdict), a load that crashed
+    # or hung the process (loading it beside what its package loaded may register the same ops twice: torch
+    # aborts; that says nothing of the library).
     failed = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
-              and not o.ok and _NOT_FOUND not in (o.error or "") and o.library_load != "its package does not import"]
+              and not o.ok and o.error_type == "OSError" and _NOT_FOUND not in (o.error or "")]
+    unjudged = [rel for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
+                and not o.ok and (o.error_type != "OSError" or _NOT_FOUND in (o.error or ""))]
     checked = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
     loaded = [rel for rel, o in checked if not (o.library_load or "").startswith("not loaded")]
     later = [rel for rel, o in checked if (o.library_load or "").startswith("not loaded")]
@@ -338,8 +344,11 @@ def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutco
     if later:
         evidence += (f"\nlibraries loaded only on demand, not loaded here (no torch op library; links checked by "
                      f"sharedlibs) ({len(later)}): {', '.join(later[:_SHOWN])}")
+    if unjudged:
+        evidence += (f"\nlibraries not judged here ({len(unjudged)}: a needed library missing, for sharedlibs; or "
+                     f"the load crashed beside its package's own): {', '.join(unjudged[:_SHOWN])}")
     if not failed:
-        return replace(result, evidence=evidence) if checked else result
+        return replace(result, evidence=evidence) if checked or unjudged else result
     asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
     lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
     verdict = "fail" if asked or result.verdict == "fail" else "warn"
