@@ -191,6 +191,9 @@ def _record_facts(dist, path):
             continue
         except Exception:  # noqa: BLE001
             continue
+        if stat.S_ISDIR(st.st_mode):
+            missing.append(rel + " (a folder in its place)")  # no file there to import or load
+            continue
         # The same stat tells the size: a file cut short (a truncated .so) no longer matches its RECORD row.
         size = getattr(f, "size", None)
         if size is not None and stat.S_ISREG(st.st_mode) and st.st_size != size:

@@ -186,3 +186,13 @@ def test_a_record_importlib_metadata_refuses_is_unreadable_and_one_it_reads_list
     assert "cannot be read" in lines["badsize"] and "six" in lines["badsize"]
     assert "1 file(s) its RECORD lists are not on disk: gone/missing.py" in lines["gone"]
     assert "dotted" not in r.evidence
+
+
+def test_a_folder_in_place_of_a_file_its_record_lists_is_not_on_disk(tmp_path):
+    # install:records said "every file their RECORD lists is on disk" while stack:files said missing.
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "w", "folded", {"folded/__init__.py": "X = 1\n", "folded/util.py": "Y = 2\n"}, {})
+    (site / "folded" / "util.py").unlink()
+    (site / "folded" / "util.py").mkdir()
+    r = run_doctor(str(py), checks=["install"], timeout=20).get("install:records")
+    assert r is not None and r.verdict in ("fail", "warn") and "folded/util.py (a folder in its place)" in r.evidence, r
