@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
-from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit, read_elf
+from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.fatbin import device_code, sm_number
@@ -61,6 +61,7 @@ from wheelhouse.doctor.loaderevidence import loader_witness
 from wheelhouse.doctor.probes import trace_span
 from wheelhouse.target.gpu import Gpu
 from .context import DoctorContext, Distribution, reinstall_command
+from .libraries import judge_libraries, library_probes
 from .sharedlibs import gather_loader_facts, load_optional
 
 __all__ = ["GROUP", "CHECKS", "run", "native_distributions", "NotLoaded", "LoadPlan", "variant_for_other_gpu",
@@ -227,15 +228,7 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
             other_builds.append(relpath)  # this interpreter's build of the same module is what loads
         else:
             foreign.append(foreign_by_name(relpath, tag, module, here))
-    # A library its package loads by path (torch.ops.load_library: torchvision's _C.so, xformers', torchaudio's) is
-    # loaded after its package's import, as that loads it: an undefined torch symbol (a build for another torch)
-    # shows only there; its package's import swallows the error and the ops it registers are missing.
-    # A torch op library (it links libtorch/libc10) is made to be loaded into any torch process, so one its
-    # package's import does not load is loaded too; any other library only where its package's import asks for it
-    # (a plugin of another program is not loaded into a process it was not made for).
-    library_keys = {f"{_module_of_path(rel)}{LIBRARY_SUFFIX if _links_torch(location / rel) else ASKED_ONLY}": rel
-                    for rel in libraries if "/" in rel and all(p.isidentifier() for p in rel.split("/")[:-1])
-                    and os.path.isfile(location / rel)}
+    library_keys = library_probes(location, libraries, _module_of_path)
     files.update({key: str(location / rel) for key, rel in library_keys.items()})
     return LoadPlan(tuple(modules), files, tuple(skipped), tuple(libraries), missing, relpaths, tuple(foreign),
                     tuple(other_builds), tuple(shadowed), len(extensions) - len(libraries) + len(d.foreign_extensions),
@@ -307,62 +300,16 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
     return out
 
 
-LIBRARY_SUFFIX = "@library"  # the import probe's name for a library loaded by path (doctor/probes/imports.py)
-ASKED_ONLY = "@library-asked"  # ... loaded by the probe only where its package's import asked for it
-
-
-def _links_torch(path: Path) -> bool:
-    """Does the library link libtorch or libc10 (a torch op library, ``torch.ops.load_library``'s kind)?"""
-    try:
-        return any(n.startswith(("libtorch", "libc10")) for n in read_elf(path).needed)
-    except BadElf:
-        return False
-_NOT_FOUND = "cannot open shared object file"  # a missing DT_NEEDED library: the sharedlibs check judges it
-
-
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
              data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
-    """The distribution's verdict on its modules (:func:`_module_verdict`), then on its libraries loaded by path:
-    one its package's import asked for and that does not load is a fail (the package went on without it: what
-    it registers is missing); one loaded only on demand that does not load is a warning --strict counts. A
-    library missing is the sharedlibs check's (not judged twice)."""
-    result = _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)
-    # Judged: a dlopen that fails (OSError: an undefined symbol, a missing symbol version). Not judged here: a
-    # needed library missing (sharedlibs'), a package that does not import (its own verdict), a load that crashed
-    # or hung the process (loading it beside what its package loaded may register the same ops twice: torch
-    # aborts; that says nothing of the library).
-    failed = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
-              and not o.ok and o.error_type == "OSError" and _NOT_FOUND not in (o.error or "")]
-    unjudged = [rel for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None
-                and not o.ok and (o.error_type != "OSError" or _NOT_FOUND in (o.error or ""))]
-    checked = [(rel, o) for key, rel in plan.library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
-    loaded = [rel for rel, o in checked if not (o.library_load or "").startswith("not loaded")]
-    later = [rel for rel, o in checked if (o.library_load or "").startswith("not loaded")]
-    evidence = result.evidence
-    if loaded:
-        evidence += f"\nlibraries loaded after its package's import ({len(loaded)}): {', '.join(loaded[:_SHOWN])}"
-    if later:
-        evidence += (f"\nlibraries loaded only on demand, not loaded here (no torch op library; links checked by "
-                     f"sharedlibs) ({len(later)}): {', '.join(later[:_SHOWN])}")
-    if unjudged:
-        evidence += (f"\nlibraries not judged here ({len(unjudged)}: a needed library missing, for sharedlibs; or "
-                     f"the load crashed beside its package's own): {', '.join(unjudged[:_SHOWN])}")
-    if not failed:
-        return replace(result, evidence=evidence) if checked or unjudged else result
-    asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
-    lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
-    verdict = "fail" if asked or result.verdict == "fail" else "warn"
-    hint = result.hint if result.verdict == "fail" else (
-        f"{d.name}'s library was built for other libraries than these (an undefined symbol: another torch?): "
-        f"install a build of {d.name} that matches them")
-    payload = {**(result.data or {}), "library_failures": [{"path": rel, "error": o.error, "how": o.library_load}
-                                                          for rel, o in failed]}
-    return replace(result, verdict=verdict, evidence=evidence + "\n" + "\n".join(lines), hint=hint, data=payload,
-                   strict=True)
+    """The distribution's verdict on its modules, then on the libraries its package loads by path."""
+    return judge_libraries(d, plan.library_keys, outcomes,
+                           _module_verdict(d, plan, outcomes, reach, data, installed, reinstall))
 
 
 def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
-             data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
+                    data: OptionalData, installed: Mapping[str, Distribution],
+                    reinstall: str | None = None) -> CheckResult:
     """``installed``: every distribution, by canonical name; ``reach``: what the stack loads."""
     cid = f"native:{d.key}"
     mods = list(plan.modules)
