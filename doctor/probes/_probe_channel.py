@@ -14,7 +14,7 @@ import stat
 import sys
 import traceback
 
-__all__ = ["MARKER", "CODE_CACHE_ENV", "emit", "error_record", "Evidence", "names_digest"]
+__all__ = ["MARKER", "CODE_CACHE_ENV", "emit", "error_record", "Evidence", "names_digest", "written_files"]
 
 MARKER = "@@WH-PROBE@@"
 
@@ -110,8 +110,15 @@ def _watch_code_reads():
 
 _watch_code_reads()
 
-# The files Python code opened for reading (a config, a table, a data file read at import), not yet named by a record.
+# The files Python code opened for reading (a config, a table, a data file read at import), not yet named by a record,
+# and every file this process opened for writing (never evidence: it writes them itself, before or after a read).
 _OPENED = []
+_WRITTEN = set()
+
+
+def written_files():
+    """Every file this process opened for writing so far (sorted): none of them is evidence of a verdict."""
+    return sorted(_WRITTEN)
 
 
 def _watch_opens():
@@ -124,7 +131,7 @@ def _watch_opens():
     skip = ("/proc/", "/sys/", "/dev/", os.path.join(os.path.dirname(os.path.realpath(__file__)), ""),
             *((os.path.join(os.path.abspath(_code_folder), ""),) if _code_folder else ()))
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    isfile, abspath, note, written = os.path.isfile, os.path.abspath, _OPENED.append, set()
+    isfile, abspath, note, written = os.path.isfile, os.path.abspath, _OPENED.append, _WRITTEN
 
     def hook(event, args):
         if event != "open":
@@ -334,7 +341,7 @@ class Evidence:
         out += _CODE_READ[:read]
         del _CODE_READ[:read]
         opened = len(_OPENED)
-        out += _OPENED[:opened]
+        out += [p for p in _OPENED[:opened] if p not in _WRITTEN]  # read, then written by this process: its own
         del _OPENED[:opened]
         if not self._site_named:  # read once: site ran before this process's first import
             self._site_named = True

@@ -35,7 +35,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
-from _probe_channel import Evidence, emit  # noqa: E402 - first: it takes this folder off sys.path again
+from _probe_channel import Evidence, emit, written_files  # noqa: E402 - first: it takes this folder off sys.path
 
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
@@ -91,6 +91,19 @@ def _mapped(real):
     return real in paths or any(_real(p) == real for p in paths if os.path.basename(p) == os.path.basename(real))
 
 
+def _loaded_instead(top, real):
+    """Another library of package ``top`` its import asked for and that is mapped: a package that tries one build
+    per ABI or CUDA version and keeps the first that loads went past ``real`` (None: it loaded none)."""
+    try:
+        folder = os.path.dirname(_real(vars(sys.modules[top])["__file__"])) + os.sep
+    except Exception:  # noqa: BLE001 - a namespace package, an odd module: no folder to look in
+        return None
+    for other in sorted(p for p in _DLOPENED if p and p != real and p.startswith(folder)):
+        if _mapped(other):
+            return other[len(folder):]
+    return None
+
+
 def _probe_library(name, path):
     """A library its package loads by path: loaded by the package's import, or loadable here (RTLD_NOW)."""
     rec = {"event": "result", "module": name, "ok": False, "found": True, "origin": path, "error_type": None,
@@ -118,8 +131,10 @@ def _probe_library(name, path):
             rec.update(ok=True, library_load="its package's import asked for it and it loads here" if asked else
                        "loaded on demand: its package's import does not load it; it loads here")
         except OSError as exc:
+            instead = _loaded_instead(top, real) if asked else None
             rec.update(error_type="OSError", error=str(exc),
-                       library_load="asked for by its package's import, which went on without it" if asked else
+                       library_load=("its package's import tried it and loaded another build instead: " + instead)
+                       if instead else "asked for by its package's import, which went on without it" if asked else
                        "loaded on demand: its package's import does not load it")
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
@@ -310,7 +325,8 @@ def main(args):
         # before it in this process, so the doctor's cache keys it by all records' "deps" up to its own.
         rec["deps"] = evidence.new()
         _emit(rec)
-    _emit({"event": "done"})
+    # What this process wrote (a state file an import reads, then rewrites from a thread): no evidence of any record.
+    _emit({"event": "done", "written": written_files()})
     try:
         sys.stdout.flush()
         sys.stderr.flush()

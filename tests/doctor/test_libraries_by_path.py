@@ -142,3 +142,17 @@ def test_a_torch_op_library_whose_load_crashes_the_process_is_not_judged(tmp_pat
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:tvlike")
     assert r is not None and r.verdict == "ok", r
     assert "libraries not judged here" in r.evidence and "tvlike/_C.so" in r.evidence
+
+
+def test_a_build_its_package_tried_and_passed_over_for_another_is_no_failure(tmp_path, libs):
+    # One build per ABI: the package tries the newer one, falls back to the older, which loads. Nothing is missing.
+    init = ('import ctypes, os\nLOADED = None\nfor cand in ("_C_v2.so", "_C_v1.so"):\n    try:\n'
+            '        ctypes.CDLL(os.path.join(os.path.dirname(__file__), cand))\n        LOADED = cand\n        break\n'
+            '    except OSError:\n        pass\nassert LOADED\nfrom ._core import answer\n')
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "fb", {"fb/__init__.py": init},
+                 {"fb/_C_v1.so": libs["ok"], "fb/_C_v2.so": libs["undef"],
+                  f"fb/_core{__import__('sysconfig').get_config_var('EXT_SUFFIX')}": libs["core"]})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:fb")
+    assert r is not None and r.verdict == "ok", r
+    assert "passed over, loading another" in r.evidence and "fb/_C_v2.so" in r.evidence

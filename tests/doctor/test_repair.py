@@ -168,3 +168,26 @@ def test_an_importer_whose_call_fails_inside_a_requirement_that_imports_alone_is
     r = wh("drop", "--dry-run", "--python", py, "--json")
     assert r.returncode == 0, r.stderr
     assert [d["name"] for d in json.loads(r.stdout)["dropped"]] == ["nativeapp"], r.stdout
+
+
+def test_a_broken_plugin_a_framework_imports_is_dropped_and_the_healthy_plugin_kept(tmp_path):
+    # fw (pure Python) imports every registered plugin at import: badplug's undefined symbol breaks `import fw`,
+    # and so every plugin's import. The one to drop is badplug; fw only fails through it, goodplug through fw.
+    from broken_packages import _ext, install_dist, make_venv
+
+    build = tmp_path / "build"
+    build.mkdir()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    py = make_venv(tmp_path / "venv")
+    fw = ("from importlib.metadata import entry_points\nfor ep in entry_points(group='fw.plugins'):\n"
+          "    __import__(ep.value)\n")
+    install_dist(py, tmp_path / "w", "fw", {"fw/__init__.py": fw}, {})
+    for name, core in (("goodplug", _ext(build, "_core")), ("badplug", _ext(build, "_core", "WH_UNDEF"))):
+        install_dist(py, tmp_path / "w", name, {f"{name}/__init__.py": "import fw\nfrom ._core import answer\n"},
+                     {f"{name}/_core{suffix}": core}, requires=["fw"],
+                     entry_points={"fw.plugins": {name: f"{name}._core"}})
+    r = wh("drop", "--dry-run", "--python", py, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [d["name"] for d in out["dropped"]] == ["badplug"], out
+    assert any(k["name"] == "goodplug" and "badplug" in k["reason"] for k in out["not_dropped"]), out

@@ -578,3 +578,24 @@ def test_a_file_the_import_writes_then_reads_back_does_not_make_every_rerun_a_fi
     assert first["native:cachepkg"]["verdict"] == "ok"
     again = _doctor(py, tmp_path, env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert _executed(again, "native:cachepkg") == set(), again["native:cachepkg"]
+
+
+def test_a_file_an_import_reads_and_its_process_writes_later_does_not_make_every_rerun_a_first_run(tmp_path, exts):
+    """Read at import, written back a moment later from a thread (an update check, a usage counter): the process's
+    own output, not evidence; every run rewrites it, so as evidence every re-run would execute everything again."""
+    py = make_venv(tmp_path / "venv")
+    state = tmp_path / "state.json"
+    init = (f"import json, threading, time\nPATH = {str(state)!r}\ntry:\n    RUNS = json.load(open(PATH))['runs']\n"
+            "except (OSError, ValueError):\n    RUNS = 0\ndef _save():\n    time.sleep(0.3)\n"
+            "    json.dump({'runs': RUNS + 1, 't': time.time()}, open(PATH, 'w'))\n"
+            "threading.Thread(target=_save).start()\nfrom ._core import answer\n")
+    install_dist(py, tmp_path / "wheels", "rw", {"rw/__init__.py": init}, {f"rw/_core{SUFFIX}": exts["core"]})
+    # imported after rw in the same worker (--jobs 1): the process lives on past rw's thread
+    install_dist(py, tmp_path / "wheels", "slowish", {"slowish/__init__.py": "import time\ntime.sleep(1)\n"
+                                                                            "from ._core import answer\n"},
+                 {f"slowish/_core{SUFFIX}": exts["core"]})
+    state.write_text('{"runs": 0}')
+    first = _doctor(py, tmp_path, "--jobs=1", "--check", "native")
+    assert first["native:rw"]["verdict"] == "ok"
+    again = _doctor(py, tmp_path, "--jobs=1", "--check", "native")
+    assert _executed(again, "native:rw") == set(), again["native:rw"]

@@ -286,13 +286,15 @@ class _ImportRun:
         files: list = []
         keep = []
         failed: dict[str, tuple[tuple, Mapping]] = {}
+        # A file the process wrote (after a record read it, say from a thread) is its own output, not evidence.
+        written = {str(p) for r in res.records if r.get("event") == "done" for p in r.get("written") or ()}
         for rec in res.records:
             if rec.get("event") != "result":
                 continue
             deps = rec.get("deps")
             if not isinstance(deps, list):
                 return {}  # a probe that does not name its evidence: nothing is stored
-            files += deps
+            files += [f for f in deps if not (written and isinstance(f, list) and f and f[0] in written)]
             mod = rec.get("module")
             if mod in self.args:
                 record = {k: v for k, v in rec.items() if k != "deps"}

@@ -303,6 +303,22 @@ def plan_repair(report: DoctorReport, interp, *, include_forced: bool = False, p
     return RepairPlan(tuple(reinstall.values()), tuple(drops), tuple(kept))
 
 
+def _names_a_failing_file(text: str, key: str, failing: set[str],
+                          graph: Mapping[str, _Installed]) -> tuple[str, str] | None:
+    """(name, path) when the failure's text names a shared object of another failing distribution (a framework
+    that imports every plugin fails on the broken plugin's ``.so``, and so does each plugin that imports it)."""
+    for other in sorted(failing - {key}):
+        d = graph.get(other)
+        if d is None or d.info is None:
+            continue
+        for rel, _, _ in d.record.rows:
+            if rel.endswith((".so", ".pyd")) or ".so." in rel:
+                path = os.path.normpath(d.info.parent / rel)
+                if path in text:
+                    return d.name, path
+    return None
+
+
 def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str, d: _Installed | None,
                            graph: Mapping[str, _Installed], python: str) -> tuple[str, str] | None:
     """(name, file) when the failure's traceback was raised in a file of one of ``d``'s requirements (directly or
@@ -326,7 +342,8 @@ def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str,
             continue
         rows = [rel for rel, _, _ in graph[req].record.rows]
         if innermost in {os.path.normpath(info.parent / rel) for rel in rows}:
-            return (graph[req].name, innermost) if not _imports_alone(python, _top_names(rows)) else None
+            own = {os.path.normpath(d.info.parent / rel) for rel, _, _ in d.record.rows} if d.info else set()
+            return (graph[req].name, innermost) if _fails_alone(python, _top_names(rows), own) else None
     return None
 
 
@@ -342,16 +359,22 @@ def _top_names(rows: Sequence[str]) -> list[str]:
     return sorted(set(names))
 
 
-def _imports_alone(python: str, names: Sequence[str]) -> bool:
-    """Do ``names`` import in a fresh process of ``python`` (no names: nothing to blame them for)?"""
+def _fails_alone(python: str, names: Sequence[str], own: set[str]) -> bool:
+    """Does importing ``names`` fail in a fresh process of ``python`` by itself: not through a file of ``own``
+    (the distribution being judged: a framework that imports its plugins fails through the broken plugin)?"""
     if not names:
-        return True
+        return False
     try:
         with tempfile.TemporaryDirectory(prefix="wh-alone-") as cwd:
-            return subprocess.run([python, "-c", "".join(f"import {n}\n" for n in names)], capture_output=True,
-                                  timeout=120, cwd=cwd).returncode == 0
+            proc = subprocess.run([python, "-c", "".join(f"import {n}\n" for n in names)], capture_output=True,
+                                  text=True, timeout=120, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired):
-        return True
+        return False
+    if proc.returncode == 0:
+        return False
+    through = {os.path.normpath(f) for f in re.findall(r'^\s*File "([^"<][^"]*)", line \d+', proc.stderr, re.M)}
+    # The loader names the file it could not map in the error line, not in a frame: look for own files there too.
+    return not (through & own) and not any(f in proc.stderr for f in own if f.endswith((".so", ".pyd")))
 
 
 def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, graph, failing: set[str],
@@ -379,6 +402,11 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
     if upstream:
         return (f"it fails because its requirement {', '.join(graph[u].name for u in upstream)} fails: "
                 "that one is mended or dropped, not this one")
+    blamed = _names_a_failing_file(_failure_text(report, p.check_id), key, failing, graph)
+    if blamed is not None:
+        name, path = blamed
+        return (f"its failure is in {path}, a file of {name}, which fails itself: {name} is mended or dropped, "
+                "not this one")
     raised_in = _raised_in_requirement(report, p.check_id, key, d, graph, interp.executable)
     if raised_in is not None:
         name, path = raised_in

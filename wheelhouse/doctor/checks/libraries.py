@@ -33,7 +33,8 @@ def _links_torch(path: Path) -> bool:
         return False
 
 
-_NOT_FOUND = "cannot open shared object file"  # a missing DT_NEEDED library: the sharedlibs check judges it
+_NOT_FOUND = "cannot open shared object file"
+_PASSED_OVER = "its package's import tried it and loaded another build instead"  # doctor/probes/imports.py's words  # a missing DT_NEEDED library: the sharedlibs check judges it
 
 
 def library_probes(location: Path, libraries: Sequence[str], dotted: Callable[[str], str]) -> dict[str, str]:
@@ -57,8 +58,11 @@ def judge_libraries(d: Distribution, library_keys: Mapping[str, str], outcomes: 
     # needed library missing (sharedlibs'), a package that does not import (its own verdict), a load that crashed
     # or hung the process (loading it beside what its package loaded may register the same ops twice: torch
     # aborts; that says nothing of the library).
+    passed_over = [rel for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
+                   and not o.ok and (o.library_load or "").startswith(_PASSED_OVER)]
     failed = [(rel, o) for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
-              and not o.ok and o.error_type == "OSError" and _NOT_FOUND not in (o.error or "")]
+              and not o.ok and o.error_type == "OSError" and _NOT_FOUND not in (o.error or "")
+              and rel not in passed_over]
     unjudged = [rel for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
                 and not o.ok and (o.error_type != "OSError" or _NOT_FOUND in (o.error or ""))]
     checked = [(rel, o) for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
@@ -70,11 +74,14 @@ def judge_libraries(d: Distribution, library_keys: Mapping[str, str], outcomes: 
     if later:
         evidence += (f"\nlibraries loaded only on demand, not loaded here (no torch op library; links checked by "
                      f"sharedlibs) ({len(later)}): {', '.join(later[:_SHOWN])}")
+    if passed_over:
+        evidence += (f"\nbuilds its package's import tried and passed over, loading another (a fallback, not a "
+                     f"failure) ({len(passed_over)}): {', '.join(passed_over[:_SHOWN])}")
     if unjudged:
         evidence += (f"\nlibraries not judged here ({len(unjudged)}: a needed library missing, for sharedlibs; or "
                      f"the load crashed beside its package's own): {', '.join(unjudged[:_SHOWN])}")
     if not failed:
-        return replace(result, evidence=evidence) if checked or unjudged else result
+        return replace(result, evidence=evidence) if checked or unjudged or passed_over else result
     asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
     lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
     verdict = "fail" if asked or result.verdict == "fail" else "warn"
