@@ -143,7 +143,8 @@ def _watch_opens():
             if not isinstance(path, str):
                 return  # a file descriptor
             path = abspath(path)
-            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & writing):
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                    (isinstance(flags, int) and flags & writing):
                 written.add(path)
             elif path not in written and not path.startswith(skip) and isfile(path):
                 note(path)

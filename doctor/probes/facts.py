@@ -194,6 +194,9 @@ def _record_facts(dist, path):
         if stat.S_ISDIR(st.st_mode):
             missing.append(rel + " (a folder in its place)")  # no file there to import or load
             continue
+        if stat.S_IFMT(st.st_mode) in (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK):
+            missing.append(rel + " (a pipe, socket or device in its place)")  # a read of it hangs or reads nothing
+            continue
         # The same stat tells the size: a file cut short (a truncated .so) no longer matches its RECORD row.
         size = getattr(f, "size", None)
         if size is not None and stat.S_ISREG(st.st_mode) and st.st_size != size:

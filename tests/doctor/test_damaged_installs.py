@@ -196,3 +196,16 @@ def test_a_folder_in_place_of_a_file_its_record_lists_is_not_on_disk(tmp_path):
     (site / "folded" / "util.py").mkdir()
     r = run_doctor(str(py), checks=["install"], timeout=20).get("install:records")
     assert r is not None and r.verdict in ("fail", "warn") and "folded/util.py (a folder in its place)" in r.evidence, r
+
+
+def test_a_pipe_in_place_of_a_file_its_record_lists_is_not_on_disk(tmp_path):
+    # A read of it at import would hang; install:records said every file was on disk, stack:files only warned.
+    import os
+
+    py = make_venv(tmp_path / "venv")
+    site = install_dist(py, tmp_path / "w", "piped", {"piped/__init__.py": "X = 1\n", "piped/table.json": "{}\n"}, {})
+    (site / "piped" / "table.json").unlink()
+    os.mkfifo(site / "piped" / "table.json")
+    r = run_doctor(str(py), checks=["install"], timeout=20).get("install:records")
+    assert r is not None and r.verdict in ("fail", "warn"), r
+    assert "piped/table.json (a pipe, socket or device in its place)" in r.evidence, r

@@ -33,8 +33,8 @@ def _links_torch(path: Path) -> bool:
         return False
 
 
-_NOT_FOUND = "cannot open shared object file"
-_PASSED_OVER = "its package's import tried it and loaded another build instead"  # doctor/probes/imports.py's words  # a missing DT_NEEDED library: the sharedlibs check judges it
+_NOT_FOUND = "cannot open shared object file"  # a missing DT_NEEDED library: the sharedlibs check judges it
+_PASSED_OVER = "its package's import tried it and loaded another build instead"  # doctor/probes/imports.py's words
 
 
 def library_probes(location: Path, libraries: Sequence[str], dotted: Callable[[str], str]) -> dict[str, str]:
