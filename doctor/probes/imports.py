@@ -81,17 +81,23 @@ def _watch_dlopens():
 _watch_dlopens()
 
 
-def _mapped(real):
-    """Is file ``real`` mapped into this process (None: the maps cannot be read)?"""
+def _mapped_files():
+    """The files mapped into this process now (/proc/self/maps; None: the maps cannot be read)."""
     try:
         with open("/proc/self/maps") as fh:
-            paths = {line.split(None, 5)[5].rstrip("\n") for line in fh if line.count(" ") >= 5 and "/" in line}
+            return {line.split(None, 5)[5].rstrip("\n") for line in fh if line.count(" ") >= 5 and "/" in line}
     except (OSError, IndexError):
         return None
-    return real in paths or any(_real(p) == real for p in paths if os.path.basename(p) == os.path.basename(real))
 
 
-def _loaded_instead(top, real):
+def _is_mapped(real, mapped):
+    """Is file ``real`` among ``mapped`` (:func:`_mapped_files`), by its path or the real path of one of that name?"""
+    if not mapped:
+        return False
+    return real in mapped or any(_real(p) == real for p in mapped if os.path.basename(p) == os.path.basename(real))
+
+
+def _loaded_instead(top, real, mapped):
     """Another library of package ``top`` its import asked for and that is mapped: a package that tries one build
     per ABI or CUDA version and keeps the first that loads went past ``real`` (None: it loaded none)."""
     try:
@@ -99,7 +105,7 @@ def _loaded_instead(top, real):
     except Exception:  # noqa: BLE001 - a namespace package, an odd module: no folder to look in
         return None
     for other in sorted(p for p in _DLOPENED if p and p != real and p.startswith(folder)):
-        if _mapped(other):
+        if _is_mapped(other, mapped):
             return other[len(folder):]
     return None
 
@@ -119,7 +125,8 @@ def _probe_library(name, path):
         return rec
     real = _real(path)
     asked = real in _DLOPENED
-    if _mapped(real):
+    mapped = _mapped_files()
+    if _is_mapped(real, mapped):
         rec.update(ok=True, library_load="loaded by its package's import" if asked else "loaded (already mapped)")
     elif not asked and name.endswith(_ASKED_ONLY):
         rec.update(ok=True, library_load="not loaded: its package's import does not load it (on demand)")
@@ -131,7 +138,7 @@ def _probe_library(name, path):
             rec.update(ok=True, library_load="its package's import asked for it and it loads here" if asked else
                        "loaded on demand: its package's import does not load it; it loads here")
         except OSError as exc:
-            instead = _loaded_instead(top, real) if asked else None
+            instead = _loaded_instead(top, real, mapped) if asked else None
             rec.update(error_type="OSError", error=str(exc),
                        library_load=("its package's import tried it and loaded another build instead: " + instead)
                        if instead else "asked for by its package's import, which went on without it" if asked else

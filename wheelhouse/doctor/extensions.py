@@ -26,7 +26,7 @@ from wheelhouse.elffile import elf_ident
 __all__ = ["TargetInterpreter", "ForeignFile", "target_interpreter", "by_import_order", "foreign_by_name",
            "foreign_by_elf", "pyinit_modules", "describe_tag", "is_python_extension"]
 
-# e_machine -> the name platform.machine() and wheel tags use.
+# Machine names as platform tags spell them (a file name's tag, read by foreign_by_name).
 _ARCHES = ("x86_64", "aarch64", "arm64", "ppc64le", "ppc64", "s390x", "i686", "i386", "armv7l", "riscv64")
 
 

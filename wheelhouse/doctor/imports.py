@@ -19,6 +19,7 @@ instead of a process, and says so (``reused_since``).
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
 from .verdicts import VerdictCache
 
-__all__ = ["ImportOutcome", "import_modules", "plan_batches", "BATCH_GRACE"]
+__all__ = ["ImportOutcome", "import_modules", "plan_batches", "traceback_files", "BATCH_GRACE"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,14 @@ class ImportOutcome:
         if self.crash:
             return f"import {self.crash}"
         return f"{self.error_type}: {self.error}"
+
+
+_TRACEBACK_FILE = re.compile(r'^\s*File "([^"<][^"]*)", line \d+', re.MULTILINE)
+
+
+def traceback_files(traceback: str | None) -> list[str]:
+    """The source files a traceback passes through, innermost last (where it was raised): whose code failed."""
+    return list(dict.fromkeys(_TRACEBACK_FILE.findall(traceback or "")))
 
 
 BATCH_GRACE = 4.0  # seconds one module may import inside a batch before a run of it alone starts beside it

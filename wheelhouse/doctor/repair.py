@@ -45,6 +45,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .drop import DropPlan, _dist_info, _recorded_source, plan_drops
+from .imports import traceback_files
 from .report import DoctorReport
 
 __all__ = ["Reinstall", "Reinstalled", "Kept", "RepairPlan", "plan_repair", "reinstall_distributions", "dependents_of",
@@ -269,12 +270,17 @@ def _damaged_by_checks(report: DoctorReport) -> dict[str, Reinstall]:
     return out
 
 
-def _failure_text(report: DoctorReport, check_id: str | None) -> str:
+def _failures(report: DoctorReport, check_id: str | None) -> tuple[str, list[Mapping[str, Any]]]:
+    """The evidence of check ``check_id`` and its failure records (``data.failures``)."""
     for r in report.results:
         if r.id == check_id:
-            errors = [str(f.get("error") or "") for f in (r.data or {}).get("failures") or () if isinstance(f, dict)]
-            return "\n".join([r.evidence, *errors])
-    return ""
+            return r.evidence, [f for f in (r.data or {}).get("failures") or () if isinstance(f, dict)]
+    return "", []
+
+
+def _failure_text(report: DoctorReport, check_id: str | None) -> str:
+    evidence, failures = _failures(report, check_id)
+    return "\n".join([evidence, *(str(f.get("error") or "") for f in failures)]) if evidence or failures else ""
 
 
 def plan_repair(report: DoctorReport, interp, *, include_forced: bool = False, protect_requested: bool = False,
@@ -327,12 +333,7 @@ def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str,
     ``torch.ops.load_library`` raises for a broken extension's library) is not to blame: ``d`` is dropped."""
     if d is None:
         return None
-    files: list[str] = []
-    for r in report.results:
-        if r.id == check_id:
-            for f in (r.data or {}).get("failures") or ():
-                if isinstance(f, dict):
-                    files += [str(x) for x in f.get("files") or ()]
+    files = [str(x) for f in _failures(report, check_id)[1] for x in f.get("files") or ()]
     if not files:
         return None
     innermost = os.path.normpath(files[-1])
@@ -372,7 +373,7 @@ def _fails_alone(python: str, names: Sequence[str], own: set[str]) -> bool:
         return False
     if proc.returncode == 0:
         return False
-    through = {os.path.normpath(f) for f in re.findall(r'^\s*File "([^"<][^"]*)", line \d+', proc.stderr, re.M)}
+    through = {os.path.normpath(f) for f in traceback_files(proc.stderr)}
     # The loader names the file it could not map in the error line, not in a frame: look for own files there too.
     return not (through & own) and not any(f in proc.stderr for f in own if f.endswith((".so", ".pyd")))
 

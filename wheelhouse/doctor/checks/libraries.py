@@ -58,16 +58,23 @@ def judge_libraries(d: Distribution, library_keys: Mapping[str, str], outcomes: 
     # needed library missing (sharedlibs'), a package that does not import (its own verdict), a load that crashed
     # or hung the process (loading it beside what its package loaded may register the same ops twice: torch
     # aborts; that says nothing of the library).
-    passed_over = [rel for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
-                   and not o.ok and (o.library_load or "").startswith(_PASSED_OVER)]
-    failed = [(rel, o) for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
-              and not o.ok and o.error_type == "OSError" and _NOT_FOUND not in (o.error or "")
-              and rel not in passed_over]
-    unjudged = [rel for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None
-                and not o.ok and (o.error_type != "OSError" or _NOT_FOUND in (o.error or ""))]
-    checked = [(rel, o) for key, rel in library_keys.items() if (o := outcomes.get(key)) is not None and o.ok]
-    loaded = [rel for rel, o in checked if not (o.library_load or "").startswith("not loaded")]
-    later = [rel for rel, o in checked if (o.library_load or "").startswith("not loaded")]
+    loaded, later, passed_over, unjudged = [], [], [], []
+    failed: list[tuple[str, ImportOutcome]] = []
+    for key, rel in library_keys.items():
+        o = outcomes.get(key)
+        if o is None:
+            continue
+        how = o.library_load or ""
+        if o.ok:
+            (later if how.startswith("not loaded") else loaded).append(rel)
+            continue
+        missing_lib = o.error_type != "OSError" or _NOT_FOUND in (o.error or "")
+        if how.startswith(_PASSED_OVER):
+            passed_over.append(rel)
+        elif not missing_lib:
+            failed.append((rel, o))
+        if missing_lib:
+            unjudged.append(rel)
     evidence = result.evidence
     if loaded:
         evidence += f"\nlibraries loaded after its package's import ({len(loaded)}): {', '.join(loaded[:_SHOWN])}"
@@ -81,7 +88,7 @@ def judge_libraries(d: Distribution, library_keys: Mapping[str, str], outcomes: 
         evidence += (f"\nlibraries not judged here ({len(unjudged)}: a needed library missing, for sharedlibs; or "
                      f"the load crashed beside its package's own): {', '.join(unjudged[:_SHOWN])}")
     if not failed:
-        return replace(result, evidence=evidence) if checked or unjudged or passed_over else result
+        return replace(result, evidence=evidence) if loaded or later or unjudged or passed_over else result
     asked = [(rel, o) for rel, o in failed if o.library_load and o.library_load.startswith("asked")]
     lines = [f"library {rel} does not load: {o.error} ({o.library_load})" for rel, o in failed]
     verdict = "fail" if asked or result.verdict == "fail" else "warn"

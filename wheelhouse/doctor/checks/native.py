@@ -53,7 +53,7 @@ from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
                                           foreign_by_name, pyinit_modules, target_interpreter)
 from wheelhouse.fatbin import device_code, sm_number
-from wheelhouse.doctor.imports import ImportOutcome, import_modules
+from wheelhouse.doctor.imports import ImportOutcome, import_modules, traceback_files
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
@@ -156,15 +156,6 @@ def is_extension_module(path: str | Path) -> bool:
         return exports_pyinit(path, Path(path).name.split(".", 1)[0]) or bool(exported_init_functions(path))
     except BadElf:
         return True
-
-
-_TRACEBACK_FILE = re.compile(r'^\s*File "([^"<][^"]*)", line \d+', re.MULTILINE)
-
-
-def _traceback_files(traceback: str | None) -> list[str]:
-    """The source files a failure's traceback passes through, innermost last (where it was raised): the evidence
-    of whose code failed, for a repair that must not drop the importer of a broken requirement."""
-    return list(dict.fromkeys(_TRACEBACK_FILE.findall(traceback or "")))
 
 
 def _module_of_path(relpath: str) -> str:
@@ -346,7 +337,7 @@ def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, Impo
                                       installed, plan.relpaths) for o in bad}
     failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
                  "missing": o.missing, "crash": o.crash, "severity": judged[o.module].severity,
-                 "why": judged[o.module].reason, "files": _traceback_files(o.traceback)} for o in bad]
+                 "why": judged[o.module].reason, "files": traceback_files(o.traceback)} for o in bad]
     failures += [{"module": f.module, "error_type": "ForeignBuild", "error": f.reason, "severity": "fail",
                   "why": "the interpreter can never load it"} for f in plan.foreign]
     evidence = "\n".join(_failure_lines(bad, unloaded, judged, plan) + notes)
