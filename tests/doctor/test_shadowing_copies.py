@@ -93,6 +93,16 @@ def test_a_junit_file_that_cannot_be_written_does_not_cost_the_json(tmp_path, ex
     assert not junit.exists() and not list(junit.parent.iterdir())  # no temp file, no half a JUnit
 
 
+@pytest.fixture(scope="module")
+def cores(tmp_path_factory) -> dict[str, bytes]:
+    """Builds of an extension named ``_core``: one that loads, one with an undefined symbol, and one built under
+    another name (its init function PyInit_core)."""
+    from broken_packages import _ext
+
+    build = tmp_path_factory.mktemp("cores")
+    return {"ok": _ext(build, "_core"), "undef": _ext(build, "_core", "WH_UNDEF"), "renamed": _ext(build, "core")}
+
+
 def _lazy_core(tmp_path: Path, core: bytes) -> tuple[Path, Path]:
     """``lazy`` 1.0 whose ``lazy/_core.abi3.so`` (healthy, in RECORD) is loaded only when ``lazy.answer()`` runs."""
     py = make_venv(tmp_path / "venv")
@@ -102,28 +112,20 @@ def _lazy_core(tmp_path: Path, core: bytes) -> tuple[Path, Path]:
     return py, py.parent.parent / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages" / "lazy"
 
 
-def test_a_stale_build_outside_record_that_the_import_system_prefers_is_imported_and_fails(tmp_path):
+def test_a_stale_build_outside_record_that_the_import_system_prefers_is_imported_and_fails(tmp_path, cores):
     # A left-over build beside the healthy file (cryptography's `_rust`): its suffix comes first in the import
     # system's order, so `lazy.answer()` loads it and dies of an undefined symbol. Not in RECORD, it was never
     # planned; the probe said "find_spec resolves to ..., not this file": ok.
-    from broken_packages import _ext
-
-    build = tmp_path / "build"
-    build.mkdir()
-    py, pkg = _lazy_core(tmp_path, _ext(build, "_core"))
-    (pkg / f"_core{SUFFIX}").write_bytes(_ext(build, "_core", "WH_UNDEF"))
+    py, pkg = _lazy_core(tmp_path, cores["ok"])
+    (pkg / f"_core{SUFFIX}").write_bytes(cores["undef"])
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
     assert r is not None and r.verdict == "fail", r
     assert "wh_missing_symbol" in r.evidence and f"_core{SUFFIX}" in r.evidence
 
 
-def test_a_left_over_package_folder_of_the_same_name_is_imported_and_fails(tmp_path):
+def test_a_left_over_package_folder_of_the_same_name_is_imported_and_fails(tmp_path, cores):
     # `lazy/_core/__init__.py` beside `lazy/_core.abi3.so`: the folder wins, and it raises.
-    from broken_packages import _ext
-
-    build = tmp_path / "build"
-    build.mkdir()
-    py, pkg = _lazy_core(tmp_path, _ext(build, "_core"))
+    py, pkg = _lazy_core(tmp_path, cores["ok"])
     (pkg / "_core").mkdir()
     (pkg / "_core" / "__init__.py").write_text("raise ImportError('a stale left-over package')\n")
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
@@ -131,24 +133,16 @@ def test_a_left_over_package_folder_of_the_same_name_is_imported_and_fails(tmp_p
     assert "a stale left-over package" in r.evidence
 
 
-def test_the_healthy_file_alone_stays_green(tmp_path):
-    from broken_packages import _ext
-
-    build = tmp_path / "build"
-    build.mkdir()
-    py, _ = _lazy_core(tmp_path, _ext(build, "_core"))
+def test_the_healthy_file_alone_stays_green(tmp_path, cores):
+    py, _ = _lazy_core(tmp_path, cores["ok"])
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
     assert r is not None and r.verdict == "ok", r
 
 
-def test_an_extension_built_under_another_name_is_imported_and_fails_not_called_a_library(tmp_path):
+def test_an_extension_built_under_another_name_is_imported_and_fails_not_called_a_library(tmp_path, cores):
     # `_core.abi3.so` whose init function is PyInit_core (a renamed build): the import system asks for
     # PyInit__core and refuses it. Called "a library, link-checked" (no PyInit__core), it was never imported.
-    from broken_packages import _ext
-
-    build = tmp_path / "build"
-    build.mkdir()
-    py, _ = _lazy_core(tmp_path, _ext(build, "core"))
+    py, _ = _lazy_core(tmp_path, cores["renamed"])
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:lazy")
     assert r is not None and r.verdict == "fail", r
     assert "does not define module export function (PyInit__core)" in r.evidence
