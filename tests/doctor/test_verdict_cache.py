@@ -88,6 +88,16 @@ def test_a_traced_rerun_reuses_what_an_untraced_run_executed(stack, tmp_path):
     assert trace.read_text().strip(), "the trace was written"
 
 
+def test_a_trace_file_that_cannot_be_written_is_a_note_not_a_crash(stack, tmp_path):
+    """WH_DOCTOR_TRACE in a folder that is not there: the doctor judges as without it and says once why no trace."""
+    env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "WH_DOCTOR_TRACE": str(tmp_path / "no" / "t.jsonl")}
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(stack), "--check", "native",
+                           "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["results"]
+    assert proc.stderr.count("WH_DOCTOR_TRACE") == 1 and "not written" in proc.stderr, proc.stderr
+
+
 def test_a_rewritten_extension_is_executed_again_and_turns_red(stack, tmp_path):
     _doctor(stack, tmp_path)
     site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))

@@ -18,6 +18,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -427,12 +428,23 @@ def trace_span(group: str, t0: float, t1: float | None = None) -> None:
     trace_line({"group": group, "start": round(t0 - _EPOCH, 3), "end": round((t1 or t0) - _EPOCH, 3)})
 
 
+_TRACE_BROKEN: list[str] = []  # the trace file that could not be written (said once, then no more tries)
+
+
 def trace_line(record: Mapping) -> None:
     path = os.environ.get("WH_DOCTOR_TRACE")
     if not path:
         return
-    with _TRACE_LOCK, open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    with _TRACE_LOCK:
+        if path in _TRACE_BROKEN:
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:  # a timing aid: it never stops the checks
+            _TRACE_BROKEN.append(path)
+            print(f"wh: WH_DOCTOR_TRACE={path} not written ({exc.strerror or exc}); the run goes on without a trace",
+                  file=sys.stderr)
 
 
 @dataclass(frozen=True)
