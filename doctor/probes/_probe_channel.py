@@ -44,15 +44,17 @@ if sys.platform.startswith("linux"):
 _WROTE = {}
 
 
+try:  # bound once, here: _digest runs inside the imports under test, which must not see it import anything
+    from _blake2 import blake2b as _blake2b
+except ImportError:
+    from hashlib import blake2b as _blake2b
+
+
 def _digest(data):
     """BLAKE2b-256 of ``data`` (hex): ``_blake2`` is built into CPython, where hashlib's sha256 would load OpenSSL into
     the process under test (which could change which libcrypto a package's import binds to); 3x the speed of the
     built-in sha256. ``wheelhouse.doctor.verdicts`` computes the same with ``hashlib.blake2b``."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:
-        from hashlib import blake2b
-    return blake2b(bytes(data), digest_size=32).hexdigest()
+    return _blake2b(bytes(data), digest_size=32).hexdigest()
 
 
 def _watch_byte_code_writes():

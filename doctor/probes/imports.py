@@ -29,10 +29,13 @@ process is not imported (a ``skipped`` record). Each result record carries ``dep
 process loaded since the previous record, for the doctor's verdict cache.
 """
 
-import os
 import sys
-import time
-import traceback
+
+_AT_START = frozenset(sys.modules)  # what this interpreter loads before any code of ours: a plain start's modules
+
+import os  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_channel lives (PYTHONSAFEPATH too)
 from _probe_channel import Evidence, emit, written_files  # noqa: E402 - first: it takes this folder off sys.path
@@ -40,6 +43,8 @@ from _probe_channel import Evidence, emit, written_files  # noqa: E402 - first: 
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 import types  # noqa: E402
+
+_find_spec = importlib.util.find_spec  # bound now: importlib.util is forgotten before the first import (below)
 
 _out = os.fdopen(os.dup(1), "w")  # our channel, kept even if a module rebinds sys.stdout
 
@@ -117,7 +122,7 @@ def _probe_library(name, path):
     t0 = time.monotonic()
     top = name.split(".", 1)[0]
     try:
-        importlib.import_module(top)
+        _importing(top)
     except BaseException as exc:  # noqa: BLE001 - its package's own verdict says why
         rec.update(error_type=type(exc).__name__, error="its package %s does not import: %s" % (top, exc),
                    library_load="its package does not import")
@@ -249,7 +254,7 @@ def _probe(name, path=None):
            "error_type": None, "error": None, "missing": None, "traceback": None}
     spec = None
     try:
-        spec = importlib.util.find_spec(name)
+        spec = _find_spec(name)
         rec["found"] = spec is not None
         if spec is not None:
             rec["origin"] = spec.origin if spec.origin not in (None, "namespace") else (
@@ -266,7 +271,7 @@ def _probe(name, path=None):
     t0 = time.monotonic()
     before = set(sys.modules) if path is None else None
     try:
-        importlib.import_module(name)
+        _importing(name)
         rec["ok"] = True
         if before is not None:
             # What importing it loads: the modules of the stack its entries reach (a verdict's severity).
@@ -306,14 +311,51 @@ def _cycle_entry(name, spec, exc):
 
 def _import_through(via, name):
     try:
-        importlib.import_module(via)
+        _importing(via)
     except BaseException:  # noqa: BLE001 - the first failure stays the verdict
         return False
     return name in sys.modules
 
 
+_HIDDEN = []  # (package, attribute, module): the probe's own submodules of a package a plain start has loaded
+
+
+def _forget_machinery():
+    """Take the modules this probe's own code loaded (json, ctypes, importlib.util, collections.abc...) out of
+    ``sys.modules``, so each import meets what a plain start of this interpreter has: a package that calls
+    ``importlib.util.find_spec`` after a bare ``import importlib`` fails here as it fails for the engine (it passed
+    while the probe's own ``import importlib.util`` had made the attribute). The probe's code keeps its references;
+    a module the tested code imports is loaded afresh for it. Such a module that is an attribute of a package a
+    plain start has (``collections.abc``) is taken off it only while an import runs (:func:`_importing`): the
+    probe's own code (traceback's) uses it so."""
+    for name in [n for n in sys.modules if n not in _AT_START]:
+        module = sys.modules.pop(name)
+        parent, _, child = name.rpartition(".")
+        if parent in _AT_START and getattr(sys.modules.get(parent), child, None) is module:
+            _HIDDEN.append((sys.modules[parent], child, module))
+
+
+def _importing(name):
+    """``importlib.import_module(name)`` with the probe's own submodules off their packages (see above)."""
+    hidden = []
+    for package, child, module in _HIDDEN:
+        if getattr(package, child, None) is module:
+            try:
+                delattr(package, child)
+                hidden.append((package, child, module))
+            except Exception:  # noqa: BLE001 - a package that refuses it keeps it
+                pass
+    try:
+        return importlib.import_module(name)
+    finally:
+        for package, child, module in hidden:
+            if not hasattr(package, child):  # the tested code's own import of it stays
+                setattr(package, child, module)
+
+
 def main(args):
     evidence = Evidence()
+    _forget_machinery()
     failed = set()  # top-level names whose import failed in this process
     for arg in args:
         name, sep, path = arg.partition("=")  # a dotted name never holds '='; a path may

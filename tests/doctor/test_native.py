@@ -81,6 +81,14 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         # xxhash/): the names a distribution provides are the ones its files provide.
         "stale": wheel("stale", {"stale/__init__.py": "from ._core import answer\n"},
                        {f"stale/_core{SUFFIX}": ok_core, "stale-1.0.dist-info/top_level.txt": "stale\n_stale\n"}),
+        # Submodules a plain interpreter has not loaded, used after importing only their package: the probe's own
+        # code had imported importlib.util and collections.abc, and both imported there while failing for the engine.
+        "bareutil": wheel("bareutil", {"bareutil/__init__.py": "import importlib\nfrom ._core import answer\n"
+                                       "HAVE_JSON = importlib.util.find_spec('json') is not None\n"},
+                          {f"bareutil/_core{SUFFIX}": ok_core}),
+        "bareabc": wheel("bareabc", {"bareabc/__init__.py": "import collections\nfrom ._core import answer\n"
+                                     "class Registry(collections.abc.Mapping):\n    pass\n"},
+                         {f"bareabc/_core{SUFFIX}": ok_core}),
         # ... and the same when the distribution requires it: its own stack is incomplete.
         "tkreq": wheel("tkreq", {"tkreq/__init__.py": "X = 1\n", "tkreq/backends/__init__.py": ""},
                        {f"tkreq/backends/_tkagg{SUFFIX}": tk_required}, requires=["zmq-missing-xyz>=1"]),
@@ -130,6 +138,18 @@ def test_a_lazily_loaded_extension_that_cannot_load_is_a_fail(report, check_id, 
     assert [f["module"] for f in r.data["failures"]] == [module]
     # wh drop removes the distribution, and confirms it by its top-level names (find_spec works on those)
     assert r.data["drop"]["modules"] == [check_id.split(":")[1]]
+
+
+@pytest.mark.parametrize("check_id, missing", [
+    ("native:bareutil", "module 'importlib' has no attribute 'util'"),
+    ("native:bareabc", "module 'collections' has no attribute 'abc'"),
+])
+def test_an_import_meets_only_the_modules_a_plain_start_has_loaded(tmp_path, wheels, check_id, missing):
+    """The probe's own machinery (json, ctypes, importlib.util...) is not there for the code it imports. (In a venv
+    of their own: a package imported before them in the same batch may load what they use, the documented limit.)"""
+    r = run_doctor(str(_venv(tmp_path, wheels, ["bareutil", "bareabc"])), checks=["native"], timeout=10).get(check_id)
+    assert r.verdict == "fail", r.evidence
+    assert f"AttributeError: {missing}" in r.evidence
 
 
 def test_every_top_level_name_of_a_native_distribution_is_imported(report):
