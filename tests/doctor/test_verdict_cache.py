@@ -98,6 +98,26 @@ def test_a_trace_file_that_cannot_be_written_is_a_note_not_a_crash(stack, tmp_pa
     assert proc.stderr.count("WH_DOCTOR_TRACE") == 1 and "not written" in proc.stderr, proc.stderr
 
 
+def test_a_host_with_other_cpu_features_reuses_nothing(stack, tmp_path, monkeypatch):
+    """One venv and one cache shared by two hosts (an NFS home, a Slurm fleet): an import that picks a build by the
+    CPU's flags may pass on one and fail on the other, so the other host's run judges again. The same host reuses."""
+    from wheelhouse.doctor import run_doctor
+    from wheelhouse.doctor import verdicts
+
+    monkeypatch.setenv("WH_CACHE_DIR", str(tmp_path / "cache"))
+    host = verdicts.cpu_facts()
+    assert host, "this test needs /proc/cpuinfo"
+    first = run_doctor(str(stack), checks=["native"]).get("native:alpha")
+    same = run_doctor(str(stack), checks=["native"]).get("native:alpha")
+    assert set(same.data["reused"]) == set(first.data["executed"]) == ALPHA
+    other = tmp_path / "cpuinfo"
+    other.write_text(f"processor\t: 0\nmodel name\t: {host.get('model name', 'x')}\n"
+                     f"flags\t\t: {host.get('flags', '')} avx512f avx512bw\n\n")
+    monkeypatch.setattr(verdicts, "_CPUINFO", str(other))
+    elsewhere = run_doctor(str(stack), checks=["native"]).get("native:alpha")
+    assert set(elsewhere.data["executed"]) == ALPHA and not elsewhere.data["reused"]
+
+
 def test_a_rewritten_extension_is_executed_again_and_turns_red(stack, tmp_path):
     _doctor(stack, tmp_path)
     site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))

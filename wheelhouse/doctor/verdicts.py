@@ -98,8 +98,33 @@ def env_digest(env: Mapping[str, str] | None) -> str:
     return _sha({k: v for k, v in env.items() if k not in _VOLATILE_ENV})
 
 
+_CPUINFO = "/proc/cpuinfo"
+_CPU_KEYS = ("model name", "flags", "features", "cpu model", "isa")  # x86, arm64, mips, riscv: what code may test
+
+
+def cpu_facts(path: str | None = None) -> dict[str, str]:
+    """The CPU's model and feature flags (the first processor's lines of /proc/cpuinfo): an import that picks a build
+    by them (an AVX-512 kernel, faiss's variants) may pass on one host and fail on another sharing the venv."""
+    out: dict[str, str] = {}
+    try:
+        with open(path or _CPUINFO, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    if out:
+                        break  # the first processor's block is enough
+                    continue
+                key, sep, value = line.partition(":")
+                key = key.strip().lower()
+                if sep and key in _CPU_KEYS and key not in out:
+                    out[key] = " ".join(sorted(value.split())) if key in ("flags", "features", "isa") else value.strip()
+    except OSError:
+        pass
+    return out
+
+
 def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
-    """wh's version, the interpreter (path and file identity), the GPU facts that stay put between runs."""
+    """wh's version, the interpreter (path and file identity), the GPU facts that stay put between runs, and the
+    CPU (:func:`cpu_facts`: a venv on a shared file system is judged again on a host with other CPU features)."""
     try:
         ident: Any = file_identity(os.stat(os.path.realpath(python)))
     except OSError:
@@ -107,7 +132,8 @@ def context_digest(python: str, gpu: Mapping[str, Any]) -> str:
     stable = {"gpus": [{k: g.get(k) for k in ("index", "name", "compute_capability", "memory_total_mib")}
                        for g in gpu.get("gpus") or ()],
               **{k: gpu.get(k) for k in ("driver_version", "cuda_version", "source", "cuda_visible_devices")}}
-    return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable})
+    return _sha({"wh": __version__, "python": os.path.abspath(python), "identity": ident, "gpu": stable,
+                 "machine": os.uname().machine, "cpu": cpu_facts()})
 
 
 _SEARCH_PATHS = ("PYTHONPATH", "LD_LIBRARY_PATH")
