@@ -55,10 +55,20 @@ def test_a_lazy_extension_missing_from_a_shadowing_copy_of_its_package_is_a_fail
     assert "No module named 'shadowed.sub._ext'" in r.evidence
 
 
-def test_a_healthy_shadowing_copy_and_the_packages_own_choice_of_file_stay_green(tmp_path, exts):
+def test_a_healthy_shadowing_copy_outside_the_site_folders_is_a_warning_that_the_installed_copy_was_not_judged(
+        tmp_path, exts):
+    # The package's own choice of file is taken (no fail), but what was loaded is the checkout's, not the installed
+    # files: the caller's PYTHONPATH hid a broken installed build (ok, a false green). Without it, judged again.
     py, env = _shadowed_install(tmp_path, exts, exts["ok"])
+    site = next((py.parent.parent / "lib").glob("python*/site-packages"))
+    (site / "shadowed" / "sub" / f"_ext{SUFFIX}").write_bytes(exts["undef"])
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
-    assert r is not None and r.verdict == "ok", r
+    assert r is not None and r.verdict == "warn", r
+    assert "the installed copy was not loaded" in r.evidence and str(tmp_path / "checkout") in r.evidence
+    assert r.strict is not False and "unset PYTHONPATH" in r.hint
+    bare = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=bare).get("native:shadowed")
+    assert r.verdict == "fail" and "wh_missing_symbol" in r.evidence, r
 
 
 def test_a_broken_shadowing_copy_is_not_mended_by_dropping_the_healthy_one(tmp_path, exts):

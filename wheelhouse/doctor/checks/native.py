@@ -292,10 +292,32 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
 
 
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
-             data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None) -> CheckResult:
+             data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None,
+             sites: Sequence[str] = ()) -> CheckResult:
     """The distribution's verdict on its modules, then on the libraries its package loads by path."""
     return judge_libraries(d, plan.library_keys, outcomes,
-                           _module_verdict(d, plan, outcomes, reach, data, installed, reinstall))
+                           _outside_copy(d, plan, outcomes, sites,
+                                         _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)))
+
+
+def _outside_copy(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], sites: Sequence[str],
+                  result: CheckResult) -> CheckResult:
+    """An ok where the modules imported come from a copy outside every site folder (the caller's PYTHONPATH, a
+    checkout the working folder puts first): the installed files were never loaded, so they are not judged ok."""
+    if result.verdict != "ok":
+        return result
+    roots = [os.path.join(os.path.realpath(s), "") for s in sites]
+    outside = sorted({o.shadowed for m in plan.modules if (o := outcomes.get(m)) is not None and o.ok and o.shadowed
+                      and not os.path.join(os.path.realpath(o.shadowed), "").startswith(tuple(roots))})
+    if not outside:
+        return result
+    return replace(
+        result, verdict="warn",
+        evidence=f"{result.evidence}\nthe installed copy was not loaded: {d.name}'s modules are imported from "
+                 f"{', '.join(outside)}, outside every site folder (PYTHONPATH, the working folder): the "
+                 "installed files are not judged",
+        hint="run the doctor without that folder on sys.path (unset PYTHONPATH) to judge the installed files",
+        data={**result.data, "outside_copy": outside})
 
 
 def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
@@ -413,8 +435,8 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
 
     def judge() -> list[CheckResult]:
         reach = stack_reach(ctx, entries, outcomes)
-        return [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name))
-                for d in dists]
+        return [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name),
+                         [str(s) for s in ctx.site_dirs]) for d in dists]
 
     results = judge()
     # A stored warning judged a fail now (the data, the manifest's entries or what the stack reaches changed): it
