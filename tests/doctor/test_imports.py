@@ -111,6 +111,25 @@ def test_a_slow_import_past_the_grace_is_not_thrown_away_by_its_batch(tmp_path, 
     assert len(log.read_text()) == 2  # the batch, and the run alone beside it: not once more per module after it
 
 
+def test_a_package_estimated_heavy_is_not_imported_a_second_time_alone_within_its_estimate(tmp_path, monkeypatch):
+    """torch on the box's cold disk: its run alone, started at the short grace, read the same cold files as its
+    batch (32 s -> 29 s without it). An import estimated to take longer gets its estimate; a light one the grace."""
+    import wheelhouse.doctor.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH_GRACE", 0.5)
+    root = tmp_path / "mods"
+    log = tmp_path / "imported.log"
+    _pkg(root, "heavy", f"import time\nopen({str(log)!r}, 'a').write('x')\ntime.sleep(1.5)\n")
+    _pkg(root, "light", f"import time\nopen({str(log)!r}, 'a').write('y')\ntime.sleep(1.5)\n")
+    for top in ("heavy", "light"):
+        (root / top / "a.py").write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = import_modules(sys.executable, ["heavy", "heavy.a", "light", "light.a"], jobs=2, timeout=20, env=env,
+                         estimates=lambda: ({"heavy": 10.0, "light": 0.1}, {}))
+    assert all(o.ok for o in out.values())
+    assert sorted(log.read_text()) == ["x", "y", "y"]  # heavy once (its batch), light twice (batch and alone)
+
+
 def test_modules_under_a_package_wait_for_its_verdict_alone(tmp_path):
     """A package that failed only among others (poisoned) gets its modules loaded; one that fails alone gets none
     loaded (they would fail the same way, or hang again), and its own failure is the verdict."""

@@ -364,7 +364,15 @@ def import_modules(
     # An estimate that reads files: only when something is to be imported (not a reused re-run).
     costs, families = estimates() if estimates is not None and todo else (None, None)
     state.batches = plan_batches(todo, jobs, costs, families)
-    grace = min(timeout, BATCH_GRACE)
+
+    def grace_of(mod: str) -> float:
+        """How long ``mod`` imports inside its batch before its run alone starts: BATCH_GRACE, or for a package whose
+        import is estimated longer, that estimate (at most the timeout). torch, ~8 s on the box's cold disk, was
+        imported a second time alone beside its batch, both reading the same cold files: the first run of the
+        stock image took 32 s, 29 s with this (COLD=1 A/B on the box, docs/benchmarks.md). A hang there costs its
+        estimate more, never more than a second timeout."""
+        return min(timeout, max(BATCH_GRACE, (costs or {}).get(mod.split(".", 1)[0], 0.0)))
+
     importing: dict[int, tuple[str, float]] = {}  # batch -> (the module it is importing now, since when)
 
     def _run(batch: list[str], solo: bool) -> tuple[list[str], bool, ProbeResult]:
@@ -408,7 +416,7 @@ def import_modules(
                 state.judge(*fut.result())
             now = time.monotonic()
             for mod, since in list(importing.values()):
-                if now - since > grace and mod not in state.alone and mod not in state.results:
+                if now - since > grace_of(mod) and mod not in state.alone and mod not in state.results:
                     state.alone.add(mod)  # a hang costs one timeout: its run alone starts now
                     running.add(pool.submit(_run, [mod], True))
             running |= start(pool)
