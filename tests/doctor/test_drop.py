@@ -6,8 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 
-from broken_packages import install_wheel, make_venv, site_packages
+import pytest
+
+from broken_packages import _tags, have_toolchain, install_wheel, make_venv, site_packages
 from wheelhouse.doctor.drop import DropPlan, drop_distributions, forced_kept, plan_drops, read_dropped
 from wheelhouse.doctor.report import CheckResult, DoctorReport
 from wheelmaker import make_wheel
@@ -128,3 +131,45 @@ def test_record_uninstall_never_follows_a_record_out_of_the_environment(tmp_path
     assert outside.read_text() == "not wh's to delete\n"
     assert (site / ".wh" / "links.json").read_text() == "{}\n"
     assert not (site / "victim").exists() and not list(site.glob("victim-*.dist-info"))
+
+
+@pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+def test_a_drop_keeps_the_files_another_installed_distribution_lists_too(tmp_path, exts):
+    """opencv-python beside opencv-contrib-python: ``bad`` and ``good`` both ship ``vision/`` (the same bytes), and
+    ``bad`` also a broken ``bad_extra``. pip's uninstall of bad removed every file its RECORD lists, vision/ too:
+    ``wh doctor --fix`` took good's working package away and the re-check blamed good. The drop keeps them now."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    py = make_venv(tmp_path / "venv", with_pip=True)
+    vision = {"modules": {"vision/__init__.py": "from ._ext import answer\n"}, "files": {f"vision/_ext{suffix}": exts["ok"]}}
+    bad = make_wheel(tmp_path / "w", "bad", "1.0", tags=_tags(),
+                     modules={**vision["modules"], "bad_extra/__init__.py": "from ._ext import answer\n"},
+                     files={**vision["files"], f"bad_extra/_ext{suffix}": exts["undef"]})
+    good = make_wheel(tmp_path / "w", "good", "1.0", tags=_tags(), **vision)
+    for wheel in (bad, good):  # good second: its files are the ones on disk, and both RECORDs list vision/
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", str(wheel)], check=True, capture_output=True)
+    site = site_packages(py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WH_")} | {"WH_CACHE_DIR": str(tmp_path / "cache")}
+
+    def wh(*args):
+        return subprocess.run([sys.executable, "-m", "wheelhouse", *args, "--python", str(py), "--json", "--timeout",
+                               "20"], capture_output=True, text=True, env=env)
+
+    dry = wh("drop", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    [plan] = json.loads(dry.stdout)["dropped"]
+    kept = {k["path"]: k["listed_by"] for k in plan["kept"]}
+    assert kept["vision/__init__.py"] == kept[f"vision/_ext{suffix}"] == ["good 1.0"]
+    assert plan["method"] == "record" and plan["modules"] == ["bad_extra"]  # pip cannot leave a file in place
+    assert (site / "bad_extra" / "__init__.py").is_file()  # a dry run changes nothing
+
+    fixed = wh("doctor", "--check", "native", "--fix")
+    report = json.loads(fixed.stdout)
+    assert fixed.returncode == 0, fixed.stdout
+    [drop] = [f for f in report["fixes"] if f["action"] == "drop"]
+    assert drop["what"] == "bad 1.0" and drop["confirmed"] is True
+    assert {k["path"] for k in drop["kept"]} >= {"vision/__init__.py", f"vision/_ext{suffix}"}
+    assert {r["id"]: r["verdict"] for r in report["results"] if r["id"].startswith("native:")} == {"native:good": "ok"}
+    assert "good 1.0 lists them too" in fixed.stderr
+    works = subprocess.run([str(py), "-c", "import vision; print(vision.answer())"], capture_output=True, text=True)
+    assert works.stdout.strip() == "42", works.stderr
+    assert not (site / "bad_extra").exists() and not list(site.glob("bad-*.dist-info"))

@@ -54,7 +54,8 @@ def test_json_round_trips_fixes_as_values():
     data = _report(CheckResult("a:b", "t", "ok", "[bold]not markup[/]"), fixes=[fix]).to_json()
     assert json.loads(json.dumps(data))["fixes"] == [{"action": "drop", "what": "x 1.0", "forced": False,
                                                       "confirmed": True, "reason": "import failed",
-                                                      "check": "native:x", "still_found": [], "dependents": []}]
+                                                      "check": "native:x", "still_found": [], "dependents": [],
+                                                      "kept": []}]
     assert data["results"][0]["evidence"] == "[bold]not markup[/]"
     with pytest.raises(Exception):
         fix.action = "links"  # frozen: a report's fixes cannot change after the fact

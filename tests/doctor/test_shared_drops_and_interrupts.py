@@ -269,10 +269,10 @@ def test_a_drop_that_fails_halfway_still_records_what_it_uninstalled(tmp_path, m
         install_wheel(py, make_wheel(tmp_path / "w", name, "1.0", modules={f"{name}/__init__.py": "raise ImportError\n"}))
     real = drop_mod.remove_distribution
 
-    def remove(name, scheme):
+    def remove(name, scheme, **kw):
         if name == "two":
             raise OSError(16, "Device or resource busy", "two/__init__.py")
-        return real(name, scheme)
+        return real(name, scheme, **kw)
 
     monkeypatch.setattr(drop_mod, "remove_distribution", remove)
     plans = [DropPlan(n, "1.0", (n,), "import failed", "ImportError", None) for n in ("one", "two")]

@@ -104,6 +104,7 @@ def _check_line(r, verbose: int) -> str:
 def _render(con, report: DoctorReport, verbose: int) -> None:
     from rich.table import Table
     from rich.text import Text
+    from wheelhouse.doctor.sharedfiles import describe_kept
 
     """The report for people on ``con``: a table on a terminal, one line per check elsewhere (CI logs).
 
@@ -155,6 +156,8 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
             con.print(f"fixed: {f.action} {f.what}", markup=False, highlight=False)
             if f.dependents:
                 con.print(f"  required by {', '.join(f.dependents)}: they lose it", markup=False, highlight=False)
+            if f.kept:
+                con.print(f"  {describe_kept(f.kept)}", markup=False, highlight=False)
 
 
 class _DoctorGroup(click.Group):
@@ -391,6 +394,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     be confirmed; 2 bad input; 3 the probes could not run.
     """
     from wheelhouse.doctor.drop import FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept
+    from wheelhouse.doctor.sharedfiles import describe_kept
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")
@@ -432,6 +436,8 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
         show(f"{verb} {r.name} {r.version}{tag}: {r.reason}: {first}")
         if r.dependents:
             show(f"  required by {', '.join(r.dependents)}: they lose it")
+        if r.kept:
+            show(f"  {describe_kept(r.kept)}")
         if not dry_run:
             ui.info(f"  find_spec is None for {', '.join(r.modules)}: {'confirmed' if r.confirmed else 'NO: ' + ', '.join(r.still_found)}")
     for k in plan.kept:

@@ -11,7 +11,9 @@ None for every import name; the drop is recorded in
 ``wh drop --restore NAME`` can reinstall it offline (from ``--wheelhouse DIR`` when
 given, e.g. after the wheelhouse moved). The record follows what is installed: an
 entry whose distribution was reinstalled by other means (pip install of the wheel)
-is removed when drops are listed or restored.
+is removed when drops are listed or restored. A file another installed distribution's RECORD lists too
+(opencv-python's ``cv2/`` beside opencv-contrib-python's) is never removed: the drop keeps it, says so,
+and uninstalls with the guarded uninstaller, which can leave a file in place (pip cannot).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,6 +41,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .report import DoctorReport
+from .sharedfiles import SharedFile, shared_files
 
 __all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
            "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many", "DroppedList",
@@ -86,12 +89,14 @@ class DropRecord:
     confirmed: bool = False  # find_spec is None for every module, in a new process
     still_found: tuple[str, ...] = field(default=())
     dependents: tuple[str, ...] = ()  # installed distributions that required it: they lose it
+    kept: tuple[SharedFile, ...] = ()  # its files another installed distribution lists too: left in place
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["modules"] = list(self.modules)
         d["still_found"] = list(self.still_found)
         d["dependents"] = list(self.dependents)
+        d["kept"] = [k.to_json() for k in self.kept]
         return d
 
 
@@ -201,23 +206,29 @@ def _dist_info(site_dirs: Sequence[str], name: str) -> Path | None:
     return None
 
 
-def _confirm_names(info: Path, modules: Sequence[str]) -> tuple[str, ...]:
+def _confirm_names(info: Path, modules: Sequence[str], kept: Sequence[SharedFile] = ()) -> tuple[str, ...]:
     """The names whose ``find_spec`` must be None once the distribution at ``info`` is gone.
 
     A name the distribution provides only as a portion of a namespace package (``nspkg/a/...``, no
     ``nspkg/__init__.py``) is shared: another distribution's ``nspkg/b`` keeps ``find_spec('nspkg')``
-    alive, which says nothing about this drop. Its own names under it are confirmed instead.
+    alive, which says nothing about this drop. Its own names under it are confirmed instead. So is a
+    name whose files the drop keeps (``kept``: another distribution lists them): that one still serves it.
     """
+    shared = {k.path for k in kept}
     paths = [p for p, _, _ in read_installed_record(info).rows if not p.startswith("..") and "__pycache__/" not in p]
 
     def expand(module: str) -> list[str]:
         prefix = module.replace(".", "/")
         own = [p[len(prefix) + 1:] for p in paths if p.startswith(prefix + "/")]
-        is_module = any(p == f"{prefix}.py" or (p.startswith(prefix + ".") and p.endswith(".so") and "/" not in p) for p in paths)
-        if is_module or not own or "__init__.py" in own:
+        files = [p for p in paths if p == f"{prefix}.py"
+                 or (p.startswith(prefix + ".") and p.endswith(".so") and "/" not in p[len(prefix):])]
+        if files:
+            return [] if all(p in shared for p in files) else [module]
+        if not own or ("__init__.py" in own and f"{prefix}/__init__.py" not in shared):
             return [module]
         children = dict.fromkeys(c.split("/", 1)[0].split(".", 1)[0] for c in own)
-        return [n for c in children if c.isidentifier() for n in expand(f"{module}.{c}")] or [module]
+        names = [n for c in children if c.isidentifier() for n in expand(f"{module}.{c}")]
+        return names if names or "__init__.py" in own else [module]
 
     return tuple(dict.fromkeys(n for m in modules for n in expand(m)))
 
@@ -275,13 +286,15 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     info = _dist_info(list(interp.site_dirs), p.distribution)
     if info is None:
         return None
-    method = "pip" if interp.has_pip else "record"
-    modules = _confirm_names(info, p.modules)  # read before the RECORD goes
+    kept = shared_files(info, list(interp.site_dirs))
+    # pip removes every file the RECORD lists; the guarded uninstaller can leave the shared ones in place.
+    method = "pip" if interp.has_pip and not kept else "record"
+    modules = _confirm_names(info, p.modules, kept)  # read before the RECORD goes
     record = DropRecord(
         name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],
         time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         wheelhouse=_wheelhouse_of(interp.platlib, p.distribution, wheelhouse), modules=modules,
-        method=method, forced=p.forced, check_id=p.check_id, dependents=p.dependents,
+        method=method, forced=p.forced, check_id=p.check_id, dependents=p.dependents, kept=kept,
     )
     if dry_run:
         return record
@@ -298,7 +311,7 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
         else:
             # The one guarded uninstaller (install's): only paths inside the environment, never
             # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
-            remove_distribution(p.distribution, interp.scheme())
+            remove_distribution(p.distribution, interp.scheme(), keep=[str(info.parent / k.path) for k in kept])
     except BaseException:
         if _dist_info(list(interp.site_dirs), p.distribution) is not None:  # nothing was uninstalled
             _write_dropped(interp.platlib, before)
@@ -313,7 +326,7 @@ def _confirm(interp, records: list[DropRecord]) -> list[DropRecord]:
     confirmed = []
     for r in records:
         still = tuple(m for m in r.modules if found.get(m))
-        confirmed.append(DropRecord(**{**asdict(r), "modules": r.modules, "confirmed": not still, "still_found": still}))
+        confirmed.append(replace(r, confirmed=not still, still_found=still))
     mine = {(r.name, r.time): r.to_json() for r in confirmed}
     _write_dropped(interp.platlib, [mine.get((e.get("name"), e.get("time")), e) for e in read_dropped(interp.platlib)])
     return confirmed

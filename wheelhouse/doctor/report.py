@@ -16,6 +16,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from .sharedfiles import SharedFile
+
 __all__ = ["Verdict", "VERDICTS", "CheckResult", "Fix", "DoctorReport", "SCHEMA_VERSION", "render_junit"]
 
 Verdict = Literal["ok", "warn", "fail", "skip", "error", "info"]
@@ -72,6 +74,7 @@ class Fix:
     still_found: tuple[str, ...] = ()  # drop: names find_spec still finds afterwards (another copy); the check
     # that caused the drop then fails in the report (``with_fixes``)
     dependents: tuple[str, ...] = ()  # drop: the installed distributions that required it
+    kept: tuple[SharedFile, ...] = ()  # drop: its files another installed distribution lists too, left in place
 
     @property
     def changed(self) -> bool:
@@ -80,7 +83,7 @@ class Fix:
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "what": self.what, "forced": self.forced, "confirmed": self.confirmed,
                 "reason": self.reason, "check": self.check, "still_found": list(self.still_found),
-                "dependents": list(self.dependents)}
+                "dependents": list(self.dependents), "kept": [k.to_json() for k in self.kept]}
 
 
 @dataclass(frozen=True)

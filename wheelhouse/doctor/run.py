@@ -510,7 +510,7 @@ def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | 
              for k in plan.kept]
     for r in drop_distributions(interp.executable, plan.drops, wheelhouse=wheelhouse, reporter=reporter):
         done.append(Fix("drop", f"{r.name} {r.version}", forced=r.forced, confirmed=r.confirmed, reason=r.reason,
-                        check=r.check_id, still_found=r.still_found, dependents=r.dependents))
+                        check=r.check_id, still_found=r.still_found, dependents=r.dependents, kept=r.kept))
     if not include_forced:
         done += [Fix("not-dropped", f"{p.distribution} {p.version}", forced=True, reason=FORCED_NOT_DROPPED)
                  for p in forced_kept(report)]
