@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # where _probe_c
 from _probe_channel import emit  # noqa: E402 - first: it takes this folder off sys.path again
 
 import importlib.machinery  # noqa: E402
+import importlib.util  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 import re  # noqa: E402
 import importlib.metadata  # noqa: E402
@@ -206,6 +207,56 @@ def _record_facts(dist, path):
                   "resized_count": len(resized)}
 
 
+def _code_unlisted(path, files, seen):
+    """Whether a distribution's file list does not say where its code is: an .egg-info (no RECORD: its SOURCES.txt
+    or installed-files.txt is no record of what is on disk), or an editable install (a .pth and a finder are all its
+    RECORD lists) whose top_level.txt names what none of its listed files provide."""
+    if str(path).endswith(".egg-info"):
+        return True
+    editable = any(f.endswith(".pth") and "/" not in f for f in files)  # a finder or a path its .pth adds
+    return editable and any(t.split(".", 1)[0] not in seen for t in _hinted(path))
+
+
+def _hinted(path):
+    try:
+        with open(os.path.join(str(path), "top_level.txt"), encoding="utf-8") as fh:
+            return [t.strip().replace("/", ".") for t in fh if t.strip() and t.strip().isidentifier()]
+    except (OSError, ValueError):
+        return []
+
+
+_UNLISTED_WALK = 20000  # files looked at under one distribution's unlisted code, at most
+
+
+def _unlisted_extensions(tops, site):
+    """The extension module files under the folders the import system finds ``tops`` in (``find_spec`` of a
+    top-level name runs no package code): path relative to ``site`` (``../src/pkg/_core.so`` for a checkout) ->
+    the dotted name it is imported by."""
+    out, seen = {}, 0
+    for top in dict.fromkeys(t.split(".", 1)[0] for t in tops):
+        try:
+            spec = importlib.util.find_spec(top)
+        except Exception:  # noqa: BLE001 - a finder that raises: nothing found here (native imports it anyway)
+            continue
+        if spec is None:
+            continue
+        roots = list(spec.submodule_search_locations or ())
+        if not roots and spec.origin and _is_extension(os.path.basename(spec.origin)):
+            out[os.path.relpath(spec.origin, str(site)).replace(os.sep, "/")] = top
+        for root in roots:
+            for folder, dirs, names in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d.isidentifier())
+                seen += len(names)
+                rel = os.path.relpath(folder, os.path.dirname(root)).replace(os.sep, "/")
+                for n in sorted(names):
+                    if _is_extension(rel + "/" + n):
+                        out[os.path.relpath(os.path.join(folder, n), str(site)).replace(os.sep, "/")] = \
+                            _module_of(rel + "/" + n)
+                if seen > _UNLISTED_WALK:
+                    break
+    return out
+
+
 def _dist_info(dist, meta):
     name = meta["Name"] or ""
     path = getattr(dist, "_path", None)
@@ -234,9 +285,18 @@ def _dist_info(dist, meta):
         tops = tops + [t for t in seen if t not in tops]
     elif not tops:
         tops = seen
+    if path is not None and _code_unlisted(path, files, seen):
+        # An egg-info (setup.py install, Debian's python3-*) or an editable install (its RECORD lists only the .pth
+        # and finder): where its code is, the import system says, and the extension modules there are its own.
+        found = _unlisted_extensions([*tops, *_hinted(path)], path.parent)
+        ext += [f for f in found if f not in ext]
+        tops = tops + [t for t in (m.split(".", 1)[0] for m in found.values()) if t not in tops]
+    else:
+        found = {}
+    module_of = {f: found.get(f) or _module_of(f) for f in ext}
     ext_tops = []
     for f in ext:
-        top = _top_of(f)
+        top = (module_of[f] or "").split(".", 1)[0] or None
         if top and top not in ext_tops:
             ext_tops.append(top)
     return {
@@ -248,7 +308,7 @@ def _dist_info(dist, meta):
         "extension_modules": len(ext),
         "extension_sample": ext[:5],
         "extension_top_level": ext_tops,
-        "extensions": [[f, _module_of(f)] for f in ext],
+        "extensions": [[f, module_of[f]] for f in ext],
         "library_candidates": [[f, _module_of(f)] for f in own if _library_candidate(f)],
         "foreign_extensions": [[f, tag] for f in own for tag in [_foreign_extension(f)] if tag],
         "has_record": bool(files),

@@ -152,6 +152,34 @@ def test_an_import_meets_only_the_modules_a_plain_start_has_loaded(tmp_path, whe
     assert f"AttributeError: {missing}" in r.evidence
 
 
+def test_extension_modules_no_record_lists_are_found_where_the_import_system_finds_the_package(tmp_path, wheels):
+    """An .egg-info (setup.py install, Debian's python3-*: no RECORD) and an editable install (its RECORD lists a
+    .pth and nothing else) with a broken build: no extension module was known, so nothing was loaded: green."""
+    build = tmp_path / "build"
+    build.mkdir()
+    undef = _ext(build, "_core", "WH_UNDEF")
+    py = make_venv(tmp_path / "venv")
+    site = site_packages(py)
+    (site / "eggy").mkdir()
+    (site / "eggy" / "__init__.py").write_text("from ._core import answer\n")
+    (site / "eggy" / f"_core{SUFFIX}").write_bytes(undef)
+    info = site / "eggy-1.0-py3.11.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: eggy\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("eggy\n")
+    src = tmp_path / "checkout"  # `pip install -e`: the build sits in the source tree, a .pth puts it on sys.path
+    (src / "edx").mkdir(parents=True)
+    (src / "edx" / "__init__.py").write_text("from ._core import answer\n")
+    (src / "edx" / f"_core{SUFFIX}").write_bytes(undef)
+    install_wheel(py, make_wheel(tmp_path / "w", "edx", "1.0", modules={"__editable__.edx-1.0.pth": f"{src}\n"},
+                                 files={"edx-1.0.dist-info/top_level.txt": b"edx\n"}))
+    report = run_doctor(str(py), checks=["native"], timeout=10)
+    for cid, where in (("native:eggy", site / "eggy"), ("native:edx", src / "edx")):
+        r = report.get(cid)
+        assert r is not None and r.verdict == "fail", (cid, r)
+        assert "wh_missing_symbol" in r.evidence and str(where) in r.evidence
+
+
 def test_every_top_level_name_of_a_native_distribution_is_imported(report):
     r = report.get("native:pmdist")
     assert r.verdict == "fail"
