@@ -216,3 +216,97 @@ def test_an_optional_entry_that_does_not_say_which_failure_is_refused(tmp_path):
     bad.write_text('[[optional]]\ndistribution = "numba"\nmodules = ["numba.*"]\nreason = "anything goes"\n')
     with pytest.raises(OptionalDataError, match="needs modules and libraries or errors"):
         load_optional_modules(bad)
+
+
+_SIGILL_AT_INIT = r"""
+#include <Python.h>
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, STR(MODNAME), NULL, -1, NULL};
+PyMODINIT_FUNC CAT(PyInit_, MODNAME)(void) {
+#ifdef WH_AVX512
+    __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0" ::: "xmm0");  /* code built with -mavx512f runs at init */
+#else
+    __builtin_trap();  /* ud2: SIGILL on every CPU */
+#endif
+    return PyModule_Create(&mod);
+}
+"""
+
+# faiss-cpu's layout: a build per CPU level, and an __init__ that imports the one /proc/cpuinfo says runs here.
+_PICKS_BY_CPU = """def _flags():
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+if "avx512f" in _flags():
+    from ._avx512 import *
+else:
+    from ._generic import answer
+"""
+
+
+def _sigill_at_init(build: Path, modname: str, avx512: bool) -> bytes:
+    src = build / f"{modname}-sigill.c"
+    src.write_text(_SIGILL_AT_INIT)
+    out = build / f"{modname}-sigill-{avx512}.so"
+    _gcc(["-shared", "-fPIC", "-O1", f"-I{sysconfig.get_paths()['include']}", f"-DMODNAME={modname}",
+          *(["-mavx512f", "-DWH_AVX512"] if avx512 else []), str(src), "-o", str(out)])
+    return out.read_bytes()
+
+
+def _has_avx512f() -> bool:
+    try:
+        return "avx512f" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(_has_avx512f(), reason="needs a CPU without AVX-512 (its AVX-512 build must die of SIGILL)")
+def test_a_build_for_cpu_features_this_host_lacks_that_its_package_does_not_load_is_a_warning_not_a_drop(tmp_path):
+    """Before: the doctor imported cpuvar._avx512 by name, it died of SIGILL, native:cpuvar failed and `wh drop`
+    uninstalled cpuvar, whose own import works on this CPU. Its package imports it only where the CPU has avx512f."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "cpuvar", {"cpuvar/__init__.py": _PICKS_BY_CPU},
+                 {f"cpuvar/_generic{SUFFIX}": _ext(build, "_generic"),
+                  f"cpuvar/_avx512{SUFFIX}": _sigill_at_init(build, "_avx512", avx512=True)})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:cpuvar")
+    assert r.verdict == "warn" and r.strict is False, r.evidence
+    assert "import cpuvar._avx512: import killed by SIGILL" in r.evidence
+    assert ("cpuvar's import does not load it here): cpuvar._avx512 is built for CPU features this host lacks "
+            "(SIGILL; its name says avx512, which /proc/cpuinfo's flags here do not have)") in r.evidence
+    assert [(f["module"], f["severity"]) for f in r.data["failures"]] == [("cpuvar._avx512", "warn")]
+    assert "drop" not in r.data
+    proc = subprocess.run([sys.executable, "-m", "wheelhouse", "drop", "--python", str(py), "--json", "--timeout",
+                           "20"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["dropped"] == [], proc.stdout + proc.stderr
+    works = subprocess.run([str(py), "-c", "import cpuvar; print(cpuvar.answer())"], capture_output=True, text=True)
+    assert works.stdout.strip() == "42", works.stderr
+
+
+def test_a_sigill_its_name_does_not_explain_is_a_warning_strict_counts_and_one_its_package_loads_is_a_fail(tmp_path):
+    # A module that traps (ud2: SIGILL on any CPU) which its package does not import: no drop, but nothing says
+    # it is a CPU variant, so --strict counts it. The same module imported by its package's __init__ is a fail.
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "trapvar", {"trapvar/__init__.py": "from ._generic import answer\n"},
+                 {f"trapvar/_generic{SUFFIX}": _ext(build, "_generic"),
+                  f"trapvar/_fast{SUFFIX}": _sigill_at_init(build, "_fast", avx512=False)})
+    install_dist(py, w, "eagervar", {"eagervar/__init__.py": "from ._avx512 import *\n"},
+                 {f"eagervar/_avx512{SUFFIX}": _sigill_at_init(build, "_avx512", avx512=False)})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    trap = report.get("native:trapvar")
+    assert trap.verdict == "warn" and trap.strict is True, trap.evidence
+    assert "trapvar._fast is built for CPU features this host lacks (SIGILL" in trap.evidence
+    assert "its name does not say which feature it needs, so --strict counts it" in trap.evidence
+    assert "optional by design" not in trap.evidence and "drop" not in trap.data
+    eager = report.get("native:eagervar")
+    assert eager.verdict == "fail" and "import eagervar: import killed by SIGILL" in eager.evidence, eager.evidence
+    assert eager.data["drop"]["distribution"] == "eagervar"

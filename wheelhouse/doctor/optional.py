@@ -8,6 +8,8 @@ when its failure is one that the data names as optional, with the reason shown a
   over ``"ImportError: initialization failed"``). At least one of the two: the data says which failure.
 - ``[[variant]]``: a module under a folder built for another CUDA major (``cu12/`` where the stack's CUDA is
   13): the package loads the folder for the CUDA it finds.
+- ``[[cpu-variant]]``: the CPU feature names a module's name may carry (``_swigfaiss_avx512``): a module that
+  dies of SIGILL, named for a feature this CPU's flags lack, is a build the package picks only where the CPU has it.
 
 ``doctor/sharedlibs.toml``'s ``[[optional]]`` entries (a RECORD path glob and the missing libraries it may
 lack) say the same about a missing library, and count here too (:meth:`OptionalData.with_objects`): one
@@ -28,7 +30,7 @@ from wheelhouse.datafile import check_keys, get_value, load_toml
 from wheelhouse.errors import WhError
 from wheelhouse.resources import doctor_dir
 
-__all__ = ["OptionalModule", "CudaVariant", "OptionalData", "OptionalDataError", "load_optional_modules",
+__all__ = ["OptionalModule", "CudaVariant", "CpuVariant", "OptionalData", "OptionalDataError", "load_optional_modules",
            "missing_libraries"]
 
 
@@ -77,15 +79,41 @@ class CudaVariant:
 
 
 @dataclass(frozen=True)
+class CpuVariant:
+    """One ``[[cpu-variant]]`` entry: CPU feature names (globs over /proc/cpuinfo flags) a build is named for."""
+
+    features: tuple[str, ...]
+    reason: str
+
+    def feature_lacking(self, module: str, flags: frozenset[str]) -> str | None:
+        """The feature ``module``'s last name part names (``_swigfaiss_avx512``: ``avx512``) that no flag of
+        ``flags`` starts with, or None."""
+        for part in module.rsplit(".", 1)[-1].lower().split("_"):
+            if part and any(fnmatch.fnmatchcase(part, g) for g in self.features) \
+                    and not any(f.startswith(part) for f in flags):
+                return part
+        return None
+
+
+@dataclass(frozen=True)
 class OptionalData:
     modules: tuple[OptionalModule, ...] = ()
     variants: tuple[CudaVariant, ...] = ()
+    cpu_variants: tuple[CpuVariant, ...] = ()
 
     def with_objects(self, entries: Iterable[Any], source: str) -> "OptionalData":
         """These rules plus entries that name a RECORD path glob (``objects``) and missing ``libraries``."""
         extra = tuple(OptionalModule(e.distribution, objects=(e.objects,), libraries=tuple(e.libraries),
                                      reason=e.reason, source=source) for e in entries)
-        return OptionalData(self.modules + extra, self.variants)
+        return OptionalData(self.modules + extra, self.variants, self.cpu_variants)
+
+    def cpu_feature_lacking(self, module: str, flags: frozenset[str]) -> tuple[CpuVariant, str] | None:
+        """The entry and the feature ``module`` is named for that ``flags`` (this CPU's) lack, or None."""
+        for v in self.cpu_variants:
+            feature = v.feature_lacking(module, flags)
+            if feature:
+                return v, feature
+        return None
 
     def rule_for(self, dist_key: str, module: str, relpath: str | None, failure: str) -> OptionalModule | None:
         return next((r for r in self.modules if r.covers(dist_key, module, relpath, failure)), None)
@@ -115,7 +143,7 @@ def load_optional_modules(path: Path | None = None) -> OptionalData:
     """The entries of ``doctor/optional.toml`` (or ``path``)."""
     path = path or doctor_dir() / "optional.toml"
     data = load_toml(path, what="optional-modules data file", error=OptionalDataError)
-    check_keys(data, ["optional", "variant"], str(path), error=OptionalDataError)
+    check_keys(data, ["optional", "variant", "cpu-variant"], str(path), error=OptionalDataError)
     modules, variants = [], []
     for i, t in enumerate(data.get("optional") or ()):
         where = f"{path} [[optional]] #{i + 1}"
@@ -133,4 +161,10 @@ def load_optional_modules(path: Path | None = None) -> OptionalData:
         check_keys(t, ["folders", "reason"], where, error=OptionalDataError)
         variants.append(CudaVariant(_strs(t, "folders", where),
                                     str(get_value(t, "reason", (str,), where, error=OptionalDataError))))
-    return OptionalData(tuple(modules), tuple(variants))
+    cpu_variants = []
+    for i, t in enumerate(data.get("cpu-variant") or ()):
+        where = f"{path} [[cpu-variant]] #{i + 1}"
+        check_keys(t, ["features", "reason"], where, error=OptionalDataError)
+        cpu_variants.append(CpuVariant(_strs(t, "features", where),
+                                       str(get_value(t, "reason", (str,), where, error=OptionalDataError))))
+    return OptionalData(tuple(modules), tuple(variants), tuple(cpu_variants))

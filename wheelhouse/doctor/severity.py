@@ -11,6 +11,14 @@ It is a **warning** only when nothing in the stack reaches the module *and* the 
 dependency: named in ``doctor/optional.toml`` or ``doctor/sharedlibs.toml`` (tkinter, libtbb, cuTENSOR,
 MPI/RDMA plugins), a build for another CUDA major than the stack's (``cu12/`` beside CUDA 13), or a
 Python module its distribution does not require (its own metadata says so). The reason is the evidence.
+
+A build for CPU features this host lacks is the CPU's side of the CUDA variant: faiss ships
+``_swigfaiss_avx512`` beside ``_swigfaiss`` and imports the AVX-512 build only where /proc/cpuinfo says
+``avx512f``. Imported by its name on a CPU without it, it dies of SIGILL, while the package's own import, which
+does not load it, works. Such a module (SIGILL when imported by name; its top-level package imported without
+loading it) is a warning, never a drop. ``--strict`` leaves it out only when its name says which feature (a
+``[[cpu-variant]]`` of ``doctor/optional.toml``) and this CPU's flags lack it; a SIGILL its name does not
+explain (a trap, a feature the host has) is a warning ``--strict`` counts.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from packaging.utils import canonicalize_name
 from .checks import DoctorContext, Distribution
 from .imports import ImportOutcome
 from .optional import OptionalData
+from .verdicts import cpu_facts
 
 __all__ = ["StackReach", "Judgement", "judge_failure", "entry_modules", "stack_reach"]
 
@@ -37,12 +46,14 @@ class StackReach:
     loaded: frozenset[str] = frozenset()  # modules that loaded when imported by name (a variant's sibling)
     cuda_major: int | None = None  # the stack's CUDA major (its cuda-bindings / CUDA runtime wheel)
     cuda_source: str | None = None  # where that came from
+    cpu_flags: frozenset[str] = frozenset()  # this host's CPU feature flags (/proc/cpuinfo)
 
 
 @dataclass(frozen=True)
 class Judgement:
     severity: Literal["fail", "warn"]
     reason: str
+    strict: bool = False  # a warning --strict counts (nothing says the distribution does without it by design)
 
 
 def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
@@ -83,6 +94,24 @@ def _variant(o: ImportOutcome, relpath: str | None, reach: StackReach, data: Opt
         if rel.replace(f"/{sibling[1]}/", f"/{folder}/") == relpath:
             return f"a build for CUDA {major} ({folder}/); its build for CUDA {sibling[2]} ({rel}) loads: {rule.reason}"
     return None
+
+
+def _cpu_variant(o: ImportOutcome, reach: StackReach, data: OptionalData) -> Judgement | None:
+    """A warning when ``o`` died of SIGILL imported by its own name while its top-level package imported without
+    loading it (a fail, the stack loads it, is decided before): a build for CPU features this host lacks, which
+    the package imports only where the CPU has them (faiss's ``_swigfaiss_avx512``)."""
+    top = o.module.split(".", 1)[0]
+    if not (o.crash or "").startswith("killed by SIGILL") or top not in reach.loaded:
+        return None
+    lazily = f"nothing in the stack reaches it ({top}'s import does not load it here)"
+    named = data.cpu_feature_lacking(o.module, reach.cpu_flags)
+    if named is not None:
+        rule, feature = named
+        return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL; its name "
+                                 f"says {feature}, which /proc/cpuinfo's flags here do not have): {rule.reason}")
+    return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL: an "
+                             "instruction this CPU cannot execute); its name does not say which feature it needs, so "
+                             "--strict counts it (a trap would die of SIGILL too)", strict=True)
 
 
 def _served_by(d: Distribution, o: ImportOutcome, installed: Mapping[str, Distribution]) -> Distribution | None:
@@ -128,6 +157,9 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
     variant = _variant(o, relpath, reach, data, files)
     if variant:
         return Judgement("warn", f"{lazily}: {variant}")
+    cpu = _cpu_variant(o, reach, data)
+    if cpu is not None:
+        return cpu
     if o.missing and not o.crash and not _own_or_required(d, o.missing, installed):
         return Judgement("warn", f"{lazily}: only {o.module} needs {o.missing}, which is not installed and which "
                                  f"{d.name} does not require (an optional module)")
@@ -155,8 +187,9 @@ def stack_reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[st
             for m in o.reached:
                 reached.setdefault(m, name)
     major, source = _cuda_major(ctx)
+    cpu = cpu_facts()
     return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
-                      major, source)
+                      major, source, frozenset((cpu.get("flags") or cpu.get("features") or "").split()))
 
 
 _CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",

@@ -35,7 +35,8 @@ Which failures are red (:mod:`wheelhouse.doctor.severity`): what the stack loads
 importing them loads, every top-level name), and any lazily loaded module whose failure no data calls
 optional. A lazily loaded module nothing reaches whose failure is an optional dependency named in
 ``doctor/optional.toml`` (the image's matplotlib lacking tkinter, numba's TBB pool) is a warning with the
-reason. Who installed a distribution never changes a verdict.
+reason, and so is a build for CPU features this host lacks (faiss's ``_swigfaiss_avx512``: SIGILL imported by
+its name, while its package's import does not load it). Who installed a distribution never changes a verdict.
 """
 
 from __future__ import annotations
@@ -228,8 +229,8 @@ def load_plan(ctx: DoctorContext, d: Distribution, here: TargetInterpreter | Non
 
 # The reason of a warning --strict does not count (the report says "not counted by --strict", from ``strict``).
 _BY_DESIGN = ("optional by design: each module is one nothing in the stack reaches and that its distribution does "
-              "without (named optional in doctor/*.toml, a build for another CUDA major, a module its metadata does "
-              "not require, or a file another distribution replaces)")
+              "without (named optional in doctor/*.toml, a build for another CUDA major or for CPU features this host "
+              "lacks, a module its metadata does not require, or a file another distribution replaces)")
 
 
 def _failure_lines(bad: list[ImportOutcome], unloaded: list[str], judged: Mapping[str, Judgement],
@@ -374,11 +375,13 @@ def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, Impo
                            data=payload, seconds=seconds)
     if not red and not unloaded:
         # Every such warning is a module nothing in the stack reaches, which its distribution does without by
-        # design (the data, its CUDA variant folders, its own metadata): --strict does not count it.
-        return CheckResult(cid, title, "warn", evidence + "\n" + _BY_DESIGN,
+        # design (the data, its CUDA or CPU variant builds, its own metadata): --strict does not count it. A
+        # SIGILL no data explains (a CPU variant whose name says no feature) is no drop either, but is counted.
+        counted = any(j.strict for j in judged.values())
+        return CheckResult(cid, title, "warn", evidence + ("" if counted else "\n" + _BY_DESIGN),
                            hint=f"only code that uses {', '.join(judged)} is affected; install what it needs "
                                 f"(or rebuild the image) if the engine takes that path",
-                           data=payload, seconds=seconds, strict=False)
+                           data=payload, seconds=seconds, strict=counted)
     if red and not unloaded and all(o.module in plan.missing for o in red):
         # Files its RECORD lists are gone: a damaged install, which a reinstall mends. A drop would take
         # away a distribution that works once it is whole (install:records names the files too).
