@@ -312,9 +312,84 @@ def _dist_info(dist, meta):
         "library_candidates": [[f, _module_of(f)] for f in own if _library_candidate(f)],
         "foreign_extensions": [[f, tag] for f in own for tag in [_foreign_extension(f)] if tag],
         "has_record": bool(files),
+        "scripts": _script_facts(dist, files, path.parent if path else None),
         **record,
         "requires": list(meta.get_all("Requires-Dist") or []),
     }
+
+
+_SH_EXEC = b"'''exec' "  # pip's launcher for an interpreter path too long for a shebang: /bin/sh, then this line
+
+
+def _script_facts(dist, files, site):
+    """Each console/GUI script the distribution declares, with what stops it from running (None: nothing found): a
+    launcher its RECORD lists whose interpreter is gone (a venv moved or copied to another path keeps the old one in
+    every shebang; a launcher RECORD lists that is not on disk is install:records'), or a module the entry point
+    names that is not there (looked up by file under the package the import system finds: no package code runs)."""
+    launchers = {f.rsplit("/", 1)[-1]: os.path.normpath(os.path.join(str(site), f))
+                 for f in files if site is not None and f.startswith("..")}
+    try:
+        text = dist.read_text("entry_points.txt") or ""
+    except Exception:  # noqa: BLE001
+        return []
+    out, section = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif "=" in line and section in ("console_scripts", "gui_scripts"):
+            name, _, value = (x.strip() for x in line.partition("="))
+            module = value.split(":", 1)[0].split("[", 1)[0].strip()
+            out.append([name, value, _script_problem(launchers.get(name), module)])
+    return out
+
+
+def _launcher_interpreter(head):
+    """The interpreter a launcher's first lines run (bytes; None: not said)."""
+    if not head[0].startswith(b"#!"):
+        return None
+    words = head[0][2:].split()
+    runs = words[0] if words else None
+    if runs == b"/bin/sh" and len(head) > 1 and head[1].startswith(_SH_EXEC):
+        rest = head[1][len(_SH_EXEC):]
+        runs = rest.split(b'"')[1] if rest.startswith(b'"') and rest.count(b'"') >= 2 else (rest.split() or [None])[0]
+    return runs
+
+
+def _script_problem(launcher, module):
+    try:
+        with open(launcher, "rb") as fh:
+            head = fh.read(1024).split(b"\n")
+    except (OSError, TypeError):  # TypeError: RECORD lists none (a system package's launcher lives elsewhere)
+        head = [b""]
+    runs = _launcher_interpreter(head)
+    if runs and runs.startswith(b"/") and not os.access(os.fsdecode(runs), os.X_OK):
+        return "its launcher %s runs %s, which is not there (a venv moved or copied elsewhere keeps its old path)" % (
+            launcher, os.fsdecode(runs))
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return None
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except Exception:  # noqa: BLE001 - a finder that raises: not judged here
+        return None
+    if spec is None:
+        return "its entry point's module %s is not installed (no %s)" % (module, parts[0])
+    folders = list(spec.submodule_search_locations or ())
+    for i, part in enumerate(parts[1:], 1):
+        here = ".".join(parts[:i + 1])
+        if not folders:
+            return "its entry point's module %s is not installed (%s is a module, not a package)" % (
+                module, ".".join(parts[:i]))
+        packages = [os.path.join(f, part) for f in folders if os.path.isdir(os.path.join(f, part))]
+        if packages:
+            folders = packages
+            continue
+        if any(os.path.isfile(os.path.join(f, part + s)) for f in folders for s in importlib.machinery.all_suffixes()):
+            folders = []
+            continue
+        return "its entry point's module %s is not installed (no %s)" % (module, here)
+    return None
 
 
 def _meminfo():

@@ -209,3 +209,31 @@ def test_a_pipe_in_place_of_a_file_its_record_lists_is_not_on_disk(tmp_path):
     r = run_doctor(str(py), checks=["install"], timeout=20).get("install:records")
     assert r is not None and r.verdict in ("fail", "warn"), r
     assert "piped/table.json (a pipe, socket or device in its place)" in r.evidence, r
+
+
+def test_a_console_script_that_cannot_start_is_named_and_fails_where_the_manifest_serves_with_it(tmp_path):
+    """A wheel whose entry point names a module it left out (`tool = tool.cli:main`, no tool/cli.py), and a venv moved
+    after it was made (every launcher's shebang names the old interpreter): the commands die, the doctor was green."""
+    from wheelmaker import make_wheel
+    from wheelhouse.manifest import load_manifest
+
+    py = make_venv(tmp_path / "made-here", with_pip=True)
+    wheels = [make_wheel(tmp_path / "w", "tool", "1.0", modules={"tool/__init__.py": ""},
+                         entry_points={"console_scripts": {"tool": "tool.cli:main"}}),
+              make_wheel(tmp_path / "w", "fine", "1.0", modules={"fine/__init__.py": "", "fine/cli.py": ""},
+                         entry_points={"console_scripts": {"fine": "fine.cli:main"}})]
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", *map(str, wheels)], check=True)
+    r = run_doctor(str(py), checks=["install:scripts"]).get("install:scripts")
+    assert r.verdict == "warn" and r.strict is not False, r
+    assert "tool 1.0: tool (tool.cli:main): its entry point's module tool.cli is not installed" in r.evidence
+    assert "fine" not in r.evidence
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "t"\nrequirements = ["tool"]\n\n[serve]\ncommand = ["tool", "serve"]\n')
+    r = run_doctor(str(py), checks=["install:scripts"], manifest=load_manifest(manifest)).get("install:scripts")
+    assert r.verdict == "fail" and "the manifest's [serve] command runs tool" in r.evidence, r
+    moved = tmp_path / "moved-here"
+    (tmp_path / "made-here").rename(moved)
+    r = run_doctor(str(moved / "bin" / "python"), checks=["install:scripts"]).get("install:scripts")
+    assert r.verdict == "warn", r
+    assert f"its launcher {moved / 'bin' / 'fine'} runs {tmp_path / 'made-here' / 'bin' / 'python'}" in r.evidence
+    assert "moved or copied" in r.hint

@@ -16,6 +16,8 @@ install, once wh has installed here, as for ``deps``).
 
 from __future__ import annotations
 
+import os
+
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.target.interpreter import distinct_dirs
 from wheelhouse.install.state import unfinished_transaction
@@ -28,12 +30,42 @@ __all__ = ["GROUP", "CHECKS", "run"]
 GROUP = "install"
 CHECKS = {"install:transaction": "no `wh install` into the interpreter's site folders was left unfinished",
           "install:records": "every distribution's metadata and RECORD can be read, and every file RECORD lists "
-                             "(byte code aside) is on disk"}
+                             "(byte code aside) is on disk",
+          "install:scripts": "every console/GUI script a distribution declares has a launcher whose interpreter is "
+                             "there, and the module its entry point names is installed"}
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
     out = [_records(ctx)] if ctx.wants("install:records") else []
+    out += [_scripts(ctx)] if ctx.wants("install:scripts") else []
     return ([_transaction(ctx)] if ctx.wants("install:transaction") else []) + out
+
+
+def _scripts(ctx: DoctorContext) -> CheckResult:
+    """A command a user or the engine's recipe runs (``vllm serve``) that cannot start: a fail where it is the
+    program of the manifest's ``[serve] command``, else a warning ``--strict`` counts (nothing in the stack runs
+    it that wh knows of)."""
+    title = CHECKS["install:scripts"]
+    serve = ctx.manifest.serve if ctx.manifest else None
+    program = os.path.basename(serve.command[0]) if serve and serve.command else None
+    broken, count = [], 0
+    for rec in ctx.facts.get("distributions") or ():
+        for name, value, problem in (rec.get("scripts") or ()) if isinstance(rec, dict) else ():
+            count += 1
+            if problem:
+                broken.append((str(name), f"{rec.get('name')} {rec.get('version')}: {name} ({value}): {problem}"))
+    if not broken:
+        return CheckResult("install:scripts", title, "ok", f"{count} script(s): every launcher and entry point is there")
+    served = [line for name, line in broken if name == program]
+    names = sorted({line.split(" ", 1)[0] for _, line in broken})
+    return CheckResult("install:scripts", title, "fail" if served else "warn",
+                       "\n".join(line for _, line in broken)
+                       + (f"\nthe manifest's [serve] command runs {program}" if served else ""),
+                       hint=("this environment was moved or copied from where it was made: make it again here "
+                             "(a new venv, then `wh install`)" if any("is not there (a venv moved" in line
+                                                                       for _, line in broken)
+                             else f"reinstall what is named: `{reinstall_command(ctx, *names)}`"),
+                       data={"broken": [line for _, line in broken], "serve_program": program})
 
 
 # Installers that always write a RECORD, last (and INSTALLER before it): a folder of theirs without one is an
