@@ -203,10 +203,64 @@ def _share_compiled_code(folder):
     SourceFileLoader.source_to_code = source_to_code
 
 
+_COMPILE_WAIT = 20.0
+
+
+def _one_compile_at_a_time(folder):
+    """Where the import system writes byte code, probes importing the same source at once (the box's first run:
+    every torch family batch, the JIT probe and torch_info start together) each compiled it and wrote its own
+    ``.pyc`` over the others' (marshal's bytes differ between processes): a verdict then named bytes no longer
+    there and was executed again on the next run (63 imports of the 71-wheel venv with 8 jobs). A lock per source
+    in the run's private folder, held while a probe reads or compiles and writes that source's byte code (no module
+    code runs meanwhile), makes the second probe read what the first wrote."""
+    try:
+        import fcntl
+        from importlib.machinery import SourceFileLoader
+    except ImportError:
+        return
+    import time
+
+    original = SourceFileLoader.get_code
+    flock, unlock, exclusive = fcntl.flock, fcntl.LOCK_UN, fcntl.LOCK_EX | fcntl.LOCK_NB
+    flags = os.O_CREAT | os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    sleep, clock = time.sleep, time.monotonic
+
+    def lock(fd):
+        """Wait for the lock, at most _COMPILE_WAIT seconds (a loader that imports while it compiles could otherwise
+        wait for a probe that waits for it); then compile without it, as before."""
+        until = clock() + _COMPILE_WAIT
+        while True:
+            try:
+                flock(fd, exclusive)
+                return
+            except BlockingIOError:
+                if clock() > until:
+                    return
+                sleep(0.002)
+
+    def get_code(self, fullname):
+        try:
+            fd = os.open(os.path.join(folder, _digest(os.fsencode(self.get_filename(fullname))) + ".lock"), flags, 0o600)
+        except Exception:  # noqa: BLE001 - no lock: compiled as before
+            return original(self, fullname)
+        try:
+            lock(fd)
+            return original(self, fullname)
+        finally:
+            try:
+                flock(fd, unlock)
+            finally:
+                os.close(fd)
+
+    SourceFileLoader.get_code = get_code
+
+
 _code_folder = os.environ.pop(CODE_CACHE_ENV, None)  # the code under test never sees it
 _watch_opens()
 if sys.dont_write_bytecode and _code_folder and os.path.isdir(_code_folder):
     _share_compiled_code(_code_folder)
+elif _code_folder and os.path.isdir(_code_folder):
+    _one_compile_at_a_time(_code_folder)
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 while sys.path and os.path.realpath(sys.path[0] or os.curdir) == _HERE:

@@ -327,6 +327,27 @@ def test_byte_code_rewritten_during_the_run_is_reused_only_when_it_is_the_same(t
         assert "eta" in _executed(again, "native:eta")
 
 
+def test_byte_code_several_probes_compile_at_once_is_written_once_and_the_rerun_reuses_everything(tmp_path, exts):
+    """A fresh image has no byte code: every batch importing the same modules compiled them at once and wrote its
+    own .pyc over the others' (marshal's bytes differ between processes), so the first writer's verdict named bytes
+    no longer there and the re-run executed it again (the box: the cuda and jaxlib batches; 63 imports here with 8
+    jobs on the bench's venv: pandas, split in parts that each import it). One compile per source at a time."""
+    py = make_venv(tmp_path / "venv")
+    body = "".join(f"def f{i}(x, y=({i}, 'k{i}', frozenset({{'a{i}', 'b{i}', {i}.5}}))):\n    return [x, y]\n"
+                   for i in range(300))
+    modules = {f"heavy/part{i}.py": body for i in range(60)}
+    modules["heavy/__init__.py"] = "".join(f"from . import part{i}\n" for i in range(60))
+    # Forty extension modules and 64 MB: a package the planner splits into parts, each importing heavy first.
+    files = {f"heavy/m{i}/_ext{SUFFIX}": exts["ext"] for i in range(40)}
+    modules.update({f"heavy/m{i}/__init__.py": "" for i in range(40)})
+    files["heavy/weights.bin"] = bytes(64 << 20)
+    install_dist(py, tmp_path / "wheels", "heavy", modules, files)
+    first = _doctor(py, tmp_path, "--jobs=6", env=WRITING_BYTECODE)
+    assert first["native:heavy"]["verdict"] == "ok"
+    again = _doctor(py, tmp_path, "--jobs=6", env=WRITING_BYTECODE)
+    assert _executed(again, "native:heavy") == set()
+
+
 def _needed_lib(folder: Path, body: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     src = folder / "dep.c"
