@@ -92,6 +92,10 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         # ... and the same when the distribution requires it: its own stack is incomplete.
         "tkreq": wheel("tkreq", {"tkreq/__init__.py": "X = 1\n", "tkreq/backends/__init__.py": ""},
                        {f"tkreq/backends/_tkagg{SUFFIX}": tk_required}, requires=["zmq-missing-xyz>=1"]),
+        # greenlet's tests/_test_extension: its package needs psutil, which greenlet wants only for its `test` extra.
+        "tkextra": wheel("tkextra", {"tkextra/__init__.py": "X = 1\n", "tkextra/tests/__init__.py": ""},
+                         {f"tkextra/tests/_tkagg{SUFFIX}": tk_required},
+                         requires=['zmq-missing-xyz>=1; extra == "test"']),
     }
 
 
@@ -122,7 +126,7 @@ def _venv(tmp_path: Path, wheels: dict[str, Path], names) -> Path:
 def report(tmp_path_factory, wheels):
     py = _venv(tmp_path_factory.mktemp("native"), wheels,
                ["lazylib", "lazyempty", "lazyundef", "pmdist", "badinit", "fine", "ctlib", "cvlike", "tkopt", "tkreq",
-                "stale"])
+                "stale", "tkextra"])
     return run_doctor(str(py), checks=["native"], timeout=10)
 
 
@@ -241,6 +245,9 @@ def test_a_module_that_needs_an_optional_module_its_distribution_does_not_requir
     # A module the distribution requires is part of its stack: absent, it is red.
     req = report.get("native:tkreq")
     assert req.verdict == "fail" and "No module named 'zmq_missing_xyz'" in req.evidence
+    # ... but one it wants only with an extra (greenlet's tests want psutil for its `test` extra) is optional.
+    extra = report.get("native:tkextra")
+    assert extra.verdict == "warn" and "does not require" in extra.evidence and "drop" not in extra.data, extra
 
 
 def _record_wh_install(python: Path, *names: str) -> None:

@@ -57,16 +57,20 @@ class Judgement:
 
 
 def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
-    """Is module ``missing`` the distribution's own, or one a requirement of it provides?"""
+    """Is module ``missing`` the distribution's own, or one a requirement of it provides (a requirement of an extra
+    does not count: without the extra it is optional)?"""
     top = missing.split(".", 1)[0]
     if top in d.import_names:
         return True
     wanted = set()
     for text in d.requires:
         try:
-            wanted.add(canonicalize_name(Requirement(text).name))
+            req = Requirement(text)
         except InvalidRequirement:
             continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue  # wanted only with an extra (greenlet's `psutil; extra == "test"`): an optional module
+        wanted.add(canonicalize_name(req.name))
     providers = {k for k, other in installed.items() if top in other.import_names}
     return canonicalize_name(top) in wanted or bool(providers & wanted)
 
