@@ -351,8 +351,14 @@ def _launcher_interpreter(head):
     words = head[0][2:].split()
     runs = words[0] if words else None
     if runs == b"/bin/sh" and len(head) > 1 and head[1].startswith(_SH_EXEC):
-        rest = head[1][len(_SH_EXEC):]
-        runs = rest.split(b'"')[1] if rest.startswith(b'"') and rest.count(b'"') >= 2 else (rest.split() or [None])[0]
+        rest = head[1][len(_SH_EXEC):].lstrip()
+        quote = rest[:1]
+        if quote in (b'"', b"'") and rest.count(quote) >= 2:  # pip quotes it "..." and uv '...'
+            runs = rest.split(quote)[1]
+        elif rest.startswith((b'"$(', b"$(")):
+            return None  # uv's relocatable form: the interpreter beside the launcher, wherever it is
+        else:
+            runs = (rest.split() or [None])[0]
     return runs
 
 

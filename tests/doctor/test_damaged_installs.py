@@ -231,9 +231,18 @@ def test_a_console_script_that_cannot_start_is_named_and_fails_where_the_manifes
     manifest.write_text('[stack]\nname = "t"\nrequirements = ["tool"]\n\n[serve]\ncommand = ["tool", "serve"]\n')
     r = run_doctor(str(py), checks=["install:scripts"], manifest=load_manifest(manifest)).get("install:scripts")
     assert r.verdict == "fail" and "the manifest's [serve] command runs tool" in r.evidence, r
+    # uv's launcher for a long path quotes the interpreter '...' (pip's "..."); its relocatable form names none.
+    launcher = tmp_path / "made-here" / "bin" / "fine"
+    exec_line = "'" * 3 + "exec' "
+    launcher.write_text(f"#!/bin/sh\n{exec_line}'/gone/uv venv/bin/python' \"$0\" \"$@\"\n")
+    r = run_doctor(str(py), checks=["install:scripts"]).get("install:scripts")
+    assert "runs /gone/uv venv/bin/python, which is not there" in r.evidence, r
+    launcher.write_text(f"#!/bin/sh\n{exec_line}\"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n")
+    r = run_doctor(str(py), checks=["install:scripts"]).get("install:scripts")
+    assert "its launcher" not in r.evidence, r
     moved = tmp_path / "moved-here"
     (tmp_path / "made-here").rename(moved)
     r = run_doctor(str(moved / "bin" / "python"), checks=["install:scripts"]).get("install:scripts")
     assert r.verdict == "warn", r
-    assert f"its launcher {moved / 'bin' / 'fine'} runs {tmp_path / 'made-here' / 'bin' / 'python'}" in r.evidence
+    assert f"its launcher {moved / 'bin' / 'tool'} runs {tmp_path / 'made-here' / 'bin' / 'python'}" in r.evidence
     assert "moved or copied" in r.hint
