@@ -240,3 +240,31 @@ def test_a_file_wh_patch_changed_holds_the_payload(tmp_path, pyindex):
     target.write_text(PAYLOAD + "# edited after the patch\n")
     code, res = doctor(py)
     assert code == 1 and "app/__init__.py" in res["stack:files"]["evidence"], res["stack:files"]
+
+
+def test_a_debian_python3_package_is_dpkgs_to_judge_not_a_damaged_install(tmp_path):
+    """Debian's python3-* packages: dh-python writes RECORD with hex sha256 digests and no INSTALLER, and dpkg strips
+    the .so files after. Judged as a pip install, an unmodified system was a fail with a reinstall hint."""
+    import hashlib
+
+    from broken_packages import make_venv
+    from wheelhouse.doctor.checks.stack import owned_by_dpkg
+
+    py = make_venv(tmp_path / "image")
+    site = site_packages(py)
+    (site / "debby").mkdir()
+    body = b"VALUE = 1\n"
+    (site / "debby" / "__init__.py").write_bytes(body + b"# stripped by dpkg\n")  # RECORD names the bytes before
+    info = site / "debby-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: debby\nVersion: 1.0\n")
+    (info / "RECORD").write_text(f"debby/__init__.py,sha256={hashlib.sha256(body).hexdigest()},{len(body)}\n"
+                                 "debby-1.0.dist-info/RECORD,,\n")
+    code, res = doctor(py, check="stack:files")
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res
+    assert "debby (dpkg)" in res["stack:files"]["evidence"]
+    # Its folder alone says so too (Debian keeps some wheels' own RECORDs); pip's folder under /usr/local does not.
+    rows = [("x/__init__.py", "AAAA", 1)]
+    assert owned_by_dpkg("/usr/lib/python3/dist-packages", "", rows)
+    assert not owned_by_dpkg("/usr/local/lib/python3.11/dist-packages", "", rows)
+    assert not owned_by_dpkg("/usr/lib/python3/dist-packages", "pip", rows)

@@ -21,6 +21,8 @@ Digests come from ``install.digests`` (cached by file identity: an unchanged tre
 
 from __future__ import annotations
 
+import re
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ from wheelhouse.target.interpreter import distinct_dirs
 
 from .context import DoctorContext, Distribution, reinstall_command
 
-__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "recorded_stack"]
+__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "owned_by_dpkg", "recorded_stack"]
 
 GROUP = "stack"
 CHECKS = {
@@ -172,6 +174,17 @@ def _hint(ctx: DoctorContext, missing: list[tuple[StackEntry, bool]]) -> str:
 # ---- stack:files -------------------------------------------------------------------------------------------
 
 
+_HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
+_DPKG_SITE = re.compile(r"/usr/lib/python3(\.\d+)?/dist-packages/?$")
+
+
+def owned_by_dpkg(site: str, installer: str, rows) -> bool:
+    """Debian's python3-* packages: dh-python writes RECORD (hex digests, no INSTALLER) or keeps the wheel's, then dpkg
+    strips the .so files, debundles pip's certifi and moves scripts: the files are dpkg's, which `dpkg -V` judges.
+    /usr/lib/python3/dist-packages is dpkg's alone (pip installs under /usr/local); no Python installer writes hex."""
+    return not installer and bool(_DPKG_SITE.match(site) or (rows and all(_HEX_SHA256.fullmatch(d) for _, d, _ in rows)))
+
+
 def _installer(dist_info: str) -> str:
     try:
         return Path(dist_info, "INSTALLER").read_text(encoding="utf-8", errors="replace").strip().lower()
@@ -230,6 +243,9 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
         installer = _installer(d.dist_info)
         if installer not in _WRITES_RECORD:
             foreign.append(f"{d.name} ({installer})")
+            continue
+        if owned_by_dpkg(d.location, installer, rows):
+            foreign.append(f"{d.name} (dpkg)")
             continue
         judged.append((d, rows))
     sites = sorted({d.location for d, _ in judged if d.location})
