@@ -268,3 +268,23 @@ def test_a_debian_python3_package_is_dpkgs_to_judge_not_a_damaged_install(tmp_pa
     assert owned_by_dpkg("/usr/lib/python3/dist-packages", "", rows)
     assert not owned_by_dpkg("/usr/local/lib/python3.11/dist-packages", "", rows)
     assert not owned_by_dpkg("/usr/lib/python3/dist-packages", "pip", rows)
+
+
+def test_a_file_two_distributions_ship_holds_the_last_ones_bytes_and_that_is_no_damage(tmp_path):
+    """opencv-python and opencv-contrib-python both ship cv2/: the one installed last writes its bytes over the other's,
+    and both RECORDs list the files. The first one's RECORD no longer matches, but the disk holds what the other's
+    RECORD lists: that was a fail with a hint to reinstall the first (writing the plain cv2 over the contrib one)."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    plain = make_wheel(tmp_path / "w", "visionplain", "1.0", modules={"vision/__init__.py": "KIND = 'plain'\n"})
+    contrib = make_wheel(tmp_path / "w", "visioncontrib", "1.0",
+                         modules={"vision/__init__.py": "KIND = 'contrib'\n", "vision/extra.py": "X = 1\n"})
+    install_wheel(py, plain)
+    install_wheel(py, contrib)
+    code, res = doctor(py, check="stack:files")
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res
+    assert "vision/__init__.py (visionplain's) holds visioncontrib 1.0's bytes" in res["stack:files"]["evidence"]
+    (site_packages(py) / "vision" / "__init__.py").write_text("KIND = 'neither'\n")  # neither RECORD's bytes
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and "vision/__init__.py" in res["stack:files"]["evidence"], res

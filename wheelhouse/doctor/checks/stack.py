@@ -256,9 +256,23 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
     states = digests.states([(d.location, rel) for d, rel, _, _ in tasks])
     bad: dict[str, list[str]] = {}
     code: set[str] = set()  # distributions with a changed file the interpreter loads as code
+    replaced: list[str] = []
+    listed: dict[str, list[tuple[Distribution, str, int | None]]] | None = None
     for (d, rel, digest, size), state in zip(tasks, states):
         if state is not None and state[0] == digest and (size is None or size == state[1]):
             continue  # the file RECORD records (most of them: no call per file)
+        if state is not None:
+            if listed is None:  # every RECORD row by the file it names, built at the first difference only
+                listed = {}
+                for d2, rel2, digest2, size2 in tasks:
+                    listed.setdefault(os.path.normpath(os.path.join(d2.location, rel2)), []).append((d2, digest2, size2))
+            other = next((d2 for d2, digest2, size2 in listed.get(os.path.normpath(os.path.join(d.location, rel)), ())
+                          if d2.key != d.key and digest2 == state[0] and (size2 is None or size2 == state[1])), None)
+            if other is not None:
+                # Two distributions ship the same file (opencv-python and opencv-contrib-python: cv2/): the one
+                # installed last wrote its bytes over the other's, and its RECORD names what is on disk.
+                replaced.append(f"{rel} ({d.name}'s) holds {other.name} {other.version}'s bytes")
+                continue
         why = _judge(d.location, rel, digest, size, state, patched, stubs)
         if why:
             bad.setdefault(d.key, []).append(why)
@@ -288,6 +302,11 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                             "changed_count": {k: len(v) for k, v in bad.items()}}
     tail = (f"; {len(foreign)} installed by a system package manager, not judged by RECORD: {', '.join(foreign[:5])}"
             if foreign else "")
+    if replaced:
+        tail += (f"; {len(replaced)} file(s) hold the bytes another installed distribution's RECORD lists for them "
+                 f"(both ship the file; the one installed last wrote it): {', '.join(replaced[:3])}"
+                 + (f", and {len(replaced) - 3} more" if len(replaced) > 3 else ""))
+        data["replaced"] = replaced[:_DATA_SHOWN]
     if fails or warns:
         hint = (f"reinstall it: `{reinstall_command(ctx, *damaged)}`" if damaged else "") + \
             ("; " if damaged and warns else "") + ("outside the stack: `pip install --force-reinstall --no-deps "
