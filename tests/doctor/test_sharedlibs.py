@@ -111,6 +111,18 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                          "-Wl,-rpath,$ORIGIN/lib"])
     out["chained"] = make_wheel(folder, "chained", "1.0", tags=_tags(), modules={"chained/__init__.py": ""},
                                 files={f"chained/_core{SUFFIX}": linked, "chained/lib/libchain.so": chain.read_bytes()})
+    # faiss-cpu's layout: _swigfaiss's RPATH names faiss_cpu.libs/; libopenblas there (no RPATH of its own) needs
+    # libgfortran, which needs libquadmath: each found only through the RPATH of the loader chain, two levels down.
+    deep = _lib(build, "deepc")
+    mid = _lib(build, "deepb", f"-L{build}", "-Wl,--no-as-needed", "-ldeepc")
+    top = _lib(build, "deepa", f"-L{build}", "-Wl,--no-as-needed", "-ldeepb")
+    deep_ext = _ext(build, "_core", extra=[f"-L{build}", "-Wl,--no-as-needed", "-ldeepa", "-Wl,--disable-new-dtags",
+                                           "-Wl,-rpath,$ORIGIN/../deepchain.libs"])
+    out["deepchain"] = make_wheel(folder, "deepchain", "1.0", tags=_tags(), modules={"deepchain/__init__.py": ""},
+                                  files={f"deepchain/_core{SUFFIX}": deep_ext,
+                                         **{f"deepchain.libs/{p.name}": p.read_bytes() for p in (deep, mid, top)}})
+    for p in (deep, mid, top):
+        p.unlink()
     # triton's layout: _C/libtriton.so is a Python extension module (PyInit_libtriton, SONAME libtriton.so);
     # plugins/*.so need libtriton.so and name only the build machine's folder in RUNPATH. Nothing links them:
     # triton loads them by name, once it is imported, and the loader matches libtriton.so to the loaded object.
@@ -187,6 +199,12 @@ def test_a_plugin_needing_its_own_packages_extension_module_finds_it_loaded(repo
                          "plugpkg = type('m', (), {'__file__': u.find_spec('plugpkg').origin});")
     proc = subprocess.run([str(venv), "-c", alone], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "libplugcore.so: cannot open shared object file" in proc.stderr
+
+
+def test_libraries_found_only_through_the_rpath_of_the_loader_chain_several_levels_down_are_found(report, venv):
+    r = report.get("sharedlibs:deepchain")
+    assert r.verdict == "ok", r.evidence
+    subprocess.run([str(venv), "-c", "import deepchain._core"], check=True)  # as the loader finds them
 
 
 def test_a_library_that_a_shipped_object_links_still_fails(report):

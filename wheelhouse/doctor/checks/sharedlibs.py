@@ -161,16 +161,24 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
             scans[path] = _Scan(info, foreign=True)
             continue
         scans[path] = _Scan(info, found=find_needed(info, facts))
-    parents: dict[str, list[ElfInfo]] = {}  # realpath -> the shipped objects that need it
-    for s in scans.values():
-        for f in s.found:
-            if f.path and s.info is not None:
-                parents.setdefault(os.path.realpath(f.path), []).append(s.info)
-    for path, s in scans.items():
-        if s.info is not None and not s.info.runpath and any(f.path is None for f in s.found):
-            chain = _ancestors(os.path.realpath(path), parents)
-            if chain:
-                s.found = find_needed(s.info, facts, chain)
+    # A retry can find a library whose own misses then have a loader chain (faiss-cpu: libopenblas finds libgfortran
+    # only through _swigfaiss's RPATH, and libgfortran finds libquadmath only then): again until nothing changes.
+    for _ in range(len(scans)):
+        parents: dict[str, list[ElfInfo]] = {}  # realpath -> the shipped objects that need it
+        for s in scans.values():
+            for f in s.found:
+                if f.path and s.info is not None:
+                    parents.setdefault(os.path.realpath(f.path), []).append(s.info)
+        changed = False
+        for path, s in scans.items():
+            if s.info is not None and not s.info.runpath and any(f.path is None for f in s.found):
+                chain = _ancestors(os.path.realpath(path), parents)
+                if chain:
+                    found = find_needed(s.info, facts, chain)
+                    changed = changed or [f.path for f in found] != [f.path for f in s.found]
+                    s.found = found
+        if not changed:
+            break
     return scans
 
 
