@@ -310,3 +310,20 @@ def test_a_sigill_its_name_does_not_explain_is_a_warning_strict_counts_and_one_i
     eager = report.get("native:eagervar")
     assert eager.verdict == "fail" and "import eagervar: import killed by SIGILL" in eager.evidence, eager.evidence
     assert eager.data["drop"]["distribution"] == "eagervar"
+
+
+@pytest.mark.skipif("sse4_2" not in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else True,
+                    reason="needs a CPU with SSE4.2")
+def test_a_sigill_in_a_build_named_for_a_feature_this_cpu_has_is_a_fail(tmp_path):
+    """_kernels_sse42 dies of SIGILL on a CPU that has SSE4.2 (/proc/cpuinfo spells it sse4_2): a package that picks its
+    build by the CPU's flags picks this one here. It was a warning --strict did not count ("a feature this host lacks":
+    sse42 was matched against the flags as written)."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "ssevar", {"ssevar/__init__.py": "from ._generic import answer\n"},
+                 {f"ssevar/_generic{SUFFIX}": _ext(build, "_generic"),
+                  f"ssevar/_kernels_sse42{SUFFIX}": _sigill_at_init(build, "_kernels_sse42", avx512=False)})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:ssevar")
+    assert r.verdict == "fail", r.evidence
+    assert "its name says sse42, which this CPU has" in r.evidence

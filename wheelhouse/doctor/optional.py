@@ -85,13 +85,13 @@ class CpuVariant:
     features: tuple[str, ...]
     reason: str
 
-    def feature_lacking(self, module: str, flags: frozenset[str]) -> str | None:
-        """The feature ``module``'s last name part names (``_swigfaiss_avx512``: ``avx512``) that no flag of
-        ``flags`` starts with, or None."""
+    def feature_named(self, module: str, flags: frozenset[str]) -> tuple[str, bool] | None:
+        """The feature ``module``'s last name part names (``_swigfaiss_avx512``: ``avx512``) and whether ``flags``
+        has it (a flag that starts with it, ``_`` aside: ``sse42`` is /proc/cpuinfo's ``sse4_2``), or None."""
+        plain = [f.replace("_", "") for f in flags]
         for part in module.rsplit(".", 1)[-1].lower().split("_"):
-            if part and any(fnmatch.fnmatchcase(part, g) for g in self.features) \
-                    and not any(f.startswith(part) for f in flags):
-                return part
+            if part and any(fnmatch.fnmatchcase(part, g) for g in self.features):
+                return part, any(f.startswith(part) for f in plain)
         return None
 
 
@@ -107,12 +107,12 @@ class OptionalData:
                                      reason=e.reason, source=source) for e in entries)
         return OptionalData(self.modules + extra, self.variants, self.cpu_variants)
 
-    def cpu_feature_lacking(self, module: str, flags: frozenset[str]) -> tuple[CpuVariant, str] | None:
-        """The entry and the feature ``module`` is named for that ``flags`` (this CPU's) lack, or None."""
+    def cpu_feature_named(self, module: str, flags: frozenset[str]) -> tuple[CpuVariant, str, bool] | None:
+        """The entry, the CPU feature ``module`` is named for, and whether ``flags`` (this CPU's) have it; or None."""
         for v in self.cpu_variants:
-            feature = v.feature_lacking(module, flags)
-            if feature:
-                return v, feature
+            named = v.feature_named(module, flags)
+            if named:
+                return v, *named
         return None
 
     def rule_for(self, dist_key: str, module: str, relpath: str | None, failure: str) -> OptionalModule | None:

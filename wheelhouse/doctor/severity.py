@@ -108,9 +108,13 @@ def _cpu_variant(o: ImportOutcome, reach: StackReach, data: OptionalData) -> Jud
     if not (o.crash or "").startswith("killed by SIGILL") or top not in reach.loaded:
         return None
     lazily = f"nothing in the stack reaches it ({top}'s import does not load it here)"
-    named = data.cpu_feature_lacking(o.module, reach.cpu_flags)
+    named = data.cpu_feature_named(o.module, reach.cpu_flags)
+    if named is not None and named[2]:
+        # This CPU has what the name says, so a package that picks its build by the CPU picks this one here.
+        return Judgement("fail", f"{o.module} dies of SIGILL although its name says {named[1]}, which this CPU has "
+                                 "(/proc/cpuinfo): a package that picks its build by the CPU's flags picks this one here")
     if named is not None:
-        rule, feature = named
+        rule, feature, _ = named
         return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL; its name "
                                  f"says {feature}, which /proc/cpuinfo's flags here do not have): {rule.reason}")
     return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL: an "
