@@ -250,6 +250,18 @@ def test_a_module_that_needs_an_optional_module_its_distribution_does_not_requir
     assert extra.verdict == "warn" and "does not require" in extra.evidence and "drop" not in extra.data, extra
 
 
+def test_a_module_needed_only_under_an_extra_the_stack_asks_for_is_required(tmp_path, wheels):
+    """The manifest asks for tkextra[test]: what that extra brings is part of the stack, so its absence is red."""
+    from wheelhouse.manifest import load_manifest
+
+    py = _venv(tmp_path, wheels, ["tkextra"])
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "x"\nrequirements = ["tkextra[test]"]\n')
+    r = run_doctor(str(py), checks=["native"], timeout=10, manifest=load_manifest(manifest)).get("native:tkextra")
+    assert r.verdict == "fail" and "No module named 'zmq_missing_xyz'" in r.evidence, r
+    assert run_doctor(str(py), checks=["native"], timeout=10).get("native:tkextra").verdict == "warn"
+
+
 def _record_wh_install(python: Path, *names: str) -> None:
     """What `wh install` writes last: <site>/.wh/installed.json naming what it installed there."""
     state = site_packages(python) / ".wh" / "installed.json"

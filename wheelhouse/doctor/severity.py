@@ -47,6 +47,7 @@ class StackReach:
     cuda_major: int | None = None  # the stack's CUDA major (its cuda-bindings / CUDA runtime wheel)
     cuda_source: str | None = None  # where that came from
     cpu_flags: frozenset[str] = frozenset()  # this host's CPU feature flags (/proc/cpuinfo)
+    extras: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name -> the extras the stack asks of it
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class Judgement:
     strict: bool = False  # a warning --strict counts (nothing says the distribution does without it by design)
 
 
-def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution]) -> bool:
+def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution],
+                     extras: frozenset[str] = frozenset()) -> bool:
     """Is module ``missing`` the distribution's own, or one a requirement of it provides (a requirement of an extra
     does not count: without the extra it is optional)?"""
     top = missing.split(".", 1)[0]
@@ -68,11 +70,38 @@ def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Dist
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if req.marker is not None and "extra" in str(req.marker):
-            continue  # wanted only with an extra (greenlet's `psutil; extra == "test"`): an optional module
+        if req.marker is not None and "extra" in str(req.marker) and not _asked(req, extras):
+            continue  # wanted only with an extra nothing asks for (greenlet's `psutil; extra == "test"`): optional
         wanted.add(canonicalize_name(req.name))
     providers = {k for k, other in installed.items() if top in other.import_names}
     return canonicalize_name(top) in wanted or bool(providers & wanted)
+
+
+def _asked(req: Requirement, extras: frozenset[str]) -> bool:
+    """Whether one of ``extras`` (those the stack asks of the distribution) turns on requirement ``req``."""
+    for extra in extras:
+        try:
+            if req.marker is not None and req.marker.evaluate({"extra": extra}):
+                return True
+        except Exception:  # noqa: BLE001 - a marker that cannot be judged counts: a false red over a false green
+            return True
+    return False
+
+
+def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
+    """name -> the extras the stack asks of it: the manifest's requirements (``fastpkg[fast]``) and every installed
+    distribution's Requires-Dist, markers aside (a false red over a false green)."""
+    out: dict[str, set[str]] = {}
+    texts = [*(ctx.manifest.requirements if ctx.manifest else ()), *(t for d in ctx.distributions.values()
+                                                                    for t in d.requires)]
+    for text in texts:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.extras:
+            out.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def _failure_text(o: ImportOutcome) -> str:
@@ -168,7 +197,7 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
     cpu = _cpu_variant(o, reach, data)
     if cpu is not None:
         return cpu
-    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed):
+    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed, reach.extras.get(d.key, frozenset())):
         return Judgement("warn", f"{lazily}: only {o.module} needs {o.missing}, which is not installed and which "
                                  f"{d.name} does not require (an optional module)")
     return Judgement("fail", "its package loads it by this name when that code runs (a lazily loaded module), "
@@ -197,7 +226,8 @@ def stack_reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[st
     major, source = _cuda_major(ctx)
     cpu = cpu_facts()
     return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
-                      major, source, frozenset((cpu.get("flags") or cpu.get("features") or "").split()))
+                      major, source, frozenset((cpu.get("flags") or cpu.get("features") or "").split()),
+                      requested_extras(ctx))
 
 
 _CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
