@@ -123,6 +123,20 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                          **{f"deepchain.libs/{p.name}": p.read_bytes() for p in (deep, mid, top)}})
     for p in (deep, mid, top):
         p.unlink()
+    # Two modules load one library that needs another beside it: _a's RPATH passes down to it, _b's RUNPATH does
+    # not (glibc), so `import twoways._b` in a fresh process cannot load it.
+    bar = _lib(build, "twbar")
+    foo = _lib(build, "twfoo", f"-L{build}", "-Wl,--no-as-needed", "-ltwbar")
+    via_rpath = _ext(build, "_a", extra=[f"-L{build}", "-Wl,--no-as-needed", "-ltwfoo", "-Wl,--disable-new-dtags",
+                                         "-Wl,-rpath,$ORIGIN/.libs"])
+    via_runpath = _ext(build, "_b", extra=[f"-L{build}", "-Wl,--no-as-needed", "-ltwfoo", "-Wl,--enable-new-dtags",
+                                           "-Wl,-rpath,$ORIGIN/.libs"])
+    out["twoways"] = make_wheel(folder, "twoways", "1.0", tags=_tags(), modules={"twoways/__init__.py": ""},
+                                files={f"twoways/_a{SUFFIX}": via_rpath, f"twoways/_b{SUFFIX}": via_runpath,
+                                       "twoways/.libs/libtwfoo.so": foo.read_bytes(),
+                                       "twoways/.libs/libtwbar.so": bar.read_bytes()})
+    for p in (foo, bar):
+        p.unlink()
     # triton's layout: _C/libtriton.so is a Python extension module (PyInit_libtriton, SONAME libtriton.so);
     # plugins/*.so need libtriton.so and name only the build machine's folder in RUNPATH. Nothing links them:
     # triton loads them by name, once it is imported, and the loader matches libtriton.so to the loaded object.
@@ -205,6 +219,15 @@ def test_libraries_found_only_through_the_rpath_of_the_loader_chain_several_leve
     r = report.get("sharedlibs:deepchain")
     assert r.verdict == "ok", r.evidence
     subprocess.run([str(venv), "-c", "import deepchain._core"], check=True)  # as the loader finds them
+
+
+def test_a_library_found_through_one_loaders_rpath_but_not_anothers_runpath_fails(report, venv):
+    """Every shipped object that loads libtwfoo counted as its loader, so _a's RPATH found libtwbar for the chain
+    through _b too (RUNPATH passes nothing down): ok, while `import twoways._b` dies in a fresh process."""
+    r = report.get("sharedlibs:twoways")
+    assert r.verdict == "fail" and "twoways/.libs/libtwfoo.so needs libtwbar.so: not found" in r.evidence, r
+    proc = subprocess.run([str(venv), "-c", "import twoways._b"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "libtwbar.so" in proc.stderr
 
 
 def test_a_library_that_a_shipped_object_links_still_fails(report):

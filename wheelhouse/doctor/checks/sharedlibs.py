@@ -172,9 +172,13 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
         changed = False
         for path, s in scans.items():
             if s.info is not None and not s.info.runpath and any(f.path is None for f in s.found):
-                chain = _ancestors(os.path.realpath(path), parents)
-                if chain:
-                    found = find_needed(s.info, facts, chain)
+                chains = _chains(os.path.realpath(path), parents)
+                if chains:
+                    # Found only where every way its loaders reach it finds it: the loader follows the one chain
+                    # that loaded the object first, and an object with a RUNPATH passes no RPATH down.
+                    results = [find_needed(s.info, facts, chain) for chain in chains]
+                    found = [next((r[j] for r in results if r[j].path is None), results[0][j])
+                             for j in range(len(results[0]))]
                     changed = changed or [f.path for f in found] != [f.path for f in s.found]
                     s.found = found
         if not changed:
@@ -182,17 +186,27 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     return scans
 
 
-def _ancestors(real: str, parents: Mapping[str, list[ElfInfo]]) -> list[ElfInfo]:
-    """Every shipped object that loads ``real``, directly or not, nearest first (glibc's l_loader chain)."""
-    out: list[ElfInfo] = []
-    queue, seen = [real], {real}
-    while queue:
-        for p in parents.get(queue.pop(0), ()):
-            key = os.path.realpath(p.path)
-            if key not in seen:
-                seen.add(key)
-                out.append(p)
-                queue.append(key)
+_CHAINS = 16  # loader chains followed per object, at most
+
+
+def _chains(real: str, parents: Mapping[str, list[ElfInfo]]) -> list[list[ElfInfo]]:
+    """Each chain of shipped objects that loads ``real``, nearest first (glibc's l_loader chain: the objects whose
+    RPATH the loader searches, in order), one per way up (at most _CHAINS)."""
+    out: list[list[ElfInfo]] = []
+
+    def up(key: str, chain: list[ElfInfo], seen: frozenset[str]) -> None:
+        above = [p for p in parents.get(key, ()) if os.path.realpath(p.path) not in seen]
+        if not above:
+            if chain:
+                out.append(chain)
+            return
+        for p in above:
+            if len(out) >= _CHAINS:
+                return
+            here = os.path.realpath(p.path)
+            up(here, [*chain, p], seen | {here})
+
+    up(real, [], frozenset([real]))
     return out
 
 
