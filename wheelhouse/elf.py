@@ -110,6 +110,7 @@ class Found:
     path: str | None
     via: str  # "loaded", "rpath", "ld_library_path", "runpath", "cache", "default", "path" (a name with a slash)
     searched: tuple[str, ...] = ()  # folders looked in, in order (for the evidence of a miss)
+    note: str = ""  # how it was found, where that is not the whole story (found through some loader chains only)
 
 
 def is_shared_object(name: str) -> bool:

@@ -221,11 +221,14 @@ def test_libraries_found_only_through_the_rpath_of_the_loader_chain_several_leve
     subprocess.run([str(venv), "-c", "import deepchain._core"], check=True)  # as the loader finds them
 
 
-def test_a_library_found_through_one_loaders_rpath_but_not_anothers_runpath_fails(report, venv):
+def test_a_library_found_through_one_loaders_rpath_but_not_anothers_runpath_is_a_warning_strict_counts(report, venv):
     """Every shipped object that loads libtwfoo counted as its loader, so _a's RPATH found libtwbar for the chain
-    through _b too (RUNPATH passes nothing down): ok, while `import twoways._b` dies in a fresh process."""
+    through _b too (RUNPATH passes nothing down): ok, while `import twoways._b` dies in a fresh process. Which chain
+    loads it first depends on the order of imports (torch._C always first), so a warning --strict counts."""
     r = report.get("sharedlibs:twoways")
-    assert r.verdict == "fail" and "twoways/.libs/libtwfoo.so needs libtwbar.so: not found" in r.evidence, r
+    assert r.verdict == "warn" and r.strict is not False, r
+    assert ("twoways/.libs/libtwfoo.so needs libtwbar.so: found through its other loaders' RPATH, not when "
+            f"_b{SUFFIX} loads it first") in r.evidence, r
     proc = subprocess.run([str(venv), "-c", "import twoways._b"], capture_output=True, text=True)
     assert proc.returncode != 0 and "libtwbar.so" in proc.stderr
 

@@ -177,8 +177,7 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
                     # Found only where every way its loaders reach it finds it: the loader follows the one chain
                     # that loaded the object first, and an object with a RUNPATH passes no RPATH down.
                     results = [find_needed(s.info, facts, chain) for chain in chains]
-                    found = [next((r[j] for r in results if r[j].path is None), results[0][j])
-                             for j in range(len(results[0]))]
+                    found = [_through_every_chain([r[j] for r in results], chains) for j in range(len(results[0]))]
                     changed = changed or [f.path for f in found] != [f.path for f in s.found]
                     s.found = found
         if not changed:
@@ -187,6 +186,22 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
 
 
 _CHAINS = 16  # loader chains followed per object, at most
+
+
+def _through_every_chain(results: list[Found], chains: list[list[ElfInfo]]) -> Found:
+    """One need's answer over every loader chain: found by all, the first's; by none, the first miss; by some only,
+    found with a note naming the chain that misses it (``via`` "some-chains": a warning --strict counts). In a
+    process the chain that loads the object first decides, and which one that is depends on the order of imports."""
+    good = next((f for f in results if f.path is not None), None)
+    bad = next(((f, c) for f, c in zip(results, chains) if f.path is None), None)
+    if bad is None or good is None:
+        return good if bad is None else bad[0]
+    top = os.path.basename(bad[1][-1].path)
+    return dataclasses.replace(good, via="some-chains",
+                               note=f"found through its other loaders' RPATH, not when {top} loads it first (no RPATH "
+                                    f"passes down that chain: an import that loads {top} first fails)")
+
+
 
 
 def _chains(real: str, parents: Mapping[str, list[ElfInfo]]) -> list[list[ElfInfo]]:
@@ -371,6 +386,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     clean: set[str] = set()
     provides: dict[str, tuple[str, str]] | None = None
     by_package: list[str] = []
+    partial: list[str] = []  # found through some loader chains only
     for rel, path in objects:
         s = scans[path]
         if s.error is not None:
@@ -399,6 +415,8 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
+                if found.via == "some-chains":
+                    partial.append(f"{rel} needs {found.name}: {found.note}")
         if found_all:
             clean.add(rel)
     m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
@@ -421,11 +439,13 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                                 "needs goes in the manifest's [serve] env LD_LIBRARY_PATH; an empty or truncated "
                                 f".so is a broken install of {d.name}: reinstall it: `{reinstall_command(ctx, d.name)}`",
                            data={**data, **({"reinstall": [d.key]} if bad else {})})
-    if m.soft or m.warns:
-        counted = bool(m.soft) or m.counted
+    if m.soft or m.warns or partial:
+        counted = bool(m.soft) or m.counted or bool(partial)
         said = [] if counted else [_BY_DESIGN]
-        return CheckResult(cid, title, "warn", "\n".join(lines + m.warns + m.notes + caller + said),
+        return CheckResult(cid, title, "warn", "\n".join(lines + partial + m.warns + m.notes + caller + said),
                            hint="on the GPU box the driver provides it; run `wh doctor` there" if m.soft else
+                           "the library needs its own RPATH or RUNPATH (a rebuild of the package); until then only an "
+                           "import order that loads the chain that finds it first works" if partial and not m.warns else
                            "fine unless the engine uses that feature; install the library it names to use it",
                            data=data, strict=counted)
     total = sum(via.values())
@@ -443,7 +463,7 @@ _BY_DESIGN = "optional by design: every miss is named optional in doctor/sharedl
 
 _VIA = {"loaded": "already loaded", "rpath": "via RPATH", "runpath": "via RUNPATH", "ld_library_path": "via LD_LIBRARY_PATH",
         "cache": "via the ldconfig cache", "default": "in the default folders", "path": "by path",
-        "package": "loaded by its package first"}
+        "package": "loaded by its package first", "some-chains": "through some of its loaders' RPATH only"}
 
 
 def run(ctx: DoctorContext) -> list[CheckResult]:
