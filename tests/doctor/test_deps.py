@@ -59,6 +59,18 @@ def test_a_wrong_version_and_an_installed_extra_are_judged(tmp_path):
     assert report.get("deps:other") is None
 
 
+def test_an_extra_the_manifest_asks_for_is_judged(tmp_path):
+    """The manifest asks for lib[fast]: its fast extra's requirement is part of the stack, whoever else asks."""
+    from wheelhouse.manifest import load_manifest
+
+    py = _venv(tmp_path, [make_wheel(tmp_path / "w", "lib", "1.5", extras={"fast": ["speedup"], "slow": ["slowdep"]})])
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "x"\nrequirements = ["lib[fast]"]\n')
+    lib = run_doctor(str(py), checks=["deps"], manifest=load_manifest(manifest)).get("deps:lib")
+    assert lib is not None and lib.verdict == "fail" and "speedup" in lib.evidence and "slowdep" not in lib.evidence
+    assert run_doctor(str(py), checks=["deps"]).get("deps:lib") is None  # without it, nothing asks for fast
+
+
 def test_every_requirement_met_is_one_ok_line(tmp_path):
     w = tmp_path / "w"
     py = _venv(tmp_path, [make_wheel(w, "app", "1.0", requires=["lib>=1"]), make_wheel(w, "lib", "1.0")])

@@ -124,16 +124,18 @@ def _requirement(text: str) -> Requirement | None:
 
 
 def unmet(view: Mapping[str, Dist], target: TargetProfile, *, excluded: Iterable[str] = (),
-          overrides: Mapping[str, Sequence[str]] | None = None) -> dict[tuple[str, str], str]:
+          overrides: Mapping[str, Sequence[str]] | None = None,
+          asked: Mapping[str, Iterable[str]] | None = None) -> dict[tuple[str, str], str]:
     """``{(requirer, requirement): why}`` for every requirement ``view`` does not satisfy.
 
-    Extras count once something asks for them (``torch[opt]`` turns on torch's ``opt`` requirements).
+    Extras count once something asks for them (``torch[opt]`` turns on torch's ``opt`` requirements): an installed
+    distribution's requirement, or ``asked`` (canonical name -> extras: a stack manifest's ``fastpkg[fast]``).
     A requirement on an ``excluded`` project is reported with why ``EXCLUDED`` (the caller says so;
     it is not missing); one on an ``overrides`` project is judged by the override texts instead.
     """
     excluded = frozenset(canonicalize_name(n) for n in excluded)
     overrides = overrides or {}
-    extras: dict[str, set[str]] = {k: set() for k in view}
+    extras: dict[str, set[str]] = {k: set((asked or {}).get(k, ())) for k in view}
     problems: dict[tuple[str, str], str] = {}
     changed = True
     while changed:

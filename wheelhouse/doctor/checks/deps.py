@@ -136,7 +136,14 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         name = _name(text)
         if name:
             overrides.setdefault(name, []).append(text)
-    found = unmet(view, target, excluded=reasons, overrides=overrides)
+    asked: dict[str, set[str]] = {}  # the extras the manifest asks for (fastpkg[fast]): their requirements count
+    for text in (manifest.requirements if manifest else ()):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    found = unmet(view, target, excluded=reasons, overrides=overrides, asked=asked)
     excluded = {k: v for k, v in found.items() if v == EXCLUDED}
     problems = {k: v for k, v in found.items() if v != EXCLUDED}
     out = [_excluded_result(excluded, reasons)] if excluded else []
