@@ -69,6 +69,8 @@ def test_an_extra_the_manifest_asks_for_is_judged(tmp_path):
     lib = run_doctor(str(py), checks=["deps"], manifest=load_manifest(manifest)).get("deps:lib")
     assert lib is not None and lib.verdict == "fail" and "speedup" in lib.evidence and "slowdep" not in lib.evidence
     assert run_doctor(str(py), checks=["deps"]).get("deps:lib") is None  # without it, nothing asks for fast
+    manifest.write_text('[stack]\nname = "x"\nrequirements = ["lib[fast]; platform_machine == \'no-such-cpu\'"]\n')
+    assert run_doctor(str(py), checks=["deps"], manifest=load_manifest(manifest)).get("deps:lib") is None  # not here
 
 
 def test_every_requirement_met_is_one_ok_line(tmp_path):

@@ -260,6 +260,15 @@ def test_a_module_needed_only_under_an_extra_the_stack_asks_for_is_required(tmp_
     r = run_doctor(str(py), checks=["native"], timeout=10, manifest=load_manifest(manifest)).get("native:tkextra")
     assert r.verdict == "fail" and "No module named 'zmq_missing_xyz'" in r.evidence, r
     assert run_doctor(str(py), checks=["native"], timeout=10).get("native:tkextra").verdict == "warn"
+    # Asked under a marker that does not hold here, the extra is not asked (pip skipped it): optional, no drop.
+    manifest.write_text('[stack]\nname = "x"\nrequirements = ["tkextra[test]; platform_machine == \'no-such-cpu\'"]\n')
+    r = run_doctor(str(py), checks=["native"], timeout=10, manifest=load_manifest(manifest)).get("native:tkextra")
+    assert r.verdict == "warn" and "drop" not in r.data, r
+    # Nor by a distribution that asks for it only under an extra of its own nobody asks for (fastapi's
+    # `uvicorn[standard]; extra == "standard"`).
+    install_wheel(py, make_wheel(tmp_path / "w2", "asker", "1.0", extras={"speed": ["tkextra[test]"]}))
+    r = run_doctor(str(py), checks=["native"], timeout=10).get("native:tkextra")
+    assert r.verdict == "warn" and "drop" not in r.data, r
 
 
 def _record_wh_install(python: Path, *names: str) -> None:

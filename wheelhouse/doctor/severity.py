@@ -90,18 +90,39 @@ def _asked(req: Requirement, extras: frozenset[str]) -> bool:
 
 def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
     """name -> the extras the stack asks of it: the manifest's requirements (``fastpkg[fast]``) and every installed
-    distribution's Requires-Dist, markers aside (a false red over a false green)."""
-    out: dict[str, set[str]] = {}
-    texts = [*(ctx.manifest.requirements if ctx.manifest else ()), *(t for d in ctx.distributions.values()
-                                                                    for t in d.requires)]
-    for text in texts:
+    distribution's Requires-Dist whose marker holds here (``fastpkg[fast]; extra == "speed"`` asks nothing of fastpkg
+    unless speed is asked of its requirer; ``; platform_machine == "aarch64"`` nothing on x86_64), to a fixed point."""
+    asked: dict[str, set[str]] = {}
+    texts = [("", t) for t in (ctx.manifest.requirements if ctx.manifest else ())]
+    texts += [(d.key, t) for d in ctx.distributions.values() for t in d.requires]
+    reqs = []
+    for who, text in texts:
         try:
-            req = Requirement(text)
+            reqs.append((who, Requirement(text)))
         except InvalidRequirement:
             continue
-        if req.extras:
-            out.setdefault(canonicalize_name(req.name), set()).update(req.extras)
-    return {k: frozenset(v) for k, v in out.items()}
+    changed = True
+    while changed:
+        changed = False
+        for who, req in reqs:
+            if not req.extras or not _holds(req, asked.get(who, set())):
+                continue
+            have = asked.setdefault(canonicalize_name(req.name), set())
+            if not req.extras <= have:
+                have |= req.extras
+                changed = True
+    return {k: frozenset(v) for k, v in asked.items()}
+
+
+def _holds(req: Requirement, extras: set[str]) -> bool:
+    """Whether ``req``'s marker holds here (this interpreter's environment) with one of its requirer's ``extras``
+    asked, or none; a marker that cannot be judged holds (a false red over a false green)."""
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate({"extra": e}) for e in ("", *sorted(extras)))
+    except Exception:  # noqa: BLE001
+        return True
 
 
 def _failure_text(o: ImportOutcome) -> str:

@@ -142,6 +142,11 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
             req = Requirement(text)
         except InvalidRequirement:
             continue
+        try:
+            if req.marker is not None and not target.evaluate(req.marker, extra=""):
+                continue  # not for this target (`; platform_machine == "aarch64"`): pip skips it too
+        except ValueError:
+            pass  # a marker that cannot be judged counts: a false red over a false green
         asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
     found = unmet(view, target, excluded=reasons, overrides=overrides, asked=asked)
     excluded = {k: v for k, v in found.items() if v == EXCLUDED}
