@@ -137,6 +137,33 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                        "twoways/.libs/libtwbar.so": bar.read_bytes()})
     for p in (foo, bar):
         p.unlink()
+    # A diamond under one module: _d (RUNPATH) needs libdma and libdmb; libdma's RPATH would find libdmb's libdmc,
+    # but glibc loads _d's needs breadth first, so libdmb's loader is _d (no RPATH passes down): every load fails.
+    dmc = _lib(build, "dmc")
+    dmb = _lib(build, "dmb", f"-L{build}", "-Wl,--no-as-needed", "-ldmc")
+    dma = _lib(build, "dma", f"-L{build}", "-Wl,--no-as-needed", "-ldmb", "-Wl,--disable-new-dtags",
+               "-Wl,-rpath,$ORIGIN:$ORIGIN/../cdir")
+    dm_ext = _ext(build, "_d", extra=[f"-L{build}", "-Wl,--no-as-needed", "-ldma", "-ldmb", "-Wl,--enable-new-dtags",
+                                      "-Wl,-rpath,$ORIGIN/lib"])
+    out["diamond"] = make_wheel(folder, "diamond", "1.0", tags=_tags(), modules={"diamond/__init__.py": ""},
+                                files={f"diamond/_d{SUFFIX}": dm_ext, "diamond/lib/libdma.so": dma.read_bytes(),
+                                       "diamond/lib/libdmb.so": dmb.read_bytes(), "diamond/cdir/libdmc.so": dmc.read_bytes()})
+    # A cycle under one module: libcyx (RPATH $ORIGIN) needs libcyy, which needs libcyx back; loaded only by _e.
+    cyz = _lib(build, "cyz")
+    (build / "cyy.c").write_text("int cyy_value(void) { return 7; }\n")
+    _gcc("-shared", "-fPIC", str(build / "cyy.c"), "-o", str(build / "libcyy.so"), "-Wl,-soname,libcyy.so")
+    cyx = _lib(build, "cyx", f"-L{build}", "-Wl,--no-as-needed", "-lcyy", "-lcyz", "-Wl,--disable-new-dtags",
+               "-Wl,-rpath,$ORIGIN")
+    _gcc("-shared", "-fPIC", str(build / "cyy.c"), "-o", str(build / "libcyy.so"), "-Wl,-soname,libcyy.so",
+         f"-L{build}", "-Wl,--no-as-needed", "-lcyx")
+    cy_ext = _ext(build, "_e", extra=[f"-L{build}", "-Wl,--no-as-needed", "-lcyx", "-Wl,--disable-new-dtags",
+                                      "-Wl,-rpath,$ORIGIN/lib:$ORIGIN/zdir"])
+    out["cycle"] = make_wheel(folder, "cycle", "1.0", tags=_tags(), modules={"cycle/__init__.py": ""},
+                              files={f"cycle/_e{SUFFIX}": cy_ext, "cycle/lib/libcyx.so": cyx.read_bytes(),
+                                     "cycle/lib/libcyy.so": (build / "libcyy.so").read_bytes(),
+                                     "cycle/zdir/libcyz.so": cyz.read_bytes()})
+    for p in (dmc, dmb, dma, cyz, cyx, build / "libcyy.so"):
+        p.unlink()
     # triton's layout: _C/libtriton.so is a Python extension module (PyInit_libtriton, SONAME libtriton.so);
     # plugins/*.so need libtriton.so and name only the build machine's folder in RUNPATH. Nothing links them:
     # triton loads them by name, once it is imported, and the loader matches libtriton.so to the loaded object.
@@ -231,6 +258,18 @@ def test_a_library_found_through_one_loaders_rpath_but_not_anothers_runpath_is_a
             f"_b{SUFFIX} loads it first") in r.evidence, r
     proc = subprocess.run([str(venv), "-c", "import twoways._b"], capture_output=True, text=True)
     assert proc.returncode != 0 and "libtwbar.so" in proc.stderr
+
+
+def test_the_loader_chain_is_the_one_glibc_follows_from_each_root(report, venv):
+    """A diamond under one module: libdmb is loaded by _d (breadth first), never by libdma, so libdma's RPATH does
+    not help it: a fail (it was a warning "depends on the order of imports"). A cycle under one module: libcyy is
+    loaded by libcyx only, whose loader is _e: no chain ends at libcyy (a warning about it was a false red)."""
+    r = report.get("sharedlibs:diamond")
+    assert r.verdict == "fail" and "diamond/lib/libdmb.so needs libdmc.so: not found" in r.evidence, r
+    assert subprocess.run([str(venv), "-c", "import diamond._d"], capture_output=True).returncode != 0
+    r = report.get("sharedlibs:cycle")
+    assert r.verdict == "ok", r.evidence
+    subprocess.run([str(venv), "-c", "import cycle._e"], check=True)
 
 
 def test_a_library_that_a_shipped_object_links_still_fails(report):

@@ -164,20 +164,17 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     # A retry can find a library whose own misses then have a loader chain (faiss-cpu: libopenblas finds libgfortran
     # only through _swigfaiss's RPATH, and libgfortran finds libquadmath only then): again until nothing changes.
     for _ in range(len(scans)):
-        parents: dict[str, list[ElfInfo]] = {}  # realpath -> the shipped objects that need it
-        for s in scans.values():
-            for f in s.found:
-                if f.path and s.info is not None:
-                    parents.setdefault(os.path.realpath(f.path), []).append(s.info)
+        graph = _Graph.of(scans)
         changed = False
         for path, s in scans.items():
             if s.info is not None and not s.info.runpath and any(f.path is None for f in s.found):
-                chains = _chains(os.path.realpath(path), parents)
+                chains, more = graph.loader_chains(os.path.realpath(path))
                 if chains:
                     # Found only where every way its loaders reach it finds it: the loader follows the one chain
                     # that loaded the object first, and an object with a RUNPATH passes no RPATH down.
                     results = [find_needed(s.info, facts, chain) for chain in chains]
-                    found = [_through_every_chain([r[j] for r in results], chains) for j in range(len(results[0]))]
+                    found = [_through_every_chain([r[j] for r in results], chains, more)
+                             for j in range(len(results[0]))]
                     changed = changed or [f.path for f in found] != [f.path for f in s.found]
                     s.found = found
         if not changed:
@@ -185,44 +182,89 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     return scans
 
 
-_CHAINS = 16  # loader chains followed per object, at most
+_ROOTS = 64  # objects nothing shipped loads (extension modules, plugins loaded by path) followed per object, at most
 
 
-def _through_every_chain(results: list[Found], chains: list[list[ElfInfo]]) -> Found:
-    """One need's answer over every loader chain: found by all, the first's; by none, the first miss; by some only,
-    found with a note naming the chain that misses it (``via`` "some-chains": a warning --strict counts). In a
-    process the chain that loads the object first decides, and which one that is depends on the order of imports."""
+@dataclass
+class _Graph:
+    """Who needs whom among the shipped objects: each one's DT_NEEDED that resolved to a shipped object, in order."""
+
+    children: dict[str, list[str]]
+    parents: dict[str, list[str]]
+    info: dict[str, ElfInfo]
+
+    @classmethod
+    def of(cls, scans: Mapping[Path, _Scan]) -> "_Graph":
+        children: dict[str, list[str]] = {}
+        parents: dict[str, list[str]] = {}
+        info: dict[str, ElfInfo] = {}
+        for path, s in scans.items():
+            if s.info is None:
+                continue
+            key = os.path.realpath(path)
+            info[key] = s.info
+            for f in s.found:
+                if f.path:
+                    child = os.path.realpath(f.path)
+                    children.setdefault(key, []).append(child)
+                    parents.setdefault(child, []).append(key)
+        return cls(children, parents, info)
+
+    def loader_chains(self, real: str) -> tuple[list[list[ElfInfo]], bool]:
+        """The loader chain of ``real`` (nearest first) from each object that reaches it and that nothing shipped
+        loads (an extension module, a plugin loaded by path), and whether there were more such roots than _ROOTS.
+
+        From one root the chain is glibc's: dependencies load breadth first in DT_NEEDED order, and an object's
+        loader is the first loaded object that needs it (a library two objects of one root need is loaded by the
+        nearer one). An object reached only through a cycle with no root above it has no chain."""
+        roots, seen, todo = [], {real}, [real]
+        while todo:
+            key = todo.pop()
+            above = self.parents.get(key, ())
+            if not above and key != real:
+                roots.append(key)
+            for p in above:
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        chains = []
+        for root in sorted(roots)[:_ROOTS]:
+            loader: dict[str, str | None] = {root: None}
+            queue = [root]
+            while queue and real not in loader:
+                key = queue.pop(0)
+                for child in self.children.get(key, ()):
+                    if child not in loader:
+                        loader[child] = key
+                        queue.append(child)
+            if real in loader:
+                chain, key = [], loader[real]
+                while key is not None:
+                    chain.append(self.info[key])
+                    key = loader[key]
+                chains.append(chain)
+        return chains, len(roots) > _ROOTS
+
+
+def _through_every_chain(results: list[Found], chains: list[list[ElfInfo]], more: bool = False) -> Found:
+    """One need's answer over every loader chain: found by all, the first's; by none, the first miss; by some only
+    (or by all of the first _ROOTS of more), found with a note (``via`` "some-chains": a warning --strict counts).
+    In a process the chain that loads the object first decides, and which one that is depends on the order of
+    imports."""
     good = next((f for f in results if f.path is not None), None)
     bad = next(((f, c) for f, c in zip(results, chains) if f.path is None), None)
-    if bad is None or good is None:
-        return good if bad is None else bad[0]
+    if good is None:
+        return bad[0]  # type: ignore[index]
+    if bad is None:
+        if not more:
+            return good
+        return dataclasses.replace(good, via="some-chains",
+                                   note=f"found through the loader chains of the first {_ROOTS} objects that load it; "
+                                        "more load it, and theirs were not followed")
     top = os.path.basename(bad[1][-1].path)
     return dataclasses.replace(good, via="some-chains",
                                note=f"found through its other loaders' RPATH, not when {top} loads it first (no RPATH "
                                     f"passes down that chain: an import that loads {top} first fails)")
-
-
-
-
-def _chains(real: str, parents: Mapping[str, list[ElfInfo]]) -> list[list[ElfInfo]]:
-    """Each chain of shipped objects that loads ``real``, nearest first (glibc's l_loader chain: the objects whose
-    RPATH the loader searches, in order), one per way up (at most _CHAINS)."""
-    out: list[list[ElfInfo]] = []
-
-    def up(key: str, chain: list[ElfInfo], seen: frozenset[str]) -> None:
-        above = [p for p in parents.get(key, ()) if os.path.realpath(p.path) not in seen]
-        if not above:
-            if chain:
-                out.append(chain)
-            return
-        for p in above:
-            if len(out) >= _CHAINS:
-                return
-            here = os.path.realpath(p.path)
-            up(here, [*chain, p], seen | {here})
-
-    up(real, [], frozenset([real]))
-    return out
 
 
 @dataclass(frozen=True)
