@@ -288,3 +288,19 @@ def test_a_file_two_distributions_ship_holds_the_last_ones_bytes_and_that_is_no_
     (site_packages(py) / "vision" / "__init__.py").write_text("KIND = 'neither'\n")  # neither RECORD's bytes
     code, res = doctor(py, check="stack:files")
     assert code == 1 and "vision/__init__.py" in res["stack:files"]["evidence"], res
+
+
+def test_a_package_two_releases_wrote_into_is_no_one_distributions_and_fails(tmp_path):
+    """imgx 2.0 ships core.py and filters.py; imgx-lite 1.0, installed after it, writes its own core.py over 2.0's but
+    ships no filters.py: 2.0's filters.py now sits beside 1.0's core.py and dies importing it. Every file held bytes
+    some RECORD lists, so "the other distribution's bytes" made it ok."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "imgx", "2.0", modules={
+        "imgx/__init__.py": "", "imgx/core.py": "def blur2():\n    return 2\n",
+        "imgx/filters.py": "from .core import blur2\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "imgx-lite", "1.0", modules={
+        "imgx/__init__.py": "", "imgx/core.py": "def blur():\n    return 1\n"}))
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and "imgx 2.0" in res["stack:files"]["evidence"] and "imgx/core.py" in res["stack:files"]["evidence"]

@@ -211,6 +211,19 @@ def _b64_to_hex(digest: str) -> str:
     return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
 
 
+def _covers(other: Distribution, d: Distribution, rel: str, listed: Mapping[str, list]) -> bool:
+    """Whether ``other`` lists every file ``d`` ships in the folder ``rel`` is in: then what ``other`` wrote over
+    ``d``'s copies is a whole package of its own (opencv-contrib's cv2/ over opencv's). A file of ``d`` that ``other``
+    does not ship stays ``d``'s, beside ``other``'s: two releases mixed in one package (imgx 2.0's filters.py beside
+    imgx-lite 1.0's core.py), which no RECORD vouches for."""
+    top = rel.split("/", 1)[0]
+    if top == rel:
+        return True  # a module at the top of the site folder: one file
+    prefix = top + "/"
+    return all(any(d2.key == other.key for d2, _, _ in listed.get(os.path.normpath(os.path.join(d.location, r)), ()))
+               for r, _, _ in d.record.hashed if r.startswith(prefix))
+
+
 def _judge(site: str, rel: str, digest: str, size: int | None, state, patched, stubs) -> str | None:
     """What is wrong with one RECORD row's file (None: it matches, or differs on purpose)."""
     full = os.path.normpath(os.path.join(site, rel))
@@ -268,7 +281,7 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                     listed.setdefault(os.path.normpath(os.path.join(d2.location, rel2)), []).append((d2, digest2, size2))
             other = next((d2 for d2, digest2, size2 in listed.get(os.path.normpath(os.path.join(d.location, rel)), ())
                           if d2.key != d.key and digest2 == state[0] and (size2 is None or size2 == state[1])), None)
-            if other is not None:
+            if other is not None and _covers(other, d, rel, listed):
                 # Two distributions ship the same file (opencv-python and opencv-contrib-python: cv2/): the one
                 # installed last wrote its bytes over the other's, and its RECORD names what is on disk.
                 replaced.append(f"{rel} ({d.name}'s) holds {other.name} {other.version}'s bytes")
