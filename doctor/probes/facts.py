@@ -368,6 +368,9 @@ def _script_problem(launcher, module):
             head = fh.read(1024).split(b"\n")
     except (OSError, TypeError):  # TypeError: RECORD lists none (a system package's launcher lives elsewhere)
         head = [b""]
+    if head[0].startswith(b"#!") and head[0].endswith(b"\r"):
+        return "its launcher %s has a CRLF line end: the kernel runs %r, which is not there" % (
+            launcher, os.fsdecode(head[0][2:].split(b" ")[0]))
     runs = _launcher_interpreter(head)
     if runs and runs.startswith(b"/") and not os.access(os.fsdecode(runs), os.X_OK):
         return "its launcher %s runs %s, which is not there (a venv moved or copied elsewhere keeps its old path)" % (

@@ -240,6 +240,9 @@ def test_a_console_script_that_cannot_start_is_named_and_fails_where_the_manifes
     launcher.write_text(f"#!/bin/sh\n{exec_line}\"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n")
     r = run_doctor(str(py), checks=["install:scripts"]).get("install:scripts")
     assert "its launcher" not in r.evidence, r
+    launcher.write_text(f"#!{tmp_path / 'made-here' / 'bin' / 'python'}\r\nimport sys\r\n")  # edited on Windows
+    r = run_doctor(str(py), checks=["install:scripts"]).get("install:scripts")
+    assert "has a CRLF line end" in r.evidence, r
     moved = tmp_path / "moved-here"
     (tmp_path / "made-here").rename(moved)
     r = run_doctor(str(moved / "bin" / "python"), checks=["install:scripts"]).get("install:scripts")
