@@ -327,3 +327,22 @@ def test_a_sigill_in_a_build_named_for_a_feature_this_cpu_has_is_a_fail(tmp_path
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:ssevar")
     assert r.verdict == "fail", r.evidence
     assert "its name says sse42, which this CPU has" in r.evidence
+
+
+def test_requirement_markers_are_judged_for_the_target_interpreter_not_for_wh_s():
+    """wh may run on 3.11 against a 3.12 target: `fastlib; python_version < "3.12"` is not installed there (pip skipped
+    it) and `fastpkg[fast]; python_version < "3.12"` asks nothing of fastpkg. Judged by wh's own interpreter, a module
+    only that requirement brings was a fail and `wh drop` uninstalled a working fastpkg."""
+    from wheelhouse.doctor.checks.context import Distribution
+    from wheelhouse.doctor.severity import _own_or_required, target_markers
+
+    facts = {"python_version": "3.12", "python_full_version": "3.12.1", "implementation": "cpython",
+             "machine": "x86_64", "system": "Linux"}
+    on312, on311 = target_markers(facts), target_markers({**facts, "python_version": "3.11", "python_full_version": "3.11.7"})
+    assert on312["python_version"] == "3.12" and on312["sys_platform"] == "linux"
+    fastpkg = Distribution("fastpkg", "1.0", None, None, ("fastpkg",), 1, ("fastpkg",),
+                           requires=('fastlib; python_version < "3.12"',))
+    fastlib = Distribution("fastlib", "1.0", None, None, ("fastlib",), 0, ())
+    installed = {"fastpkg": fastpkg, "fastlib": fastlib}
+    assert not _own_or_required(fastpkg, "fastlib", installed, markers=on312)
+    assert _own_or_required(fastpkg, "fastlib", installed, markers=on311)

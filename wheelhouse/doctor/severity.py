@@ -24,7 +24,7 @@ explain (a trap, a feature the host has) is a warning ``--strict`` counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -48,6 +48,7 @@ class StackReach:
     cuda_source: str | None = None  # where that came from
     cpu_flags: frozenset[str] = frozenset()  # this host's CPU feature flags (/proc/cpuinfo)
     extras: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name -> the extras the stack asks of it
+    markers: Mapping[str, str] = field(default_factory=dict)  # the TARGET interpreter's marker environment
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Judgement:
 
 
 def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution],
-                     extras: frozenset[str] = frozenset()) -> bool:
+                     extras: frozenset[str] = frozenset(), markers: Mapping[str, str] | None = None) -> bool:
     """Is module ``missing`` the distribution's own, or one a requirement of it provides (a requirement of an extra
     does not count: without the extra it is optional)?"""
     top = missing.split(".", 1)[0]
@@ -70,28 +71,37 @@ def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Dist
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if req.marker is not None and "extra" in str(req.marker) and not _asked(req, extras):
-            continue  # wanted only with an extra nothing asks for (greenlet's `psutil; extra == "test"`): optional
+        if not _holds(req, set(extras), markers):
+            continue  # wanted only with an extra nothing asks for (greenlet's `psutil; extra == "test"`), or not on
+            # this target (`; python_version < "3.12"` on 3.12): pip did not install it, the module is optional
         wanted.add(canonicalize_name(req.name))
     providers = {k for k, other in installed.items() if top in other.import_names}
     return canonicalize_name(top) in wanted or bool(providers & wanted)
 
 
-def _asked(req: Requirement, extras: frozenset[str]) -> bool:
-    """Whether one of ``extras`` (those the stack asks of the distribution) turns on requirement ``req``."""
-    for extra in extras:
-        try:
-            if req.marker is not None and req.marker.evaluate({"extra": extra}):
-                return True
-        except Exception:  # noqa: BLE001 - a marker that cannot be judged counts: a false red over a false green
-            return True
-    return False
+def target_markers(facts: Mapping[str, Any]) -> dict[str, str]:
+    """The target interpreter's PEP 508 marker environment, from its facts probe (the rest, which the probe does not
+    report, from wh's own interpreter: platform_release and platform_version, which requirements rarely test)."""
+    from packaging.markers import default_environment
+
+    env = dict(default_environment())
+    impl = str(facts.get("implementation") or env["implementation_name"])
+    full = str(facts.get("python_full_version") or env["python_full_version"])
+    env.update({"python_version": str(facts.get("python_version") or env["python_version"]),
+                "python_full_version": full, "implementation_name": impl, "implementation_version": full,
+                "platform_python_implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(impl, impl),
+                "platform_machine": str(facts.get("machine") or env["platform_machine"]),
+                "platform_system": str(facts.get("system") or env["platform_system"])})
+    env["sys_platform"] = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}.get(env["platform_system"],
+                                                                                       env["sys_platform"])
+    return env
 
 
 def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
     """name -> the extras the stack asks of it: the manifest's requirements (``fastpkg[fast]``) and every installed
-    distribution's Requires-Dist whose marker holds here (``fastpkg[fast]; extra == "speed"`` asks nothing of fastpkg
-    unless speed is asked of its requirer; ``; platform_machine == "aarch64"`` nothing on x86_64), to a fixed point."""
+    distribution's Requires-Dist whose marker holds on the target (``fastpkg[fast]; extra == "speed"`` asks nothing of
+    fastpkg unless speed is asked of its requirer; ``; python_version < "3.12"`` nothing on 3.12), to a fixed point."""
+    markers = target_markers(ctx.facts)
     asked: dict[str, set[str]] = {}
     texts = [("", t) for t in (ctx.manifest.requirements if ctx.manifest else ())]
     texts += [(d.key, t) for d in ctx.distributions.values() for t in d.requires]
@@ -105,7 +115,7 @@ def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
     while changed:
         changed = False
         for who, req in reqs:
-            if not req.extras or not _holds(req, asked.get(who, set())):
+            if not req.extras or not _holds(req, asked.get(who, set()), markers):
                 continue
             have = asked.setdefault(canonicalize_name(req.name), set())
             if not req.extras <= have:
@@ -114,13 +124,13 @@ def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in asked.items()}
 
 
-def _holds(req: Requirement, extras: set[str]) -> bool:
-    """Whether ``req``'s marker holds here (this interpreter's environment) with one of its requirer's ``extras``
-    asked, or none; a marker that cannot be judged holds (a false red over a false green)."""
+def _holds(req: Requirement, extras: set[str], markers: Mapping[str, str] | None = None) -> bool:
+    """Whether ``req``'s marker holds in ``markers`` (the target's environment; None: this interpreter's) with one of
+    its requirer's ``extras`` asked, or none; a marker that cannot be judged holds (a false red over a false green)."""
     if req.marker is None:
         return True
     try:
-        return any(req.marker.evaluate({"extra": e}) for e in ("", *sorted(extras)))
+        return any(req.marker.evaluate({**(markers or {}), "extra": e}) for e in ("", *sorted(extras)))
     except Exception:  # noqa: BLE001
         return True
 
@@ -218,7 +228,8 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
     cpu = _cpu_variant(o, reach, data)
     if cpu is not None:
         return cpu
-    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed, reach.extras.get(d.key, frozenset())):
+    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed, reach.extras.get(d.key, frozenset()),
+                                                          reach.markers):
         return Judgement("warn", f"{lazily}: only {o.module} needs {o.missing}, which is not installed and which "
                                  f"{d.name} does not require (an optional module)")
     return Judgement("fail", "its package loads it by this name when that code runs (a lazily loaded module), "
@@ -248,7 +259,7 @@ def stack_reach(ctx: DoctorContext, entries: Sequence[str], outcomes: Mapping[st
     cpu = cpu_facts()
     return StackReach(tuple(entries), reached, frozenset(m for m, o in outcomes.items() if o.ok and not o.covered),
                       major, source, frozenset((cpu.get("flags") or cpu.get("features") or "").split()),
-                      requested_extras(ctx))
+                      requested_extras(ctx), target_markers(ctx.facts))
 
 
 _CUDA_WHEELS = ("cuda-bindings", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
