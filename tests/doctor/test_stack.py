@@ -304,3 +304,25 @@ def test_a_package_two_releases_wrote_into_is_no_one_distributions_and_fails(tmp
         "imgx/__init__.py": "", "imgx/core.py": "def blur():\n    return 1\n"}))
     code, res = doctor(py, check="stack:files")
     assert code == 1 and "imgx 2.0" in res["stack:files"]["evidence"] and "imgx/core.py" in res["stack:files"]["evidence"]
+
+
+def test_two_builds_of_one_release_and_two_halves_of_a_namespace_are_no_damage(tmp_path):
+    """opencv-python and opencv-python-headless 5.1.0.95 both write cv2/ (the GUI build leaves qt/ files the headless
+    one lacks); backports.alpha and backports.beta each write backports/__init__.py: both stacks import, and both
+    failed once "the other ships every file" was asked of them."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "cvgui", "5.1", modules={
+        "cvx/__init__.py": "KIND = 'gui'\n", "cvx/qt/fonts.py": "FONTS = 1\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "cvheadless", "5.1", modules={"cvx/__init__.py": "KIND = 'headless'\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "bp-alpha", "1.0", modules={
+        "bpns/__init__.py": "__path__ = __import__('pkgutil').extend_path(__path__, __name__)  # alpha\n",
+        "bpns/alpha/__init__.py": ""}))
+    install_wheel(py, make_wheel(tmp_path / "w", "bp-beta", "2.0", modules={
+        "bpns/__init__.py": "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n",
+        "bpns/beta/__init__.py": ""}))
+    code, res = doctor(py, check="stack:files")
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res
+    assert "cvx/__init__.py (cvgui's) holds cvheadless 5.1's bytes" in res["stack:files"]["evidence"]
+    assert "bpns/__init__.py (bp-alpha's) holds bp-beta 2.0's bytes" in res["stack:files"]["evidence"]

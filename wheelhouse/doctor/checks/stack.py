@@ -212,16 +212,30 @@ def _b64_to_hex(digest: str) -> str:
 
 
 def _covers(other: Distribution, d: Distribution, rel: str, listed: Mapping[str, list]) -> bool:
-    """Whether ``other`` lists every file ``d`` ships in the folder ``rel`` is in: then what ``other`` wrote over
-    ``d``'s copies is a whole package of its own (opencv-contrib's cv2/ over opencv's). A file of ``d`` that ``other``
-    does not ship stays ``d``'s, beside ``other``'s: two releases mixed in one package (imgx 2.0's filters.py beside
-    imgx-lite 1.0's core.py), which no RECORD vouches for."""
-    top = rel.split("/", 1)[0]
-    if top == rel:
+    """Whether ``other``'s bytes over ``d``'s copy of ``rel`` leave a package that works as one:
+
+    - two builds of one release (the same version: opencv-python and opencv-python-headless 5.1.0.95 both write
+      ``cv2/``; the one installed last wrote it, whatever else the first left beside it);
+    - ``other`` ships every file ``d`` has in that package (opencv-contrib's ``cv2/`` over opencv's);
+    - the file is a namespace's ``__init__.py`` whose halves ship disjoint subpackages (``backports.alpha`` and
+      ``backports.beta`` each write ``backports/__init__.py``).
+
+    Else a file of ``d`` that ``other`` does not ship stays ``d``'s beside ``other``'s: two releases mixed in one package
+    (imgx 2.0's filters.py beside imgx-lite 1.0's core.py), which no RECORD vouches for."""
+    if other.version == d.version:
+        return True
+    top, _, rest = rel.partition("/")
+    if not rest:
         return True  # a module at the top of the site folder: one file
-    prefix = top + "/"
-    return all(any(d2.key == other.key for d2, _, _ in listed.get(os.path.normpath(os.path.join(d.location, r)), ()))
-               for r, _, _ in d.record.hashed if r.startswith(prefix))
+    mine = [r for r, _, _ in d.record.hashed if r.startswith(top + "/")]
+    theirs = {r for r, _, _ in other.record.hashed if r.startswith(top + "/")}
+    if all(r in theirs for r in mine):
+        return True
+    if rest == "__init__.py":
+        sub = {r.split("/")[1] for r in mine if r.count("/") > 1}
+        return not sub & {r.split("/")[1] for r in theirs if r.count("/") > 1} and \
+            all(r.count("/") > 1 or r == rel or r.endswith(".pyc") for r in mine)
+    return False
 
 
 def _judge(site: str, rel: str, digest: str, size: int | None, state, patched, stubs) -> str | None:
