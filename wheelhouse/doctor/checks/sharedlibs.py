@@ -182,7 +182,7 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     return scans
 
 
-_ROOTS = 64  # objects nothing shipped loads (extension modules, plugins loaded by path) followed per object, at most
+_ROOTS = 1024  # objects nothing shipped loads (extension modules, plugins loaded by path) followed per object, at most
 
 
 @dataclass
