@@ -382,3 +382,23 @@ def test_ld_library_path_of_the_installed_wheelhouses_serve_env_counts(venv, whe
                      environ={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
     r = rep.get("sharedlibs:lazylib")
     assert r.verdict == "ok", r.evidence
+
+
+def test_many_plugins_whose_every_loader_chain_finds_the_library_are_ok(tmp_path):
+    """65 plugins loaded by path (DT_RPATH to lib/ and cdir/) need libL (no RPATH), which needs libcc in cdir/: every
+    chain finds it and every plugin loads. At a cap of 64 roots the 65th made it a warning --strict counted."""
+    build = tmp_path / "build"
+    build.mkdir()
+    cc = _lib(build, "rcc")
+    mid = _lib(build, "rmid", f"-L{build}", "-Wl,--no-as-needed", "-lrcc")
+    (build / "op.c").write_text("extern int rmid_value(void);\nint op(void) { return rmid_value(); }\n")
+    _gcc("-shared", "-fPIC", str(build / "op.c"), "-o", str(build / "op.so"), f"-L{build}", "-Wl,--no-as-needed",
+         "-lrmid", "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib:$ORIGIN/../cdir")
+    op = (build / "op.so").read_bytes()
+    files = {f"manyops/ops/op{i:02d}.so": op for i in range(65)}
+    files.update({"manyops/lib/librmid.so": mid.read_bytes(), "manyops/cdir/librcc.so": cc.read_bytes()})
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "manyops", "1.0", tags=_tags(), modules={"manyops/__init__.py": ""},
+                                 files=files))
+    r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:manyops")
+    assert r.verdict == "ok", r.evidence
