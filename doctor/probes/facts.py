@@ -207,22 +207,14 @@ def _record_facts(dist, path):
                   "resized_count": len(resized)}
 
 
-def _code_unlisted(path, files, seen):
+def _code_unlisted(path, files, seen, hinted):
     """Whether a distribution's file list does not say where its code is: an .egg-info (no RECORD: its SOURCES.txt
     or installed-files.txt is no record of what is on disk), or an editable install (a .pth and a finder are all its
-    RECORD lists) whose top_level.txt names what none of its listed files provide."""
+    RECORD lists) whose top_level.txt (``hinted``) names what none of its listed files provide."""
     if str(path).endswith(".egg-info"):
         return True
     editable = any(f.endswith(".pth") and "/" not in f for f in files)  # a finder or a path its .pth adds
-    return editable and any(t.split(".", 1)[0] not in seen for t in _hinted(path))
-
-
-def _hinted(path):
-    try:
-        with open(os.path.join(str(path), "top_level.txt"), encoding="utf-8") as fh:
-            return [t.strip().replace("/", ".") for t in fh if t.strip() and t.strip().isidentifier()]
-    except (OSError, ValueError):
-        return []
+    return editable and any(t.split(".", 1)[0] not in seen for t in hinted)
 
 
 _UNLISTED_WALK = 20000  # files looked at under one distribution's unlisted code, at most
@@ -270,6 +262,7 @@ def _dist_info(dist, meta):
         text = None
     if text:
         tops = [t.strip().replace("/", ".") for t in text.splitlines() if t.strip()]
+    hinted = [t for t in tops if t.isidentifier()]  # top_level.txt's names, before RECORD's files sort them
     seen = []  # the names the distribution's files provide
     for f in files:
         if f.startswith("..") or ".dist-info/" in f or ".data/" in f.split("/", 1)[0] + "/":
@@ -285,10 +278,10 @@ def _dist_info(dist, meta):
         tops = tops + [t for t in seen if t not in tops]
     elif not tops:
         tops = seen
-    if path is not None and _code_unlisted(path, files, seen):
+    if path is not None and _code_unlisted(path, files, seen, hinted):
         # An egg-info (setup.py install, Debian's python3-*) or an editable install (its RECORD lists only the .pth
         # and finder): where its code is, the import system says, and the extension modules there are its own.
-        found = _unlisted_extensions([*tops, *_hinted(path)], path.parent)
+        found = _unlisted_extensions([*tops, *hinted], path.parent)
         ext += [f for f in found if f not in ext]
         tops = tops + [t for t in (m.split(".", 1)[0] for m in found.values()) if t not in tops]
     else:
