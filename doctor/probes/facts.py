@@ -443,7 +443,19 @@ def _distributions():
         return [f if isinstance(f, dict) else f.result() for f in futures]
 
 
-def main():
+def _markers(capture):
+    """The PEP 508 marker environment of this interpreter, by wh's capture script (``wh target capture``'s, at path
+    ``capture``): what pip judges requirement markers by here. None where it cannot be loaded."""
+    try:
+        spec = importlib.util.spec_from_file_location("_wh_capture_target", capture)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.marker_environment()
+    except Exception:  # noqa: BLE001 - no markers: the doctor judges them by its own interpreter's
+        return None
+
+
+def main(argv):
     dists = _distributions()
     paths = sysconfig.get_paths()
     emit({
@@ -465,9 +477,10 @@ def main():
         "environ": dict(os.environ),
         "memory": _meminfo(),
         "cpu_count": os.cpu_count(),
+        "markers": _markers(argv[0]) if argv else None,
         "distributions": dists,
     })
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

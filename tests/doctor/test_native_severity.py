@@ -336,9 +336,10 @@ def test_requirement_markers_are_judged_for_the_target_interpreter_not_for_wh_s(
     from wheelhouse.doctor.checks.context import Distribution
     from wheelhouse.doctor.severity import _own_or_required, target_markers
 
-    facts = {"python_version": "3.12", "python_full_version": "3.12.1", "implementation": "cpython",
-             "machine": "x86_64", "system": "Linux"}
-    on312, on311 = target_markers(facts), target_markers({**facts, "python_version": "3.11", "python_full_version": "3.11.7"})
+    markers = {"python_version": "3.12", "python_full_version": "3.12.1", "implementation_name": "cpython",
+               "platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux"}
+    on312 = target_markers({"markers": markers})  # as the facts probe reads them in the target
+    on311 = target_markers({"markers": {**markers, "python_version": "3.11", "python_full_version": "3.11.7"}})
     assert on312["python_version"] == "3.12" and on312["sys_platform"] == "linux"
     fastpkg = Distribution("fastpkg", "1.0", None, None, ("fastpkg",), 1, ("fastpkg",),
                            requires=('fastlib; python_version < "3.12"',))

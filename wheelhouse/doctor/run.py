@@ -36,7 +36,7 @@ from wheelhouse.install.digests import FileDigests
 from .verdicts import VerdictCache, context_digest
 from .report import CheckResult, DoctorReport, Fix
 from wheelhouse import __version__
-from wheelhouse.resources import doctor_dir
+from wheelhouse.resources import capture_script, doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
 
 __all__ = ["DoctorCannotRun", "DoctorInterrupted", "interrupted_report", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes", "with_fixes",
@@ -228,7 +228,8 @@ def gather_context(
     t0 = time.monotonic()
     # nvidia-smi (three calls on a GPU host) runs while the facts probe does
     asked = None if facts_override and "gpu" in facts_override else _in_background(lambda: query_gpu_facts(environ=env))
-    res = run_probe(exe, probe_script("facts"), timeout=max(timeout, 30), env=env, name="facts")
+    res = run_probe(exe, probe_script("facts"), [str(capture_script())], timeout=max(timeout, 30), env=env,
+                    name="facts")
     if not res.ok:
         raise DoctorCannotRun(f"{exe} could not run the facts probe: {res.failure(max(timeout, 30))}",
                               hint=f"check that it starts: {exe} -c 'import sys; print(sys.version)'",

@@ -80,21 +80,12 @@ def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Dist
 
 
 def target_markers(facts: Mapping[str, Any]) -> dict[str, str]:
-    """The target interpreter's PEP 508 marker environment, from its facts probe (the rest, which the probe does not
-    report, from wh's own interpreter: platform_release and platform_version, which requirements rarely test)."""
+    """The target interpreter's PEP 508 marker environment, as its facts probe read it (the capture script's
+    ``marker_environment``); this interpreter's where the probe could not say."""
     from packaging.markers import default_environment
 
-    env = dict(default_environment())
-    impl = str(facts.get("implementation") or env["implementation_name"])
-    full = str(facts.get("python_full_version") or env["python_full_version"])
-    env.update({"python_version": str(facts.get("python_version") or env["python_version"]),
-                "python_full_version": full, "implementation_name": impl, "implementation_version": full,
-                "platform_python_implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(impl, impl),
-                "platform_machine": str(facts.get("machine") or env["platform_machine"]),
-                "platform_system": str(facts.get("system") or env["platform_system"])})
-    env["sys_platform"] = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}.get(env["platform_system"],
-                                                                                       env["sys_platform"])
-    return env
+    markers = facts.get("markers")
+    return {**default_environment(), **markers} if isinstance(markers, Mapping) else dict(default_environment())
 
 
 def requested_extras(ctx: DoctorContext) -> dict[str, frozenset[str]]:
