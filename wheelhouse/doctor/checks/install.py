@@ -48,24 +48,24 @@ def _scripts(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["install:scripts"]
     serve = ctx.manifest.serve if ctx.manifest else None
     program = os.path.basename(serve.command[0]) if serve and serve.command else None
-    broken, count = [], 0
+    broken, count = [], 0  # (script, its distribution, the line)
     for rec in ctx.facts.get("distributions") or ():
         for name, value, problem in (rec.get("scripts") or ()) if isinstance(rec, dict) else ():
             count += 1
             if problem:
-                broken.append((str(name), f"{rec.get('name')} {rec.get('version')}: {name} ({value}): {problem}"))
+                broken.append((str(name), str(rec.get("name")),
+                               f"{rec.get('name')} {rec.get('version')}: {name} ({value}): {problem}"))
     if not broken:
         return CheckResult("install:scripts", title, "ok", f"{count} script(s): every launcher and entry point is there")
-    served = [line for name, line in broken if name == program]
-    names = sorted({line.split(" ", 1)[0] for _, line in broken})
+    lines = [line for _, _, line in broken]
+    served = any(name == program for name, _, _ in broken)
     return CheckResult("install:scripts", title, "fail" if served else "warn",
-                       "\n".join(line for _, line in broken)
-                       + (f"\nthe manifest's [serve] command runs {program}" if served else ""),
+                       "\n".join(lines) + (f"\nthe manifest's [serve] command runs {program}" if served else ""),
                        hint=("this environment was moved or copied from where it was made: make it again here "
                              "(a new venv, then `wh install`)" if any("is not there (a venv moved" in line
-                                                                       for _, line in broken)
-                             else f"reinstall what is named: `{reinstall_command(ctx, *names)}`"),
-                       data={"broken": [line for _, line in broken], "serve_program": program})
+                                                                       for line in lines)
+                             else f"reinstall what is named: `{reinstall_command(ctx, *sorted({d for _, d, _ in broken}))}`"),
+                       data={"broken": lines, "serve_program": program})
 
 
 # Installers that always write a RECORD, last (and INSTALLER before it): a folder of theirs without one is an
