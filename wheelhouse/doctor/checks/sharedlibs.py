@@ -192,6 +192,7 @@ class _Graph:
     children: dict[str, list[str]]
     parents: dict[str, list[str]]
     info: dict[str, ElfInfo]
+    loaders: dict[str, dict[str, str | None]] = field(default_factory=dict)  # root -> object -> what loads it
 
     @classmethod
     def of(cls, scans: Mapping[Path, _Scan]) -> "_Graph":
@@ -229,14 +230,7 @@ class _Graph:
                     todo.append(p)
         chains = []
         for root in sorted(roots)[:_ROOTS]:
-            loader: dict[str, str | None] = {root: None}
-            queue = [root]
-            while queue and real not in loader:
-                key = queue.pop(0)
-                for child in self.children.get(key, ()):
-                    if child not in loader:
-                        loader[child] = key
-                        queue.append(child)
+            loader = self._loaders_from(root)
             if real in loader:
                 chain, key = [], loader[real]
                 while key is not None:
@@ -244,6 +238,21 @@ class _Graph:
                     key = loader[key]
                 chains.append(chain)
         return chains, len(roots) > _ROOTS
+
+    def _loaders_from(self, root: str) -> dict[str, str | None]:
+        """What loads each object reached from ``root``, breadth first in DT_NEEDED order (once per root: the objects
+        with misses under one extension module share it)."""
+        loader = self.loaders.get(root)
+        if loader is None:
+            loader, queue = {root: None}, [root]
+            while queue:
+                key = queue.pop(0)
+                for child in self.children.get(key, ()):
+                    if child not in loader:
+                        loader[child] = key
+                        queue.append(child)
+            self.loaders[root] = loader
+        return loader
 
 
 def _through_every_chain(results: list[Found], chains: list[list[ElfInfo]], more: bool = False) -> Found:
