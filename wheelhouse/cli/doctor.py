@@ -102,14 +102,14 @@ def _check_line(r, verbose: int) -> str:
 
 
 def _render(con, report: DoctorReport, verbose: int) -> None:
-    from rich.table import Table
-    from rich.text import Text
-    from wheelhouse.doctor.sharedfiles import describe_kept
-
     """The report for people on ``con``: a table on a terminal, one line per check elsewhere (CI logs).
 
     Evidence, hints and titles are text, never rich markup: ``[/opt/lib]`` or ``[[toolchain]]`` are shown as written.
     """
+    from rich.table import Table
+    from rich.text import Text
+    from wheelhouse.doctor.sharedfiles import describe_kept
+
     native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
     shown = [r for r in report.results if verbose > 0 or r not in native_ok]
     native_note = (f"{plural(len(native_ok), 'distribution')} with extension modules: every top-level name and extension "
