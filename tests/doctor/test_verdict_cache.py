@@ -88,6 +88,20 @@ def test_a_traced_rerun_reuses_what_an_untraced_run_executed(stack, tmp_path):
     assert trace.read_text().strip(), "the trace was written"
 
 
+def test_the_trace_names_the_file_whose_change_executed_a_verdict_again(stack, tmp_path):
+    """A re-run that executes again says why in WH_DOCTOR_TRACE: the first file of the stored run that changed."""
+    _doctor(stack, tmp_path)
+    site = Path(next((stack.parent.parent / "lib").glob("python*/site-packages")))
+    dep = site / "betadep.py"
+    dep.write_text("VALUE = 2\n")
+    trace = tmp_path / "trace.jsonl"
+    again = _doctor(stack, tmp_path, env={"WH_DOCTOR_TRACE": str(trace)})
+    assert "beta" in _executed(again, "native:beta")
+    stale = [r for r in map(json.loads, trace.read_text().splitlines()) if "stale" in r]
+    assert str(dep) in {r["path"] for r in stale}, stale
+    assert _reused(again, "native:alpha") == ALPHA  # never loaded betadep: nothing about it
+
+
 def test_a_trace_file_that_cannot_be_written_is_a_note_not_a_crash(stack, tmp_path):
     """WH_DOCTOR_TRACE in a folder that is not there: the doctor judges as without it and says once why no trace."""
     env = {**os.environ, "WH_CACHE_DIR": str(tmp_path / "cache"), "WH_DOCTOR_TRACE": str(tmp_path / "no" / "t.jsonl")}

@@ -28,7 +28,7 @@ from .checks import DoctorContext, Distribution, selected
 from wheelhouse.errors import EXIT_INTERNAL, UsageError, WhError
 from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
-from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, probes_stopped, run_probe, trace_span
+from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, probes_stopped, run_probe, trace_line, trace_span
 from wheelhouse.progress import NullReporter, Reporter
 from .inventory import installed_inventory, node_identity
 from .stackfacts import wheelhouse_facts
@@ -437,6 +437,8 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     report = _report(ctx, results, started, t0, spans)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
         ctx.reporter.note(note)
+    for run_id, why in (ctx.verdicts.changed if ctx.verdicts is not None else {}).items():
+        trace_line({"stale": run_id, **why})  # why a stored verdict was executed again (WH_DOCTOR_TRACE)
     for note in ctx.verdicts.save() if ctx.verdicts is not None else ():  # what passed, with its evidence
         ctx.reporter.note(note)
     return report

@@ -188,6 +188,7 @@ class VerdictCache:
         self._facts: dict[str, dict[str, list]] = {}  # kind -> {path: [*identity, value]}
         self._facts_used: dict[str, set[str]] = {}  # kind -> paths asked this run (the others are pruned)
         self._searched: dict[str, list] = {}  # path -> its _search_entry, once per run (every batch names them)
+        self.changed: dict[str, dict[str, Any]] = {}  # run id -> its first changed file: why its verdicts re-ran
         self._dirty = False
 
     # ---- keys ------------------------------------------------------------------------------------------------
@@ -258,7 +259,10 @@ class VerdictCache:
         files = self._runs[run_id]["files"]
         n = 0
         for entry in files:
-            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)) or not self._same(entry):
+            if not (isinstance(entry, list) and entry and isinstance(entry[0], str)):
+                break
+            if not self._same(entry):
+                self.changed[run_id] = {"path": entry[0], "was": entry[1:], "now": self._now(entry[0]), "at": n}
                 break
             n += 1
         self._valid_upto[run_id] = n
