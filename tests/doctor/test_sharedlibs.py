@@ -137,6 +137,17 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
                                        "twoways/.libs/libtwbar.so": bar.read_bytes()})
     for p in (foo, bar):
         p.unlink()
+    # An extension module another one links: _xo (RPATH $ORIGIN/.libs, passed down) loads _xi, whose libxdep is found
+    # through _xo's RPATH only; `import extroot._xi` alone maps _xi by its path, with no loader above it, and fails.
+    xdep = _lib(build, "xdep", symbol="whgone")
+    _ext(build, "_xi", "WH_NEEDLIB", extra=[f"-L{build}", "-lxdep", f"-Wl,-soname,_xi{SUFFIX}"])
+    xi = build / "_xi-WH_NEEDLIB.so"
+    xo = _ext(build, "_xo", extra=[f"-L{build}", "-Wl,--no-as-needed", f"-l:{xi.name}", "-Wl,--disable-new-dtags",
+                                   "-Wl,-rpath,$ORIGIN:$ORIGIN/.libs"])
+    out["extroot"] = make_wheel(folder, "extroot", "1.0", tags=_tags(), modules={"extroot/__init__.py": ""},
+                                files={f"extroot/_xo{SUFFIX}": xo, f"extroot/_xi{SUFFIX}": xi.read_bytes(),
+                                       "extroot/.libs/libxdep.so": xdep.read_bytes()})
+    xdep.unlink()
     # A diamond under one module: _d (RUNPATH) needs libdma and libdmb; libdma's RPATH would find libdmb's libdmc,
     # but glibc loads _d's needs breadth first, so libdmb's loader is _d (no RPATH passes down): every load fails.
     dmc = _lib(build, "dmc")
@@ -258,6 +269,19 @@ def test_a_library_found_through_one_loaders_rpath_but_not_anothers_runpath_is_a
             f"_b{SUFFIX} loads it first") in r.evidence, r
     proc = subprocess.run([str(venv), "-c", "import twoways._b"], capture_output=True, text=True)
     assert proc.returncode != 0 and "libtwbar.so" in proc.stderr
+
+
+def test_an_extension_module_another_one_links_is_judged_as_imported_by_its_own_path_too(report, venv):
+    """_xi finds libxdep only through the RPATH of _xo, which links it: it was ok as a library of _xo's chain, while
+    the import system maps _xi by its path (`import extroot._xi` first dies). The order of imports decides: a
+    warning --strict counts."""
+    r = report.get("sharedlibs:extroot")
+    assert r.verdict == "warn" and r.strict is not False, r
+    assert (f"extroot/_xi{SUFFIX} needs libxdep.so: found through the RPATH of the shipped objects that load it, not "
+            "when the import system maps it by its own path first") in r.evidence, r
+    proc = subprocess.run([str(venv), "-c", "import extroot._xi"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "libxdep.so" in proc.stderr
+    subprocess.run([str(venv), "-c", "import extroot._xo, extroot._xi"], check=True)  # through _xo: it loads
 
 
 def test_the_loader_chain_is_the_one_glibc_follows_from_each_root(report, venv):

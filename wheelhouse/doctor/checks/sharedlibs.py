@@ -148,8 +148,11 @@ class _Scan:
     foreign: bool = False  # built for another machine: the loader never maps it into this interpreter
 
 
-def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Path, _Scan]:
-    """Resolve every shipped object's needs; a miss is retried with the RPATH of the shipped objects that load it."""
+def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts,
+          by_path: frozenset[str] = frozenset()) -> dict[Path, _Scan]:
+    """Resolve every shipped object's needs; a miss is retried with the RPATH of the shipped objects that load it.
+    ``by_path``: the real paths of the objects something loads by their path (the extension modules), so each is
+    also a root of its own loader chain, with no loader above it."""
     scans: dict[Path, _Scan] = {}
     for path in dict.fromkeys(paths):
         try:
@@ -164,7 +167,7 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts) -> dict[Pat
     # A retry can find a library whose own misses then have a loader chain (faiss-cpu: libopenblas finds libgfortran
     # only through _swigfaiss's RPATH, and libgfortran finds libquadmath only then): again until nothing changes.
     for _ in range(len(scans)):
-        graph = _Graph.of(scans)
+        graph = _Graph.of(scans, by_path)
         changed = False
         for path, s in scans.items():
             if s.info is not None and not s.info.runpath and any(f.path is None for f in s.found):
@@ -193,9 +196,10 @@ class _Graph:
     parents: dict[str, list[str]]
     info: dict[str, ElfInfo]
     loaders: dict[str, dict[str, str | None]] = field(default_factory=dict)  # root -> object -> what loads it
+    by_path: frozenset[str] = frozenset()  # loaded by their own path too (extension modules): roots whatever needs them
 
     @classmethod
-    def of(cls, scans: Mapping[Path, _Scan]) -> "_Graph":
+    def of(cls, scans: Mapping[Path, _Scan], by_path: frozenset[str] = frozenset()) -> "_Graph":
         children: dict[str, list[str]] = {}
         parents: dict[str, list[str]] = {}
         info: dict[str, ElfInfo] = {}
@@ -209,7 +213,7 @@ class _Graph:
                     child = os.path.realpath(f.path)
                     children.setdefault(key, []).append(child)
                     parents.setdefault(child, []).append(key)
-        return cls(children, parents, info)
+        return cls(children, parents, info, by_path=by_path)
 
     def loader_chains(self, real: str) -> tuple[list[list[ElfInfo]], bool]:
         """The loader chain of ``real`` (nearest first) from each object that reaches it and that nothing shipped
@@ -217,18 +221,20 @@ class _Graph:
 
         From one root the chain is glibc's: dependencies load breadth first in DT_NEEDED order, and an object's
         loader is the first loaded object that needs it (a library two objects of one root need is loaded by the
-        nearer one). An object reached only through a cycle with no root above it has no chain."""
+        nearer one). An object reached only through a cycle with no root above it has no chain. An object loaded by
+        its own path (an extension module: :attr:`by_path`) is a root too; ``real`` itself then has the empty
+        chain (the import that maps it first: no loader's RPATH helps it)."""
         roots, seen, todo = [], {real}, [real]
         while todo:
             key = todo.pop()
             above = self.parents.get(key, ())
-            if not above and key != real:
+            if (not above or key in self.by_path) and key != real:
                 roots.append(key)
             for p in above:
                 if p not in seen:
                     seen.add(p)
                     todo.append(p)
-        chains = []
+        chains: list[list[ElfInfo]] = [[]] if real in self.by_path and self.parents.get(real) else []
         for root in sorted(roots)[:_ROOTS]:
             loader = self._loaders_from(root)
             if real in loader:
@@ -270,6 +276,10 @@ def _through_every_chain(results: list[Found], chains: list[list[ElfInfo]], more
         return dataclasses.replace(good, via="some-chains",
                                    note=f"found through the loader chains of the first {_ROOTS} objects that load it; "
                                         "more load it, and theirs were not followed")
+    if not bad[1]:  # the empty chain: an extension module that other shipped objects also load
+        return dataclasses.replace(good, via="some-chains",
+                                   note="found through the RPATH of the shipped objects that load it, not when the "
+                                        "import system maps it by its own path first (importing it before them fails)")
     top = os.path.basename(bad[1][-1].path)
     return dataclasses.replace(good, via="some-chains",
                                note=f"found through its other loaders' RPATH, not when {top} loads it first (no RPATH "
@@ -533,7 +543,9 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # Every distribution's objects are read (not only the selected ones): who links a plugin may live elsewhere.
     every = dists if not ctx.patterns else [
         (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
-    scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts)
+    # The import system maps each extension module by its path: a root of its own, whatever else needs it.
+    by_path = [os.path.realpath(os.path.join(d.location, rel)) for d, _ in every if d.location for rel, _ in d.extensions]
+    scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note)
     results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
