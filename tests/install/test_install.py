@@ -127,6 +127,48 @@ def test_upgrade_replaces_previous_version(tmp_path):
     assert out.stdout.strip() == "hello from app 2.0"
 
 
+def test_an_upgrade_keeps_the_files_another_installed_distribution_lists_too(tmp_path):
+    """opencv-python and opencv-contrib-python both ship cv2/: the second installed wrote the same paths and both
+    RECORDs list them. An upgrade of the first to a version without cv2/ removed the other's working package."""
+    both = {"cvx/__init__.py": "A = 1\n", "cvx/core.py": "X = 1\n"}
+    h1 = make_wheelhouse(tmp_path / "h1", [make_wheel(tmp_path / "w1", "sharea", "1.0", modules=both)])
+    h2 = make_wheelhouse(tmp_path / "h2", [make_wheel(tmp_path / "w2", "shareb", "1.0", modules=both)])
+    h3 = make_wheelhouse(tmp_path / "h3", [make_wheel(tmp_path / "w3", "sharea", "2.0",
+                                                      modules={"cva/__init__.py": "", "cvx/core.py": "X = 2\n"})])
+    venv = tmp_path / "venv"
+    for h in (h1, h2):
+        assert wh("install", h, "--venv", venv).returncode == 0
+    r = wh("install", h3, "--venv", venv, "--json")
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout)["installed"][0]
+    assert done["replaced"] == "1.0"
+    assert {k["path"] for k in done["kept"]} == {"cvx/__init__.py", "cvx/core.py"}
+    assert all(k["listed_by"] == ["shareb 1.0"] for k in done["kept"]), done
+    # shareb still imports; sharea 2.0 wrote its own cvx/core.py (the later writer's bytes, as at first install)
+    out = subprocess.run([venv / "bin" / "python", "-c", "import cvx, cvx.core; print(cvx.A, cvx.core.X)"],
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["1", "2"], out.stderr
+    # A file only the replaced version listed still goes.
+    assert not (site(venv) / "sharea-1.0.dist-info").exists()
+    r = wh("install", h3, "--venv", venv, "--reinstall", "sharea")
+    assert r.returncode == 0, r.stderr
+    assert (site(venv) / "cvx" / "__init__.py").exists()
+
+
+def test_an_upgrade_of_two_distributions_that_share_a_file_removes_it_when_neither_new_version_ships_it(tmp_path):
+    """The owners are both replaced in one install: a file only their old versions list is no one's to keep."""
+    both = {"cvy/__init__.py": "A = 1\n"}
+    old = [make_wheel(tmp_path / "w1", n, "1.0", modules=both) for n in ("sharec", "shared")]
+    new = [make_wheel(tmp_path / "w2", n, "2.0", modules={f"{n}_new/__init__.py": ""}) for n in ("sharec", "shared")]
+    venv = tmp_path / "venv"
+    assert wh("install", make_wheelhouse(tmp_path / "h1", old), "--venv", venv).returncode == 0
+    assert (site(venv) / "cvy" / "__init__.py").exists()
+    r = wh("install", make_wheelhouse(tmp_path / "h2", new), "--venv", venv, "--json")
+    assert r.returncode == 0, r.stderr
+    assert all(d["kept"] == [] for d in json.loads(r.stdout)["installed"])
+    assert not (site(venv) / "cvy").exists()
+
+
 def test_target_mismatch_refused_and_nothing_created(tmp_path):
     other = target_from_flags("3.8", ["manylinux_2_17_x86_64"]).to_json()
     w = make_wheel(tmp_path / "w", "lib", "1.0", tags="cp38-cp38-manylinux_2_17_x86_64")

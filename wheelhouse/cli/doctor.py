@@ -108,7 +108,7 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
     """
     from rich.table import Table
     from rich.text import Text
-    from wheelhouse.doctor.sharedfiles import describe_kept
+    from wheelhouse.install.sharedfiles import describe_kept
 
     native_ok = [r for r in report.results if r.group == "native" and r.verdict == "ok"]
     shown = [r for r in report.results if verbose > 0 or r not in native_ok]
@@ -394,7 +394,7 @@ def drop(ui, python, manifest_path, wheelhouse, jobs, timeout, as_json, dry_run,
     be confirmed; 2 bad input; 3 the probes could not run.
     """
     from wheelhouse.doctor.drop import FORCED_NOT_DROPPED, DropFailed, drop_distributions, forced_kept
-    from wheelhouse.doctor.sharedfiles import describe_kept
+    from wheelhouse.install.sharedfiles import describe_kept
 
     if restore and list_:
         raise click.UsageError("--restore and --list are exclusive")

@@ -82,6 +82,7 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     from wheelhouse.errors import UsageError
     from wheelhouse.install import (InstallOptions, find_wheelhouses, install_wheelhouses, recorded_wheelhouses,
                                     require_target)
+    from wheelhouse.install.sharedfiles import describe_kept
     from wheelhouse.install.wheel import linkcache
 
     require_target(venv, python)
@@ -128,7 +129,8 @@ def install(ui, wheelhouses, search_roots, venv, system_site_packages, python, o
     if as_json:
         emit_json(report.to_json())
     for d in report.installed:
-        ui.info(f"  + {d.name.replace('_', '-').lower()} {d.version}" + (f" (was {d.replaced})" if d.replaced else ""))
+        ui.info(f"  + {d.name.replace('_', '-').lower()} {d.version}" + (f" (was {d.replaced})" if d.replaced else "")
+                + (f"; {describe_kept(d.kept)}" if d.kept else ""))
     for c in report.links:
         ui.info(f"  link: {c.action} {c.path}" + (f" -> {c.target}" if c.target else ""))
     for line in report.patches:  # after what was installed: a patch applies to it

@@ -41,7 +41,7 @@ from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .report import DoctorReport
-from .sharedfiles import SharedFile, shared_files
+from wheelhouse.install.sharedfiles import SharedFile, shared_files
 
 __all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
            "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many", "DroppedList",

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from .sharedfiles import SharedFile
+from wheelhouse.install.sharedfiles import SharedFile
 
 __all__ = ["Verdict", "VERDICTS", "CheckResult", "Fix", "DoctorReport", "SCHEMA_VERSION", "render_junit"]
 

@@ -26,6 +26,7 @@ __all__ = [
     "venv_own_file",
     "drop_bytecode",
     "prune_empty_dirs",
+    "same_path",
 ]
 
 
@@ -161,6 +162,13 @@ def drop_bytecode(path: str) -> None:
             os.unlink(c)
         except OSError:
             pass
+
+
+def same_path(path: str) -> str:
+    """``path`` with the links of its folders followed, the leaf not (a leaf that is a link is the link): one
+    spelling for a file whatever name of its folder (``lib64`` for ``lib``) a RECORD used."""
+    folder, leaf = os.path.split(os.path.normpath(path))
+    return os.path.join(os.path.realpath(folder), leaf)
 
 
 def prune_empty_dirs(paths: list[str], stop: set[str]) -> None:

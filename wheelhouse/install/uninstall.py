@@ -6,16 +6,15 @@ folder, whatever the RECORD says (``../../outside.txt`` is not followed); cached
 bytecode goes with its module; a failure or a crash puts everything back. An install
 that a kill left unfinished is rolled back first (its journal is the only way back).
 ``keep`` names files to leave in place: ``wh drop`` passes those another installed
-distribution's RECORD lists too (``wheelhouse.doctor.sharedfiles``).
+distribution's RECORD lists too (``wheelhouse.install.sharedfiles``).
 The caller holds the target's lock (``wheelhouse.folderlock``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Collection, Mapping
 
-from .installed import find_installed, inside_scheme, installed_paths, prune_empty_dirs
+from .installed import find_installed, inside_scheme, installed_paths, prune_empty_dirs, same_path
 from .transaction import Transaction, recover
 
 __all__ = ["remove_distribution"]
@@ -26,12 +25,12 @@ def remove_distribution(name: str, scheme: Mapping[str, str], keep: Collection[s
     paths; a folder's other name, ``lib64`` for ``lib``, is the same folder); returns the versions removed."""
     recover(scheme["platlib"], scheme)
     sites = [scheme["purelib"], scheme["platlib"]]
-    kept = {_real(k) for k in keep}
+    kept = {same_path(k) for k in keep}
     removed = []
     for dist_info, version in find_installed(sites, name):
         paths = inside_scheme(installed_paths(dist_info), scheme, name)
         if kept:
-            paths = [p for p in paths if _real(p) not in kept]
+            paths = [p for p in paths if same_path(p) not in kept]
         txn = Transaction(scheme["platlib"], [f"uninstall {dist_info.name}"])
         txn.before_commit.append(lambda: prune_empty_dirs(paths, set(scheme.values())))
         try:
@@ -44,8 +43,3 @@ def remove_distribution(name: str, scheme: Mapping[str, str], keep: Collection[s
         removed.append(version)
     return removed
 
-
-def _real(path: str) -> str:
-    """``path`` with the links of its folders followed, the leaf not (a leaf that is a link is the link)."""
-    folder, leaf = os.path.split(os.path.normpath(path))
-    return os.path.join(os.path.realpath(folder), leaf)

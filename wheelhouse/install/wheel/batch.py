@@ -44,7 +44,9 @@ from wheelhouse.install.installed import (
     inside_scheme,
     installed_paths,
     prune_empty_dirs,
+    same_path,
 )
+from wheelhouse.install.sharedfiles import shared_with_others
 from wheelhouse.install.transaction import Transaction
 from wheelhouse.progress import NullReporter, Reporter
 from .archive import FileIdentity
@@ -70,6 +72,7 @@ class InstalledDist:
     # Its members hashed against RECORD while written: nothing had checked its RECORD before (a wheelhouse
     # staged before wh checked RECORD, a wheel from elsewhere); False: its stage-checked RECORD rows copied.
     members_hashed: bool = True
+    kept: tuple = ()  # SharedFile of each file of the replaced version left for the other distributions that list it
 
 
 class NoSpace(UnpackError):
@@ -102,7 +105,7 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
     with os.fdopen(create_new(record, 0o644), "wb") as out:
         out.write(render_record(rows, plan.base, record))
     return InstalledDist(plan.name, plan.version, plan.wheel.name, info_dir, len(rows) + 1, plan.replaced, linked,
-                         members_hashed)
+                         members_hashed, plan.kept)
 
 
 def _row_of(dest: str, data: bytes) -> tuple[str, str, str]:
@@ -194,12 +197,20 @@ def plan_batch(wheels: Sequence[Path], scheme: Mapping[str, str], jobs: int) -> 
             owner[m.dest] = m
     _check_space(plans, scheme)
     site_dirs = [scheme["purelib"], scheme["platlib"]]
-    for plan in plans:
-        old = find_installed(site_dirs, plan.name)
+    olds = [find_installed(site_dirs, plan.name) for plan in plans]
+    # A file another installed distribution lists too stays for it (opencv-contrib-python's cv2/ when
+    # opencv-python moves to a version without it); one only the versions replaced here list goes with them.
+    infos = [info for old in olds for info, _ in old]
+    shared = shared_with_others(infos, site_dirs, {p.name for p, old in zip(plans, olds) if old}) if infos else {}
+    for plan, old in zip(plans, olds):
         if old:
             plan.replaced = ",".join(v for _, v in old)
             for dist_info, _ in old:
-                plan.removed += inside_scheme(installed_paths(dist_info), scheme, plan.name)
+                kept = shared.get(dist_info, ())
+                keep = {same_path(str(dist_info.parent / k.path)) for k in kept}
+                plan.removed += [p for p in inside_scheme(installed_paths(dist_info), scheme, plan.name)
+                                 if same_path(p) not in keep]
+                plan.kept += kept
     _refuse_folder_clobber(plans)
     return plans
 

@@ -57,6 +57,7 @@ class WheelPlan:
     launchers: list[tuple[str, str]] = field(default_factory=list)  # (absolute path, body without shebang)
     removed: list[str] = field(default_factory=list)  # the previous version's paths, moved aside by the batch
     replaced: str | None = None
+    kept: tuple = ()  # SharedFile of each previous version's file another installed distribution lists too: left
     dirs_made: bool = False  # set by the first extraction worker to reach this wheel
     lock: threading.Lock = field(default_factory=threading.Lock)
     # The identity of the wheel file this plan was read from (``WheelArchive.identity``), None if unknown.

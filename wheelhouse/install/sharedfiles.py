@@ -1,9 +1,10 @@
-"""Files two installed distributions both list in their RECORD: a drop of one keeps them for the other.
+"""Files two installed distributions both list in their RECORD: removing one keeps them for the other.
 
 opencv-python and opencv-contrib-python both ship ``cv2/``: the one installed second writes the same paths over
 the first, and both RECORDs name them. An uninstall removes every file its RECORD lists, so dropping the broken
-one took the other's working ``cv2`` with it (and the re-check then blamed the one left). ``wh drop`` asks here,
-before it uninstalls, which of the distribution's files another installed distribution lists too; those stay.
+one took the other's working ``cv2`` with it (and the re-check then blamed the one left); an upgrade of one to a
+version without ``cv2/`` did the same. ``wh drop`` and ``wh install`` (replacing a version) ask here, before they
+remove anything, which of the distribution's files another installed distribution lists too; those stay.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from packaging.utils import canonicalize_name
 
 from wheelhouse.recordfile import read_installed_record
 
-__all__ = ["SharedFile", "shared_files", "describe_kept"]
+__all__ = ["SharedFile", "shared_files", "shared_with_others", "describe_kept"]
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,35 @@ def shared_files(info: Path, site_dirs: Sequence[str]) -> tuple[SharedFile, ...]
     """The files ``info``'s RECORD lists that the RECORD of another installed distribution (any ``.dist-info`` in
     ``site_dirs`` of another name) lists too, in RECORD order. Another copy of the same name is not another owner:
     the uninstall removes every copy."""
-    mine: dict[str, str] = {}
-    for rel, _, _ in read_installed_record(info).rows:
-        if not rel.startswith("/") and rel.split("/", 1)[0] != info.name:
-            mine.setdefault(_where(str(info.parent), rel), rel)
-    if not mine:
-        return ()
-    me = canonicalize_name(_name_version(info)[0])
+    return shared_with_others([info], site_dirs, {_name_version(info)[0]})[info]
+
+
+def shared_with_others(infos: Sequence[Path], site_dirs: Sequence[str],
+                       leaving: Collection[str]) -> dict[Path, tuple[SharedFile, ...]]:
+    """:func:`shared_files` of each of ``infos``, every other RECORD read once. ``leaving``: the names of the
+    distributions whose installed copies go in the same transaction (an install replacing several at once):
+    a file only they list is removed with them (the new versions write what they ship again)."""
+    mine: dict[Path, dict[str, str]] = {}
+    for info in infos:
+        rows = mine.setdefault(info, {})
+        for rel, _, _ in read_installed_record(info).rows:
+            if not rel.startswith("/") and rel.split("/", 1)[0] != info.name:
+                rows.setdefault(_where(str(info.parent), rel), rel)
+    wanted = {where for rows in mine.values() for where in rows}
+    if not wanted:
+        return {info: () for info in infos}
+    gone = {canonicalize_name(n) for n in leaving}
     owners: dict[str, list[str]] = {}
     for other in _dist_infos(site_dirs):
         name, version = _name_version(other)
-        if canonicalize_name(name) == me:
+        if canonicalize_name(name) in gone:
             continue
         for rel, _, _ in read_installed_record(other).rows:
             where = _where(str(other.parent), rel)
-            if where in mine and f"{name} {version}" not in owners.get(where, ()):
+            if where in wanted and f"{name} {version}" not in owners.get(where, ()):
                 owners.setdefault(where, []).append(f"{name} {version}")
-    return tuple(SharedFile(rel, tuple(owners[where])) for where, rel in mine.items() if where in owners)
+    return {info: tuple(SharedFile(rel, tuple(owners[where])) for where, rel in rows.items() if where in owners)
+            for info, rows in mine.items()}
 
 
 def describe_kept(kept: Sequence[SharedFile], shown: int = 3) -> str:
