@@ -344,3 +344,44 @@ def test_stopped_in_the_rerun_after_a_drop_the_report_keeps_what_fix_did(tmp_pat
     report = json.loads(out)
     assert [(f["action"], f["what"]) for f in report["fixes"]] == [("drop", "brokenx 1.0")], report["fixes"]
     assert report["exit_code"] != 0
+
+
+def _broken_with_rows(py: Path, tmp_path: Path, exts, rows: list[str]) -> Path:
+    """badpkg (its import raises), whose RECORD also lists ``rows``; returns the site folder."""
+    site = install_dist(py, tmp_path / "w", "badpkg", {"badpkg/__init__.py": "from . import _ext\n"},
+                        {f"badpkg/_ext{SUFFIX}": exts["undef"]})
+    record = next(site.glob("badpkg-1.0.dist-info")) / "RECORD"
+    record.write_text(record.read_text() + "".join(f"{r},,\n" for r in rows))
+    return site
+
+
+@needs_gcc
+def test_a_drop_where_pip_is_installed_never_removes_the_venvs_interpreter_that_a_record_row_names(tmp_path, exts):
+    """With pip in the target the drop ran `pip uninstall`, which removes every path the RECORD lists inside the
+    prefix: a row ``../../../bin/python`` took the interpreter (and wh then crashed with an internal error)."""
+    py = make_venv(tmp_path / "venv", with_pip=True)
+    site = site_packages(py)
+    _broken_with_rows(py, tmp_path, exts, [os.path.relpath(tmp_path / "venv" / "bin" / "python", site)])
+    proc = _wh("drop", "--python", py, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.lexists(tmp_path / "venv" / "bin" / "python")
+    assert not _find(py, "badpkg")
+    [entry] = json.loads((site / ".wh" / "dropped.json").read_text())["dropped"]
+    assert entry["method"] == "record" and entry["confirmed"]
+
+
+@needs_gcc
+@pytest.mark.parametrize("pip", [False, True], ids=["guarded", "pip-in-target"])
+def test_a_record_row_naming_another_distributions_folder_or_file_by_absolute_path_removes_neither(tmp_path, exts, pip):
+    """A row ``good,,`` (a folder: another distribution's package) moved the whole folder away; an absolute row
+    for good's file was not seen as shared (the rows starting with / were skipped) and the file went."""
+    py = make_venv(tmp_path / "venv", with_pip=pip)
+    site = install_dist(py, tmp_path / "w", "good", {"good/__init__.py": "X = 42\n", "good/util.py": ""}, {})
+    _broken_with_rows(py, tmp_path, exts, ["good", str(site / "good" / "util.py")])
+    proc = _wh("drop", "--python", py, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(site / "good")) == ["__init__.py", "util.py"]
+    out = subprocess.run([str(py), "-c", "import good, good.util; print(good.X)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "42", out.stderr
+    [entry] = json.loads((site / ".wh" / "dropped.json").read_text())["dropped"]
+    assert [k["listed_by"] for k in entry["kept"]] == [["good 1.0"]], entry

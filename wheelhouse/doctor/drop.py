@@ -287,8 +287,10 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     if info is None:
         return None
     kept = shared_files(info, list(interp.site_dirs))
-    # pip removes every file the RECORD lists; the guarded uninstaller can leave the shared ones in place.
-    method = "pip" if interp.has_pip and not kept else "record"
+    # The guarded uninstaller whenever there is a RECORD: pip removes every path it lists inside the prefix (a
+    # row ``../../../bin/python`` took the venv's interpreter; a row naming a folder, another package) and keeps
+    # nothing another distribution lists. pip only for what has none (a legacy or develop install).
+    method = "record" if (info / "RECORD").is_file() or not interp.has_pip else "pip"
     modules = _confirm_names(info, p.modules, kept)  # read before the RECORD goes
     record = DropRecord(
         name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],

@@ -53,7 +53,8 @@ def find_installed(site_dirs: Sequence[str | os.PathLike], name: str) -> list[tu
 
 
 def installed_paths(dist_info: Path) -> list[str]:
-    """The dist-info folder and every file its RECORD lists outside it (absolute paths)."""
+    """The dist-info folder and every file its RECORD lists outside it (absolute paths; a row that names a
+    folder is left out: RECORD lists files, and removing a folder would take whatever else is in it)."""
     base = dist_info.parent
     paths = [str(dist_info)]
     try:
@@ -64,7 +65,8 @@ def installed_paths(dist_info: Path) -> list[str]:
 
     for path, _, _ in read_record(text):
         p = os.path.normpath(os.path.join(base, path))
-        if not p.startswith(str(dist_info) + os.sep):
+        # A row naming a folder (``good,,``: another distribution's package) is no file of this one.
+        if not p.startswith(str(dist_info) + os.sep) and not (os.path.isdir(p) and not os.path.islink(p)):
             paths.append(p)
     return paths
 

@@ -33,8 +33,10 @@ class SharedFile:
 
 
 def _where(site: str, rel: str) -> str:
-    """The file a RECORD row names, one spelling for every site folder's name (``lib64`` a link to ``lib``)."""
-    return os.path.normpath(os.path.join(os.path.realpath(site), rel))
+    """The file a RECORD row names (relative to ``site``, or absolute), one spelling for every name of its folder
+    (``lib64`` a link to ``lib``)."""
+    folder, leaf = os.path.split(os.path.normpath(os.path.join(site, rel)))
+    return os.path.join(os.path.realpath(folder), leaf)
 
 
 def _dist_infos(site_dirs: Sequence[str]) -> list[Path]:
@@ -72,9 +74,11 @@ def shared_with_others(infos: Sequence[Path], site_dirs: Sequence[str],
     mine: dict[Path, dict[str, str]] = {}
     for info in infos:
         rows = mine.setdefault(info, {})
-        for rel, _, _ in read_installed_record(info).rows:
-            if not rel.startswith("/") and rel.split("/", 1)[0] != info.name:
-                rows.setdefault(_where(str(info.parent), rel), rel)
+        own = os.path.join(os.path.realpath(info), "")
+        for rel, _, _ in read_installed_record(info).rows:  # an absolute row too: it may name another's file
+            where = _where(str(info.parent), rel)
+            if not where.startswith(own):
+                rows.setdefault(where, rel)
     wanted = {where for rows in mine.values() for where in rows}
     if not wanted:
         return {info: () for info in infos}
