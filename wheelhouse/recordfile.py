@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from wheelhouse.errors import WhError
 
 __all__ = ["RECORD_CHECKED", "RecordMismatch", "read_record", "record_checked", "InstalledRecord",
-           "read_installed_record"]
+           "read_installed_record", "SYSTEM_INSTALLERS", "system_installed"]
 
 # wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
 # (wheelhouse.lock.records); ``wh install`` copies RECORD rows unchecked for those alone.
@@ -69,9 +69,21 @@ class InstalledRecord:
 
     @functools.cached_property
     def hashed(self) -> tuple[tuple[str, str, int | None], ...]:
-        """The rows with a sha256, byte code aside (the interpreter rewrites it): the files RECORD vouches for."""
-        return tuple(r for r in self.rows if r[1] and not r[0].endswith((".pyc", ".pyo"))
-                     and "__pycache__/" not in r[0].replace("\\", "/"))
+        """The rows with a sha256, the byte-code cache aside (``__pycache__/``: the interpreter rewrites it): the
+        files RECORD vouches for. A ``.pyc`` outside it is a sourceless module, the code itself: nothing rewrites it."""
+        return tuple(r for r in self.rows if r[1] and "__pycache__/" not in r[0].replace("\\", "/"))
+
+
+# Package managers that own the files they install and may change them after RECORD was written (conda's prefix
+# replacement, a distribution's own patches, RPM's removal of RECORD): their files are not judged by RECORD. Every
+# other installer (pip, uv, pixi's "uv-pixi", flit, installer, ...) writes the bytes RECORD records.
+SYSTEM_INSTALLERS = frozenset({"conda", "mamba", "micromamba", "rpm", "dnf", "yum", "debian", "dpkg", "apt", "pacman",
+                               "spack", "nix", "brew", "homebrew", "portage", "apk", "pkgsrc", "msys2"})
+
+
+def system_installed(installer: str) -> bool:
+    """Whether ``installer`` (a dist-info's INSTALLER, stripped and lower-cased) names a system package manager."""
+    return installer in SYSTEM_INSTALLERS or installer.startswith("conda")
 
 
 def read_installed_record(dist_info: str | os.PathLike[str] | None) -> InstalledRecord:

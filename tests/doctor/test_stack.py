@@ -326,3 +326,43 @@ def test_two_builds_of_one_release_and_two_halves_of_a_namespace_are_no_damage(t
     assert code == 0 and res["stack:files"]["verdict"] == "ok", res
     assert "cvx/__init__.py (cvgui's) holds cvheadless 5.1's bytes" in res["stack:files"]["evidence"]
     assert "bpns/__init__.py (bp-alpha's) holds bp-beta 2.0's bytes" in res["stack:files"]["evidence"]
+
+
+@pytest.mark.parametrize("installer", ["uv-pixi", "flit", "conda"])
+def test_only_a_system_package_managers_install_goes_unjudged(wheels, tmp_path, installer):
+    """INSTALLER was read against a list of installers wh knew: pixi's ("uv-pixi") and flit's installs, which write
+    the bytes RECORD records, went unjudged as a system package manager's, and an emptied module passed."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "plain")
+    install_wheel(py, wheels[0])
+    site = site_packages(py)
+    (site / "richish-1.0.dist-info" / "INSTALLER").write_text(f"{installer}\n")
+    (site / "richish" / "console.py").write_text("")
+    code, res = doctor(py)
+    if installer == "conda":  # conda may rewrite what it installed (its prefix replacement): its files, not RECORD's
+        assert code == 0 and "not judged by RECORD: richish (conda)" in res["stack:files"]["evidence"], res
+    else:
+        assert code == 1 and "richish/console.py" in res["stack:files"]["evidence"], res
+
+
+def test_a_sourceless_module_is_code_and_judged(tmp_path):
+    """A wheel of byte code only (``pkg/core.pyc``, no .py): the rows of .pyc files were all left out as byte code the
+    interpreter rewrites, which is true only under __pycache__/: an emptied core.pyc passed, and the import died."""
+    import importlib.util
+    import marshal
+    from broken_packages import make_venv
+
+    def pyc(source: str) -> bytes:
+        return importlib.util.MAGIC_NUMBER + b"\0" * 12 + marshal.dumps(compile(source, "core.py", "exec"))
+
+    w = make_wheel(tmp_path / "w", "sourceless", "1.0", files={"sourceless/__init__.pyc": pyc(""),
+                                                               "sourceless/core.pyc": pyc("X = 1\n")})
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, w)
+    subprocess.run([str(py), "-c", "import sourceless.core"], check=True)
+    assert doctor(py)[0] == 0
+    (site_packages(py) / "sourceless" / "core.pyc").write_bytes(b"")
+    assert subprocess.run([str(py), "-c", "import sourceless.core"], capture_output=True).returncode != 0
+    code, res = doctor(py)
+    assert code == 1 and "sourceless/core.pyc" in res["stack:files"]["evidence"], res

@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.digests import patched_files
 from wheelhouse.install.state import installed_sources, read_install_state
+from wheelhouse.recordfile import system_installed
 from wheelhouse.target.interpreter import distinct_dirs
 
 from .context import DoctorContext, Distribution, reinstall_command
@@ -45,8 +46,6 @@ CHECKS = {
     "stack:files": "every file a RECORD lists has the recorded sha256 and size",
 }
 
-# Installers that write RECORD of what they wrote (as install:records); another (rpm, conda) owns its files.
-_WRITES_RECORD = frozenset({"", "pip", "uv", "wh", "installer", "poetry", "pdm", "pipenv", "hatch", "pex"})
 _SHOWN = 5  # files named per distribution before "and N more"
 _DATA_SHOWN = 50  # in the JSON: a package emptied whole must not make the report megabytes
 
@@ -267,7 +266,7 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
             no_record += 1  # install:records says why (none, unreadable, no hashes)
             continue
         installer = _installer(d.dist_info)
-        if installer not in _WRITES_RECORD:
+        if system_installed(installer):  # not "any installer wh does not know": pixi's and flit's write RECORD
             foreign.append(f"{d.name} ({installer})")
             continue
         if owned_by_dpkg(d.location, installer, rows):
@@ -345,7 +344,7 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                                          f"({how}){tail}", data=data)
 
 
-_CODE_SUFFIXES = (".py", ".so", ".pyd", ".pth", ".dylib")
+_CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd", ".pth", ".dylib")  # a .pyc RECORD lists: sourceless
 
 
 def _is_code(rel: str) -> bool:
