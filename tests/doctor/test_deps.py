@@ -215,3 +215,25 @@ def test_wh_serve_launches_past_a_base_system_requirement(tmp_path):
         assert json.loads(r.stdout)["detached"] is True
     finally:
         wh("stop", "--grace", "5")
+
+
+def test_a_requirement_reached_only_through_an_extra_the_wheelhouse_asks_for_is_the_stacks(tmp_path):
+    """The wheelhouse asked for app[gpu], whose gpu extra requires helper, installed by other means and lacking its
+    own requirement: `import app.gpu` dies, yet helper was "not part of the stack and nothing in the stack requires
+    it" (a warning, exit 0): the chain from the stack's roots never took the extras the wheelhouse asked for."""
+    from nvidia_fixtures import make_wheelhouse
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
+    w = tmp_path / "w"
+    app = make_wheel(w, "app", "1.0", extras={"gpu": ["helper"]},
+                     modules={"app/__init__.py": "X = 1\n", "app/gpu.py": "import helper\n"})
+    house = make_wheelhouse(tmp_path / "house", [app], extra_meta={"inputs": {"requirements": ["app[gpu]"]}})
+    install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv", allow_missing=True))
+    py = tmp_path / "venv" / "bin" / "python"
+    install_wheel(py, make_wheel(w, "helper", "1.0", requires=["missinglib"],
+                                 modules={"helper/__init__.py": "import missinglib\n"}))
+    assert subprocess.run([str(py), "-c", "import app.gpu"], capture_output=True).returncode != 0
+    report = run_doctor(str(py), checks=["deps"])
+    r = report.get("deps:helper")
+    assert r.verdict == "fail" and "helper is required by the stack: app 1.0 -> helper" in r.evidence, r
+    assert report.exit_code() == 1

@@ -191,3 +191,25 @@ def test_a_broken_plugin_a_framework_imports_is_dropped_and_the_healthy_plugin_k
     out = json.loads(r.stdout)
     assert [d["name"] for d in out["dropped"]] == ["badplug"], out
     assert any(k["name"] == "goodplug" and "badplug" in k["reason"] for k in out["not_dropped"]), out
+
+
+def test_fix_keeps_what_an_extra_the_wheelhouse_asked_for_requires(tmp_path):
+    """wh.json's inputs ask for app[gpu], whose gpu extra requires gpukern: --fix dropped gpukern as if nothing had
+    asked for it (the requested closure followed requirements without their extras); app requiring it directly
+    kept it."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    w = tmp_path / "w"
+    kern = make_wheel(w, "gpukern", "1.0", tags=_tags(), modules={"gpukern/__init__.py": "from ._core import answer\n"},
+                      files={f"gpukern/_core{suffix}": _ext(tmp_path, "_core", "WH_UNDEF")})
+    app = make_wheel(w, "app", "1.0", extras={"gpu": ["gpukern"]}, modules={"app/__init__.py": "X = 1\n"})
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", [app, kern],
+                                                      extra_meta={"inputs": {"requirements": ["app[gpu]"]}}))
+    r = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:gpukern")
+    assert r.returncode == 1
+    kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
+    assert "requested by the wheelhouse" in kept["gpukern 1.0"], _fixes(r.stdout)
+    assert "gpukern" in _installed(venv)

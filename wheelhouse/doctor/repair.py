@@ -89,6 +89,9 @@ class _Installed:
     requires: tuple[str, ...]  # canonical names of the requirements that apply here (markers judged)
     unmet: tuple[str, ...]  # of those, the ones nothing installed satisfies (canonical names)
     info: Path | None  # its .dist-info folder
+    # Its requirements that apply only when an extra of it is asked (``gpukern; extra == "gpu"``), and what
+    # each asks in turn of its own: (extra, canonical name, the extras it asks).
+    extra_requires: tuple[tuple[str, str, frozenset[str]], ...] = ()
 
     @functools.cached_property
     def record(self) -> InstalledRecord:
@@ -112,7 +115,7 @@ def _graph(interp) -> dict[str, _Installed]:
     site_dirs = list(interp.site_dirs)
     out = {}
     for key, d in dists.items():
-        reqs = []
+        reqs, by_extra = [], []
         for text in d.requires:
             try:
                 req = Requirement(text)
@@ -120,28 +123,45 @@ def _graph(interp) -> dict[str, _Installed]:
                 continue
             if req.marker is None or _evaluate(interp.target, req.marker):
                 reqs.append(canonicalize_name(req.name))
+            elif "extra" in str(req.marker):  # each extra the marker names, judged with it asked
+                for extra in set(_EXTRA.findall(str(req.marker))):
+                    if _evaluate(interp.target, req.marker, extra):
+                        by_extra.append((canonicalize_name(extra), canonicalize_name(req.name), frozenset(req.extras)))
         info = _dist_info([d.location] if d.location else site_dirs, d.name)
-        out[key] = _Installed(d.name, d.version, tuple(dict.fromkeys(reqs)), tuple(missing.get(key, ())), info)
+        out[key] = _Installed(d.name, d.version, tuple(dict.fromkeys(reqs)), tuple(missing.get(key, ())), info,
+                              tuple(dict.fromkeys(by_extra)))
     return out
 
 
-def _evaluate(target, marker) -> bool:
+_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+
+
+def _evaluate(target, marker, extra: str = "") -> bool:
     try:
-        return bool(target.evaluate(marker, extra=""))
+        return bool(target.evaluate(marker, extra=extra))
     except Exception:  # noqa: BLE001 - an odd marker counts as applying (as the deps check reads it)
         return True
 
 
-def _closure(graph: Mapping[str, _Installed], roots: Sequence[str]) -> set[str]:
-    seen: set[str] = set()
-    todo = [canonicalize_name(r) for r in roots]
+def _closure(graph: Mapping[str, _Installed], roots: Sequence[str | Requirement]) -> set[str]:
+    """Every installed name ``roots`` require, directly or not; a root given as a requirement with extras
+    (``app[gpu]``, as the wheelhouse asked for it) brings what those extras require, and so on down."""
+    asked: dict[str, set[str]] = {}
+    todo = [(canonicalize_name(r.name), {canonicalize_name(e) for e in r.extras}) if isinstance(r, Requirement)
+            else (canonicalize_name(r), set()) for r in roots]
     while todo:
-        key = todo.pop()
-        if key in seen or key not in graph:
+        key, extras = todo.pop()
+        if key not in graph or (key in asked and extras <= asked[key]):
             continue
-        seen.add(key)
-        todo += graph[key].requires
-    return seen
+        first = key not in asked
+        have = asked.setdefault(key, set())
+        new = extras - have
+        have |= extras
+        if first:
+            todo += [(k, set()) for k in graph[key].requires]
+        todo += [(name, {canonicalize_name(e) for e in wants}) for extra, name, wants in graph[key].extra_requires
+                 if extra in new]
+    return set(asked)
 
 
 def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
@@ -236,8 +256,9 @@ def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
     return out
 
 
-def requested_names(interp, wheelhouse: Path | None) -> list[str]:
-    """The requirements of the wheelhouse (given, else those installed.json records): wh.json's inputs."""
+def requested_names(interp, wheelhouse: Path | None) -> list[Requirement]:
+    """The requirements of the wheelhouse (given, else those installed.json records): wh.json's inputs, with the
+    extras they ask for (``app[gpu]``: what the gpu extra requires is requested too)."""
     from wheelhouse.install import read_install_state
 
     houses = [str(wheelhouse)] if wheelhouse else read_install_state(interp.platlib).get("wheelhouses", [])
@@ -250,7 +271,7 @@ def requested_names(interp, wheelhouse: Path | None) -> list[str]:
         inputs = meta.get("inputs") if isinstance(meta, dict) else None
         for text in (inputs or {}).get("requirements") or () if isinstance(inputs, dict) else ():
             try:
-                names.append(canonicalize_name(Requirement(str(text)).name))
+                names.append(Requirement(str(text)))
             except InvalidRequirement:
                 continue
     return names

@@ -84,10 +84,12 @@ def stack_names(ctx: DoctorContext, dists: Mapping[str, InstalledDistribution]) 
     return frozenset(dists), "wh installed nothing here: every distribution"
 
 
-def required_by(roots: frozenset[str], view: Mapping[str, Dist], target: TargetProfile) -> dict[str, str]:
-    """Every installed name the ``roots`` require, directly or not -> the chain that reaches it (``a 1 -> b``)."""
+def required_by(roots: frozenset[str], view: Mapping[str, Dist], target: TargetProfile,
+                asked: Mapping[str, set[str]] | None = None) -> dict[str, str]:
+    """Every installed name the ``roots`` require, directly or not -> the chain that reaches it (``a 1 -> b``).
+    ``asked``: the extras the wheelhouse asks of a name (``app[gpu]``): what they require is required too."""
     chain = {k: "" for k in roots if k in view}
-    extras: dict[str, set[str]] = {k: set() for k in view}
+    extras: dict[str, set[str]] = {k: set((asked or {}).get(k, ())) for k in view}
     queue = list(chain)
     while queue:
         key = queue.pop(0)
@@ -164,7 +166,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         by_dist.setdefault(who, []).append((req, why))
     key_of = {d.name: k for k, d in view.items()}
     stack, how = stack_names(ctx, dists)
-    reached = required_by(stack, view, target)
+    reached = required_by(stack, view, target, asked)
     for who, reqs in by_dist.items():
         d, key = view[key_of[who]], key_of[who]
         part = key in stack
