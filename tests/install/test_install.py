@@ -537,3 +537,16 @@ def test_a_half_written_install_by_another_tool_is_not_taken_as_installed(tmp_pa
     assert r.returncode == 0, r.stderr
     assert "installed 1, already there 0" in r.stderr
     assert (site(venv) / "half.py").read_text() == "H = 1\n" and (info / "RECORD").is_file()
+
+
+def test_an_extra_the_wheelhouse_asked_for_must_have_its_requirements_in_it(tmp_path):
+    """wh.json's inputs ask for app[gpu], whose gpu extra requires gpukern, which the wheelhouse lacks: the install
+    went ahead (exit 0) as if nothing had asked for the extra; the doctor found it after. Refused before any write,
+    as a missing plain requirement is; --allow-missing installs anyway."""
+    app = make_wheel(tmp_path / "w", "app", "1.0", extras={"gpu": ["gpukern"]}, modules={"app/__init__.py": ""})
+    house = make_wheelhouse(tmp_path / "house", [app], extra_meta={"inputs": {"requirements": ["app[gpu]"]}})
+    venv = tmp_path / "venv"
+    r = wh("install", house, "--venv", venv)
+    assert r.returncode != 0 and "app needs gpukern" in r.stderr and "--allow-missing" in r.stderr, r.stderr
+    assert not (venv / "lib").exists() or not list((venv / "lib").glob(f"*/site-packages/app-1.0.dist-info"))
+    assert wh("install", house, "--venv", venv, "--allow-missing").returncode == 0

@@ -27,13 +27,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelhouse.errors import UsageError
-from wheelhouse.lock.rewrites import rewrites_of
+from wheelhouse.lock.rewrites import requested_with_extras, rewrites_of
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledListError, installed_distributions
 from .wheel.archive import read_wheel
 
 __all__ = ["Dist", "MissingRequirements", "EXCLUDED", "installed_view", "wheel_dist", "unmet", "check_closure",
-           "rewrites_of"]
+           "rewrites_of", "requested_with_extras"]
 
 EXCLUDED = "excluded by the manifest"
 
@@ -179,14 +179,20 @@ def _judge(req: Requirement, view: Mapping[str, Dist], dist: Dist, extras: dict[
 
 
 def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], target: TargetProfile, *,
-                  excluded: Iterable[str] = (), overrides: Mapping[str, Sequence[str]] | None = None) -> None:
+                  excluded: Iterable[str] = (), overrides: Mapping[str, Sequence[str]] | None = None,
+                  requested: Sequence[Requirement] = ()) -> None:
     """Raise MissingRequirements naming what ``incoming`` lacks and what installing it would break
-    (``excluded``/``overrides``: the wheelhouse's, as ``unmet`` takes them)."""
+    (``excluded``/``overrides``: the wheelhouse's, as ``unmet`` takes them; ``requested``: its requirements that
+    ask for extras, ``app[gpu]``, whose requirements count where their marker holds on ``target``)."""
     final = dict(installed)
     for d in incoming:
         final[canonicalize_name(d.name)] = d
+    asked: dict[str, set[str]] = {}
+    for req in requested:
+        if req.marker is None or _applies(req, target, ()):
+            asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
     before = unmet(installed, target)
-    new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides).items()
+    new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides, asked=asked).items()
            if k not in before and v != EXCLUDED}
     if not new:
         return

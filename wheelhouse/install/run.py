@@ -54,7 +54,8 @@ from .pycs import Precompiled
 from .assumed import check_assumed
 from .checks import check_target, fitting_wheelhouses, select_files, verify_files
 from .digests import record_installed
-from .closure import Dist, MissingRequirements, check_closure, installed_view, rewrites_of, wheel_dist
+from .closure import (Dist, MissingRequirements, check_closure, installed_view, requested_with_extras, rewrites_of,
+                      wheel_dist)
 from .errors import InstallFailed, PatchesUnavailable
 from .installed import canonical_name, drop_bytecode, find_installed
 from .options import InstallOptions
@@ -390,7 +391,8 @@ def _check_requirements(todo: Sequence[tuple[Wheelhouse, LockedFile]], interp: I
     incoming = [wheel_dist(h.path / f.path) for h, f in todo]
     houses = {id(h): h for h, _ in todo}.values()  # the wheelhouses' overrides and exclusions hold here too
     excluded, overrides = rewrites_of(h.meta for h in houses)
-    check_closure(view, incoming, interp.target, excluded=excluded, overrides=overrides)
+    check_closure(view, incoming, interp.target, excluded=excluded, overrides=overrides,
+                  requested=requested_with_extras(h.meta for h in houses))
 
 
 def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, options: InstallOptions,

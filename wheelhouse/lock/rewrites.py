@@ -11,7 +11,7 @@ from typing import Iterable, Mapping
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-__all__ = ["rewrites_of"]
+__all__ = ["rewrites_of", "requested_with_extras"]
 
 
 def rewrites_of(metas: Iterable[Mapping]) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
@@ -37,3 +37,17 @@ def _requirement(text) -> Requirement | None:
         return Requirement(text) if isinstance(text, str) else None
     except InvalidRequirement:
         return None
+
+
+
+def requested_with_extras(metas: Iterable[Mapping]) -> list[Requirement]:
+    """The wheelhouses' requirements (wh.json's inputs) that ask for extras (``app[gpu]``): what those extras require
+    is part of what was asked for. Markers are the caller's to judge, for its target."""
+    out = []
+    for meta in metas:
+        inputs = meta.get("inputs") if isinstance(meta, Mapping) else None
+        for text in (inputs.get("requirements") or ()) if isinstance(inputs, Mapping) else ():
+            req = _requirement(text)
+            if req is not None and req.extras:
+                out.append(req)
+    return out
