@@ -366,3 +366,18 @@ def test_a_sourceless_module_is_code_and_judged(tmp_path):
     assert subprocess.run([str(py), "-c", "import sourceless.core"], capture_output=True).returncode != 0
     code, res = doctor(py)
     assert code == 1 and "sourceless/core.pyc" in res["stack:files"]["evidence"], res
+
+
+def test_an_unrelated_distribution_of_the_same_version_writing_one_module_into_a_package_fails(tmp_path):
+    """beta-tools 1.0 writes shared/core.py into alpha 1.0's shared/ (and ships no shared/__init__.py): the same
+    version string alone made it "two builds of one release", ok, while `import shared` dies."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "alpha", "1.0", modules={
+        "shared/__init__.py": "from .core import WHO\nassert WHO == 'alpha', 'not this package'\n",
+        "shared/core.py": "WHO = 'alpha'\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "beta-tools", "1.0", modules={"shared/core.py": "WHO = 'beta'\n"}))
+    assert subprocess.run([str(py), "-c", "import shared"], capture_output=True).returncode != 0
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and "shared/core.py" in res["stack:files"]["evidence"], res

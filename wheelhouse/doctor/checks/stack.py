@@ -213,18 +213,23 @@ def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
     """Whether ``other``'s bytes over ``d``'s copy of ``rel`` leave a package that works as one:
 
     - two builds of one release (the same version: opencv-python and opencv-python-headless 5.1.0.95 both write
-      ``cv2/``; the one installed last wrote it, whatever else the first left beside it);
+      ``cv2/``; the one installed last wrote it, whatever else the first left beside it), where ``other`` ships the
+      package itself (an ``__init__.py`` of a folder above ``rel``), not one module dropped into ``d``'s: an unrelated
+      ``beta-tools 1.0`` writing ``shared/core.py`` into ``alpha 1.0``'s ``shared/`` left a package neither ships;
     - ``other`` ships every file ``d`` has in that package (opencv-contrib's ``cv2/`` over opencv's);
     - the file is a namespace's ``__init__.py`` whose halves ship disjoint subpackages (``backports.alpha`` and
       ``backports.beta`` each write ``backports/__init__.py``).
 
     Else a file of ``d`` that ``other`` does not ship stays ``d``'s beside ``other``'s: two releases mixed in one package
     (imgx 2.0's filters.py beside imgx-lite 1.0's core.py), which no RECORD vouches for."""
-    if other.version == d.version:
-        return True
     top, _, rest = rel.partition("/")
     if not rest:
         return True  # a module at the top of the site folder: one file
+    if other.version == d.version:
+        parts = rel.split("/")
+        theirs_all = {r for r, _, _ in other.record.rows}
+        if any("/".join(parts[:i]) + "/__init__.py" in theirs_all for i in range(1, len(parts))):
+            return True
     mine = [r for r, _, _ in d.record.hashed if r.startswith(top + "/")]
     theirs = {r for r, _, _ in other.record.hashed if r.startswith(top + "/")}
     if all(r in theirs for r in mine):
