@@ -140,11 +140,13 @@ def test_drop_dry_run_changes_nothing(tmp_path, broken_wheels):
     assert not (site_packages(py) / ".wh" / "dropped.json").exists()
 
 
-def test_drop_uses_the_targets_pip_when_it_has_one(tmp_path, broken_wheels):
+def test_drop_never_uses_the_targets_pip(tmp_path, broken_wheels):
+    """The guarded uninstaller even where the target has pip: pip removes whatever a RECORD names inside the prefix,
+    the venv's interpreter included (tests/doctor/test_shared_drops_and_interrupts.py has that RECORD)."""
     py = _venv(tmp_path / "venv", broken_wheels, ["missinglib"], with_pip=True)
     proc = wh("drop", "--python", str(py), "--json", "--timeout", TIMEOUT, check=0)
     out = json.loads(proc.stdout)
-    assert [(d["name"], d["method"], d["confirmed"]) for d in out["dropped"]] == [("missinglib", "pip", True)]
+    assert [(d["name"], d["method"], d["confirmed"]) for d in out["dropped"]] == [("missinglib", "record", True)]
     assert find_specs(py, ["missinglib"]) == {"missinglib": False}
 
 

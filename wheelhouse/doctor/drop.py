@@ -287,10 +287,10 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     if info is None:
         return None
     kept = shared_files(info, list(interp.site_dirs))
-    # The guarded uninstaller whenever there is a RECORD: pip removes every path it lists inside the prefix (a
-    # row ``../../../bin/python`` took the venv's interpreter; a row naming a folder, another package) and keeps
-    # nothing another distribution lists. pip only for what has none (a legacy or develop install).
-    method = "record" if (info / "RECORD").is_file() or not interp.has_pip else "pip"
+    # Always the guarded uninstaller, never the target's pip: pip removes every path a RECORD lists inside the
+    # prefix (a row ``../../../bin/python`` took the venv's interpreter; a row naming a folder, another package)
+    # and keeps nothing another distribution lists; without a RECORD it uninstalls nothing either.
+    method = "record"
     modules = _confirm_names(info, p.modules, kept)  # read before the RECORD goes
     record = DropRecord(
         name=p.distribution, version=p.version, reason=p.reason, evidence=p.evidence[:4000],
@@ -304,16 +304,9 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     _write_dropped(interp.platlib, before + [record.to_json()])  # unconfirmed until find_spec says so
     checkpoint("drop.recorded")
     try:
-        if method == "pip":
-            proc = subprocess.run([interp.executable, "-m", "pip", "uninstall", "-y", p.distribution],
-                                  capture_output=True, text=True, timeout=600)
-            if proc.returncode != 0:
-                raise DropFailed(f"pip could not uninstall {p.distribution}", detail=proc.stderr[-3000:],
-                                 hint=f"run `{interp.executable} -m pip uninstall -y {p.distribution}` to see why")
-        else:
-            # The one guarded uninstaller (install's): only paths inside the environment, never
-            # ../../outside.txt or wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
-            remove_distribution(p.distribution, interp.scheme(), keep=[str(info.parent / k.path) for k in kept])
+        # The one guarded uninstaller (install's): only paths inside the environment, never ../../outside.txt or
+        # wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
+        remove_distribution(p.distribution, interp.scheme(), keep=[str(info.parent / k.path) for k in kept])
     except BaseException:
         if _dist_info(list(interp.site_dirs), p.distribution) is not None:  # nothing was uninstalled
             _write_dropped(interp.platlib, before)
