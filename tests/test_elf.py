@@ -198,6 +198,226 @@ def test_a_need_named_by_absolute_path_is_that_file(tmp_path, host_facts):
     assert find_needed(read_elf(lib), host_facts)[0].path is None
 
 
+def load_error(lib: Path, *preloaded: Path) -> str:
+    """What the real loader says of ``lib`` (ctypes in a fresh interpreter, after loading ``preloaded`` globally):
+    "" when it loads, else the last line of its error."""
+    code = "import ctypes, sys\nfor p in sys.argv[2:]: ctypes.CDLL(p, ctypes.RTLD_GLOBAL)\nctypes.CDLL(sys.argv[1])"
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", code, str(lib), *map(str, preloaded)], capture_output=True,
+                          text=True, env=env)
+    return "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+
+
+def _unusable(kind: str, path: Path, real: Path) -> None:
+    """At ``path``, a file of the library's name that glibc's open_verify refuses (``real``: the library to copy)."""
+    if kind == "folder":
+        path.mkdir()
+        return
+    if kind == "relocatable":  # gcc -c output named like the library
+        subprocess.run(["gcc", "-c", "-fPIC", f"{real}.c", "-o", str(path)], check=True, capture_output=True)
+        return
+    data = bytearray(real.read_bytes())
+    if kind == "other byte order":
+        data[5] = 2 if sys.byteorder == "little" else 1  # EI_DATA
+    content = {"empty": b"", "short text": b"INPUT(-ldep)\n", "cut": bytes(data[:80]),
+               "linker script": b"/* GNU ld script */\nINPUT(AS_NEEDED(/usr/lib/x86_64-linux-gnu/libdep.so.1))\n",
+               "other byte order": bytes(data)}
+    path.write_bytes(content[kind])
+
+
+@pytest.mark.parametrize("kind, glibc_says, ours", [
+    ("empty", "file too short", "file too short"),
+    ("short text", "file too short", "file too short"),
+    ("linker script", "invalid ELF header", "invalid ELF header"),
+    ("folder", "cannot read file data: Is a directory", "cannot read file data: Is a directory"),
+    ("other byte order", f"ELF file data encoding not {sys.byteorder}-endian",
+     f"ELF file data encoding not {sys.byteorder}-endian"),
+    ("cut", "cannot read file data", "not a loadable ELF file (80 bytes)"),
+    ("relocatable", "only ET_DYN and ET_EXEC can be loaded", "only ET_DYN and ET_EXEC can be loaded"),
+])
+def test_a_file_the_loader_cannot_map_ends_the_search_and_the_load(tmp_path, host_facts, kind, glibc_says, ours):
+    """glibc's open_verify passes over a file of another ELF class or machine only: an empty, cut or non-ELF file
+    of the needed name, ahead of the real library, fails the whole load there ("file too short"), and the miss
+    names that file and why."""
+    real = dep(tmp_path / "b", "dep")
+    (tmp_path / "a").mkdir()
+    bad = tmp_path / "a" / "libdep.so"
+    _unusable(kind, bad, real)
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(tmp_path / "b",),
+                  runpath=f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    found = {f.name: f for f in find_needed(read_elf(lib), host_facts)}["libdep.so"]
+    assert (found.path, found.via) == (None, "runpath")
+    assert found.error.startswith(f"{bad}: {ours}") and found.error.endswith("(the loader stops there)")
+    assert str(bad) in found.searched
+    said = load_error(lib)
+    assert said.endswith(f"{bad}: {glibc_says}"), said
+
+
+@pytest.mark.parametrize("kind", ["class", "machine"])
+def test_a_file_of_another_class_or_machine_is_passed_over_as_the_loader_passes_it(tmp_path, host_facts, kind):
+    real = dep(tmp_path / "b", "dep")
+    data = bytearray(real.read_bytes())
+    if kind == "class":
+        data[4] = 1 if data[4] == 2 else 2  # EI_CLASS: checked before anything but the magic, a silent skip
+    else:
+        data[18:20] = (183 if data[18:20] != (183).to_bytes(2, "little") else 62).to_bytes(2, "little")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "libdep.so").write_bytes(bytes(data))
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(tmp_path / "b",),
+                  runpath=f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    found = {f.name: f for f in find_needed(read_elf(lib), host_facts)}["libdep.so"]
+    assert (found.path, found.error) == (str(real), "")
+    assert load_error(lib) == ""
+
+
+def test_the_ldconfig_cache_entry_is_judged_as_a_folders_file_is(tmp_path, host_facts):
+    """The cache names a file of another class (passed over), then an empty one: the search ends there, before the
+    default folders that have the real library."""
+    real = dep(tmp_path / "b", "dep")
+    other = tmp_path / "c" / "libdep.so"
+    other.parent.mkdir()
+    data = bytearray(real.read_bytes())
+    data[4] = 1 if data[4] == 2 else 2
+    other.write_bytes(bytes(data))
+    empty = tmp_path / "d" / "libdep.so"
+    empty.parent.mkdir()
+    empty.write_bytes(b"")
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(tmp_path / "b",))
+    facts = LoaderFacts(**{**host_facts.__dict__, "cache": {"libdep.so": (str(other), str(empty))},
+                           "default_dirs": (str(tmp_path / "b"),)})
+    found = find_needed(read_elf(lib), facts)[0]
+    assert (found.path, found.via) == (None, "cache")
+    assert found.error == f"{empty}: file too short (the loader stops there)"
+    found = find_needed(read_elf(lib), LoaderFacts(**{**facts.__dict__, "cache": {"libdep.so": (str(other),)}}))[0]
+    assert (found.path, found.via) == (str(real), "default")
+
+
+_DEP_2 = "DEP_1 { global: dep; local: *; };\nDEP_2 { global: dep2; } DEP_1;\n"
+_DEP_1 = "DEP_1 { global: dep; local: *; };\n"
+
+
+def versioned_dep(folder: Path, script: str | None) -> Path:
+    """libdep.so defining dep and dep2 under the version script ``script``; None: no version definitions (its
+    getpid call still gives it a DT_VERSYM table, as any library that calls into libc has)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "dep.c"
+    src.write_text("#include <unistd.h>\nint dep(void) { return 7; }\nint dep2(void) { return (int)getpid(); }\n")
+    args = ["gcc", "-shared", "-fPIC", str(src), "-o", str(folder / "libdep.so"), "-Wl,-soname,libdep.so"]
+    if script is not None:
+        (folder / "dep.map").write_text(script)
+        args.append(f"-Wl,--version-script={folder / 'dep.map'}")
+    subprocess.run(args, check=True, capture_output=True)
+    return folder / "libdep.so"
+
+
+def needs_dep_2(tmp_path: Path, runpath: str, weak: bool = False) -> Path:
+    """An object built against the libdep that defines DEP_2, calling dep2 (so it requires DEP_2 of libdep.so);
+    ``weak``: a weak reference to dep2, and VER_FLG_WEAK on the versions it requires (as a weak reference makes
+    sense: without dep2 it still loads)."""
+    new = versioned_dep(tmp_path / "new", _DEP_2)
+    src = tmp_path / "user.c"
+    src.write_text("extern int dep(void);\nextern int dep2(void) __attribute__((weak));\n"
+                   "int f(void) { return dep() + (dep2 ? dep2() : 0); }\n"
+                   if weak else "extern int dep2(void);\nint f(void) { return dep2(); }\n")
+    out = tmp_path / "_user.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(out), f"-L{new.parent}", "-ldep",
+                    "-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"], check=True, capture_output=True)
+    if weak:
+        _weaken(out, "DEP_2")
+    return out
+
+
+def _weaken(lib: Path, version: str) -> None:
+    """Set VER_FLG_WEAK on ``version`` among those ``lib`` requires (GNU ld sets it on no version a gcc-built object
+    requires): its Vernaux entry is where `readelf -V` says, in the section where it says."""
+    out = subprocess.run(["readelf", "-VW", str(lib)], capture_output=True, text=True, check=True).stdout
+    section = int(re.search(r"'\.gnu\.version_r'.*?Offset: (0x[0-9a-f]+)", out, re.S).group(1), 16)
+    entry = section + int(re.search(rf"(0x[0-9a-f]+):\s+Name: {re.escape(version)}\s+Flags", out).group(1), 16)
+    data = bytearray(lib.read_bytes())
+    struct.pack_into("<H", data, entry + 4, struct.unpack_from("<H", data, entry + 4)[0] | 2)  # vna_flags
+    lib.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("first, weak, lacking", [("defines DEP_1 only", False, "DEP_2"),
+                                                  ("defines DEP_1 only", True, ""),
+                                                  ("unversioned", False, ""), ("defines DEP_2", False, "")])
+def test_the_library_the_search_ends_at_must_define_the_versions_required_of_it(tmp_path, host_facts, first, weak,
+                                                                                 lacking):
+    """glibc checks the versions an object requires (``.gnu.version_r``) against the library it loaded for that
+    name and fails the load on a missing one (``version `DEP_2' not found``) without searching on, though the next
+    folder has a libdep that defines it; a weak reference may be missing, and a library with no version
+    definitions at all is not checked (glibc only warns)."""
+    script = {"defines DEP_1 only": _DEP_1, "unversioned": None, "defines DEP_2": _DEP_2}[first]
+    there = versioned_dep(tmp_path / "first", script)
+    lib = needs_dep_2(tmp_path, runpath=f"{tmp_path / 'first'}:{tmp_path / 'new'}", weak=weak)
+    assert dict(read_elf(lib).version_needs)["libdep.so"] == (("DEP_1",) if weak else ("DEP_2",))
+    found = {f.name: f for f in find_needed(read_elf(lib), host_facts)}["libdep.so"]
+    said = load_error(lib)
+    if lacking:
+        assert (found.path, found.via, found.error) == (None, "runpath", f"{there} lacks version {lacking}")
+        assert f"{there}: version `{lacking}' not found (required by {lib})" in said, said
+    else:
+        assert (found.path, found.error) == (str(there), "")
+        assert said == ""
+
+
+def test_a_library_already_loaded_must_define_the_versions_required_of_it_too(tmp_path, host_facts):
+    old = versioned_dep(tmp_path / "old", _DEP_1)
+    lib = needs_dep_2(tmp_path, runpath=str(tmp_path / "new"))
+    facts = LoaderFacts(**{**host_facts.__dict__, "loaded": {"libdep.so": str(old)}})
+    found = find_needed(read_elf(lib), facts)[0]
+    assert (found.path, found.via, found.error) == (None, "loaded", f"{old} lacks version DEP_2")
+    assert f"{old}: version `DEP_2' not found" in load_error(lib, old)
+    assert load_error(lib) == "" and find_needed(read_elf(lib), host_facts)[0].error == ""
+
+
+def test_a_glibc_version_the_system_libc_lacks_is_a_miss(tmp_path, host_facts):
+    """The everyday case: an object built against a newer glibc (here GLIBC_2.2.5 renamed GLIBC_9.9.9) finds
+    the system's libc.so.6, which lacks that version; the same object as built finds everything."""
+    src = tmp_path / "pid.c"
+    src.write_text("#include <unistd.h>\nint f(void) { return (int)getpid(); }\n")
+    built = tmp_path / "_built.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(built)], check=True, capture_output=True)
+    assert all(f.path and not f.error for f in find_needed(read_elf(built), host_facts))
+    newer = tmp_path / "_newer.so"
+    newer.write_bytes(built.read_bytes().replace(b"GLIBC_2.2.5\0", b"GLIBC_9.9.9\0"))
+    libc = {f.name: f for f in find_needed(read_elf(newer), host_facts)}["libc.so.6"]
+    assert libc.path is None and re.fullmatch(r"/\S+/libc\.so\.6 lacks version GLIBC_9\.9\.9", libc.error)
+    assert "version `GLIBC_9.9.9' not found" in load_error(newer)
+
+
+def test_version_tables_agree_with_readelf_and_a_normal_system_lacks_none(host_facts) -> None:
+    """Every 4th shared object of the system's library folder and the interpreter's lib-dynload: the versions each
+    requires (weak ones aside) and defines as `readelf -V` prints them, and none of their needs lacks a version."""
+    if shutil.which("readelf") is None:
+        pytest.skip("needs readelf (binutils)")
+    libdir = Path("/usr/lib") / (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu")
+    dynload = Path(os.__file__).parent / "lib-dynload"
+    files = [*sorted({os.path.realpath(p) for p in libdir.glob("*.so*") if p.is_file()})[::4],
+             *sorted(str(p) for p in dynload.glob("*.so"))]
+    compared = 0
+    for path in files:
+        try:
+            info = read_elf(path)
+        except BadElf:
+            continue  # a linker script named like a library
+        out = subprocess.run(["readelf", "-VW", path], capture_output=True, text=True).stdout
+        defs = re.findall(r"Rev: \d+\s+Flags: .*?Index: \d+\s+Cnt: \d+\s+Name: (\S+)",
+                          out.split("Version definition section")[1].split("Version needs section")[0]) \
+            if "Version definition section" in out else None
+        needs: list[tuple[str, list[str]]] = []
+        for line in out.split("Version needs section")[1].splitlines() if "Version needs section" in out else ():
+            if m := re.search(r"File: (\S+)\s+Cnt", line):
+                needs.append((m.group(1), []))
+            elif (m := re.search(r"Name: (\S+)\s+Flags: (\S+)", line)) and "WEAK" not in m.group(2):
+                needs[-1][1].append(m.group(1))
+        assert info.version_defs == (tuple(defs) if defs is not None else None), path
+        assert info.version_needs == tuple((f, tuple(v)) for f, v in needs), path
+        assert not [f.error for f in find_needed(info, host_facts) if f.error], path
+        compared += 1
+    assert compared >= 20
+
+
 _INITS = r"""
 int PyInit__m(void) { return 0; }
 int PyInitU_caf_dma(void) { return 0; }  /* PEP 489: a module named 'café' (punycode 'caf-dma') */

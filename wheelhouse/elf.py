@@ -1,10 +1,11 @@
 """Shared objects as the dynamic loader sees them: DT_NEEDED, RUNPATH/RPATH, and where each need is found.
 
 The file is read by :mod:`wheelhouse.elffile` (the ELF format, with ``struct``): only the ELF header, the program
-headers (PT_DYNAMIC: needs, search paths, soname) and the section headers (to locate CUDA fatbin sections for
-:mod:`wheelhouse.fatbin`); a 1 GB libtorch_cuda.so costs a few reads. :func:`exports_pyinit` looks the init
-function up as ``dlsym`` does, to tell an extension module from a library. Results are cached by (path, size,
-mtime, ctime, inode), so the link check and the kernel check read each file once per process.
+headers (PT_DYNAMIC: needs, search paths, soname, the symbol versions required and defined) and the section
+headers (to locate CUDA fatbin sections for :mod:`wheelhouse.fatbin`); a 1 GB libtorch_cuda.so costs a few reads.
+:func:`exports_pyinit` looks the init function up as ``dlsym`` does, to tell an extension module from a library.
+Results are cached by (path, size, mtime, ctime, inode), so the link check and the kernel check read each file once
+per process.
 
 :func:`find_needed` follows glibc's ld.so search order (ld.so(8)):
 
@@ -19,8 +20,15 @@ mtime, ctime, inode), so the link check and the kernel check read each file once
 Before any search, a name already loaded in the process (by its soname or
 file name) is taken as it is: an extension module that needs ``libc10.so``
 loads because ``import torch`` put it there. ``$ORIGIN``, ``$LIB`` and
-``$PLATFORM`` are expanded in RPATH/RUNPATH entries; a candidate of another
-ELF class or machine is skipped, as the loader skips it.
+``$PLATFORM`` are expanded in RPATH/RUNPATH entries. A file of the needed name
+is judged as glibc's ``open_verify`` judges it: one of another ELF class or
+machine is skipped and the search goes on; any other that the loader cannot
+map (empty, truncated, no ELF) ends the search, and the load fails there.
+
+The library the search ends at must define every symbol version the object
+requires of it (``.gnu.version_r`` against its ``.gnu.version_d``, weak
+references aside): glibc fails the load otherwise (``version `GLIBCXX_3.4.30'
+not found``), it does not search on.
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-from wheelhouse.elffile import MACHINES, SHT_NOBITS, ElfFile, dynamic_strings, exported
+from wheelhouse.elffile import MACHINES, SHT_NOBITS, ElfFile, dynamic_strings, exported, loader_verdict
 from wheelhouse.errors import WhError
 
 __all__ = [
@@ -77,6 +86,9 @@ class ElfInfo:
     needed: tuple[str, ...]
     rpath: tuple[str, ...]  # raw entries, $ORIGIN unexpanded
     runpath: tuple[str, ...]
+    ident: tuple[int, str, int]  # (ELF class, byte order as struct writes it, e_machine): what the loader compares
+    version_needs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (needed file, versions it must define), not weak
+    version_defs: tuple[str, ...] | None = None  # the versions it defines; None: unversioned (never checked)
     fatbin_sections: tuple[tuple[str, int, int], ...] = ()  # (name, file offset, size)
 
     @property
@@ -109,8 +121,9 @@ class Found:
     name: str
     path: str | None
     via: str  # "loaded", "rpath", "ld_library_path", "runpath", "cache", "default", "path" (a name with a slash)
-    searched: tuple[str, ...] = ()  # folders looked in, in order (for the evidence of a miss)
+    searched: tuple[str, ...] = ()  # folders looked in, in order, and a file the loader stopped at (a miss's evidence)
     note: str = ""  # how it was found, where that is not the whole story (found through some loader chains only)
+    error: str = ""  # a miss at a file the loader fails on: "<path>: file too short (...)", "<path> lacks version V"
 
 
 def is_shared_object(name: str) -> bool:
@@ -119,8 +132,8 @@ def is_shared_object(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
-def _stat_key(path: str) -> tuple[str, int, int, int, int]:
-    st = os.stat(path)
+def _stat_key(path: str, st: os.stat_result | None = None) -> tuple[str, int, int, int, int]:
+    st = st or os.stat(path)
     # mtime alone is coarse (a clock tick): a file rewritten at once keeps it; its ctime and inode tell.
     return (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
@@ -163,6 +176,7 @@ def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
     path = key[0]
     with _opened(key) as elf:
         tags = dynamic_strings(elf)
+        dynamic = dict(elf.dynamic())
         fatbins = tuple((name, offset, size) for name, kind, offset, size in elf.sections()
                         if name in FATBIN_SECTIONS and kind != SHT_NOBITS)
         return ElfInfo(
@@ -173,6 +187,9 @@ def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
             needed=tuple(v for t, v in tags if t == "DT_NEEDED"),
             rpath=tuple(e for t, v in tags if t == "DT_RPATH" for e in v.split(":") if e),
             runpath=tuple(e for t, v in tags if t == "DT_RUNPATH" for e in v.split(":") if e),
+            ident=(elf.bits, elf.end, elf.machine_number),
+            version_needs=tuple(elf.version_needs(dynamic)),
+            version_defs=elf.version_defs(dynamic),
             fatbin_sections=fatbins,
         )
 
@@ -229,25 +246,6 @@ def expand_dst(entry: str, origin: str, lib: str = "lib64", platform: str = "x86
     return entry
 
 
-def _candidate(folder: str, name: str, requester: ElfInfo) -> str | None:
-    path = os.path.join(folder, name)
-    if not os.path.isfile(path):
-        return None
-    try:
-        info = read_elf(path)
-    except BadElf:
-        return None  # the loader skips a file it cannot map and keeps searching
-    return path if requester.compatible(info) else None
-
-
-def _search(folders: Sequence[str], name: str, requester: ElfInfo) -> str | None:
-    for folder in folders:
-        hit = _candidate(folder, name, requester)
-        if hit:
-            return hit
-    return None
-
-
 def find_needed(info: ElfInfo, facts: LoaderFacts, inherited: Sequence[ElfInfo] = ()) -> list[Found]:
     """Resolve every DT_NEEDED entry of ``info`` the way the target's loader would (module docstring).
 
@@ -270,30 +268,103 @@ def _find_one(name: str, info: ElfInfo, facts: LoaderFacts, inherited: Sequence[
     if "/" in name:  # a path, not a name: no search
         if not os.path.isabs(name):  # relative to the engine's working folder, which is unknown here: not judged
             return Found(name, name, "path")
-        return Found(name, name if os.path.isfile(name) else None, "path", (name,))
+        hit = _candidate(name, info)
+        return _taken(name, info, hit, "path", ()) if hit else Found(name, None, "path", (name,))
     if name in facts.loaded:
-        return Found(name, facts.loaded[name], "loaded")
-    steps: list[tuple[str, list[str]]] = []
+        return _taken(name, info, (facts.loaded[name], ""), "loaded", ())
+    searched: list[str] = []
+    for via, places in _places(name, info, facts, inherited):
+        if via == "cache":
+            searched.append("ldconfig cache")  # named as searched even when it has no entry of that name
+        for path, where in places:
+            hit = _candidate(path, info)
+            if hit:
+                return _taken(name, info, hit, via, searched)
+            searched.append(where)
+    return Found(name, None, "", tuple(dict.fromkeys(searched)))
+
+
+def _places(name: str, info: ElfInfo, facts: LoaderFacts,
+            inherited: Sequence[ElfInfo]) -> Iterator[tuple[str, Iterator[tuple[str, str]]]]:
+    """The loader's search for ``name`` in its order (module docstring), step by step and lazily (the search mostly
+    ends in its first folders): (via, (candidate file, the folder it is in, or "ldconfig cache")...)."""
+    def within(folders: Sequence[str]) -> Iterator[tuple[str, str]]:
+        return ((os.path.join(folder, name), folder) for folder in folders)
+
     if not info.runpath:
         rpath = rpath_dirs(info, facts)
         for obj in [*inherited, *([facts.executable] if facts.executable is not None else [])]:
             rpath += rpath_dirs(obj, facts)
-        steps.append(("rpath", list(dict.fromkeys(rpath))))
-    steps.append(("ld_library_path", list(facts.ld_library_path)))
-    steps.append(("runpath", _expand_all(info.runpath, info, facts)))
-    searched: list[str] = []
-    for via, folders in steps:
-        hit = _search(folders, name, info)
-        if hit:
-            return Found(name, hit, via)
-        searched += folders
-    for path in facts.cache.get(name, ()):
+        yield "rpath", within(list(dict.fromkeys(rpath)))
+    yield "ld_library_path", within(facts.ld_library_path)
+    yield "runpath", within(_expand_all(info.runpath, info, facts))
+    yield "cache", ((path, "ldconfig cache") for path in facts.cache.get(name, ()))
+    yield "default", within(facts.default_dirs)
+
+
+def _candidate(path: str, requester: ElfInfo) -> tuple[str, str] | None:
+    """Where the loader's search for a need of ``requester`` stands at ``path``: None when it goes on (no such file,
+    one it cannot open, one of another ELF class or machine); ``(path, "")`` when it takes that file; ``(path, why)``
+    when it stops at a file it cannot map, and the load fails without looking further (glibc's open_verify skips
+    only the other class or machine: an empty, truncated or non-ELF file is "file too short", "invalid ELF
+    header")."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):  # a folder opens, and its read fails
+        return path, "cannot read file data: Is a directory"
+    if not stat.S_ISREG(st.st_mode):  # a pipe or device: never opened here (a read could block)
+        return path, "not a regular file"
+    verdict, why = _verdict_cached(_stat_key(path, st), requester.ident)
+    return None if verdict == "skip" else (path, why)
+
+
+@functools.lru_cache(maxsize=8192)
+def _verdict_cached(key: tuple[str, int, int, int, int], host: tuple[int, str, int]) -> tuple[str, str]:
+    """:func:`loader_verdict` of the file of ``key`` for a process of ``host``; a file it takes that cannot be read
+    whole (cut inside its program headers, say) fails the load as it is mapped."""
+    try:
+        fd = os.open(key[0], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return "skip", ""  # the loader's open fails too (no permission): it tries the next place
+    try:
+        head = os.pread(fd, 64, 0)
+    except OSError as exc:
+        return "fail", f"cannot read file data: {exc.strerror}"
+    finally:
+        os.close(fd)
+    verdict, why = loader_verdict(head, host)
+    if verdict == "take":
         try:
-            if os.path.isfile(path) and info.compatible(read_elf(path)):
-                return Found(name, path, "cache")
-        except BadElf:
-            continue
-    hit = _search(facts.default_dirs, name, info)
-    if hit:
-        return Found(name, hit, "default")
-    return Found(name, None, "", tuple(dict.fromkeys(searched + ["ldconfig cache"] + list(facts.default_dirs))))
+            _read_cached(key)
+        except BadElf as exc:
+            return "fail", exc.reason
+    return verdict, why
+
+
+def _taken(name: str, info: ElfInfo, hit: tuple[str, str], via: str, searched: Sequence[str]) -> Found:
+    """``name`` where the loader's search ended, at ``hit`` (the file, why the loader fails on it): found, or a miss
+    naming that file and why -- it cannot map it, or it lacks a version ``info`` requires of it."""
+    path, why = hit
+    error = f"{path}: {why} (the loader stops there)" if why else _lacking_versions(info, name, path)
+    if error:
+        return Found(name, None, via, tuple(dict.fromkeys([*searched, path])), error=error)
+    return Found(name, path, via)
+
+
+def _lacking_versions(info: ElfInfo, name: str, path: str) -> str:
+    """"<path> lacks version V" when the library at ``path`` defines versions but not one that ``info`` requires of
+    ``name`` (glibc: ``version `V' not found``, and the load fails); "" when it defines them all, or none at all (an
+    unversioned library: glibc only warns, "no version information available")."""
+    required = [v for file, versions in info.version_needs if file == name for v in versions]
+    if not required:
+        return ""
+    try:
+        defined = read_elf(path).version_defs
+    except BadElf:
+        return ""  # an object already loaded that cannot be read here: the process has it, not judged
+    if defined is None:
+        return ""
+    missing = [v for v in dict.fromkeys(required) if v not in defined]
+    return f"{path} lacks version{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else ""

@@ -1,6 +1,7 @@
-"""The ELF format as the dynamic loader reads it: the header, the program headers (PT_LOAD to map an address to a
-file offset, PT_DYNAMIC), the dynamic entries and, for CUDA fatbins, the section headers; a dynamic symbol is
-looked up through the hash table PT_DYNAMIC names, as glibc's ``dlsym`` looks it up.
+"""The ELF format as the dynamic loader reads it: the header (and what glibc's ``open_verify`` makes of it), the
+program headers (PT_LOAD to map an address to a file offset, PT_DYNAMIC), the dynamic entries, the symbol version
+tables (what an object requires of each library, what a library defines) and, for CUDA fatbins, the section
+headers; a dynamic symbol is looked up through the hash table PT_DYNAMIC names, as glibc's ``dlsym`` looks it up.
 
 Written with ``struct`` on the System V ABI's layout (both classes, both byte orders) instead of pyelftools,
 whose parsers cost ~3 ms per file (docs/design.md, the speed budget). Every read is a ``pread`` of what is
@@ -13,9 +14,10 @@ from __future__ import annotations
 import functools
 import os
 import struct
-from typing import Mapping
+from typing import Callable, Iterable, Literal, Mapping
 
-__all__ = ["ElfFile", "MACHINES", "PLATFORM_MACHINES", "SHT_NOBITS", "dynamic_strings", "exported", "elf_ident"]
+__all__ = ["ElfFile", "MACHINES", "PLATFORM_MACHINES", "SHT_NOBITS", "dynamic_strings", "exported", "elf_ident",
+           "loader_verdict"]
 
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 SHT_NOBITS = 8
@@ -27,6 +29,11 @@ _DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 
 _DT_SONAME, _DT_RPATH, _DT_RUNPATH, _DT_GNU_HASH = 14, 15, 29, 0x6FFFFEF5
 _SHN_UNDEF, _STB_GLOBAL, _STB_WEAK, _STV_DEFAULT, _STV_PROTECTED = 0, 1, 2, 0, 3
 _DT_VERSYM, _SHN_ABS, _STT_TLS, _STB_GNU_UNIQUE = 0x6FFFFFF0, 0xFFF1, 6, 10
+_DT_VERDEF, _DT_VERNEED, _VER_FLG_WEAK = 0x6FFFFFFC, 0x6FFFFFFE, 0x2
+_ELFOSABI_GNU = 3
+# One read covers the version tables of a real object (libstdc++'s ~60 definitions: ~2 KB) or the version names they
+# point to (close together in .dynstr); a record or name past it costs its own read.
+_VERSION_BLOCK, _STRING_SPAN = 4096, 64 << 10
 # The symbol types glibc's check_match lets a lookup return: NOTYPE, OBJECT, FUNC, COMMON, TLS, GNU_IFUNC (never
 # SECTION or FILE).
 _ALLOWED_STT = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 5) | (1 << 6) | (1 << 10)
@@ -59,6 +66,44 @@ def elf_ident(path: str | os.PathLike) -> tuple[int, str] | None:
     if found is None:
         return None
     return found[0], PLATFORM_MACHINES.get(found[2], f"machine {found[2]}")
+
+
+def loader_verdict(head: bytes, host: tuple[int, str, int]) -> tuple[Literal["take", "skip", "fail"], str]:
+    """What glibc's ``open_verify`` (elf/dl-load.c) makes of a file found under a needed library's name, from its
+    first 64 bytes ``head`` (fewer: the whole file), in a process of ``host`` (ELF class, byte order, e_machine):
+
+    "skip": a file of another ELF class or machine, passed over silently (the search goes on); "fail", with glibc's
+    message: the search stops there and the whole load fails (an empty or truncated file, one that is no ELF, another
+    byte order, an object that is no shared object); "take": the file the loader maps.
+    """
+    bits, end, machine = host
+    if len(head) < (64 if bits == 64 else 52):  # read against the host's own ElfW(Ehdr), whatever the file's class
+        return "fail", "file too short"
+    if head[:4] != b"\x7fELF":
+        return "fail", "invalid ELF header"
+    if head[4] != (2 if bits == 64 else 1):
+        return "skip", ""  # "not a fatal error": a 32-bit library beside the 64-bit one
+    if head[5] != (1 if end == "<" else 2):
+        return "fail", f"ELF file data encoding not {'little' if end == '<' else 'big'}-endian"
+    if head[6] != 1:
+        return "fail", "ELF file version ident does not match current one"
+    if head[7] not in (0, _ELFOSABI_GNU):  # linux's VALID_ELF_OSABI: SYSV or GNU
+        return "fail", "ELF file OS ABI invalid"
+    if head[8] and head[7] != _ELFOSABI_GNU:  # GNU's ABI versions depend on the glibc release: not judged
+        return "fail", "ELF file ABI version invalid"
+    if any(head[9:16]):
+        return "fail", "nonzero padding in e_ident"
+    e_type, e_machine, e_version = struct.unpack_from(f"{end}HHI", head, 16)
+    if e_version != 1:
+        return "fail", "ELF file version does not match current one"
+    if e_machine != machine:
+        return "skip", ""
+    if e_type not in (_ET_EXEC, _ET_DYN):
+        return "fail", "only ET_DYN and ET_EXEC can be loaded"
+    (phentsize,) = struct.unpack_from(f"{end}H", head, 54 if bits == 64 else 42)
+    if phentsize != (56 if bits == 64 else 32):
+        return "fail", "ELF file's phentsize not the expected size"
+    return "take", ""
 
 
 class ElfFile:
@@ -115,7 +160,11 @@ class ElfFile:
         return out
 
     def dynamic(self) -> list[tuple[int, int]]:
-        """(d_tag, d_val) of the last PT_DYNAMIC (as ld.so takes it), up to DT_NULL."""
+        """(d_tag, d_val) of the last PT_DYNAMIC (as ld.so takes it), up to DT_NULL (read once)."""
+        return self._dynamic
+
+    @functools.cached_property
+    def _dynamic(self) -> list[tuple[int, int]]:
         # ld.so keeps the last PT_DYNAMIC it sees (its l_ld is overwritten per header).
         dyn = next(((offset, filesz) for kind, offset, _, filesz in reversed(self.segments) if kind == _PT_DYNAMIC),
                    None)
@@ -153,6 +202,24 @@ class ElfFile:
             pos += len(data)
             chunk *= 4
         raise ValueError(f"unterminated string at offset {start}")
+
+    def strings(self, table: int, indexes: Iterable[int], limit: int | None = None) -> dict[int, str]:
+        """The NUL-terminated strings at ``indexes`` of the string table at file offset ``table``: with one read when
+        they lie within _STRING_SPAN bytes of each other (an object's version names do), else one by one."""
+        wanted = sorted(set(indexes))
+        if not wanted:
+            return {}
+        start = table + wanted[0]
+        stop = min(self.size if limit is None else min(self.size, table + limit), table + wanted[-1] + 256)
+        if not 0 < stop - start <= _STRING_SPAN:
+            return {i: self.string(table, i, limit) for i in wanted}
+        block = self.read(start, stop - start)
+        out = {}
+        for i in wanted:
+            at = table + i - start
+            cut = block.find(b"\0", at)
+            out[i] = block[at:cut].decode("utf-8", "surrogateescape") if cut != -1 else self.string(table, i, limit)
+        return out
 
     def strings_starting(self, prefix: bytes, tags: Mapping[int, int]) -> list[str]:
         """The strings of the dynamic string table (DT_STRTAB, DT_STRSZ bytes, bounded) that start with ``prefix``:
@@ -283,6 +350,69 @@ class ElfFile:
                 seen += 1
             return only_version()
         return None
+
+    def version_needs(self, tags: Mapping[int, int]) -> list[tuple[str, tuple[str, ...]]]:
+        """(file name, the versions required of it) of each entry of the DT_VERNEED table (``.gnu.version_r``), weak
+        references left out: glibc's _dl_check_map_versions (elf/dl-version.c) fails the load when the object loaded
+        for that name lacks a required version, and lets a weak one (VER_FLG_WEAK) be missing."""
+        if _DT_VERNEED not in tags or _DT_STRTAB not in tags:
+            return []
+        at = self.offset_of(tags[_DT_VERNEED])
+        unpack = self._table(at)
+        rows: list[tuple[int, list[int]]] = []
+        for _ in range(_MAX_ENTRY):  # glibc follows vn_next and vna_next (not the counts) until one is 0
+            version, _count, file, aux, following = unpack("HHIII", at)
+            if version != 1:
+                raise ValueError(f"unsupported version {version} of Verneed record")  # ld.so refuses it too
+            names, entry = [], at + aux
+            for _ in range(_MAX_ENTRY):
+                _hash, flags, _other, name, after = unpack("IHHII", entry)
+                if not flags & _VER_FLG_WEAK:
+                    names.append(name)
+                if not after:
+                    break
+                entry += after
+            rows.append((file, names))
+            if not following:
+                break
+            at += following
+        text = self.strings(self.offset_of(tags[_DT_STRTAB]), (i for f, names in rows for i in (f, *names)),
+                            tags.get(_DT_STRSZ))
+        return [(text[f], tuple(text[n] for n in names)) for f, names in rows]
+
+    def version_defs(self, tags: Mapping[int, int]) -> tuple[str, ...] | None:
+        """The version names this object defines (``.gnu.version_d``: of each DT_VERDEF entry its first name, the one
+        glibc's match_symbol compares); None without a DT_VERDEF table, where glibc checks no version of it and at
+        most warns ("no version information available")."""
+        if _DT_VERDEF not in tags or _DT_STRTAB not in tags:
+            return None
+        at = self.offset_of(tags[_DT_VERDEF])
+        unpack = self._table(at)
+        names = []
+        for _ in range(_MAX_ENTRY):
+            version, _flags, _index, _count, _hash, aux, following = unpack("HHHHIII", at)
+            if version != 1:
+                raise ValueError(f"unsupported version {version} of Verdef record")  # ld.so refuses it too
+            names.append(unpack("I", at + aux)[0])
+            if not following:
+                break
+            at += following
+        text = self.strings(self.offset_of(tags[_DT_STRTAB]), names, tags.get(_DT_STRSZ))
+        return tuple(text[n] for n in names)
+
+    def _table(self, at: int) -> Callable[[str, int], tuple[int, ...]]:
+        """An unpacker of the records of the table at file offset ``at``: one read of _VERSION_BLOCK bytes serves
+        those within it, a record past it costs its own read."""
+        block = self.read(at, max(0, min(_VERSION_BLOCK, self.size - at)))
+
+        def unpack(fmt: str, offset: int) -> tuple[int, ...]:
+            fmt = self.end + fmt
+            rel, size = offset - at, struct.calcsize(fmt)
+            if 0 <= rel and rel + size <= len(block):
+                return struct.unpack_from(fmt, block, rel)
+            return struct.unpack(fmt, self.read(offset, size))
+
+        return unpack
 
 
 def exported(sym: tuple[int, int, int]) -> bool:

@@ -482,12 +482,16 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
             clean.add(rel)
     m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
     lines = list(bad)
-    for name, needers in {**m.hard, **m.soft}.items():
-        shown = ", ".join(rel for rel, _ in needers[:_SHOWN]) + (f" (+{len(needers) - _SHOWN} more)"
-                                                                 if len(needers) > _SHOWN else "")
-        where = ", ".join(needers[0][1].searched) or "nowhere to search"
-        extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in m.soft else ""
-        lines.append(f"{shown} needs {name}: not found{extra}; searched {where}")
+    for name, every in {**m.hard, **m.soft}.items():
+        by_error: dict[str, list[tuple[str, Found]]] = {}  # "": not found; else the file the loader stops at, and why
+        for rel, found in every:
+            by_error.setdefault(found.error, []).append((rel, found))
+        for error, needers in by_error.items():
+            shown = ", ".join(rel for rel, _ in needers[:_SHOWN]) + (f" (+{len(needers) - _SHOWN} more)"
+                                                                     if len(needers) > _SHOWN else "")
+            where = ", ".join(needers[0][1].searched) or "nowhere to search"
+            extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in m.soft else ""
+            lines.append(f"{shown} needs {name}: {error or f'not found{extra}; searched {where}'}")
     caller = [f"note: the caller's LD_LIBRARY_PATH adds {d_}, which the engine's environment does not have "
               f"({name} is there)" for name in missing for d_ in [_where_else(name, stack.caller_extra)] if d_]
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,

@@ -1,0 +1,83 @@
+"""wh doctor's static link check where the loader's search ends at a library it cannot use: a stray unloadable file
+ahead of the real library, and a library that lacks a symbol version the object requires. Real gcc-built objects in
+a wheel, installed into a real venv; the real import fails the same way."""
+
+from __future__ import annotations
+
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from broken_packages import _ext, _tags, have_toolchain, install_wheel, make_venv, site_packages
+from wheelhouse.doctor import run_doctor
+from wheelmaker import make_wheel
+
+pytestmark = pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def _whgone(folder: Path, script: str | None = None) -> Path:
+    """libwhgone.so.1 defining whgone_old and whgone_value (what ``_ext(..., "WH_NEEDLIB")`` calls), under the
+    version script ``script``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "whgone.c").write_text("int whgone_old(void) { return 1; }\nint whgone_value(void) { return 7; }\n")
+    args = ["gcc", "-shared", "-fPIC", str(folder / "whgone.c"), "-o", str(folder / "libwhgone.so.1"),
+            "-Wl,-soname,libwhgone.so.1"]
+    if script is not None:
+        (folder / "whgone.map").write_text(script)
+        args.append(f"-Wl,--version-script={folder / 'whgone.map'}")
+    subprocess.run(args, check=True, capture_output=True)
+    return folder / "libwhgone.so.1"
+
+
+def _import_error(python: Path, module: str) -> str:
+    proc = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True)
+    return "" if proc.returncode == 0 else proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_stray_unloadable_file_ahead_of_the_library_fails_naming_that_file(tmp_path):
+    """An empty libwhgone.so.1 in the first RPATH folder (an interrupted copy, in no RECORD): the loader stops
+    there ("file too short") though the next folder has the library; before, the doctor said "found via RPATH"."""
+    build = tmp_path / "build"
+    lib = _whgone(build)
+    core = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{build}", "-l:libwhgone.so.1", "-Wl,--disable-new-dtags",
+                                                     "-Wl,-rpath,$ORIGIN/site.libs:$ORIGIN/../straypkg.libs"])
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "straypkg", "1.0", tags=_tags(),
+                                 modules={"straypkg/__init__.py": ""},
+                                 files={f"straypkg/_core{SUFFIX}": core,
+                                        "straypkg.libs/libwhgone.so.1": lib.read_bytes()}))
+    assert run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:straypkg").verdict == "ok"
+    stray = site_packages(py) / "straypkg" / "site.libs" / "libwhgone.so.1"
+    stray.parent.mkdir()
+    stray.write_bytes(b"")
+    r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:straypkg")
+    assert r.verdict == "fail", r.evidence
+    assert (f"straypkg/_core{SUFFIX} needs libwhgone.so.1: {stray}: file too short (the loader stops there)"
+            in r.evidence.splitlines())
+    assert r.data["missing"] == {"libwhgone.so.1": [f"straypkg/_core{SUFFIX}"]}
+    assert _import_error(py, "straypkg._core").endswith(f"{stray}: file too short")
+
+
+def test_a_library_lacking_a_version_the_object_requires_fails_naming_the_version(tmp_path):
+    """The extension was built against a libwhgone whose whgone_value is WHGONE_2; the wheel ships an older one
+    that defines WHGONE_1 only (the everyday ``version `GLIBCXX_3.4.30' not found``)."""
+    build = tmp_path / "build"
+    new = _whgone(build / "new", "WHGONE_1 { global: whgone_old; local: *; };\n"
+                                 "WHGONE_2 { global: whgone_value; } WHGONE_1;\n")
+    old = _whgone(build / "old", "WHGONE_1 { global: whgone_old; local: *; };\n")
+    core = _ext(build, "_core", "WH_NEEDLIB", extra=[f"-L{new.parent}", "-l:libwhgone.so.1",
+                                                     "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../verpkg.libs"])
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "verpkg", "1.0", tags=_tags(), modules={"verpkg/__init__.py": ""},
+                                 files={f"verpkg/_core{SUFFIX}": core, "verpkg.libs/libwhgone.so.1": old.read_bytes()}))
+    shipped = site_packages(py) / "verpkg.libs" / "libwhgone.so.1"
+    r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:verpkg")
+    assert r.verdict == "fail", r.evidence
+    assert f"verpkg/_core{SUFFIX} needs libwhgone.so.1: {shipped} lacks version WHGONE_2" in r.evidence.splitlines()
+    assert "version `WHGONE_2' not found" in _import_error(py, "verpkg._core")
+    shipped.write_bytes(new.read_bytes())
+    assert run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:verpkg").verdict == "ok"
