@@ -112,10 +112,17 @@ def _watch_code_reads():
 
 _watch_code_reads()
 
-# The files Python code opened for reading (a config, a table, a data file read at import), not yet named by a record,
-# and every file this process opened for writing (never evidence: it writes them itself, before or after a read).
+# What Python code in this process read, listed or looked for, not yet named by a record: the files it opened for
+# reading (a config, a table, a data file read at import), the folders it listed (a plugin folder a glob walks), the
+# paths it looked for and did not find (a failed open, an optional config os.path.exists did not find). And every file
+# this process opened for writing (never evidence: it writes them itself, before or after a read).
 _OPENED = []
+_LISTED = []
+_ABSENT = []
 _WRITTEN = set()
+# The import system's byte code folder: never imported from, and written by the first run (a walk of a package lists
+# it; a folder's names leave it out).
+_BYTE_CODE_FOLDER = "__pycache__"
 
 
 def written_files():
@@ -123,33 +130,61 @@ def written_files():
     return sorted(_WRITTEN)
 
 
-def _watch_opens():
-    """Note every regular file Python code opens for reading in this process (the ``open`` audit event of
-    ``open()``, ``os.open``, ``io.open_code``): what an import reads is evidence as much as its code. A package
-    whose ``__init__`` does ``json.load(open(config))`` fails once that file is corrupted; a verdict reused over it
-    was a false green. Not noted: pseudo-files (/proc, /sys, /dev) and what this process opened for writing (an
-    output, or a cache its first import writes and then reads back: its name may be new every run), nor the
-    doctor's own files (these probes, the run's private code cache: new every run)."""
-    skip = ("/proc/", "/sys/", "/dev/", os.path.join(os.path.dirname(os.path.realpath(__file__)), ""),
+def _doctor_paths():
+    """Path prefixes that are never evidence: pseudo-files (/proc, /sys, /dev) and the doctor's own files (these
+    probes, the run's private code cache: new every run)."""
+    return ("/proc/", "/sys/", "/dev/", os.path.join(os.path.dirname(os.path.realpath(__file__)), ""),
             *((os.path.join(os.path.abspath(_code_folder), ""),) if _code_folder else ()))
+
+
+def _watch_file_access():
+    """Note what Python code does with files in this process, from audit events (PEP 578): what an import reads,
+    lists or looks for is evidence as much as its code.
+
+    - ``open`` (``open()``, ``os.open``, ``io.open_code``): a regular file opened for reading. A package whose
+      ``__init__`` does ``json.load(open(config))`` fails once that file is corrupted. The event comes before the
+      open: a path not there is noted as absent (an optional config tried with ``open``; it appearing is a change).
+    - ``os.listdir``, ``os.scandir`` (what ``glob``, ``os.walk`` and ``pathlib``'s ``iterdir``/``glob`` call, in
+      3.8 to 3.13): the folder, named by its entry names as the import system's folders are. A package that loads
+      every ``plugins/*.py`` fails on a broken new plugin; neither its folder nor any file it loaded changed.
+      ``__pycache__`` is left out (the first run writes it).
+
+    Not noted: what this process opened for writing (an output, or a cache its first import writes and then reads
+    back: its name may be new every run), nor :func:`_doctor_paths`. The hook runs for every audit event of the
+    process (``import``, ``compile``, ``sys._getframe``, ctypes' calls...): one set lookup rejects the others."""
+    skip = _doctor_paths()
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    isfile, abspath, note, written = os.path.isfile, os.path.abspath, _OPENED.append, _WRITTEN
+    stat_of, is_file, abspath, fsdecode = os.stat, stat.S_ISREG, os.path.abspath, os.fsdecode
+    sep, byte_code = os.sep, os.sep + _BYTE_CODE_FOLDER
+    note, listed, absent, written = _OPENED.append, _LISTED.append, _ABSENT.append, _WRITTEN
+    watched = frozenset(("open", "os.listdir", "os.scandir"))  # the listing events' argument: the folder (or an fd)
 
     def hook(event, args):
-        if event != "open":
+        if event not in watched:
             return
         try:
-            path, mode, flags = args
+            path = args[0]
             if isinstance(path, bytes):
-                path = os.fsdecode(path)
+                path = fsdecode(path)
+            elif path is None:  # os.listdir() lists the working folder
+                path = "."
             if not isinstance(path, str):
                 return  # a file descriptor
             path = abspath(path)
+            if event != "open":
+                if not (path + sep).startswith(skip) and not path.endswith(byte_code):
+                    listed(path)
+                return
+            _, mode, flags = args
             if (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
                     (isinstance(flags, int) and flags & writing):
                 written.add(path)
-            elif path not in written and not path.startswith(skip) and isfile(path):
-                note(path)
+            elif path not in written and not path.startswith(skip):
+                try:
+                    if is_file(stat_of(path).st_mode):
+                        note(path)
+                except (FileNotFoundError, NotADirectoryError):
+                    absent(path)
         except Exception:  # noqa: BLE001 - an audit hook must never break the code it watches
             pass
 
@@ -157,6 +192,50 @@ def _watch_opens():
         sys.addaudithook(hook)
     except Exception:  # noqa: BLE001 - no hook (an embedding that forbids it): module and mapped files only
         pass
+
+
+def _watch_existence_tests():
+    """Note each path that ``os.path.exists``, ``lexists``, ``isfile`` or ``isdir`` answered False for: an
+    ``__init__`` that reads an optional config only ``if os.path.exists(conf)`` opens nothing while there is none,
+    and no audit event tells of a ``stat``. Such a path is named as absent (it appearing is a change), where it is
+    still absent when named: one the process created meanwhile (``if not exists(d): os.makedirs(d)``) is its own.
+    A False costs a path's ``abspath``; a True, one call more. ``os.stat``, ``os.access`` and ``pathlib``'s
+    ``exists``/``is_file`` (which call ``os.stat``) are not watched: ``os.stat`` is a member of
+    ``os.supports_follow_symlinks`` and its kin, which ``shutil`` tests by identity (a wrapper would change how
+    ``rmtree`` deletes)."""
+    skip = _doctor_paths()
+    fspath, fsdecode, abspath, absent = os.fspath, os.fsdecode, os.path.abspath, _ABSENT.append
+
+    def watched(original):
+        def test(path):
+            found = original(path)
+            if not found:
+                try:
+                    name = fspath(path)
+                    if isinstance(name, bytes):
+                        name = fsdecode(name)
+                    if isinstance(name, str):  # not a file descriptor
+                        name = abspath(name)
+                        if not name.startswith(skip):
+                            absent(name)
+                except Exception:  # noqa: BLE001 - the answer is given whatever its path is
+                    pass
+            return found
+
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(test, attr, getattr(original, attr, None))
+        test.__wrapped__ = original
+        return test
+
+    for name in ("exists", "lexists", "isfile", "isdir"):
+        original = getattr(os.path, name, None)
+        if original is None:
+            continue
+        test = watched(original)
+        home = sys.modules.get(getattr(original, "__module__", None) or "")
+        for module in {id(m): m for m in (os.path, home) if m is not None}.values():
+            if getattr(module, name, None) is original:  # genericpath's too: pickle finds it there by name
+                setattr(module, name, test)
 
 
 CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"
@@ -256,7 +335,8 @@ def _one_compile_at_a_time(folder):
 
 
 _code_folder = os.environ.pop(CODE_CACHE_ENV, None)  # the code under test never sees it
-_watch_opens()
+_watch_file_access()
+_watch_existence_tests()
 if sys.dont_write_bytecode and _code_folder and os.path.isdir(_code_folder):
     _share_compiled_code(_code_folder)
 elif _code_folder and os.path.isdir(_code_folder):
@@ -295,13 +375,21 @@ def _maps_a_file(path):
     if path.startswith(_FILES_UNDER_DEV):
         return ".so" in os.path.basename(path)
     return not path.startswith(_NOT_FILES)
-_BYTE_CODE_FOLDER = "__pycache__"
 
 
 def names_digest(names):
     """The digest of a folder's entry names, ``__pycache__`` left out (``wheelhouse.doctor.verdicts`` computes the
     same): the import system never imports that name, and the first import under a folder creates it."""
     return _digest("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER)).encode("utf-8", "surrogateescape"))
+
+
+def _there(path, _stat=os.stat):
+    """Whether ``path`` is there now, as :meth:`Evidence.new` finds it (``os.stat``, which follows links)."""
+    try:
+        _stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _startup_site_files():
@@ -354,7 +442,8 @@ class Evidence:
     for (:func:`_watch_code_reads`), the interpreter and its ``pyvenv.cfg``, and the folders
     the import system searched (``sys.path`` and each package's ``__path__``: a file added there, such as a
     shadowing copy or a ``.pth``, changes the folder), the ``.pth`` files site read and the user site folder
-    (:func:`_startup_site_files`). :meth:`new` returns what was not named before, as
+    (:func:`_startup_site_files`); and what Python code read, listed or looked for and did not find
+    (:func:`_watch_file_access`, :func:`_watch_existence_tests`). :meth:`new` returns what was not named before, as
     ``[path, dev, inode, size, mtime_ns, ctime_ns]`` (``[path]`` for a path that is not there), and a seventh
     element where the identity alone would change with no change to what an import gets:
 
@@ -400,6 +489,12 @@ class Evidence:
         opened = len(_OPENED)
         out += [p for p in _OPENED[:opened] if p not in _WRITTEN]  # read, then written by this process: its own
         del _OPENED[:opened]
+        listed = len(_LISTED)
+        out += [p for p in _LISTED[:listed] if p not in _WRITTEN]
+        del _LISTED[:listed]
+        looked = len(_ABSENT)  # named only while absent: one created since is the process's own (mkdir after exists)
+        out += [p for p in _ABSENT[:looked] if p not in self._raw and p not in _WRITTEN and not _there(p)]
+        del _ABSENT[:looked]
         if not self._site_named:  # read once: site ran before this process's first import
             self._site_named = True
             out += _startup_site_files()

@@ -423,13 +423,13 @@ def test_a_pth_file_rewritten_in_place_is_a_change(tmp_path, exts):
 
 
 def test_a_pass_thorough_found_failing_is_not_reused_by_the_next_run(tmp_path, exts):
-    """A file a module reads at import without importing it is no evidence (docs/doctor.md: such a change is seen
-    by --thorough). Once --thorough has executed the import and seen it fail, the pass stored before is gone:
-    the next run executes it again, never turning the red that --thorough showed back into a reused green."""
+    """A file a module only stats at import is no evidence (docs/doctor.md: such a change is seen by --thorough).
+    Once --thorough has executed the import and seen it fail, the pass stored before is gone: the next run executes
+    it again, never turning the red that --thorough showed back into a reused green."""
     conf = tmp_path / "omega.conf"
     conf.write_text("good\n")
     py = make_venv(tmp_path / "venv")
-    init = (f"if open({str(conf)!r}).read() != 'good\\n':\n    raise ImportError('omega.conf is broken')\n"
+    init = (f"import os\nif os.stat({str(conf)!r}).st_size != 5:\n    raise ImportError('omega.conf is broken')\n"
             "from ._core import answer\n")
     install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
     assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
@@ -664,3 +664,102 @@ def test_a_file_an_import_reads_and_its_process_writes_later_does_not_make_every
     assert first["native:rw"]["verdict"] == "ok"
     again = _doctor(py, tmp_path, "--jobs=1", "--check", "native")
     assert _executed(again, "native:rw") == set(), again["native:rw"]
+
+
+_PLUGINS = "os.path.join(os.path.dirname(__file__), 'plugins')"
+_LISTINGS = {"glob.glob": f"glob.glob(os.path.join({_PLUGINS}, '*.py'))",
+             "os.listdir": f"[os.path.join({_PLUGINS}, n) for n in os.listdir({_PLUGINS})]",
+             "pathlib.Path.iterdir": f"pathlib.Path({_PLUGINS}).iterdir()"}
+
+
+@pytest.mark.parametrize("listing", sorted(_LISTINGS))
+def test_a_file_added_to_a_folder_the_import_lists_is_a_change(tmp_path, exts, listing):
+    """omega's __init__ runs every plugins/*.py it finds (a folder that is no package and on no sys.path, so the
+    import system never searches it): a broken plugin put there after the pass is what the next import runs, while
+    no file the import loaded and no folder the import system searched changed. Byte code written there is no
+    change (the first run writes __pycache__ folders)."""
+    py = make_venv(tmp_path / "venv")
+    init = (f"import glob, os, pathlib\nfrom ._core import answer\nfor _p in sorted({_LISTINGS[listing]}):\n"
+            "    if str(_p).endswith('.py'):\n        exec(compile(open(_p).read(), str(_p), 'exec'))\n")
+    site = install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init},
+                        {f"omega/_core{SUFFIX}": exts["core"], "omega/plugins/base.py": b"NAMES = ['base']\n"})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    plugins = site / "omega" / "plugins"
+    (plugins / "__pycache__").mkdir()
+    (plugins / "__pycache__" / "base.cpython-311.pyc").write_bytes(b"")
+    again = _doctor(py, tmp_path)
+    assert _executed(again, "native:omega") == set(), again["native:omega"]
+    (plugins / "zz_local.py").write_text("raise ImportError('a broken local plugin')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "a broken local plugin" in after["native:omega"]["evidence"]
+
+
+_LOOKS_FOR = {"os.path.exists": "if os.path.exists(CONF):\n    exec(open(CONF).read())\n",
+              "os.path.isfile": "if os.path.isfile(CONF):\n    exec(open(CONF).read())\n",
+              "open": "try:\n    _fh = open(CONF)\nexcept FileNotFoundError:\n    pass\nelse:\n    exec(_fh.read())\n"}
+
+
+@pytest.mark.parametrize("looked_for", sorted(_LOOKS_FOR))
+def test_an_optional_file_appearing_after_a_pass_is_a_change(tmp_path, exts, looked_for):
+    """omega reads a site config only where there is one: at the pass there was none, so nothing was opened (an
+    existence test) or the open failed. A broken config put there later is what the next import runs."""
+    conf = tmp_path / "etc" / "omega.conf.py"
+    py = make_venv(tmp_path / "venv")
+    init = f"import os\nfrom ._core import answer\nCONF = {str(conf)!r}\n{_LOOKS_FOR[looked_for]}"
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:omega"]["verdict"] == "ok"
+    conf.parent.mkdir()
+    conf.write_text("raise ImportError('a broken site config')\n")
+    after = _doctor(py, tmp_path)
+    assert after["native:omega"]["verdict"] == "fail", after["native:omega"]
+    assert "a broken site config" in after["native:omega"]["evidence"]
+
+
+def test_what_the_import_creates_after_looking_for_it_does_not_make_every_rerun_a_first_run(tmp_path, exts):
+    """A cache folder made where none was found (`if not exists(d): os.makedirs(d)`), a temporary folder listed and
+    removed: the process's own, not evidence (as absent, every re-run would find them there, or find a new name)."""
+    state = tmp_path / "state" / "omega"
+    py = make_venv(tmp_path / "venv")
+    init = (f"import os, shutil, tempfile\nfrom ._core import answer\nD = {str(state)!r}\n"
+            "if not os.path.exists(D):\n    os.makedirs(D)\n"
+            "if not os.path.isfile(os.path.join(D, 'seen')):\n    open(os.path.join(D, 'seen'), 'w').close()\n"
+            "_t = tempfile.mkdtemp()\nopen(os.path.join(_t, 'x'), 'w').close()\nNAMES = os.listdir(_t)\n"
+            "shutil.rmtree(_t)\n")
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    first = _doctor(py, tmp_path)
+    assert first["native:omega"]["verdict"] == "ok" and state.is_dir()
+    again = _doctor(py, tmp_path)
+    assert _executed(again, "native:omega") == set(), again["native:omega"]
+
+
+_LISTINGS_OF_A_PROCESS = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from _probe_channel import Evidence
+evidence = Evidence()
+evidence.new()
+plugins = sys.argv[2]
+for folder in ("/proc/self", "/sys", sys.argv[1], plugins, os.path.join(plugins, "__pycache__")):
+    os.listdir(folder)
+os.path.exists(os.path.join(plugins, "missing.py"))
+os.path.exists(os.path.join(sys.argv[1], "missing.py"))
+print(json.dumps(evidence.new()))
+"""
+
+
+def test_a_listed_folder_is_named_by_its_entry_names_but_pseudo_files_byte_code_and_the_doctors_own_are_not(tmp_path):
+    """A listed folder is evidence as the import system's folders are (its names but __pycache__); /proc, /sys, the
+    doctor's probes folder and a __pycache__ folder are not: they differ every run, or the doctor's run writes them."""
+    from wheelhouse.doctor import verdicts
+
+    probes = Path(__file__).resolve().parents[2] / "doctor" / "probes"
+    plugins = tmp_path / "plugins"
+    (plugins / "__pycache__").mkdir(parents=True)
+    (plugins / "a.py").write_text("")
+    out = subprocess.run([sys.executable, "-c", _LISTINGS_OF_A_PROCESS, str(probes), str(plugins)],
+                         capture_output=True, text=True, check=True)
+    named = {entry[0]: entry for entry in json.loads(out.stdout)}
+    assert named[str(plugins)][6] == "names:" + verdicts._names_now(str(plugins))  # what the cache compares
+    assert named[str(plugins / "missing.py")] == [str(plugins / "missing.py")]
+    assert not [p for p in named if p.startswith(("/proc", "/sys", str(probes))) or p.endswith("__pycache__")], named

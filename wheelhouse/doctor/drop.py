@@ -83,7 +83,7 @@ class DropRecord:
     time: str
     wheelhouse: str | None
     modules: tuple[str, ...] = ()
-    method: str = ""  # "pip" | "record"
+    method: str = ""  # "record" (the guarded uninstaller; a record written before 45: "pip")
     forced: bool = False
     check_id: str | None = None
     confirmed: bool = False  # find_spec is None for every module, in a new process

@@ -3,7 +3,8 @@
 A probe that passed (an import, torch's CUDA facts, a JIT kernel) printed, with its result, every file its
 process had loaded until then (``Evidence`` in ``doctor/probes/_probe_channel.py``: the file of every
 module in ``sys.modules``, every file mapped into the process, the interpreter, the folders the import
-system searched, the ``.pth`` files ``site`` read; and, added here, what the loader searched for the libraries
+system searched, the ``.pth`` files ``site`` read, the files Python code opened for reading, the folders it listed
+and the paths it looked for and did not find; and, added here, what the loader searched for the libraries
 it mapped: :meth:`VerdictCache._with_search_folders`) with its identity (device, inode, size, mtime_ns,
 ctime_ns: the digest cache's key, ``wheelhouse.fileidentity.file_identity``). Its verdict is reused when
 
@@ -20,6 +21,13 @@ Anything else re-executes it. Only passing verdicts are stored: a failure is exe
 never outlives its cause. ``thorough`` reuses nothing and stores afresh: a verdict it executed and saw fail
 is no longer stored. A reused verdict says so in the
 evidence ("unchanged since <time>"), never that it executed.
+
+What no probe can see is no evidence, and a change to it alone reuses the pass: what C code reads or looks for
+(an extension module's init that ``fopen``s a data file beside it: no audit event, no mapping), and an existence test
+that bypasses ``os.path`` (``os.stat``, ``os.access``, ``pathlib``'s ``exists``: the probe wraps ``os.path``'s
+tests only, see ``_watch_existence_tests``). A changed file that a distribution's RECORD lists is reported by
+``stack:files`` in the same run (a data file: a warning); the reuse does not wait for that check, which runs beside
+the probes, so the warning, not the reused pass, is the run's word on it, and ``--thorough`` executes the import.
 
 Where a verdict depends on files loaded before it in a shared worker process, that is part of its evidence:
 one process's files are stored once, in the order printed (a *run*), and a verdict names how many of them
