@@ -207,8 +207,9 @@ def _watch_existence_tests():
     fspath, fsdecode, abspath, absent = os.fspath, os.fsdecode, os.path.abspath, _ABSENT.append
 
     def watched(original):
-        def test(path):
-            found = original(path)
+        def test(*args, **kwargs):  # os.path.isdir(s=...) is a call too
+            found = original(*args, **kwargs)
+            path = args[0] if args else next(iter(kwargs.values()), None)
             if not found:
                 try:
                     name = fspath(path)
@@ -377,10 +378,17 @@ def _maps_a_file(path):
     return not path.startswith(_NOT_FILES)
 
 
+# The doctor's own private folder of a run, made in the temporary folder under a new name each run
+# (``wheelhouse.doctor.probes``): an import that lists the temporary folder must not see a change in it.
+_DOCTOR_FOLDER_PREFIX = "wh-probe-code-"
+
+
 def names_digest(names):
-    """The digest of a folder's entry names, ``__pycache__`` left out (``wheelhouse.doctor.verdicts`` computes the
-    same): the import system never imports that name, and the first import under a folder creates it."""
-    return _digest("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER)).encode("utf-8", "surrogateescape"))
+    """The digest of a folder's entry names, ``__pycache__`` and the doctor's own run folder left out
+    (``wheelhouse.doctor.verdicts`` computes the same): the import system never imports the one, and the first import
+    under a folder creates it; the other is new every run."""
+    return _digest("\0".join(sorted(n for n in names if n != _BYTE_CODE_FOLDER
+                                     and not n.startswith(_DOCTOR_FOLDER_PREFIX))).encode("utf-8", "surrogateescape"))
 
 
 def _there(path, _stat=os.stat):

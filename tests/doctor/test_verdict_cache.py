@@ -763,3 +763,29 @@ def test_a_listed_folder_is_named_by_its_entry_names_but_pseudo_files_byte_code_
     assert named[str(plugins)][6] == "names:" + verdicts._names_now(str(plugins))  # what the cache compares
     assert named[str(plugins / "missing.py")] == [str(plugins / "missing.py")]
     assert not [p for p in named if p.startswith(("/proc", "/sys", str(probes))) or p.endswith("__pycache__")], named
+
+
+def test_an_import_that_lists_the_temporary_folder_is_reused_over_the_doctors_own_run_folder(tmp_path, exts):
+    """The doctor makes its run folder (wh-probe-code-*) in the temporary folder, under a new name each run: an import
+    that globs the temporary folder (its own stale lock files) saw a change there every run and never was reused."""
+    py = make_venv(tmp_path / "venv")
+    init = "import glob, os, tempfile\nfrom ._core import answer\nLOCKS = glob.glob(os.path.join(tempfile.gettempdir(), 'omega-*.lock'))\n"
+    install_dist(py, tmp_path / "wheels", "omega", {"omega/__init__.py": init}, {f"omega/_core{SUFFIX}": exts["core"]})
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = {"TMPDIR": str(private)}
+    first = _doctor(py, tmp_path, env=env)
+    assert first["native:omega"]["verdict"] == "ok"
+    again = _doctor(py, tmp_path, env=env)
+    assert _executed(again, "native:omega") == set(), again["native:omega"]
+    (private / "omega-1.lock").write_text("")  # what the import globs for: a change
+    assert "omega" in _executed(_doctor(py, tmp_path, env=env), "native:omega")
+
+
+def test_an_existence_test_called_by_keyword_works_in_a_probe(tmp_path, exts):
+    """The probe watches os.path.isdir and kin: a wrapper taking one positional path made `isdir(s=...)` a TypeError
+    in the probe alone, a failed import that runs everywhere else."""
+    py = make_venv(tmp_path / "venv")
+    init = "import os\nfrom ._core import answer\nassert os.path.isdir(s='/') and not os.path.exists(path='/nonexistent')\n"
+    install_dist(py, tmp_path / "wheels", "kwpkg", {"kwpkg/__init__.py": init}, {f"kwpkg/_core{SUFFIX}": exts["core"]})
+    assert _doctor(py, tmp_path)["native:kwpkg"]["verdict"] == "ok"

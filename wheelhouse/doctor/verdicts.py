@@ -160,9 +160,10 @@ def _working_folder(env: Mapping[str, str] | None) -> str | None:
 
 
 def _names_now(folder: str) -> str | None:
-    """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__``."""
+    """``names_digest`` of ``doctor/probes/_probe_channel.py``: a folder's entry names but ``__pycache__`` and the
+    doctor's own run folder (``wh-probe-code-*``, made under the temporary folder anew each run)."""
     try:
-        names = sorted(n for n in os.listdir(folder) if n != "__pycache__")
+        names = sorted(n for n in os.listdir(folder) if n != "__pycache__" and not n.startswith("wh-probe-code-"))
     except OSError:
         return None
     return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=32).hexdigest()
