@@ -89,6 +89,7 @@ class ElfInfo:
     ident: tuple[int, str, int]  # (ELF class, byte order as struct writes it, e_machine): what the loader compares
     version_needs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (needed file, versions it must define), not weak
     version_defs: tuple[str, ...] | None = None  # the versions it defines; None: unversioned (never checked)
+    pie: bool = False  # a position-independent executable (DT_FLAGS_1 has DF_1_PIE): no library to load
     fatbin_sections: tuple[tuple[str, int, int], ...] = ()  # (name, file offset, size)
 
     @property
@@ -124,6 +125,9 @@ class Found:
     searched: tuple[str, ...] = ()  # folders looked in, in order, and a file the loader stopped at (a miss's evidence)
     note: str = ""  # how it was found, where that is not the whole story (found through some loader chains only)
     error: str = ""  # a miss at a file the loader fails on: "<path>: file too short (...)", "<path> lacks version V"
+
+
+_DT_FLAGS_1, _DF_1_PIE = 0x6FFFFFFB, 0x08000000
 
 
 def is_shared_object(name: str) -> bool:
@@ -190,6 +194,7 @@ def _read_cached(key: tuple[str, int, int, int, int]) -> ElfInfo:
             ident=(elf.bits, elf.end, elf.machine_number),
             version_needs=tuple(elf.version_needs(dynamic)),
             version_defs=elf.version_defs(dynamic),
+            pie=bool(dynamic.get(_DT_FLAGS_1, 0) & _DF_1_PIE),
             fatbin_sections=fatbins,
         )
 
@@ -337,7 +342,8 @@ def _verdict_cached(key: tuple[str, int, int, int, int], host: tuple[int, str, i
     verdict, why = loader_verdict(head, host)
     if verdict == "take":
         try:
-            _read_cached(key)
+            if _read_cached(key).pie:  # glibc >= 2.30 refuses it once mapped
+                return "fail", "cannot dynamically load position-independent executable"
         except BadElf as exc:
             return "fail", exc.reason
     return verdict, why

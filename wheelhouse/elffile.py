@@ -100,6 +100,8 @@ def loader_verdict(head: bytes, host: tuple[int, str, int]) -> tuple[Literal["ta
         return "skip", ""
     if e_type not in (_ET_EXEC, _ET_DYN):
         return "fail", "only ET_DYN and ET_EXEC can be loaded"
+    if e_type == _ET_EXEC:  # open_verify lets it by; _dl_map_object_from_fd refuses it for anything but the program
+        return "fail", "cannot dynamically load executable"
     (phentsize,) = struct.unpack_from(f"{end}H", head, 54 if bits == 64 else 42)
     if phentsize != (56 if bits == 64 else 32):
         return "fail", "ELF file's phentsize not the expected size"
