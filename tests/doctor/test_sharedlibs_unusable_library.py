@@ -81,3 +81,28 @@ def test_a_library_lacking_a_version_the_object_requires_fails_naming_the_versio
     assert "version `WHGONE_2' not found" in _import_error(py, "verpkg._core")
     shipped.write_bytes(new.read_bytes())
     assert run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:verpkg").verdict == "ok"
+
+
+def test_a_library_whose_other_copy_the_process_maps_first_defines_the_version_is_no_fail(tmp_path):
+    """_core needs libwhgone.so.1 (found through its RPATH in pkg.libs/, the new one: WHGONE_2) and libmid.so, which
+    requires WHGONE_2 and whose own RUNPATH holds an older libwhgone.so.1 (WHGONE_1 only). glibc maps the name once,
+    for _core, and binds libmid to that copy: `import pkg._core` works. libmid was judged against its own search's
+    copy: a fail on a stack that runs. Which copy loads first decides: a warning --strict counts."""
+    new = _whgone(tmp_path / "new", "WHGONE_1 { global: whgone_old; local: *; };\n"
+                                     "WHGONE_2 { global: whgone_value; } WHGONE_1;\n")
+    old = _whgone(tmp_path / "old", "WHGONE_1 { global: whgone_old; local: *; };\n")
+    (tmp_path / "mid.c").write_text("int whgone_value(void);\nint mid_value(void) { return whgone_value(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "mid.c"), "-o", str(tmp_path / "libmid.so"),
+                    "-Wl,-soname,libmid.so", f"-L{new.parent}", "-l:libwhgone.so.1", "-Wl,--enable-new-dtags",
+                    "-Wl,-rpath,$ORIGIN/midlibs"], check=True, capture_output=True)
+    core = _ext(tmp_path, "_core", extra=[f"-L{new.parent}", f"-L{tmp_path}", "-Wl,--no-as-needed", "-l:libwhgone.so.1",
+                                          "-l:libmid.so", "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../pkg.libs"])
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "pkg", "1.0", tags=_tags(), modules={"pkg/__init__.py": ""},
+                                 files={f"pkg/_core{SUFFIX}": core, "pkg.libs/libwhgone.so.1": new.read_bytes(),
+                                        "pkg.libs/libmid.so": (tmp_path / "libmid.so").read_bytes(),
+                                        "pkg.libs/midlibs/libwhgone.so.1": old.read_bytes()}))
+    assert _import_error(py, "pkg._core") == ""
+    r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:pkg")
+    assert r.verdict == "warn" and r.strict is not False, r
+    assert "midlibs/libwhgone.so.1 lacks version WHGONE_2, but " in r.evidence and "defines it" in r.evidence, r

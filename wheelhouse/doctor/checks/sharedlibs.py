@@ -182,7 +182,45 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts,
                     s.found = found
         if not changed:
             break
+    _other_copies(scans, facts)
     return scans
+
+
+def _other_copies(scans: Mapping[Path, _Scan], facts: LoaderFacts) -> None:
+    """A library found lacking a symbol version its needer requires, where another copy of that name (one another
+    shipped object's search maps, or the process has loaded) defines it: the loader maps a name once and binds every
+    later need to that copy, so which copy loads first decides. Found, with a note: a warning --strict counts, not
+    a fail (``pkg.libs/libwhgone.so.1`` loaded for ``_core`` serves ``libmid``, whose own RUNPATH finds an older
+    one: the import works)."""
+    copies: dict[str, set[str]] = {}
+    for s in scans.values():
+        for f in s.found:
+            if f.path is not None:
+                copies.setdefault(f.name, set()).add(f.path)
+    for name, path in facts.loaded.items():
+        copies.setdefault(name, set()).add(path)
+    for s in scans.values():
+        if s.info is None:
+            continue
+        for i, f in enumerate(s.found):
+            if f.path is not None or " lacks version" not in f.error:
+                continue
+            required = {v for file, versions in s.info.version_needs if file == f.name for v in versions}
+            lacking = f.error.split(" lacks version", 1)[0]
+            good = next((c for c in sorted(copies.get(f.name, ())) if c != lacking and _defines(c, required)), None)
+            if good is not None:
+                s.found[i] = dataclasses.replace(
+                    f, path=good, via="some-chains", error="",
+                    note=f"{f.error}, but {good} defines it: the copy the process maps first serves every object "
+                         f"(an import that maps {lacking} first fails)")
+
+
+def _defines(path: str, versions: set[str]) -> bool:
+    try:
+        defined = read_elf(path).version_defs
+    except BadElf:
+        return False
+    return defined is not None and versions <= set(defined)
 
 
 _ROOTS = 1024  # objects nothing shipped loads (extension modules, plugins loaded by path) followed per object, at most
