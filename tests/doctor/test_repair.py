@@ -213,3 +213,24 @@ def test_fix_keeps_what_an_extra_the_wheelhouse_asked_for_requires(tmp_path):
     kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
     assert "requested by the wheelhouse" in kept["gpukern 1.0"], _fixes(r.stdout)
     assert "gpukern" in _installed(venv)
+
+
+def test_fix_keeps_what_an_extra_asked_by_a_plain_requirement_requires(tmp_path):
+    """The wheelhouse asks for app, which requires lib[fast]; lib's fast extra requires gpukern: --fix dropped gpukern
+    (the requested closure kept the names of plain requirements and lost the extras they ask), then deps was red."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    w = tmp_path / "w"
+    kern = make_wheel(w, "gpukern", "1.0", tags=_tags(), modules={"gpukern/__init__.py": "from ._core import answer\n"},
+                      files={f"gpukern/_core{suffix}": _ext(tmp_path, "_core", "WH_UNDEF")})
+    lib = make_wheel(w, "lib", "1.0", extras={"fast": ["gpukern"]}, modules={"lib/__init__.py": ""})
+    app = make_wheel(w, "app", "1.0", requires=["lib[fast]"], modules={"app/__init__.py": ""})
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", [app, lib, kern],
+                                                      extra_meta={"inputs": {"requirements": ["app"]}}))
+    r = wh("doctor", "--python", py, "--fix", "--json", "--check", "native:gpukern")
+    kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
+    assert "requested by the wheelhouse" in kept.get("gpukern 1.0", ""), _fixes(r.stdout)
+    assert "gpukern" in _installed(venv)

@@ -381,3 +381,19 @@ def test_an_unrelated_distribution_of_the_same_version_writing_one_module_into_a
     assert subprocess.run([str(py), "-c", "import shared"], capture_output=True).returncode != 0
     code, res = doctor(py, check="stack:files")
     assert code == 1 and "shared/core.py" in res["stack:files"]["evidence"], res
+
+
+def test_two_builds_of_one_release_in_a_namespace_folder_are_no_damage(tmp_path):
+    """NVIDIA's layout: nvidia/cu13/lib/ has no __init__.py above it. The headless build of the same release, installed
+    last, wrote its libcux over the full build's, which keeps its extra libcuxgui: both load. The rule asking the other
+    to ship the package (an __init__.py above the file) failed it; in a namespace or data folder there is none."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "cux-cu13", "13.0.1", files={
+        "nvidia/cu13/lib/libcux.so.13": b"full build\n", "nvidia/cu13/lib/libcuxgui.so.13": b"gui\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "cux-cu13-headless", "13.0.1", files={
+        "nvidia/cu13/lib/libcux.so.13": b"headless build\n"}))
+    code, res = doctor(py, check="stack:files")
+    assert code == 0 and res["stack:files"]["verdict"] == "ok", res
+    assert "holds cux-cu13-headless 13.0.1's bytes" in res["stack:files"]["evidence"]

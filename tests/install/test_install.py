@@ -550,3 +550,19 @@ def test_an_extra_the_wheelhouse_asked_for_must_have_its_requirements_in_it(tmp_
     assert r.returncode != 0 and "app needs gpukern" in r.stderr and "--allow-missing" in r.stderr, r.stderr
     assert not (venv / "lib").exists() or not list((venv / "lib").glob(f"*/site-packages/app-1.0.dist-info"))
     assert wh("install", house, "--venv", venv, "--allow-missing").returncode == 0
+
+
+def test_a_gap_an_install_does_not_change_is_not_blamed_on_it(tmp_path):
+    """app[gpu] was installed knowingly without gpukern (--allow-missing). A later install of tool 2.0 alone touches
+    neither: it was refused, "would break: app needs gpukern", because the gap was judged with the asked extras after
+    the install and without them before."""
+    w = tmp_path / "w"
+    app = make_wheel(w, "app", "1.0", extras={"gpu": ["gpukern"]}, modules={"app/__init__.py": ""})
+    meta = {"inputs": {"requirements": ["app[gpu]", "tool"]}}
+    house = make_wheelhouse(tmp_path / "h1", [app, make_wheel(w, "tool", "1.0")], extra_meta=meta)
+    venv = tmp_path / "venv"
+    assert wh("install", house, "--venv", venv, "--allow-missing").returncode == 0
+    house2 = make_wheelhouse(tmp_path / "h2", [app, make_wheel(tmp_path / "w2", "tool", "2.0")], extra_meta=meta)
+    r = wh("install", house2, "--venv", venv, "--only", "tool")
+    assert r.returncode == 0, r.stderr
+    assert "tool 2.0 (was 1.0)" in r.stdout + r.stderr

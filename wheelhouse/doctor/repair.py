@@ -92,6 +92,7 @@ class _Installed:
     # Its requirements that apply only when an extra of it is asked (``gpukern; extra == "gpu"``), and what
     # each asks in turn of its own: (extra, canonical name, the extras it asks).
     extra_requires: tuple[tuple[str, str, frozenset[str]], ...] = ()
+    asks: tuple[tuple[str, frozenset[str]], ...] = ()  # of ``requires``, those that ask extras (``lib[fast]``)
 
     @functools.cached_property
     def record(self) -> InstalledRecord:
@@ -115,7 +116,7 @@ def _graph(interp) -> dict[str, _Installed]:
     site_dirs = list(interp.site_dirs)
     out = {}
     for key, d in dists.items():
-        reqs, by_extra = [], []
+        reqs, by_extra, asks = [], [], []
         for text in d.requires:
             try:
                 req = Requirement(text)
@@ -123,17 +124,19 @@ def _graph(interp) -> dict[str, _Installed]:
                 continue
             if req.marker is None or _evaluate(interp.target, req.marker):
                 reqs.append(canonicalize_name(req.name))
+                if req.extras:
+                    asks.append((canonicalize_name(req.name), frozenset(canonicalize_name(e) for e in req.extras)))
             elif "extra" in str(req.marker):  # each extra the marker names, judged with it asked
-                for extra in set(_EXTRA.findall(str(req.marker))):
+                for extra in {a or b for a, b in _EXTRA.findall(str(req.marker))}:
                     if _evaluate(interp.target, req.marker, extra):
                         by_extra.append((canonicalize_name(extra), canonicalize_name(req.name), frozenset(req.extras)))
         info = _dist_info([d.location] if d.location else site_dirs, d.name)
         out[key] = _Installed(d.name, d.version, tuple(dict.fromkeys(reqs)), tuple(missing.get(key, ())), info,
-                              tuple(dict.fromkeys(by_extra)))
+                              tuple(dict.fromkeys(by_extra)), tuple(dict.fromkeys(asks)))
     return out
 
 
-_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]|['"]([^'"]+)['"]\s*==\s*extra\b""")  # either way round
 
 
 def _evaluate(target, marker, extra: str = "") -> bool:
@@ -159,6 +162,7 @@ def _closure(graph: Mapping[str, _Installed], roots: Sequence[str | Requirement]
         have |= extras
         if first:
             todo += [(k, set()) for k in graph[key].requires]
+            todo += [(k, set(wants)) for k, wants in graph[key].asks]
         todo += [(name, {canonicalize_name(e) for e in wants}) for extra, name, wants in graph[key].extra_requires
                  if extra in new]
     return set(asked)

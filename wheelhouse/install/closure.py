@@ -191,7 +191,7 @@ def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], targe
     for req in requested:
         if req.marker is None or _applies(req, target, ()):
             asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
-    before = unmet(installed, target)
+    before = unmet(installed, target, asked=asked)  # judged alike: a gap the install does not change is not new
     new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides, asked=asked).items()
            if k not in before and v != EXCLUDED}
     if not new:

@@ -214,8 +214,9 @@ def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
 
     - two builds of one release (the same version: opencv-python and opencv-python-headless 5.1.0.95 both write
       ``cv2/``; the one installed last wrote it, whatever else the first left beside it), where ``other`` ships the
-      package itself (an ``__init__.py`` of a folder above ``rel``), not one module dropped into ``d``'s: an unrelated
-      ``beta-tools 1.0`` writing ``shared/core.py`` into ``alpha 1.0``'s ``shared/`` left a package neither ships;
+      package itself (an ``__init__.py`` of a folder above ``rel``) where ``d`` does, not one module dropped into
+      ``d``'s: an unrelated ``beta-tools 1.0`` writing ``shared/core.py`` into ``alpha 1.0``'s ``shared/`` left a
+      package neither ships; in a namespace or data folder (``nvidia/cu13/lib/``) the same version is enough;
     - ``other`` ships every file ``d`` has in that package (opencv-contrib's ``cv2/`` over opencv's);
     - the file is a namespace's ``__init__.py`` whose halves ship disjoint subpackages (``backports.alpha`` and
       ``backports.beta`` each write ``backports/__init__.py``).
@@ -227,8 +228,12 @@ def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
         return True  # a module at the top of the site folder: one file
     if other.version == d.version:
         parts = rel.split("/")
+        above = ["/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts))]
         theirs_all = {r for r, _, _ in other.record.rows}
-        if any("/".join(parts[:i]) + "/__init__.py" in theirs_all for i in range(1, len(parts))):
+        mine_all = {r for r, _, _ in d.record.rows}
+        # In a regular package of d's, the other must ship that package; a namespace or data folder (NVIDIA's
+        # nvidia/cu13/lib/) is no package of either: two builds of one release overlap there.
+        if any(a in theirs_all for a in above) or not any(a in mine_all for a in above):
             return True
     mine = [r for r, _, _ in d.record.hashed if r.startswith(top + "/")]
     theirs = {r for r, _, _ in other.record.hashed if r.startswith(top + "/")}
