@@ -234,3 +234,24 @@ def test_fix_keeps_what_an_extra_asked_by_a_plain_requirement_requires(tmp_path)
     kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
     assert "requested by the wheelhouse" in kept.get("gpukern 1.0", ""), _fixes(r.stdout)
     assert "gpukern" in _installed(venv)
+
+
+def test_damage_of_counts_a_sourceless_module_and_not_the_byte_code_cache(tmp_path):
+    """An emptied sourceless core.pyc is damage (code: a reinstall mends it), as stack:files judges it; a .pyc under
+    __pycache__/ is the interpreter's to rewrite."""
+    import importlib.util
+    import marshal
+    from broken_packages import install_wheel, make_venv, site_packages
+    from wheelhouse.doctor.repair import damage_of
+    from wheelmaker import make_wheel
+
+    code = importlib.util.MAGIC_NUMBER + b"\0" * 12 + marshal.dumps(compile("X = 1\n", "core.py", "exec"))
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "srcless", "1.0", files={
+        "srcless/__init__.pyc": code, "srcless/core.pyc": code, "srcless/__pycache__/x.cpython-311.pyc": code}))
+    site = site_packages(py)
+    info = next(site.glob("srcless-1.0.dist-info"))
+    assert damage_of(info) == []
+    (site / "srcless" / "core.pyc").write_bytes(b"")
+    (site / "srcless" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
+    assert damage_of(info) == ["srcless/core.pyc does not match its RECORD sha256"]

@@ -182,13 +182,14 @@ def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
 
 
 def damage_of(info: Path | None) -> list[str]:
-    """The files ``info``'s RECORD lists that are gone or differ from its sha256 (byte code aside)."""
+    """The files ``info``'s RECORD lists that are gone or differ from its sha256 (the byte-code cache aside; a
+    sourceless ``.pyc`` outside ``__pycache__/`` is code, as ``stack:files`` judges it)."""
     if info is None:
         return []
     base = info.parent
     out = []
     for rel, digest, _size in read_installed_record(info).rows:
-        if rel.endswith((".pyc", ".pyo")) or "__pycache__/" in rel or rel.startswith(("/", "..")) or digest is None:
+        if "__pycache__/" in rel or rel.startswith(("/", "..")) or digest is None:
             continue
         path = base / rel
         try:
