@@ -566,3 +566,18 @@ def test_a_gap_an_install_does_not_change_is_not_blamed_on_it(tmp_path):
     r = wh("install", house2, "--venv", venv, "--only", "tool")
     assert r.returncode == 0, r.stderr
     assert "tool 2.0 (was 1.0)" in r.stdout + r.stderr
+
+
+def test_an_upgrade_that_opens_the_gap_of_an_asked_extra_is_refused(tmp_path):
+    """app 1.0 (whose gpu extra nobody asked for) is installed; the new wheelhouse asks for app[gpu] and ships app 2.0,
+    whose gpu extra requires gpukern, which it lacks: the gap is this install's (refused on a fresh venv), not one
+    that was there, though app 1.0 declared the same requirement for the extra nobody asked."""
+    w = tmp_path / "w"
+    venv = tmp_path / "venv"
+    h1 = make_wheelhouse(tmp_path / "h1", [make_wheel(w, "app", "1.0", extras={"gpu": ["gpukern"]},
+                                                      modules={"app/__init__.py": ""})])
+    assert wh("install", h1, "--venv", venv).returncode == 0
+    app2 = make_wheel(tmp_path / "w2", "app", "2.0", extras={"gpu": ["gpukern"]}, modules={"app/__init__.py": ""})
+    h2 = make_wheelhouse(tmp_path / "h2", [app2], extra_meta={"inputs": {"requirements": ["app[gpu]"]}})
+    r = wh("install", h2, "--venv", venv)
+    assert r.returncode != 0 and "app needs gpukern" in r.stderr, r.stderr

@@ -191,12 +191,14 @@ def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], targe
     for req in requested:
         if req.marker is None or _applies(req, target, ()):
             asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
-    before = unmet(installed, target, asked=asked)  # judged alike: a gap the install does not change is not new
+    # Judged alike before: a gap the install does not change is not new; but the extras asked of what this install
+    # writes again (app 2.0 for app[gpu]) count after it only, so the gap it opens is new.
+    ours = {canonicalize_name(d.name) for d in incoming}
+    before = unmet(installed, target, asked={k: v for k, v in asked.items() if k not in ours})
     new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides, asked=asked).items()
            if k not in before and v != EXCLUDED}
     if not new:
         return
-    ours = {canonicalize_name(d.name) for d in incoming}
     missing = [f"{who} needs {req} ({why})" for (who, req), why in sorted(new.items()) if canonicalize_name(who) in ours]
     broken = [f"{who} needs {req} ({why} after this install)" for (who, req), why in sorted(new.items())
               if canonicalize_name(who) not in ours]
