@@ -106,3 +106,41 @@ def test_a_library_whose_other_copy_the_process_maps_first_defines_the_version_i
     r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:pkg")
     assert r.verdict == "warn" and r.strict is not False, r
     assert "midlibs/libwhgone.so.1 lacks version WHGONE_2, but " in r.evidence and "defines it" in r.evidence, r
+
+
+@pytest.mark.parametrize("with_beta", [False, True], ids=["alone", "beside-an-unrelated-copy"])
+def test_a_plugin_whose_own_copy_lacks_the_version_is_never_vouched_for(tmp_path, with_beta):
+    """alpha's plugin libplug (loaded by ctypes) needs libfoo.so.1 at FOO_2; alpha's own libfoo defines FOO_1 only.
+    Alone, it was ok: "already loaded when its package loads this plugin", vouched for by the plugin itself (the only
+    object linking libfoo) and never asked for the version. Beside an unrelated beta shipping a libfoo with FOO_2,
+    that copy excused it, though alpha's process never maps beta's. Both: the plugin's miss, named as the loader's."""
+    b = tmp_path / "build"
+    b.mkdir()
+    (b / "foo.c").write_text("int foo_one(void){return 1;}\n#ifdef V2\nint foo_two(void){return 2;}\n#endif\n")
+    (b / "v1.map").write_text("FOO_1 { global: foo_one; local: *; };\n")
+    (b / "v2.map").write_text("FOO_1 { global: foo_one; local: *; };\nFOO_2 { global: foo_two; } FOO_1;\n")
+
+    def gcc(*args: str) -> None:
+        subprocess.run(["gcc", *args], check=True, capture_output=True, cwd=b)
+
+    gcc("-shared", "-fPIC", "-o", "libfoo_old.so", "foo.c", "-Wl,-soname,libfoo.so.1", "-Wl,--version-script=v1.map")
+    gcc("-shared", "-fPIC", "-DV2", "-o", "libfoo_new.so", "foo.c", "-Wl,-soname,libfoo.so.1",
+        "-Wl,--version-script=v2.map")
+    (b / "link").mkdir()
+    (b / "link" / "libfoo.so").write_bytes((b / "libfoo_new.so").read_bytes())
+    (b / "plug.c").write_text("int foo_two(void);\nint plug(void){return foo_two();}\n")
+    gcc("-shared", "-fPIC", "-o", "libplug.so", "plug.c", "-Llink", "-lfoo", "-Wl,-rpath,$ORIGIN", "-Wl,-soname,libplug.so")
+    py = make_venv(tmp_path / "venv")
+    loader = "import ctypes, os\ndef plug():\n    return ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libplug.so')).plug()\n"
+    install_wheel(py, make_wheel(tmp_path / "w", "alpha", "1.0", tags=_tags(), modules={"alpha/__init__.py": loader},
+                                 files={"alpha/lib/libplug.so": (b / "libplug.so").read_bytes(),
+                                        "alpha/lib/libfoo.so.1": (b / "libfoo_old.so").read_bytes()}))
+    if with_beta:
+        install_wheel(py, make_wheel(tmp_path / "w", "beta", "1.0", tags=_tags(), modules={"beta/__init__.py": ""},
+                                     files={"beta/lib/libfoo.so.1": (b / "libfoo_new.so").read_bytes()}))
+    proc = subprocess.run([str(py), "-c", "import alpha; alpha.plug()"], capture_output=True, text=True)
+    assert "version `FOO_2' not found" in proc.stderr
+    r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:alpha")
+    assert r.verdict == "warn" and r.strict is not False, r
+    assert "alpha/lib/libfoo.so.1 lacks version FOO_2 -- loaded on demand" in r.evidence, r
+    assert "beta" not in r.evidence

@@ -182,24 +182,18 @@ def _scan(ctx: DoctorContext, paths: list[Path], facts: LoaderFacts,
                     s.found = found
         if not changed:
             break
-    _other_copies(scans, facts)
+    _other_copies(scans, facts, _Graph.of(scans, by_path))
     return scans
 
 
-def _other_copies(scans: Mapping[Path, _Scan], facts: LoaderFacts) -> None:
-    """A library found lacking a symbol version its needer requires, where another copy of that name (one another
-    shipped object's search maps, or the process has loaded) defines it: the loader maps a name once and binds every
-    later need to that copy, so which copy loads first decides. Found, with a note: a warning --strict counts, not
-    a fail (``pkg.libs/libwhgone.so.1`` loaded for ``_core`` serves ``libmid``, whose own RUNPATH finds an older
-    one: the import works)."""
-    copies: dict[str, set[str]] = {}
-    for s in scans.values():
-        for f in s.found:
-            if f.path is not None:
-                copies.setdefault(f.name, set()).add(f.path)
-    for name, path in facts.loaded.items():
-        copies.setdefault(name, set()).add(path)
-    for s in scans.values():
+def _other_copies(scans: Mapping[Path, _Scan], facts: LoaderFacts, graph: "_Graph") -> None:
+    """A library found lacking a symbol version its needer requires, where another copy of that name that a process
+    loading the needer maps (an object loaded from the same root: an extension module, a plugin loaded by path; or
+    what the interpreter has loaded) defines it: the loader maps a name once and binds every later need to that
+    copy, so which copy loads first decides. Found, with a note: a warning --strict counts, not a fail
+    (``pkg.libs/libwhgone.so.1`` loaded for ``_core`` serves ``libmid``, whose own RUNPATH finds an older one: the
+    import works). A copy only an unrelated package maps is never in that process: no excuse."""
+    for path, s in scans.items():
         if s.info is None:
             continue
         for i, f in enumerate(s.found):
@@ -207,7 +201,10 @@ def _other_copies(scans: Mapping[Path, _Scan], facts: LoaderFacts) -> None:
                 continue
             required = {v for file, versions in s.info.version_needs if file == f.name for v in versions}
             lacking = f.error.split(" lacks version", 1)[0]
-            good = next((c for c in sorted(copies.get(f.name, ())) if c != lacking and _defines(c, required)), None)
+            copies = {o for o in graph.loaded_with(os.path.realpath(path)) if os.path.basename(o) == f.name
+                      or (o in graph.info and graph.info[o].soname == f.name)}
+            copies |= {facts.loaded[f.name]} if f.name in facts.loaded else set()
+            good = next((c for c in sorted(copies) if c != lacking and _defines(c, required)), None)
             if good is not None:
                 s.found[i] = dataclasses.replace(
                     f, path=good, via="some-chains", error="",
@@ -282,6 +279,21 @@ class _Graph:
                     key = loader[key]
                 chains.append(chain)
         return chains, len(roots) > _ROOTS
+
+    def loaded_with(self, real: str) -> set[str]:
+        """Every shipped object a process that loads ``real`` has mapped by then or after: what each root above it
+        (and ``real`` itself, where nothing shipped loads it or it is loaded by its path) loads, breadth first."""
+        roots, seen, todo = [], {real}, [real]
+        while todo:
+            key = todo.pop()
+            above = self.parents.get(key, ())
+            if not above or key in self.by_path:
+                roots.append(key)
+            for p in above:
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return {o for root in sorted(roots)[:_ROOTS] for o in self._loaders_from(root)}
 
     def _loaders_from(self, root: str) -> dict[str, str | None]:
         """What loads each object reached from ``root``, breadth first in DT_NEEDED order (once per root: the objects
@@ -429,6 +441,17 @@ def _package_provides(d: Distribution, objects: Sequence[tuple[str, Path]], scan
     return out
 
 
+def _loaded_before(what: str, provider: str, plugin: Path, scans: Mapping[Path, _Scan]) -> bool:
+    """Whether the provider is in the process before ``plugin`` loads: an extension module is (its package's
+    import); an object a shipped object links is only where an object other than ``plugin`` links it (a library
+    that only the plugin itself links is not loaded before it: alpha's libplug vouched for its own libfoo)."""
+    if "extension module" in what:
+        return True
+    real = os.path.realpath(provider)
+    return any(p != plugin and any(f.path and os.path.realpath(f.path) == real for f in s.found)
+               for p, s in scans.items())
+
+
 def _where_else(name: str, dirs: Sequence[str]) -> str | None:
     return next((d for d in dirs if os.path.exists(os.path.join(d, name))), None)
 
@@ -462,7 +485,11 @@ def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list
                 out.soft.setdefault(name, []).append((rel, found))
             elif _on_demand(d, rel, paths[rel], scans[paths[rel]].info, stack):
                 out.on_demand.setdefault(name, []).append(rel)
-                plugins.setdefault(rel, []).append(name)
+                if found.error:  # found, but the loader fails there: say why, not "not found"
+                    out.warns.append(f"{rel} needs {name}: {found.error} -- loaded on demand: no shipped object names "
+                                     f"{rel.rpartition('/')[2]} in DT_NEEDED (a plugin its package loads by name)")
+                else:
+                    plugins.setdefault(rel, []).append(name)
                 out.counted = True  # inferred from the links alone: no data says the package does without it
             else:
                 out.hard.setdefault(name, []).append((rel, found))
@@ -501,9 +528,13 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
         checked += 1
         found_all = True
         for found in s.found:
-            if found.path is None and _on_demand(d, rel, path, s.info, stack):
+            if found.path is None and not found.error and _on_demand(d, rel, path, s.info, stack):
                 provides = _package_provides(d, objects, scans, stack) if provides is None else provides
-                if found.name in provides:  # its package loaded that object before it loads this plugin
+                own_path = os.path.join(d.location or "", provides[found.name][0]) if found.name in provides else ""
+                required = {v for file, versions in s.info.version_needs if file == found.name for v in versions}
+                if own_path and (not required or _defines(own_path, required)) \
+                        and _loaded_before(provides[found.name][1], own_path, path, scans):
+                    # its package loaded that object before it loads this plugin (and it has the versions asked)
                     own, what = provides[found.name]
                     by_package.append(f"{rel} needs {found.name}: {own} ({what}), already loaded when its "
                                       "package loads this plugin by name")
