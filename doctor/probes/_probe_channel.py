@@ -154,7 +154,7 @@ def _watch_file_access():
     process (``import``, ``compile``, ``sys._getframe``, ctypes' calls...): one set lookup rejects the others."""
     skip = _doctor_paths()
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    stat_of, is_file, abspath, fsdecode = os.stat, stat.S_ISREG, os.path.abspath, os.fsdecode
+    stat_of, is_file, abspath, fsdecode, readlink = os.stat, stat.S_ISREG, os.path.abspath, os.fsdecode, os.readlink
     sep, byte_code = os.sep, os.sep + _BYTE_CODE_FOLDER
     note, listed, absent, written = _OPENED.append, _LISTED.append, _ABSENT.append, _WRITTEN
     watched = frozenset(("open", "os.listdir", "os.scandir"))  # the listing events' argument: the folder (or an fd)
@@ -168,6 +168,8 @@ def _watch_file_access():
                 path = fsdecode(path)
             elif path is None:  # os.listdir() lists the working folder
                 path = "."
+            elif isinstance(path, int) and event != "open":  # os.scandir(fd), os.listdir(fd): the folder it is
+                path = readlink("/proc/self/fd/%d" % path)
             if not isinstance(path, str):
                 return  # a file descriptor
             path = abspath(path)
@@ -195,12 +197,13 @@ def _watch_file_access():
 
 
 def _watch_existence_tests():
-    """Note each path that ``os.path.exists``, ``lexists``, ``isfile`` or ``isdir`` answered False for: an
-    ``__init__`` that reads an optional config only ``if os.path.exists(conf)`` opens nothing while there is none,
-    and no audit event tells of a ``stat``. Such a path is named as absent (it appearing is a change), where it is
-    still absent when named: one the process created meanwhile (``if not exists(d): os.makedirs(d)``) is its own.
-    A False costs a path's ``abspath``; a True, one call more. ``os.stat``, ``os.access`` and ``pathlib``'s
-    ``exists``/``is_file`` (which call ``os.stat``) are not watched: ``os.stat`` is a member of
+    """Note each path that ``os.path.exists``, ``lexists``, ``isfile``, ``isdir`` or ``islink``, or ``pathlib.Path``'s
+    ``exists``, ``is_file``, ``is_dir`` or ``is_symlink`` answered False for, and each that ``os.path.getsize`` and
+    kin raised OSError for: an ``__init__`` that reads an optional config only ``if os.path.exists(conf)`` opens
+    nothing while there is none, and no audit event tells of a ``stat``. Such a path is named as absent (it appearing
+    is a change), where it is still absent when named: one the process created meanwhile (``if not exists(d):
+    os.makedirs(d)``) is its own, as is a file ``islink`` said False of. A False costs a path's ``abspath``; a True,
+    one call more. ``os.stat`` and ``os.access`` themselves are not watched: they are members of
     ``os.supports_follow_symlinks`` and its kin, which ``shutil`` tests by identity (a wrapper would change how
     ``rmtree`` deletes)."""
     skip = _doctor_paths()
@@ -209,34 +212,91 @@ def _watch_existence_tests():
     def watched(original):
         def test(*args, **kwargs):  # os.path.isdir(s=...) is a call too
             found = original(*args, **kwargs)
-            path = args[0] if args else next(iter(kwargs.values()), None)
             if not found:
-                try:
-                    name = fspath(path)
-                    if isinstance(name, bytes):
-                        name = fsdecode(name)
-                    if isinstance(name, str):  # not a file descriptor
-                        name = abspath(name)
-                        if not name.startswith(skip):
-                            absent(name)
-                except Exception:  # noqa: BLE001 - the answer is given whatever its path is
-                    pass
+                note(args[0] if args else next(iter(kwargs.values()), None))
             return found
-
-        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-            setattr(test, attr, getattr(original, attr, None))
-        test.__wrapped__ = original
         return test
 
-    for name in ("exists", "lexists", "isfile", "isdir"):
-        original = getattr(os.path, name, None)
-        if original is None:
-            continue
-        test = watched(original)
-        home = sys.modules.get(getattr(original, "__module__", None) or "")
-        for module in {id(m): m for m in (os.path, home) if m is not None}.values():
-            if getattr(module, name, None) is original:  # genericpath's too: pickle finds it there by name
-                setattr(module, name, test)
+    def raising(original):  # getsize and kin: an OSError where the path is not there
+        def test(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            except OSError:
+                note(args[0] if args else next(iter(kwargs.values()), None))
+                raise
+        return test
+
+    def note(path):
+        try:
+            name = fspath(path)
+            if isinstance(name, bytes):
+                name = fsdecode(name)
+            if isinstance(name, str):  # not a file descriptor
+                name = abspath(name)
+                if not name.startswith(skip):
+                    absent(name)
+        except Exception:  # noqa: BLE001 - the answer is given whatever its path is
+            pass
+
+    for names, wrap in ((("exists", "lexists", "isfile", "isdir", "islink"), watched),
+                        (("getsize", "getmtime", "getctime", "getatime"), raising)):
+        for name in names:
+            original = getattr(os.path, name, None)
+            if original is None:
+                continue
+            test = wrap(original)
+            for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+                setattr(test, attr, getattr(original, attr, None))
+            test.__wrapped__ = original
+            home = sys.modules.get(getattr(original, "__module__", None) or "")
+            for module in {id(m): m for m in (os.path, home) if m is not None}.values():
+                if getattr(module, name, None) is original:  # genericpath's too: pickle finds it there by name
+                    setattr(module, name, test)
+    # pathlib's tests call os.stat, which is not wrapped: its own methods are (``Path(conf).exists()`` is the idiom),
+    # in every pathlib module this process loads (the imports probe forgets its own modules: the code under test
+    # imports pathlib afresh), as it is loaded.
+    def patch_pathlib(pathlib):
+        for name in ("exists", "is_file", "is_dir", "is_symlink"):
+            original = getattr(pathlib, "Path", object).__dict__.get(name)
+            if original is None or hasattr(original, "__wrapped__"):
+                continue
+
+            def method(self, *args, _original=original, **kwargs):
+                found = _original(self, *args, **kwargs)
+                if not found:
+                    note(self)
+                return found
+
+            method.__name__, method.__qualname__ = original.__name__, original.__qualname__
+            method.__doc__, method.__wrapped__ = original.__doc__, original
+            setattr(pathlib.Path, name, method)
+
+    class PathlibWatch:
+        """A meta path finder that only hands on pathlib's spec, its loader patching the module once executed."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "pathlib":
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    run = spec.loader.exec_module
+
+                    def exec_module(module, _run=run):
+                        _run(module)
+                        patch_pathlib(module)
+
+                    spec.loader.exec_module = exec_module
+                    return spec
+                if spec is not None:
+                    return spec
+            return None
+
+    if "pathlib" in sys.modules:
+        patch_pathlib(sys.modules["pathlib"])
+    sys.meta_path.insert(0, PathlibWatch())
 
 
 CODE_CACHE_ENV = "WH_PROBE_CODE_CACHE"

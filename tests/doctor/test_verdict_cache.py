@@ -697,7 +697,12 @@ def test_a_file_added_to_a_folder_the_import_lists_is_a_change(tmp_path, exts, l
 
 _LOOKS_FOR = {"os.path.exists": "if os.path.exists(CONF):\n    exec(open(CONF).read())\n",
               "os.path.isfile": "if os.path.isfile(CONF):\n    exec(open(CONF).read())\n",
-              "open": "try:\n    _fh = open(CONF)\nexcept FileNotFoundError:\n    pass\nelse:\n    exec(_fh.read())\n"}
+              "open": "try:\n    _fh = open(CONF)\nexcept FileNotFoundError:\n    pass\nelse:\n    exec(_fh.read())\n",
+              "pathlib.Path.exists": "import pathlib\nif pathlib.Path(CONF).exists():\n    exec(open(CONF).read())\n",
+              "os.path.getsize": "try:\n    os.path.getsize(CONF)\nexcept OSError:\n    pass\nelse:\n"
+                                 "    exec(open(CONF).read())\n",
+              "os.listdir(fd)": "_fd = os.open(os.path.dirname(os.path.dirname(CONF)), os.O_RDONLY)\n"
+                                "if 'etc' in os.listdir(_fd):\n    exec(open(CONF).read())\nos.close(_fd)\n"}
 
 
 @pytest.mark.parametrize("looked_for", sorted(_LOOKS_FOR))
