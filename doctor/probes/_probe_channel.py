@@ -256,9 +256,11 @@ def _watch_existence_tests():
     # in every pathlib module this process loads (the imports probe forgets its own modules: the code under test
     # imports pathlib afresh), as it is loaded.
     def patch_pathlib(pathlib):
+        path_class = getattr(pathlib, "Path", None)
         for name in ("exists", "is_file", "is_dir", "is_symlink"):
-            original = getattr(pathlib, "Path", object).__dict__.get(name)
-            if original is None or hasattr(original, "__wrapped__"):
+            # Set on Path itself whichever class of its MRO defines it (3.13: pathlib._abc.PathBase).
+            original = getattr(path_class, name, None)
+            if original is None or getattr(original, "_wh_watched", False):
                 continue
 
             def method(self, *args, _original=original, **kwargs):
@@ -268,8 +270,8 @@ def _watch_existence_tests():
                 return found
 
             method.__name__, method.__qualname__ = original.__name__, original.__qualname__
-            method.__doc__, method.__wrapped__ = original.__doc__, original
-            setattr(pathlib.Path, name, method)
+            method.__doc__, method.__wrapped__, method._wh_watched = original.__doc__, original, True
+            setattr(path_class, name, method)
 
     class PathlibWatch:
         """A meta path finder that only hands on pathlib's spec, its loader patching the module once executed."""

@@ -383,21 +383,23 @@ def test_an_unrelated_distribution_of_the_same_version_writing_one_module_into_a
     assert code == 1 and "shared/core.py" in res["stack:files"]["evidence"], res
 
 
-def test_two_builds_of_one_release_in_a_namespace_folder_share_data_but_not_code(tmp_path):
+def test_two_builds_of_one_release_in_a_namespace_folder_share_data_and_libraries_but_not_modules(tmp_path):
     """NVIDIA's layout: nvidia/cu13/ has no __init__.py above it. The headless build of the same release, installed
-    last, wrote its header over the full build's: no damage (the rule asking the other to ship the package failed it).
-    Code is another matter: an unrelated acme-beta 1.0 writing acme/_shared.py into the namespace acme/ over
+    last, wrote its header and its libcux over the full build's: no damage (the rule asking the other to ship the
+    package failed it, and then one judging libraries as modules). A Python module is another matter: an unrelated acme-beta 1.0 writing acme/_shared.py into the namespace acme/ over
     acme-alpha 1.0's broke `import acme.alpha`, and the same version alone passed it."""
     from broken_packages import make_venv
 
     py = make_venv(tmp_path / "venv")
     install_wheel(py, make_wheel(tmp_path / "w", "cux-cu13", "13.0.1", files={
-        "nvidia/cu13/include/cux.h": b"full build\n", "nvidia/cu13/include/cuxgui.h": b"gui\n"}))
+        "nvidia/cu13/include/cux.h": b"full build\n", "nvidia/cu13/include/cuxgui.h": b"gui\n",
+        "nvidia/cu13/lib/libcux.so.13": b"full build\n", "nvidia/cu13/lib/libcuxgui.so.13": b"gui\n"}))
     install_wheel(py, make_wheel(tmp_path / "w", "cux-cu13-headless", "13.0.1", files={
-        "nvidia/cu13/include/cux.h": b"headless build\n"}))
+        "nvidia/cu13/include/cux.h": b"headless build\n", "nvidia/cu13/lib/libcux.so.13": b"headless build\n"}))
     code, res = doctor(py, check="stack:files")
     assert code == 0 and res["stack:files"]["verdict"] == "ok", res
     assert "holds cux-cu13-headless 13.0.1's bytes" in res["stack:files"]["evidence"]
+    assert "nvidia/cu13/lib/libcux.so.13 (cux-cu13's)" in res["stack:files"]["evidence"]
     install_wheel(py, make_wheel(tmp_path / "w", "acme-alpha", "1.0", modules={
         "acme/_shared.py": "def helper():\n    return 1\n", "acme/alpha/__init__.py": "from acme._shared import helper\n"}))
     install_wheel(py, make_wheel(tmp_path / "w", "acme-beta", "1.0", modules={

@@ -794,3 +794,27 @@ def test_an_existence_test_called_by_keyword_works_in_a_probe(tmp_path, exts):
     init = "import os\nfrom ._core import answer\nassert os.path.isdir(s='/') and not os.path.exists(path='/nonexistent')\n"
     install_dist(py, tmp_path / "wheels", "kwpkg", {"kwpkg/__init__.py": init}, {f"kwpkg/_core{SUFFIX}": exts["core"]})
     assert _doctor(py, tmp_path)["native:kwpkg"]["verdict"] == "ok"
+
+
+def _other_pythons() -> list[str]:
+    """Interpreters of other versions on this machine (pyenv's), where pathlib's layout differs (3.13: a package)."""
+    import glob
+    import shutil
+
+    found = {shutil.which(f"python3.{minor}") for minor in range(8, 15)}  # a pyenv shim may name one not there
+    found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")))
+    return sorted(p for p in found if p and "/shims/" not in p and os.path.realpath(p) != os.path.realpath(sys.executable))
+
+
+@pytest.mark.parametrize("python", _other_pythons() or [pytest.param(None, marks=pytest.mark.skip("no other Python"))])
+def test_the_pathlib_watch_holds_on_every_python_layout(python):
+    """On 3.13 pathlib is a package whose Path inherits exists() from pathlib._abc.PathBase: the watch set where the
+    method was defined on Path patched nothing there, and a broken config appearing was reused as ok."""
+    probes = Path(__file__).resolve().parents[2] / "doctor" / "probes"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import _probe_channel as c, pathlib\n"
+            "pathlib.Path('/no/such/wh-conf').exists(); pathlib.Path('/no/such/wh-dir').is_dir()\n"
+            "print(sorted(p for p in c._ABSENT if p.startswith('/no/such/')))")
+    proc = subprocess.run([python, "-c", code, str(probes)], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and ("SyntaxError" in proc.stderr or "ModuleNotFoundError" in proc.stderr):
+        pytest.skip(f"{python} cannot run the probe channel (too old)")
+    assert proc.stdout.strip() == "['/no/such/wh-conf', '/no/such/wh-dir']", proc.stderr

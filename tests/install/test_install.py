@@ -581,3 +581,16 @@ def test_an_upgrade_that_opens_the_gap_of_an_asked_extra_is_refused(tmp_path):
     h2 = make_wheelhouse(tmp_path / "h2", [app2], extra_meta={"inputs": {"requirements": ["app[gpu]"]}})
     r = wh("install", h2, "--venv", venv)
     assert r.returncode != 0 and "app needs gpukern" in r.stderr, r.stderr
+
+
+def test_a_reinstall_of_the_same_version_is_not_refused_for_a_gap_it_does_not_change(tmp_path):
+    """app[gpu] was installed knowingly without gpukern (--allow-missing); `wh install --reinstall app` of the same app
+    1.0 (to mend a damaged file) was refused for that gap, which it does not change."""
+    app = make_wheel(tmp_path / "w", "app", "1.0", extras={"gpu": ["gpukern"]}, modules={"app/__init__.py": "X = 1\n"})
+    house = make_wheelhouse(tmp_path / "h1", [app], extra_meta={"inputs": {"requirements": ["app[gpu]"]}})
+    venv = tmp_path / "venv"
+    assert wh("install", house, "--venv", venv, "--allow-missing").returncode == 0
+    (site(venv) / "app" / "__init__.py").write_text("")
+    r = wh("install", house, "--venv", venv, "--reinstall", "app")
+    assert r.returncode == 0, r.stderr
+    assert (site(venv) / "app" / "__init__.py").read_text() == "X = 1\n"

@@ -191,10 +191,12 @@ def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], targe
     for req in requested:
         if req.marker is None or _applies(req, target, ()):
             asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
-    # Judged alike before: a gap the install does not change is not new; but the extras asked of what this install
-    # writes again (app 2.0 for app[gpu]) count after it only, so the gap it opens is new.
+    # Judged alike before: a gap the install does not change is not new (a reinstall of the same app of app[gpu]);
+    # but the extras asked of another version this install writes (app 2.0) count after it only: its gap is new.
     ours = {canonicalize_name(d.name) for d in incoming}
-    before = unmet(installed, target, asked={k: v for k, v in asked.items() if k not in ours})
+    other_version = {canonicalize_name(d.name) for d in incoming
+                     if canonicalize_name(d.name) not in installed or installed[canonicalize_name(d.name)].version != d.version}
+    before = unmet(installed, target, asked={k: v for k, v in asked.items() if k not in other_version})
     new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides, asked=asked).items()
            if k not in before and v != EXCLUDED}
     if not new:

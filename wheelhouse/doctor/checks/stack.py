@@ -216,8 +216,9 @@ def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
       ``cv2/``; the one installed last wrote it, whatever else the first left beside it), where ``other`` ships the
       package itself (an ``__init__.py`` of a folder above ``rel``) where ``d`` does, not one module dropped into
       ``d``'s: an unrelated ``beta-tools 1.0`` writing ``shared/core.py`` into ``alpha 1.0``'s ``shared/`` left a
-      package neither ships; in a namespace or data folder the same version is enough for a data file, not for code
-      (an unrelated ``acme-beta 1.0`` writing ``acme/_shared.py`` over ``acme-alpha 1.0``'s broke its import);
+      package neither ships; in a namespace or data folder the same version is enough for a data file or a shared
+      library (``nvidia/cu13/lib/``), not for a Python module (an unrelated ``acme-beta 1.0`` writing
+      ``acme/_shared.py`` over ``acme-alpha 1.0``'s broke its import);
     - ``other`` ships every file ``d`` has in that package (opencv-contrib's ``cv2/`` over opencv's);
     - the file is a namespace's ``__init__.py`` whose halves ship disjoint subpackages (``backports.alpha`` and
       ``backports.beta`` each write ``backports/__init__.py``).
@@ -233,9 +234,10 @@ def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
         theirs_all = {r for r, _, _ in other.record.rows}
         mine_all = {r for r, _, _ in d.record.rows}
         # In a regular package of d's, the other must ship that package. In a namespace or data folder (NVIDIA's
-        # nvidia/cu13/include/) the same version is enough for data only: code there (acme/_shared.py of an
-        # unrelated acme-beta 1.0 over acme-alpha 1.0's) is judged by the rule below.
-        if any(a in theirs_all for a in above) or (not any(a in mine_all for a in above) and not _is_code(rel)):
+        # nvidia/cu13/) the same version is enough for data and shared libraries (two builds of one release): a
+        # Python module there (acme/_shared.py of an unrelated acme-beta 1.0 over acme-alpha 1.0's) is judged by the
+        # rule below.
+        if any(a in theirs_all for a in above) or (not any(a in mine_all for a in above) and not _is_python(rel)):
             return True
     mine = [r for r, _, _ in d.record.hashed if r.startswith(top + "/")]
     theirs = {r for r, _, _ in other.record.hashed if r.startswith(top + "/")}
@@ -357,6 +359,15 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
 
 
 _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd", ".pth", ".dylib")  # a .pyc RECORD lists: sourceless
+
+
+def _is_python(rel: str) -> bool:
+    """A file the interpreter imports or runs: a module, its byte code, an extension module, a .pth (not a library a
+    loader maps by its name, ``lib*.so*``)."""
+    name = rel.rsplit("/", 1)[-1]
+    if name.startswith("lib") and (name.endswith(".so") or ".so." in name):
+        return False
+    return name.endswith((".py", ".pyc", ".pyo", ".pth", ".so", ".pyd"))
 
 
 def _is_code(rel: str) -> bool:
