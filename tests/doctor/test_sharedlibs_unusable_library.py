@@ -144,3 +144,44 @@ def test_a_plugin_whose_own_copy_lacks_the_version_is_never_vouched_for(tmp_path
     assert r.verdict == "warn" and r.strict is not False, r
     assert "alpha/lib/libfoo.so.1 lacks version FOO_2 -- loaded on demand" in r.evidence, r
     assert "beta" not in r.evidence
+
+
+def test_a_plugins_package_excuses_a_miss_only_with_what_is_really_in_its_process(tmp_path):
+    """Two plugins judged "already loaded when its package loads this plugin by name" while their load failed after
+    the import: (1) the package's extension module libtriton.so (PyInit_libtriton) had no SONAME, and the loader
+    matches a need to an object mapped by its path through its SONAME only, never its file name; (2) libfoo.so.1 was
+    linked only by another plugin, itself loaded on demand: nothing imported had it in the process."""
+    from broken_packages import _gcc
+
+    b = tmp_path / "build"
+    b.mkdir()
+
+    def so(name: str, src: str, *extra: str) -> bytes:
+        (b / f"{name}.c").write_text(src)
+        _gcc(["-shared", "-fPIC", str(b / f"{name}.c"), "-o", str(b / name), "-Wl,--no-as-needed", *extra])
+        return (b / name).read_bytes()
+
+    tri = _ext(b, "libtriton")
+    (b / "libtriton.so").write_bytes(tri)
+    plug = so("libplug.so", "int plug(void){return 1;}\n", f"-L{b}", "-l:libtriton.so")
+    foo = so("libfoo.so.1", "int foo(void){return 2;}\n", "-Wl,-soname,libfoo.so.1")
+    plug_a = so("libplugA.so", "extern int foo(void); int a(void){return foo();}\n", f"-L{b}", "-l:libfoo.so.1",
+                "-Wl,-rpath,$ORIGIN", "-Wl,--disable-new-dtags")
+    plug_b = so("libplugB.so", "extern int foo(void); int bb(void){return foo();}\n", f"-L{b}", "-l:libfoo.so.1")
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "tritonx", "1.0", tags=_tags(), modules={
+        "tritonx/__init__.py": "from tritonx._C import libtriton\n", "tritonx/_C/__init__.py": ""},
+        files={"tritonx/_C/libtriton.so": tri, "tritonx/plugins/libplug.so": plug}))
+    install_wheel(py, make_wheel(tmp_path / "w", "pkgb", "1.0", tags=_tags(), modules={"pkgb/__init__.py": ""},
+                                 files={"pkgb/lib/libfoo.so.1": foo, "pkgb/lib/libplugA.so": plug_a,
+                                        "pkgb/lib/libplugB.so": plug_b}))
+    for pkg, plugin, lib in (("tritonx", "tritonx/plugins/libplug.so", "libtriton.so"),
+                             ("pkgb", "pkgb/lib/libplugB.so", "libfoo.so.1")):
+        load = (f"import ctypes, os, {pkg}; ctypes.CDLL(os.path.join(os.path.dirname(os.path.dirname("
+                f"{pkg}.__file__)), {plugin!r}))")
+        assert f"{lib}: cannot open shared object file" in subprocess.run(
+            [str(py), "-c", load], capture_output=True, text=True).stderr
+        r = run_doctor(str(py), checks=["sharedlibs"]).get(f"sharedlibs:{pkg}")
+        assert r.verdict == "warn" and r.strict is not False, r
+        assert f"{plugin} needs {lib}: not found -- loaded on demand" in r.evidence, r
+        assert "already loaded when its package" not in r.evidence

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
-from wheelhouse.doctor.extensions import is_python_extension
+from wheelhouse.doctor.extensions import is_python_extension, pyinit_modules
 from wheelhouse.env.cuda import engine_environment
 from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.datafile import get_value, load_tables
@@ -392,6 +392,22 @@ class _Stack:
     suffixes: tuple[str, ...]
     caller_extra: tuple[str, ...]  # the caller's LD_LIBRARY_PATH entries the engine's environment lacks
     note: str  # import errors of the loader probe
+    imported: frozenset[str] = frozenset()  # real paths of the extension modules and all they load: in the process
+
+
+def _imported(scans: Mapping[Path, _Scan], modules: frozenset[str]) -> frozenset[str]:
+    """The extension modules (``modules``: real paths) and every shipped object they load, directly or not: what is
+    in the process once their packages are imported (a plugin that nothing imported links is not)."""
+    by_real = {os.path.realpath(p): s for p, s in scans.items()}
+    seen, todo = set(modules), list(modules)
+    while todo:
+        s = by_real.get(todo.pop())
+        for f in s.found if s is not None else ():
+            real = os.path.realpath(f.path) if f.path else None
+            if real and real not in seen:
+                seen.add(real)
+                todo.append(real)
+    return frozenset(seen)
 
 
 def _linked(scans: Mapping[Path, _Scan]) -> frozenset[str]:
@@ -431,25 +447,16 @@ def _package_provides(d: Distribution, objects: Sequence[tuple[str, Path]], scan
             continue
         if rel in {f for f, _ in d.extensions} or is_python_extension(path):
             what = f"a Python extension module of {d.name}, loaded when its package is imported"
+            names = (info.soname,)  # mapped by its path: a need matches its SONAME only, never its file name
         elif {rel.rpartition("/")[2], os.path.realpath(path), info.soname} & stack.linked:
             what = f"linked by a shipped object of {d.name}"
+            names = (info.soname, rel.rpartition("/")[2])  # loaded by that name: it matches too
         else:
             continue
-        for name in (info.soname, rel.rpartition("/")[2]):
+        for name in names:
             if name:
                 out.setdefault(name, (rel, what))
     return out
-
-
-def _loaded_before(what: str, provider: str, plugin: Path, scans: Mapping[Path, _Scan]) -> bool:
-    """Whether the provider is in the process before ``plugin`` loads: an extension module is (its package's
-    import); an object a shipped object links is only where an object other than ``plugin`` links it (a library
-    that only the plugin itself links is not loaded before it: alpha's libplug vouched for its own libfoo)."""
-    if "extension module" in what:
-        return True
-    real = os.path.realpath(provider)
-    return any(p != plugin and any(f.path and os.path.realpath(f.path) == real for f in s.found)
-               for p, s in scans.items())
 
 
 def _where_else(name: str, dirs: Sequence[str]) -> str | None:
@@ -533,7 +540,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 own_path = os.path.join(d.location or "", provides[found.name][0]) if found.name in provides else ""
                 required = {v for file, versions in s.info.version_needs if file == found.name for v in versions}
                 if own_path and (not required or _defines(own_path, required)) \
-                        and _loaded_before(provides[found.name][1], own_path, path, scans):
+                        and os.path.realpath(own_path) in stack.imported:
                     # its package loaded that object before it loads this plugin (and it has the versions asked)
                     own, what = provides[found.name]
                     by_package.append(f"{rel} needs {found.name}: {own} ({what}), already loaded when its "
@@ -617,10 +624,11 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     every = dists if not ctx.patterns else [
         (d, objs) for d in sorted(ctx.distributions.values(), key=lambda d: d.key) for objs in [shared_objects(d)] if objs]
     # The import system maps each extension module by its path: a root of its own, whatever else needs it.
-    by_path = [os.path.realpath(os.path.join(d.location, rel)) for d, _ in every if d.location for rel, _ in d.extensions]
+    by_path = [os.path.realpath(os.path.join(d.location, rel)) for d, _ in every if d.location
+               for rel, _ in (*d.extensions, *pyinit_modules(Path(d.location), d.library_candidates))]
     scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
-                   caller_extra, note)
+                   caller_extra, note, _imported(scans, frozenset(by_path)))
     results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
     since = record.get("reused_since")
     if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
