@@ -17,6 +17,7 @@ from typing import Collection, Sequence
 from packaging.utils import canonicalize_name
 
 from wheelhouse.recordfile import read_installed_record
+from .installed import same_path
 
 __all__ = ["SharedFile", "shared_files", "shared_with_others", "describe_kept"]
 
@@ -34,9 +35,8 @@ class SharedFile:
 
 def _where(site: str, rel: str) -> str:
     """The file a RECORD row names (relative to ``site``, or absolute), one spelling for every name of its folder
-    (``lib64`` a link to ``lib``)."""
-    folder, leaf = os.path.split(os.path.normpath(os.path.join(site, rel)))
-    return os.path.join(os.path.realpath(folder), leaf)
+    (``lib64`` a link to ``lib``): :func:`~wheelhouse.install.installed.same_path`."""
+    return same_path(os.path.join(site, rel))
 
 
 def _dist_infos(site_dirs: Sequence[str]) -> list[Path]:
