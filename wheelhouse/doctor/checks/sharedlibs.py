@@ -34,7 +34,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
@@ -259,16 +259,7 @@ class _Graph:
         nearer one). An object reached only through a cycle with no root above it has no chain. An object loaded by
         its own path (an extension module: :attr:`by_path`) is a root too; ``real`` itself then has the empty
         chain (the import that maps it first: no loader's RPATH helps it)."""
-        roots, seen, todo = [], {real}, [real]
-        while todo:
-            key = todo.pop()
-            above = self.parents.get(key, ())
-            if (not above or key in self.by_path) and key != real:
-                roots.append(key)
-            for p in above:
-                if p not in seen:
-                    seen.add(p)
-                    todo.append(p)
+        roots = [r for r in self._roots(real) if r != real]
         chains: list[list[ElfInfo]] = [[]] if real in self.by_path and self.parents.get(real) else []
         for root in sorted(roots)[:_ROOTS]:
             loader = self._loaders_from(root)
@@ -283,6 +274,14 @@ class _Graph:
     def loaded_with(self, real: str) -> set[str]:
         """Every shipped object a process that loads ``real`` has mapped by then or after: what each root above it
         (and ``real`` itself, where nothing shipped loads it or it is loaded by its path) loads, breadth first."""
+        return self.loaded_from(sorted(self._roots(real))[:_ROOTS])
+
+    def loaded_from(self, roots: Iterable[str]) -> set[str]:
+        """``roots`` and every object they load, directly or not."""
+        return {o for root in roots for o in self._loaders_from(root)}
+
+    def _roots(self, real: str) -> list[str]:
+        """``real`` and every object above it that nothing shipped loads or that is loaded by its own path."""
         roots, seen, todo = [], {real}, [real]
         while todo:
             key = todo.pop()
@@ -293,7 +292,7 @@ class _Graph:
                 if p not in seen:
                     seen.add(p)
                     todo.append(p)
-        return {o for root in sorted(roots)[:_ROOTS] for o in self._loaders_from(root)}
+        return roots
 
     def _loaders_from(self, root: str) -> dict[str, str | None]:
         """What loads each object reached from ``root``, breadth first in DT_NEEDED order (once per root: the objects
@@ -392,22 +391,9 @@ class _Stack:
     suffixes: tuple[str, ...]
     caller_extra: tuple[str, ...]  # the caller's LD_LIBRARY_PATH entries the engine's environment lacks
     note: str  # import errors of the loader probe
-    imported: frozenset[str] = frozenset()  # real paths of the extension modules and all they load: in the process
-
-
-def _imported(scans: Mapping[Path, _Scan], modules: frozenset[str]) -> frozenset[str]:
-    """The extension modules (``modules``: real paths) and every shipped object they load, directly or not: what is
-    in the process once their packages are imported (a plugin that nothing imported links is not)."""
-    by_real = {os.path.realpath(p): s for p, s in scans.items()}
-    seen, todo = set(modules), list(modules)
-    while todo:
-        s = by_real.get(todo.pop())
-        for f in s.found if s is not None else ():
-            real = os.path.realpath(f.path) if f.path else None
-            if real and real not in seen:
-                seen.add(real)
-                todo.append(real)
-    return frozenset(seen)
+    # The extension modules (real paths) and every shipped object they load: what is in the process once their
+    # packages are imported (a plugin that nothing imported links is not).
+    imported: frozenset[str] = frozenset()
 
 
 def _linked(scans: Mapping[Path, _Scan]) -> frozenset[str]:
@@ -628,7 +614,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                for rel, _ in (*d.extensions, *pyinit_modules(Path(d.location), d.library_candidates))]
     scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
-                   caller_extra, note, _imported(scans, frozenset(by_path)))
+                   caller_extra, note, frozenset(_Graph.of(scans).loaded_from(by_path)))
     results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
     since = record.get("reused_since")
     if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
