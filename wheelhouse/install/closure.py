@@ -32,8 +32,8 @@ from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledListError, installed_distributions
 from .wheel.archive import read_wheel
 
-__all__ = ["Dist", "MissingRequirements", "EXCLUDED", "installed_view", "wheel_dist", "unmet", "check_closure",
-           "rewrites_of", "requested_with_extras"]
+__all__ = ["Dist", "MissingRequirements", "EXCLUDED", "installed_view", "wheel_dist", "unmet", "asked_extras",
+           "check_closure", "rewrites_of", "requested_with_extras"]
 
 EXCLUDED = "excluded by the manifest"
 
@@ -178,6 +178,16 @@ def _judge(req: Requirement, view: Mapping[str, Dist], dist: Dist, extras: dict[
     return False
 
 
+def asked_extras(requirements: Iterable[Requirement], target: TargetProfile) -> dict[str, set[str]]:
+    """Canonical name -> the extras ``requirements`` ask of it (a manifest's or a wheelhouse's ``app[gpu]``), those
+    whose marker holds on ``target`` (one that cannot be judged counts): ``unmet``'s ``asked``."""
+    asked: dict[str, set[str]] = {}
+    for req in requirements:
+        if _applies(req, target, ()):
+            asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    return asked
+
+
 def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], target: TargetProfile, *,
                   excluded: Iterable[str] = (), overrides: Mapping[str, Sequence[str]] | None = None,
                   requested: Sequence[Requirement] = ()) -> None:
@@ -187,15 +197,12 @@ def check_closure(installed: Mapping[str, Dist], incoming: Sequence[Dist], targe
     final = dict(installed)
     for d in incoming:
         final[canonicalize_name(d.name)] = d
-    asked: dict[str, set[str]] = {}
-    for req in requested:
-        if req.marker is None or _applies(req, target, ()):
-            asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    asked = asked_extras(requested, target)
     # Judged alike before: a gap the install does not change is not new (a reinstall of the same app of app[gpu]);
     # but the extras asked of another version this install writes (app 2.0) count after it only: its gap is new.
     ours = {canonicalize_name(d.name) for d in incoming}
-    other_version = {canonicalize_name(d.name) for d in incoming
-                     if canonicalize_name(d.name) not in installed or installed[canonicalize_name(d.name)].version != d.version}
+    other_version = {key for key, d in ((canonicalize_name(d.name), d) for d in incoming)
+                     if key not in installed or installed[key].version != d.version}
     before = unmet(installed, target, asked={k: v for k, v in asked.items() if k not in other_version})
     new = {k: v for k, v in unmet(final, target, excluded=excluded, overrides=overrides, asked=asked).items()
            if k not in before and v != EXCLUDED}

@@ -38,7 +38,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
-from wheelhouse.install.closure import EXCLUDED, Dist, unmet
+from wheelhouse.install.closure import EXCLUDED, Dist, asked_extras, unmet
 from wheelhouse.install.state import read_install_state
 from wheelhouse.target import TargetProfile
 from wheelhouse.target.installed import InstalledDistribution, InstalledListError, installed_distributions
@@ -138,18 +138,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         name = _name(text)
         if name:
             overrides.setdefault(name, []).append(text)
-    asked: dict[str, set[str]] = {}  # the extras the manifest asks for (fastpkg[fast]): their requirements count
-    for text in (manifest.requirements if manifest else ()):
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        try:
-            if req.marker is not None and not target.evaluate(req.marker, extra=""):
-                continue  # not for this target (`; platform_machine == "aarch64"`): pip skips it too
-        except ValueError:
-            pass  # a marker that cannot be judged counts: a false red over a false green
-        asked.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    # The extras the manifest asks for (fastpkg[fast]) count, where the requirement is for this target.
+    asked = asked_extras([r for r in map(_requirement, manifest.requirements if manifest else ()) if r], target)
     found = unmet(view, target, excluded=reasons, overrides=overrides, asked=asked)
     excluded = {k: v for k, v in found.items() if v == EXCLUDED}
     problems = {k: v for k, v in found.items() if v != EXCLUDED}
@@ -200,8 +190,13 @@ def _excluded_result(excluded: dict[tuple[str, str], str], reasons: dict[str, st
                        data={"excluded": [{"requirer": who, "requirement": req} for who, req in sorted(excluded)]})
 
 
-def _name(text: str) -> str | None:
+def _requirement(text: str) -> Requirement | None:
     try:
-        return canonicalize_name(Requirement(text).name)
+        return Requirement(text)
     except InvalidRequirement:
         return None
+
+
+def _name(text: str) -> str | None:
+    req = _requirement(text)
+    return canonicalize_name(req.name) if req is not None else None
