@@ -395,6 +395,15 @@ def test_a_glibc_version_the_system_libc_lacks_is_a_miss(tmp_path, host_facts):
     assert "version `GLIBC_9.9.9' not found" in load_error(newer)
 
 
+def _elf_objects(paths):
+    """(path, read_elf of it) of each of ``paths`` wh reads as ELF (a linker script named like a library is not)."""
+    for path in paths:
+        try:
+            yield path, read_elf(path)
+        except BadElf:
+            continue
+
+
 def test_version_tables_agree_with_readelf_and_a_normal_system_lacks_none(host_facts) -> None:
     """Every 4th shared object of the system's library folder and the interpreter's lib-dynload: the versions each
     requires (weak ones aside) and defines as `readelf -V` prints them, and none of their needs lacks a version."""
@@ -405,11 +414,7 @@ def test_version_tables_agree_with_readelf_and_a_normal_system_lacks_none(host_f
     files = [*sorted({os.path.realpath(p) for p in libdir.glob("*.so*") if p.is_file()})[::4],
              *sorted(str(p) for p in dynload.glob("*.so"))]
     compared = 0
-    for path in files:
-        try:
-            info = read_elf(path)
-        except BadElf:
-            continue  # a linker script named like a library
+    for path, info in _elf_objects(files):
         out = subprocess.run(["readelf", "-VW", path], capture_output=True, text=True).stdout
         defs = re.findall(r"Rev: \d+\s+Flags: .*?Index: \d+\s+Cnt: \d+\s+Name: (\S+)",
                           out.split("Version definition section")[1].split("Version needs section")[0]) \
@@ -526,11 +531,7 @@ def test_read_elf_and_exports_pyinit_agree_with_readelf_and_nm_on_this_system() 
     system = sorted({os.path.realpath(p) for d in libdirs for p in d.glob("**/*.so*") if p.is_file()})[::8]
     files = [*system[:150], *sorted(str(p) for p in dynload.glob("*.so"))]
     compared = 0
-    for path in files:
-        try:
-            info = read_elf(path)
-        except BadElf:
-            continue  # a linker script named like a library
+    for path, info in _elf_objects(files):
         out = subprocess.run(["readelf", "-dW", path], capture_output=True, text=True).stdout
         rpath = [e for v in re.findall(r"\(RPATH\)\s+Library rpath: \[(.*)\]", out) for e in v.split(":") if e]
         runpath = [e for v in re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.*)\]", out) for e in v.split(":") if e]
