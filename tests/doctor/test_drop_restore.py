@@ -102,3 +102,43 @@ def test_an_install_from_an_archive_records_the_archive_and_restore_takes_it_fro
     assert out.wheelhouse == str(archive) and _find(py, "app")
     leftovers = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("wh-unpacked-*") if p.stat().st_mtime > archive.stat().st_mtime]
     assert leftovers == []  # the archive was unpacked for the restore, then removed
+
+
+def test_restore_takes_an_archive_given_with_wheelhouse(tmp_path, pyindex):
+    """Before: `--wheelhouse X.tar` was refused ("not a wheelhouse (no wh.json)") though --help names archives."""
+    from carry_fixtures import staged_wheelhouse
+
+    house = staged_wheelhouse(tmp_path, pyindex)
+    archive = tmp_path / "carried" / "wh.tar"
+    assert wh("pack", house, "-o", archive).returncode == 0
+    venv = tmp_path / "v"
+    assert wh("install", house, "--venv", venv, "--no-patches").returncode == 0
+    py = venv / "bin" / "python"
+    [rec] = drop_distributions(str(py), [DropPlan("lib", "2.0", ("lib",), "import failed", "ImportError", None)])
+    site = site_packages(py)
+    assert rec.confirmed and not list(site.glob("lib-*.dist-info"))  # (cwd / holds a folder named lib)
+    r = wh("drop", "--python", py, "--restore", "lib", "--wheelhouse", archive)
+    assert r.returncode == 0, r.stderr
+    assert f"restored lib 2.0 from {archive}" in r.stderr and list(site.glob("lib-2.0.dist-info"))
+    assert read_dropped(site_packages(py)) == []
+
+
+def test_a_forced_drop_of_a_patched_distribution_is_a_drop_not_a_damaged_install(tmp_path, pyindex):
+    """Before: the repair planner hashed RECORD rows without wh patch's record: app, whose __init__.py holds the
+    stack's patch payload (stack:files ok), was "a damaged install: reinstalled instead", and the reinstall applied
+    the same patch again: the forced drop never happened."""
+    from carry_fixtures import staged_wheelhouse
+
+    house = staged_wheelhouse(tmp_path, pyindex)
+    venv = tmp_path / "v"
+    assert wh("install", house, "--venv", venv).returncode == 0
+    py = venv / "bin" / "python"
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[stack]\nname = "x"\nrequirements = []\n'
+                        '[[drop]]\ndistribution = "app"\nmodule = "app"\nreason = "test"\nforce = true\n')
+    r = wh("drop", "--python", py, "--manifest", manifest, "--include-forced", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [d["name"] for d in out["dropped"]] == ["app"], out
+    assert not any("damaged" in k["reason"] for k in out["not_dropped"]) and not out.get("reinstall")
+    assert not _find(py, "app")

@@ -116,6 +116,23 @@ def test_fix_keeps_what_the_wheelhouse_requested_unless_told(tmp_path):
     assert "basepkg" not in _installed(venv)
 
 
+def test_fix_keeps_what_a_wheelhouse_installed_from_an_archive_requested(tmp_path):
+    """Before: the requested names were read from <recorded source>/wh.json, which a `wh pack` archive is not, so
+    --fix dropped basepkg, the closure of the stack's request, once the install came from the archive."""
+    archive = tmp_path / "carried" / "wh.tar"
+    packed = wh("pack", stack_house(tmp_path, requested=("midpkg",)), "-o", archive)
+    assert packed.returncode == 0, packed.stderr
+    venv = tmp_path / "venv"
+    installed = wh("install", archive, "--venv", venv)
+    assert installed.returncode == 0, installed.stderr
+    r = wh("doctor", "--python", venv / "bin" / "python", "--fix", "--json",
+           "--check", "native:basepkg", "--check", "native:midpkg")
+    assert r.returncode == 1
+    kept = {f["what"]: f["reason"] for f in _fixes(r.stdout) if f["action"] == "not-dropped"}
+    assert "requested by the wheelhouse" in kept["basepkg 1.0"] and "basepkg" in _installed(venv)
+    assert not any(f["action"] == "drop" for f in _fixes(r.stdout))
+
+
 @pytest.mark.parametrize("how", ["raise", "signal"])
 def test_a_broken_shadow_copy_never_drops_the_installed_one(tmp_path, how):
     venv, site, py = _setup(tmp_path, fastpack_house(tmp_path))

@@ -381,7 +381,8 @@ def list_dropped(python: str) -> DroppedList:
 
 
 def _recorded_source(recorded: str, held) -> Path | None:
-    """A recorded archive or oci:// source, materialized (verified); None when it is a folder or gone."""
+    """An archive or oci:// source (recorded, or given with --wheelhouse), materialized (verified); None when it is a
+    folder or gone."""
     from wheelhouse.carry import OCI_SCHEME, is_archive, materialize
 
     if recorded.startswith(OCI_SCHEME) or (Path(recorded).is_file() and is_archive(recorded) is not None):
@@ -390,10 +391,14 @@ def _recorded_source(recorded: str, held) -> Path | None:
 
 
 def _source_wheelhouse(entry: Mapping[str, Any], wheelhouse: Path | None, python: str, held) -> Path:
-    if wheelhouse is not None:
+    if wheelhouse is not None:  # a folder, a `wh pack` archive or an oci:// reference (as --help says)
+        given = _recorded_source(str(wheelhouse), held)
+        if given is not None:
+            return given
         if not (Path(wheelhouse) / "wh.json").is_file():
             raise NotDropped(f"--wheelhouse {wheelhouse} is not a wheelhouse (no wh.json)",
-                             hint="give the folder `wh stage -o` wrote (it holds wh.json and pylock.toml)")
+                             hint="give the folder `wh stage -o` wrote (it holds wh.json and pylock.toml), "
+                                  "a `wh pack` archive or an oci:// reference")
         return Path(wheelhouse)
     if not entry.get("wheelhouse"):
         raise NotDropped(f"no wheelhouse was recorded when {entry['name']} was dropped",

@@ -41,6 +41,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
+from wheelhouse.install.digests import patched_files
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
@@ -181,15 +182,21 @@ def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
     return sorted(graph[k].name for k in seen)
 
 
-def damage_of(info: Path | None) -> list[str]:
-    """The files ``info``'s RECORD lists that are gone or differ from its sha256 (the byte-code cache aside; a
-    sourceless ``.pyc`` outside ``__pycache__/`` is code, as ``stack:files`` judges it)."""
+def damage_of(info: Path | None, graph: Mapping[str, _Installed] | None = None) -> list[str]:
+    """The files ``info``'s RECORD lists that are gone or differ from its sha256, judged as ``stack:files`` judges
+    them: the byte-code cache aside (a sourceless ``.pyc`` outside ``__pycache__/`` is code), a file ``wh patch``
+    changed to its recorded payload is not damage, nor one that holds the bytes another distribution of ``graph``
+    lists for it where that one covers it (two builds of one release, a package shipped whole by both)."""
+    from .checks.stack import covers
+
     if info is None:
         return []
     base = info.parent
+    patched = patched_files(base)
+    me = next((d for d in (graph or {}).values() if d.info is not None and d.info == info), None)
     out = []
-    for rel, digest, _size in read_installed_record(info).rows:
-        if "__pycache__/" in rel or rel.startswith(("/", "..")) or digest is None:
+    for rel, digest, _size in read_installed_record(info).hashed:
+        if rel.startswith(("/", "..")):
             continue
         path = base / rel
         try:
@@ -202,8 +209,19 @@ def damage_of(info: Path | None) -> list[str]:
             continue
         except OSError:
             continue
-        if record_digest(h.digest()) != digest:
-            out.append(f"{rel} does not match its RECORD sha256")
+        have = record_digest(h.digest())
+        if have == digest:
+            continue
+        full = os.path.normpath(path)
+        if full in patched and h.hexdigest() == patched[full][1]:
+            continue  # wh patch's payload, recorded in its journal
+        if me is not None and any(
+                d is not me and d.info is not None and covers(d, me, rel)
+                for d in graph.values()
+                for rel2, digest2, _ in (d.record.hashed if d.info is not None else ())
+                if digest2 == have and os.path.normpath(d.info.parent / rel2) == full):
+            continue  # another distribution's bytes for a file both ship, where that one covers it
+        out.append(f"{rel} does not match its RECORD sha256")
     return out
 
 
@@ -262,23 +280,23 @@ def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
 
 
 def requested_names(interp, wheelhouse: Path | None) -> list[Requirement]:
-    """The requirements of the wheelhouse (given, else those installed.json records): wh.json's inputs, with the
-    extras they ask for (``app[gpu]``: what the gpu extra requires is requested too)."""
-    from wheelhouse.install import read_install_state
+    """The requirements of the wheelhouse (given, else every one the install records name), with the extras they
+    ask for (``app[gpu]``: what the gpu extra requires is requested too): ``wh.json``'s inputs as the doctor reads
+    them (``stackfacts.wheelhouse_facts``), so an archive or oci:// install, whose facts its record holds, protects
+    what it asked for too."""
+    from .stackfacts import wheelhouse_facts
 
-    houses = [str(wheelhouse)] if wheelhouse else read_install_state(interp.platlib).get("wheelhouses", [])
+    try:
+        meta, _ = wheelhouse_facts(wheelhouse, [Path(d) for d in interp.visible_site_dirs])
+    except WhError:
+        meta = None
+    inputs = meta.get("inputs") if isinstance(meta, Mapping) else None
     names = []
-    for h in houses:
+    for text in (inputs.get("requirements") or () if isinstance(inputs, Mapping) else ()):
         try:
-            meta = json.loads((Path(h) / "wh.json").read_text("utf-8"))
-        except (OSError, ValueError):
+            names.append(Requirement(str(text)))
+        except InvalidRequirement:
             continue
-        inputs = meta.get("inputs") if isinstance(meta, dict) else None
-        for text in (inputs or {}).get("requirements") or () if isinstance(inputs, dict) else ():
-            try:
-                names.append(Requirement(str(text)))
-            except InvalidRequirement:
-                continue
     return names
 
 
@@ -409,7 +427,7 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
     """Why ``p``'s distribution is not to be dropped (adding what mends it to ``reinstall``), or None."""
     if key in reinstall:
         return "a damaged install: reinstalled from the wheelhouse, not dropped"
-    damage = damage_of(info)
+    damage = damage_of(info, graph)
     if damage:
         reinstall[key] = Reinstall(key, "a damaged install: " + "; ".join(damage[:3])
                                    + (f"; and {len(damage) - 3} more" if len(damage) > 3 else ""), p.check_id)

@@ -37,7 +37,7 @@ from wheelhouse.target.interpreter import distinct_dirs
 
 from .context import DoctorContext, Distribution, reinstall_command
 
-__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "owned_by_dpkg", "recorded_stack"]
+__all__ = ["GROUP", "CHECKS", "run", "StackEntry", "owned_by_dpkg", "recorded_stack", "covers"]
 
 GROUP = "stack"
 CHECKS = {
@@ -209,7 +209,7 @@ def _b64_to_hex(digest: str) -> str:
     return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
 
 
-def _covers(other: Distribution, d: Distribution, rel: str) -> bool:
+def covers(other: Distribution, d: Distribution, rel: str) -> bool:
     """Whether ``other``'s bytes over ``d``'s copy of ``rel`` leave a package that works as one:
 
     - two builds of one release (the same version: opencv-python and opencv-python-headless 5.1.0.95 both write
@@ -307,7 +307,7 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                     listed.setdefault(os.path.normpath(os.path.join(d2.location, rel2)), []).append((d2, digest2, size2))
             other = next((d2 for d2, digest2, size2 in listed.get(os.path.normpath(os.path.join(d.location, rel)), ())
                           if d2.key != d.key and digest2 == state[0] and (size2 is None or size2 == state[1])), None)
-            if other is not None and _covers(other, d, rel):
+            if other is not None and covers(other, d, rel):
                 # Two distributions ship the same file (opencv-python and opencv-contrib-python: cv2/): the one
                 # installed last wrote its bytes over the other's, and its RECORD names what is on disk.
                 replaced.append(f"{rel} ({d.name}'s) holds {other.name} {other.version}'s bytes")
