@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 import subprocess
