@@ -169,12 +169,14 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
         if running and state.engine_alive(running):
             raise UsageError(f"wh already has a detached engine running (pid {running.pid}, {running.url})",
                              hint="stop it first with `wh stop`")
+    python = python or pre.engine_python(argv)
     if not no_preflight:
-        python = python or pre.engine_python(argv)
         ui.info(f"preflight: doctor and patches for {python or 'this interpreter'}")
         _preflight(ui, man, python, gpus_flag, max_used_mib, env, model)
 
-    launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=env, redact=(secret,) if secret else ())
+    # The environment the doctor judged: wh env's variables for the engine's interpreter, then [serve] env.
+    launch_spec = srv.LaunchSpec(command=argv, url=url, log=log, env=srv.engine_env(python, env),
+                                 redact=(secret,) if secret else ())
     probe = make_probe(ready_mode, url, path=ready_path or (spec.path if spec else None),
                        attempt_timeout=attempt_timeout, headers=auth_headers())
     follower = LogFollower(log)

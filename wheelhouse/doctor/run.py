@@ -248,7 +248,6 @@ def gather_context(
     site_dirs = tuple(Path(p) for p in visible_site_dirs(own, facts.get("sys_path") or ()))
     from wheelhouse.env.cuda import engine_environment
 
-    engine_env = {**env, **engine_environment(list(site_dirs), env)}
     meta, meta_source = wheelhouse_facts(wheelhouse, site_dirs)
     target, target_source = None, None
     if meta and meta.get("target"):
@@ -268,6 +267,12 @@ def gather_context(
             manifest,
             excludes=(*manifest.excludes, *(e for e in recorded.excludes if canonicalize_name(e.distribution) not in names)),
             overrides=(*manifest.overrides, *(o for o in recorded.overrides if o not in manifest.overrides)))
+    # The engine's environment, as `wh serve` gives it (serve.lifecycle.engine_env): the caller's, `wh env`'s
+    # variables over it (stub folders off LD_LIBRARY_PATH, the NVIDIA folders appended), then `[serve] env`. The
+    # import, JIT, libcuda and toolchain probes run in it: a library the manifest's [serve] env makes findable is
+    # found there too (judged without it, a working package was dropped).
+    engine_env = {**env, **engine_environment(list(site_dirs), env),
+                  **{k: str(v) for k, v in ((manifest.serve.env if manifest and manifest.serve else None) or {}).items()}}
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),

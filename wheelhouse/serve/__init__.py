@@ -9,7 +9,7 @@ from __future__ import annotations
 from wheelhouse.procgroup import StopFailed, StopReport, group_members
 from .detached import stop_detached
 from .errors import EngineExited, EngineFailed, NotServing, PortBusy, ReadyTimeout, ServeError, StrayEngine
-from .lifecycle import (LaunchSpec, ensure_port_free, launch, serve_until_exit, shutdown, start_engine, stop_engine,
+from .lifecycle import (LaunchSpec, engine_env, ensure_port_free, launch, serve_until_exit, shutdown, start_engine, stop_engine,
                      stop_strays, wait_ready)
 from .log import LogFollower, log_tail
 from .ports import port_open
@@ -28,6 +28,7 @@ __all__ = [
     "NotServing",
     "DamagedState",
     "LaunchSpec",
+    "engine_env",
     "Engine",
     "StopReport",
     "ensure_port_free",

@@ -33,6 +33,7 @@ from .state import Engine
 
 __all__ = [
     "LaunchSpec",
+    "engine_env",
     "ensure_port_free",
     "start_engine",
     "stop_strays",
@@ -57,6 +58,23 @@ class LaunchSpec:
 
 
 # --- ports and processes ---------------------------------------------------------------------
+
+
+def engine_env(python: str | None, serve_env: Mapping[str, str]) -> dict[str, str]:
+    """What ``wh serve`` sets over its own environment for the engine, the environment ``wh doctor`` judged: ``wh
+    env``'s variables for the engine's interpreter (PATH, CUDA_HOME, LIBRARY_PATH; LD_LIBRARY_PATH with stub folders
+    taken off and the NVIDIA wheels' folders appended, never replaced) computed over wh's own environment, then the
+    manifest's ``[serve] env``. An interpreter that cannot be asked adds nothing but ``[serve] env``."""
+    import sys
+
+    from wheelhouse.env.cuda import engine_environment
+    from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
+
+    try:
+        sites = [Path(d) for d in inspect_interpreter(python or sys.executable).visible_site_dirs]
+    except InterpreterError:
+        return dict(serve_env)
+    return {**engine_environment(sites, os.environ), **serve_env}
 
 
 def ensure_port_free(url: str) -> None:

@@ -79,7 +79,7 @@ class DoctorContext:
     distributions: Mapping[str, Distribution]  # canonical name -> distribution
     site_dirs: tuple[Path, ...]
     environ: Mapping[str, str]  # the environment probes run with
-    engine_env: Mapping[str, str]  # environ plus the engine's PATH/CUDA_HOME/LD_LIBRARY_PATH
+    engine_env: Mapping[str, str]  # the engine's: environ, `wh env`'s PATH/CUDA_HOME/LD_LIBRARY_PATH over it, [serve] env over that
     manifest: StackManifest | None = None
     target: TargetProfile | None = None
     target_source: str | None = None

@@ -411,12 +411,12 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     """``planned``: set once the imports are planned (the run's other in-process groups wait for it; ``run_checks``
     sets it too when this returns or raises earlier)."""
     dists = [d for d in native_distributions(ctx) if ctx.wants(f"native:{d.key}")]
-    if not dists:
+    entries = entry_modules(ctx)
+    if not dists and not entries:
         return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
     here = target_interpreter(ctx.facts, ctx.python)
     plans = {d.key: load_plan(ctx, d, here) for d in dists}
-    entries = entry_modules(ctx)
     modules = [m for p in plans.values() for m in p.modules]
     files = {m: f for p in plans.values() for m, f in p.files.items()}
     # One pass: each worker imports its top-level names (and the stack's entry modules) first, what their import
@@ -448,7 +448,7 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
              if m in outcomes and not outcomes[m].ok and outcomes[m].reused_since]
     if stale and ctx.verdicts is not None:
         for m in stale:
-            ctx.verdicts.forget("imports", _arg(m, files), ctx.environ)
+            ctx.verdicts.forget("imports", _arg(m, files), ctx.engine_env)
         outcomes.update(_load(stale, ctx, files, always=stale, reuse=False))
         results = judge()
     _store_warnings(ctx, dists, plans, results, outcomes, files)
@@ -483,7 +483,7 @@ def _store_warnings(ctx: DoctorContext, dists: Sequence[Distribution], plans: Ma
                     return  # no loader facts: nothing to key a warning by, it is executed again next run
             deps, record = o.evidence
             witness = loader_witness(files.get(m) or o.origin, facts)
-            ctx.verdicts.store_warning("imports", _arg(m, files), ctx.environ, [*deps, *witness], record)
+            ctx.verdicts.store_warning("imports", _arg(m, files), ctx.engine_env, [*deps, *witness], record)
 
 
 def _witness_facts(ctx: DoctorContext) -> LoaderFacts | None:
@@ -493,7 +493,7 @@ def _witness_facts(ctx: DoctorContext) -> LoaderFacts | None:
     facts, _, _ = gather_loader_facts(ctx)
     if facts is None:
         return None
-    ld_path = tuple(os.path.abspath(p) for p in (ctx.environ.get("LD_LIBRARY_PATH") or "").split(":") if p)
+    ld_path = tuple(os.path.abspath(p) for p in (ctx.engine_env.get("LD_LIBRARY_PATH") or "").split(":") if p)
     return replace(facts, ld_library_path=ld_path, loaded={})
 
 
@@ -531,7 +531,7 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
           always: Sequence[str] = (), reuse: bool = True) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
-    return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.environ,
+    return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
                           estimates=lambda: import_estimates(ctx))
 
