@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from wheelhouse.errors import WhError
 
 __all__ = ["RECORD_CHECKED", "RecordMismatch", "read_record", "record_checked", "InstalledRecord",
-           "read_installed_record", "SYSTEM_INSTALLERS", "system_installed"]
+           "read_installed_record", "SYSTEM_INSTALLERS", "system_installed", "build_digest"]
 
 # wh.json: the sha256 (hex) of every wheel whose RECORD ``wh stage``/``wh build`` checked against its files
 # (wheelhouse.lock.records); ``wh install`` copies RECORD rows unchecked for those alone.
@@ -72,6 +72,33 @@ class InstalledRecord:
         """The rows with a sha256, the byte-code cache aside (``__pycache__/``: the interpreter rewrites it): the
         files RECORD vouches for. A ``.pyc`` outside it is a sourceless module, the code itself: nothing rewrites it."""
         return tuple(r for r in self.rows if r[1] and "__pycache__/" not in r[0].replace("\\", "/"))
+
+
+def build_digest(rows, *, wheel: bool = False) -> str | None:
+    """What tells one build of a release from another: the sha256 (hex) of the sorted ``path,sha256`` rows of the
+    files a wheel installs into the site folder unchanged, from an installed RECORD (``wheel`` false: paths relative
+    to the site folder) or a wheel's own (``wheel``: ``X.data/purelib/`` and ``X.data/platlib/`` rows at the path
+    they install to). Each installer writes the ``.dist-info`` folder, the byte code and the other ``.data`` files
+    (scripts, headers: outside the site folder) its own way, so those are left out; the same wheel installed by wh,
+    pip or uv gives the same digest, another build of the same version (other bytes in any module) another. None
+    when no row has a sha256 (a RECORD without hashes: nothing to tell builds apart by)."""
+    import hashlib
+
+    kept = []
+    for path, digest, _ in rows:
+        path = path.replace("\\", "/")
+        if not digest or path.startswith(("/", "../")) or "__pycache__/" in path:
+            continue
+        top, _, rest = path.partition("/")
+        if wheel and top.endswith(".data"):
+            kind, _, path = rest.partition("/")
+            if kind not in ("purelib", "platlib") or not path:
+                continue
+            top = path.partition("/")[0]
+        if top.endswith(".dist-info") or top.endswith(".data"):
+            continue
+        kept.append(f"{path},{digest}")
+    return hashlib.sha256("\n".join(sorted(kept)).encode("utf-8", "surrogateescape")).hexdigest() if kept else None
 
 
 # Package managers that own the files they install and may change them after RECORD was written (conda's prefix

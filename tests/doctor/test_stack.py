@@ -150,6 +150,17 @@ def _record_as_is(site: Path, dist_info: str, rel: str) -> None:
     record.write_text("\n".join(rows) + "\n")
 
 
+def _as_the_locked_build(site: Path, name: str) -> None:
+    """Record the installed files' build as the one wh installed (the locked wheel was itself this build)."""
+    from wheelhouse.recordfile import build_digest, read_installed_record
+
+    state_file = site / ".wh" / "installed.json"
+    state = json.loads(state_file.read_text())
+    [info] = site.glob(f"{name}-*.dist-info")
+    state["packages"][name]["build"] = build_digest(read_installed_record(info).rows)
+    state_file.write_text(json.dumps(state))
+
+
 def test_fix_that_drops_a_locked_distribution_is_not_green(installed):
     """Before: --fix dropped numpyish (its core fails to load), the re-run found nothing broken: exit 0. Here every
     file matches RECORD, so the drop is the repair --fix makes; the locked distribution is then missing: red."""
@@ -157,6 +168,7 @@ def test_fix_that_drops_a_locked_distribution_is_not_green(installed):
     init = site / "numpyish" / "__init__.py"
     init.write_text("raise ImportError('numpyish: built for another numpy ABI')\n")
     _record_as_is(site, "numpyish-1.0.dist-info", "numpyish/__init__.py")  # a wheel that is itself broken
+    _as_the_locked_build(site, "numpyish")  # (else: another build than the lock's, which --fix reinstalls)
     r = wh("doctor", "--python", py, "--fix", "--include-requested", "--json")
     out = json.loads(r.stdout)
     assert any(f["action"] == "drop" and f["what"].startswith("numpyish") for f in out["fixes"]), out["fixes"]

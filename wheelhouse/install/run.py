@@ -43,11 +43,11 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from wheelhouse.env.activation import write_activation
 from wheelhouse.env.links import LinkChange, apply_links, plan_links, record_path
-from wheelhouse.errors import UsageError
+from wheelhouse.errors import UsageError, WhError
 from wheelhouse.faults import checkpoint
 from wheelhouse.lock import LockedFile, WheelhouseNotFound
 from wheelhouse.progress import NullReporter, Reporter
-from wheelhouse.recordfile import record_checked
+from wheelhouse.recordfile import build_digest, read_installed_record, read_record, record_checked
 from wheelhouse.target.interpreter import Interpreter, create_venv, inspect_interpreter, venv_python
 from .bytecode import ByteCompiler
 from .pycs import Precompiled
@@ -337,10 +337,46 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
         rec = state["packages"].get(canonical_name(f.name))
         again = reinstall is True or (reinstall and canonical_name(f.name) in reinstall)
         if not again and any(v == f.version for _, v in installed) and (rec is None or rec.get("sha256") == f.sha256):
-            skipped.append(f"{canonical_name(f.name)}=={f.version}")
-        else:
-            todo.append((h, f))
+            other = _another_build(h, f, [d for d, v in installed if v == f.version and os.path.normpath(d.parent) in own],
+                                   rec)
+            if other is None:
+                skipped.append(f"{canonical_name(f.name)}=={f.version}")
+                continue
+            notes.append(f"{f.name} {f.version} is installed, but {other}: installed again from {f.filename}")
+        todo.append((h, f))
     return list(houses), chosen, todo, skipped, notes
+
+
+def _builds(interp: Interpreter, chosen) -> dict[str, str | None]:
+    """``build_digest`` of the copy of each chosen distribution the environment now imports (installed now, or
+    already there at the locked version)."""
+    out: dict[str, str | None] = {}
+    for _h, f in chosen:
+        copy = next((d for d, v in find_installed(interp.visible_site_dirs, f.name) if v == f.version), None)
+        out[canonical_name(f.name)] = build_digest(read_installed_record(copy).rows) if copy is not None else None
+    return out
+
+
+def _another_build(h: Wheelhouse, f: LockedFile, own_copies: Sequence[Path], rec: Mapping[str, Any] | None) -> str | None:
+    """Why the same version already in the environment's own site folders is not the locked wheel's build (None:
+    it is, or it is a base's copy, which is never shadowed). Recorded by wh: its files are the build recorded then
+    (a later ``pip install`` of another build rewrote them); not recorded (pip put it there): its RECORD lists the
+    files the locked wheel's RECORD does."""
+    for info in own_copies:
+        have = build_digest(read_installed_record(info).rows)
+        if rec is not None:
+            if rec.get("build") and have != rec["build"]:
+                return "its files are not the build wh installed (another install replaced them)"
+            continue
+        try:
+            texts = read_wheel(h.path / f.path).texts
+        except (WhError, OSError):
+            return "the locked wheel could not be read to compare with it"
+        record = next((v for k, v in texts.items() if k.count("/") == 1 and k.endswith(".dist-info/RECORD")), None)
+        want = build_digest(read_record(record), wheel=True) if record is not None else None
+        if have != want:  # (a wheel of metadata alone: None both, nothing to tell builds apart by)
+            return "its files are another build's than the locked wheel's (not installed by wh)"
+    return None
 
 
 def _venv_scheme(base: Interpreter, venv: Path) -> dict[str, str] | None:
@@ -453,7 +489,8 @@ def _transact(paths, interp, chosen, houses, options: InstallOptions, *, reporte
         # (The pending name is one clean_leftovers sweeps after a kill.)
         state_file = state_path(interp.platlib)
         pending = write_install_state(interp.platlib, chosen, houses, previous,
-                                      to=state_file.with_name(f".installed.json.{txn.id}.tmp"))
+                                      to=state_file.with_name(f".installed.json.{txn.id}.tmp"),
+                                      builds=_builds(interp, chosen))
         checkpoint("install.before-commit")
         if txn.active:
             txn.before_commit.append(lambda: txn.put(pending, state_file))

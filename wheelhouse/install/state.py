@@ -55,7 +55,8 @@ def _empty() -> dict[str, Any]:
 def read_install_state(site_dir: str | Path) -> dict[str, Any]:
     """``{schema, wheelhouses: [origin], sources: {origin: facts}, packages: {name: entry}, installed_at}``.
 
-    A package entry: ``{version, filename, sha256, wheelhouse (its origin), path, installed_at}``.
+    A package entry: ``{version, filename, sha256, wheelhouse (its origin), path, installed_at, build}`` (``build``:
+    ``recordfile.build_digest`` of the copy installed, where its RECORD has hashes).
     While an install's journal is there (running, or killed before its commit), the record vouches
     for nothing: it reads as empty, and the next install rolls the journal back.
     """
@@ -95,8 +96,11 @@ def source_facts(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def merged_state(previous: Mapping[str, Any], chosen: Sequence[tuple[Wheelhouse, LockedFile]],
-                 houses: Sequence[Wheelhouse], now: str | None = None) -> dict[str, Any]:
-    """``previous`` with ``houses`` and the ``chosen`` files added or updated; every other entry kept."""
+                 houses: Sequence[Wheelhouse], now: str | None = None,
+                 builds: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """``previous`` with ``houses`` and the ``chosen`` files added or updated; every other entry kept. ``builds``:
+    canonical name -> ``recordfile.build_digest`` of the installed copy (what tells this build from another one of
+    the same version: a later install of another build is seen by the next install and by the doctor)."""
     from wheelhouse.carry import origin_of  # an archive or oci:// source is recorded, not its temporary folder
 
     now = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -111,6 +115,7 @@ def merged_state(previous: Mapping[str, Any], chosen: Sequence[tuple[Wheelhouse,
         state["packages"][canonical_name(f.name)] = {
             "version": f.version, "filename": f.filename, "sha256": f.sha256, "wheelhouse": origin_of(h.path),
             "path": f.path, "installed_at": now,
+            **({"build": builds[canonical_name(f.name)]} if (builds or {}).get(canonical_name(f.name)) else {}),
         }
     state["installed_at"] = now
     return state
@@ -118,7 +123,7 @@ def merged_state(previous: Mapping[str, Any], chosen: Sequence[tuple[Wheelhouse,
 
 def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, LockedFile]],
                         houses: Sequence[Wheelhouse], previous: Mapping[str, Any] | None = None,
-                        to: Path | None = None) -> Path:
+                        to: Path | None = None, builds: Mapping[str, str | None] | None = None) -> Path:
     """Add ``houses`` and the ``chosen`` files to the record of ``site_dir`` (written atomically).
 
     ``previous``: the record as it was before the install's transaction began. The transaction moves
@@ -127,7 +132,7 @@ def write_install_state(site_dir: str, chosen: Sequence[tuple[Wheelhouse, Locked
     Called inside the install's transaction (its journal is there), as its last write. ``to``: written there
     instead (the install's pending copy, renamed into place by its commit).
     """
-    state = merged_state(_read(site_dir) if previous is None else previous, chosen, houses)
+    state = merged_state(_read(site_dir) if previous is None else previous, chosen, houses, builds=builds)
     return write_atomic(to or state_path(site_dir), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 

@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.install.digests import patched_files
 from wheelhouse.install.state import installed_sources, read_install_state
-from wheelhouse.recordfile import system_installed
+from wheelhouse.recordfile import build_digest, system_installed
 from wheelhouse.target.interpreter import distinct_dirs
 
 from .context import DoctorContext, Distribution, reinstall_command
@@ -58,6 +58,7 @@ class StackEntry:
     version: str
     wheelhouse: str
     site: str
+    build: str | None = None  # recordfile.build_digest of the copy the install left (records written since it)
 
 
 def _sites(ctx: DoctorContext) -> list[str]:
@@ -74,7 +75,8 @@ def recorded_stack(ctx: DoctorContext) -> tuple[dict[str, StackEntry], list[tupl
         state = read_install_state(site)
         for key, p in state.get("packages", {}).items():
             entries.setdefault(canonicalize_name(key), StackEntry(key, str(p.get("version") or ""),
-                                                                   str(p.get("wheelhouse") or "?"), site))
+                                                                   str(p.get("wheelhouse") or "?"), site,
+                                                                   str(p["build"]) if p.get("build") else None))
         sources += [(site, origin, facts) for origin, facts in installed_sources(state)]
     return entries, sources
 
@@ -113,7 +115,7 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
         return CheckResult(cid, title, "skip", f"no wh install is recorded in the {len(_sites(ctx))} site folder(s) "
                                                f"{ctx.python} imports from: no lock to compare with")
     allowed = _allowed_drops(ctx)
-    problems, notes, missing = [], [], []
+    problems, notes, missing, replaced = [], [], [], []
     dropped_by_site: dict[str, dict[str, Mapping[str, Any]]] = {}
     for key in sorted(stack):
         e = stack[key]
@@ -131,6 +133,13 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
         elif not _same_version(d.version, e.version):
             problems.append(f"{e.name}: wheelhouse {e.wheelhouse} locks {e.version}, {d.version} is installed "
                             f"(in {d.location})")
+        elif e.build and build_digest(d.record.rows) != e.build:
+            # Its RECORD matches its files (stack:files), but they are another build's than the locked wheel's:
+            # `pip install` of another build of the same version over it (the same wheel again gives the same digest).
+            problems.append(f"{e.name} {e.version}: its files are another build's than the one wh installed from "
+                            f"wheelhouse {e.wheelhouse} (its RECORD lists other sha256s; installer now: "
+                            f"{_installer(d.dist_info) or 'unknown'})")
+            replaced.append(e.name)
     for site, origin, facts in sources:
         for a in facts.get("assumed_present") or ():
             if not isinstance(a, Mapping) or not a.get("name"):
@@ -142,8 +151,12 @@ def _distributions(ctx: DoctorContext, stack: Mapping[str, StackEntry],
                                 f"{have}")
     houses = sorted({e.wheelhouse for e in stack.values()})
     data = {"distributions": len(stack), "wheelhouses": houses, "problems": problems, "notes": notes}
+    if replaced:
+        data["reinstall"] = [canonicalize_name(n) for n in replaced]
     if problems:
-        return CheckResult(cid, title, "fail", "\n".join(problems + notes), hint=_hint(ctx, missing), data=data)
+        hint = _hint(ctx, missing) if missing or not replaced else \
+            f"install the locked build again: `{reinstall_command(ctx, *replaced)}`"
+        return CheckResult(cid, title, "fail", "\n".join(problems + notes), hint=hint, data=data)
     per = {h: sum(1 for e in stack.values() if e.wheelhouse == h) for h in houses}
     return CheckResult(cid, title, "ok", f"{len(stack)} distribution(s) at their locked versions, from "
                        + "; ".join(f"{h} ({n})" for h, n in per.items()) + "".join(f"\n{n}" for n in notes), data=data)
