@@ -694,3 +694,23 @@ def test_of_two_pt_dynamic_headers_the_last_is_the_one_read(tmp_path: Path, bits
     path.write_bytes(_tiny_elf(bits, "<", 62 if bits == 64 else 3, "libc.so.6", "PyInit__mod", decoy=True))
     assert read_elf(path).needed == ("libc.so.6",)
     assert exports_pyinit(path, "_mod")
+
+
+def test_a_symlink_loop_ends_that_step_of_the_search_as_glibc_ends_it(tmp_path, host_facts):
+    """glibc's open_path gives up a step's remaining folders at an error other than "no such file" or "no
+    permission" in a folder that exists: a symlink loop named libdep.so in the first RUNPATH folder hides the real one
+    in the second, and the load fails. Before: the loop read as "no such file", the next folder found it: ok."""
+    real = dep(tmp_path / "b", "dep")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").symlink_to("y")
+    (tmp_path / "a" / "y").symlink_to("x")
+    (tmp_path / "a" / "libdep.so").symlink_to("x")
+    lib = gcc_lib(tmp_path / "_ext.so", needs=("dep",), libdirs=(real.parent,),
+                  runpath=f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    found = {f.name: f for f in find_needed(read_elf(lib), host_facts)}["libdep.so"]
+    assert found.path is None and "the loader ends this step of its search there" in " ".join(found.searched)
+    assert "cannot open shared object file" in load_error(lib)
+    # A loop in a folder of a later step does not hide what an earlier step finds.
+    first = gcc_lib(tmp_path / "_ok.so", needs=("dep",), libdirs=(real.parent,),
+                    runpath=f"{tmp_path / 'b'}:{tmp_path / 'a'}")
+    assert {f.name: f.path for f in find_needed(read_elf(first), host_facts)}["libdep.so"] == str(real)

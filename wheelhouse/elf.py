@@ -34,6 +34,7 @@ not found``), it does not search on.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import stat
@@ -273,7 +274,10 @@ def _find_one(name: str, info: ElfInfo, facts: LoaderFacts, inherited: Sequence[
     if "/" in name:  # a path, not a name: no search
         if not os.path.isabs(name):  # relative to the engine's working folder, which is unknown here: not judged
             return Found(name, name, "path")
-        hit = _candidate(name, info)
+        try:
+            hit = _candidate(name, info)
+        except _StepEnds:
+            hit = None
         return _taken(name, info, hit, "path", ()) if hit else Found(name, None, "path", (name,))
     if name in facts.loaded:
         return _taken(name, info, (facts.loaded[name], ""), "loaded", ())
@@ -282,11 +286,21 @@ def _find_one(name: str, info: ElfInfo, facts: LoaderFacts, inherited: Sequence[
         if via == "cache":
             searched.append("ldconfig cache")  # named as searched even when it has no entry of that name
         for path, where in places:
-            hit = _candidate(path, info)
+            try:
+                hit = _candidate(path, info)
+            except _StepEnds as stop:
+                searched.append(f"{where} ({path}: {stop}: the loader ends this step of its search there)")
+                break
             if hit:
                 return _taken(name, info, hit, via, searched)
             searched.append(where)
     return Found(name, None, "", tuple(dict.fromkeys(searched)))
+
+
+class _StepEnds(Exception):
+    """A candidate the loader cannot open for a reason other than "no such file" or "no permission" (a symlink
+    loop, a name too long, an I/O error) in a folder that exists: glibc's ``open_path`` gives up the rest of that
+    step's folders (``here_any && errno != ENOENT && errno != EACCES``) and goes on with the next step."""
 
 
 def _places(name: str, info: ElfInfo, facts: LoaderFacts,
@@ -315,8 +329,10 @@ def _candidate(path: str, requester: ElfInfo) -> tuple[str, str] | None:
     header")."""
     try:
         st = os.stat(path)
-    except OSError:
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR) or not os.path.isdir(os.path.dirname(path)):
+            return None
+        raise _StepEnds(exc.strerror or str(exc)) from exc
     if stat.S_ISDIR(st.st_mode):  # a folder opens, and its read fails
         return path, "cannot read file data: Is a directory"
     if not stat.S_ISREG(st.st_mode):  # a pipe or device: never opened here (a read could block)
