@@ -426,3 +426,35 @@ def test_many_plugins_whose_every_loader_chain_finds_the_library_are_ok(tmp_path
                                  files=files))
     r = run_doctor(str(py), checks=["sharedlibs"]).get("sharedlibs:manyops")
     assert r.verdict == "ok", r.evidence
+
+
+@pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_stub_libcuda_the_search_ends_at_shadows_the_driver(tmp_path, gpu):
+    """A toolkit stub shipped in a package's own library folder (not an NVIDIA one, where links:stubs looks), found
+    through its extension's RPATH: importing the package maps the stub as libcuda.so.1 and every later dlopen of that
+    name gets it (cuInit: CUDA_ERROR_STUB_LIBRARY). Before: "found via RPATH", ok. With a GPU a fail; without one a
+    warning --strict counts."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "stub.c").write_text("int cuInit(unsigned f) { return 34; }\n")
+    stub = build / "libcuda.so.1"
+    _gcc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(build / "stub.c"), "-o", str(stub))
+    core = _ext(build, "_C", extra=[f"-L{build}", "-Wl,--no-as-needed", "-l:libcuda.so.1", "-Wl,--disable-new-dtags,-rpath,$ORIGIN/../gpuext.libs"])
+    wheel = make_wheel(tmp_path / "w", "gpuext", "1.0", tags=_tags(), modules={"gpuext/__init__.py": "from . import _C\n"},
+                       files={f"gpuext/_C{sysconfig.get_config_var('EXT_SUFFIX')}": core,
+                              "gpuext.libs/libcuda.so.1": stub.read_bytes()})
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, wheel)
+    env = {k: v for k, v in os.environ.items() if k not in ("WH_DOCTOR_FAKE_GPUS", "LD_LIBRARY_PATH")}
+    if gpu:
+        fake = tmp_path / "gpus.json"
+        fake.write_text(json.dumps({"driver_version": "580.1", "cuda_version": "13.0", "gpus": [
+            {"index": 0, "name": "NVIDIA H100", "compute_capability": "9.0", "memory_total_mib": 81559,
+             "memory_used_mib": 0}]}))
+        env["WH_DOCTOR_FAKE_GPUS"] = str(fake)
+    r = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--json",
+                        "--check", "sharedlibs:gpuext"], capture_output=True, text=True, env=env, timeout=300)
+    [res] = [x for x in json.loads(r.stdout)["results"] if x["id"] == "sharedlibs:gpuext"]
+    assert "gpuext.libs/libcuda.so.1 (via RPATH), a stub libcuda" in res["evidence"], res
+    assert (res["verdict"], r.returncode) == (("fail", 1) if gpu else ("warn", 0)) and (gpu or res["strict"])

@@ -41,6 +41,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
 from wheelhouse.doctor.extensions import is_python_extension, pyinit_modules
 from wheelhouse.env.cuda import engine_environment
+from wheelhouse.env.links import is_stub
 from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.datafile import get_value, load_tables
 from wheelhouse.doctor.report import CheckResult
@@ -506,6 +507,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     provides: dict[str, tuple[str, str]] | None = None
     by_package: list[str] = []
     partial: list[str] = []  # found through some loader chains only
+    stubs: list[str] = []  # a stub libcuda the search ends at
     for rel, path in objects:
         s = scans[path]
         if s.error is not None:
@@ -538,11 +540,20 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
                 missing.setdefault(found.name, []).append((rel, found))
             else:
                 via[found.via] = via.get(found.via, 0) + 1
+                if found.name.startswith("libcuda.so") and found.via != "loaded" and is_stub(Path(found.path)):
+                    # links:stubs looks in the NVIDIA folders only: a stub in a package's own folder, found through
+                    # its RPATH, shadows the driver in every process that imports it (cuInit: CUDA_ERROR_STUB_LIBRARY)
+                    stubs.append(f"{rel} needs {found.name}: the loader finds {found.path} ({_VIA.get(found.via, found.via)}), "
+                                 "a stub libcuda (it links, and every CUDA call then fails) ahead of the driver's")
                 if found.via == "some-chains":
                     partial.append(f"{rel} needs {found.name}: {found.note}")
         if found_all:
             clean.add(rel)
     m = _sort_misses(ctx, d, missing, clean, dict(objects), scans, stack)
+    if ctx.gpu.gpus:
+        bad += stubs  # with a driver here, the stub is what the engine maps instead of it
+    else:
+        partial += [f"{s} (no GPU here: on the GPU box the driver's would be shadowed)" for s in stubs]
     lines = list(bad)
     for name, every in {**m.hard, **m.soft}.items():
         by_error: dict[str, list[tuple[str, Found]]] = {}  # "": not found; else the file the loader stops at, and why
