@@ -125,3 +125,14 @@ def test_wh_serve_starts_the_engine_in_the_environment_the_doctor_judged(tmp_pat
     ld = engine["LD_LIBRARY_PATH"].split(":")
     assert ld[0] == "/keep/me" and str(lib) in ld and not any("stubs" in p for p in ld)
     assert engine["OMP_NUM_THREADS"] == "4"
+
+
+def test_a_stubs_folder_on_the_callers_ld_library_path_is_a_note_the_engine_never_gets_it(tmp_path):
+    """wh serve and `wh env` take it off, so the engine's environment has none: ok; the shell that has it is said."""
+    py = make_venv(tmp_path / "venv")
+    stubs = tmp_path / "cuda" / "lib64" / "stubs"
+    stubs.mkdir(parents=True)
+    r = wh("doctor", "--python", py, "--json", "--check", "links:ld-library-path",
+           env={"LD_LIBRARY_PATH": f"{stubs}:{tmp_path}"})
+    res = _results(r.stdout)["links:ld-library-path"]
+    assert res["verdict"] == "ok" and f"the caller's LD_LIBRARY_PATH has {stubs}, taken off for the engine" in res["evidence"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from wheelhouse.datafile import get_value, load_tables, load_toml
 from wheelhouse.elf import BadElf, read_elf
+from wheelhouse.env.cuda import removed_entries
 from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.errors import WhError
@@ -193,9 +194,15 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     out.append(_libcuda_verdict(ctx, d))
     stub_dirs = d.get("stub_dirs_on_ld_library_path") or []
     n_ld = len(d.get("ld_library_path") or [])
+    # The caller's own stubs folders are taken off for the engine (wh serve, `wh env`): true of the engine, said of the
+    # shell, where an engine started by hand would map the stub first.
+    caller = [e.entry for e in removed_entries(ctx.environ)]
+    note = (f"; note: the caller's LD_LIBRARY_PATH has {', '.join(caller)}, taken off for the engine (`wh serve`, "
+            "`eval \"$(wh env)\"`): an engine started by hand from this shell would map the stub first") if caller else ""
     out.append(CheckResult("links:ld-library-path", CHECKS["links:ld-library-path"], "fail" if stub_dirs else "ok",
                            ("stubs folder(s) on LD_LIBRARY_PATH: " + ", ".join(stub_dirs)) if stub_dirs else
-                           f"LD_LIBRARY_PATH (engine environment) has {n_ld} {'entry' if n_ld == 1 else 'entries'}, no stubs",
+                           f"LD_LIBRARY_PATH (engine environment) has {n_ld} {'entry' if n_ld == 1 else 'entries'}, "
+                           f"no stubs{note}",
                            hint="remove them from LD_LIBRARY_PATH; use `eval \"$(wh env)\"`, which never adds stubs"
                            if stub_dirs else None,
                            data={"ld_library_path": d.get("ld_library_path"), "ldconfig": d.get("ldconfig")}))
