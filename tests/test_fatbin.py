@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from cuda_fixtures import KERNEL_CU, build_kernel_so, cuobjdump, cuobjdump_images, nvcc
 from wheelhouse.elf import read_elf
-from wheelhouse.fatbin import DeviceCode, FatbinEntry, device_code, parse_fatbin, sm_number
+from wheelhouse.fatbin import DeviceCode, FatbinEntry, device_code, kernel_gaps, parse_fatbin, sm_number
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 
@@ -143,3 +144,87 @@ def test_runner_prefers_sass_and_describe_names_the_images():
     assert code.runner("7.5") is None and not code.runs_on("sm_75")
     assert code.describe() == "sm_80, sm_90; PTX compute_90"
     assert [sm_number(x) for x in ("8.9", "sm_89", "89", 89, "sm_100a", "12.0")] == [89, 89, 89, 89, 100, 120]
+
+
+@pytest.mark.parametrize("isa, driver, runs", [
+    ((8, 8), "12.4", False),  # CUDA 12.9's PTX on a CUDA 12.4 driver: CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+    ((8, 8), "12.9", True),
+    ((8, 4), "12.4", True),
+    ((8, 5), "12.6", True),  # CUDA 12.6 kept ISA 8.5
+    ((8, 6), "12.6", False),  # ISA 8.6 came with CUDA 12.7
+    ((9, 1), "13.0", False),
+    ((9, 1), "13.1", True),
+    ((9, 2), "13.1", False),  # newer than any ISA listed: a driver the table lists knows at most 9.1
+    ((9, 2), "13.2", True),  # a driver newer than the table: judged by the major (ISA 9.x came with CUDA 13)
+    ((10, 0), "13.2", False),
+    ((6, 4), "12.0", True),  # older than CUDA 11's: every driver of a CUDA 11+ stack knows it
+    ((8, 8), None, True),  # the driver is unknown: judged by the arch only
+])
+def test_ptx_needs_a_driver_as_new_as_the_cuda_release_of_its_isa(isa, driver, runs):
+    assert FatbinEntry("ptx", 80, version=isa).runs_on("9.0", driver_cuda=driver) is runs
+
+
+def test_a_ptx_gap_names_the_cuda_release_its_isa_came_with():
+    (gap,) = kernel_gaps({"lib/libptx.so": DeviceCode.of((FatbinEntry("ptx", 80, version=(8, 8)),))}, ["9.0"], "12.4")
+    assert ("its PTX (ISA 8.8, from CUDA 12.9) needs a CUDA 12.9 driver, this one supports CUDA 12.4 "
+            "(PTX ISA up to 8.4: a driver JITs no newer PTX than its own CUDA release's)") in gap.sentence()
+    (gap,) = kernel_gaps({"lib/libptx.so": DeviceCode.of((FatbinEntry("ptx", 80, version=(9, 2)),))}, ["9.0"], "13.1")
+    assert "its PTX (ISA 9.2, newer than CUDA 13.1's 9.1) needs a driver newer than CUDA 13.1" in gap.sentence()
+
+
+SM80, SM90, SM100 = (DeviceCode.of((FatbinEntry("sass", a),)) for a in (80, 90, 100))
+
+
+@pytest.mark.parametrize("objects, gap, variant_of", [
+    # sgl_kernel's layout: sm100/common_ops.so beside the common_ops.so the package loads elsewhere
+    ({"pkg/common_ops.so": SM90, "pkg/sm100/common_ops.so": SM100}, "pkg/sm100/common_ops.so", "pkg/common_ops.so"),
+    ({"pkg/sm80/ops.so": SM80, "pkg/sm90/ops.so": SM90}, "pkg/sm80/ops.so", "pkg/sm90/ops.so"),
+    ({"pkg/cu12/lib/ops.so": SM80, "pkg/cu13/lib/ops.so": SM90}, "pkg/cu12/lib/ops.so", "pkg/cu13/lib/ops.so"),
+    ({"pkg/ops_sm80.so": SM80, "pkg/ops_sm90.so": SM90}, "pkg/ops_sm80.so", "pkg/ops_sm90.so"),
+    # an unrelated module that shares the file name is no alternative: nothing makes the package pick it
+    ({"pkg/_C.abi3.so": SM80, "pkg/contrib/_C.abi3.so": SM90}, "pkg/_C.abi3.so", None),
+    ({"pkg/a/ops.so": SM80, "pkg/b/ops.so": SM90}, "pkg/a/ops.so", None),
+])
+def test_an_architecture_variant_is_a_build_the_package_chooses_between(objects, gap, variant_of):
+    (found,) = kernel_gaps(objects, ["9.0"])
+    assert (found.path, found.variant_of) == (gap, variant_of)
+
+
+def _fatbin_entry(kind: int, arch: int, version: tuple[int, int] = (1, 8), header_size: int = 64) -> bytes:
+    """One entry as nvcc writes it: a 64-byte header (kind 1 PTX, 2 SASS, its header size field, payload size,
+    version, arch), then an 8-byte payload."""
+    header = struct.pack("<HHIQIIHHIIIQ", kind, 0x101, header_size, 8, 0, 0, version[1], version[0], arch, 0, 0, 0)
+    return header.ljust(64, b"\0") + b"\xff" * 8
+
+
+def _fatbin(*entries: bytes) -> bytes:
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def _so_with_fatbin(folder: Path, name: str, section: bytes) -> Path:
+    """A gcc-built library whose .nv_fatbin section holds ``section`` (no nvcc needed)."""
+    (folder / "plain.c").write_text("int f(void) { return 1; }\n")
+    blob, so = folder / f"{name}.fatbin", folder / name
+    blob.write_bytes(section)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(folder / "plain.c"), "-o", str(so)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".nv_fatbin={blob}", str(so)], check=True)
+    return so
+
+
+def test_a_fatbin_section_that_cannot_be_read_says_what_is_wrong(tmp_path):
+    good = _fatbin(_fatbin_entry(2, 80), _fatbin_entry(1, 80, (9, 0)))
+    code = device_code(_so_with_fatbin(tmp_path, "good.so", good + b"\0" * 8 + good + b"\0" * 8))
+    assert code.names() == ("sm_80", "compute_80") and code.damage == ()  # zero padding is no damage
+    code = device_code(_so_with_fatbin(tmp_path, "magic.so", b"\0" * 4 + good[4:]))
+    assert code.entries == ()
+    assert code.damage == (".nv_fatbin: no fatbin container at byte 0 (magic 0x00000000, not 0xba55ed50)",)
+    assert "LTO-IR" not in code.describe() and "damaged" in code.describe()
+    code = device_code(_so_with_fatbin(tmp_path, "entry.so", _fatbin(_fatbin_entry(2, 80, header_size=0))))
+    assert code.damage == (".nv_fatbin: the entry at byte 16 of the container at byte 0 has header size 0",)
+    code = device_code(_so_with_fatbin(tmp_path, "zeros.so", bytes(64)))
+    assert code.damage == (".nv_fatbin: no fatbin container in its 64 bytes",)
+    # One unreadable container among readable ones: its kernels are still missing.
+    code = device_code(_so_with_fatbin(tmp_path, "second.so", good + b"\0" * 4 + good[4:]))
+    assert code.names() == ("sm_80", "compute_80")
+    assert code.damage == (f".nv_fatbin: no fatbin container at byte {len(good)} (magic 0x00000000, not 0xba55ed50)",)

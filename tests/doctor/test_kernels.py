@@ -21,6 +21,29 @@ pytestmark = pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 
+def _fatbin_at(data: bytes) -> int:
+    """The file offset of the first fatbin container (its magic) in an nvcc-built library."""
+    return data.index((0xBA55ED50).to_bytes(4, "little"))
+
+
+def with_ptx_isa(data: bytes, isa: tuple[int, int]) -> bytes:
+    """A PTX-only library's bytes with its PTX entry claiming ISA ``isa`` (entry header: minor at byte 24, major 26),
+    as a newer nvcc would write it."""
+    out = bytearray(data)
+    entry = _fatbin_at(data) + 16
+    assert int.from_bytes(out[entry:entry + 2], "little") == 1  # a PTX entry
+    out[entry + 24:entry + 28] = isa[1].to_bytes(2, "little") + isa[0].to_bytes(2, "little")
+    return bytes(out)
+
+
+def damaged(data: bytes, where: str) -> bytes:
+    """``data`` with its fatbin container's magic zeroed, or its first entry's header size field zeroed."""
+    out = bytearray(data)
+    at = _fatbin_at(data) + (0 if where == "magic" else 16 + 4)
+    out[at:at + 4] = bytes(4)
+    return bytes(out)
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     build = tmp_path_factory.mktemp("kernels-build")
@@ -49,6 +72,16 @@ def venv(tmp_path_factory) -> Path:
                    files={"fftlike/lib/libfftlike.so.12": cufftlike}),
         make_wheel(folder, "ampereonly", "1.0", tags=_tags(), modules={"ampereonly/__init__.py": ""},
                    files={"ampereonly/lib/libampere.so": sm80}),
+        # PTX a newer CUDA's nvcc wrote (ISA 8.8: CUDA 12.9).
+        make_wheel(folder, "newptx", "1.0", tags=_tags(), modules={"newptx/__init__.py": ""},
+                   files={"newptx/lib/libnewptx.so": with_ptx_isa(ptx80, (8, 8))}),
+        # Two unrelated modules that share a file name: no architecture variant of each other.
+        make_wheel(folder, "fastops", "1.0", tags=_tags(), modules={"fastops/__init__.py": "",
+                                                                    "fastops/contrib/__init__.py": ""},
+                   files={"fastops/_C.abi3.so": sm80, "fastops/contrib/_C.abi3.so": sm90}),
+        make_wheel(folder, "damagedfatbin", "1.0", tags=_tags(), modules={"damagedfatbin/__init__.py": ""},
+                   files={"damagedfatbin/lib/libmagic.so": damaged(sm80, "magic"),
+                          "damagedfatbin/lib/libentry.so": damaged(sm80, "entry")}),
         # nvidia-cufft's layout: cuFFTW (the FFTW interface) carries an sm_75-only fatbin beside libcufft.
         make_wheel(folder, "nvidia-cufft", "12.0.0.61", tags=_tags(),
                    files={"nvidia/cu13/lib/libcufftw.so.12": sm75, "nvidia/cu13/lib/libcufft.so.12": cufftlike}),
@@ -89,7 +122,49 @@ def test_ptx_is_jit_compiled_for_a_newer_gpu_if_the_driver_knows_its_isa(venv, t
     assert r.verdict == "ok" and "compute_80 (PTX, JIT)" in r.evidence
     old = run_doctor(str(venv), checks=["kernels:ptxonly"], environ=gpus(tmp_path, "8.9", cuda="12.4"))
     r = old.get("kernels:ptxonly")
-    assert r.verdict == "fail" and "needs a CUDA 13 driver, this one supports CUDA 12.4" in r.evidence
+    assert r.verdict == "fail" and "needs a CUDA 13.0 driver, this one supports CUDA 12.4" in r.evidence
+
+
+def test_ptx_of_a_newer_cuda_release_than_the_driver_fails(venv, tmp_path):
+    # The driver refuses PTX of a newer ISA than its own CUDA release's (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+    env = gpus(tmp_path, "9.0", cuda="12.4")
+    r = run_doctor(str(venv), checks=["kernels:newptx"], environ=env).get("kernels:newptx")
+    assert r.verdict == "fail", r.evidence
+    assert ("newptx/lib/libnewptx.so has kernels for PTX compute_80 only; this GPU is sm_90 and its PTX (ISA 8.8, "
+            "from CUDA 12.9) needs a CUDA 12.9 driver, this one supports CUDA 12.4") in r.evidence
+    env = gpus(tmp_path, "9.0", cuda="12.9")
+    r = run_doctor(str(venv), checks=["kernels:newptx"], environ=env).get("kernels:newptx")
+    assert r.verdict == "ok" and "sm_90: compute_80 (PTX, JIT)" in r.evidence
+
+
+def test_ptx_judged_without_a_known_driver_says_what_it_needs(venv, tmp_path):
+    from wheelhouse.manifest import parse_manifest
+
+    rep = run_doctor(str(venv), checks=["kernels:newptx"], environ=_no_gpu(tmp_path),
+                     manifest=parse_manifest('[doctor]\nsm = "9.0"\n'))
+    r = rep.get("kernels:newptx")
+    assert r.verdict == "ok", r.evidence
+    assert "sm_90: compute_80 (PTX, JIT; its ISA 8.8 needs a CUDA 12.9 driver, none known here to judge)" in r.evidence
+
+
+def test_a_same_named_module_in_another_folder_is_no_architecture_variant(venv, tmp_path):
+    r = run_doctor(str(venv), checks=["kernels:fastops"], environ=gpus(tmp_path, "9.0")).get("kernels:fastops")
+    assert r.verdict == "fail", r.evidence
+    assert "fastops/_C.abi3.so has kernels for sm_80 only; this GPU is sm_90" in r.evidence
+    assert "variant" not in r.evidence
+
+
+def test_a_fatbin_that_cannot_be_read_fails_naming_what_is_wrong(venv, tmp_path):
+    rep = run_doctor(str(venv), checks=["kernels:damagedfatbin"], environ=gpus(tmp_path, "8.0"))
+    r = rep.get("kernels:damagedfatbin")
+    assert r.verdict == "fail", r.evidence
+    assert "LTO-IR" not in r.evidence
+    assert ("damagedfatbin/lib/libmagic.so: its CUDA device code cannot be read: .nv_fatbin: no fatbin container at "
+            "byte 0 (magic 0x00000000, not 0xba55ed50)") in r.evidence
+    assert ("damagedfatbin/lib/libentry.so: its CUDA device code cannot be read: .nv_fatbin: the entry at byte 16 of "
+            "the container at byte 0 has header size 0") in r.evidence
+    assert sorted(d["object"] for d in r.data["damaged"]) == ["damagedfatbin/lib/libentry.so",
+                                                              "damagedfatbin/lib/libmagic.so"]
 
 
 def test_an_architecture_variant_beside_one_that_runs_is_not_a_false_red(venv, tmp_path):
@@ -187,7 +262,8 @@ def test_cli_exit_code(venv, tmp_path):
     verdicts = {r["id"]: r["verdict"] for r in json.loads(proc.stdout)["results"]}
     assert verdicts == {"kernels:blackwellonly": "fail", "kernels:hopperonly": "fail", "kernels:ptxonly": "ok",
                         "kernels:variants": "ok", "kernels:turingonly": "fail", "kernels:fftlike": "ok",
-                        "kernels:ampereonly": "ok", "kernels:nvidia-cufft": "ok"}
+                        "kernels:ampereonly": "ok", "kernels:nvidia-cufft": "ok", "kernels:newptx": "ok",
+                        "kernels:fastops": "fail", "kernels:damagedfatbin": "fail"}
 
 
 def test_the_harmless_data_file_refuses_an_entry_without_a_reason(tmp_path):

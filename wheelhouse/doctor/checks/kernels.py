@@ -6,14 +6,19 @@ device", cudaError 209), deep in serving. This check reads the fatbin of every
 ``.so`` a distribution ships (:mod:`wheelhouse.fatbin`; nothing is
 loaded) and judges it by the driver's own rule: SASS runs only on the same
 major with a minor <= the GPU's; else PTX of an arch <= the GPU's that the
-driver can JIT; otherwise the object fails (sm_80-only SASS on sm_90 included:
-its launch returns cudaError 209 on the H200).
+driver can JIT (a driver JITs PTX up to the ISA of its own CUDA release);
+otherwise the object fails (sm_80-only SASS on sm_90 included: its launch
+returns cudaError 209 on the H200). A fatbin section that cannot be read
+fails too, naming what is wrong: the runtime cannot register those kernels
+either, and "no SASS or PTX" is no proof of LTO-IR.
 
 The GPUs judged against: those nvidia-smi reports; with no GPU here, the
 manifest's ``[doctor] sm``, else the GPUs of the wheelhouse's target profile
-(the evidence says which). An object whose same-named sibling in the same
-distribution runs on the GPU is an architecture variant the package chooses
-between (``sgl_kernel/sm100/`` beside ``sgl_kernel/``): reported, not failed.
+(the evidence says which). An object that is another build of one in the same
+distribution that runs on the GPU, its path differing only in folders or
+file-name parts that name a GPU architecture or CUDA major, is an architecture
+variant the package chooses between (``sgl_kernel/sm100/`` beside
+``sgl_kernel/``, ``cu12/`` beside ``cu13/``): reported, not failed.
 An object whose fatbin covers no GPU is read whole for fatbin containers it
 loads itself (cuFFT keeps its PTX in ``.ldata``). A gap known to be harmless
 (cuFFTW's sm_75-only fatbin) is named in ``doctor/kernels.toml`` with its
@@ -140,6 +145,7 @@ def _verdict(d: Distribution, codes: dict[str, DeviceCode], judged: JudgedGpus,
     if not sms:
         return CheckResult(cid, title, "skip", "no GPU to judge against (none here, no [doctor] sm in the manifest, "
                            "no GPUs in the wheelhouse's target profile); embedded: " + "; ".join(listing), data=data)
+    damaged = {rel: c for rel, c in codes.items() if c.damage}
     gaps = kernel_gaps(codes, sms, judged.driver_cuda)
     variants = [g for g in gaps if g.variant_of]
     known = [(g, rule) for g in gaps if not g.variant_of
@@ -148,16 +154,13 @@ def _verdict(d: Distribution, codes: dict[str, DeviceCode], judged: JudgedGpus,
     data["missing"] = [{"object": g.path, "sm": f"sm_{g.sm}", **g.code.to_json()} for g in hard]
     data["variants"] = [{"object": g.path, "sm": f"sm_{g.sm}", "runs_instead": g.variant_of} for g in variants]
     data["harmless"] = [{"object": g.path, "sm": f"sm_{g.sm}", "reason": rule.reason} for g, rule in known]
+    data["damaged"] = [{"object": rel, "damage": list(c.damage)} for rel, c in damaged.items()]
     notes = [g.sentence(_which(g.sm, judged)) for g in variants]
     notes += [f"{g.sentence(_which(g.sm, judged))} -- harmless: {rule.reason}" for g, rule in known]
     said = [judged.note] if judged.note else []
-    if hard:
-        lines = [_failed(g, judged) for g in hard] + notes + said
-        return CheckResult(cid, title, "fail", "\n".join(lines),
-                           hint=f"install a build of {d.name} made for "
-                                f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in hard}))} (or with PTX the driver "
-                                "can JIT): stage it for this GPU with a target profile captured here "
-                                "(`wh target capture`), then `wh install`",
+    if hard or damaged:
+        lines = [_unreadable(rel, c) for rel, c in damaged.items()] + [_failed(g, judged) for g in hard]
+        return CheckResult(cid, title, "fail", "\n".join(lines + notes + said), hint=_hint(d, hard, damaged),
                            data=data)
     lines = []
     skipped = {g.path for g in gaps}
@@ -167,10 +170,37 @@ def _verdict(d: Distribution, codes: dict[str, DeviceCode], judged: JudgedGpus,
         if not (c.sass or c.ptx):
             lines.append(f"{rel}: LTO-IR only (linked at run time, not judged)")
             continue
-        runs = [f"sm_{sm}: {r.name}" + (" (PTX, JIT)" if r.kind == "ptx" else "")
+        runs = [f"sm_{sm}: {r.name}" + (_jit(r, judged) if r.kind == "ptx" else "")
                 for sm in sms for r in [c.runner(sm, judged.driver_cuda)] if r is not None]
         lines.append(f"{rel}: {c.describe()} -> " + "; ".join(runs))
     return CheckResult(cid, title, "ok", "\n".join(lines + notes + said), data=data)
+
+
+def _jit(ptx: FatbinEntry, judged: JudgedGpus) -> str:
+    """How a PTX image gets run: JIT, and with no driver known (no GPU here), the driver its ISA asks for."""
+    need = ptx.driver_needed()
+    if judged.driver_cuda or need is None:
+        return " (PTX, JIT)"
+    return f" (PTX, JIT; its ISA {ptx.version[0]}.{ptx.version[1]} needs {need}, none known here to judge)"
+
+
+def _unreadable(rel: str, code: DeviceCode) -> str:
+    readable = f"; readable: {code.images()}" if code.sass or code.ptx else ""
+    return (f"{rel}: its CUDA device code cannot be read: {'; '.join(code.damage)}{readable} (the CUDA runtime "
+            "cannot register a fatbin it cannot read: those kernels cannot launch)")
+
+
+def _hint(d: Distribution, hard: list[KernelGap], damaged: dict[str, DeviceCode]) -> str:
+    parts = []
+    if damaged:
+        parts.append(f"a damaged file: `wh doctor --check stack:files` says whether it differs from what {d.name}'s "
+                     f"RECORD lists; reinstall it (`wh install --reinstall {d.name}`)")
+    if hard:
+        parts.append(f"install a build of {d.name} made for "
+                     f"{', '.join(f'sm_{s}' for s in sorted({g.sm for g in hard}))} (or with PTX the driver can JIT): "
+                     "stage it for this GPU with a target profile captured here (`wh target capture`), then "
+                     "`wh install`")
+    return "; ".join(parts)
 
 
 def _failed(gap: KernelGap, judged: JudgedGpus) -> str:
@@ -190,12 +220,13 @@ def _device_code(cache: VerdictCache | None, path: str, deep: bool = False) -> D
         code = device_code(path, deep=deep)
         return None if code is None else dataclasses.asdict(code)
 
-    d = cache.file_fact("fatbin-deep" if deep else "fatbin", path, read)
+    # "-2": facts that also say what cannot be read; one stored before that would say nothing is damaged.
+    d = cache.file_fact("fatbin-deep-2" if deep else "fatbin-2", path, read)
     if d is None:
         return None
     return DeviceCode(sass=tuple(d["sass"]), ptx=tuple(d["ptx"]), self_loaded=int(d["self_loaded"]),
                       entries=tuple(FatbinEntry(e["kind"], int(e["arch"]), e["suffix"], tuple(e["version"]))
-                                    for e in d["entries"]))
+                                    for e in d["entries"]), damage=tuple(d["damage"]))
 
 
 def _codes(d: Distribution, sms: dict[int, list[int]], driver_cuda: str | None,
