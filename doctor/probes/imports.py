@@ -285,9 +285,49 @@ def _probe(name, path=None):
             rec["error"] = str(exc)
             if isinstance(exc, ModuleNotFoundError):
                 rec["missing"] = exc.name  # the module that is not there (not always the one asked for)
+            rec["chain"] = _earlier_failures(exc)
+            rec["failed_in"] = _failed_package(name)
             rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
+
+
+def _earlier_failures(exc, most=4):
+    """The exceptions ``exc`` was raised from or while handling, earliest first: a fallback import
+    (``try: from ._kernels import f`` / ``except ImportError: from numexpr import f``) hides a broken build
+    behind the last, missing, module. Suppressed ones (``raise ... from None``) count too: the build is as broken."""
+    out, seen, link = [], {id(exc)}, _earlier(exc)
+    while link is not None and id(link) not in seen and len(out) < most:
+        seen.add(id(link))
+        out.append({"error_type": type(link).__name__, "error": str(link)[:2000],
+                    "missing": link.name if isinstance(link, ModuleNotFoundError) else None})
+        link = _earlier(link)
+    return out[::-1]
+
+
+def _earlier(exc):
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    if exc.__suppress_context__:
+        # importlib's own `raise ModuleNotFoundError(...) from None` ('x' is not a package) hides its internals
+        # (an AttributeError on __path__): no failure of the module's code.
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None and tb.tb_frame.f_code.co_filename.startswith("<frozen importlib"):
+            return None
+    return exc.__context__
+
+
+def _failed_package(name):
+    """The package above ``name`` whose own import failed (a failed import leaves it out of sys.modules), or None:
+    importing ``acme.fast._core`` fails where ``acme/fast/__init__.py`` does, and that is ``acme.fast``'s failure."""
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if parent not in sys.modules:
+            return parent
+    return None
 
 
 def _cycle_entry(name, spec, exc):

@@ -347,3 +347,170 @@ def test_requirement_markers_are_judged_for_the_target_interpreter_not_for_wh_s(
     installed = {"fastpkg": fastpkg, "fastlib": fastlib}
     assert not _own_or_required(fastpkg, "fastlib", installed, markers=on312)
     assert _own_or_required(fastpkg, "fastlib", installed, markers=on311)
+
+
+# ---- namespace packages, exception chains, variants without the build the package would load -------------------
+
+
+def _native_okpkg(py: Path, w: Path, build: Path) -> None:
+    """A native distribution that loads: the native check runs (and judges the stack's entries) only with one."""
+    install_dist(py, w, "okpkg", {"okpkg/__init__.py": "from ._core import answer\n"},
+                 {f"okpkg/_core{SUFFIX}": _ext(build, "_core")})
+
+
+def test_a_requested_engine_in_a_namespace_package_is_its_entry_not_the_bare_namespace(tmp_path):
+    """acme-engine ships acme/engine/ and no acme/__init__.py (as google-*, azure-*, nvidia-* do). Its entry was the
+    bare namespace `acme`, whose import runs nothing: `OK native:entry:acme: imported acme`, though the engine cannot
+    start. The distribution's own package under the namespace is what the engine imports."""
+    from broken_packages import install_wheel
+    from wheelmaker import make_wheel
+
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    _native_okpkg(py, w, build)
+    install_wheel(py, make_wheel(w, "acme-engine", "1.0", modules={
+        "acme/engine/__init__.py": "import okpkg\nraise ImportError('acme.engine is broken: the engine cannot start')\n"}))
+    manifest = tmp_path / "stack.toml"
+    manifest.write_text('[stack]\nname = "acme"\nrequirements = ["acme-engine"]\n')
+    report = run_doctor(str(py), checks=["native"], timeout=20, manifest=load_manifest(manifest))
+    ids = [r.id for r in report.results]
+    assert "native:entry:acme" not in ids, ids
+    r = report.get("native:entry:acme.engine")
+    assert r is not None and r.verdict == "fail", ids
+    assert "import acme.engine: ImportError: acme.engine is broken: the engine cannot start" in r.evidence
+    assert report.exit_code() == 1
+
+
+def test_own_names_expand_a_namespace_portion_to_the_distributions_packages_below_it():
+    from wheelhouse.doctor.severity import own_names
+
+    rows = ["acme/engine/__init__.py", "acme/engine/core.py", "acme/tools/cli.py", "acme/tools/sub/__init__.py",
+            f"acme/_speed{SUFFIX}", "acme/data/lib/libfoo.so.1", "acme/README.txt", "plain/__init__.py", "solo.py",
+            "acme_engine-1.0.dist-info/RECORD", "../../bin/acme"]
+    exts = ((f"acme/_speed{SUFFIX}", "acme._speed"),)
+    assert own_names(rows, ("acme", "plain", "solo"), exts) == (
+        "acme.engine", "acme.tools.cli", "acme.tools.sub", "acme._speed", "plain", "solo")
+    assert own_names(["acme/__init__.py", "acme/engine/__init__.py"], ("acme",), ()) == ("acme",)
+    # Nothing importable below it (a folder of libraries only): the name stays as it is.
+    assert own_names(["nvidia/cu13/lib/libcudart.so.13"], ("nvidia",), ()) == ("nvidia",)
+
+
+_NEEDS_UNDECLARED = "import msgspec_turbo  # a module nothing installs\nfrom ._core import answer\n"
+
+
+def test_a_native_package_under_a_namespace_whose_import_fails_is_a_fail_as_a_top_level_package_is(tmp_path):
+    """acme/fast/__init__.py imports a module nothing installs: under a namespace it was judged a lazily loaded module
+    (`only acme.fast._core needs msgspec_turbo ... an optional module`, a warning --strict does not count), where the
+    same package at the top (plainfast) fails. find_spec('acme.fast') finds it: code that probes for it imports it."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "acme-fast", {"acme/fast/__init__.py": _NEEDS_UNDECLARED},
+                 {f"acme/fast/_core{SUFFIX}": _ext(build, "_core")})
+    install_dist(py, w, "plainfast", {"plainfast/__init__.py": _NEEDS_UNDECLARED},
+                 {f"plainfast/_core{SUFFIX}": _ext(build, "_core")})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    assert report.get("native:plainfast").verdict == "fail"
+    r = report.get("native:acme-fast")
+    assert r.verdict == "fail", r.evidence
+    assert "No module named 'msgspec_turbo'" in r.evidence
+    assert "a fail: acme.fast is a top-level name of acme-fast (a package under the namespace acme)" in r.evidence
+    assert r.data["drop"]["distribution"] == "acme-fast"
+
+
+_FALLS_BACK = ("try:\n    from ._kernels import answer as kernel\n"
+               "except ImportError:\n    from numexpr import evaluate as kernel  # an optional fallback\n")
+_TWO_OPTIONAL = ("try:\n    from numexpr import evaluate as kernel\n"
+                 "except ImportError:\n    from bottleneck import nansum as kernel\n")
+
+
+def test_a_fallback_import_does_not_hide_the_broken_build_it_fell_back_from(tmp_path):
+    """fastk.accel tries its compiled kernels (an undefined symbol) and falls back to numexpr, which is not installed:
+    judged by the last exception alone it was `only fastk.accel._kernels needs numexpr (an optional module)`, a
+    warning, though the .so can never load. An earlier link of the chain that is no optional missing module decides
+    too. Two optional modules in a row (numexpr, then bottleneck) stay a warning."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "fastk", {"fastk/__init__.py": "", "fastk/accel/__init__.py": _FALLS_BACK},
+                 {f"fastk/accel/_kernels{SUFFIX}": _ext(build, "_kernels", "WH_UNDEF")})
+    install_dist(py, w, "slowk", {"slowk/__init__.py": "", "slowk/accel/__init__.py": _TWO_OPTIONAL},
+                 {f"slowk/accel/_kernels{SUFFIX}": _ext(build, "_kernels")})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    r = report.get("native:fastk")
+    assert r.verdict == "fail", r.evidence
+    assert "undefined symbol" in r.evidence and "No module named 'numexpr'" in r.evidence
+    assert "a fail: before ModuleNotFoundError" in r.evidence
+    assert r.data["drop"]["distribution"] == "fastk"
+    ok = report.get("native:slowk")
+    assert ok.verdict == "warn" and ok.strict is False, ok.evidence
+    assert "needs bottleneck, which is not installed" in ok.evidence
+
+
+def test_a_build_for_another_cuda_major_without_one_for_the_stacks_is_a_fail(tmp_path):
+    """fastattn ships its kernels only as a CUDA 12 build (cu12/, no cu13/) and the stack's CUDA is 13: the package
+    has no folder for the CUDA it finds, so its call loads cu12/. It was excused as `a build for CUDA 12 ... the
+    package loads the folder for the CUDA it finds`. numba-cuda's cu12/ beside cu13/ stays a warning (above)."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "fastattn", {"fastattn/__init__.py": "def run():\n    from .cu12 import _ops\n",
+                                     **_pkgs("fastattn/cu12")},
+                 {f"fastattn/cu12/_ops{SUFFIX}": ext_needing_a_gone_library(build, "_ops", "libcudart.so.12")})
+    _cuda_bindings(py, w)
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:fastattn")
+    assert r.verdict == "fail", r.evidence
+    assert "a build for CUDA 12 (cu12/), and fastattn ships none for the stack's CUDA 13" in r.evidence
+    assert r.data["drop"]["distribution"] == "fastattn"
+
+
+def test_a_cpu_variant_is_excused_only_beside_a_build_its_package_could_pick_instead():
+    """A SIGILL in `_dot_avx512` is a build the package picks only where the CPU has AVX-512 when there is another
+    build to pick (`_dot`, `_dot_avx2`, `_generic` beside `_avx512`, faiss's `_swigfaiss` beside
+    `_swigfaiss_avx512_spr`); without one, the package's call imports it and dies: a fail."""
+    from wheelhouse.doctor.checks import Distribution
+    from wheelhouse.doctor.imports import ImportOutcome
+    from wheelhouse.doctor.optional import load_optional_modules
+    from wheelhouse.doctor.severity import StackReach, judge_failure
+
+    data = load_optional_modules()
+    reach = StackReach(loaded=frozenset({"vecops"}), cpu_flags=frozenset({"sse4_2", "avx2", "fma"}))
+
+    def judged(module: str, *siblings: str):
+        d = Distribution("vecops", "1.0", "/site", None, ("vecops",), 1, ("vecops",))
+        o = ImportOutcome(module, ok=False, crash="killed by SIGILL (signal 4)")
+        files = {m: m.replace(".", "/") + SUFFIX for m in (module, *siblings)}
+        return judge_failure(d, o, files[module], reach, data, {}, files)
+
+    alone = judged("vecops._dot_avx512")
+    assert alone.severity == "fail", alone
+    assert "no other build of it" in alone.reason
+    assert judged("vecops._dot_avx512", "vecops._other").severity == "fail"
+    # Another build named for a feature this CPU lacks is none the package could pick here either.
+    assert judged("vecops._dot_avx512", "vecops._dot_avx512bw").severity == "fail"
+    for siblings in (("vecops._dot",), ("vecops._dot_avx2",), ("vecops._dot_generic",)):
+        w = judged("vecops._dot_avx512", *siblings)
+        assert (w.severity, w.strict) == ("warn", False), (siblings, w)
+    assert judged("vecops._avx512", "vecops._generic").severity == "warn"
+    assert judged("vecops._swigfaiss_avx512_spr", "vecops._swigfaiss", "vecops._swigfaiss_avx2").severity == "warn"
+
+
+@pytest.mark.skipif(_has_avx512f(), reason="needs a CPU without AVX-512 (its AVX-512 build must die of SIGILL)")
+def test_an_avx512_only_build_with_no_other_build_is_a_fail(tmp_path):
+    """vecops ships only _dot_avx512 and imports it when dot() runs: on this CPU the process dies of SIGILL. It was a
+    warning `optional by design` --strict did not count."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "vecops",
+                 {"vecops/__init__.py": "def dot(a, b):\n    from . import _dot_avx512\n    return 0\n"},
+                 {f"vecops/_dot_avx512{SUFFIX}": _sigill_at_init(build, "_dot_avx512", avx512=True)})
+    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:vecops")
+    assert r.verdict == "fail", r.evidence
+    assert "import vecops._dot_avx512: import killed by SIGILL" in r.evidence
+    assert "vecops ships no other build of it" in r.evidence

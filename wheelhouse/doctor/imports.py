@@ -43,6 +43,10 @@ class ImportOutcome:
     error_type: str | None = None
     error: str | None = None
     missing: str | None = None  # ModuleNotFoundError's name: the module that is not there
+    # The exceptions it was raised from or while handling, earliest first, each (type, message, missing module): a
+    # fallback import (`except ImportError: from numexpr import ...`) hides a broken build behind its last link.
+    chain: tuple[tuple[str, str, str | None], ...] = ()
+    failed_in: str | None = None  # the package above it whose own import failed (acme.fast for acme.fast._core)
     covered: str | None = None  # why an extension module file was not imported by its dotted name (still ok)
     via: str | None = None  # imported through this sibling: imported first, it is a circular import back into itself
     shadowed: str | None = None  # the folder another copy of the package serves this name from (imported instead)
@@ -162,6 +166,9 @@ def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None
     return ImportOutcome(
         module=mod, ok=bool(rec.get("ok")), found=rec.get("found"), origin=rec.get("origin"),
         error_type=rec.get("error_type"), error=rec.get("error"), missing=rec.get("missing"),
+        chain=tuple((str(c.get("error_type")), str(c.get("error")), c.get("missing")) for c in rec.get("chain") or ()
+                    if isinstance(c, Mapping)),
+        failed_in=rec.get("failed_in"),
         covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
         reached=tuple(str(m) for m in rec.get("reached") or ()), library_load=rec.get("library_load"),
         seconds=float(rec.get("seconds") or 0), isolated=isolated, reused_since=reused_since,

@@ -7,9 +7,10 @@ when its failure is one that the data names as optional, with the reason shown a
   (``libraries``, globs over the names in "cannot open shared object file") or reads like ``errors`` (globs
   over ``"ImportError: initialization failed"``). At least one of the two: the data says which failure.
 - ``[[variant]]``: a module under a folder built for another CUDA major (``cu12/`` where the stack's CUDA is
-  13): the package loads the folder for the CUDA it finds.
+  13) beside the folder for the stack's (``cu13/``): the package loads the folder for the CUDA it finds.
 - ``[[cpu-variant]]``: the CPU feature names a module's name may carry (``_swigfaiss_avx512``): a module that
-  dies of SIGILL, named for a feature this CPU's flags lack, is a build the package picks only where the CPU has it.
+  dies of SIGILL, named for a feature this CPU's flags lack, is a build the package picks only where the CPU has it,
+  when the package ships another build it can pick instead (``_swigfaiss``, ``_swigfaiss_avx2``).
 
 ``doctor/sharedlibs.toml``'s ``[[optional]]`` entries (a RECORD path glob and the missing libraries it may
 lack) say the same about a missing library, and count here too (:meth:`OptionalData.with_objects`): one
@@ -115,6 +116,30 @@ class OptionalData:
                 return v, *named
         return None
 
+    def cpu_build_stem(self, module: str) -> str:
+        """What ``module``'s builds share: its last name part up to its first CPU feature word, less words that say
+        "no particular feature" (``_dot_avx512``, ``_dot_avx2``, ``_dot``, ``_dot_generic``: ``_dot``)."""
+        parts = module.rsplit(".", 1)[-1].lower().split("_")
+        cut = next((i for i, p in enumerate(parts) if p and any(fnmatch.fnmatchcase(p, g) for v in self.cpu_variants
+                                                                for g in v.features)), len(parts))
+        parts = parts[:cut]
+        while len(parts) > 1 and parts[-1] in _GENERIC_BUILD:
+            parts.pop()
+        return "_".join(parts)
+
+    def cpu_fallback(self, module: str, siblings: Iterable[str], flags: frozenset[str]) -> str | None:
+        """A sibling build of ``module`` its package can pick instead on a CPU with ``flags`` (one named for no
+        feature, or for one these flags have), or None: without one, a build for features this CPU lacks is the only
+        one the package has, and its code imports it here (a SIGILL, not a variant it passes over)."""
+        stem = self.cpu_build_stem(module)
+        for other in siblings:
+            if other == module or self.cpu_build_stem(other) != stem:
+                continue
+            named = self.cpu_feature_named(other, flags)
+            if named is None or named[2]:
+                return other
+        return None
+
     def rule_for(self, dist_key: str, module: str, relpath: str | None, failure: str) -> OptionalModule | None:
         return next((r for r in self.modules if r.covers(dist_key, module, relpath, failure)), None)
 
@@ -125,6 +150,10 @@ class OptionalData:
                 return v, hit[0], hit[1]
         return None
 
+
+# Name parts of a build that needs no particular CPU feature (faiss's _swigfaiss, a `_generic` beside `_avx512`).
+_GENERIC_BUILD = frozenset({"generic", "default", "base", "baseline", "fallback", "ref", "reference", "portable",
+                            "scalar", "plain", "cpu", "py", "pure", "noarch"})
 
 _MISSING_LIB = re.compile(r"([\w.+-]+\.so(?:\.[\w]+)*): cannot open shared object file")
 

@@ -2,29 +2,33 @@
 
 What the engine will load must load. A failure is a **fail** when the module is
 
-- a top-level name (an engine finds it with ``find_spec`` and imports it: the reference deployment's trap),
+- a top-level name (an engine finds it with ``find_spec`` and imports it: the reference deployment's trap); in a
+  namespace package, the distribution's own packages below it (``acme.fast``), and a module whose import fails there,
 - one of the stack's entry modules (the manifest's ``[doctor] entry``, and the top-level names of what it requests),
 - reached from them: importing the entries loaded it (``sys.modules`` after their import, in the target), or
 - a lazily loaded module whose failure no data calls optional: its package loads it by name when used.
 
 It is a **warning** only when nothing in the stack reaches the module *and* the failure is an optional
 dependency: named in ``doctor/optional.toml`` or ``doctor/sharedlibs.toml`` (tkinter, libtbb, cuTENSOR,
-MPI/RDMA plugins), a build for another CUDA major than the stack's (``cu12/`` beside CUDA 13), or a
-Python module its distribution does not require (its own metadata says so). The reason is the evidence.
+MPI/RDMA plugins), a build for another CUDA major than the stack's (``cu12/`` beside the ``cu13/`` a CUDA 13 stack
+loads), or a Python module its distribution does not require (its own metadata says so). Every exception of the
+failure counts: a fallback import's missing module does not excuse the broken build it fell back from. The reason
+is the evidence.
 
 A build for CPU features this host lacks is the CPU's side of the CUDA variant: faiss ships
 ``_swigfaiss_avx512`` beside ``_swigfaiss`` and imports the AVX-512 build only where /proc/cpuinfo says
 ``avx512f``. Imported by its name on a CPU without it, it dies of SIGILL, while the package's own import, which
 does not load it, works. Such a module (SIGILL when imported by name; its top-level package imported without
-loading it) is a warning, never a drop. ``--strict`` leaves it out only when its name says which feature (a
-``[[cpu-variant]]`` of ``doctor/optional.toml``) and this CPU's flags lack it; a SIGILL its name does not
-explain (a trap, a feature the host has) is a warning ``--strict`` counts.
+loading it; a sibling build the package can pick on this CPU) is a warning, never a drop; without such a sibling
+(an AVX-512-only build) its package's code imports it here, a fail. ``--strict`` leaves it out only when its name
+says which feature (a ``[[cpu-variant]]`` of ``doctor/optional.toml``) and this CPU's flags lack it; a SIGILL its
+name does not explain (a trap, a feature the host has) is a warning ``--strict`` counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -34,7 +38,7 @@ from .imports import ImportOutcome
 from .optional import OptionalData
 from .verdicts import cpu_facts
 
-__all__ = ["StackReach", "Judgement", "judge_failure", "entry_modules", "stack_reach"]
+__all__ = ["StackReach", "Judgement", "judge_failure", "entry_modules", "stack_reach", "own_names"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,48 @@ class Judgement:
     severity: Literal["fail", "warn"]
     reason: str
     strict: bool = False  # a warning --strict counts (nothing says the distribution does without it by design)
+
+
+def own_names(paths: Iterable[str], names: Sequence[str],
+              extensions: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
+    """``names`` (a distribution's top-level names) with each one it provides only as a portion of a namespace package
+    (``acme/engine/...`` in its RECORD ``paths``, no ``acme/__init__.py``) replaced by its own packages and modules
+    below it (``acme.engine``): importing the bare namespace runs none of its code, ``find_spec('acme.engine')``
+    finds it.
+    ``extensions``: its (RECORD path, dotted name) extension modules. A name with nothing importable below it stays."""
+    rows = [p for p in paths if not p.startswith("..") and "__pycache__/" not in p]
+    have = set(rows)
+    by_path = {rel: m for rel, m in extensions}
+    modules = set(by_path.values())
+
+    def is_module(name: str) -> bool:
+        prefix = name.replace(".", "/")
+        return f"{prefix}/__init__.py" in have or f"{prefix}.py" in have or name in modules
+
+    def below(name: str) -> list[str]:
+        prefix = name.replace(".", "/") + "/"
+        out: list[str] = []
+        for rel in rows:
+            if not rel.startswith(prefix):
+                continue
+            head, sep, _ = rel[len(prefix):].partition("/")
+            child = head if sep else (head[:-3] if head.endswith(".py") else by_path.get(rel, "").rpartition(".")[2])
+            if not child.isidentifier() or f"{name}.{child}" in out:
+                continue
+            if is_module(f"{name}.{child}"):
+                out.append(f"{name}.{child}")
+            elif sep:
+                out += [n for n in below(f"{name}.{child}") if n not in out]  # a namespace inside the namespace
+        return out
+
+    return tuple(dict.fromkeys(n for top in names for n in ([top] if is_module(top) else below(top) or [top])))
+
+
+def _own_names(d: Distribution) -> tuple[str, ...]:
+    """:func:`own_names` of ``d`` from its RECORD (a distribution without one keeps its top-level names)."""
+    if not d.dist_info:
+        return d.import_names
+    return own_names((rel for rel, _, _ in d.record.rows), d.import_names, d.extensions)
 
 
 def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Distribution],
@@ -130,31 +176,61 @@ def _failure_text(o: ImportOutcome) -> str:
     return f"{o.error_type}: {o.error}" if o.error_type else f"import {o.crash or 'failed'}"
 
 
-def _variant(o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
-             files: Mapping[str, str]) -> str | None:
+def _shipped(d: Distribution, files: Mapping[str, str]) -> list[str]:
+    """The RECORD paths ``d`` ships (its extension modules being judged, and its RECORD where it has one)."""
+    return [*files.values(), *((rel for rel, _, _ in d.record.rows) if d.dist_info else ())]
+
+
+def _variant(d: Distribution, o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
+             files: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(why ``o`` is a build for another CUDA major the package passes over, or None; why it is not although its
+    folder says another major: ``d`` ships no build for the stack's CUDA, so the package has only this one)."""
     hit = data.variant_of(relpath) if relpath else None
-    if hit is None:
-        return None
+    if hit is None or relpath is None:
+        return None, None
     rule, folder, major = hit
     if reach.cuda_major is not None:
         if major == reach.cuda_major:
-            return None
-        return (f"a build for CUDA {major} ({folder}/); the stack's CUDA is {reach.cuda_major} "
-                f"({reach.cuda_source}): {rule.reason}")
+            return None, None
+        parts = relpath.split("/")
+        base = "/".join(parts[:parts.index(folder)] + [""])  # "numba_cuda/cext/": where its variant folders are
+        for rel in _shipped(d, files):
+            sibling = data.variant_of(rel)
+            if sibling and sibling[2] == reach.cuda_major and rel.startswith(f"{base}{sibling[1]}/"):
+                return (f"a build for CUDA {major} ({folder}/); the stack's CUDA is {reach.cuda_major} "
+                        f"({reach.cuda_source}), whose build it ships ({base}{sibling[1]}/): {rule.reason}"), None
+        return None, (f"a build for CUDA {major} ({folder}/), and {d.name} ships none for the stack's CUDA "
+                      f"{reach.cuda_major} ({reach.cuda_source}; no variant folder beside {base}{folder}/): the "
+                      "package has no other build to load, so its code loads this one")
     # No CUDA major known: a build for another major that loads is the one the package picks.
     for module, rel in files.items():
         sibling = data.variant_of(rel)
         if module == o.module or sibling is None or sibling[2] == major or module not in reach.loaded:
             continue
         if rel.replace(f"/{sibling[1]}/", f"/{folder}/") == relpath:
-            return f"a build for CUDA {major} ({folder}/); its build for CUDA {sibling[2]} ({rel}) loads: {rule.reason}"
-    return None
+            return (f"a build for CUDA {major} ({folder}/); its build for CUDA {sibling[2]} ({rel}) loads: "
+                    f"{rule.reason}"), None
+    return None, None
 
 
-def _cpu_variant(o: ImportOutcome, reach: StackReach, data: OptionalData) -> Judgement | None:
+def _siblings(d: Distribution, o: ImportOutcome, relpath: str | None, files: Mapping[str, str]) -> list[str]:
+    """The modules ``d`` ships beside ``o`` in its package (extension modules and Python files)."""
+    parent = o.module.rpartition(".")[0]
+    folder = (relpath or o.module.replace(".", "/")).rpartition("/")[0]
+    names = [m for m in files if m.rpartition(".")[0] == parent]
+    for rel in _shipped(d, files):
+        where, _, base = rel.rpartition("/")
+        if where == folder and (base.endswith(".py") or ".so" in base):
+            names.append(f"{parent}.{base.split('.', 1)[0]}")
+    return [n for n in dict.fromkeys(names) if n != o.module]
+
+
+def _cpu_variant(d: Distribution, o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
+                 files: Mapping[str, str]) -> Judgement | None:
     """A warning when ``o`` died of SIGILL imported by its own name while its top-level package imported without
     loading it (a fail, the stack loads it, is decided before): a build for CPU features this host lacks, which
-    the package imports only where the CPU has them (faiss's ``_swigfaiss_avx512``)."""
+    the package imports only where the CPU has them (faiss's ``_swigfaiss_avx512``), beside a build it picks
+    instead (``_swigfaiss``). Without such a sibling the package has nothing else to import: a fail."""
     top = o.module.split(".", 1)[0]
     if not (o.crash or "").startswith("killed by SIGILL") or top not in reach.loaded:
         return None
@@ -166,8 +242,16 @@ def _cpu_variant(o: ImportOutcome, reach: StackReach, data: OptionalData) -> Jud
                                  "(/proc/cpuinfo): a package that picks its build by the CPU's flags picks this one here")
     if named is not None:
         rule, feature, _ = named
+        other = data.cpu_fallback(o.module, _siblings(d, o, relpath, files), reach.cpu_flags)
+        if other is None:
+            return Judgement("fail", f"{o.module} dies of SIGILL (its name says {feature}, which /proc/cpuinfo's flags "
+                                     f"here do not have), and {d.name} ships no other build of it that this CPU runs "
+                                     f"(none named {data.cpu_build_stem(o.module) or '_'}* for no feature or for one "
+                                     "this CPU has): the package has nothing else to pick, so its code imports "
+                                     "this one")
         return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL; its name "
-                                 f"says {feature}, which /proc/cpuinfo's flags here do not have): {rule.reason}")
+                                 f"says {feature}, which /proc/cpuinfo's flags here do not have); {other} is the build "
+                                 f"it picks here: {rule.reason}")
     return Judgement("warn", f"{lazily}: {o.module} is built for CPU features this host lacks (SIGILL: an "
                              "instruction this CPU cannot execute); its name does not say which feature it needs, so "
                              "--strict counts it (a trap would die of SIGILL too)", strict=True)
@@ -188,14 +272,41 @@ def _served_by(d: Distribution, o: ImportOutcome, installed: Mapping[str, Distri
     return None
 
 
+def _top_level(d: Distribution, o: ImportOutcome) -> str | None:
+    """Why ``o`` is a top-level name (or failed in one's import), or None."""
+    if "." not in o.module or o.module in d.import_names:
+        return "a top-level name: find_spec finds it, so code that probes for it imports it"
+    own = _own_names(d) if o.module.split(".", 1)[0] in d.import_names else ()
+    for name in dict.fromkeys(n for n in (o.module, o.failed_in) if n):
+        if name in own:
+            where = f" (a package under the namespace {name.rpartition('.')[0]})" if "." in name else ""
+            tail = "" if name == o.module else f"; importing {o.module} imports it first, and that import fails"
+            return (f"{name} is a top-level name of {d.name}{where}: find_spec finds it, so code that probes for it "
+                    f"imports it{tail}")
+    return None
+
+
+def _optional_link(d: Distribution, o: ImportOutcome, relpath: str | None, link: tuple[str, str, str | None],
+                   reach: StackReach, data: OptionalData, installed: Mapping[str, Distribution]) -> bool:
+    """Is ``link`` (an exception ``o``'s import raised before its last one) an optional dependency's failure?"""
+    error_type, error, missing = link
+    if data.rule_for(d.key, o.module, relpath, f"{error_type}: {error}") is not None:
+        return True
+    return bool(missing) and not _own_or_required(d, str(missing), installed, reach.extras.get(d.key, frozenset()),
+                                                  reach.markers)
+
+
 def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach: StackReach, data: OptionalData,
                   installed: Mapping[str, Distribution], files: Mapping[str, str]) -> Judgement:
     """Fail or warn for module ``o`` of ``d`` that did not load (``relpath``: its file, for an extension module).
 
-    ``files``: every extension module being judged -> its RECORD path (a variant's siblings).
+    ``files``: every extension module being judged -> its RECORD path (a variant's siblings). Every exception of
+    the failure counts, not only the last: a fallback import's missing module does not excuse the broken build it
+    fell back from.
     """
-    if "." not in o.module or o.module in d.import_names:
-        return Judgement("fail", "a top-level name: find_spec finds it, so code that probes for it imports it")
+    top = _top_level(d, o)
+    if top is not None:
+        return Judgement("fail", top)
     if o.module in reach.entries:
         return Judgement("fail", "an entry module of the stack: the engine imports it at start-up")
     if o.module in reach.reached:
@@ -210,32 +321,38 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
         return Judgement("warn", f"{lazily}: {o.module.rpartition('.')[0]} is served by {owner.name} {owner.version} "
                                  f"({o.shadowed}), an installed distribution that replaces it and has no "
                                  f"{o.module.rpartition('.')[2]}: this file of {d.name} is never loaded")
+    earlier = next((link for link in o.chain if not _optional_link(d, o, relpath, link, reach, data, installed)), None)
     rule = data.rule_for(d.key, o.module, relpath, _failure_text(o))
-    if rule is not None:
+    if rule is not None and earlier is None:
         return Judgement("warn", f"{lazily}, and this failure is optional ({rule.source}): {rule.reason}")
-    variant = _variant(o, relpath, reach, data, files)
+    variant, lone = _variant(d, o, relpath, reach, data, files)
     if variant:
         return Judgement("warn", f"{lazily}: {variant}")
-    cpu = _cpu_variant(o, reach, data)
+    cpu = _cpu_variant(d, o, relpath, reach, data, files)
     if cpu is not None:
         return cpu
-    if o.missing and not o.crash and not _own_or_required(d, o.missing, installed, reach.extras.get(d.key, frozenset()),
-                                                          reach.markers):
+    if (o.missing and not o.crash and earlier is None
+            and not _own_or_required(d, o.missing, installed, reach.extras.get(d.key, frozenset()), reach.markers)):
         return Judgement("warn", f"{lazily}: only {o.module} needs {o.missing}, which is not installed and which "
                                  f"{d.name} does not require (an optional module)")
+    if earlier is not None:
+        return Judgement("fail", f"before {_failure_text(o)}, its import raised {earlier[0]}: {earlier[1]} (the "
+                                 "exception it fell back from), which no data names optional and which is no optional "
+                                 "missing module: its package loads it by this name when that code runs")
     return Judgement("fail", "its package loads it by this name when that code runs (a lazily loaded module), "
-                             "and no data names this failure optional")
+                             "and no data names this failure optional" + (f"; {lone}" if lone else ""))
 
 
 def entry_modules(ctx: DoctorContext) -> list[str]:
-    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests."""
+    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests (in
+    a namespace package, its own packages below the namespace: :func:`own_names`)."""
     named = list(ctx.manifest.doctor.entry) if ctx.manifest else []
     for text in (ctx.manifest.requirements if ctx.manifest else ()):
         try:
             d = ctx.dist(Requirement(text).name)
         except InvalidRequirement:
             continue
-        named += list(d.import_names) if d is not None else []
+        named += list(_own_names(d)) if d is not None else []  # acme.engine, not the bare namespace acme
     return list(dict.fromkeys(named))
 
 
