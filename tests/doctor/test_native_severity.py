@@ -419,6 +419,13 @@ def test_a_native_package_under_a_namespace_whose_import_fails_is_a_fail_as_a_to
     assert "No module named 'msgspec_turbo'" in r.evidence
     assert "a fail: acme.fast is a top-level name of acme-fast (a package under the namespace acme)" in r.evidence
     assert r.data["drop"]["distribution"] == "acme-fast"
+    # The drop takes it: the namespace folder find_spec('acme') names holds acme-fast's own files, so it is no other
+    # copy on sys.path (before: "the failing copy of acme is .../site-packages/acme, not the installed one": kept).
+    from wheelhouse.doctor.repair import plan_repair
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    plan = plan_repair(report, inspect_interpreter(str(py)))
+    assert "acme-fast" in [d.distribution for d in plan.drops], plan.kept
 
 
 _FALLS_BACK = ("try:\n    from ._kernels import answer as kernel\n"

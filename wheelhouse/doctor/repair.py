@@ -260,7 +260,10 @@ def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
     if info is None or not plan.modules:
         return {}
     own = {os.path.normpath(info.parent / rel) for rel, _, _ in read_installed_record(info).rows}
-    own_dirs = {os.path.dirname(p) for p in own}
+    # Every folder that holds its files, up to the site folder: a namespace package's spec names its folder
+    # (site/acme for acme/fast/...), which is this distribution's too, not another copy's.
+    base = os.path.normpath(info.parent)
+    own_dirs = {d for p in own for d in _parents(p, base)}
     try:
         with tempfile.TemporaryDirectory(prefix="wh-origins-") as cwd:
             proc = subprocess.run([python, "-c", _ORIGINS, *plan.modules], capture_output=True, text=True,
@@ -276,6 +279,15 @@ def _shadows(python: str, plan: DropPlan, info: Path | None) -> dict[str, str]:
         if where not in own and where not in own_dirs:
             out[module] = os.path.dirname(where) if os.path.isfile(where) else where
     return out
+
+
+def _parents(path: str, base: str) -> list[str]:
+    """The folders above ``path`` up to, not including, ``base`` (all of them when ``path`` is not below it: one)."""
+    out, d = [], os.path.dirname(path)
+    while d.startswith(base + os.sep):
+        out.append(d)
+        d = os.path.dirname(d)
+    return out or [os.path.dirname(path)]
 
 
 def requested_names(interp, wheelhouse: Path | None) -> list[Requirement]:
