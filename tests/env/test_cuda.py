@@ -18,7 +18,7 @@ from wheelhouse.env.cuda import (
     env_plan,
     removed_entries,
     render_bash,
-    system_lib_dir,
+    driver_dir,
 )
 
 
@@ -45,8 +45,8 @@ def test_existing_ld_library_path_stays_first(site):
     env = engine_environment([site], {"LD_LIBRARY_PATH": "/keep/me:/and/me", "PATH": "/usr/bin"})
     parts = env["LD_LIBRARY_PATH"].split(":")
     assert parts[:2] == ["/keep/me", "/and/me"]
-    assert parts[2] == system_lib_dir()
-    assert parts[3:] == [str(site / "nvidia/cu13/lib"), str(site / "nvidia/cublas/lib64")]
+    driver = [driver_dir()] if driver_dir() else []  # (only where the loader's cache lacks the driver's libcuda)
+    assert parts[2:] == [*driver, str(site / "nvidia/cu13/lib"), str(site / "nvidia/cublas/lib64")]
     assert not any("stubs" in p for p in parts)
 
 
@@ -125,7 +125,7 @@ def test_existing_stubs_entries_are_left_out_and_named(site):
     base = {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64/stubs:/keep:/opt/stubs/lib:/x/stubs/:/and/me", "PATH": "/usr/bin"}
     parts = engine_environment([site], base)["LD_LIBRARY_PATH"].split(":")
     # The others stay first and in order; a folder merely under a `stubs` folder is not one.
-    assert parts[:3] == ["/keep", "/opt/stubs/lib", "/and/me"] and parts[3] == system_lib_dir()
+    assert parts[:3] == ["/keep", "/opt/stubs/lib", "/and/me"] and parts[3] == (driver_dir() or str(site / "nvidia/cu13/lib"))
     assert [(r.variable, r.entry) for r in removed_entries(base)] == [
         ("LD_LIBRARY_PATH", "/usr/local/cuda/lib64/stubs"), ("LD_LIBRARY_PATH", "/x/stubs/")]
     assert all("shadows the real driver" in r.reason for r in removed_entries(base))
@@ -176,3 +176,18 @@ def test_no_empty_variables_when_there_is_nothing_to_put_there(tmp_path):
     nothing = EnvPlan(path_prepend=(), cuda_home=None, library_path=(), ld_append=(), nvcc=None)
     assert apply_plan(nothing, {}) == {}
     assert apply_plan(nothing, {"LD_LIBRARY_PATH": "/a/stubs", "LIBRARY_PATH": ""}) == {"LD_LIBRARY_PATH": ""}
+
+
+def test_the_system_folder_is_added_only_where_the_loader_would_not_find_the_driver(tmp_path, monkeypatch):
+    """On LD_LIBRARY_PATH the system folder comes before every RUNPATH: a pyenv interpreter (RUNPATH to its own
+    libpython3.11.so.1.0) then loaded Debian's, and `import ssl` died (`_ssl: undefined symbol: _PyModule_Add`). It
+    is added only for a driver's libcuda.so.1 the loader's cache lacks."""
+    import wheelhouse.env.cuda as cuda
+
+    sysdir = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
+    sysdir.mkdir(parents=True)
+    monkeypatch.setattr(cuda, "system_lib_dir", lambda machine=None: str(sysdir))
+    assert cuda.driver_dir(cached=lambda name: False) is None  # no driver here
+    (sysdir / "libcuda.so.1").write_bytes(b"\x7fELF")
+    assert cuda.driver_dir(cached=lambda name: True) is None  # the cache finds it
+    assert cuda.driver_dir(cached=lambda name: False) == str(sysdir)  # mounted after the cache was built

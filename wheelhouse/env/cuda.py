@@ -2,8 +2,9 @@
 
 Rules (from the reference deployment's failures): LD_LIBRARY_PATH is APPENDED to, never
 clobbered -- the existing entries stay first and in order, then the system
-library folder (where the driver's ``libcuda.so.1`` lives), then the wheel lib
-folders; rank workers inherit it. No ``stubs`` folder is ever on LD_LIBRARY_PATH
+library folder where the driver's ``libcuda.so.1`` lives, only where the loader's
+cache lacks it (``driver_dir``: anywhere else it would put system libraries ahead
+of every RUNPATH), then the wheel lib folders; rank workers inherit it. No ``stubs`` folder is ever on LD_LIBRARY_PATH
 (a stub ``libcuda.so`` would shadow the driver): wh adds none, and leaves out
 the existing entries that are one (``removed_entries`` says which). The nvcc is
 the one from the installed ``nvidia-cuda-nvcc`` wheel, so the toolchain matches
@@ -19,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .links import nvidia_lib_dirs
 
@@ -33,6 +36,7 @@ __all__ = [
     "removed_entries",
     "engine_environment",
     "system_lib_dir",
+    "driver_dir",
     "find_nvcc",
     "render_bash",
     "render_fish",
@@ -77,6 +81,31 @@ def system_lib_dir(machine: str | None = None) -> str | None:
     return None
 
 
+def driver_dir(machine: str | None = None, cached: Callable[[str], bool] | None = None) -> str | None:
+    """The system library folder, for LD_LIBRARY_PATH, only where the driver's ``libcuda.so.1`` is in it and the
+    loader would not find it there by itself (its cache, ``ldconfig -p``, has no entry: a container whose driver
+    was mounted after the cache was built, the reference notebook's case). Anywhere else the folder on
+    LD_LIBRARY_PATH only reorders the search: it then comes before every RUNPATH, and a system library of the same
+    name shadows the one an object's RUNPATH names (a pyenv interpreter's own libpython3.11.so.1.0, behind Debian's:
+    ``_ssl``: undefined symbol ``_PyModule_Add``)."""
+    sysdir = system_lib_dir(machine)
+    if sysdir is None or not os.path.exists(os.path.join(sysdir, "libcuda.so.1")):
+        return None
+    return None if (cached or _in_loader_cache)("libcuda.so.1") else sysdir
+
+
+def _in_loader_cache(name: str) -> bool:
+    """Whether ``ldconfig -p`` lists ``name`` (False when it cannot be asked: then nothing says the loader finds it)."""
+    exe = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK)), None)
+    if exe is None:
+        return False
+    try:
+        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any(line.strip().startswith(name + " ") for line in out.splitlines())
+
+
 def find_nvcc(site_dirs: Sequence[Path]) -> Path | None:
     """The nvcc of the installed nvidia-cuda-nvcc wheel (``nvidia/cuda_nvcc/bin``, ``nvidia/cu13/bin``)."""
     found: list[Path] = []
@@ -110,7 +139,7 @@ def env_plan(site_dirs: Sequence[Path], machine: str | None = None) -> EnvPlan:
     # read as other folders, the last one relative to wherever the engine runs.
     libs = [str(d) for d in nvidia_lib_dirs(site_dirs) if "stubs" not in d.parts and os.pathsep not in str(d)]
     nvcc = find_nvcc(site_dirs)
-    sysdir = system_lib_dir(machine)
+    sysdir = driver_dir(machine)
     ld = ([sysdir] if sysdir else []) + libs
     return EnvPlan(
         path_prepend=(str(nvcc.parent),) if nvcc and os.pathsep not in str(nvcc.parent) else (),
