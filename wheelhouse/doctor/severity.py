@@ -73,21 +73,29 @@ def own_names(paths: Iterable[str], names: Sequence[str],
     have = set(rows)
     by_path = {rel: m for rel, m in extensions}
     modules = set(by_path.values())
+    # dotted folder -> (its entry, whether more follows, the row) in RECORD order: built once, so a namespace of
+    # thousands of files (nvidia/) is walked once, not once per file below it
+    index: dict[str, list[tuple[str, bool, str]]] = {}
+    for rel in rows:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            index.setdefault(".".join(parts[:i]), []).append((parts[i], i < len(parts) - 1, rel))
+    memo: dict[str, list[str]] = {}
 
     def is_module(name: str) -> bool:
         prefix = name.replace(".", "/")
         return f"{prefix}/__init__.py" in have or f"{prefix}.py" in have or name in modules
 
     def below(name: str) -> list[str]:
-        prefix = name.replace(".", "/") + "/"
-        out: list[str] = []
-        for rel in rows:
-            if not rel.startswith(prefix):
-                continue
-            head, sep, _ = rel[len(prefix):].partition("/")
+        if name in memo:
+            return memo[name]
+        memo[name] = out = []
+        seen: set[str] = set()
+        for head, sep, rel in index.get(name, ()):
             child = head if sep else (head[:-3] if head.endswith(".py") else by_path.get(rel, "").rpartition(".")[2])
-            if not child.isidentifier() or f"{name}.{child}" in out:
+            if not child.isidentifier() or child in seen:
                 continue
+            seen.add(child)
             if is_module(f"{name}.{child}"):
                 out.append(f"{name}.{child}")
             elif sep:
