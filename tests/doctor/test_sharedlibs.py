@@ -343,9 +343,12 @@ def test_a_missing_driver_library_is_a_warning_without_a_gpu_and_a_fail_with_one
     assert with_gpu.get("sharedlibs:needsdriver").verdict == "fail"
 
 
-def test_the_callers_ld_library_path_never_decides_the_verdict(venv, wheels, tmp_path):
-    # The same .so was ok in one run and fail in the next on the box, depending on the caller's shell: the
-    # loader is asked with the engine's environment (`wh env`'s, plus the manifest's [serve] env) only.
+def test_the_callers_ld_library_path_is_the_engines_and_what_only_it_gives_is_named(venv, wheels, tmp_path):
+    """The loader is asked with the engine's environment, the one the import probes get and `wh serve` starts the
+    engine with: the caller's LD_LIBRARY_PATH is in it (appended to, never replaced). A library only the caller's
+    entry provides is found, and named in a note; a broken copy the caller's entry puts ahead of the RUNPATH one
+    fails, as the engine started from that shell fails. (Before: the caller's LD_LIBRARY_PATH was left out, only
+    noted: ok, while `wh serve` from that shell stopped at the broken copy: "file too short".)"""
     libdir = tmp_path / "extra"
     libdir.mkdir()
     _lib(libdir, "whgone")
@@ -353,10 +356,16 @@ def test_the_callers_ld_library_path_never_decides_the_verdict(venv, wheels, tmp
     bare = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30, environ=plain_env).get("sharedlibs:lazylib")
     shell = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30,
                        environ={**plain_env, "LD_LIBRARY_PATH": str(libdir)}).get("sharedlibs:lazylib")
-    assert bare.verdict == shell.verdict == "fail", shell.evidence
-    assert (f"note: the caller's LD_LIBRARY_PATH adds {libdir}, which the engine's environment does not have "
-            f"(libwhgone.so is there)") in shell.evidence
+    assert bare.verdict == "fail" and shell.verdict == "ok", shell.evidence
+    assert f"finds libwhgone.so through {libdir}, an LD_LIBRARY_PATH entry only the caller's environment gives" \
+        in shell.evidence
     assert shell.data["caller_ld_library_path"] == [str(libdir)]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "libwhgone.so").write_bytes(b"")  # ahead of everything the stack gives: the loader stops there
+    bad = run_doctor(str(venv), checks=["sharedlibs:lazylib"], timeout=30,
+                     environ={**plain_env, "LD_LIBRARY_PATH": f"{broken}:{libdir}"}).get("sharedlibs:lazylib")
+    assert bad.verdict != "ok" and f"{broken}/libwhgone.so: file too short" in bad.evidence, bad.evidence
 
 
 def test_ld_library_path_the_manifest_gives_the_engine_counts(venv, wheels, tmp_path):

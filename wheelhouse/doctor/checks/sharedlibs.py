@@ -10,10 +10,14 @@ resolves its DT_NEEDED entries the way the target's loader would
 LD_LIBRARY_PATH, and the libraries the interpreter and ``import torch`` have
 already mapped. No code of the distributions runs.
 
-The environment is the engine's: ``wh env``'s over the caller's environment
-less its LD_LIBRARY_PATH, plus the manifest's ``[serve] env``; never the
-doctor's own shell LD_LIBRARY_PATH (a verdict must not depend on who ran the
-doctor). What the caller's LD_LIBRARY_PATH adds is said as a note.
+The environment is the engine's, the one every probe gets and ``wh serve``
+starts the engine with: the caller's, ``wh env``'s over it (its LD_LIBRARY_PATH
+kept first: appended to, never replaced), the manifest's ``[serve] env`` over
+that. A library found through an LD_LIBRARY_PATH entry only the caller gives is
+named in a note (an engine started elsewhere lacks it); a broken copy there that
+the search stops at fails, as the engine fails. (Issue 28 asked for the caller's
+LD_LIBRARY_PATH to be left out: then an engine ``wh serve`` started from that
+shell failed where the doctor said ok.)
 
 Verdicts: a missing library of an object that something links (DT_NEEDED of
 a shipped object) or that is a Python extension module fails. A miss in an
@@ -109,18 +113,21 @@ def _paths(value: str | None) -> list[str]:
 
 
 def engine_loader_environment(ctx: DoctorContext) -> tuple[dict[str, str], tuple[str, ...]]:
-    """(the environment the engine's loader sees, the caller's LD_LIBRARY_PATH entries it does not have).
+    """(the environment the engine's loader sees, the LD_LIBRARY_PATH entries only the caller's environment gives).
 
-    ``wh env``'s variables computed over the caller's environment less its LD_LIBRARY_PATH, then the
-    manifest's ``[serve] env`` (what ``wh serve`` adds for the engine).
+    The engine's environment, as the other probes get it and ``wh serve`` starts the engine with it
+    (``ctx.engine_env``): the caller's, ``wh env``'s variables over it (its LD_LIBRARY_PATH kept first, stub folders
+    off, the NVIDIA folders appended), the manifest's ``[serve] env`` over that. The second value: the caller's own
+    entries, which neither ``wh env`` nor ``[serve] env`` gives (an engine started elsewhere lacks them).
     """
+    env = dict(ctx.engine_env)
     base = {k: v for k, v in ctx.environ.items() if k != "LD_LIBRARY_PATH"}
-    env = {**base, **engine_environment(list(ctx.site_dirs), base)}
+    stack_env = {**base, **engine_environment(list(ctx.site_dirs), base)}
     serve = ctx.manifest.serve if ctx.manifest else None
-    env.update({k: str(v) for k, v in (serve.env if serve else {}).items()})
-    have = set(_paths(env.get("LD_LIBRARY_PATH")))
-    extra = tuple(dict.fromkeys(p for p in _paths(ctx.environ.get("LD_LIBRARY_PATH")) if p not in have))
-    return env, extra
+    stack_env.update({k: str(v) for k, v in (serve.env if serve else {}).items()})
+    theirs = set(_paths(stack_env.get("LD_LIBRARY_PATH")))
+    own = tuple(dict.fromkeys(p for p in _paths(env.get("LD_LIBRARY_PATH")) if p not in theirs))
+    return env, own
 
 
 def gather_loader_facts(ctx: DoctorContext, env: Mapping[str, str] | None = None
@@ -390,7 +397,7 @@ class _Stack:
     linked: frozenset[str]  # realpaths and names (sonames, file names) some shipped object has in DT_NEEDED
     optional: tuple[OptionalObject, ...]
     suffixes: tuple[str, ...]
-    caller_extra: tuple[str, ...]  # the caller's LD_LIBRARY_PATH entries the engine's environment lacks
+    caller_extra: tuple[str, ...]  # LD_LIBRARY_PATH entries only the caller's environment gives the engine
     note: str  # import errors of the loader probe
     # The extension modules (real paths) and every shipped object they load: what is in the process once their
     # packages are imported (a plugin that nothing imported links is not).
@@ -444,10 +451,6 @@ def _package_provides(d: Distribution, objects: Sequence[tuple[str, Path]], scan
             if name:
                 out.setdefault(name, (rel, what))
     return out
-
-
-def _where_else(name: str, dirs: Sequence[str]) -> str | None:
-    return next((d for d in dirs if os.path.exists(os.path.join(d, name))), None)
 
 
 @dataclass
@@ -565,8 +568,12 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
             where = ", ".join(needers[0][1].searched) or "nowhere to search"
             extra = " (the NVIDIA driver's library; this machine has no GPU driver)" if name in m.soft else ""
             lines.append(f"{shown} needs {name}: {error or f'not found{extra}; searched {where}'}")
-    caller = [f"note: the caller's LD_LIBRARY_PATH adds {d_}, which the engine's environment does not have "
-              f"({name} is there)" for name in missing for d_ in [_where_else(name, stack.caller_extra)] if d_]
+    caller = [f"note: {rel} finds {found.name} through {os.path.dirname(found.path)}, an LD_LIBRARY_PATH entry only "
+              "the caller's environment gives (`wh serve` keeps it for the engine; an engine started without it misses "
+              "it: the manifest's [serve] env makes it part of the stack)"
+              for rel, path in objects if scans[path].error is None and not scans[path].foreign
+              for found in scans[path].found
+              if found.path and found.via == "ld_library_path" and os.path.dirname(found.path) in stack.caller_extra]
     data = {"objects": len(objects), "checked": checked, "other_machine": foreign, "found_via": via,
             "missing": {n: [rel for rel, _ in v] for n, v in missing.items()}, "unloadable": bad, "notes": m.notes,
             "on_demand": m.on_demand, "caller_ld_library_path": list(stack.caller_extra), "by_package": by_package}
@@ -592,7 +599,7 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
         f": {how}" if how else "")
     if foreign:
         ev += f"; {foreign} built for another machine, not checked"
-    return CheckResult(cid, title, "ok", "\n".join([ev, *by_package, *m.notes]), data=data)
+    return CheckResult(cid, title, "ok", "\n".join([ev, *by_package, *m.notes, *caller]), data=data)
 
 
 # A warn every miss of which doctor/sharedlibs.toml names optional: by design, the package does without it here
