@@ -201,14 +201,21 @@ def _variant(d: Distribution, o: ImportOutcome, relpath: str | None, reach: Stac
         if major == reach.cuda_major:
             return None, None
         parts = relpath.split("/")
-        base = "/".join(parts[:parts.index(folder)] + [""])  # "numba_cuda/cext/": where its variant folders are
+        at = parts.index(folder)
+        base = "/".join(parts[:at] + [""])  # "numba_cuda/cext/": where its variant folders are
+        # The same module below the folder of the stack's major (cu13/_impl.*.so for cu12/_impl.*.so): the build the
+        # package loads instead; any other file there (an empty __init__.py) is no build of it.
+        inner = "/".join(parts[at + 1:-1] + [parts[-1].split(".", 1)[0]])
         for rel in _shipped(d, files):
             sibling = data.variant_of(rel)
-            if sibling and sibling[2] == reach.cuda_major and rel.startswith(f"{base}{sibling[1]}/"):
+            if not (sibling and sibling[2] == reach.cuda_major and rel.startswith(f"{base}{sibling[1]}/")):
+                continue
+            theirs = rel[len(f"{base}{sibling[1]}/"):].split("/")
+            if "/".join(theirs[:-1] + [theirs[-1].split(".", 1)[0]]) == inner and rel != relpath:
                 return (f"a build for CUDA {major} ({folder}/); the stack's CUDA is {reach.cuda_major} "
-                        f"({reach.cuda_source}), whose build it ships ({base}{sibling[1]}/): {rule.reason}"), None
-        return None, (f"a build for CUDA {major} ({folder}/), and {d.name} ships none for the stack's CUDA "
-                      f"{reach.cuda_major} ({reach.cuda_source}; no variant folder beside {base}{folder}/): the "
+                        f"({reach.cuda_source}), whose build of it it ships ({rel}): {rule.reason}"), None
+        return None, (f"a build for CUDA {major} ({folder}/), and {d.name} ships no build of it for the stack's CUDA "
+                      f"{reach.cuda_major} ({reach.cuda_source}; none beside {base}{folder}/ of {inner}): the "
                       "package has no other build to load, so its code loads this one")
     # No CUDA major known: a build for another major that loads is the one the package picks.
     for module, rel in files.items():
