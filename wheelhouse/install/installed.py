@@ -166,11 +166,17 @@ def drop_bytecode(path: str) -> None:
             pass
 
 
-def same_path(path: str) -> str:
+def same_path(path: str, folders: dict[str, str] | None = None) -> str:
     """``path`` with the links of its folders followed, the leaf not (a leaf that is a link is the link): one
-    spelling for a file whatever name of its folder (``lib64`` for ``lib``) a RECORD used."""
+    spelling for a file whatever name of its folder (``lib64`` for ``lib``) a RECORD used. ``folders``: a memo of
+    folder -> its real path, for one pass over many files (each ``realpath`` walks every part of a deep path)."""
     folder, leaf = os.path.split(os.path.normpath(path))
-    return os.path.join(os.path.realpath(folder), leaf)
+    if folders is None:
+        return os.path.join(os.path.realpath(folder), leaf)
+    real = folders.get(folder)
+    if real is None:
+        real = folders[folder] = os.path.realpath(folder)
+    return os.path.join(real, leaf)
 
 
 def prune_empty_dirs(paths: list[str], stop: set[str]) -> None:

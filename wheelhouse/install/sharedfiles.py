@@ -33,10 +33,11 @@ class SharedFile:
         return {"path": self.path, "listed_by": list(self.listed_by)}
 
 
-def _where(site: str, rel: str) -> str:
+def _where(site: str, rel: str, folders: dict[str, str]) -> str:
     """The file a RECORD row names (relative to ``site``, or absolute), one spelling for every name of its folder
-    (``lib64`` a link to ``lib``): :func:`~wheelhouse.install.installed.same_path`."""
-    return same_path(os.path.join(site, rel))
+    (``lib64`` a link to ``lib``): :func:`~wheelhouse.install.installed.same_path`, its folders' real paths memoized
+    in ``folders`` for the pass."""
+    return same_path(os.path.join(site, rel), folders)
 
 
 def _dist_infos(site_dirs: Sequence[str]) -> list[Path]:
@@ -72,11 +73,12 @@ def shared_with_others(infos: Sequence[Path], site_dirs: Sequence[str],
     distributions whose installed copies go in the same transaction (an install replacing several at once):
     a file only they list is removed with them (the new versions write what they ship again)."""
     mine: dict[Path, dict[str, str]] = {}
+    folders: dict[str, str] = {}  # one realpath per folder, not per file (a 40k-file namespace: 11.6 s)
     for info in infos:
         rows = mine.setdefault(info, {})
         own = os.path.join(os.path.realpath(info), "")
         for rel, _, _ in read_installed_record(info).rows:  # an absolute row too: it may name another's file
-            where = _where(str(info.parent), rel)
+            where = _where(str(info.parent), rel, folders)
             if not where.startswith(own):
                 rows.setdefault(where, rel)
     wanted = {where for rows in mine.values() for where in rows}
@@ -89,7 +91,7 @@ def shared_with_others(infos: Sequence[Path], site_dirs: Sequence[str],
         if canonicalize_name(name) in gone:
             continue
         for rel, _, _ in read_installed_record(other).rows:
-            where = _where(str(other.parent), rel)
+            where = _where(str(other.parent), rel, folders)
             if where in wanted and f"{name} {version}" not in owners.get(where, ()):
                 owners.setdefault(where, []).append(f"{name} {version}")
     return {info: tuple(SharedFile(rel, tuple(owners[where])) for where, rel in rows.items() if where in owners)
