@@ -458,38 +458,24 @@ def test_a_fallback_import_does_not_hide_the_broken_build_it_fell_back_from(tmp_
     assert "needs bottleneck, which is not installed" in ok.evidence
 
 
-def test_a_build_for_another_cuda_major_without_one_for_the_stacks_is_a_fail(tmp_path):
-    """fastattn ships its kernels only as a CUDA 12 build (cu12/, no cu13/) and the stack's CUDA is 13: the package
-    has no folder for the CUDA it finds, so its call loads cu12/. It was excused as `a build for CUDA 12 ... the
-    package loads the folder for the CUDA it finds`. numba-cuda's cu12/ beside cu13/ stays a warning (above)."""
+@pytest.mark.parametrize("folders", [("fastattn/cu12",), ("fastattn/cu12", "fastattn/cu13")], ids=["alone", "empty-cu13"])
+def test_a_build_for_another_cuda_major_without_one_for_the_stacks_is_a_fail(tmp_path, folders):
+    """fastattn ships its kernels only as a CUDA 12 build and the stack's CUDA is 13: the package has no build for
+    the CUDA it finds, so its call loads cu12/. It was excused as `a build for CUDA 12 ... the package loads the
+    folder for the CUDA it finds`; then (round 8) an empty cu13/__init__.py still excused it: the sibling must be a
+    build of the same module (cu13/_ops...). numba-cuda's cu12/ beside cu13/ stays a warning (above)."""
     build = tmp_path / "build"
     build.mkdir()
     py = make_venv(tmp_path / "venv")
     w = tmp_path / "w"
     install_dist(py, w, "fastattn", {"fastattn/__init__.py": "def run():\n    from .cu12 import _ops\n",
-                                     **_pkgs("fastattn/cu12")},
+                                     **_pkgs(*folders)},
                  {f"fastattn/cu12/_ops{SUFFIX}": ext_needing_a_gone_library(build, "_ops", "libcudart.so.12")})
     _cuda_bindings(py, w)
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:fastattn")
     assert r.verdict == "fail", r.evidence
     assert "a build for CUDA 12 (cu12/), and fastattn ships no build of it for the stack's CUDA 13" in r.evidence
     assert r.data["drop"]["distribution"] == "fastattn"
-
-
-def test_a_folder_for_the_stacks_cuda_without_a_build_of_the_module_excuses_nothing(tmp_path):
-    """An empty cu13/__init__.py beside cu12/_ops was taken for the CUDA 13 build (any file below cu13/ was): a
-    warning --strict did not count. The sibling must be a build of the same module (cu13/_ops...)."""
-    build = tmp_path / "build"
-    build.mkdir()
-    py = make_venv(tmp_path / "venv")
-    w = tmp_path / "w"
-    install_dist(py, w, "fastattn", {"fastattn/__init__.py": "def run():\n    from .cu12 import _ops\n",
-                                     **_pkgs("fastattn/cu12"), **_pkgs("fastattn/cu13")},
-                 {f"fastattn/cu12/_ops{SUFFIX}": ext_needing_a_gone_library(build, "_ops", "libcudart.so.12")})
-    _cuda_bindings(py, w)
-    r = run_doctor(str(py), checks=["native"], timeout=20).get("native:fastattn")
-    assert r.verdict == "fail", r.evidence
-    assert "ships no build of it for the stack's CUDA 13" in r.evidence
 
 
 def test_a_cpu_variant_is_excused_only_beside_a_build_its_package_could_pick_instead():
