@@ -246,7 +246,7 @@ def gather_context(
     own = [p for p in dict.fromkeys([facts.get("purelib"), facts.get("platlib")]) if p]
     # Every site folder the target imports from: a parent venv's or the system's NVIDIA libs count too.
     site_dirs = tuple(Path(p) for p in visible_site_dirs(own, facts.get("sys_path") or ()))
-    from wheelhouse.env.cuda import engine_environment
+    from wheelhouse.env.cuda import serving_variables
 
     meta, meta_source = wheelhouse_facts(wheelhouse, site_dirs)
     target, target_source = None, None
@@ -271,8 +271,8 @@ def gather_context(
     # variables over it (stub folders off LD_LIBRARY_PATH, the NVIDIA folders appended), then `[serve] env`. The
     # import, JIT, libcuda and toolchain probes run in it: a library the manifest's [serve] env makes findable is
     # found there too (judged without it, a working package was dropped).
-    engine_env = {**env, **engine_environment(list(site_dirs), env),
-                  **{k: str(v) for k, v in ((manifest.serve.env if manifest and manifest.serve else None) or {}).items()}}
+    serve_env = manifest.serve.env if manifest and manifest.serve else None
+    engine_env = {**env, **serving_variables(list(site_dirs), env, serve_env)}
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),

@@ -35,6 +35,7 @@ __all__ = [
     "apply_plan",
     "removed_entries",
     "engine_environment",
+    "serving_variables",
     "system_lib_dir",
     "driver_dir",
     "find_nvcc",
@@ -175,6 +176,14 @@ def apply_plan(plan: EnvPlan, base: Mapping[str, str]) -> dict[str, str]:
 def engine_environment(site_dirs: Sequence[Path], base: Mapping[str, str]) -> dict[str, str]:
     """PATH, CUDA_HOME, LIBRARY_PATH and LD_LIBRARY_PATH for the engine, computed over ``base``."""
     return apply_plan(env_plan(site_dirs), base)
+
+
+def serving_variables(site_dirs: Sequence[Path], base: Mapping[str, str],
+                      serve_env: Mapping[str, object] | None = None) -> dict[str, str]:
+    """What wh sets over ``base`` for the engine it serves: :func:`engine_environment`'s variables, then the
+    manifest's ``[serve] env`` over them. ``wh serve`` starts the engine with ``base`` plus these, and the doctor's
+    probes run in the same (the one engine environment, docs/design.md)."""
+    return {**engine_environment(site_dirs, base), **{k: str(v) for k, v in (serve_env or {}).items()}}
 
 
 def _sh_quote(value: str) -> str:

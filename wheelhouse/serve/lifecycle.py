@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -65,16 +66,14 @@ def engine_env(python: str | None, serve_env: Mapping[str, str]) -> dict[str, st
     env``'s variables for the engine's interpreter (PATH, CUDA_HOME, LIBRARY_PATH; LD_LIBRARY_PATH with stub folders
     taken off and the NVIDIA wheels' folders appended, never replaced) computed over wh's own environment, then the
     manifest's ``[serve] env``. An interpreter that cannot be asked adds nothing but ``[serve] env``."""
-    import sys
-
-    from wheelhouse.env.cuda import engine_environment
+    from wheelhouse.env.cuda import serving_variables
     from wheelhouse.target.interpreter import InterpreterError, inspect_interpreter
 
     try:
         sites = [Path(d) for d in inspect_interpreter(python or sys.executable).visible_site_dirs]
     except InterpreterError:
         return dict(serve_env)
-    return {**engine_environment(sites, os.environ), **serve_env}
+    return serving_variables(sites, os.environ, serve_env)
 
 
 def ensure_port_free(url: str) -> None:

@@ -44,7 +44,7 @@ from packaging.utils import canonicalize_name
 
 from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
 from wheelhouse.doctor.extensions import is_python_extension, pyinit_modules
-from wheelhouse.env.cuda import engine_environment
+from wheelhouse.env.cuda import serving_variables
 from wheelhouse.env.links import is_stub
 from wheelhouse.doctor.probes import probe_script, run_cached_probe
 from wheelhouse.datafile import get_value, load_tables
@@ -122,9 +122,8 @@ def engine_loader_environment(ctx: DoctorContext) -> tuple[dict[str, str], tuple
     """
     env = dict(ctx.engine_env)
     base = {k: v for k, v in ctx.environ.items() if k != "LD_LIBRARY_PATH"}
-    stack_env = {**base, **engine_environment(list(ctx.site_dirs), base)}
     serve = ctx.manifest.serve if ctx.manifest else None
-    stack_env.update({k: str(v) for k, v in (serve.env if serve else {}).items()})
+    stack_env = {**base, **serving_variables(list(ctx.site_dirs), base, serve.env if serve else None)}
     theirs = set(_paths(stack_env.get("LD_LIBRARY_PATH")))
     own = tuple(dict.fromkeys(p for p in _paths(env.get("LD_LIBRARY_PATH")) if p not in theirs))
     return env, own
