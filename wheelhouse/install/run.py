@@ -347,13 +347,16 @@ def _plan(houses: Sequence[Wheelhouse], interp: Interpreter, only: set[str] | No
     return list(houses), chosen, todo, skipped, notes
 
 
-def _builds(interp: Interpreter, chosen) -> dict[str, str | None]:
-    """``build_digest`` of the copy of each chosen distribution the environment now imports (installed now, or
-    already there at the locked version)."""
+def _builds(interp: Interpreter, chosen, dists: Sequence[InstalledDist]) -> dict[str, str | None]:
+    """``build_digest`` of the copy of each chosen distribution the environment now imports: the one this install
+    wrote (``dists``), else the one already there at the locked version (the site folders listed for those only)."""
+    written = {canonical_name(d.name): Path(d.dist_info) for d in dists if d.dist_info}  # (pip's: not named)
     out: dict[str, str | None] = {}
     for _h, f in chosen:
-        copy = next((d for d, v in find_installed(interp.visible_site_dirs, f.name) if v == f.version), None)
-        out[canonical_name(f.name)] = build_digest(read_installed_record(copy).rows) if copy is not None else None
+        key = canonical_name(f.name)
+        copy = written.get(key) or next(
+            (d for d, v in find_installed(interp.visible_site_dirs, f.name) if v == f.version), None)
+        out[key] = build_digest(read_installed_record(copy).rows) if copy is not None else None
     return out
 
 
@@ -490,7 +493,7 @@ def _transact(paths, interp, chosen, houses, options: InstallOptions, *, reporte
         state_file = state_path(interp.platlib)
         pending = write_install_state(interp.platlib, chosen, houses, previous,
                                       to=state_file.with_name(f".installed.json.{txn.id}.tmp"),
-                                      builds=_builds(interp, chosen))
+                                      builds=_builds(interp, chosen, dists))
         checkpoint("install.before-commit")
         if txn.active:
             txn.before_commit.append(lambda: txn.put(pending, state_file))
