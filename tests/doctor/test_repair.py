@@ -272,3 +272,24 @@ def test_damage_of_counts_a_sourceless_module_and_not_the_byte_code_cache(tmp_pa
     (site / "srcless" / "core.pyc").write_bytes(b"")
     (site / "srcless" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
     assert damage_of(info) == ["srcless/core.pyc does not match its RECORD sha256"]
+
+
+def test_damage_of_is_no_damage_where_another_build_of_the_release_wrote_the_file(tmp_path):
+    """Two builds of one release both ship vis/ (opencv-python and -headless): the one installed last wrote its
+    bytes over the other's copy. stack:files calls that no change; the repair planner judges it the same (before:
+    "a damaged install: reinstalled instead", where only its own RECORD was read)."""
+    from broken_packages import install_wheel, make_venv, site_packages
+    from wheelhouse.doctor.repair import _graph, damage_of
+    from wheelhouse.target.interpreter import inspect_interpreter
+    from wheelmaker import make_wheel
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "vis-gui", "1.0",
+                                 modules={"vis/__init__.py": "", "vis/core.py": "A = 1\n"}))
+    install_wheel(py, make_wheel(tmp_path / "w", "vis-headless", "1.0",
+                                 modules={"vis/__init__.py": "", "vis/core.py": "A = 2\n"}))
+    info = next(site_packages(py).glob("vis_gui-1.0.dist-info"))
+    assert damage_of(info) == ["vis/core.py does not match its RECORD sha256"]  # its own RECORD alone
+    assert damage_of(info, _graph(inspect_interpreter(str(py)))) == []
+    (site_packages(py) / "vis" / "core.py").write_text("A = 3\n")  # neither's bytes: damage
+    assert damage_of(info, _graph(inspect_interpreter(str(py)))) == ["vis/core.py does not match its RECORD sha256"]

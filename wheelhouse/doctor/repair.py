@@ -193,6 +193,7 @@ def damage_of(info: Path | None, graph: Mapping[str, _Installed] | None = None) 
     base = info.parent
     patched = patched_files(base)
     me = next((d for d in (graph or {}).values() if d.info is not None and d.info == info), None)
+    listed: dict[str, list[tuple[_Installed, str]]] | None = None  # the others' rows by file, at the first difference
     out = []
     for rel, digest, _size in read_installed_record(info).hashed:
         if rel.startswith(("/", "..")):
@@ -214,12 +215,14 @@ def damage_of(info: Path | None, graph: Mapping[str, _Installed] | None = None) 
         full = os.path.normpath(path)
         if full in patched and h.hexdigest() == patched[full][1]:
             continue  # wh patch's payload, recorded in its journal
-        if me is not None and any(
-                d is not me and d.info is not None and covers(d, me, rel)
-                for d in graph.values()
-                for rel2, digest2, _ in (d.record.hashed if d.info is not None else ())
-                if digest2 == have and os.path.normpath(d.info.parent / rel2) == full):
-            continue  # another distribution's bytes for a file both ship, where that one covers it
+        if me is not None:
+            if listed is None:
+                listed = {}
+                for d in graph.values():
+                    for rel2, digest2, _ in (d.record.hashed if d is not me and d.info is not None else ()):
+                        listed.setdefault(os.path.normpath(d.info.parent / rel2), []).append((d, digest2))
+            if any(digest2 == have and covers(d, me, rel) for d, digest2 in listed.get(full, ())):
+                continue  # another distribution's bytes for a file both ship, where that one covers it
         out.append(f"{rel} does not match its RECORD sha256")
     return out
 
