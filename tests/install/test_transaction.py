@@ -3,6 +3,7 @@ lock says, never in between, and the next run repairs what a killed one left (is
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -317,3 +318,35 @@ def test_killed_just_before_the_commit_installed_json_still_names_the_previous_s
     assert r.returncode == 0, r.stderr
     assert {p["version"] for p in json.loads(record.read_text())["packages"].values()} == {"2.0"}
     assert not list((site(venv) / ".wh").glob(".installed.json.*"))
+
+
+@pytest.mark.parametrize("linked", [".wh", ".wh/trash", ".wh/txn"])
+def test_a_state_folder_that_is_a_link_out_is_refused_and_nothing_it_points_to_is_touched(tmp_path, linked):
+    """Hostile round 9: `.wh/trash` pointed at another disk was emptied by `wh drop --list` (the sweep of a killed
+    run's leftovers followed the link), and installs wrote their backups there."""
+    venv = tmp_path / "venv"
+    house = make_wheelhouse(tmp_path / "a", _stack(tmp_path / "w1", "1.0"))
+    installed(house, venv)
+    outside = tmp_path / "projects"
+    state = site(venv) / ".wh"
+    if linked == ".wh":
+        state.rename(outside)  # wh's records moved elsewhere and linked back: what they hold is kept there too
+    for name in ("trash", "txn"):
+        (outside / name / "thesis").mkdir(parents=True, exist_ok=True)
+        (outside / name / "thesis" / "chapter1.tex").write_text("years of work")
+    (outside / ".installed.json.mine.tmp").write_text("mine")  # a name the sweep removes inside .wh
+    if linked != ".wh":
+        shutil.rmtree(site(venv) / linked, ignore_errors=True)
+    (site(venv) / linked).symlink_to(outside / Path(linked).name if linked != ".wh" else outside)
+    before, venv_before = tree_listing(outside), tree_listing(venv)
+    house2 = make_wheelhouse(tmp_path / "b", _stack(tmp_path / "w2", "2.0"))
+    for args in (["drop", "--python", venv / "bin" / "python", "--list"],
+                 ["install", house2, "--venv", venv],
+                 ["drop", "--python", venv / "bin" / "python"],
+                 ["drop", "--python", venv / "bin" / "python", "--restore", "upa"]):
+        proc = wh(*args)
+        assert tree_listing(outside) == before, args
+        assert tree_listing(venv) == venv_before, args
+        if args[-1] == "--list" or args[0] == "install" or "--restore" in args:
+            assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+            assert f"{site(venv) / linked} is a symbolic link" in proc.stderr and "rm " in proc.stderr, proc.stderr

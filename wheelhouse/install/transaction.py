@@ -46,6 +46,22 @@ def _txn_root(site: str | os.PathLike) -> Path:
     return Path(site) / ".wh" / "txn"
 
 
+def refuse_linked_state(site: str | os.PathLike) -> None:
+    """Raise where ``<site>/.wh``, or a folder in it that wh empties (``txn``, ``trash``), is a symbolic link: wh
+    keeps its journal, backups and records in real folders inside the environment, and removes nothing through
+    a link (emptying a ``trash`` that points at another disk would delete that folder's files)."""
+    state = Path(site) / ".wh"
+    for path in (state, state / "txn", state / "trash"):
+        if path.is_symlink():
+            try:
+                to = f" (to {os.readlink(path)})"
+            except OSError:
+                to = ""
+            raise WhError(f"{path} is a symbolic link{to}: wh keeps its state and backups in real folders inside "
+                          "the environment and neither writes nor removes anything through a link",
+                          hint=f"remove the link (`rm {path}`; what it points to is kept) and run the command again")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -179,6 +195,7 @@ class Transaction:
                     moved_dirs.add(q)
                 self.entries.append([q, existed, str(len(self.entries)) if existed else None])
         self.dirs = sorted({os.path.normpath(d) for d in dirs if not os.path.isdir(d)}, key=len)
+        refuse_linked_state(self.site)
         self.folder.mkdir(parents=True, exist_ok=True)
         body = {"schema": _SCHEMA, "id": self.id, "pid": os.getpid(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wheels": list(self.wheels),
@@ -329,6 +346,7 @@ def recover(site: str | os.PathLike, scheme: Mapping[str, str] | None = None) ->
 
     ``scheme``: the environment's folders; the journal's paths outside them (and outside ``site``)
     are not touched (without it, every path it names is taken)."""
+    refuse_linked_state(site)
     found = unfinished_transaction(site)
     if found is not None:
         found = replace(found, running=False)  # the caller holds the lock: its writer is gone
@@ -352,6 +370,8 @@ def clean_leftovers(site: str | os.PathLike) -> int:
     Returns how many entries were removed.
     """
     removed = 0
+    if (Path(site) / ".wh").is_symlink():  # (recover refuses first; nothing is removed through a link)
+        return 0
     try:
         temps = [p for p in (Path(site) / ".wh").iterdir()
                  if p.name.startswith(_OWN_TEMPS) and p.name.endswith(".tmp") and p.is_file()]
@@ -361,6 +381,8 @@ def clean_leftovers(site: str | os.PathLike) -> int:
         p.unlink(missing_ok=True)
         removed += 1
     for root in (_txn_root(site), Path(site) / ".wh" / "trash"):
+        if root.is_symlink():
+            continue
         try:
             children = list(root.iterdir())
         except OSError:
