@@ -72,6 +72,33 @@ def test_record_uninstall_removes_exactly_the_records_files(tmp_path):
     assert entry["name"] == "victim" and entry["evidence"] == "RuntimeError: boom" and entry["reason"] == "import failed"
 
 
+@pytest.mark.parametrize("stale", ["victim-1.0.post2", "victim-0.9"])
+def test_a_stale_second_copy_listing_another_distributions_file_does_not_take_that_file(tmp_path, stale):
+    """Hostile round 9: with two dist-infos of the dropped name (an interrupted upgrade leaves the old one), the
+    files kept for other distributions came from the first copy's RECORD only; the uninstall removes every copy,
+    and the second's row for good/__init__.py deleted another distribution's file."""
+    py = make_venv(tmp_path / "venv")
+    wheels = tmp_path / "w"
+    install_wheel(py, make_wheel(wheels, "victim", "1.0", modules={"victim/__init__.py": "raise RuntimeError('x')\n"}))
+    install_wheel(py, make_wheel(wheels, "good", "1.0", modules={"good/__init__.py": "answer = 42\n"}))
+    site = site_packages(py)
+    real, copy = site / "victim-1.0.dist-info", site / f"{stale}.dist-info"
+    copy.mkdir()
+    (copy / "METADATA").write_text((real / "METADATA").read_text().replace("Version: 1.0", f"Version: {stale[7:]}"))
+    rows = [r for r in (real / "RECORD").read_text().splitlines() if ".dist-info/" not in r]
+    good_row = next(r for r in (site / "good-1.0.dist-info" / "RECORD").read_text().splitlines()
+                    if r.startswith("good/__init__.py,"))
+    (copy / "RECORD").write_text("\n".join([*rows, good_row, f"{copy.name}/RECORD,,"]) + "\n")
+    plan = DropPlan("victim", "1.0", ("victim",), "import failed", "RuntimeError: x", "native:victim")
+    [dry] = drop_distributions(str(py), [plan], dry_run=True)
+    assert [(k.path, k.listed_by) for k in dry.kept] == [("good/__init__.py", ("good 1.0",))]
+    [rec] = drop_distributions(str(py), [plan])
+    assert not list(site.glob("victim-*.dist-info")) and not (site / "victim").exists()
+    works = subprocess.run([str(py), "-c", "from good import answer; print(answer)"], capture_output=True, text=True)
+    assert works.stdout.strip() == "42", works.stderr
+    assert [k.path for k in rec.kept] == ["good/__init__.py"]
+
+
 def test_dry_run_touches_nothing(tmp_path):
     py = make_venv(tmp_path / "venv")
     install_wheel(py, make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": ""}))

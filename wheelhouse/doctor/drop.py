@@ -41,7 +41,8 @@ from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .report import DoctorReport
-from wheelhouse.install.sharedfiles import SharedFile, shared_files
+from wheelhouse.install.installed import find_installed
+from wheelhouse.install.sharedfiles import SharedFile, shared_with_others
 
 __all__ = ["DropPlan", "DropRecord", "DropFailed", "FORCED_REASON", "FORCED_NOT_DROPPED", "plan_drops", "forced_kept",
            "drop_distributions", "dropped_path", "read_dropped", "restore_dropped", "find_spec_many", "DroppedList",
@@ -286,7 +287,18 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     info = _dist_info(list(interp.site_dirs), p.distribution)
     if info is None:
         return None
-    kept = shared_files(info, list(interp.site_dirs))
+    # The uninstall removes every installed copy of the name (a stale second dist-info an interrupted upgrade
+    # left): what another distribution lists is kept whichever copy's RECORD names it, not only the first's.
+    copies = [d for d, _ in find_installed(list(interp.site_dirs), p.distribution)] or [info]
+    shared = shared_with_others(copies, list(interp.site_dirs), {p.distribution})
+    kept_by: dict[str, SharedFile] = {}
+    for c in copies:
+        for k in shared[c]:
+            rel = k.path if c == info else os.path.relpath(os.path.join(c.parent, k.path), info.parent)
+            was = kept_by.get(rel)
+            kept_by[rel] = SharedFile(rel, tuple(dict.fromkeys((*(was.listed_by if was else ()), *k.listed_by))))
+    kept = tuple(kept_by.values())
+    keep = [str(info.parent / k.path) for k in kept]
     # Always the guarded uninstaller, never the target's pip: pip removes every path a RECORD lists inside the
     # prefix (a row ``../../../bin/python`` took the venv's interpreter; a row naming a folder, another package)
     # and keeps nothing another distribution lists; without a RECORD it uninstalls nothing either.
@@ -306,7 +318,7 @@ def _drop_one(interp, p: DropPlan, *, dry_run: bool, wheelhouse: Path | None) ->
     try:
         # The one guarded uninstaller (install's): only paths inside the environment, never ../../outside.txt or
         # wh's own .wh/ records, all or nothing (issue 11.6). The caller holds the lock.
-        remove_distribution(p.distribution, interp.scheme(), keep=[str(info.parent / k.path) for k in kept])
+        remove_distribution(p.distribution, interp.scheme(), keep=keep)
     except BaseException:
         if _dist_info(list(interp.site_dirs), p.distribution) is not None:  # nothing was uninstalled
             _write_dropped(interp.platlib, before)
