@@ -293,3 +293,38 @@ def test_damage_of_is_no_damage_where_another_build_of_the_release_wrote_the_fil
     assert damage_of(info, _graph(inspect_interpreter(str(py)))) == []
     (site_packages(py) / "vis" / "core.py").write_text("A = 3\n")  # neither's bytes: damage
     assert damage_of(info, _graph(inspect_interpreter(str(py)))) == ["vis/core.py does not match its RECORD sha256"]
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_file_the_wheel_placed_outside_site_packages_is_mended_not_dropped(tmp_path, damage):
+    """Hostile round 9: a file a wheel's ``.data/`` put in the environment (RECORD row ``../../../share/...``) was
+    not judged by the repair: its package, failing to import for want of it, was dropped by `wh drop` (and by
+    `--fix` where pip had installed it) instead of reinstalled."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    build = tmp_path / "build"
+    build.mkdir()
+    init = ("import os, sys\nfrom ._core import answer\n"
+            "path = os.path.join(sys.prefix, 'share', 'datapkg', 'table.txt')\n"
+            "if open(path).read() != 'rows\\n' * 50:\n    raise RuntimeError('table damaged')\n")
+    wheel = make_wheel(tmp_path / "w", "datapkg", "1.0", tags=_tags(), modules={"datapkg/__init__.py": init},
+                       files={f"datapkg/_core{sysconfig.get_config_var('EXT_SUFFIX')}": _ext(build, "_core"),
+                              "datapkg-1.0.data/data/share/datapkg/table.txt": "rows\n" * 50})
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", [wheel]))
+    table = venv / "share" / "datapkg" / "table.txt"
+    if damage == "deleted":
+        table.unlink()
+    else:
+        table.write_text("rows\n")
+    dry = wh("drop", "--dry-run", "--python", py, "--json")
+    out = json.loads(dry.stdout)
+    assert not out["dropped"], out
+    [kept] = [k for k in out["not_dropped"] if k["name"] == "datapkg"]
+    assert "a damaged install" in kept["reason"] and "share/datapkg/table.txt" in kept["reason"], kept
+    fix = wh("doctor", "--fix", "--python", py, "--json")
+    assert [(f["action"], f["what"]) for f in _fixes(fix.stdout) if f["action"] in ("drop", "reinstall")] == [
+        ("reinstall", "datapkg 1.0")], fix.stdout
+    assert table.read_text() == "rows\n" * 50 and "datapkg" in _installed(venv)
+    assert wh("doctor", "--python", py).returncode == 0

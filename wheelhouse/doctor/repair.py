@@ -196,8 +196,8 @@ def damage_of(info: Path | None, graph: Mapping[str, _Installed] | None = None) 
     listed: dict[str, list[tuple[_Installed, str]]] | None = None  # the others' rows by file, at the first difference
     out = []
     for rel, digest, _size in read_installed_record(info).hashed:
-        if rel.startswith(("/", "..")):
-            continue
+        # a row out of the site folder is judged too, as stack:files judges it: a library or script a wheel's
+        # .data/ placed in the environment (``../../../lib/libdep.so``) is the install's as much as its modules
         path = base / rel
         try:
             h = hashlib.sha256()
