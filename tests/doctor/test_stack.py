@@ -302,6 +302,31 @@ def test_a_file_two_distributions_ship_holds_the_last_ones_bytes_and_that_is_no_
     assert code == 1 and "vision/__init__.py" in res["stack:files"]["evidence"], res
 
 
+@pytest.mark.parametrize("fork_version", ["1.0", "9.9"])
+def test_a_distribution_no_wheelhouse_holds_written_over_a_stack_file_fails(tmp_path, fork_version):
+    """Hostile round 9: `pip install mypkg-fork` after wh's install wrote mypkg/__init__.py, and the stack was green:
+    the fork's RECORD lists those bytes, and "two distributions ship the file" excused it, though no installed
+    wheelhouse holds the fork. Between two distributions both installed from wheelhouses it stays no damage."""
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
+    mine = make_wheel(tmp_path / "w", "mypkg", "1.0", modules={"mypkg/__init__.py": "VERSION = 'staged'\n"})
+    fork = make_wheel(tmp_path / "w", "mypkg-fork", fork_version, modules={"mypkg/__init__.py": "VERSION = 'fork'\n"})
+    venv = tmp_path / "venv"
+    install_wheelhouses([make_wheelhouse(tmp_path / "house", [mine])], InstallOptions(venv=venv))
+    py = venv / "bin" / "python"
+    install_wheel(py, fork)
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and res["stack:files"]["verdict"] == "fail", res
+    assert ("mypkg/__init__.py: holds mypkg-fork " + fork_version + "'s bytes, a distribution no installed wheelhouse "
+            "holds") in res["stack:files"]["evidence"], res
+    # the same two from a wheelhouse each: the one installed last wrote the file, which both stacks stage
+    venv2 = tmp_path / "venv2"
+    install_wheelhouses([make_wheelhouse(tmp_path / "house-a", [mine]), make_wheelhouse(tmp_path / "house-b", [fork])],
+                        InstallOptions(venv=venv2))
+    code, res = doctor(venv2 / "bin" / "python", check="stack:files")
+    assert res["stack:files"]["verdict"] == "ok", res  # (the fork ships every file mypkg has in mypkg/)
+
+
 def test_a_package_two_releases_wrote_into_is_no_one_distributions_and_fails(tmp_path):
     """imgx 2.0 ships core.py and filters.py; imgx-lite 1.0, installed after it, writes its own core.py over 2.0's but
     ships no filters.py: 2.0's filters.py now sits beside 1.0's core.py and dies importing it. Every file held bytes

@@ -320,10 +320,19 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                     listed.setdefault(os.path.normpath(os.path.join(d2.location, rel2)), []).append((d2, digest2, size2))
             other = next((d2 for d2, digest2, size2 in listed.get(os.path.normpath(os.path.join(d.location, rel)), ())
                           if d2.key != d.key and digest2 == state[0] and (size2 is None or size2 == state[1])), None)
-            if other is not None and covers(other, d, rel):
+            if other is not None and covers(other, d, rel) and (d.key not in stack or other.key in stack):
                 # Two distributions ship the same file (opencv-python and opencv-contrib-python: cv2/): the one
                 # installed last wrote its bytes over the other's, and its RECORD names what is on disk.
                 replaced.append(f"{rel} ({d.name}'s) holds {other.name} {other.version}'s bytes")
+                continue
+            if other is not None and d.key in stack:
+                # ... but not a distribution no installed wheelhouse holds, over a file of the stack's (a fork
+                # pip-installed after wh: `mypkg-fork` writing mypkg/): the engine runs code nobody staged
+                bad.setdefault(d.key, []).append(
+                    f"{rel}: holds {other.name} {other.version}'s bytes, a distribution no installed wheelhouse "
+                    "holds, written over the stack's file")
+                if _is_code(rel):
+                    code.add(d.key)
                 continue
         why = _judge(d.location, rel, digest, size, state, patched, stubs)
         if why:
