@@ -14,6 +14,7 @@ import csv
 import functools
 import io
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -120,6 +121,8 @@ def read_installed_record(dist_info: str | os.PathLike[str] | None) -> Installed
     if not info:
         return InstalledRecord(info, error="no .dist-info folder")
     try:
+        if not stat.S_ISREG(os.stat(os.path.join(info, "RECORD")).st_mode):  # a pipe would block the read
+            return InstalledRecord(info, error="RECORD is not a file (a folder, pipe, socket or device in its place)")
         text = Path(info, "RECORD").read_text(encoding="utf-8", errors="surrogateescape")
         return InstalledRecord(info, tuple(read_record(text)))
     except (OSError, csv.Error) as e:

@@ -153,7 +153,17 @@ def _listed_files(dist, path):
     of path, hash, size; what it refuses is an error here too), without a ``PackagePath`` per row: those were ~40% of this probe's CPU
     (49k rows on the box). Any other layout (no RECORD, egg-info) through importlib.metadata."""
     if path is not None and str(path).endswith(".dist-info"):
-        text = dist.read_text("RECORD")
+        try:  # read here, not by dist.read_text, which answers None for a folder or a file it may not read
+            st = os.stat(path / "RECORD")
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):  # a pipe would block this probe until its timeout
+            raise OSError("RECORD is not a file (%s in its place)" % ("a folder" if stat.S_ISDIR(st.st_mode)
+                                                                     else "a pipe, socket or device"))
+        text = None
+        if st is not None:
+            with open(path / "RECORD", "rb") as fh:
+                text = fh.read().decode("utf-8")
         if text:
             import csv
 
@@ -414,6 +424,9 @@ def _named(dist):
     except Exception as exc:  # noqa: BLE001
         info = {"name": str(getattr(dist, "_path", "?")), "error": repr(exc)}
         return info["name"].lower(), info
+    if not meta["Name"]:  # an empty or cut-short METADATA: the distribution is there, its facts are not
+        path = str(getattr(dist, "_path", "?"))
+        return path.lower(), {"name": path, "error": "METADATA names no distribution (empty or cut short)"}
     return (meta["Name"] or "").lower().replace("_", "-").replace(".", "-"), meta
 
 

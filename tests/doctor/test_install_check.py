@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from faults import run_with_fault, wh_command
 from nvidia_fixtures import make_wheelhouse
 from wheelmaker import make_wheel
@@ -41,3 +43,32 @@ def test_a_killed_install_is_a_fail_until_wh_install_runs_again(tmp_path):
 def test_no_install_state_at_all_is_ok(tmp_path):
     r = run_doctor(sys.executable, checks=["install"]).get("install:transaction")
     assert r.verdict == "ok"
+
+
+@pytest.mark.parametrize("damage", ["RECORD emptied", "RECORD a folder", "RECORD a pipe", "METADATA emptied"])
+def test_a_record_or_metadata_cut_short_or_replaced_fails_install_records(tmp_path, damage):
+    """Hostile round 9: a 0-byte RECORD (what a crash before its bytes reached the disk leaves), a folder in its
+    place or an empty METADATA made the distribution vanish from every check: the doctor was green over a package
+    whose import fails. A pipe in its place blocked the facts probe until it timed out (exit 3)."""
+    import os
+    import time
+
+    from broken_packages import install_wheel, make_venv, site_packages
+
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "victim", "1.0", modules={"victim/__init__.py": "X = 1\n"}))
+    info = site_packages(py) / "victim-1.0.dist-info"
+    what, how = damage.split(" ", 1)
+    (info / what).unlink()
+    if how == "emptied":
+        (info / what).write_bytes(b"")
+    elif how == "a folder":
+        (info / what).mkdir()
+    else:
+        os.mkfifo(info / what)
+    t0 = time.monotonic()
+    r = run_doctor(str(py), checks=["install"]).get("install:records")
+    assert time.monotonic() - t0 < 30
+    assert r.verdict == "fail", r.evidence
+    assert ("victim-1.0.dist-info" in r.evidence or "victim 1.0" in r.evidence) and (
+        "lists nothing" in r.evidence or "not a file" in r.evidence or "METADATA names no distribution" in r.evidence), r.evidence

@@ -84,6 +84,8 @@ def _damage(rec: dict) -> str | None:
         return f"{who}: no RECORD in {rec.get('dist_info')} (installers write it last: an install that did not finish)"
     if rec.get("record") == "unreadable":
         return f"{who}: its RECORD cannot be read: {rec.get('record_error')}"
+    if rec.get("record") == "empty":  # a RECORD lists itself: empty is a crash before its bytes reached the disk
+        return f"{who}: its RECORD in {rec.get('dist_info')} lists nothing (a RECORD lists at least itself: cut short)"
     out = []
     # Presence only: whether a file's bytes (size and sha256) are RECORD's is stack:files' verdict, with the
     # digest cache and the code/data rule; judged here too, a changed CA bundle was two fails.
