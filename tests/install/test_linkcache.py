@@ -392,3 +392,25 @@ def test_a_copy_of_the_wheelhouse_is_hashed_once_then_trusted_too(house, tmp_pat
     for h, v in ((house, "d"), (copy, "e")):  # both files remembered
         r = run_with_fault(["install", h, "--venv", tmp_path / v], HASHING, "eio", env=env)
         assert r.returncode == 0, r.stderr
+
+
+def test_linked_files_get_no_digest_entry_so_the_doctor_hashes_what_it_did_not_read(house, tmp_path, env):
+    """Hostile round 9: a --link-cache install wrote the stack check's digest entries for files it linked and never
+    read; one edited in place (same size, its mtime set back) in another venv then passed `stack:files` unhashed."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    install(env, house, a)
+    target = site(a) / "lib" / "__init__.py"
+    st = target.stat()
+    evil = b"VALUE = 66" + target.read_bytes()[len(b"VALUE = 66"):]
+    with open(target, "r+b") as fh:
+        fh.write(evil)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    install(env, house, b)
+    if (site(b) / "lib" / "__init__.py").read_bytes() != evil:
+        pytest.skip("the link cache extracted lib afresh: nothing linked carries the edit")
+    digests = json.loads((site(b) / ".wh" / "digests.json").read_text())
+    assert "lib/__init__.py" not in json.dumps(digests)
+    r = wh({k: v for k, v in env.items() if k != "WH_LINK_CACHE"}, "doctor", "--python", b / "bin" / "python",
+           "--check", "stack:files", "--json")
+    [res] = json.loads(r.stdout)["results"]
+    assert r.returncode == 1 and res["verdict"] == "fail" and "lib/__init__.py" in res["evidence"], res

@@ -233,7 +233,8 @@ def record_installed(dist_infos: Iterable[str | os.PathLike], environ: Mapping[s
     """Write the cache entries of what an install just wrote: each listed file, by RECORD's digest.
 
     Called after the install's commit. A path two RECORDs list with different digests, and a file a
-    patch changed, get no entry (the doctor hashes them). Best-effort: returns how many were written."""
+    patch changed, and a file linked to another name (the link cache's: its bytes were not read), get no entry
+    (the doctor hashes them). Best-effort: returns how many were written."""
     by_site: dict[str, dict[str, str | None]] = {}
     for info in map(os.fspath, dist_infos):
         site = os.path.dirname(os.path.abspath(info))
@@ -257,9 +258,15 @@ def record_installed(dist_infos: Iterable[str | os.PathLike], environ: Mapping[s
                 entries.pop(rel, None)
                 continue
             try:
-                ident: FileIdentity = file_identity(os.stat(full))
+                st = os.stat(full)
             except OSError:
                 continue
+            if st.st_nlink > 1:
+                # a link to a file of the link cache (--link-cache) or another venv: the install did not read
+                # its bytes, which an edit through another name may have changed; the doctor hashes it
+                entries.pop(rel, None)
+                continue
+            ident: FileIdentity = file_identity(st)
             entries[rel] = _entry(ident, digest)
             written += 1
         try:
