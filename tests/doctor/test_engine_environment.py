@@ -136,3 +136,46 @@ def test_a_stubs_folder_on_the_callers_ld_library_path_is_a_note_the_engine_neve
            env={"LD_LIBRARY_PATH": f"{stubs}:{tmp_path}"})
     res = _results(r.stdout)["links:ld-library-path"]
     assert res["verdict"] == "ok" and f"the caller's LD_LIBRARY_PATH has {stubs}, taken off for the engine" in res["evidence"]
+
+
+def test_a_checkout_in_the_folder_python_m_searches_first_fails(tmp_path):
+    """Hostile round 9: `[serve] command = [python, "-m", "app.server"]` run from a checkout of the source (mypkg/
+    beside the command) imports that copy; the doctor, importing with no working folder on sys.path, was green, and
+    so was `wh serve`'s preflight."""
+    from wheelhouse.doctor.workingfolder import first_path_entry
+
+    app = make_wheel(tmp_path / "w", "mypkg", "1.0", modules={"mypkg/__init__.py": "WHO = 'installed'\n",
+                                                               "mypkg/server.py": "import mypkg\n"})
+    py = make_venv(tmp_path / "venv")
+    house = make_wheelhouse(tmp_path / "house", [app], extra_meta={
+        "inputs": {"requirements": ["mypkg"]}, "serve": {"command": [str(py), "-m", "mypkg.server"]}})
+    assert wh("install", house, "--python", py).returncode == 0
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
+    (checkout / "mypkg").mkdir(parents=True)
+    (checkout / "mypkg" / "__init__.py").write_text("WHO = 'checkout'\n")
+    elsewhere.mkdir()
+    (elsewhere / "mypkg").mkdir()  # no __init__: a namespace portion, which the installed package wins over
+    engine = subprocess.run([py, "-c", "import mypkg; print(mypkg.WHO)"], cwd=checkout, capture_output=True, text=True)
+    assert engine.stdout.strip() == "checkout"  # what the engine started there imports
+
+    def doctor(cwd):
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("WH_", "PYTHONPATH"))}
+        r = subprocess.run([sys.executable, "-m", "wheelhouse", "doctor", "--python", str(py), "--json", "--check",
+                            "native"], cwd=cwd, capture_output=True, text=True, timeout=300,
+                           env={**base, "NO_COLOR": "1"})
+        return r.returncode, _results(r.stdout)
+
+    code, res = doctor(checkout)
+    assert code == 1 and res["native:working-folder"]["verdict"] == "fail", res
+    assert f"{checkout} comes first" in res["native:working-folder"]["evidence"]
+    assert "mypkg/" in res["native:working-folder"]["evidence"] and "python -P" in res["native:working-folder"]["hint"]
+    code, res = doctor(elsewhere)
+    assert code == 0 and res["native:working-folder"]["verdict"] == "ok", res
+    # what the command line says about that folder
+    assert first_path_entry(["python3.12", "-m", "x"], {}, "/w") == ("/w", "runs `python -m`")
+    assert first_path_entry(["python", "-X", "dev", "-c", "pass"], {}, "/w") == ("/w", "runs `python -c`")
+    assert first_path_entry(["python", "-u", "tools/run.py"], {}, "/w") == ("/w/tools", "runs the script tools/run.py")
+    assert first_path_entry(["python", "-P", "-m", "x"], {}, "/w") is None
+    assert first_path_entry(["python", "-Im", "x"], {}, "/w") is None
+    assert first_path_entry(["python", "-m", "x"], {"PYTHONSAFEPATH": "1"}, "/w") is None
+    assert first_path_entry(["ft", "serve"], {}, "/w") is None

@@ -58,6 +58,7 @@ from wheelhouse.doctor.imports import ImportOutcome, import_modules, traceback_f
 from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
+from wheelhouse.doctor.workingfolder import first_path_entry, shadowing_modules
 from wheelhouse.doctor.loaderevidence import loader_witness
 from wheelhouse.doctor.probes import trace_span
 from wheelhouse.target.gpu import Gpu
@@ -73,6 +74,7 @@ _SHOWN = 6  # extension modules named in an ok verdict; the JSON data lists ever
 GROUP = "native"
 CHECKS = {"native:<distribution>": "every top-level name and every extension module of the distribution loads "
                                    "(executed, batched, each failure confirmed in a process of its own)",
+          "native:working-folder": "the folder the [serve] command searches first holds none of the stack's packages",
           "native:entry:<module>": "an entry module of the stack (manifest [doctor] entry) that no distribution's "
                                    "check covers imports"}
 _ARCH_FOLDER = re.compile(r"^sm_?(\d{2,3})[af]?$")  # sm90, sm_90a, sm100, sm100f
@@ -413,8 +415,9 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     dists = [d for d in native_distributions(ctx) if ctx.wants(f"native:{d.key}")]
     entries = entry_modules(ctx)
     if not dists and not entries:
-        return [CheckResult("native:none", "no installed distribution ships extension modules", "skip",
-                            "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []
+        return ([CheckResult("native:none", "no installed distribution ships extension modules", "skip",
+                             "nothing to import")] if ctx.wants("native:none") and not ctx.patterns else []) \
+            + _working_folder(ctx)
     here = target_interpreter(ctx.facts, ctx.python)
     plans = {d.key: load_plan(ctx, d, here) for d in dists}
     modules = [m for p in plans.values() for m in p.modules]
@@ -452,7 +455,35 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
         outcomes.update(_load(stale, ctx, files, always=stale, reuse=False))
         results = judge()
     _store_warnings(ctx, dists, plans, results, outcomes, files)
-    return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules})
+    return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules}) \
+        + _working_folder(ctx)
+
+
+def _working_folder(ctx: DoctorContext) -> list[CheckResult]:
+    """``native:working-folder``: where the ``[serve] command`` searches a folder before site-packages (``python -m``:
+    the working folder, the one ``wh serve`` starts the engine in), that folder holds none of the stack's
+    packages: else the engine imports that copy (a checkout of its source), not the installed one judged here."""
+    serve = ctx.manifest.serve if ctx.manifest is not None else None
+    cid = "native:working-folder"
+    if serve is None or not ctx.wants(cid):
+        return []
+    first = first_path_entry(serve.command, ctx.engine_env, os.getcwd())
+    if first is None:
+        return []
+    folder, how = first
+    names = {n for d in ctx.distributions.values() for n in d.import_names}
+    title = "the folder the [serve] command searches first holds none of the stack's packages"
+    shadows = shadowing_modules(folder, names)
+    if not shadows:
+        return [CheckResult(cid, title, "ok", f"the [serve] command {how}: {folder} comes first on the engine's "
+                                              "sys.path and holds none of the installed top-level names")]
+    return [CheckResult(cid, title, "fail",
+                        f"the [serve] command {how}: {folder} comes first on the engine's sys.path, and it holds "
+                        f"{', '.join(shadows[:8])}{' and more' if len(shadows) > 8 else ''}: the engine imports "
+                        "those, not the installed distributions this doctor judged",
+                        hint="run `wh serve` (and `wh doctor`) from a folder without them, or start the engine with "
+                             "`python -P` (Python >= 3.11) so the working folder is not searched",
+                        data={"folder": folder, "shadows": shadows})]
 
 
 def _arg(module: str, files: Mapping[str, str]) -> str:

@@ -1,0 +1,67 @@
+"""The folder a ``[serve] command`` puts first on the engine's ``sys.path``, and the stack's packages it holds.
+
+``python -m app.server`` and ``python -c ...`` search the working folder before site-packages, and ``python
+path/run.py`` the script's folder: an engine started so from a checkout of its own source (``mypkg/`` beside the
+command) imports that copy, not the installed one the doctor verified. ``-P``, ``-I`` and ``PYTHONSAFEPATH`` take
+that folder off ``sys.path``. A console script (``ft serve``) runs from its own folder in ``bin/``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Iterable, Mapping, Sequence
+
+__all__ = ["first_path_entry", "shadowing_modules"]
+
+_VALUED = frozenset("WXQ")  # short options that take a value (-W error, -X dev, -Q new on old interpreters)
+
+
+def _is_python(program: str) -> bool:
+    base = os.path.basename(program)
+    return base.startswith("python") and all(c.isdigit() or c in ".tw" for c in base[len("python"):])
+
+
+def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -> tuple[str, str] | None:
+    """(folder, how) the command puts first on ``sys.path``, where it runs a Python interpreter that searches one;
+    None for anything else (a console script, a shell), or where ``-P``/``-I``/``PYTHONSAFEPATH`` turn it off."""
+    if not command or not _is_python(command[0]) or env.get("PYTHONSAFEPATH"):
+        return None
+    args = list(command[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            script = args[i + 1] if arg == "--" and i + 1 < len(args) else arg
+            if script == "-" or script.startswith("-"):
+                return (cwd, "reads its program from standard input")
+            return (os.path.dirname(os.path.join(cwd, script)) or cwd, f"runs the script {script}")
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        flags = arg[1:]
+        for j, flag in enumerate(flags):
+            if flag in "PI":
+                return None
+            if flag in "mc":
+                what = "-m" if flag == "m" else "-c"
+                return (cwd, f"runs `python {what}`")
+            if flag in _VALUED:
+                if j == len(flags) - 1:
+                    i += 1  # the value is the next argument
+                break
+        i += 1
+    return None
+
+
+def shadowing_modules(folder: str, names: Iterable[str]) -> list[str]:
+    """Which of the top-level ``names`` ``folder`` holds as something the import system takes before site-packages:
+    a package (``name/__init__.py``), a module (``name.py``) or an extension (``name.*.so``). A folder without
+    ``__init__`` is only a namespace portion, which a regular package found later wins over."""
+    out = []
+    for name in sorted(set(names)):
+        base = os.path.join(folder, name)
+        if (os.path.isfile(os.path.join(base, "__init__.py")) or os.path.isfile(base + ".py")
+                or glob.glob(glob.escape(base) + ".*so")):
+            out.append(name + ("/" if os.path.isdir(base) else ""))
+    return out
