@@ -328,3 +328,28 @@ def test_a_damaged_file_the_wheel_placed_outside_site_packages_is_mended_not_dro
         ("reinstall", "datapkg 1.0")], fix.stdout
     assert table.read_text() == "rows\n" * 50 and "datapkg" in _installed(venv)
     assert wh("doctor", "--python", py).returncode == 0
+
+
+def test_a_failing_stray_build_no_record_lists_is_named_and_its_distribution_kept(tmp_path):
+    """Hostile round 9: a broken `lazy/_core.cpython-311-*.so`, listed by no RECORD, beside the healthy listed
+    `_core.abi3.so` wins the import; `--fix` dropped lazy (every file of it healthy) and left the stray file failing."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    build = tmp_path / "build"
+    build.mkdir()
+    ok, undef = _ext(build, "_core"), _ext(build, "_core", "WH_UNDEF")
+    wheels = [make_wheel(tmp_path / "w", "lazy", "1.0", tags=_tags(), files={"lazy/_core.abi3.so": ok},
+                         modules={"lazy/__init__.py": "def answer():\n    from ._core import answer\n    return answer()\n"}),
+              make_wheel(tmp_path / "w", "app", "1.0", modules={"app/__init__.py": "X = 1\n"})]
+    house = make_wheelhouse(tmp_path / "house", wheels, extra_meta={"inputs": {"requirements": ["app"]}})
+    venv, site, py = _setup(tmp_path, house)
+    stray = site / "lazy" / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}"
+    stray.write_bytes(undef)
+    fix = wh("doctor", "--fix", "--python", py, "--json")
+    fixes = _fixes(fix.stdout)
+    assert not any(f["action"] == "drop" for f in fixes), fixes
+    [kept] = [f for f in fixes if f["action"] == "not-dropped"]
+    assert str(stray) in kept["reason"] and "listed by no installed distribution's RECORD" in kept["reason"], kept
+    assert "lazy" in _installed(venv) and (site / "lazy" / "_core.abi3.so").is_file()
