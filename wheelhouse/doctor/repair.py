@@ -230,11 +230,16 @@ def damage_of(info: Path | None, graph: Mapping[str, _Installed] | None = None) 
 _FOUND_AT = re.compile(r"find_spec\('[\w.]+'\) succeeds \(([^()\n]+)\)")
 
 
-def _unlisted_failing_file(text: str, graph: Mapping[str, _Installed]) -> str | None:
-    """The file a failure's import took (``find_spec(...) succeeds (PATH)``) where no installed RECORD lists it: a
-    stray build beside the install (a ``_core.cpython-311-*.so`` next to the listed ``_core.abi3.so``) fails, and
-    dropping the distribution removes the healthy files and leaves the stray one failing."""
+def _unlisted_failing_file(text: str, graph: Mapping[str, _Installed], me: _Installed | None) -> str | None:
+    """The file a failure's import took (``find_spec(...) succeeds (PATH)``), in a folder of ``me``'s files, where no
+    installed RECORD lists it: a stray build beside the install (a ``_core.cpython-311-*.so`` next to the listed
+    ``_core.abi3.so``) fails, and dropping the distribution removes the healthy files and leaves the stray one
+    failing. (A copy elsewhere on ``sys.path`` is ``_shadows``' to name.)"""
     paths = [p for p in dict.fromkeys(_FOUND_AT.findall(text)) if os.path.isabs(p) and os.path.isfile(p)]
+    if not paths or me is None or me.info is None:
+        return None
+    mine = {os.path.dirname(os.path.realpath(me.info.parent / rel)) for rel, _, _ in me.record.rows}
+    paths = [p for p in paths if os.path.dirname(os.path.realpath(p)) in mine]
     if not paths:
         return None
     listed = {os.path.realpath(d.info.parent / rel) for d in graph.values() if d.info is not None
@@ -461,7 +466,7 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
         reinstall[key] = Reinstall(key, "a damaged install: " + "; ".join(damage[:3])
                                    + (f"; and {len(damage) - 3} more" if len(damage) > 3 else ""), p.check_id)
         return f"a damaged install ({'; '.join(damage[:3])}): reinstalled instead"
-    stray = _unlisted_failing_file(_failure_text(report, p.check_id), graph)
+    stray = _unlisted_failing_file(_failure_text(report, p.check_id), graph, d)
     if stray is not None:
         return (f"the failing file {stray} is listed by no installed distribution's RECORD (a stray build beside the "
                 f"install, which the import system takes first): remove it; {p.distribution} is kept")
