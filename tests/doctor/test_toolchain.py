@@ -162,3 +162,28 @@ def test_registry_bundled_freetoken_group_for_the_kaggle_profile_gives_toolchain
                          env={**os.environ, "WH_DOCTOR_FAKE_GPUS": str(tmp_path / "gpus.json")})
     res = {r["id"]: r for r in json.loads(doc.stdout)["results"]}
     assert res["toolchain:versions"]["verdict"] == "ok", res["toolchain:versions"]["evidence"]
+
+
+def test_an_installed_nvcc_wheel_whose_nvcc_cannot_run_fails(tmp_path):
+    """Hostile round 9: the nvcc wheel installed, its nvcc without its exec bit (a copy that lost modes, a noexec
+    mount): toolchain:versions said ok and the rest skipped as "no nvcc ... and no nvidia-cuda-nvcc wheel"."""
+    from broken_packages import install_wheel, make_venv
+
+    py = make_venv(tmp_path / "venv")
+    nvcc = "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n"
+    install_wheel(py, make_wheel(tmp_path / "w", "nvidia-cuda-nvcc", "13.0.88", files={"nvidia/cu13/bin/nvcc": nvcc}))
+    [shipped] = (tmp_path / "venv").rglob("nvidia/cu13/bin/nvcc")
+    shipped.chmod(0o644)
+    env = {**os.environ, "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}  # no nvcc of the host's on the engine's PATH
+
+    def doctor(*args):
+        return subprocess.run(wh_command(["doctor", "--python", str(py), "--json", *args]), capture_output=True,
+                              text=True, timeout=600, env=env)
+
+    proc = doctor("--check", "toolchain")
+    results = {r["id"]: r for r in json.loads(proc.stdout)["results"]}
+    assert proc.returncode == 1 and results["toolchain:nvcc"]["verdict"] == "fail", results
+    assert f"{shipped} is not executable" in results["toolchain:nvcc"]["evidence"]
+    shipped.chmod(0o755)
+    proc = doctor("--check", "toolchain:nvcc")
+    assert json.loads(proc.stdout)["results"][0]["verdict"] == "ok", proc.stdout

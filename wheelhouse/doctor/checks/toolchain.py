@@ -17,7 +17,7 @@ from wheelhouse.doctor.probes import probe_script, run_probe
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.manifest import ToolchainGroup
 from wheelhouse.manifest.toolchain import toolchain_rules
-from .context import DoctorContext
+from .context import DoctorContext, reinstall_command
 
 __all__ = ["GROUP", "CHECKS", "run", "DEFAULT_GROUP", "judge_groups"]
 
@@ -110,6 +110,19 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
 
     found = find_nvcc(list(ctx.site_dirs))
     pinned = str(found) if found else None
+    wheel = _nvcc_wheel(ctx)
+    if nvcc is None and found is None and wheel is not None:
+        # the wheel is there, its nvcc is not one that can run (mode bits lost, a noexec mount): the runtime
+        # kernel builds the toolchain group is for would fail the same way
+        shipped = sorted(p for s in ctx.site_dirs for p in Path(s).glob("nvidia/*/bin/nvcc"))
+        where = f"{shipped[0]} is not executable (mode {oct(shipped[0].stat().st_mode & 0o777)}, or a noexec " \
+                "mount)" if shipped else "it ships no bin/nvcc on disk"
+        out.append(CheckResult("toolchain:nvcc", CHECKS["toolchain:nvcc"], "fail",
+                               f"{wheel[0]} {wheel[1]} is installed, but {where}",
+                               hint=f"reinstall it: `{reinstall_command(ctx, wheel[0])}`"))
+        for cid in ("toolchain:ptxas", "toolchain:compile"):
+            out.append(CheckResult(cid, CHECKS[cid], "skip", "the installed nvcc cannot run (toolchain:nvcc)"))
+        return out
     if nvcc is None:
         for cid in ("toolchain:nvcc", "toolchain:ptxas", "toolchain:compile"):
             out.append(CheckResult(cid, CHECKS[cid], "skip", "no nvcc on the engine's PATH and no nvidia-cuda-nvcc wheel"))
