@@ -1,8 +1,9 @@
 """`wh serve` on a box of four cards (a stand-in nvidia-smi on PATH), through the real entry point, against
-tests/support/fake_engine.py: a card another process holds is refused naming the card and that process, the
-cards the engine's CUDA_VISIBLE_DEVICES leaves are the ones counted, and the environment the engine and its rank
-run with carries NVLink multicast off when the box's manifest says so (tests/device/multigpu.sh writes that
-manifest for the shared H200 hosts)."""
+tests/support/fake_engine.py: a card another process holds is refused naming the card and that process (one whose
+memory in use nvidia-smi cannot tell is refused too), the cards the engine's CUDA_VISIBLE_DEVICES leaves are the ones
+counted (none where it hides them all), and the environment the engine and its rank run with carries NVLink
+multicast off when the box's manifest says so (tests/device/multigpu.sh writes that manifest for the shared H200
+hosts)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,36 @@ CUDA_VISIBLE_DEVICES = "0,1"
     every = query_gpus(environ={k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"})
     assert pre.check_gpus(every, expected=2, max_used_mib=None, visible="0,1") == []
     assert "GPU 3" in pre.check_gpus(every, expected=2, max_used_mib=None, visible="2,3")[0]
+
+
+def test_an_engine_cuda_visible_devices_hiding_every_card_is_refused(tmp_path, env):
+    write_fake_smi(tmp_path / "bin", h200s(4))
+    port = free_port()
+    for hidden in ("-1", ""):  # CUDA hides every device for either
+        (tmp_path / "m.toml").write_text(f"""[serve]
+command = ["{PY}", "{FAKE}", "--port", "{port}"]
+url = "http://127.0.0.1:{port}"
+[serve.env]
+CUDA_VISIBLE_DEVICES = "{hidden}"
+""")
+        r = wh(["serve", tmp_path / "m.toml", "--gpus", "4", "--log", tmp_path / "a.log"], env)
+        assert r.returncode == 1, r.stderr
+        assert f"expected exactly 4 GPU(s) (CUDA_VISIBLE_DEVICES={hidden!r}), found none" in r.stderr
+        assert not (tmp_path / "a.log").exists()  # refused before launch
+
+
+def test_a_card_whose_memory_in_use_is_na_is_judged_by_its_processes_or_refused(tmp_path, env, hog):
+    log, engine = tmp_path / "serve.log", ["--", PY, FAKE, "--port", free_port()]
+    write_fake_smi(tmp_path / "bin", [Card(used_mib="[N/A]")], apps=[GpuApp(hog.pid, 0, 61440)])
+    r = wh(["serve", "--gpus", "1", "--max-used-mib", "4096", "--log", log, *engine], env)
+    assert r.returncode == 1, r.stderr
+    assert "GPU 0 (NVIDIA H200) already has 61440 MiB in use (limit 4096 MiB): another job holds it" in r.stderr
+    write_fake_smi(tmp_path / "bin", [Card(used_mib="[N/A]")])  # and no process listed: the limit cannot be checked
+    r = wh(["serve", "--gpus", "1", "--max-used-mib", "4096", "--log", log, *engine], env)
+    assert r.returncode == 1, r.stderr
+    assert ("GPU 0 (NVIDIA H200): nvidia-smi says memory.used [N/A] and lists no process with its memory: the 4096 "
+            "MiB limit cannot be checked") in r.stderr
+    assert not log.exists()  # refused before launch
 
 
 def _serve_and_read_environ(tmp_path: Path, env: dict, manifest_env: str) -> tuple[dict, dict]:

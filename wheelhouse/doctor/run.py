@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 
 from .checks import DoctorContext, Distribution, selected
 from wheelhouse.errors import EXIT_INTERNAL, UsageError, WhError
-from wheelhouse.target.gpu import GpuFacts, facts_from_json, query_gpu_facts
+from wheelhouse.target.gpu import VISIBLE_ENV, GpuFacts, facts_from_json, query_gpu_facts
 from wheelhouse.manifest import StackManifest
 from .probes import allow_probes, default_jobs, interrupt_probes, probe_script, probes_stopped, run_probe, trace_line, trace_span
 from wheelhouse.progress import NullReporter, Reporter
@@ -226,8 +226,10 @@ def gather_context(
                                hint="pass the target interpreter: `wh doctor --python /path/to/venv/bin/python`")
     reporter.note(f"gathering facts from {exe}")
     t0 = time.monotonic()
-    # nvidia-smi (three calls on a GPU host) runs while the facts probe does
-    asked = None if facts_override and "gpu" in facts_override else _in_background(lambda: query_gpu_facts(environ=env))
+    # nvidia-smi (three calls on a GPU host) runs while the facts probe does, for the cards the engine will see:
+    # its CUDA_VISIBLE_DEVICES is the manifest's [serve] env over the caller's (engine_env below)
+    gpu_env = {**env, **(manifest.serve.env if manifest and manifest.serve else {})}
+    asked = None if facts_override and "gpu" in facts_override else _in_background(lambda: query_gpu_facts(environ=gpu_env))
     res = run_probe(exe, probe_script("facts"), [str(capture_script())], timeout=max(timeout, 30), env=env,
                     name="facts")
     if not res.ok:
@@ -239,7 +241,7 @@ def gather_context(
     if facts_override:
         facts, gpu = _apply_overrides(facts, gpu, facts_override)
     if gpu is None:
-        gpu = asked.result() if asked is not None else query_gpu_facts(environ=env)
+        gpu = asked.result() if asked is not None else query_gpu_facts(environ=gpu_env)
     facts["gather_seconds"] = round(time.monotonic() - t0, 3)
     from wheelhouse.target.interpreter import visible_site_dirs
 
@@ -273,6 +275,8 @@ def gather_context(
     # found there too (judged without it, a working package was dropped).
     serve_env = manifest.serve.env if manifest and manifest.serve else None
     engine_env = {**env, **serving_variables(list(site_dirs), env, serve_env)}
+    if asked is not None and engine_env.get(VISIBLE_ENV) != gpu_env.get(VISIBLE_ENV):
+        gpu = query_gpu_facts(environ=engine_env)  # the installed wheelhouse's [serve] env names the engine's cards
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),

@@ -38,17 +38,22 @@ class PreflightFailed(ServeError):
 
 
 def check_gpus(gpus: Sequence[Gpu], *, expected: int | None, max_used_mib: int | None, visible: str | None = None) -> list[str]:
-    """Problems with the cards: a wrong count (exact, like the vLLM reference deployment's script) or a card already busy."""
+    """Problems with the cards: a wrong count (exact, like the vLLM reference deployment's script), a card already
+    busy, or, under an explicit ``max_used_mib``, one whose memory in use nvidia-smi cannot tell (a limit asked for
+    and not checked is not passed)."""
     cards = visible_gpus(gpus, visible)
     problems = []
     if expected is not None and len(cards) != expected:
-        where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""
+        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
         found = f"found {len(cards)}" if cards else "found none (no nvidia-smi, or no GPU visible)"
         problems.append(f"expected exactly {expected} GPU(s){where}, {found}")
     limit = DEFAULT_MAX_USED_MIB if max_used_mib is None else max_used_mib
     for g in cards:
-        used = g.memory_used_mib
-        if used is not None and used > limit:
+        used = g.memory_in_use_mib
+        if used is None and max_used_mib is not None:  # (the default limit: not a reason to refuse an unknown)
+            problems.append(f"GPU {g.index} ({g.name}): nvidia-smi says memory.used [N/A] and lists no process with "
+                            f"its memory: the {limit} MiB limit cannot be checked")
+        elif used is not None and used > limit:
             problems.append(
                 f"GPU {g.index} ({g.name}) already has {used} MiB in use (limit {limit} MiB): another job holds it"
                 + (f" ({_holders(g)})" if g.processes else "") + "; stop it first"

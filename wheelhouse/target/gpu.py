@@ -4,7 +4,8 @@ One value type (``Gpu``) for a card seen now and a card a target profile recorde
 (the capture script's ``query_nvidia_smi``, which also runs on the box before wh is there).
 
 Used by the doctor and by ``wh serve``'s preflight. No GPU (or no nvidia-smi)
-means an empty list, never an error. ``WH_DOCTOR_FAKE_GPUS=FILE.json`` replaces
+means an empty list, never an error; an nvidia-smi that fails is an ``error`` in its own words, never an
+exception. ``WH_DOCTOR_FAKE_GPUS=FILE.json`` replaces
 the query with the file's contents -- a test hook, documented in docs/doctor.md#test-hook-fake-gpus
 (wh's source repository)::
 
@@ -14,7 +15,7 @@ the query with the file's contents -- a test hook, documented in docs/doctor.md#
                "processes": [{"pid": 4182, "used_mib": 6144, "name": "python3"}]}],
      "topology": "pcie"}
 
-``CUDA_VISIBLE_DEVICES`` (as indices) limits the live facts to the cards an engine started in that
+``CUDA_VISIBLE_DEVICES`` (as indices, by CUDA's rule) limits the live facts to the cards an engine started in that
 environment would see, so the doctor, the preflight and the engine count the same cards.
 """
 
@@ -64,6 +65,15 @@ class Gpu:
     def sm(self) -> str | None:
         """``8.9`` -> ``sm_89``."""
         return "sm_" + self.compute_capability.replace(".", "") if self.compute_capability else None
+
+    @property
+    def memory_in_use_mib(self) -> int | None:
+        """Memory in use: nvidia-smi's memory.used, else (``[N/A]`` on some cards) what the processes it lists on
+        the card hold; None when neither says (unknown, never 0)."""
+        if self.memory_used_mib is not None:
+            return self.memory_used_mib
+        held = [p.used_mib for p in self.processes]
+        return sum(held) if held and None not in held else None
 
     @property
     def memory_free_mib(self) -> int | None:
@@ -145,10 +155,21 @@ def _topology(smi: str, indices: Sequence[int], timeout: float) -> tuple[str | N
 
 
 def visible_gpus(gpus: Sequence[Gpu], visible: str | None) -> list[Gpu]:
-    """The cards CUDA_VISIBLE_DEVICES leaves an engine (given as indices; UUIDs or MIG names are not filtered)."""
-    if not visible or not all(p.strip().isdigit() for p in visible.split(",")):
+    """The cards CUDA_VISIBLE_DEVICES leaves an engine: unset, every card; UUIDs or MIG names are not filtered.
+
+    CUDA's rule for the rest: an empty value hides every card, and the list stops at the first entry that is no
+    card's index (``-1``, ``none``, an index out of range): ``0,-1,2`` leaves card 0 alone."""
+    if visible is None:
         return list(gpus)
-    wanted = {int(p) for p in visible.split(",")}
+    entries = [p.strip() for p in visible.split(",")]
+    if any(p.upper().startswith(("GPU-", "MIG-")) for p in entries):
+        return list(gpus)
+    indices = {g.index for g in gpus}
+    wanted: set[int] = set()
+    for p in entries:
+        if not p.isdigit() or int(p) not in indices:
+            break
+        wanted.add(int(p))
     return [g for g in gpus if g.index in wanted]
 
 
@@ -157,6 +178,25 @@ def _limited(facts: GpuFacts, visible: str | None) -> GpuFacts:
     if len(cards) == len(facts.gpus):
         return facts
     return dataclasses.replace(facts, gpus=cards, visible=visible, total=len(facts.gpus))
+
+
+_NO_DEVICES = 6  # nvidia-smi's exit status for "No devices were found": a driver without a card, not a broken one
+
+
+def _failure(smi: str, timeout: float, error: str) -> str | None:
+    """nvidia-smi's own words for its failure (``Failed to initialize NVML: Driver/library version mismatch``, exit
+    18, after a driver upgrade without a reboot); None when it only found no card."""
+    if error.startswith("nvidia-smi did not run"):
+        return error  # it hung or cannot start: asking again would only wait as long again
+    try:
+        proc = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return error
+    if proc.returncode == _NO_DEVICES:
+        return None
+    said = "; ".join(ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip())
+    return f"nvidia-smi failed (exit {proc.returncode}): {said[:400]}" if proc.returncode and said else error
 
 
 def _processes(smi: str, timeout: float) -> dict[int, tuple[GpuProcess, ...]]:
@@ -193,7 +233,7 @@ def query_gpu_facts(timeout: float = 20, environ: Mapping[str, str] | None = Non
         return GpuFacts(gpus=(), source="none")
     facts = facts_from_json(capture.query_nvidia_smi(smi, timeout), source="nvidia-smi")
     if facts.error:
-        return facts
+        return dataclasses.replace(facts, error=_failure(smi, timeout, facts.error))
     held = _processes(smi, timeout) if facts.gpus else {}
     facts = _limited(dataclasses.replace(
         facts, gpus=tuple(dataclasses.replace(g, processes=held.get(g.index, ())) for g in facts.gpus)),

@@ -33,9 +33,16 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     out: list[CheckResult] = []
     exp = ctx.manifest.doctor if ctx.manifest else None
     if not g.gpus:
-        why = g.error or ("nvidia-smi not found" if g.source == "none" else "nvidia-smi lists no GPU")
+        why = g.error or ("nvidia-smi not found" if g.source == "none" else
+                          f"CUDA_VISIBLE_DEVICES={g.visible!r} hides all {g.total} cards" if g.total else
+                          "nvidia-smi lists no GPU")
         for cid, title in CHECKS.items():
-            if cid == "gpu:expected" and exp and (exp.gpus or exp.sm):
+            if cid == "gpu:devices" and g.error:
+                # nvidia-smi is there and says the driver cannot be used: a broken GPU box, not a CPU one
+                out.append(CheckResult(cid, title, "fail", g.error,
+                                       hint="the NVIDIA driver cannot be used: after a driver upgrade reboot (or reload "
+                                            "the nvidia kernel modules); `nvidia-smi` and `dmesg` say more"))
+            elif cid == "gpu:expected" and exp and (exp.gpus or exp.sm):
                 want = f"{exp.gpus or '?'} GPU(s)" + (f" sm {exp.sm}" if exp.sm else "")
                 out.append(CheckResult(cid, title, "fail", f"manifest expects {want}; found none ({why})",
                                        hint="run on the GPU box, or check `nvidia-smi`"))
@@ -62,15 +69,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
         out.append(CheckResult("gpu:expected", CHECKS["gpu:expected"], "skip", "the manifest sets no [doctor] gpus/sm"))
     # Memory already in use.
     limit = (exp.max_used_mib if exp and exp.max_used_mib is not None else DEFAULT_MAX_USED_MIB)
-    busy = [x for x in g.gpus if (x.memory_used_mib or 0) > limit]
-    out.append(CheckResult(
-        "gpu:memory", CHECKS["gpu:memory"], "warn" if busy else "ok",
-        ("; ".join(f"GPU {x.index} has {x.memory_used_mib} MiB in use (> {limit} MiB): another job is on it"
-                   + (" (" + ", ".join(f"pid {p.pid} {p.name} {p.used_mib} MiB".replace("  ", " ") for p in x.processes) + ")"
-                      if x.processes else "")
-                   for x in busy)) or f"every card uses <= {limit} MiB",
-        hint="find the process with `nvidia-smi`, stop it, or pick other cards with CUDA_VISIBLE_DEVICES" if busy else None,
-    ))
+    out.append(_memory(g, limit))
     out.append(_driver_vs_torch(ctx))
     if len(g.gpus) < 2:
         out.append(CheckResult("gpu:interconnect", CHECKS["gpu:interconnect"], "skip", "one GPU"))
@@ -80,6 +79,26 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                                topo.get(g.topology or "", "unknown (`nvidia-smi topo -m` gave nothing)"),
                                data={"topology": g.topology, "matrix": g.topology_matrix}))
     return out
+
+
+def _memory(g: GpuFacts, limit: int) -> CheckResult:
+    """Memory already in use per card; unknown (``[N/A]`` and no process listed with its memory) is not ok."""
+    busy = [x for x in g.gpus if (x.memory_in_use_mib or 0) > limit]
+    unknown = [x for x in g.gpus if x.memory_in_use_mib is None]
+    problems = [f"GPU {x.index} has {x.memory_in_use_mib} MiB in use (> {limit} MiB"
+                + ("; memory.used is [N/A]: what its processes hold" if x.memory_used_mib is None else "")
+                + "): another job is on it"
+                + (" (" + ", ".join(f"pid {p.pid} {p.name} {p.used_mib} MiB".replace("  ", " ") for p in x.processes) + ")"
+                   if x.processes else "")
+                for x in busy]
+    problems += [f"GPU {x.index}: memory in use unknown (nvidia-smi says [N/A] and lists no process with its memory)"
+                 for x in unknown]
+    return CheckResult(
+        "gpu:memory", CHECKS["gpu:memory"], "warn" if problems else "ok",
+        "; ".join(problems) or f"every card uses <= {limit} MiB",
+        hint="find the process with `nvidia-smi`, stop it, or pick other cards with CUDA_VISIBLE_DEVICES"
+        if problems else None,
+    )
 
 
 def _devices(g: GpuFacts) -> CheckResult:
@@ -109,7 +128,7 @@ def _driver_vs_torch(ctx: DoctorContext) -> CheckResult:
     if ctx.dist("torch") is None:
         return CheckResult("gpu:driver-cuda", title, "skip", "torch is not installed")
     res, since = run_cached_probe(ctx.verdicts, ctx.python, probe_script("torch_info"), timeout=max(ctx.timeout, 120),
-                                  env=ctx.environ, name="torch_info",
+                                  env=ctx.engine_env, name="torch_info",
                                   passed=lambda r: r.ok and bool(r.data.get("cuda_available")))
     if not res.ok:
         return CheckResult("gpu:driver-cuda", title, "fail",

@@ -141,11 +141,21 @@ def _jit_probe(j: Mapping, path: Path, where: str) -> JitProbe:
     )
 
 
-def _verdict(probe: JitProbe, dist, res, timeout: float) -> CheckResult:
+# What a probe says when torch finds no card (the bundled probes' skip): no excuse where nvidia-smi lists some.
+_NO_DEVICE = "no CUDA device"
+
+
+def _verdict(probe: JitProbe, dist, res, timeout: float, gpus: int) -> CheckResult:
+    """``gpus``: the cards nvidia-smi lists that the engine's CUDA_VISIBLE_DEVICES leaves."""
     cid = f"jit:{probe.id}"
     d = res.data
     drop = {"distribution": dist.name, "version": dist.version, "modules": list(dist.import_names),
             "reason": "JIT probe failed"}
+    if res.ok and d.get("skip") and probe.needs_gpu and gpus and _NO_DEVICE in str(d["skip"]):
+        # The engine would not find them either: a driver or torch problem, nothing dropping this library fixes.
+        return CheckResult(cid, probe.title, "fail", f"{d['skip']} though nvidia-smi lists {gpus}",
+                           hint="see gpu:driver-cuda and links:libcuda", data={"distribution": dist.name},
+                           seconds=res.duration)
     if res.ok and d.get("skip"):
         return CheckResult(cid, probe.title, "skip", str(d["skip"]))
     if res.ok and d.get("ok"):
@@ -203,7 +213,7 @@ def run(ctx: DoctorContext, probes: Sequence[JitProbe] | None = None) -> list[Ch
     ctx.reporter.finish("probes")
     for cid, (res, since) in results.items():
         p, dist = owners[cid]
-        verdict = _verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0))
+        verdict = _verdict(p, dist, res, max(ctx.timeout, 120 if p.needs_gpu else 0), len(ctx.gpu.gpus))
         if since:  # never "executed" when it was not: the stored pass, and why it still stands
             verdict = dataclasses.replace(verdict, evidence=f"ok (unchanged since {since}): {p.script.name} passed "
                                           "then and nothing it loaded, nor the interpreter, environment, GPU facts, wh "
