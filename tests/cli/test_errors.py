@@ -85,6 +85,13 @@ def test_manifest_with_wrong_types_is_a_usage_error(wh, tmp_path, text, needle):
     assert_usage_error(wh("stage", m, "--dry-run"), needle)
 
 
+def test_manifest_serve_timeout_of_nan_is_a_usage_error(wh, tmp_path):
+    """TOML has nan: a readiness wait bounded by it never ends (every comparison with nan is false)."""
+    m = tmp_path / "m.toml"
+    m.write_text('[serve]\ncommand = ["/bin/sleep", "30"]\nurl = "http://127.0.0.1:9"\ntimeout = nan\n')
+    assert_usage_error(wh("serve", m, "--no-preflight"), "serve.timeout must be a finite number of seconds above 0, not nan")
+
+
 def test_manifest_hint_keeps_its_brackets(wh, tmp_path):
     """[[toolchain]] in a hint is text, not rich markup that swallows it."""
     m = tmp_path / "m.toml"
@@ -547,6 +554,11 @@ def test_patch_provenance_ignores_a_damaged_wh_json(wh, tmp_path, bare_venv):
     (["--interval", "0"], "--interval"),
     (["--grace", "-1"], "--grace"),
     (["--attempt-timeout", "0"], "--attempt-timeout"),
+    (["--timeout", "nan"], "Invalid value for '--timeout': 'nan' is not a finite number"),
+    (["--interval", "nan"], "Invalid value for '--interval': 'nan' is not a finite number"),
+    (["--attempt-timeout", "nan"], "Invalid value for '--attempt-timeout': 'nan' is not a finite number"),
+    (["--grace", "nan"], "Invalid value for '--grace': 'nan' is not a finite number"),
+    (["--timeout", "inf"], "Invalid value for '--timeout': 'inf' is not a finite number"),
     (["--gpus", "-1"], "--gpus"),
     (["--max-used-mib", "-1"], "--max-used-mib"),
 ])
@@ -578,9 +590,21 @@ def test_stop_with_nothing_running(wh):
     (["--url", "notaurl"], "is not an http(s) URL", 2),
     (["--url", "http://127.0.0.1:9", "--max-tokens", "0"], "--max-tokens", 2),
     (["--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout", 2),
+    (["--url", "http://127.0.0.1:9", "--timeout", "nan"], "Invalid value for '--timeout': 'nan' is not a finite number", 2),
 ])
 def test_smoke_errors(wh, args, needle, code):
     assert_usage_error(wh("smoke", *args), needle, code=code)
+
+
+@pytest.mark.parametrize("args", [
+    ["doctor", "--timeout", "nan"],
+    ["stage", "alpha", "-o", "OUT", "--lock-timeout", "nan"],
+    ["build", "no-such-recipe", "--lock-timeout", "inf"],
+])
+def test_float_options_refuse_nan_and_inf(wh, tmp_path, args):
+    """click's FloatRange lets nan through (every comparison with it is false): one option type refuses it everywhere."""
+    args = [str(tmp_path / "o") if a == "OUT" else a for a in args]
+    assert_usage_error(wh(*args), f"Invalid value for '{args[-2]}': '{args[-1]}' is not a finite number")
 
 
 @pytest.mark.parametrize("flag", ["-r", "-c"])

@@ -108,3 +108,12 @@ def test_on_the_box_the_doctor_does_not_need_the_requirements_files(tmp_path):
         load_manifest(tmp_path / "m.toml")
     p = _wh("doctor", "--manifest", "m.toml", "--check", "gpu:expected", cwd=tmp_path)
     assert "not-carried.txt" not in p.stderr and p.returncode in (0, 1), p.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-5"])
+def test_serve_timeout_must_be_a_finite_number_of_seconds(tmp_path, value):
+    # TOML has nan and inf; a readiness wait bounded by nan never ends (every comparison with it is false).
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(f'[serve]\ncommand = ["x"]\ntimeout = {value}\n', tmp_path / "m.toml")
+    assert "serve.timeout must be a finite number of seconds above 0" in info.value.message
+    assert parse_manifest('[serve]\ncommand = ["x"]\ntimeout = 90\n', tmp_path / "m.toml").serve.timeout == 90.0

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from wheelhouse.progress import RecordingReporter
-from wheelhouse.serve.readiness import HttpReply, Readiness, check_generate, check_health, check_http, make_probe
+from wheelhouse.serve.readiness import (HttpReply, Readiness, UrllibTransport, check_generate, check_health, check_http,
+                                        make_probe)
 from wheelhouse.serve import EngineExited, EngineFailed, ReadyTimeout, wait_ready
 
 
@@ -179,3 +182,41 @@ def test_timeout_names_the_last_check(tmp_path):
         _loop([Readiness("waiting", "GET /health: HTTP 200, no JSON status")], tmp_path, timeout=5)
     assert "after 5 s" in info.value.message and "no JSON status" in info.value.message
     assert isinstance(info.value.detail, str) and Path(tmp_path / "serve.log").exists()
+
+
+# --- over real HTTP ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redirecting():
+    """127.0.0.1 where /health answers 302 to /, and / answers 200 with {"status": "ok"}: a page, not the engine."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/health":
+                self.send_response(302)
+                self.send_header("Location", "/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = b'{"status": "ok"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("check", [check_http, check_health], ids=["http", "health"])
+def test_a_redirect_is_not_ready(redirecting, check):
+    r = check(UrllibTransport(), redirecting, "/health")
+    assert r.state == "waiting"
+    assert r.detail == "GET /health: HTTP 302, a redirect to / (not followed: a redirect is not ready)"

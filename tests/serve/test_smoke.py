@@ -8,7 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,116 @@ def test_cli_nothing_listening(tmp_path, monkeypatch):
     monkeypatch.setenv("WH_STATE_DIR", str(tmp_path))
     res = CliRunner().invoke(cli, ["smoke", "--url", f"http://127.0.0.1:{_free_port()}", "--max-tokens", "2"])
     assert isinstance(res.exception, SmokeError)
+
+
+# --- engines that misbehave mid-stream: a scripted server on 127.0.0.1 -------------------------------
+
+
+def _chunk(delta, finish=None) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+
+
+@pytest.fixture
+def scripted():
+    """Start an engine whose /v1/models says "m" and whose chat stream is ``script(send)`` -> URL. ``chunked``:
+    HTTP/1.1 chunked transfer (each send one chunk), else HTTP/1.0 with the body ending at the close."""
+    servers = []
+
+    def start(script, chunked=False):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if chunked else "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                body = json.dumps({"data": [{"id": "m"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def send(data: bytes) -> None:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                    self.wfile.flush()
+                try:
+                    script(send)
+                except OSError:  # the client gave up and closed
+                    pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_stream_cut_short_is_a_failure(scripted):
+    # Tokens, then the engine dies: no finish_reason, no [DONE]. Two tokens are not an answer.
+    url = scripted(lambda send: send(_chunk({"role": "assistant"}) + _chunk({"content": "The"}) + _chunk({"content": " answer"})))
+    with pytest.raises(SmokeError) as info:
+        run_smoke(url, max_tokens=8, timeout=10)
+    assert "the stream ended without [DONE] / a finish_reason" in info.value.message
+
+
+def test_an_aborted_request_is_a_failure(scripted):
+    url = scripted(lambda send: send(_chunk({"content": "The"}) + _chunk({}, finish="abort") + b"data: [DONE]\n\n"))
+    with pytest.raises(SmokeError) as info:
+        run_smoke(url, max_tokens=8, timeout=10)
+    assert "the engine aborted the request" in info.value.message
+
+
+@pytest.mark.parametrize("error", [
+    {"object": "error", "message": "CUDA error: an illegal memory access was encountered", "code": 500},  # vLLM's shape
+    {"error": {"message": "CUDA error: an illegal memory access was encountered"}},  # OpenAI's
+])
+def test_an_error_mid_stream_is_a_failure_with_its_message(scripted, error):
+    event = b"data: " + json.dumps(error).encode() + b"\n\n"
+    url = scripted(lambda send: send(_chunk({"content": "The"}) + _chunk({"content": " answer"}) + event + b"data: [DONE]\n\n"))
+    with pytest.raises(SmokeError) as info:
+        run_smoke(url, max_tokens=8, timeout=10)
+    assert info.value.message == "the engine sent an error mid-stream: CUDA error: an illegal memory access was encountered"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["plain", "chunked"])
+def test_a_line_trickled_forever_cannot_outlast_the_timeout(scripted, chunked):
+    # One byte every 0.2 s and never a newline: every socket read succeeds, only the deadline ends it.
+    def trickle(send):
+        send(_chunk({"content": "hi"}) + b"data: ")
+        for _ in range(200):
+            send(b"x")
+            time.sleep(0.2)
+
+    url = scripted(trickle, chunked=chunked)
+    t0 = time.monotonic()
+    with pytest.raises(SmokeError) as info:
+        run_smoke(url, max_tokens=8, timeout=1.5)
+    assert time.monotonic() - t0 < 1.5 + 1.0
+    assert info.value.message == "the stream did not finish within 1.5 s (1 tokens so far)"
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"choices": "oops"}',
+    b'{"choices": [{"delta": "oops"}]}',
+    b'{"choices": ["oops"]}',
+    b'{"choices": [{"delta": {"content": 5}}]}',
+    b'[1, 2]',
+])
+def test_a_malformed_chunk_is_named(scripted, payload):
+    url = scripted(lambda send: send(b"data: " + payload + b"\n\n" + b"data: [DONE]\n\n"))
+    with pytest.raises(SmokeError) as info:
+        run_smoke(url, max_tokens=8, timeout=10)
+    assert info.value.message == f"the stream sent a malformed chunk: {payload!r}"

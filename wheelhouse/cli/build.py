@@ -10,6 +10,7 @@ import click
 from wheelhouse.engine import build_engine
 from wheelhouse.engine.recipe import load_recipe
 from wheelhouse.redact import redact
+from ._options import FiniteFloatRange
 from ._ui import emit_json
 
 __all__ = ["build"]
@@ -110,7 +111,7 @@ def _show_plan(say, plan) -> None:
               help="Folder of wheels or page of links for the engine's requirements (replaces the recorded ones). Repeatable.")
 @click.option("--allow-incomplete", is_flag=True,
               help="Add the engine even when its requirements cannot be staged; they are listed in wh.json.")
-@click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
+@click.option("--lock-timeout", type=FiniteFloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same wheelhouse.")
 @click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
               help="Override one of the recipe's build env entries (TORCH_CUDA_ARCH_LIST=9.0a on an H200 host). Repeatable.")

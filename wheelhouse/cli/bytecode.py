@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ._options import FiniteFloatRange
 from ._ui import emit_json, sigterm_as_interrupt
 
 __all__ = ["bytecode"]
@@ -37,7 +38,7 @@ def add_bytecode(wheelhouse: Path, python: str | None, jobs: int | None, lock_ti
               help="The CPython that compiles (its version must be the target's). Default: this one or "
                    "pythonX.Y on PATH.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), help="Compiling processes (default: one per core).")
-@click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
+@click.option("--lock-timeout", type=FiniteFloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build/bytecode writing the same wheelhouse.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.pass_context

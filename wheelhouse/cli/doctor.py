@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 from wheelhouse.errors import WhError
+from ._options import FiniteFloatRange
 from ._ui import check_writable, emit_json, plural, sigterm_as_interrupt, write_output
 
 if TYPE_CHECKING:  # the doctor and rich load when the command runs, not for --help
@@ -29,7 +30,7 @@ def _common(fn):
                      help="Wheelhouse whose facts (target, [doctor], [[toolchain]], [[drop]]) the doctor uses: a "
                           "folder, an archive or an oci:// reference (default: the install records)."),
         click.option("--jobs", "-j", type=click.IntRange(1, 256), help="Probe processes at once (default: CPU count)."),
-        click.option("--timeout", type=click.FloatRange(0.1), default=60, show_default=True,
+        click.option("--timeout", type=FiniteFloatRange(0.1), default=60, show_default=True,
                      help="Seconds one probe (one import) may take before it is killed and failed."),
         click.option("--json", "as_json", is_flag=True, help="Write the report as JSON to stdout."),
     ]

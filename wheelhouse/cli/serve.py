@@ -18,6 +18,7 @@ from wheelhouse.serve.readiness import READY_MODES, auth_headers, make_probe
 from wheelhouse.serve.lint import fill_placeholders, lint_command, port_from_command, url_values
 from wheelhouse.serve.log import LogFollower
 from wheelhouse.serve.smoke import DEFAULT_PROMPT, run_smoke
+from ._options import FiniteFloatRange
 from ._ui import check_writable, emit_json, sigterm_as_interrupt
 
 __all__ = ["serve", "stop", "smoke"]
@@ -91,7 +92,7 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
 @click.option("--url", envvar="WH_SERVE_URL", help="Where the engine listens. Default: manifest [serve] url, else "
                                                    "http://127.0.0.1:<--port in the command, else 1919>.")
 @click.option("--path", "ready_path", help="Path for health/http readiness (default /health).")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), help="Seconds to wait for readiness (default: manifest's, else 7200).")
+@click.option("--timeout", type=FiniteFloatRange(0, min_open=True), help="Seconds to wait for readiness (default: manifest's, else 7200).")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), help="Engine log file (default: $WH_STATE_DIR/logs/serve-<time>-<pid>.log, one per run).")
 @click.option("--detach", is_flag=True, help="Leave it running once ready; `wh stop` stops it.")
 @click.option("--smoke", "do_smoke", is_flag=True, help="Once ready, run `wh smoke` against it.")
@@ -104,9 +105,9 @@ def _preflight(ui, manifest, python, gpus_flag, max_used_flag, env, model) -> No
                                                "(default: manifest [doctor] max-used-mib, else 4096).")
 @click.option("--gpus", "gpus_flag", type=click.IntRange(0), help="Exact GPU count required (default: manifest [doctor] gpus).")
 @click.option("--python", type=click.Path(dir_okay=False), help="Engine interpreter for the doctor and patches (default: argv[0] if a python, else its shebang).")
-@click.option("--grace", type=click.FloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
-@click.option("--interval", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Seconds between readiness checks.")
-@click.option("--attempt-timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
+@click.option("--grace", type=FiniteFloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
+@click.option("--interval", type=FiniteFloatRange(0, min_open=True), default=1.0, show_default=True, help="Seconds between readiness checks.")
+@click.option("--attempt-timeout", type=FiniteFloatRange(0, min_open=True), default=30.0, show_default=True, help="Seconds one readiness check (a generate completion) may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print url, pid, pgid, log, ready_s (and smoke) as JSON on stdout once ready.")
 @click.option("-v", "--verbose", count=True, help="Tail the engine's log while it loads and serves (same as `wh -v serve`).")
 @click.pass_context
@@ -233,7 +234,7 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--grace", type=click.FloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--grace", type=FiniteFloatRange(0), default=15.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was stopped as JSON on stdout.")
 @click.pass_context
 def stop(ctx, grace, as_json) -> None:
@@ -253,7 +254,7 @@ def stop(ctx, grace, as_json) -> None:
 @click.option("--url", envvar="WH_SERVE_URL", help="Engine URL (default: the detached engine's, else http://127.0.0.1:1919).")
 @click.option("--max-tokens", type=click.IntRange(1), default=256, show_default=True, help="Tokens to generate (a couple of hundred makes tok/s meaningful).")
 @click.option("--prompt", default=DEFAULT_PROMPT, help="The user message.")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=900.0, show_default=True, help="Seconds the whole request may take.")
+@click.option("--timeout", type=FiniteFloatRange(0, min_open=True), default=900.0, show_default=True, help="Seconds the whole request may take.")
 @click.option("--api-key", envvar="WH_API_KEY", help="Bearer key for engines started with --api-key.")
 @click.option("--json", "as_json", is_flag=True, help="Print model, tokens, ttft_s, decode_tok_s, ... as JSON on stdout.")
 @click.pass_context

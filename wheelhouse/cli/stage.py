@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wheelhouse.errors import UsageError
+from ._options import FiniteFloatRange
 from ._ui import check_writable, emit_json, errors_as_json, sigterm_as_interrupt, write_output
 from .target import target_from_options, target_options
 
@@ -242,7 +243,7 @@ def _source_record(path: Path, kind: str, extras, groups) -> dict:
                    "--require-hashes) or a PEP 751 pylock.toml, to stdout or -o FILE; `table` lists each pin's "
                    "wheel and size (the default on a terminal; off one, stdout is `name==version` lines).")
 @click.option("--no-bootstrap", is_flag=True, help="Leave out bootstrap/ (wh's own wheel and dependencies).")
-@click.option("--lock-timeout", type=click.FloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
+@click.option("--lock-timeout", type=FiniteFloatRange(0), default=600, show_default=True, envvar="WH_LOCK_TIMEOUT",
               help="Seconds to wait for another wh stage/build writing the same -o (0: refuse at once).")
 @click.option("--allow-missing-kernels", is_flag=True, envvar="WH_ALLOW_MISSING_KERNELS",
               help="When the target profile lists GPUs, a wheel whose CUDA device code none of them can run is "

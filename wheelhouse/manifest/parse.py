@@ -85,6 +85,7 @@ sections, and unknown keys inside a known section, are an error with a did-you-m
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from pathlib import Path
 from typing import Any, Mapping
@@ -132,6 +133,16 @@ def _tables(data: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, 
 def _value(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, default: Any = None) -> Any:
     """``table[key]`` checked against ``kinds`` (TOML types); absent means ``default``."""
     return get_value(table, key, kinds, where, error=ManifestError, default=default)
+
+
+def _seconds(table: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    """``table[key]`` as a number of seconds > 0. TOML has nan and inf, and no deadline can use them (every
+    comparison with nan is false: a wait bounded by it never ends)."""
+    value = float(_value(table, key, (int, float), where, default))
+    if not (math.isfinite(value) and value > 0):
+        raise ManifestError(f"{where} must be a finite number of seconds above 0, not {value}",
+                            hint=f"write {key} = {default} (seconds)")
+    return value
 
 
 def _str_table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
@@ -285,7 +296,7 @@ def _serve(data: Mapping[str, Any], where: str) -> ServeSpec | None:
         ready=_value(srv, "ready", (str,), f"{where}serve.ready", "health"),
         url=_value(srv, "url", (str,), f"{where}serve.url", "http://127.0.0.1:1919"),
         path=_value(srv, "path", (str,), f"{where}serve.path"),
-        timeout=float(_value(srv, "timeout", (int, float), f"{where}serve.timeout", 7200)),
+        timeout=_seconds(srv, "timeout", f"{where}serve.timeout", 7200),
         env=_str_table(srv, "env", f"{where}serve.env"),
         forbid_flags=_str_table(srv, "forbid-flags", f"{where}serve.forbid-flags"),
     )

@@ -62,6 +62,7 @@ class Readiness:
 class HttpReply:
     status: int
     body: bytes
+    location: str | None = None  # a redirect's Location (never followed)
 
     def json(self):
         """The body as JSON, or None when it is not JSON."""
@@ -96,21 +97,30 @@ def _read_bounded(resp, deadline: float, limit: int = MAX_BODY) -> bytes:
     raise TimeoutError(f"the reply's body is more than {limit} bytes")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is the reply: /health answering 302 to a 200 page (a proxy's or a login page) is not the
+    engine saying it is ready."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises the 3xx as an HTTPError, which is a reply
+
+
 class UrllibTransport:
-    """The stdlib transport: any HTTP status is a reply; no reply is an OSError (a body that does not end
-    within ``timeout``, or is larger than MAX_BODY, is a TimeoutError)."""
+    """The stdlib transport: any HTTP status is a reply, a redirect too (never followed); no reply is an
+    OSError (a body that does not end within ``timeout``, or is larger than MAX_BODY, is a TimeoutError)."""
 
     def request(self, method, url, *, body=None, headers=None, timeout=5.0) -> HttpReply:
         deadline = time.monotonic() + timeout
         req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
         # Loopback engines must not be routed through a proxy from the environment.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
         try:
             with opener.open(req, timeout=timeout) as resp:
                 return HttpReply(resp.status, _read_bounded(resp, deadline))
         except urllib.error.HTTPError as exc:
             with exc:  # an error reply still owns the socket
-                return HttpReply(exc.code, _read_bounded(exc, deadline) if exc.fp is not None else b"")
+                body = _read_bounded(exc, deadline) if exc.fp is not None else b""
+                return HttpReply(exc.code, body, location=exc.headers.get("Location") if exc.headers else None)
         except urllib.error.URLError as exc:
             reason = exc.reason if isinstance(exc.reason, OSError) else OSError(str(exc.reason))
             raise reason from exc
@@ -132,6 +142,14 @@ def _why(exc: OSError) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
+def _redirected(reply: HttpReply, path: str) -> Readiness | None:
+    """Not ready when ``reply`` is a redirect: whatever answers where it points is not the engine's answer."""
+    if not 300 <= reply.status < 400:
+        return None
+    to = f" to {reply.location}" if reply.location else ""
+    return Readiness("waiting", f"GET {path}: HTTP {reply.status}, a redirect{to} (not followed: a redirect is not ready)")
+
+
 def check_health(transport: Transport, base_url: str, path: str = "/health", timeout: float = 5.0) -> Readiness:
     """FreeToken's /health: JSON ``status`` ok / loading (phase, progress) / error (message).
 
@@ -141,6 +159,9 @@ def check_health(transport: Transport, base_url: str, path: str = "/health", tim
         reply = transport.request("GET", _url(base_url, path), timeout=timeout)
     except OSError as exc:
         return Readiness("waiting", f"GET {path}: {_why(exc)}")
+    redirected = _redirected(reply, path)
+    if redirected:
+        return redirected
     data = reply.json()
     if not isinstance(data, dict) or "status" not in data:
         return Readiness("waiting", f"GET {path}: HTTP {reply.status}, no JSON status")
@@ -169,7 +190,7 @@ def check_http(transport: Transport, base_url: str, path: str = "/health", timeo
         return Readiness("waiting", f"GET {path}: {_why(exc)}")
     if reply.status == 200:
         return Readiness("ready", f"GET {path}: HTTP 200")
-    return Readiness("waiting", f"GET {path}: HTTP {reply.status}")
+    return _redirected(reply, path) or Readiness("waiting", f"GET {path}: HTTP {reply.status}")
 
 
 def served_model_id(transport: Transport, base_url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> str | None:

@@ -18,7 +18,7 @@ import http.client
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from wheelhouse.errors import UsageError, WhError
@@ -28,6 +28,7 @@ __all__ = ["DEFAULT_PROMPT", "SmokeError", "SmokeResult", "fetch_model_id", "str
 
 DEFAULT_PROMPT = "Explain in 150 words why a mixture-of-experts model can serve from less GPU memory than its weights."
 PREVIEW = 200
+MAX_LINE = 1 << 20  # an event is a few hundred bytes; a line this long is not one
 
 
 class SmokeError(WhError):
@@ -121,31 +122,30 @@ def stream_chat(
     finish = usage = None
     conn = conn_cls(host, port, timeout=timeout)
     resp = None
+    done = False
     try:
         conn.request("POST", prefix + "/v1/chat/completions", body=body, headers=headers)
+        sock = conn.sock  # kept: with HTTP/1.0 getresponse hands the socket to the response
+        sock.settimeout(max(deadline - clock(), 0.001))
         resp = conn.getresponse()
         if resp.status != 200:
             raise SmokeError(f"POST /v1/chat/completions: HTTP {resp.status}: {resp.read(500).decode('utf-8', 'replace').strip()}",
                              hint="check the model id and the engine's log")
-        while True:
-            raw = resp.readline()
-            if not raw:
-                break
-            if clock() > deadline:
-                raise SmokeError(f"the stream did not finish within {timeout:g} s ({n} tokens so far)", hint="raise --timeout or lower --max-tokens")
+        for raw in _lines(resp, sock, deadline, clock):
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                done = True
                 break
             event = _event(payload)
-            if event.get("error"):
-                raise SmokeError(f"the engine sent an error mid-stream: {event['error']}", hint="read the engine's log")
+            error = _stream_error(event)
+            if error:
+                raise SmokeError(f"the engine sent an error mid-stream: {error}", hint="read the engine's log")
             usage = event.get("usage") or usage
-            choices = event.get("choices") or [{}]
-            delta: Mapping[str, Any] = choices[0].get("delta") or {}
-            finish = choices[0].get("finish_reason") or finish
+            delta, reason = _choice(event, payload)
+            finish = reason or finish
             text = delta.get("content")
             thought = delta.get("reasoning_content") or delta.get("reasoning")
             if text or thought:
@@ -159,7 +159,10 @@ def stream_chat(
             if thought:
                 n_reason += 1
                 reasoning.append(thought)
-    except (TimeoutError, OSError, http.client.HTTPException) as exc:
+    except TimeoutError as exc:  # each read waits at most the time left: a timed-out read is the whole deadline
+        raise SmokeError(f"the stream did not finish within {timeout:g} s ({n} tokens so far)",
+                         hint="raise --timeout or lower --max-tokens") from exc
+    except (OSError, http.client.HTTPException) as exc:
         raise SmokeError(f"streaming from {url} failed after {n} tokens: {exc or type(exc).__name__}",
                          hint="is the engine still up? check its log; raise --timeout for a slow first token") from exc
     finally:
@@ -167,9 +170,7 @@ def stream_chat(
             resp.close()
         conn.close()
     total = clock() - t0
-    if n == 0:
-        raise SmokeError("the stream ended with no token in delta.content or delta.reasoning_content",
-                         hint="the engine answered but generated nothing; read its log")
+    _check_ending(finish, done, n)
     decode = (n - 1) / (last - first) if n > 1 and last > first else None
     return SmokeResult(
         url=url, model=model, tokens=n, content_tokens=n_content, reasoning_tokens=n_reason,
@@ -179,12 +180,77 @@ def stream_chat(
     )
 
 
+def _check_ending(finish: str | None, done: bool, n: int) -> None:
+    """A stream that ended is an answer only when the engine finished it and it holds a token."""
+    if finish in ("abort", "error"):  # vLLM ends an aborted request with finish_reason "abort"
+        raise SmokeError(f"the engine aborted the request (finish_reason {finish!r})", hint="read the engine's log")
+    if not done and finish is None:
+        raise SmokeError(f"the stream ended without [DONE] / a finish_reason after {n} tokens: the engine cut it short",
+                         hint="is the engine still up? read its log")
+    if n == 0:
+        raise SmokeError("the stream ended with no token in delta.content or delta.reasoning_content",
+                         hint="the engine answered but generated nothing; read its log")
+
+
+def _lines(resp, sock, deadline: float, clock: Callable[[], float]) -> Iterator[bytes]:
+    """The body's lines, all of them before ``deadline``: one socket read at a time, each allowed only the time
+    left, so a server that trickles a line that never ends cannot hold the stream past the deadline."""
+    buf = b""
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            raise TimeoutError("the stream did not finish in time")
+        sock.settimeout(left)
+        chunk = resp.read1(65536)
+        if not chunk:
+            if buf:
+                yield buf
+            return
+        *lines, buf = (buf + chunk).split(b"\n")
+        if len(buf) > MAX_LINE:
+            raise SmokeError(f"the stream sent a line longer than {MAX_LINE} bytes", hint="is --url an OpenAI-compatible server?")
+        yield from lines
+
+
 def _event(payload: bytes) -> dict[str, Any]:
     try:
         data = json.loads(payload)
     except ValueError as exc:
         raise SmokeError(f"the stream sent a line that is not JSON: {payload[:120]!r}", hint="is --url an OpenAI-compatible server?") from exc
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise _malformed(payload)
+    return data
+
+
+def _stream_error(event: Mapping[str, Any]) -> str | None:
+    """The engine's error message: OpenAI's ``{"error": ...}``, or vLLM's ``{"object": "error", "message": ...}``."""
+    error = event.get("error")
+    if isinstance(error, Mapping):
+        return str(error.get("message") or error)
+    if error:
+        return str(error)
+    if event.get("object") == "error":
+        return str(event.get("message") or "no message")
+    return None
+
+
+def _choice(event: Mapping[str, Any], payload: bytes) -> tuple[Mapping[str, Any], str | None]:
+    """(delta, finish_reason) of the event's first choice; a chunk of another shape is malformed, not a crash."""
+    choices = event.get("choices") or [{}]  # a usage-only chunk has no choice
+    choice = choices[0] if isinstance(choices, list) else None
+    delta = (choice.get("delta") or {}) if isinstance(choice, Mapping) else None
+    if not isinstance(delta, Mapping):
+        raise _malformed(payload)
+    finish = choice.get("finish_reason")
+    texts = (delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
+    if not all(t is None or isinstance(t, str) for t in texts) or not (finish is None or isinstance(finish, str)):
+        raise _malformed(payload)
+    return delta, finish
+
+
+def _malformed(payload: bytes) -> SmokeError:
+    return SmokeError(f"the stream sent a malformed chunk: {payload[:120]!r}",
+                      hint="expected {\"choices\": [{\"delta\": {\"content\": ...}}]}: is --url an OpenAI-compatible server?")
 
 
 def run_smoke(
