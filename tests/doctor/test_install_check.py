@@ -72,3 +72,18 @@ def test_a_record_or_metadata_cut_short_or_replaced_fails_install_records(tmp_pa
     assert r.verdict == "fail", r.evidence
     assert ("victim-1.0.dist-info" in r.evidence or "victim 1.0" in r.evidence) and (
         "lists nothing" in r.evidence or "not a file" in r.evidence or "METADATA names no distribution" in r.evidence), r.evidence
+
+
+def test_a_check_pattern_that_judges_nothing_fails(tmp_path):
+    """Hostile round 9: `--check native:vllm` once vllm was uninstalled (or `native:vlm`, a typo the
+    per-distribution names let through) ran nothing and exited 0: a CI gated on it passed."""
+    from broken_packages import make_venv
+
+    py = make_venv(tmp_path / "venv")
+    report = run_doctor(str(py), checks=["native:vllm", "install"])
+    [miss] = [r for r in report.results if r.id == "selection:native:vllm"]
+    assert miss.verdict == "fail" and "selected no check here" in miss.evidence
+    assert not [r for r in report.results if r.id.startswith("selection:install")]
+    proc = subprocess.run(wh_command(["doctor", "--python", str(py), "--check", "deps:nosuch", "--json"]),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout

@@ -443,6 +443,7 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
         results = run_checks(ctx, spans, t0)
     except _ChecksInterrupted as exc:
         raise DoctorInterrupted(_report(ctx, exc.results, started, t0, spans)) from None
+    results = list(results) + _unmatched(ctx.patterns, results)
     report = _report(ctx, results, started, t0, spans)
     for note in ctx.digests.save():  # what was hashed this run is not hashed again next run
         ctx.reporter.note(note)
@@ -451,6 +452,19 @@ def run_doctor(python: str | None = None, **options: Any) -> DoctorReport:
     for note in ctx.verdicts.save() if ctx.verdicts is not None else ():  # what passed, with its evidence
         ctx.reporter.note(note)
     return report
+
+
+def _unmatched(patterns: Sequence[str], results: Sequence[CheckResult]) -> list[CheckResult]:
+    """A fail for each ``--check`` pattern that judged nothing: ``native:vllm`` once vllm is gone (or ``native:vlm``,
+    a typo the per-distribution names let through) ran no check, and a CI gated on it passed."""
+    out = []
+    for p in patterns:
+        if not any(selected(r.id, [p]) for r in results):
+            out.append(CheckResult(f"selection:{p}", f"--check {p} judges something", "fail",
+                                   f"--check {p} selected no check here: nothing of that name is installed or applies",
+                                   hint="list what runs here with `wh doctor --list-checks`; a distribution's checks "
+                                        "exist only while it is installed"))
+    return out
 
 
 def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, t0: float,
