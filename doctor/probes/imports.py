@@ -272,6 +272,10 @@ def _probe(name, path=None):
     before = set(sys.modules) if path is None else None
     try:
         _importing(name)
+        if "find_spec_error" in rec and _failed_package(name) is not None:
+            # the package above raised (find_spec ran its __init__): the name imported only because that failed
+            # import left this module in sys.modules; an engine's `import pkg.sub._core` fails in the package
+            raise ImportError("its package %s failed to import: %s" % (_failed_package(name), rec["find_spec_error"]))
         rec["ok"] = True
         if before is not None:
             # What importing it loads: the modules of the stack its entries reach (a verdict's severity).

@@ -153,3 +153,20 @@ def test_the_target_a_file_name_was_built_for_is_named_as_wheel_tags_name_it(tag
     from wheelhouse.doctor.extensions import describe_tag
 
     assert describe_tag(tag) == built_for
+
+
+@pytest.mark.parametrize("style", ["pep420", "pkgutil"])
+def test_a_package_under_a_namespace_whose_init_raises_fails_though_its_extension_loaded_first(tmp_path, style):
+    """Hostile round 9: acme/broken/__init__.py imports ._core, then raises; the failed import left acme.broken._core
+    in sys.modules, so importing it by name "succeeded" and native was ok (exit 0) while `import acme.broken` and
+    `import acme.broken._core` both raise in a fresh process."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    mods = {"acme/broken/__init__.py": "from ._core import answer\nraise RuntimeError('acme.broken is broken')\n"}
+    if style == "pkgutil":
+        mods["acme/__init__.py"] = "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
+    install_dist(py, tmp_path / "w", "acme-broken", mods, {f"acme/broken/_core{SUFFIX}": _ext(build, "_core")})
+    r = run_doctor(str(py), checks=["native"]).get("native:acme-broken")
+    assert r.verdict == "fail", r.evidence
+    assert "its package acme.broken failed to import: RuntimeError: acme.broken is broken" in r.evidence
