@@ -84,6 +84,8 @@ def test_a_check_pattern_that_judges_nothing_fails(tmp_path):
     [miss] = [r for r in report.results if r.id == "selection:native:vllm"]
     assert miss.verdict == "fail" and "selected no check here" in miss.evidence
     assert not [r for r in report.results if r.id.startswith("selection:install")]
+    # a whole group with nothing to judge here (no extension module anywhere) is no typo
+    assert not [r for r in run_doctor(str(py), checks=["native"]).results if r.id.startswith("selection:")]
     proc = subprocess.run(wh_command(["doctor", "--python", str(py), "--check", "deps:nosuch", "--json"]),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout
