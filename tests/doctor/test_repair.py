@@ -353,3 +353,25 @@ def test_a_failing_stray_build_no_record_lists_is_named_and_its_distribution_kep
     [kept] = [f for f in fixes if f["action"] == "not-dropped"]
     assert str(stray) in kept["reason"] and "listed by no installed distribution's RECORD" in kept["reason"], kept
     assert "lazy" in _installed(venv) and (site / "lazy" / "_core.abi3.so").is_file()
+
+
+def test_a_requirement_declared_under_an_extra_is_upstream_too(tmp_path):
+    """Hostile round 9: midpkg imports basepkg, which it requires under `extra == "fast"`; basepkg raises. The
+    upstream rule read plain requirements only: midpkg was dropped with basepkg, and not named as its dependent."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    build = tmp_path / "build"
+    build.mkdir()
+    ok, core = _ext(build, "_core"), f"_core{sysconfig.get_config_var('EXT_SUFFIX')}"
+    w = tmp_path / "w"
+    wheels = [make_wheel(w, "basepkg", "1.0", tags=_tags(), files={f"basepkg/{core}": ok},
+                         modules={"basepkg/__init__.py": "from ._core import answer\nraise RuntimeError('broken')\n"}),
+              make_wheel(w, "midpkg", "1.0", tags=_tags(), extras={"fast": ["basepkg"]}, files={f"midpkg/{core}": ok},
+                         modules={"midpkg/__init__.py": "from ._core import answer\nimport basepkg\n"})]
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", wheels))
+    r = wh("drop", "--dry-run", "--python", py, "--json")
+    out = json.loads(r.stdout)
+    assert [(d["name"], d["dependents"]) for d in out["dropped"]] == [("basepkg", ["midpkg"])], out
+    assert any(k["name"] == "midpkg" and "its requirement basepkg fails" in k["reason"] for k in out["not_dropped"])

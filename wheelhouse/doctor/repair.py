@@ -168,14 +168,20 @@ def _closure(graph: Mapping[str, _Installed], roots: Sequence[str | Requirement]
     return set(asked)
 
 
+def _declared(d: _Installed) -> list[str]:
+    """Every requirement ``d`` declares, those of its extras too: what its code may import. (``midpkg`` imports
+    ``basepkg``, which it requires only under ``extra == "fast"``: a failure raised there is basepkg's.)"""
+    return list(dict.fromkeys([*d.requires, *(name for _, name, _ in d.extra_requires)]))
+
+
 def dependents_of(graph: Mapping[str, _Installed], key: str) -> list[str]:
-    """The installed distributions that require ``key``, directly or through others (reverse dependencies)."""
+    """The installed distributions that require ``key`` (under an extra too), directly or through others."""
     seen: set[str] = set()
     todo = [key]
     while todo:
         k = todo.pop()
         for other, d in graph.items():
-            if k in d.requires and other not in seen and other != key:
+            if k in _declared(d) and other not in seen and other != key:
                 seen.add(other)
                 todo.append(other)
     return sorted(graph[k].name for k in seen)
@@ -415,7 +421,7 @@ def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str,
     if not files:
         return None
     innermost = os.path.normpath(files[-1])
-    for req in sorted(_closure(graph, d.requires) - {key}):
+    for req in sorted(_closure(graph, _declared(d)) - {key}):
         info = graph[req].info
         if info is None:
             continue
@@ -481,7 +487,7 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
         for req in d.unmet:
             reinstall.setdefault(req, Reinstall(req, f"required by {d.name} and not installed", p.check_id))
         return f"its requirement {', '.join(d.unmet)} is not met: installed from the wheelhouse instead"
-    upstream = sorted((_closure(graph, d.requires) & failing) - {key}) if d is not None else []
+    upstream = sorted((_closure(graph, _declared(d)) & failing) - {key}) if d is not None else []
     if upstream:
         return (f"it fails because its requirement {', '.join(graph[u].name for u in upstream)} fails: "
                 "that one is mended or dropped, not this one")
