@@ -54,6 +54,18 @@ def test_restore_honours_wheelhouse_when_the_recorded_one_moved(dropped, tmp_pat
     assert _find(py, "victim") and read_dropped(site_packages(py)) == []
 
 
+def test_restore_names_the_version_it_installed(dropped, tmp_path):
+    """Hostile round 9: the wheelhouse given holds victim 2.0 (its lock moved since the drop): 2.0 is installed, and
+    the report said "restored victim 1.0"."""
+    py, _, _ = dropped
+    newer = make_wheel(tmp_path / "w2", "victim", "2.0", modules={"victim/__init__.py": "X = 2\n"})
+    other = make_wheelhouse(tmp_path / "other-house", [newer])
+    r = wh("drop", "--python", py, "--restore", "victim", "--wheelhouse", other, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["version"] == "2.0" and f"restored victim 2.0 from {other}" in r.stderr
+    assert [p.name for p in site_packages(py).glob("victim-*.dist-info")] == ["victim-2.0.dist-info"]
+
+
 def test_restore_with_a_wheelhouse_that_lacks_it_is_refused_and_keeps_the_record(dropped, tmp_path):
     py, _, _ = dropped
     other = make_wheelhouse(tmp_path / "other", [make_wheel(tmp_path / "w2", "unrelated", "1.0")])
