@@ -594,3 +594,31 @@ def test_a_reinstall_of_the_same_version_is_not_refused_for_a_gap_it_does_not_ch
     r = wh("install", house, "--venv", venv, "--reinstall", "app")
     assert r.returncode == 0, r.stderr
     assert (site(venv) / "app" / "__init__.py").read_text() == "X = 1\n"
+
+
+def test_the_pip_installer_gets_a_private_copy_of_the_verified_bytes(tmp_path):
+    """Hostile round 9: `--installer pip` passed pip the wheel's path after the hash check; a wheel swapped in
+    between was installed, and the record vouched for it. pip now reads a private copy of the file that was
+    verified: one replaced or written to since, or with other bytes than the lock's, is refused."""
+    import hashlib
+    import os
+
+    from wheelhouse.fileidentity import file_identity
+    from wheelhouse.install.errors import InstallFailed
+    from wheelhouse.install.run import _private_copy
+
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"the verified bytes" * 100)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    ident = file_identity(os.stat(wheel))
+    (tmp_path / "a").mkdir()
+    copy = _private_copy(wheel, tmp_path / "a", None, {wheel: ident})
+    assert copy.read_bytes() == wheel.read_bytes() and copy.parent == tmp_path / "a"
+    assert _private_copy(wheel, tmp_path / "a", {wheel: sha}, None).read_bytes() == wheel.read_bytes()
+    swapped = tmp_path / "swap.whl"
+    swapped.write_bytes(b"other bytes!" * 150)
+    os.replace(swapped, wheel)  # replaced after the check
+    with pytest.raises(InstallFailed, match="changed after its sha256 was checked"):
+        _private_copy(wheel, tmp_path / "a", None, {wheel: ident})
+    with pytest.raises(InstallFailed, match="the lock records"):
+        _private_copy(wheel, tmp_path / "a", {wheel: sha}, None)

@@ -184,6 +184,37 @@ def venv_base(venv: Path | None, python: str | None, system_site_packages: bool)
 # ---- the steps ------------------------------------------------------------------------------------
 
 
+def _private_copy(path: Path, folder: Path, expected: Mapping[Path, str] | None,
+                  verified: Mapping[Path, FileIdentity | None] | None) -> Path:
+    """``path`` copied into ``folder`` (only this run writes there) from the file that was verified: hashed against
+    the lock's sha256 here (``expected``), or, where verify_files hashed it, the same file still (its identity then
+    and now: a wheel replaced or written to since is refused)."""
+    import hashlib
+
+    from wheelhouse.fileidentity import file_identity
+
+    dest = folder / path.name
+    digest = hashlib.sha256()
+    with open(path, "rb") as src:
+        want = (verified or {}).get(path)
+        if want is not None and file_identity(os.fstat(src.fileno())) != want:
+            raise InstallFailed(f"{path.name} changed after its sha256 was checked (replaced or written to while wh "
+                                "ran); nothing was installed",
+                                hint="make the wheelhouse read-only to others (or copy it), then re-run `wh install`")
+        with open(dest, "wb") as out:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+                out.write(block)
+        if want is not None and file_identity(os.fstat(src.fileno())) != want:  # written to while copied
+            raise InstallFailed(f"{path.name} was written to while wh copied it; nothing was installed",
+                                hint="make the wheelhouse read-only to others (or copy it), then re-run `wh install`")
+    sha = (expected or {}).get(path)
+    if sha is not None and digest.hexdigest() != sha:
+        raise InstallFailed(f"{path.name}: sha256 is {digest.hexdigest()}, the lock records {sha}; nothing was "
+                            "installed", hint="re-stage the wheelhouse (`wh stage`), or run `wh verify` on it")
+    return dest
+
+
 def _pip_install(interp: Interpreter, paths: Sequence[Path], compile: bool) -> None:
     if interp.has_pip:
         cmd = [interp.executable, "-m", "pip"]
@@ -446,7 +477,11 @@ def _unpack(paths: Sequence[Path], interp: Interpreter, txn: Transaction, option
     if installer == "pip":
         plans = plan_batch(paths, interp.scheme(), jobs)  # pip writes these paths: journal them first
         txn.begin([q for p in plans for q in (*p.removed, *p.written_paths())])
-        _pip_install(interp, paths, compile)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="wh-pip-") as tmp:
+            # pip reads each wheel by its path again: it gets a private copy of the bytes that were verified
+            _pip_install(interp, [_private_copy(p, Path(tmp), expected, verified) for p in paths], compile)
         return [InstalledDist(canonical_name(p.name), p.version, p.wheel.name, "", 0, p.replaced) for p in plans], 0
     compiler = (ByteCompiler(interp.executable, min(jobs, os.cpu_count() or 2),
                              resolver=pycs.lookup if pycs is not None else None) if compile else None)
