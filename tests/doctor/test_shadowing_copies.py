@@ -174,3 +174,34 @@ def test_a_library_with_no_init_function_at_all_is_still_a_library(tmp_path):
     r = run_doctor(str(py), checks=["native"], timeout=20).get("native:plainlib")
     assert r is not None and r.verdict == "ok", r
     assert r.data["libraries"] == ["plainlib/_C.so"]
+
+
+@pytest.mark.parametrize("where", ["a folder named site-packages on PYTHONPATH", "a .pth's folder in site-packages",
+                                   "a stray build beside the listed one"])
+def test_a_copy_no_record_lists_is_a_warning_wherever_it_sits(tmp_path, exts, where):
+    """Hostile round 9: a copy served from inside a folder merely named site-packages, from a folder a .pth puts
+    first, or a build outside RECORD beside the listed `_ext.abi3.so`, was ok: the prefix test took any folder
+    named site-packages for a site folder, and a stray build was "the name imported". What was loaded is no
+    RECORD's: a warning (`--strict` counts it), as for a copy outside every site folder."""
+    from broken_packages import site_packages
+
+    py = make_venv(tmp_path / "venv")
+    install_dist(py, tmp_path / "w", "shadowed", {"shadowed/__init__.py": "X = 1\n"},
+                 {"shadowed/_ext.abi3.so": exts["ok"]})
+    site, env = site_packages(py), dict(os.environ)
+    if where == "a stray build beside the listed one":
+        (site / "shadowed" / f"_ext{SUFFIX}").write_bytes(exts["ok"])
+        seen = str(site / "shadowed" / f"_ext{SUFFIX}")
+    else:
+        base = tmp_path / "x" / "site-packages" if where.startswith("a folder") else site / "vendored"
+        (base / "shadowed").mkdir(parents=True)
+        (base / "shadowed" / "__init__.py").write_text("X = 666\n")
+        (base / "shadowed" / "_ext.abi3.so").write_bytes(exts["ok"])
+        if where.startswith("a folder"):
+            env["PYTHONPATH"] = str(base)
+        else:
+            (site / "aaa-vendored.pth").write_text(f"import sys; sys.path.insert(0, {str(base)!r})\n")
+        seen = str(base / "shadowed" / "__init__.py")
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
+    assert r is not None and r.verdict == "warn", r
+    assert "no installed RECORD lists" in r.evidence and seen in r.evidence, r.evidence

@@ -296,31 +296,77 @@ def _not_by_name(plan: LoadPlan, covered: list[ImportOutcome], through: list[Imp
 
 def _verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
              data: OptionalData, installed: Mapping[str, Distribution], reinstall: str | None = None,
-             sites: Sequence[str] = ()) -> CheckResult:
+             sites: Sequence[str] = (), listed: "RecordIndex | None" = None) -> CheckResult:
     """The distribution's verdict on its modules, then on the libraries its package loads by path."""
     return judge_libraries(d, plan.library_keys, outcomes,
-                           _outside_copy(d, plan, outcomes, sites,
+                           _outside_copy(d, plan, outcomes, sites, listed or RecordIndex(installed),
                                          _module_verdict(d, plan, outcomes, reach, data, installed, reinstall)))
 
 
+class RecordIndex:
+    """Whether a file is one an installed distribution's RECORD lists (built at the first question; a path spelled
+    through a linked folder, ``lib64`` for ``lib``, compared by its folders' real paths, only when the plain
+    spelling misses)."""
+
+    def __init__(self, installed: Mapping[str, Distribution]) -> None:
+        self._installed = installed
+        self._plain: set[str] | None = None
+        self._real: set[str] | None = None
+
+    def __contains__(self, path: str) -> bool:
+        if self._plain is None:
+            self._plain = {os.path.normpath(os.path.join(d.location, rel)) for d in self._installed.values()
+                           if d.location for rel, _, _ in d.record.rows}
+        if os.path.normpath(path) in self._plain:
+            return True
+        if self._real is None:
+            folders: dict[str, str] = {}
+            self._real = {os.path.join(folders.setdefault(h, os.path.realpath(h)), n)
+                          for h, n in (os.path.split(p) for p in self._plain)}
+        head, name = os.path.split(os.path.normpath(path))
+        return os.path.join(os.path.realpath(head), name) in self._real
+
+
+def _provides(d: Distribution, module: str) -> bool:
+    """Whether ``d``'s RECORD holds ``module`` (its package folder, its ``.py``, an extension file of that name)."""
+    path = module.replace(".", "/")
+    return any(rel == path + ".py" or rel.startswith(path + "/") or (rel.startswith(path + ".") and ".so" in rel)
+               for rel, _, _ in d.record.rows)
+
+
 def _outside_copy(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], sites: Sequence[str],
-                  result: CheckResult) -> CheckResult:
+                  listed: RecordIndex, result: CheckResult) -> CheckResult:
     """An ok where the modules imported come from a copy outside every site folder (the caller's PYTHONPATH, a
-    checkout the working folder puts first): the installed files were never loaded, so they are not judged ok."""
+    checkout the working folder puts first), or from a file no installed RECORD lists (a copy a ``.pth`` puts
+    first, one in a folder merely named site-packages, a stray build beside the listed one): the installed files
+    were never loaded, so they are not judged ok."""
     if result.verdict != "ok":
         return result
     roots = [os.path.join(os.path.realpath(s), "") for s in sites]
     outside = sorted({o.shadowed for m in plan.modules if (o := outcomes.get(m)) is not None and o.ok and o.shadowed
                       and not os.path.join(os.path.realpath(o.shadowed), "").startswith(tuple(roots))})
-    if not outside:
+    home = os.path.join(os.path.realpath(d.location), "") if d.location else None
+    unlisted = sorted({f"{m} from {o.origin}" for m in plan.modules
+                       if (o := outcomes.get(m)) is not None and o.ok and not o.covered and o.origin
+                       and os.path.isabs(o.origin) and os.path.isfile(o.origin) and o.origin not in listed
+                       and ((home and os.path.realpath(o.origin).startswith(home)) or _provides(d, m))})
+    if not outside and not unlisted:
         return result
+    lines = []
+    if outside:
+        lines.append(f"the installed copy was not loaded: {d.name}'s modules are imported from {', '.join(outside)}, "
+                     "outside every site folder (PYTHONPATH, the working folder): the installed files are not judged")
+    if unlisted:
+        lines.append(f"loaded from a file no installed RECORD lists (another copy on sys.path, a .pth's folder, or a "
+                     f"stray build beside the listed one): {'; '.join(unlisted[:_SHOWN])}"
+                     + (f"; and {len(unlisted) - _SHOWN} more" if len(unlisted) > _SHOWN else "")
+                     + f": {d.name}'s installed files are not what the engine loads")
     return replace(
-        result, verdict="warn",
-        evidence=f"{result.evidence}\nthe installed copy was not loaded: {d.name}'s modules are imported from "
-                 f"{', '.join(outside)}, outside every site folder (PYTHONPATH, the working folder): the "
-                 "installed files are not judged",
-        hint="run the doctor without that folder on sys.path (unset PYTHONPATH) to judge the installed files",
-        data={**result.data, "outside_copy": outside})
+        result, verdict="warn", evidence="\n".join([result.evidence, *lines]),
+        hint="take that folder off sys.path (unset PYTHONPATH, or remove the .pth file that adds it), or remove the "
+             "stray file, and run the doctor again to judge the installed files",
+        data={**result.data, **({"outside_copy": outside} if outside else {}),
+              **({"unlisted_origin": unlisted} if unlisted else {})})
 
 
 def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, ImportOutcome], reach: StackReach,
@@ -439,10 +485,12 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     data = _optional_data()
 
+    listed = RecordIndex(ctx.distributions)
+
     def judge() -> list[CheckResult]:
         reach = stack_reach(ctx, entries, outcomes)
         return [_verdict(d, plans[d.key], outcomes, reach, data, ctx.distributions, reinstall_command(ctx, d.name),
-                         [str(s) for s in ctx.site_dirs]) for d in dists]
+                         [str(s) for s in ctx.site_dirs], listed) for d in dists]
 
     results = judge()
     # A stored warning judged a fail now (the data, the manifest's entries or what the stack reaches changed): it
