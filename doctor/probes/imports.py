@@ -280,6 +280,7 @@ def _probe(name, path=None):
         if before is not None:
             # What importing it loads: the modules of the stack its entries reach (a verdict's severity).
             rec["reached"] = sorted(k for k in list(sys.modules) if k not in before)
+            rec["reached_files"] = _files_of(rec["reached"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an import is a failure too
         via = _cycle_entry(name, spec, exc)
         if via is not None and _import_through(via, name):
@@ -294,6 +295,27 @@ def _probe(name, path=None):
             rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
+
+
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__))
+
+
+def _files_of(names):
+    """The file each module in ``names`` was loaded from, the standard library's left out (a site folder below it,
+    as a system Python has, is not the standard library): what the doctor compares with the RECORDs."""
+    out = {}
+    for k in names:
+        try:
+            f = getattr(sys.modules.get(k), "__file__", None)
+        except Exception:  # noqa: BLE001 - a module whose __getattr__ raises names no file
+            f = None
+        if not isinstance(f, str) or not f:
+            continue
+        f = os.path.abspath(f)
+        if f.startswith(_STDLIB + os.sep) and "site-packages" not in f and "dist-packages" not in f:
+            continue
+        out[k] = f
+    return out
 
 
 def _earlier_failures(exc, most=4):

@@ -205,3 +205,42 @@ def test_a_copy_no_record_lists_is_a_warning_wherever_it_sits(tmp_path, exts, wh
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:shadowed")
     assert r is not None and r.verdict == "warn", r
     assert "no installed RECORD lists" in r.evidence and seen in r.evidence, r.evidence
+
+
+@pytest.mark.parametrize("where", ["a .pth puts a copy first", "PYTHONPATH", "a file beside the listed ones"])
+def test_pure_python_code_no_record_lists_that_the_stack_loads_is_a_warning(tmp_path, where):
+    """Hostile round 9: the engine (`app`, pure Python) imports `mypkg`; a copy a .pth or PYTHONPATH puts first, or a
+    `mypkg/core/__init__.py` added beside the listed `mypkg/core.py` (the package folder wins), was never noticed:
+    only extension modules were compared with what RECORD lists. What the entry's import loads now is."""
+    from broken_packages import site_packages
+    from nvidia_fixtures import make_wheelhouse
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+    from wheelmaker import make_wheel
+
+    w = tmp_path / "w"
+    wheels = [make_wheel(w, "mypkg", "1.0", modules={"mypkg/__init__.py": "from .core import answer\n",
+                                                      "mypkg/core.py": "def answer():\n    return 42\n"}),
+              make_wheel(w, "app", "1.0", modules={"app/__init__.py": "import mypkg\n"}, requires=["mypkg"])]
+    house = make_wheelhouse(tmp_path / "house", wheels, extra_meta={"inputs": {"requirements": ["app"]}})
+    install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv"))
+    py = tmp_path / "venv" / "bin" / "python"
+    site, env = site_packages(py), dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env)
+    assert r.get("native:unlisted-code") is None and r.get("native:entry:app").verdict == "ok"
+    shadow = tmp_path / "shadow"
+    if where == "a file beside the listed ones":
+        (site / "mypkg" / "core").mkdir()
+        seen = site / "mypkg" / "core" / "__init__.py"
+        seen.write_text("def answer():\n    return 666\n")
+    else:
+        (shadow / "mypkg").mkdir(parents=True)
+        seen = shadow / "mypkg" / "__init__.py"
+        seen.write_text("def answer():\n    return 666\n")
+        if where == "PYTHONPATH":
+            env["PYTHONPATH"] = str(shadow)
+        else:
+            (site / "aaa-shadow.pth").write_text(f"import sys; sys.path.insert(0, {str(shadow)!r})\n")
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:unlisted-code")
+    assert r is not None and r.verdict == "warn", r
+    assert str(seen) in r.evidence and "(importing app loads it)" in r.evidence, r.evidence

@@ -51,6 +51,8 @@ class ImportOutcome:
     via: str | None = None  # imported through this sibling: imported first, it is a circular import back into itself
     shadowed: str | None = None  # the folder another copy of the package serves this name from (imported instead)
     reached: tuple[str, ...] = ()  # the modules its import loaded (new in sys.modules), for a name without a file
+    # of those, the file each was loaded from (the standard library's left out), where the probe says
+    reached_files: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     traceback: str | None = None
     crash: str | None = None  # "killed by SIGSEGV (signal 11)", "timed out after 5s (killed)"
     output: str = ""  # stderr tail of the process that crashed
@@ -171,6 +173,8 @@ def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None
         failed_in=rec.get("failed_in"),
         covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
         reached=tuple(str(m) for m in rec.get("reached") or ()), library_load=rec.get("library_load"),
+        reached_files={str(k): str(v) for k, v in (rec.get("reached_files") or {}).items()}
+        if isinstance(rec.get("reached_files"), Mapping) else {},
         seconds=float(rec.get("seconds") or 0), isolated=isolated, reused_since=reused_since,
     )
 

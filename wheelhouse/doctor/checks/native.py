@@ -74,6 +74,8 @@ _SHOWN = 6  # extension modules named in an ok verdict; the JSON data lists ever
 GROUP = "native"
 CHECKS = {"native:<distribution>": "every top-level name and every extension module of the distribution loads "
                                    "(executed, batched, each failure confirmed in a process of its own)",
+          "native:unlisted-code": "what the stack's imports load, under names installed distributions ship, comes "
+                                  "from files a RECORD lists",
           "native:working-folder": "the folder the [serve] command searches first holds none of the stack's packages",
           "native:entry:<module>": "an entry module of the stack (manifest [doctor] entry) that no distribution's "
                                    "check covers imports"}
@@ -504,7 +506,42 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
         results = judge()
     _store_warnings(ctx, dists, plans, results, outcomes, files)
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules}) \
-        + _working_folder(ctx)
+        + _unlisted_code(ctx, outcomes, listed) + _working_folder(ctx)
+
+
+def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], listed: RecordIndex) -> list[CheckResult]:
+    """``native:unlisted-code``: what importing the top-level names and entry modules loaded, module by module,
+    under a top-level name an installed RECORD ships, comes from a file a RECORD lists. Else the engine runs code
+    nobody installed: a shadow copy a ``.pth``, ``PYTHONPATH`` or a start-up hook puts first, or a file added
+    beside the listed ones (``mypkg/core/__init__.py`` next to the listed ``core.py``, a plugin in its folder)."""
+    cid = "native:unlisted-code"
+    if not ctx.wants(cid):
+        return []
+    shipped: set[str] = set()  # the top-level names RECORDs ship (a package folder, a module, an extension)
+    for d in ctx.distributions.values():
+        for rel, _, _ in d.record.rows:
+            head = rel.split("/", 1)[0]
+            if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
+                shipped.add(head.split(".", 1)[0])
+    found: dict[str, str] = {}
+    entries = frozenset(entry_modules(ctx))
+    for name, o in outcomes.items():
+        if "." in name and name not in entries:
+            continue
+        for mod, path in o.reached_files.items():
+            if mod.split(".", 1)[0] in shipped and mod not in found and path not in listed and os.path.isfile(path):
+                found[mod] = f"{mod} from {path} (importing {name} loads it)"
+    if not found:
+        return []
+    shown = sorted(found.values())
+    return [CheckResult(cid, "what the stack's imports load comes from files a RECORD lists", "warn",
+                        f"{len(shown)} module(s) under names installed distributions ship were loaded from files no "
+                        f"installed RECORD lists: {'; '.join(shown[:_SHOWN])}"
+                        + (f"; and {len(shown) - _SHOWN} more" if len(shown) > _SHOWN else "")
+                        + ": the engine runs that code, not what was installed and judged",
+                        hint="take the folder off sys.path (PYTHONPATH, a .pth file, a start-up hook) or remove the "
+                             "files, then run the doctor again", data={"unlisted": shown[:200]})]
+
 
 
 def _working_folder(ctx: DoctorContext) -> list[CheckResult]:
