@@ -314,19 +314,25 @@ class RecordIndex:
         self._installed = installed
         self._plain: set[str] | None = None
         self._real: set[str] | None = None
+        self._folders: dict[str, str] = {}  # one realpath per folder, not per file (a box: ~100k reached files)
+
+    def _realpath(self, folder: str) -> str:
+        real = self._folders.get(folder)
+        if real is None:
+            real = self._folders[folder] = os.path.realpath(folder)
+        return real
 
     def __contains__(self, path: str) -> bool:
         if self._plain is None:
             self._plain = {os.path.normpath(os.path.join(d.location, rel)) for d in self._installed.values()
                            if d.location for rel, _, _ in d.record.rows}
-        if os.path.normpath(path) in self._plain:
+        normal = os.path.normpath(path)
+        if normal in self._plain:
             return True
         if self._real is None:
-            folders: dict[str, str] = {}
-            self._real = {os.path.join(folders.setdefault(h, os.path.realpath(h)), n)
-                          for h, n in (os.path.split(p) for p in self._plain)}
-        head, name = os.path.split(os.path.normpath(path))
-        return os.path.join(os.path.realpath(head), name) in self._real
+            self._real = {os.path.join(self._realpath(h), n) for h, n in (os.path.split(p) for p in self._plain)}
+        head, name = os.path.split(normal)
+        return os.path.join(self._realpath(head), name) in self._real
 
 
 def _provides(d: Distribution, module: str) -> bool:
@@ -525,11 +531,15 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
                 shipped.add(head.split(".", 1)[0])
     found: dict[str, str] = {}
     entries = frozenset(entry_modules(ctx))
+    judged: set[str] = set()  # each file once: every batch process reaches torch's modules again
     for name, o in outcomes.items():
         if "." in name and name not in entries:
             continue
         for mod, path in o.reached_files.items():
-            if mod.split(".", 1)[0] in shipped and mod not in found and path not in listed and os.path.isfile(path):
+            if path in judged or mod.split(".", 1)[0] not in shipped:
+                continue
+            judged.add(path)
+            if mod not in found and path not in listed and os.path.isfile(path):
                 found[mod] = f"{mod} from {path} (importing {name} loads it)"
     if not found:
         return []
