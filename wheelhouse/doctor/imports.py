@@ -196,6 +196,9 @@ class _ImportRun:
     always: frozenset[str] = frozenset()  # loaded even where their top-level package does not import
     rechecked: set[str] = field(default_factory=set)  # run alone again: its run alone and its batch disagreed
     unloaded: dict[str, list[str]] = field(default_factory=dict)  # failed package -> modules left unloaded
+    # which reached files a verdict keeps (``reached_files``): the caller's question (no RECORD lists it); None:
+    # none kept. Every other is left out of the outcome and the stored verdict (a box: ~100k per run)
+    keep_file: Callable[[str], bool] | None = None
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -243,6 +246,11 @@ class _ImportRun:
     def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
         """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
         isolated = solo or len(batch) == 1
+        for r in res.records:
+            reached = r.get("reached_files")
+            if isinstance(reached, dict):
+                r["reached_files"] = {k: v for k, v in reached.items()
+                                      if self.keep_file is not None and isinstance(v, str) and self.keep_file(v)}
         started = [r["module"] for r in res.records if r.get("event") == "start"]
         finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
         if not started and not res.ok:  # the interpreter died before the first import
@@ -338,6 +346,7 @@ def import_modules(
     cache: VerdictCache | None = None,
     estimates: Callable[[], tuple[Mapping[str, float], Mapping[str, str]]] | None = None,
     always: Sequence[str] = (),
+    keep_file: Callable[[str], bool] | None = None,
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
@@ -364,7 +373,8 @@ def import_modules(
     mods = list(dict.fromkeys(modules))
     script = probe_script("imports")
     args = {m: f"{m}={files[m]}" if files and m in files else m for m in mods}
-    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args, always=frozenset(always))
+    state = _ImportRun(timeout=timeout, reporter=reporter, cache=cache, env=env, args=args, always=frozenset(always),
+                       keep_file=keep_file)
     reporter.start("imports", total=len(mods))
     for m in mods:
         hit = cache.lookup("imports", args[m], env) if cache is not None else None

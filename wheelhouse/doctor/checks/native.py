@@ -486,14 +486,13 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
         trace_span("native:planned", time.monotonic())
         planned.set()  # from here on this thread mostly waits for its import processes
     libraries = [key for p in plans.values() for key in p.library_keys]
+    listed = RecordIndex(ctx.distributions)  # (the reached files an outcome keeps are those no RECORD lists)
     outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops],
-                      *libraries], ctx, files, always=[m for m in tops if "." in m])
+                      *libraries], ctx, files, always=[m for m in tops if "." in m], listed=listed)
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
     outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     data = _optional_data()
-
-    listed = RecordIndex(ctx.distributions)
 
     def judge() -> list[CheckResult]:
         reach = stack_reach(ctx, entries, outcomes)
@@ -508,7 +507,7 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     if stale and ctx.verdicts is not None:
         for m in stale:
             ctx.verdicts.forget("imports", _arg(m, files), ctx.engine_env)
-        outcomes.update(_load(stale, ctx, files, always=stale, reuse=False))
+        outcomes.update(_load(stale, ctx, files, always=stale, reuse=False, listed=listed))
         results = judge()
     _store_warnings(ctx, dists, plans, results, outcomes, files)
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules}) \
@@ -654,12 +653,13 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
 
 
 def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
-          always: Sequence[str] = (), reuse: bool = True) -> dict[str, ImportOutcome]:
+          always: Sequence[str] = (), reuse: bool = True, listed: RecordIndex | None = None) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
+    listed = listed if listed is not None else RecordIndex(ctx.distributions)
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          estimates=lambda: import_estimates(ctx))
+                          estimates=lambda: import_estimates(ctx), keep_file=lambda path: path not in listed)
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
