@@ -456,12 +456,11 @@ def restore_dropped(python: str, name: str, *, wheelhouse: Path | None = None,
                                                               links=False, patches=False), reporter=reporter)
         recorded = origin_of(source)
     checkpoint("drop.restored")  # installed, still recorded: a kill here is reconciled by the next list or restore
-    info = _dist_info(list(interp.site_dirs), entry["name"])
-    if info is None:
+    there = find_installed(list(interp.site_dirs), entry["name"])
+    if not there:
         raise NotDropped(f"{entry['name']} is not in {source}: nothing was restored",
                          hint=f"give the wheelhouse it came from: `wh drop --restore {entry['name']} --wheelhouse "
                               f"WHEELHOUSE --python {interp.executable}`")
     _forget(interp, {key})
     # the version the wheelhouse holds now, which is what was installed (its lock may have moved since the drop)
-    installed = info.name[: -len(".dist-info")].partition("-")[2] or entry.get("version")
-    return RestoreResult(entry["name"], installed, recorded, install=result)
+    return RestoreResult(entry["name"], there[0][1] or entry.get("version"), recorded, install=result)

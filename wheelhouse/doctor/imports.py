@@ -246,11 +246,11 @@ class _ImportRun:
     def judge(self, batch: list[str], solo: bool, res: ProbeResult) -> None:
         """Turn one run into verdicts; a module that failed, crashed or hung among others is confirmed alone."""
         isolated = solo or len(batch) == 1
+        keep = self.keep_file
         for r in res.records:
             reached = r.get("reached_files")
             if isinstance(reached, dict):
-                r["reached_files"] = {k: v for k, v in reached.items()
-                                      if self.keep_file is not None and isinstance(v, str) and self.keep_file(v)}
+                r["reached_files"] = {k: v for k, v in reached.items() if isinstance(v, str) and keep(v)} if keep else {}
         started = [r["module"] for r in res.records if r.get("event") == "start"]
         finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
         if not started and not res.ok:  # the interpreter died before the first import

@@ -41,6 +41,7 @@ from packaging.utils import canonicalize_name
 from wheelhouse.digest import record_digest
 from wheelhouse.errors import WhError
 from wheelhouse.install.digests import patched_files
+from wheelhouse.install.installed import same_path
 from wheelhouse.progress import NullReporter, Reporter
 from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
@@ -244,13 +245,14 @@ def _unlisted_failing_file(text: str, graph: Mapping[str, _Installed], me: _Inst
     paths = [p for p in dict.fromkeys(_FOUND_AT.findall(text)) if os.path.isabs(p) and os.path.isfile(p)]
     if not paths or me is None or me.info is None:
         return None
-    mine = {os.path.dirname(os.path.realpath(me.info.parent / rel)) for rel, _, _ in me.record.rows}
-    paths = [p for p in paths if os.path.dirname(os.path.realpath(p)) in mine]
+    folders: dict[str, str] = {}  # one realpath per folder (a RECORD of 20k rows lives in a few hundred)
+    mine = {os.path.dirname(same_path(str(me.info.parent / rel), folders)) for rel, _, _ in me.record.rows}
+    paths = [p for p in paths if os.path.dirname(same_path(p, folders)) in mine]
     if not paths:
         return None
-    listed = {os.path.realpath(d.info.parent / rel) for d in graph.values() if d.info is not None
+    listed = {same_path(str(d.info.parent / rel), folders) for d in graph.values() if d.info is not None
               for rel, _, _ in d.record.rows}
-    return next((p for p in paths if os.path.realpath(p) not in listed), None)
+    return next((p for p in paths if same_path(p, folders) not in listed), None)
 
 
 def _owner_of(graph: Mapping[str, _Installed], soname: str) -> tuple[str, str] | None:

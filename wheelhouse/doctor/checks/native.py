@@ -59,6 +59,7 @@ from wheelhouse.doctor.optional import OptionalData, load_optional_modules
 from wheelhouse.doctor.report import CheckResult
 from wheelhouse.doctor.severity import Judgement, StackReach, entry_modules, judge_failure, stack_reach
 from wheelhouse.doctor.workingfolder import first_path_entry, shadowing_modules
+from wheelhouse.install.installed import same_path
 from wheelhouse.doctor.loaderevidence import loader_witness
 from wheelhouse.doctor.probes import trace_span
 from wheelhouse.target.gpu import Gpu
@@ -314,25 +315,17 @@ class RecordIndex:
         self._installed = installed
         self._plain: set[str] | None = None
         self._real: set[str] | None = None
-        self._folders: dict[str, str] = {}  # one realpath per folder, not per file (a box: ~100k reached files)
-
-    def _realpath(self, folder: str) -> str:
-        real = self._folders.get(folder)
-        if real is None:
-            real = self._folders[folder] = os.path.realpath(folder)
-        return real
+        self._folders: dict[str, str] = {}  # same_path's memo: one realpath per folder, not per file
 
     def __contains__(self, path: str) -> bool:
         if self._plain is None:
             self._plain = {os.path.normpath(os.path.join(d.location, rel)) for d in self._installed.values()
                            if d.location for rel, _, _ in d.record.rows}
-        normal = os.path.normpath(path)
-        if normal in self._plain:
+        if os.path.normpath(path) in self._plain:
             return True
         if self._real is None:
-            self._real = {os.path.join(self._realpath(h), n) for h, n in (os.path.split(p) for p in self._plain)}
-        head, name = os.path.split(normal)
-        return os.path.join(self._realpath(head), name) in self._real
+            self._real = {same_path(p, self._folders) for p in self._plain}
+        return same_path(path, self._folders) in self._real
 
 
 def _provides(d: Distribution, module: str) -> bool:
@@ -356,7 +349,7 @@ def _outside_copy(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, Import
     home = os.path.join(os.path.realpath(d.location), "") if d.location else None
     unlisted = sorted({f"{m} from {o.origin}" for m in plan.modules
                        if (o := outcomes.get(m)) is not None and o.ok and not o.covered and o.origin
-                       and os.path.isabs(o.origin) and os.path.isfile(o.origin) and o.origin not in listed
+                       and os.path.isabs(o.origin) and o.origin not in listed and os.path.isfile(o.origin)
                        and ((home and os.path.realpath(o.origin).startswith(home)) or _provides(d, m))})
     if not outside and not unlisted:
         return result
@@ -488,7 +481,7 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     libraries = [key for p in plans.values() for key in p.library_keys]
     listed = RecordIndex(ctx.distributions)  # (the reached files an outcome keeps are those no RECORD lists)
     outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops],
-                      *libraries], ctx, files, always=[m for m in tops if "." in m], listed=listed)
+                      *libraries], ctx, files, listed, always=[m for m in tops if "." in m])
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
     outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
@@ -507,20 +500,22 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     if stale and ctx.verdicts is not None:
         for m in stale:
             ctx.verdicts.forget("imports", _arg(m, files), ctx.engine_env)
-        outcomes.update(_load(stale, ctx, files, always=stale, reuse=False, listed=listed))
+        outcomes.update(_load(stale, ctx, files, listed, always=stale, reuse=False))
         results = judge()
     _store_warnings(ctx, dists, plans, results, outcomes, files)
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules}) \
-        + _unlisted_code(ctx, outcomes, listed) + _working_folder(ctx)
+        + _unlisted_code(ctx, outcomes, listed, entries) + _working_folder(ctx)
 
 
-def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], listed: RecordIndex) -> list[CheckResult]:
+def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], listed: RecordIndex,
+                   entries: Sequence[str]) -> list[CheckResult]:
     """``native:unlisted-code``: what importing the top-level names and entry modules loaded, module by module,
     under a top-level name an installed RECORD ships, comes from a file a RECORD lists. Else the engine runs code
     nobody installed: a shadow copy a ``.pth``, ``PYTHONPATH`` or a start-up hook puts first, or a file added
     beside the listed ones (``mypkg/core/__init__.py`` next to the listed ``core.py``, a plugin in its folder)."""
     cid = "native:unlisted-code"
-    if not ctx.wants(cid):
+    # an outcome keeps only the reached files no RECORD lists (``_load``): almost always none at all
+    if not ctx.wants(cid) or not any(o.reached_files for o in outcomes.values()):
         return []
     shipped: set[str] = set()  # the top-level names RECORDs ship (a package folder, a module, an extension)
     for d in ctx.distributions.values():
@@ -529,7 +524,7 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
             if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
                 shipped.add(head.split(".", 1)[0])
     found: dict[str, str] = {}
-    entries = frozenset(entry_modules(ctx))
+    entries = frozenset(entries)
     judged: set[str] = set()  # each file once: every batch process reaches torch's modules again
     for name, o in outcomes.items():
         if "." in name and name not in entries:
@@ -550,7 +545,6 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
                         + ": the engine runs that code, not what was installed and judged",
                         hint="take the folder off sys.path (PYTHONPATH, a .pth file, a start-up hook) or remove the "
                              "files, then run the doctor again", data={"unlisted": shown[:200]})]
-
 
 
 def _working_folder(ctx: DoctorContext) -> list[CheckResult]:
@@ -653,10 +647,9 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
 
 
 def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
-          always: Sequence[str] = (), reuse: bool = True, listed: RecordIndex | None = None) -> dict[str, ImportOutcome]:
+          listed: RecordIndex, always: Sequence[str] = (), reuse: bool = True) -> dict[str, ImportOutcome]:
     if not modules:
         return {}
-    listed = listed if listed is not None else RecordIndex(ctx.distributions)
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
                           estimates=lambda: import_estimates(ctx), keep_file=lambda path: path not in listed)
