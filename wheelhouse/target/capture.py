@@ -263,6 +263,9 @@ def _mib(value: str) -> int | None:
     return int(found.group()) if found else None  # "[N/A]" on some cards
 
 
+_NO_DEVICES = 6  # nvidia-smi's exit status for "No devices were found"
+
+
 def query_nvidia_smi(smi: str | None = None, timeout: float = 30) -> dict:
     """GPU facts from nvidia-smi: ``{"gpus": [...], "driver_version", "cuda_version", "error"}``.
 
@@ -280,8 +283,14 @@ def query_nvidia_smi(smi: str | None = None, timeout: float = 30) -> dict:
     except (OSError, subprocess.SubprocessError) as exc:
         facts["error"] = f"nvidia-smi did not run ({exc})"
         return facts
+    if proc.returncode == _NO_DEVICES:
+        return facts  # "No devices were found": a driver without a card, not a broken one
     if proc.returncode != 0:
-        facts["error"] = "nvidia-smi failed (no driver loaded?)"
+        # its own words: "Failed to initialize NVML: Driver/library version mismatch" (exit 18, after a driver
+        # upgrade without a reboot) is a broken GPU box, not a CPU one
+        said = "; ".join(ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip())
+        facts["error"] = (f"nvidia-smi failed (exit {proc.returncode}): {said[:400]}" if said
+                          else "nvidia-smi failed (no driver loaded?)")
         return facts
     for i, line in enumerate(proc.stdout.strip().splitlines()):
         parts = [p.strip() for p in line.split(",")]

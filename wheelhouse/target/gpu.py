@@ -180,25 +180,6 @@ def _limited(facts: GpuFacts, visible: str | None) -> GpuFacts:
     return dataclasses.replace(facts, gpus=cards, visible=visible, total=len(facts.gpus))
 
 
-_NO_DEVICES = 6  # nvidia-smi's exit status for "No devices were found": a driver without a card, not a broken one
-
-
-def _failure(smi: str, timeout: float, error: str) -> str | None:
-    """nvidia-smi's own words for its failure (``Failed to initialize NVML: Driver/library version mismatch``, exit
-    18, after a driver upgrade without a reboot); None when it only found no card."""
-    if error.startswith("nvidia-smi did not run"):
-        return error  # it hung or cannot start: asking again would only wait as long again
-    try:
-        proc = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return error
-    if proc.returncode == _NO_DEVICES:
-        return None
-    said = "; ".join(ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip())
-    return f"nvidia-smi failed (exit {proc.returncode}): {said[:400]}" if proc.returncode and said else error
-
-
 def _processes(smi: str, timeout: float) -> dict[int, tuple[GpuProcess, ...]]:
     """card index -> the processes holding memory on it; {} when nvidia-smi cannot say."""
     def query(what: str) -> list[list[str]]:
@@ -233,7 +214,7 @@ def query_gpu_facts(timeout: float = 20, environ: Mapping[str, str] | None = Non
         return GpuFacts(gpus=(), source="none")
     facts = facts_from_json(capture.query_nvidia_smi(smi, timeout), source="nvidia-smi")
     if facts.error:
-        return dataclasses.replace(facts, error=_failure(smi, timeout, facts.error))
+        return facts
     held = _processes(smi, timeout) if facts.gpus else {}
     facts = _limited(dataclasses.replace(
         facts, gpus=tuple(dataclasses.replace(g, processes=held.get(g.index, ())) for g in facts.gpus)),
