@@ -39,6 +39,7 @@ __all__ = [
     "system_lib_dir",
     "driver_dir",
     "find_nvcc",
+    "nvcc_files",
     "render_bash",
     "render_fish",
     "render_dotenv",
@@ -107,15 +108,20 @@ def _in_loader_cache(name: str) -> bool:
     return any(line.strip().startswith(name + " ") for line in out.splitlines())
 
 
-def find_nvcc(site_dirs: Sequence[Path]) -> Path | None:
-    """The nvcc of the installed nvidia-cuda-nvcc wheel (``nvidia/cuda_nvcc/bin``, ``nvidia/cu13/bin``)."""
+def nvcc_files(site_dirs: Sequence[Path]) -> list[Path]:
+    """Every ``nvcc`` the NVIDIA wheels put in ``site_dirs`` (``nvidia/cuda_nvcc/bin``, ``nvidia/cu13/bin``), runnable
+    or not, in order."""
     found: list[Path] = []
     for site in site_dirs:
         base = Path(site) / "nvidia"
         if base.is_dir():
-            found += [p for p in base.glob("*/bin/nvcc") if os.access(p, os.X_OK)]
-            found += [p for p in base.glob("bin/nvcc") if os.access(p, os.X_OK)]
-    return sorted(found)[0] if found else None
+            found += [*base.glob("*/bin/nvcc"), *base.glob("bin/nvcc")]
+    return sorted(found)
+
+
+def find_nvcc(site_dirs: Sequence[Path]) -> Path | None:
+    """The nvcc of the installed nvidia-cuda-nvcc wheel: the first of :func:`nvcc_files` that may run."""
+    return next((p for p in nvcc_files(site_dirs) if os.access(p, os.X_OK)), None)
 
 
 def _split(value: str | None) -> list[str]:

@@ -106,7 +106,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     # 2. The nvcc the engine gets.
     env = dict(ctx.engine_env)
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    from wheelhouse.env.cuda import find_nvcc
+    from wheelhouse.env.cuda import find_nvcc, nvcc_files
 
     found = find_nvcc(list(ctx.site_dirs))
     pinned = str(found) if found else None
@@ -114,7 +114,7 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     if nvcc is None and found is None and wheel is not None:
         # the wheel is there, its nvcc is not one that can run (mode bits lost, a noexec mount): the runtime
         # kernel builds the toolchain group is for would fail the same way
-        shipped = sorted(p for s in ctx.site_dirs for p in Path(s).glob("nvidia/*/bin/nvcc"))
+        shipped = nvcc_files(list(ctx.site_dirs))
         where = f"{shipped[0]} is not executable (mode {oct(shipped[0].stat().st_mode & 0o777)}, or a noexec " \
                 "mount)" if shipped else "it ships no bin/nvcc on disk"
         out.append(CheckResult("toolchain:nvcc", CHECKS["toolchain:nvcc"], "fail",
