@@ -42,11 +42,11 @@ if [[ $PART == *A* ]]; then
   t0=$(date +%s.%N)
   $WH doctor --python "$PY" --json --junit "$OUT/a-doctor.junit.xml" >"$OUT/a-doctor.json" 2>"$OUT/a-doctor.stderr"; rc=$?
   t1=$(date +%s.%N)
-  $WH doctor --python "$PY" --json >"$OUT/a-doctor2.json" 2>/dev/null; rc2=$?
+  WH_DOCTOR_TRACE="$OUT/a-trace2.jsonl" $WH doctor --python "$PY" --json >"$OUT/a-doctor2.json" 2>/dev/null; rc2=$?
   t2=$(date +%s.%N)
   # A third run: the first one's imports wrote byte code (__pycache__) into the image's package folders, which the
   # second run sees as a change of the folders a probe searched; the third is the steady state.
-  $WH doctor --python "$PY" --json >"$OUT/a-doctor3.json" 2>/dev/null
+  WH_DOCTOR_TRACE="$OUT/a-trace3.jsonl" $WH doctor --python "$PY" --json >"$OUT/a-doctor3.json" 2>/dev/null
   t3=$(date +%s.%N)
   secs=$("$PY" -c "print(f'{$t1-$t0:.1f} s first, {$t2-$t1:.1f} s again, {$t3-$t2:.1f} s a third time')")
   reuse=$("$PY" -c "
@@ -56,6 +56,17 @@ print(sum(len(r['data'].get('reused') or ()) for r in rs), 'import verdicts reus
       sum(len(r['data'].get('executed') or ()) for r in rs), 'executed')" "$OUT/a-doctor2.json" 2>/dev/null)
   say "stock image doctor: rc=$rc (again rc=$rc2), $(count ok "$OUT/a-doctor.json") ok, $(count warn "$OUT/a-doctor.json") warn, $(count fail "$OUT/a-doctor.json") fail; $secs (again: ${reuse:-?})"
   fails "$OUT/a-doctor.json" | head -20 | sed 's/^/    /' >&2
+  # Why a stored verdict was executed again on the second and third runs (the trace's "stale" lines), by reason.
+  for t in a-trace2 a-trace3; do
+    say "  executed again ($t): $("$PY" -c "
+import collections, json, sys
+why = collections.Counter()
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    if 'stale' in rec:
+        why[' '.join('%s=%s' % (k, str(v)[:80]) for k, v in sorted(rec.items()) if k != 'stale')] += 1
+print(sum(why.values()), 'stale;', '; '.join('%d x %s' % (n, k) for k, n in why.most_common(4)))" "$OUT/$t.jsonl" 2>/dev/null)"
+  done
   # Where each run's time went: the facts probe, whether each JIT probe was executed or reused, and the 8 slowest
   # checks with their seconds (from the JSON), per run.
   for f in a-doctor a-doctor2 a-doctor3; do
