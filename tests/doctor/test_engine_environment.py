@@ -179,3 +179,41 @@ def test_a_checkout_in_the_folder_python_m_searches_first_fails(tmp_path):
     assert first_path_entry(["python", "-Im", "x"], {}, "/w") is None
     assert first_path_entry(["python", "-m", "x"], {"PYTHONSAFEPATH": "1"}, "/w") is None
     assert first_path_entry(["ft", "serve"], {}, "/w") is None
+
+
+@pytest.mark.parametrize("how", ["python -m", "console script"])
+def test_the_module_the_serve_command_starts_must_import(tmp_path, how):
+    """Hostile round 10: the doctor imported the top-level names only, so `[serve] command = [python, "-m",
+    "engine.server"]` (or a console script whose entry point is engine.server:main) was green while the server
+    module could not import (it needs an API the locked helperlib lacks): the engine died at start."""
+    helper = make_wheel(tmp_path / "w", "helperlib", "1.0", modules={"helperlib/__init__.py": "def old_api():\n"
+                                                                                                 "    return 1\n"})
+    engine = make_wheel(tmp_path / "w", "engine", "1.0", requires=["helperlib"],
+                        modules={"engine/__init__.py": "",
+                                 "engine/server.py": "from helperlib import new_api\ndef main():\n    pass\n"},
+                        entry_points={"console_scripts": {"engine-serve": "engine.server:main"}})
+    py = make_venv(tmp_path / "venv")
+    command = [str(py), "-m", "engine.server"] if how == "python -m" else [str(py.parent / "engine-serve")]
+    house = make_wheelhouse(tmp_path / "house", [engine, helper], extra_meta={
+        "inputs": {"requirements": ["engine"]}, "serve": {"command": command}})
+    assert wh("install", house, "--python", py).returncode == 0
+    r = wh("doctor", "--python", py, "--json", "--check", "native")
+    res = _results(r.stdout)
+    assert r.returncode == 1, res
+    assert res["native:entry:engine.server"]["verdict"] == "fail"
+    assert "cannot import name 'new_api'" in res["native:entry:engine.server"]["evidence"]
+
+
+def test_python_m_of_a_package_imports_the_package_not_its_main(tmp_path):
+    """`python -m engine` runs engine/__main__.py, the server itself: the doctor imports the package (its
+    entry), never the __main__ module, which would start serving inside the probe."""
+    marker = tmp_path / "served"
+    engine = make_wheel(tmp_path / "w", "engine", "1.0", modules={
+        "engine/__init__.py": "", "engine/__main__.py": f"open({str(marker)!r}, 'w').close()\n"})
+    py = make_venv(tmp_path / "venv")
+    house = make_wheelhouse(tmp_path / "house", [engine], extra_meta={
+        "inputs": {"requirements": ["engine"]}, "serve": {"command": [str(py), "-m", "engine"]}})
+    assert wh("install", house, "--python", py).returncode == 0
+    r = wh("doctor", "--python", py, "--json", "--check", "native")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not marker.exists()

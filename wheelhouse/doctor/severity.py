@@ -37,6 +37,7 @@ from .checks import DoctorContext, Distribution
 from .imports import ImportOutcome
 from .optional import OptionalData
 from .verdicts import cpu_facts
+from .workingfolder import command_module
 
 __all__ = ["StackReach", "Judgement", "judge_failure", "entry_modules", "stack_reach", "own_names"]
 
@@ -359,8 +360,10 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
 
 
 def entry_modules(ctx: DoctorContext) -> list[str]:
-    """The stack's entry modules: the manifest's ``[doctor] entry``, and the top-level names of what it requests (in
-    a namespace package, its own packages below the namespace: :func:`own_names`)."""
+    """The stack's entry modules: the manifest's ``[doctor] entry``, the top-level names of what it requests (in
+    a namespace package, its own packages below the namespace: :func:`own_names`), and the module its ``[serve]
+    command`` starts (:func:`~wheelhouse.doctor.workingfolder.command_module`): a server module that cannot import
+    is an engine that cannot start, whatever its package's import does."""
     named = list(ctx.manifest.doctor.entry) if ctx.manifest else []
     for text in (ctx.manifest.requirements if ctx.manifest else ()):
         try:
@@ -368,6 +371,12 @@ def entry_modules(ctx: DoctorContext) -> list[str]:
         except InvalidRequirement:
             continue
         named += list(_own_names(d)) if d is not None else []  # acme.engine, not the bare namespace acme
+    serve = ctx.manifest.serve if ctx.manifest else None
+    if serve is not None and serve.command:
+        scripts = {str(s[0]): str(s[1]) for rec in ctx.facts.get("distributions") or () if isinstance(rec, dict)
+                   for s in rec.get("scripts") or () if len(s) >= 2}
+        module = command_module(serve.command, scripts)  # what `python -m engine.server` / `ft serve` imports
+        named += [module] if module else []
     return list(dict.fromkeys(named))
 
 

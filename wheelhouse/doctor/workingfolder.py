@@ -12,7 +12,7 @@ import glob
 import os
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["first_path_entry", "shadowing_modules"]
+__all__ = ["command_module", "first_path_entry", "shadowing_modules"]
 
 _VALUED = frozenset("WXQ")  # short options that take a value (-W error, -X dev, -Q new on old interpreters)
 
@@ -49,6 +49,41 @@ def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -
             if flag in _VALUED:
                 if j == len(flags) - 1:
                     i += 1  # the value is the next argument
+                break
+        i += 1
+    return None
+
+
+def command_module(command: Sequence[str], scripts: Mapping[str, str]) -> str | None:
+    """The module the ``[serve] command`` starts the engine from: ``python -m MOD``'s MOD (a package's ``__main__``
+    aside: the package itself), or the module of the entry point of a console script it runs (``scripts``: script
+    name -> ``module:attr``); None for ``-c``, a script file or another program."""
+    if not command:
+        return None
+    if not _is_python(command[0]):
+        value = scripts.get(os.path.basename(command[0]))
+        module = value.split(":", 1)[0].strip() if value else ""
+        return module if module and all(p.isidentifier() for p in module.split(".")) else None
+    args = list(command[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return None  # a script, or standard input
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        flags = arg[1:]
+        for j, flag in enumerate(flags):
+            if flag == "c":
+                return None
+            if flag == "m":
+                module = flags[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
+                module = module[:-len(".__main__")] if module.endswith(".__main__") else module
+                return module if module and all(p.isidentifier() for p in module.split(".")) else None
+            if flag in _VALUED:
+                if j == len(flags) - 1:
+                    i += 1
                 break
         i += 1
     return None
