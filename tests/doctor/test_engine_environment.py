@@ -217,3 +217,28 @@ def test_python_m_of_a_package_imports_the_package_not_its_main(tmp_path):
     r = wh("doctor", "--python", py, "--json", "--check", "native")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert not marker.exists()
+
+
+def test_the_imports_run_under_the_interpreter_options_of_the_serve_command(tmp_path):
+    """Hostile round 10: `[serve] command = [python, "-OO", "-m", "engine"]` strips docstrings, which the engine's
+    import reads: it died at start while the doctor, importing without -OO, was green; a pass stored by a run
+    under other options is not reused."""
+    engine = make_wheel(tmp_path / "w", "engine", "1.0", modules={
+        "engine/__init__.py": "def generate():\n    '''Generate tokens.'''\nHELP = generate.__doc__.strip()\n"})
+    py = make_venv(tmp_path / "venv")
+    house = make_wheelhouse(tmp_path / "house", [engine], extra_meta={"inputs": {"requirements": ["engine"]}})
+    assert wh("install", house, "--python", py).returncode == 0
+
+    def doctor(*flags):
+        manifest = tmp_path / f"m{len(flags)}.toml"
+        command = ", ".join(f'"{w}"' for w in [py, *flags, "-m", "engine"])
+        manifest.write_text(f'[stack]\nname = "t"\nrequirements = ["engine"]\n[serve]\ncommand = [{command}]\n')
+        r = wh("doctor", "--python", py, "--manifest", manifest, "--json", "--check", "native")
+        return r.returncode, _results(r.stdout)
+
+    code, res = doctor()
+    assert code == 0, res
+    code, res = doctor("-OO")
+    assert code == 1 and "'NoneType' object has no attribute 'strip'" in res["native:entry:engine"]["evidence"], res
+    engine_run = subprocess.run([py, "-OO", "-m", "engine"], capture_output=True, text=True)
+    assert engine_run.returncode == 1 and "strip" in engine_run.stderr  # what the engine's start does

@@ -29,7 +29,11 @@ from wheelhouse.progress import NullReporter, Reporter
 from .probes import ProbeResult, default_jobs, probe_script, run_probe
 from .verdicts import VerdictCache
 
-__all__ = ["ImportOutcome", "import_modules", "plan_batches", "traceback_files", "BATCH_GRACE"]
+__all__ = ["ImportOutcome", "import_modules", "plan_batches", "traceback_files", "BATCH_GRACE", "FLAGS_ENV"]
+
+# Set in the engine's environment where its command gives the interpreter options (wheelhouse.doctor.workingfolder.
+# interpreter_flags): the verdict cache keys by the environment, so what passed under other options is executed again.
+FLAGS_ENV = "WH_ENGINE_PYTHON_FLAGS"
 
 
 @dataclass(frozen=True)
@@ -347,6 +351,7 @@ def import_modules(
     estimates: Callable[[], tuple[Mapping[str, float], Mapping[str, str]]] | None = None,
     always: Sequence[str] = (),
     keep_file: Callable[[str], bool] | None = None,
+    flags: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.
 
@@ -367,7 +372,9 @@ def import_modules(
 
     ``cache``: passing verdicts whose evidence is unchanged are taken from it (``reused_since``),
     and new passing verdicts are stored in it. ``estimates``: a function giving :func:`plan_batches`' costs and
-    families, called only when something is left to import.
+    families, called only when something is left to import. ``flags``: the interpreter options the engine runs
+    under (``-OO``, ``-I``), given to every import process; ``env`` names them too (:data:`FLAGS_ENV`), so a verdict
+    stored under other options is not reused.
     """
     jobs = jobs or default_jobs()
     mods = list(dict.fromkeys(modules))
@@ -407,7 +414,7 @@ def import_modules(
 
         try:
             return batch, solo, run_probe(python, script, [args[m] for m in batch], timeout=timeout, env=env,
-                                          idle_timeout=True, name="imports",
+                                          idle_timeout=True, name="imports", flags=flags,
                                           on_record=None if solo or len(batch) == 1 else on_record)
         finally:
             importing.pop(key, None)

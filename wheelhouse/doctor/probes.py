@@ -293,12 +293,13 @@ def _code_cache_folder() -> str:
         return _code_cache[0]
 
 
-def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen:
+def _spawn(python: str, script: str | Path, args: Sequence[str], env: Mapping[str, str] | None,
+           flags: Sequence[str] = ()) -> subprocess.Popen:
     if _STOPPING.is_set():
         raise ProbeInterrupted("interrupted: no new probe is started", hint="run `wh doctor` again")
     try:
         proc = subprocess.Popen(
-            [python, str(script), *args],
+            [python, *flags, str(script), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**(os.environ if env is None else env), _CODE_CACHE_ENV: _code_cache_folder()},
             start_new_session=True,  # own process group: a timeout kills its children too
@@ -383,8 +384,9 @@ def run_probe(
     idle_timeout: bool = False,
     on_record: Callable[[Mapping], None] | None = None,
     name: str | None = None,
+    flags: Sequence[str] = (),
 ) -> ProbeResult:
-    """Run ``python script args`` in its own process group and collect its marker records.
+    """Run ``python [flags] script args`` in its own process group and collect its marker records.
 
     ``timeout`` bounds the whole run, or with ``idle_timeout`` the time between
     two records (so a batch of imports gets ``timeout`` per module). On timeout
@@ -392,7 +394,7 @@ def run_probe(
     the group but still holds its output; what is kept of its output is bounded.
     """
     t0 = time.monotonic()
-    proc = _spawn(python, script, args, env)
+    proc = _spawn(python, script, args, env, flags)
     out = _Output(on_record)
     timed_out, pipes_open = False, True
     try:

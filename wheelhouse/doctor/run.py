@@ -35,6 +35,8 @@ from .stackfacts import wheelhouse_facts
 from wheelhouse.install.digests import FileDigests
 from .verdicts import VerdictCache, context_digest
 from .report import CheckResult, DoctorReport, Fix
+from .imports import FLAGS_ENV
+from .workingfolder import interpreter_flags
 from wheelhouse import __version__
 from wheelhouse.resources import capture_script, doctor_dir
 from .rules import InstalledPackage, RuleFacts, evaluate_rules, load_rules
@@ -275,12 +277,17 @@ def gather_context(
     # found there too (judged without it, a working package was dropped).
     serve_env = manifest.serve.env if manifest and manifest.serve else None
     engine_env = {**env, **serving_variables(list(site_dirs), env, serve_env)}
+    # What `python -OO -I -m engine.server` runs under: the import probes are run so too (-OO strips the docstrings
+    # an import may read, -I takes [serve] env's PYTHONPATH away).
+    engine_flags = interpreter_flags(manifest.serve.command) if manifest and manifest.serve else ()
+    if engine_flags:
+        engine_env[FLAGS_ENV] = " ".join(engine_flags)
     if asked is not None and engine_env.get(VISIBLE_ENV) != gpu_env.get(VISIBLE_ENV):
         gpu = query_gpu_facts(environ=engine_env)  # the installed wheelhouse's [serve] env names the engine's cards
     patterns = tuple(checks or (manifest.doctor.checks if manifest else ()) or ())
     return DoctorContext(
         python=exe, facts=facts, gpu=gpu, distributions=_distributions(facts.get("distributions", [])),
-        site_dirs=site_dirs, environ=env, engine_env=engine_env, manifest=manifest, target=target, target_source=target_source,
+        site_dirs=site_dirs, environ=env, engine_env=engine_env, engine_flags=engine_flags, manifest=manifest, target=target, target_source=target_source,
         jobs=jobs or default_jobs(), timeout=timeout, patterns=patterns, model=model, tp=tp, reporter=reporter,
         digests=FileDigests(thorough=thorough, environ=env, jobs=jobs or default_jobs()),
         verdicts=VerdictCache(facts.get("platlib") or facts.get("purelib"), context_digest(exe, gpu.to_json()),

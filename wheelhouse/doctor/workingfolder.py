@@ -12,7 +12,7 @@ import glob
 import os
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["command_module", "first_path_entry", "shadowing_modules"]
+__all__ = ["command_module", "first_path_entry", "interpreter_flags", "shadowing_modules"]
 
 _VALUED = frozenset("WXQ")  # short options that take a value (-W error, -X dev, -Q new on old interpreters)
 
@@ -52,6 +52,50 @@ def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -
                 break
         i += 1
     return None
+
+
+# Options that change nothing an import does, or that would break the probe (it reads no standard input):
+# interactive mode, verbose and quiet output, the version and help options.
+_NOT_GIVEN = frozenset("ivqVh")
+
+
+def interpreter_flags(command: Sequence[str]) -> tuple[str, ...]:
+    """The interpreter options a ``[serve] command`` that runs Python gives before its program (``-OO``, ``-I``,
+    ``-E``, ``-s``, ``-S``, ``-X pycache_prefix=...``, ``-W error``, ``--check-hash-based-pycs never``): what the
+    engine's imports run under, so the import probes are run under them too. Empty for anything else."""
+    if not command or not _is_python(command[0]):
+        return ()
+    args = list(command[1:])
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs" and i + 1 < len(args):
+                out += [arg, args[i + 1]]
+                i += 2
+                continue
+            i += 1
+            continue
+        flags, kept = arg[1:], ""
+        for j, flag in enumerate(flags):
+            if flag in "mc":
+                return tuple(out + ([f"-{kept}"] if kept else []))
+            if flag in _VALUED:
+                value = flags[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
+                out += ([f"-{kept}"] if kept else []) + [f"-{flag}", value]
+                kept = ""
+                if not flags[j + 1:]:
+                    i += 1
+                break
+            if flag not in _NOT_GIVEN:
+                kept += flag
+        else:
+            out += [f"-{kept}"] if kept else []
+        i += 1
+    return tuple(out)
 
 
 def command_module(command: Sequence[str], scripts: Mapping[str, str]) -> str | None:

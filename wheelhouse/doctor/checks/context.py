@@ -80,6 +80,7 @@ class DoctorContext:
     site_dirs: tuple[Path, ...]
     environ: Mapping[str, str]  # the environment probes run with
     engine_env: Mapping[str, str]  # the engine's: environ, `wh env`'s PATH/CUDA_HOME/LD_LIBRARY_PATH over it, [serve] env over that
+    engine_flags: tuple[str, ...] = ()  # the interpreter options its [serve] command gives (-OO, -I): the imports' too
     manifest: StackManifest | None = None
     target: TargetProfile | None = None
     target_source: str | None = None

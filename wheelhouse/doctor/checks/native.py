@@ -652,7 +652,8 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          estimates=lambda: import_estimates(ctx), keep_file=lambda path: path not in listed)
+                          estimates=lambda: import_estimates(ctx), keep_file=lambda path: path not in listed,
+                          flags=ctx.engine_flags)
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
