@@ -365,6 +365,29 @@ def _launcher_interpreter(head):
     return runs
 
 
+def _another_environment(launcher, runs):
+    """Where a launcher in this environment's scripts folder runs another environment's interpreter (a venv copied
+    with ``cp -a`` while the original is still there: every shebang names the original, which runs its own
+    packages), what to say; None where it runs this one's, or where this is not a venv's own launcher."""
+    if not launcher or not runs or not runs.startswith(b"/") or sys.prefix == sys.base_prefix:
+        return None
+    scripts = os.path.join(sys.prefix, "bin")
+    try:
+        if os.path.realpath(os.path.dirname(launcher)) != os.path.realpath(scripts):
+            return None  # a launcher outside this venv's scripts folder (a base system's package): not ours to judge
+        runs_path = os.fsdecode(runs)
+        if os.path.realpath(os.path.dirname(runs_path)) == os.path.realpath(scripts):
+            return None
+        if os.path.realpath(runs_path) == os.path.realpath(sys.executable) and \
+                os.path.dirname(os.path.abspath(runs_path)) == os.path.dirname(os.path.abspath(sys.executable)):
+            return None
+    except (OSError, ValueError):
+        return None
+    return ("its launcher %s runs %s, another environment's interpreter (this one's is %s): it runs that "
+            "environment's packages, not these (a venv copied while the original is still there)" % (
+                launcher, runs_path, os.path.join(scripts, os.path.basename(sys.executable))))
+
+
 def _script_problem(launcher, module):
     try:
         with open(launcher, "rb") as fh:
@@ -378,6 +401,12 @@ def _script_problem(launcher, module):
     if runs and runs.startswith(b"/") and not os.access(os.fsdecode(runs), os.X_OK):
         return "its launcher %s runs %s, which is not there (a venv moved or copied elsewhere keeps its old path)" % (
             launcher, os.fsdecode(runs))
+    other = _another_environment(launcher, runs)
+    if other:
+        return other
+    if launcher is not None and head != [b""] and not os.access(launcher, os.X_OK):
+        return "its launcher %s is not executable (its mode lost the x bits: `%s` fails with Permission denied)" % (
+            launcher, os.path.basename(launcher))
     parts = module.split(".")
     if not all(p.isidentifier() for p in parts):
         return None

@@ -89,3 +89,43 @@ def test_a_check_pattern_that_judges_nothing_fails(tmp_path):
     proc = subprocess.run(wh_command(["doctor", "--python", str(py), "--check", "deps:nosuch", "--json"]),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout
+
+
+def _launcher_stack(tmp_path: Path, serve: bool) -> tuple[Path, Path]:
+    engine = make_wheel(tmp_path / "w", "engine", "1.0", modules={
+        "engine/__init__.py": "", "engine/cli.py": "def main():\n    print('ENGINE-REAL')\n"},
+        entry_points={"console_scripts": {"engine": "engine.cli:main"}})
+    meta = {"serve": {"command": ["engine", "serve"]}} if serve else {}
+    house = make_wheelhouse(tmp_path / "house", [engine], extra_meta=meta)
+    venv = tmp_path / "venv"
+    done = subprocess.run(wh_command(["install", house, "--venv", venv]), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return house, venv
+
+
+def test_a_launcher_that_lost_its_exec_bits_fails_where_it_serves_and_fix_mends_it(tmp_path):
+    """Hostile round 10: the [serve] command's launcher without its x bits (a zip or CI artifact that drops
+    modes) fails with Permission denied; the doctor was green and --fix found nothing to mend."""
+    _, venv = _launcher_stack(tmp_path, serve=True)
+    launcher = venv / "bin" / "engine"
+    launcher.chmod(0o644)
+    r = run_doctor(str(venv / "bin" / "python"), checks=["install:scripts"]).get("install:scripts")
+    assert r.verdict == "fail" and "is not executable" in r.evidence, r.evidence
+    fixed = subprocess.run(wh_command(["doctor", "--python", venv / "bin" / "python", "--fix", "--check",
+                                       "install:scripts"]), capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert subprocess.run([launcher], capture_output=True, text=True).stdout.strip() == "ENGINE-REAL"
+
+
+def test_a_copied_venvs_launchers_that_run_the_original_are_named(tmp_path):
+    """Hostile round 10: `cp -a venv copy` while venv is still there: every launcher of the copy runs the
+    original's interpreter and packages; install:scripts said every launcher is there."""
+    import shutil
+
+    _, venv = _launcher_stack(tmp_path, serve=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(venv, copy, symlinks=True)
+    r = run_doctor(str(copy / "bin" / "python"), checks=["install:scripts"]).get("install:scripts")
+    assert r.verdict == "warn", r.evidence
+    assert f"runs {venv}/bin/python, another environment's interpreter" in r.evidence
+    assert run_doctor(str(venv / "bin" / "python"), checks=["install:scripts"]).get("install:scripts").verdict == "ok"

@@ -65,7 +65,8 @@ def _scripts(ctx: DoctorContext) -> CheckResult:
                              "(a new venv, then `wh install`)" if any("is not there (a venv moved" in line
                                                                        for line in lines)
                              else f"reinstall what is named: `{reinstall_command(ctx, *sorted({d for _, d, _ in broken}))}`"),
-                       data={"broken": lines, "serve_program": program})
+                       data={"broken": lines, "serve_program": program,
+                             "reinstall": sorted({canonicalize_name(d) for _, d, _ in broken})})  # --fix rewrites them
 
 
 # Installers that always write a RECORD, last (and INSTALLER before it): a folder of theirs without one is an
