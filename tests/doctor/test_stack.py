@@ -327,6 +327,28 @@ def test_a_distribution_no_wheelhouse_holds_written_over_a_stack_file_fails(tmp_
     assert res["stack:files"]["verdict"] == "ok", res  # (the fork ships every file mypkg has in mypkg/)
 
 
+@pytest.mark.parametrize("other_version", ["1.0", "2.0"])
+def test_another_distributions_launcher_of_the_same_name_over_the_stacks_fails(tmp_path, other_version):
+    """Hostile round 10: othertool 1.0, from a second wheelhouse, declares a console script `engine` like engine 1.0:
+    its launcher replaced engine's, and the same version excused it as two builds of one release ("holds othertool
+    1.0's bytes"): `engine` ran othertool.main. A launcher runs its own entry point, whatever the versions."""
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
+    ep = {"console_scripts": {"engine": "engine.cli:main"}}
+    mine = make_wheel(tmp_path / "w", "engine", "1.0", entry_points=ep,
+                      modules={"engine/__init__.py": "", "engine/cli.py": "def main():\n    print('engine')\n"})
+    other = make_wheel(tmp_path / "w", "othertool", other_version, entry_points={
+        "console_scripts": {"engine": "othertool:main"}}, modules={"othertool.py": "def main():\n    print('other')\n"})
+    venv = tmp_path / "venv"
+    install_wheelhouses([make_wheelhouse(tmp_path / "house-a", [mine]), make_wheelhouse(tmp_path / "house-b", [other])],
+                        InstallOptions(venv=venv))
+    assert subprocess.run([venv / "bin" / "engine"], capture_output=True, text=True).stdout.strip() == "other"
+    code, res = doctor(venv / "bin" / "python", check="stack:files")
+    assert code == 1 and res["stack:files"]["verdict"] == "fail", res
+    assert (f"../../../bin/engine: holds othertool {other_version}'s bytes, another distribution of the installed "
+            "wheelhouses") in res["stack:files"]["evidence"], res
+
+
 def test_a_package_two_releases_wrote_into_is_no_one_distributions_and_fails(tmp_path):
     """imgx 2.0 ships core.py and filters.py; imgx-lite 1.0, installed after it, writes its own core.py over 2.0's but
     ships no filters.py: 2.0's filters.py now sits beside 1.0's core.py and dies importing it. Every file held bytes

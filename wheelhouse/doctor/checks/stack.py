@@ -237,10 +237,14 @@ def covers(other: Distribution, d: Distribution, rel: str) -> bool:
       ``backports.beta`` each write ``backports/__init__.py``).
 
     Else a file of ``d`` that ``other`` does not ship stays ``d``'s beside ``other``'s: two releases mixed in one package
-    (imgx 2.0's filters.py beside imgx-lite 1.0's core.py), which no RECORD vouches for."""
+    (imgx 2.0's filters.py beside imgx-lite 1.0's core.py), which no RECORD vouches for. A row out of the site folder
+    (``../../../bin/engine``) is never covered: another distribution's launcher of the same name runs its own entry
+    point, whatever the versions."""
     top, _, rest = rel.partition("/")
     if not rest:
         return True  # a module at the top of the site folder: one file
+    if top == "..":
+        return False  # a launcher or data file out of the package folders: `engine` runs whichever wrote it last
     if other.version == d.version:
         parts = rel.split("/")
         above = ["/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts))]
@@ -327,10 +331,12 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
                 continue
             if other is not None and d.key in stack:
                 # ... but not a distribution no installed wheelhouse holds, over a file of the stack's (a fork
-                # pip-installed after wh: `mypkg-fork` writing mypkg/): the engine runs code nobody staged
+                # pip-installed after wh: `mypkg-fork` writing mypkg/): the engine runs code nobody staged; nor
+                # another's launcher of the same name (`engine` of othertool), whoever installed it
+                whose = ("another distribution of the installed wheelhouses" if other.key in stack
+                         else "a distribution no installed wheelhouse holds")
                 bad.setdefault(d.key, []).append(
-                    f"{rel}: holds {other.name} {other.version}'s bytes, a distribution no installed wheelhouse "
-                    "holds, written over the stack's file")
+                    f"{rel}: holds {other.name} {other.version}'s bytes, {whose}, written over the stack's file")
                 if _is_code(rel):
                     code.add(d.key)
                 continue
