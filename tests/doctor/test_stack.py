@@ -466,3 +466,24 @@ def test_two_builds_of_one_release_in_a_namespace_folder_share_data_and_librarie
     assert subprocess.run([str(py), "-c", "import acme.alpha"], capture_output=True).returncode != 0
     code, res = doctor(py, check="stack:files")
     assert code == 1 and "acme/_shared.py" in res["stack:files"]["evidence"], res
+
+
+def test_a_system_installer_word_written_into_a_wh_installed_distribution_does_not_turn_off_its_check(tmp_path):
+    """Hostile round 10: INSTALLER rewritten to `conda` (an image step, conda over a pip environment) made every
+    file of a distribution the install records list "not judged": its edited code ran under a green doctor. A
+    distribution an installed wheelhouse holds is judged whatever its INSTALLER says; a conda package's is not."""
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+
+    mine = make_wheel(tmp_path / "w", "engine", "1.0", modules={"engine/__init__.py": "WHO = 'staged'\n"})
+    theirs = make_wheel(tmp_path / "w", "condapkg", "1.0", modules={"condapkg/__init__.py": "X = 1\n"})
+    venv = tmp_path / "venv"
+    install_wheelhouses([make_wheelhouse(tmp_path / "house", [mine])], InstallOptions(venv=venv))
+    py = venv / "bin" / "python"
+    install_wheel(py, theirs)
+    site = site_packages(py)
+    for name in ("engine", "condapkg"):
+        (site / f"{name}-1.0.dist-info" / "INSTALLER").write_text("conda\n")
+        (site / name / "__init__.py").write_text("WHO = 'edited'\n")
+    code, res = doctor(py, check="stack:files")
+    assert code == 1 and "engine/__init__.py" in res["stack:files"]["evidence"], res
+    assert "condapkg/__init__.py" not in res["stack:files"]["evidence"]  # conda's own: its files are conda's

@@ -297,7 +297,10 @@ def _files(ctx: DoctorContext, stack: Mapping[str, StackEntry]) -> CheckResult:
             no_record += 1  # install:records says why (none, unreadable, no hashes)
             continue
         installer = _installer(d.dist_info)
-        if system_installed(installer):  # not "any installer wh does not know": pixi's and flit's write RECORD
+        # not "any installer wh does not know": pixi's and flit's write RECORD; and never a distribution an installed
+        # wheelhouse holds: one word written into its INSTALLER later (`conda`) must not turn off the check of every
+        # file (a system package manager's own, conda's prefix replacement included, stays unjudged)
+        if system_installed(installer) and key not in stack:
             foreign.append(f"{d.name} ({installer})")
             continue
         if owned_by_dpkg(d.location, installer, rows):
