@@ -129,3 +129,19 @@ def test_a_copied_venvs_launchers_that_run_the_original_are_named(tmp_path):
     assert r.verdict == "warn", r.evidence
     assert f"runs {venv}/bin/python, another environment's interpreter" in r.evidence
     assert run_doctor(str(venv / "bin" / "python"), checks=["install:scripts"]).get("install:scripts").verdict == "ok"
+
+
+def test_a_fix_killed_mid_reinstall_is_rolled_back_and_mended_by_the_next_fix(tmp_path):
+    """Hostile round 10: `--fix` killed while it reinstalled left a journal; every later `--fix` read the install
+    records as empty and said "no wheelhouse holds it": the distribution stayed half gone until a plain
+    `wh install`. The next --fix rolls the dead install back first, then mends."""
+    _, venv = _launcher_stack(tmp_path, serve=True)
+    py = venv / "bin" / "python"
+    (venv / "bin" / "engine").chmod(0o644)
+    killed = run_with_fault(["doctor", "--python", py, "--fix"], "install.file.1")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    again = subprocess.run(wh_command(["doctor", "--python", py, "--fix"]), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "fixed: rolled back an install started" in again.stdout
+    assert subprocess.run([venv / "bin" / "engine"], capture_output=True, text=True).stdout.strip() == "ENGINE-REAL"

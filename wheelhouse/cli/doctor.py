@@ -150,6 +150,8 @@ def _render(con, report: DoctorReport, verbose: int) -> None:
             con.print(f"not repaired: {f.what}: {f.reason}", markup=False, highlight=False)
         elif f.action == "reinstall":
             con.print(f"fixed: reinstalled {f.what} from the wheelhouse: {f.reason}", markup=False, highlight=False)
+        elif f.action == "rollback":
+            con.print(f"fixed: rolled back {f.what}", markup=False, highlight=False)
         elif f.action == "drop" and f.confirmed is False:
             con.print(f"dropped {f.what}, NOT confirmed: find_spec still finds {', '.join(f.still_found)}",
                       markup=False, highlight=False)
@@ -214,7 +216,8 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
         _no_doctor_options_before(ctx)
         return
     ui = ctx.obj
-    from wheelhouse.doctor import apply_fixes, interrupted_report, list_checks as _list, run_doctor, with_fixes
+    from wheelhouse.doctor import (apply_fixes, interrupted_report, list_checks as _list, roll_back_unfinished,
+                                   run_doctor, with_fixes)
 
     if list_checks:
         rows = _list()
@@ -241,10 +244,12 @@ def doctor(ctx, python, manifest_path, wheelhouse, jobs, timeout, as_json, check
     first, fixes = None, None
     try:
         with sigterm_as_interrupt():
+            rolled = roll_back_unfinished(python) if fix else None  # what a killed install left, first
             report = first = run_doctor(python, **kw)
             if fix:
-                fixes = apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
-                                    include_requested=include_requested, reporter=reporter)
+                fixes = [rolled] if rolled is not None else []
+                fixes += apply_fixes(report, python, wheelhouse=wheelhouse, include_forced=include_forced,
+                                     include_requested=include_requested, reporter=reporter)
                 if any(f.changed for f in fixes):  # something changed: check again
                     report = run_doctor(python, **kw)
                 report = with_fixes(report, fixes)

@@ -11,7 +11,8 @@ read by ``rules``), and returns a ``DoctorReport`` (``report``). A check that cr
 from __future__ import annotations
 
 from .run import (GROUPS, RULES_ENV, DoctorCannotRun, DoctorInterrupted, apply_fixes, gather_context,
-                  interrupted_report, list_checks, manifest_from_wh_json, run_checks, run_doctor, with_fixes)
+                  interrupted_report, list_checks, manifest_from_wh_json, roll_back_unfinished, run_checks, run_doctor,
+                  with_fixes)
 
 __all__ = ["DoctorCannotRun", "DoctorInterrupted", "interrupted_report", "run_doctor", "gather_context", "run_checks", "list_checks", "apply_fixes", "with_fixes",
-           "manifest_from_wh_json", "RULES_ENV", "GROUPS"]
+           "roll_back_unfinished", "manifest_from_wh_json", "RULES_ENV", "GROUPS"]

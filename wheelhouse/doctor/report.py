@@ -62,10 +62,11 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Fix:
-    """One thing ``--fix`` did (``links``, ``reinstall``, ``drop``) or did not do (``not-dropped``: deliberately;
+    """One thing ``--fix`` did (``rollback`` of an install a kill left half-done, ``links``, ``reinstall``, ``drop``)
+    or did not do (``not-dropped``: deliberately;
     ``not-repaired``: a reinstall that could not run, with why)."""
 
-    action: Literal["links", "reinstall", "drop", "not-dropped", "not-repaired"]
+    action: Literal["rollback", "links", "reinstall", "drop", "not-dropped", "not-repaired"]
     what: str  # "symlink .../libcudart.so -> libcudart.so.13", "undefsym 1.0"
     forced: bool = False  # a manifest force = true entry
     confirmed: bool | None = None  # drop: find_spec is None afterwards, in a new process

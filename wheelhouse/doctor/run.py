@@ -510,6 +510,24 @@ def _report(ctx: DoctorContext, results: Sequence[CheckResult], started: float, 
                         seconds=time.monotonic() - t0)
 
 
+def roll_back_unfinished(python: str | None) -> Fix | None:
+    """``--fix``, before the doctor runs: roll back an install into ``python``'s environment that a kill left
+    unfinished (as the next ``wh install`` would), under its lock. Judged half-done, its install records read as
+    empty, and every reinstall of ``--fix`` found no wheelhouse (a killed ``--fix`` was never mended by the next)."""
+    from wheelhouse.folderlock import FolderLock, lockable
+    from wheelhouse.install.transaction import recover, unfinished_transaction
+    from wheelhouse.target.interpreter import inspect_interpreter
+
+    interp = inspect_interpreter(python or sys.executable)
+    found = unfinished_transaction(interp.platlib)
+    if found is None or found.running:
+        return None
+    with FolderLock(lockable(interp.platlib)):
+        found = recover(interp.platlib, interp.scheme())
+    return Fix("rollback", found.describe(), reason="a killed `wh install` or `--fix` left it half-done",
+               check="install:transaction") if found is not None else None
+
+
 def apply_fixes(report: DoctorReport, python: str | None, *, wheelhouse: Path | None = None,
                 include_forced: bool = False, include_requested: bool = False,
                 reporter: Reporter = NullReporter()) -> list[Fix]:
