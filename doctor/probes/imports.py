@@ -253,6 +253,7 @@ def _probe(name, path=None):
     rec = {"event": "result", "module": name, "ok": False, "found": None, "origin": None,
            "error_type": None, "error": None, "missing": None, "traceback": None}
     spec = None
+    spec_exc = None
     try:
         spec = _find_spec(name)
         rec["found"] = spec is not None
@@ -262,6 +263,7 @@ def _probe(name, path=None):
     except BaseException as exc:  # noqa: BLE001 - find_spec itself can run package code
         rec["found"] = None
         rec["find_spec_error"] = "%s: %s" % (type(exc).__name__, exc)
+        spec_exc = exc
     if path is not None and "find_spec_error" not in rec:
         rec["shadowed"] = _shadowing_copy(name, spec, path)
         covered = None if rec["shadowed"] else _covered(name, spec, path)
@@ -275,7 +277,8 @@ def _probe(name, path=None):
         if "find_spec_error" in rec and _failed_package(name) is not None:
             # the package above raised (find_spec ran its __init__): the name imported only because that failed
             # import left this module in sys.modules; an engine's `import pkg.sub._core` fails in the package
-            raise ImportError("its package %s failed to import: %s" % (_failed_package(name), rec["find_spec_error"]))
+            raise ImportError("its package %s failed to import: %s" % (_failed_package(name), rec["find_spec_error"])) \
+                from spec_exc
         rec["ok"] = True
         if before is not None:
             # What importing it loads: the modules of the stack its entries reach (a verdict's severity).
@@ -290,7 +293,11 @@ def _probe(name, path=None):
             rec["error"] = str(exc)
             if isinstance(exc, ModuleNotFoundError):
                 rec["missing"] = exc.name  # the module that is not there (not always the one asked for)
-            rec["chain"] = _earlier_failures(exc)
+                rec["chain"] = _earlier_failures(exc)
+            else:
+                under = _missing_under(exc) if isinstance(exc, ImportError) and exc.name is None else None
+                rec["missing"] = under.name if under is not None else None
+                rec["chain"] = _earlier_failures(under if under is not None else exc)
             rec["failed_in"] = _failed_package(name)
             rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
@@ -329,6 +336,22 @@ def _earlier_failures(exc, most=4):
                     "missing": link.name if isinstance(link, ModuleNotFoundError) else None})
         link = _earlier(link)
     return out[::-1]
+
+
+def _missing_under(exc):
+    """The ModuleNotFoundError under ``exc`` where every exception between them is an ImportError raised while
+    handling it: a package that re-raises "No module named 'torch'" as its own message (openvino's PyTorch
+    frontend), or the failure of the package above a module. None where another kind of failure comes first (an
+    undefined symbol a fallback hid is that build's failure, not a missing module's)."""
+    seen, link = {id(exc)}, _earlier(exc)
+    while link is not None and id(link) not in seen:
+        if isinstance(link, ModuleNotFoundError):
+            return link
+        if not isinstance(link, ImportError) or getattr(link, "name", None) is not None:
+            return None  # another failure, or the import system's own (`cannot import name`): that one counts
+        seen.add(id(link))
+        link = _earlier(link)
+    return None
 
 
 def _earlier(exc):

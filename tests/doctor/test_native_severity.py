@@ -523,3 +523,42 @@ def test_an_avx512_only_build_with_no_other_build_is_a_fail(tmp_path):
     assert r.verdict == "fail", r.evidence
     assert "import vecops._dot_avx512: import killed by SIGILL" in r.evidence
     assert "vecops ships no other build of it" in r.evidence
+
+
+_WRAPS_MISSING = """try:
+    import torchlike
+except ModuleNotFoundError as e:
+    raise ImportError(f"the torchlike frontend is not available, please install it: {e}")
+"""
+
+_WRAPS_BROKEN = """try:
+    from . import _impl
+except ImportError as e:
+    raise ImportError(f"the frontend is not available: {e}")
+"""
+
+
+def test_a_package_that_rewords_a_missing_optional_module_is_a_warning_not_a_drop(tmp_path):
+    """Hostile round 10 (openvino 2026.4 without torch; ray's vendored aiohttp): a package above a lazily loaded
+    module catches "No module named 'torch'" and raises its own ImportError. The probe kept only find_spec's text,
+    so the missing module was never seen: a fail, and `wh drop` would uninstall openvino, whose CPU inference runs.
+    A rewording of a build that cannot load (an undefined symbol) stays a fail."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "ovlike", {"ovlike/__init__.py": "from ._core import answer\n",
+                                   "ovlike/frontend/__init__.py": "", "ovlike/frontend/torchfe/__init__.py": _WRAPS_MISSING},
+                 {f"ovlike/_core{SUFFIX}": _ext(build, "_core"), f"ovlike/frontend/torchfe/_fe{SUFFIX}": _ext(build, "_fe")})
+    install_dist(py, w, "brokenfe", {"brokenfe/__init__.py": "", "brokenfe/fe/__init__.py": _WRAPS_BROKEN},
+                 {f"brokenfe/fe/_impl{SUFFIX}": _ext(build, "_impl", "WH_UNDEF"),
+                  f"brokenfe/fe/_other{SUFFIX}": _ext(build, "_other")})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    r = report.get("native:ovlike")
+    assert r.verdict == "warn" and r.strict is False, r.evidence
+    assert "needs torchlike, which is not installed" in r.evidence
+    assert report.get("native:brokenfe").verdict == "fail", report.get("native:brokenfe").evidence
+    dropped = subprocess.run([sys.executable, "-m", "wheelhouse", "drop", "--python", str(py), "--dry-run", "--json"],
+                             capture_output=True, text=True, timeout=300)
+    names = [d.get("name") for d in json.loads(dropped.stdout).get("dropped") or []]
+    assert "ovlike" not in names and "brokenfe" in names, dropped.stdout
