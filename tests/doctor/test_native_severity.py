@@ -562,3 +562,25 @@ def test_a_package_that_rewords_a_missing_optional_module_is_a_warning_not_a_dro
                              capture_output=True, text=True, timeout=300)
     names = [d.get("name") for d in json.loads(dropped.stdout).get("dropped") or []]
     assert "ovlike" not in names and "brokenfe" in names, dropped.stdout
+
+
+def test_a_second_top_level_package_needing_an_extras_requirement_is_a_warning_not_a_drop(tmp_path):
+    """Hostile round 10 (duckdb 2.0): duckdb also ships adbc_driver_duckdb, which needs adbc-driver-manager, a
+    requirement of duckdb's [all] extra only. Every top-level name failing was a fail, and `wh drop` would have
+    uninstalled duckdb, whose queries run. A module missing that no extra names stays a fail."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "ducklike", {"ducklike/__init__.py": "from ._core import answer\n",
+                                     "adbc_ducklike/__init__.py": "import adbc_manager_like\n"},
+                 {f"ducklike/_core{SUFFIX}": _ext(build, "_core")},
+                 requires=['adbc-manager-like; extra == "all"'])
+    install_dist(py, w, "sloppy", {"sloppy/__init__.py": "from ._core import answer\n",
+                                   "sloppy_extra/__init__.py": "import undeclared_thing\n"},
+                 {f"sloppy/_core{SUFFIX}": _ext(build, "_core")})
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    r = report.get("native:ducklike")
+    assert r.verdict == "warn" and r.strict is False, r.evidence
+    assert "requires only with its extra [all]" in r.evidence
+    assert report.get("native:sloppy").verdict == "fail"

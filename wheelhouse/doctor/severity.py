@@ -27,6 +27,7 @@ name does not explain (a trap, a feature the host has) is a warning ``--strict``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -132,6 +133,30 @@ def _own_or_required(d: Distribution, missing: str, installed: Mapping[str, Dist
         wanted.add(canonicalize_name(req.name))
     providers = {k for k, other in installed.items() if top in other.import_names}
     return canonicalize_name(top) in wanted or bool(providers & wanted)
+
+
+_EXTRA_IN_MARKER = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+
+
+def _extra_needing(d: Distribution, missing: str, extras: frozenset[str],
+                   markers: Mapping[str, str] | None) -> str | None:
+    """The extra of ``d``, not asked for, under which ``d`` requires the distribution of module ``missing``
+    (duckdb's ``adbc-driver-manager; extra == "all"`` for its ``adbc_driver_duckdb``), or None."""
+    top = canonicalize_name(missing.split(".", 1)[0])
+    for text in d.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != top or req.marker is None or _holds(req, set(extras), markers):
+            continue
+        for extra in sorted(set(_EXTRA_IN_MARKER.findall(str(req.marker)))):
+            try:
+                if req.marker.evaluate({**(markers or {}), "extra": extra}):
+                    return extra
+            except Exception:  # noqa: BLE001
+                continue
+    return None
 
 
 def target_markers(facts: Mapping[str, Any]) -> dict[str, str]:
@@ -321,6 +346,14 @@ def judge_failure(d: Distribution, o: ImportOutcome, relpath: str | None, reach:
     fell back from.
     """
     top = _top_level(d, o)
+    extra = _extra_needing(d, o.missing, reach.extras.get(d.key, frozenset()), reach.markers) \
+        if top is not None and o.missing and not o.crash and not o.chain else None
+    if extra is not None and o.module not in reach.entries and o.module not in reach.reached:
+        # duckdb's second top-level package adbc_driver_duckdb needs adbc-driver-manager, which duckdb requires only
+        # with its [all] extra: an optional part, not a broken duckdb (wh drop would have uninstalled it)
+        return Judgement("warn", f"{o.module}, a top-level name of {d.name} nothing in the stack imports, needs "
+                                 f"{o.missing}, which {d.name} requires only with its extra [{extra}], not asked for: "
+                                 f"an optional part (`{d.name}[{extra}]` brings it)")
     if top is not None:
         return Judgement("fail", top)
     if o.module in reach.entries:
