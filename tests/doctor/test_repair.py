@@ -375,3 +375,36 @@ def test_a_requirement_declared_under_an_extra_is_upstream_too(tmp_path):
     out = json.loads(r.stdout)
     assert [(d["name"], d["dependents"]) for d in out["dropped"]] == [("basepkg", ["midpkg"])], out
     assert any(k["name"] == "midpkg" and "its requirement basepkg fails" in k["reason"] for k in out["not_dropped"])
+
+
+@pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+def test_a_stale_copy_of_a_requirement_first_on_sys_path_drops_nothing(tmp_path):
+    """Hostile round 10: an old checkout of helperlib on the caller's PYTHONPATH (no dist-info) made plugin's
+    import fail (`cannot import name 'new_api' from 'helperlib' (/dev/src/helperlib/__init__.py)`); --fix and
+    `wh drop` uninstalled plugin, which works, and left the copy. The guard against another copy covered only the
+    dropped distribution's own names."""
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    helper = make_wheel(tmp_path / "w", "helperlib", "2.0", modules={"helperlib/__init__.py": "def new_api():\n"
+                                                                                                 "    return 2\n"})
+    from broken_packages import _ext, _tags
+
+    build = tmp_path / "build"
+    build.mkdir()
+    plugin = make_wheel(tmp_path / "w", "plugin", "1.0", requires=["helperlib>=2"], tags=_tags(),
+                        modules={"plugin/__init__.py": "from helperlib import new_api\nfrom ._core import answer\n"},
+                        files={f"plugin/_core{sysconfig.get_config_var('EXT_SUFFIX')}": _ext(build, "_core")})
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", [plugin, helper]))
+    dev = tmp_path / "devsrc" / "helperlib"
+    dev.mkdir(parents=True)
+    (dev / "__init__.py").write_text("def old_api():\n    return 1\n")
+    env = {"PYTHONPATH": str(dev.parent)}
+    dry = wh("drop", "--python", py, "--dry-run", "--json", env=env)
+    assert not json.loads(dry.stdout).get("dropped"), dry.stdout
+    r = wh("doctor", "--python", py, "--fix", "--json", "--include-requested", env=env)
+    kept = [f for f in _fixes(r.stdout) if f["action"] == "not-dropped" and f["what"].startswith("plugin")]
+    assert kept and "a copy no installed distribution's RECORD lists" in kept[0]["reason"], _fixes(r.stdout)
+    assert (site / "plugin" / "__init__.py").exists()
+    assert subprocess.run([py, "-c", "import plugin"], env={k: v for k, v in os.environ.items()
+                                                            if k != "PYTHONPATH"}).returncode == 0

@@ -255,6 +255,37 @@ def _unlisted_failing_file(text: str, graph: Mapping[str, _Installed], me: _Inst
     return next((p for p in paths if same_path(p, folders) not in listed), None)
 
 
+_FROM_FILE = re.compile(r"cannot import name '[^']*' from '[\w.]+' \(([^()\n]+)\)")
+
+
+def _unlisted_copy_in_traceback(text: str, graph: Mapping[str, _Installed]) -> str | None:
+    """A file the failure's traceback runs through that belongs under a top-level name an installed distribution
+    ships (``helperlib/__init__.py``) but that no installed RECORD lists: a stale copy of a requirement that
+    ``PYTHONPATH`` or a ``.pth`` puts first. Dropping the distribution whose import died there removes working
+    code and leaves the copy."""
+    named = _FROM_FILE.findall(text)  # `cannot import name 'x' from 'helperlib' (/dev/src/helperlib/__init__.py)`
+    files = [f for f in dict.fromkeys([*named, *traceback_files(text)]) if os.path.isabs(f) and os.path.isfile(f)]
+    if not files:
+        return None
+    names: set[str] = set()
+    for d in graph.values():
+        for rel, _, _ in d.record.rows:
+            top = rel.split("/", 1)[0]
+            names.add(top[:-3] if top.endswith(".py") else top)
+    folders: dict[str, str] = {}
+    listed: set[str] | None = None
+    for f in files:
+        parts = os.path.normpath(f).split(os.sep)
+        if not any(p in names for p in parts[:-1]) and parts[-1][:-3] not in names:
+            continue
+        if listed is None:
+            listed = {same_path(str(d.info.parent / rel), folders) for d in graph.values() if d.info is not None
+                      for rel, _, _ in d.record.rows}
+        if same_path(f, folders) not in listed:
+            return f
+    return None
+
+
 def _owner_of(graph: Mapping[str, _Installed], soname: str) -> tuple[str, str] | None:
     """The distribution whose RECORD lists a file named ``soname`` that is not on disk, and that path."""
     for key, d in graph.items():
@@ -508,6 +539,10 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
         where = ", ".join(sorted(set(shadows.values())))
         return (f"the failing copy of {', '.join(sorted(shadows))} is {where}, not the installed one: take that "
                 "folder off sys.path (PYTHONPATH, a .pth file); the installed distribution is kept")
+    copy = _unlisted_copy_in_traceback(_failure_text(report, p.check_id), graph)
+    if copy is not None:
+        return (f"its import fails in {copy}, a copy no installed distribution's RECORD lists (PYTHONPATH, a .pth file "
+                "puts it first): take it off sys.path; the installed distribution is kept")
     return None
 
 
