@@ -456,3 +456,27 @@ def test_engine_python_from_the_command(tmp_path):
     assert pre.engine_python([str(script), "serve"]) == PY
     assert pre.engine_python([PY, "-m", "vllm.entrypoints.openai.api_server"]) == PY
     assert pre.engine_python(["no-such-engine-binary"]) is None
+
+
+def test_a_bare_program_runs_from_the_python_environment_not_from_path(tmp_path, monkeypatch):
+    """Hostile round 10: `wh serve --python serve/bin/python -- engine-serve` from a shell with another venv's
+    bin/ first on PATH: the preflight judged serve/, the engine that answered was the other venv's. The program is
+    taken from --python's scripts folder; one only another interpreter's folder holds is refused."""
+    from wheelhouse.errors import UsageError
+
+    mine, other = tmp_path / "serve" / "bin", tmp_path / "other" / "bin"
+    for folder in (mine, other):
+        folder.mkdir(parents=True)
+        (folder / "python").symlink_to(PY)
+        launcher = folder / "engine-serve"
+        launcher.write_text(f"#!{folder / 'python'}\nprint('engine')\n")
+        launcher.chmod(0o755)
+    (other / "only-there").write_text(f"#!{other / 'python'}\nprint('engine')\n")
+    (other / "only-there").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}{os.pathsep}{os.environ['PATH']}")
+    assert pre.in_environment(["engine-serve", "--port", "1"], str(mine / "python")) == (
+        str(mine / "engine-serve"), "--port", "1")
+    assert pre.in_environment(["python", "-m", "x"], str(mine / "python"))[0] == str(mine / "python")
+    with pytest.raises(UsageError) as info:
+        pre.in_environment(["only-there"], str(mine / "python"))
+    assert f"runs {other / 'python'}, not the --python interpreter" in info.value.message

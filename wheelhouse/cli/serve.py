@@ -137,6 +137,8 @@ def serve(ctx, manifest, ready_mode, url, ready_path, timeout, log_file, detach,
     argv = tuple(spec.command if spec else ()) + tuple(extra)
     if not argv:
         raise UsageError("no engine command given", hint="wh serve MANIFEST, or wh serve [OPTIONS] -- COMMAND ...")
+    if python:  # the program from --python's environment, not whatever PATH finds first
+        argv = pre.in_environment(argv, python)
 
     url_from = "--url"
     if not url:

@@ -96,6 +96,26 @@ def engine_python(argv: Sequence[str]) -> str | None:
     return parts[0] if parts and os.path.basename(parts[0]).startswith("python") else None
 
 
+def in_environment(argv: Sequence[str], python: str) -> tuple[str, ...]:
+    """The command run in ``--python``'s environment: a bare program name (``engine-serve``, ``python``) that this
+    environment's scripts folder holds is taken from there, as an activated venv would; one that resolves elsewhere
+    on PATH to a program of another interpreter is refused (the preflight judged ``python``'s environment, the
+    engine would run another's)."""
+    from wheelhouse.errors import UsageError
+
+    prog = argv[0]
+    if os.sep not in prog:
+        local = os.path.join(os.path.dirname(os.path.abspath(python)), prog)
+        if os.path.isfile(local) and os.access(local, os.X_OK):
+            return (local, *argv[1:])
+    runs = engine_python(argv)
+    if runs is not None and os.path.dirname(os.path.abspath(runs)) != os.path.dirname(os.path.abspath(python)):
+        raise UsageError(f"the engine command's program {prog} runs {runs}, not the --python interpreter {python}: "
+                         "the doctor would judge one environment and the engine run another",
+                         hint=f"name the program in {os.path.dirname(os.path.abspath(python))}, or drop --python")
+    return tuple(argv)
+
+
 def run_preflight(
     *,
     gpus: Sequence[Gpu],
