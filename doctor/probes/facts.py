@@ -466,6 +466,23 @@ def _described(dist, meta):
         return {"name": str(getattr(dist, "_path", "?")), "error": repr(exc)}
 
 
+_DUPLICATES = []  # a second .dist-info of a name in the same folder as the first: {name, version, dist_info, ...}
+
+
+def _second_copy(first, dist):
+    """Note ``dist``, a later copy of ``first``'s name, where it sits in the same folder: which of two is read there
+    is the order the folder lists them (another copy earlier on sys.path is plain shadowing)."""
+    here, there = getattr(first, "_path", None), getattr(dist, "_path", None)
+    if here is None or there is None or str(here.parent) != str(there.parent):
+        return
+    try:
+        version = dist.version
+    except Exception:  # noqa: BLE001 - a METADATA that cannot be read is still a copy
+        version = None
+    _DUPLICATES.append({"name": str(first.metadata["Name"] or ""), "version": version, "dist_info": str(there),
+                        "location": str(there.parent), "first": str(here)})
+
+
 def _distributions():
     """Every distribution the interpreter sees, the first on sys.path of each name (as for an import).
 
@@ -476,11 +493,13 @@ def _distributions():
     found = list(importlib.metadata.distributions())
     with ThreadPoolExecutor(max_workers=min(16, max(4, 2 * (os.cpu_count() or 1)))) as pool:
         named = list(pool.map(_named, found))
-        first, seen = [], set()
+        first, seen = [], {}
         for dist, (key, meta) in zip(found, named):
             if key not in seen:  # a later copy of a name is shadowed: its RECORD is not walked
-                seen.add(key)
+                seen[key] = dist
                 first.append((dist, meta))
+            else:
+                _second_copy(seen[key], dist)
         futures = [meta if isinstance(meta, dict) else pool.submit(_described, dist, meta) for dist, meta in first]
         return [f if isinstance(f, dict) else f.result() for f in futures]
 
@@ -521,6 +540,7 @@ def main(argv):
         "cpu_count": os.cpu_count(),
         "markers": _markers(argv[0]) if argv else None,
         "distributions": dists,
+        "duplicates": _DUPLICATES,
     })
 
 

@@ -145,3 +145,19 @@ def test_a_fix_killed_mid_reinstall_is_rolled_back_and_mended_by_the_next_fix(tm
     assert again.returncode == 0, again.stdout + again.stderr
     assert "fixed: rolled back an install started" in again.stdout
     assert subprocess.run([venv / "bin" / "engine"], capture_output=True, text=True).stdout.strip() == "ENGINE-REAL"
+
+
+def test_a_second_copy_of_a_distributions_metadata_in_its_folder_fails(tmp_path):
+    """Hostile round 10: a stale engine-0.9.dist-info beside engine-1.0's (an interrupted upgrade, a merged image
+    layer) was never judged where the folder listed it second, and turned the doctor red where it listed it first:
+    one image, different verdicts per node (ext4 lists in hash order). Either way it is named now."""
+    _, venv = _launcher_stack(tmp_path, serve=False)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    stale = site / "engine-0.9.dist-info"
+    stale.mkdir()
+    (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: engine\nVersion: 0.9\n")
+    (stale / "RECORD").write_text("engine/__init__.py,sha256=AAAA,1\nengine-0.9.dist-info/RECORD,,\n")
+    r = run_doctor(str(venv / "bin" / "python"), checks=["install:records"]).get("install:records")
+    assert r.verdict == "fail", r.evidence
+    assert "engine-0.9.dist-info (0.9) beside engine-1.0.dist-info" in r.evidence or \
+        "engine-1.0.dist-info (1.0) beside engine-0.9.dist-info" in r.evidence, r.evidence

@@ -99,11 +99,22 @@ def _damage(rec: dict) -> str | None:
     return "; ".join(out) or None
 
 
+def _two_copies(duplicates) -> list[str]:
+    """Two ``.dist-info`` folders of one name in one site folder (an interrupted upgrade, a merged image layer; the
+    facts probe's ``duplicates``): ``importlib.metadata`` and the checks answer with whichever the folder lists
+    first, an order that differs between filesystems, so one image gets different verdicts on different nodes."""
+    return [f"{d.get('name')}: a second copy of its metadata in {d.get('location')}: "
+            f"{os.path.basename(str(d.get('dist_info')))} ({d.get('version')}) beside "
+            f"{os.path.basename(str(d.get('first')))}: which one is read depends on the order the folder lists them "
+            "(it differs between filesystems): remove the stale one"
+            for d in duplicates if isinstance(d, dict)]
+
+
 def _records(ctx: DoctorContext) -> CheckResult:
     title = CHECKS["install:records"]
     records = [r for r in ctx.facts.get("distributions") or () if isinstance(r, dict)]
     by_wh = installed_by_wh(ctx)
-    fails, warns, names = [], [], []
+    fails, warns, names = _two_copies(ctx.facts.get("duplicates") or ()), [], []
     for rec in records:
         why = _damage(rec)
         if why is None:
