@@ -8,6 +8,7 @@ engine cannot load) or a doctor run that lost its JSON.
 from __future__ import annotations
 
 import os
+import subprocess
 import sysconfig
 from pathlib import Path
 
@@ -244,3 +245,36 @@ def test_pure_python_code_no_record_lists_that_the_stack_loads_is_a_warning(tmp_
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:unlisted-code")
     assert r is not None and r.verdict == "warn", r
     assert str(seen) in r.evidence and "(importing app loads it)" in r.evidence, r.evidence
+
+
+@pytest.mark.parametrize("served", ["the entry itself", "a requirement of the entry"])
+def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path, served):
+    """Hostile round 10: legacy-bundle ships a vendored `engine/` (0.7) under legacy_bundle/vendor/ and a .pth hook
+    that puts that folder first: `import engine` ran the vendored copy, never the locked engine 1.0, and the doctor
+    (--strict) was green: the file was one SOME RECORD lists. A module under a name a RECORD ships in the site
+    folder, loaded from another distribution's file at another place, is such a copy: the stack's own entry served
+    so fails, a module it loads warns."""
+    from broken_packages import site_packages
+    from nvidia_fixtures import make_wheelhouse
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+    from wheelmaker import make_wheel
+
+    w = tmp_path / "w"
+    name = "engine" if served == "the entry itself" else "mypkg"
+    wheels = [make_wheel(w, "engine", "1.0", modules={"engine/__init__.py": "import mypkg\nWHO = 'locked'\n"},
+                         requires=["mypkg"]),
+              make_wheel(w, "mypkg", "1.0", modules={"mypkg/__init__.py": "WHO = 'locked'\n"}),
+              make_wheel(w, "legacy-bundle", "1.0", modules={
+                  "legacy_bundle/__init__.py": "", f"legacy_bundle/vendor/{name}/__init__.py": "WHO = 'vendored'\n",
+                  "legacy_bundle_boot.py": "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), "
+                                           "'legacy_bundle', 'vendor'))\n",
+                  "legacy_bundle.pth": "import legacy_bundle_boot\n"})]
+    house = make_wheelhouse(tmp_path / "house", wheels, extra_meta={"inputs": {"requirements": ["engine"]}})
+    install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv"))
+    py = tmp_path / "venv" / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([py, "-c", f"import {name}; print({name}.WHO)"], capture_output=True, text=True, env=env)
+    assert ran.stdout.strip() == "vendored"
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:unlisted-code")
+    assert r is not None and r.verdict == ("fail" if name == "engine" else "warn"), r
+    assert f"legacy_bundle/vendor/{name}/__init__.py, another distribution's file at another place" in r.evidence

@@ -202,7 +202,7 @@ class _ImportRun:
     unloaded: dict[str, list[str]] = field(default_factory=dict)  # failed package -> modules left unloaded
     # which reached files a verdict keeps (``reached_files``): the caller's question (no RECORD lists it); None:
     # none kept. Every other is left out of the outcome and the stored verdict (a box: ~100k per run)
-    keep_file: Callable[[str], bool] | None = None
+    keep_file: Callable[[str, str], bool] | None = None  # (module, its file): kept in the outcome?
 
     def take(self) -> list[tuple[list[str], bool]]:
         """Runs to start now: every module to confirm alone, then every batch."""
@@ -254,7 +254,8 @@ class _ImportRun:
         for r in res.records:
             reached = r.get("reached_files")
             if isinstance(reached, dict):
-                r["reached_files"] = {k: v for k, v in reached.items() if isinstance(v, str) and keep(v)} if keep else {}
+                r["reached_files"] = {k: v for k, v in reached.items() if isinstance(v, str) and keep(k, v)} \
+                    if keep else {}
         started = [r["module"] for r in res.records if r.get("event") == "start"]
         finished = {r["module"]: r for r in res.records if r.get("event") == "result"}
         if not started and not res.ok:  # the interpreter died before the first import
@@ -350,7 +351,7 @@ def import_modules(
     cache: VerdictCache | None = None,
     estimates: Callable[[], tuple[Mapping[str, float], Mapping[str, str]]] | None = None,
     always: Sequence[str] = (),
-    keep_file: Callable[[str], bool] | None = None,
+    keep_file: Callable[[str, str], bool] | None = None,
     flags: Sequence[str] = (),
 ) -> dict[str, ImportOutcome]:
     """Import each module in the target interpreter; every failure is confirmed in isolation.

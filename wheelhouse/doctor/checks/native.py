@@ -316,6 +316,30 @@ class RecordIndex:
         self._plain: set[str] | None = None
         self._real: set[str] | None = None
         self._folders: dict[str, str] = {}  # same_path's memo: one realpath per folder, not per file
+        self._sites: dict[str, set[str]] | None = None  # top-level name -> the site folders a RECORD ships it in
+
+    def misplaced(self, module: str, path: str) -> bool:
+        """Whether ``module`` was loaded from ``path`` although a RECORD ships its top-level name in a site folder
+        and ``path`` is not under it there: a copy another distribution lists at another place (a vendored
+        ``legacy_bundle/vendor/engine/`` a ``.pth`` hook puts first), which the engine runs instead."""
+        if self._sites is None:
+            self._sites = {}
+            for d in self._installed.values():
+                for rel, _, _ in d.record.rows if d.location else ():
+                    head = rel.split("/", 1)[0]
+                    if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
+                        self._sites.setdefault(head.split(".", 1)[0], set()).add(os.path.normpath(d.location))
+        top = module.split(".", 1)[0]
+        sites = self._sites.get(top)
+        if not sites:
+            return False
+        where = os.path.normpath(path)
+        for site in sites:
+            base = os.path.join(site, top)
+            if where.startswith(base + os.sep) or where.startswith(base + ".") or \
+                    same_path(where, self._folders).startswith(same_path(base, self._folders)):
+                return False
+        return True
 
     def __contains__(self, path: str) -> bool:
         if self._plain is None:
@@ -533,16 +557,22 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
             if path in judged or mod.split(".", 1)[0] not in shipped:
                 continue
             judged.add(path)
-            if mod not in found and path not in listed and os.path.isfile(path):
+            if mod not in found and os.path.isfile(path) and path not in listed:
                 found[mod] = f"{mod} from {path} (importing {name} loads it)"
+            elif mod not in found and os.path.isfile(path) and listed.misplaced(mod, path):
+                found[mod] = (f"{mod} from {path}, another distribution's file at another place than its installed "
+                              f"{mod.split('.', 1)[0]} (importing {name} loads it)")
     if not found:
         return []
     shown = sorted(found.values())
-    return [CheckResult(cid, "what the stack's imports load comes from files a RECORD lists", "warn",
+    # the stack's own entry (the engine the manifest requests) served by such a copy: the staged engine never runs
+    served = sorted(m for m in found if m in entries)
+    return [CheckResult(cid, "what the stack's imports load comes from files a RECORD lists", "fail" if served else "warn",
                         f"{len(shown)} module(s) under names installed distributions ship were loaded from files no "
-                        f"installed RECORD lists: {'; '.join(shown[:_SHOWN])}"
+                        f"installed RECORD lists at their place: {'; '.join(shown[:_SHOWN])}"
                         + (f"; and {len(shown) - _SHOWN} more" if len(shown) > _SHOWN else "")
-                        + ": the engine runs that code, not what was installed and judged",
+                        + ": the engine runs that code, not what was installed and judged"
+                        + (f"; {', '.join(served)}, an entry module of the stack, is one of them" if served else ""),
                         hint="take the folder off sys.path (PYTHONPATH, a .pth file, a start-up hook) or remove the "
                              "files, then run the doctor again", data={"unlisted": shown[:200]})]
 
@@ -652,7 +682,8 @@ def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
         return {}
     return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          estimates=lambda: import_estimates(ctx), keep_file=lambda path: path not in listed,
+                          estimates=lambda: import_estimates(ctx),
+                          keep_file=lambda mod, path: path not in listed or listed.misplaced(mod, path),
                           flags=ctx.engine_flags)
 
 
