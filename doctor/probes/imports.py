@@ -299,6 +299,7 @@ def _probe(name, path=None):
                 rec["missing"] = under.name if under is not None else None
                 rec["chain"] = _earlier_failures(under if under is not None else exc)
             rec["failed_in"] = _failed_package(name)
+            rec["cause_files"] = _cause_files(exc)
             rec["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     rec["seconds"] = round(time.monotonic() - t0, 4)
     return rec
@@ -336,6 +337,22 @@ def _earlier_failures(exc, most=4):
                     "missing": link.name if isinstance(link, ModuleNotFoundError) else None})
         link = _earlier(link)
     return out[::-1]
+
+
+def _cause_files(exc, most=60):
+    """The source files the tracebacks of the exceptions ``exc`` was raised from or while handling pass through: a
+    framework that loads its plugins at import re-raises a plugin's failure as its own, and the traceback kept
+    (its last lines) shows only the framework's frames; the plugin's are here."""
+    out, seen, link = [], {id(exc)}, _earlier(exc)
+    while link is not None and id(link) not in seen and len(out) < most:
+        seen.add(id(link))
+        try:
+            out += [f.filename for f in traceback.extract_tb(link.__traceback__)
+                    if f.filename and not f.filename.startswith("<")]
+        except Exception:  # noqa: BLE001 - a traceback that cannot be walked names nothing
+            pass
+        link = _earlier(link)
+    return list(dict.fromkeys(out))[:most]
 
 
 def _missing_under(exc):

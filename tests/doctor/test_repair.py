@@ -408,3 +408,39 @@ def test_a_stale_copy_of_a_requirement_first_on_sys_path_drops_nothing(tmp_path)
     assert (site / "plugin" / "__init__.py").exists()
     assert subprocess.run([py, "-c", "import plugin"], env={k: v for k, v in os.environ.items()
                                                             if k != "PYTHONPATH"}).returncode == 0
+
+
+_LOADS_ITS_PLUGINS = """from ._core import answer
+def _load_backends():
+    from importlib.metadata import entry_points
+    for ext in entry_points(group="fw.backends"):
+        try:
+            ext.load()()
+        except Exception as err:
+            raise RuntimeError(f"Failed to load the backend extension: {ext.name}") from err
+_load_backends()
+"""
+
+
+@pytest.mark.skipif(not have_toolchain(), reason="needs gcc and Python.h")
+@pytest.mark.parametrize("plugin", ["raises", "names a module it does not ship"])
+def test_a_broken_plugin_a_framework_loads_at_import_drops_the_plugin_not_the_framework(tmp_path, plugin):
+    """Hostile round 10: a framework that loads its entry-point plugins at import and re-raises their failure (torch
+    >= 2.5 does so for `torch.backends`): a pure-Python plugin that fails made `wh drop` uninstall the intact
+    framework, and its dependents lost it, while the broken plugin stayed."""
+    from broken_packages import _ext, _tags
+    from nvidia_fixtures import make_wheelhouse
+    from wheelmaker import make_wheel
+
+    build = tmp_path / "build"
+    build.mkdir()
+    fw = make_wheel(tmp_path / "w", "fw", "2.5.0", tags=_tags(), modules={"fw/__init__.py": _LOADS_ITS_PLUGINS},
+                    files={f"fw/_core{sysconfig.get_config_var('EXT_SUFFIX')}": _ext(build, "_core")})
+    body = "import fwplug_missing_dep\ndef autoload():\n    pass\n" if plugin == "raises" else "def autoload():\n    pass\n"
+    target = "fwplug.backend:autoload" if plugin == "raises" else "fwplug.gone:autoload"
+    plug = make_wheel(tmp_path / "w", "fwplug", "1.0", requires=["fw"], entry_points={"fw.backends": {"plug": target}},
+                      modules={"fwplug/__init__.py": "", "fwplug/backend.py": body})
+    venv, site, py = _setup(tmp_path, make_wheelhouse(tmp_path / "house", [fw, plug]))
+    r = wh("drop", "--python", py)
+    assert (site / "fw" / "__init__.py").exists(), r.stdout + r.stderr
+    assert "its import fails in fwplug, which requires it" in r.stdout + r.stderr

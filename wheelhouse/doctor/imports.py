@@ -50,6 +50,7 @@ class ImportOutcome:
     # The exceptions it was raised from or while handling, earliest first, each (type, message, missing module): a
     # fallback import (`except ImportError: from numexpr import ...`) hides a broken build behind its last link.
     chain: tuple[tuple[str, str, str | None], ...] = ()
+    cause_files: tuple[str, ...] = ()  # the files the earlier exceptions' tracebacks pass through
     failed_in: str | None = None  # the package above it whose own import failed (acme.fast for acme.fast._core)
     covered: str | None = None  # why an extension module file was not imported by its dotted name (still ok)
     via: str | None = None  # imported through this sibling: imported first, it is a circular import back into itself
@@ -175,6 +176,7 @@ def _outcome(mod: str, rec: Mapping, *, isolated: bool, reused_since: str | None
         chain=tuple((str(c.get("error_type")), str(c.get("error")), c.get("missing")) for c in rec.get("chain") or ()
                     if isinstance(c, Mapping)),
         failed_in=rec.get("failed_in"),
+        cause_files=tuple(str(f) for f in rec.get("cause_files") or () if isinstance(f, str)),
         covered=rec.get("covered"), via=rec.get("via"), shadowed=rec.get("shadowed"), traceback=rec.get("traceback"),
         reached=tuple(str(m) for m in rec.get("reached") or ()), library_load=rec.get("library_load"),
         reached_files={str(k): str(v) for k, v in (rec.get("reached_files") or {}).items()}

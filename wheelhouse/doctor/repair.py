@@ -442,6 +442,36 @@ def _names_a_failing_file(text: str, key: str, failing: set[str],
     return None
 
 
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def _raised_in_dependent(report: DoctorReport, check_id: str | None, key: str,
+                         graph: Mapping[str, _Installed]) -> tuple[str, str] | None:
+    """(name, where) when the failure comes from a distribution that requires ``key``: a plugin the framework loads
+    through its entry points at import (torch >= 2.5 loads every ``torch.backends`` entry point and re-raises its
+    failure). Its code raised, or the module its entry point names is not there: the plugin is what breaks, and
+    dropping the framework removes working code and leaves the plugin."""
+    plugins = [k for k in dependents_of(graph, key) if graph[k].info is not None]
+    if not plugins:
+        return None
+    _, failures = _failures(report, check_id)
+    text = _failure_text(report, check_id)
+    files = [os.path.normpath(str(x)) for f in failures for x in [*(f.get("files") or ()), *(f.get("cause_files") or ())]]
+    files += [os.path.normpath(f) for f in traceback_files(text)]
+    text = "\n".join([text, *(str(c) for f in failures for c in f.get("causes") or ())])
+    for k in plugins:
+        d = graph[k]
+        own = {os.path.normpath(str(d.info.parent / rel)) for rel, _, _ in d.record.rows}
+        hit = next((f for f in reversed(files) if f in own), None)
+        if hit is not None:
+            return d.name, hit
+        tops = {rel.split("/", 1)[0].removesuffix(".py") for rel, _, _ in d.record.rows}
+        gone = next((m for m in _NO_MODULE.findall(text) if m.split(".", 1)[0] in tops), None)
+        if gone is not None:
+            return d.name, f"the module {gone} its entry point names, which it does not ship"
+    return None
+
+
 def _raised_in_requirement(report: DoctorReport, check_id: str | None, key: str, d: _Installed | None,
                            graph: Mapping[str, _Installed], python: str) -> tuple[str, str] | None:
     """(name, file) when the failure's traceback was raised in a file of one of ``d``'s requirements (directly or
@@ -529,6 +559,11 @@ def _not_a_drop(p: DropPlan, key: str, d: _Installed | None, info: Path | None, 
         name, path = blamed
         return (f"its failure is in {path}, a file of {name}, which fails itself: {name} is mended or dropped, "
                 "not this one")
+    plugin = _raised_in_dependent(report, p.check_id, key, graph)
+    if plugin is not None:
+        name, where = plugin
+        return (f"its import fails in {name}, which requires it (a plugin it loads at import): {where}; {name} is what "
+                f"to mend or drop (`wh drop {name}`), not this one")
     raised_in = _raised_in_requirement(report, p.check_id, key, d, graph, interp.executable)
     if raised_in is not None:
         name, path = raised_in

@@ -433,7 +433,9 @@ def _module_verdict(d: Distribution, plan: LoadPlan, outcomes: Mapping[str, Impo
                                       installed, plan.relpaths) for o in bad}
     failures = [{"module": o.module, "found": o.found, "error_type": o.error_type, "error": o.error,
                  "missing": o.missing, "crash": o.crash, "severity": judged[o.module].severity,
-                 "why": judged[o.module].reason, "files": traceback_files(o.traceback)} for o in bad]
+                 "why": judged[o.module].reason, "files": traceback_files(o.traceback),
+                 "cause_files": list(o.cause_files),
+                 "causes": [f"{t}: {e}" for t, e, _ in o.chain]} for o in bad]
     failures += [{"module": f.module, "error_type": "ForeignBuild", "error": f.reason, "severity": "fail",
                   "why": "the interpreter can never load it"} for f in plan.foreign]
     evidence = "\n".join(_failure_lines(bad, unloaded, judged, plan) + notes)
