@@ -467,3 +467,38 @@ def test_a_stub_libcuda_the_search_ends_at_shadows_the_driver(tmp_path, gpu):
     [res] = [x for x in json.loads(r.stdout)["results"] if x["id"] == "sharedlibs:gpuext"]
     assert "gpuext.libs/libcuda.so.1 (via RPATH), a stub libcuda" in res["evidence"], res
     assert (res["verdict"], r.returncode) == (("fail", 1) if gpu else ("warn", 0)) and (gpu or res["strict"])
+
+
+def test_one_build_per_major_of_a_library_that_loads_excuses_the_others(tmp_path):
+    """Hostile round 10 (torchcodec 0.17): libtorchcodec_core4..8.so, one per FFmpeg major, each linked by its
+    custom_ops4..8.so; the package loads the first that works. A host has one FFmpeg, so every working install
+    failed sharedlibs for the builds whose FFmpeg is absent. A build whose number-sibling finds all it needs is
+    named in a note; with no build that does, it stays a fail."""
+    build = tmp_path / "build"
+    build.mkdir()
+    gone = _lib(build, "avgone58")
+    core4 = _lib(build, "vcodec_core4", f"-L{build}", "-Wl,--no-as-needed", "-lavgone58")
+    core8 = _lib(build, "vcodec_core8")
+    ops = {}
+    for n, core in (("4", core4), ("8", core8)):
+        src = build / f"ops{n}.c"
+        src.write_text("int ops_value(void) { return 1; }\n")
+        out = build / f"custom_ops{n}.so"
+        _gcc("-shared", "-fPIC", str(src), "-o", str(out), f"-L{build}", "-Wl,--no-as-needed", f"-lvcodec_core{n}",
+             "-Wl,-rpath,$ORIGIN")
+        ops[n] = out
+    gone.unlink()  # FFmpeg 4's library is not on this host
+    py = make_venv(tmp_path / "venv")
+    for name, files in (("vcodec", {"vcodec/libvcodec_core4.so": core4.read_bytes(),
+                                    "vcodec/libvcodec_core8.so": core8.read_bytes(),
+                                    "vcodec/custom_ops4.so": ops["4"].read_bytes(),
+                                    "vcodec/custom_ops8.so": ops["8"].read_bytes()}),
+                        ("vcodeclone", {"vcodeclone/libvcodec_core4.so": core4.read_bytes(),
+                                        "vcodeclone/custom_ops4.so": ops["4"].read_bytes()})):
+        install_wheel(py, make_wheel(tmp_path / "w", name, "1.0", tags=_tags(),
+                                     modules={f"{name}/__init__.py": ""}, files=files))
+    report = run_doctor(str(py), checks=["sharedlibs:vcodec"])
+    r = report.get("sharedlibs:vcodec")
+    assert r.verdict == "ok" or (r.verdict == "warn" and r.strict is False), r.evidence
+    assert "an alternative build: vcodec/libvcodec_core8.so finds all it needs" in r.evidence, r.evidence
+    assert run_doctor(str(py), checks=["sharedlibs:vcodeclone"]).get("sharedlibs:vcodeclone").verdict == "fail"

@@ -375,8 +375,10 @@ def load_optional(path: Path | None = None) -> tuple[OptionalObject, ...]:
 
 def _variant_of(rel: str, clean: set[str], suffixes: Sequence[str]) -> str | None:
     """A sibling the package can load instead, whose needs are all found: the same file name in another
-    folder (``sm100/common_ops.so``), or in the same folder the same first name part when this file is not
-    what ``import`` picks by that name (``MPI.mpich.*.so`` beside ``MPI.openmpi.*.so``; never ``_core.*.so``)."""
+    folder (``sm100/common_ops.so``), in the same folder the same first name part when this file is not
+    what ``import`` picks by that name (``MPI.mpich.*.so`` beside ``MPI.openmpi.*.so``; never ``_core.*.so``), or
+    the same name but the number it ends in (torchcodec's ``libtorchcodec_core4.so`` .. ``core8.so``, one per FFmpeg
+    major, the first that loads kept: a host has one FFmpeg)."""
     folder, _, base = rel.rpartition("/")
     stem = base.split(".", 1)[0]
     importable = any(base == stem + sfx for sfx in suffixes)
@@ -386,7 +388,16 @@ def _variant_of(rel: str, clean: set[str], suffixes: Sequence[str]) -> str | Non
             continue
         if (ob == base and of != folder) or (of == folder and not importable and ob.split(".", 1)[0] == stem):
             return other
+        if of == folder and _numbered(stem) and _numbered(ob.split(".", 1)[0]) == _numbered(stem) and \
+                ob.split(".", 1)[0] != stem:
+            return other  # one build per major of a library it links: libtorchcodec_core4.so .. core8.so (FFmpeg 4-8)
     return None
+
+
+def _numbered(stem: str) -> str | None:
+    """``stem`` without the version number it ends in (``libtorchcodec_core8`` -> ``libtorchcodec_core``), or None."""
+    head = stem.rstrip("0123456789")
+    return head if head != stem and head and head[-1].isalpha() else None
 
 
 @dataclass(frozen=True)
