@@ -98,16 +98,17 @@ def engine_python(argv: Sequence[str]) -> str | None:
 
 def in_environment(argv: Sequence[str], python: str) -> tuple[str, ...]:
     """The command run in ``--python``'s environment: a bare program name (``engine-serve``, ``python``) that this
-    environment's scripts folder holds is taken from there, as an activated venv would; one that resolves elsewhere
-    on PATH to a program of another interpreter is refused (the preflight judged ``python``'s environment, the
-    engine would run another's)."""
+    environment's scripts folder holds is taken from there, as an activated venv would; one that PATH finds
+    elsewhere, a program of another interpreter, is refused (the preflight judged ``python``'s environment, the
+    engine would run another's). A program named by its path is run as named."""
     from wheelhouse.errors import UsageError
 
     prog = argv[0]
-    if os.sep not in prog:
-        local = os.path.join(os.path.dirname(os.path.abspath(python)), prog)
-        if os.path.isfile(local) and os.access(local, os.X_OK):
-            return (local, *argv[1:])
+    if os.sep in prog:
+        return tuple(argv)  # a program named by its path: the one asked for
+    local = os.path.join(os.path.dirname(os.path.abspath(python)), prog)
+    if os.path.isfile(local) and os.access(local, os.X_OK):
+        return (local, *argv[1:])
     runs = engine_python(argv)
     if runs is not None and os.path.dirname(os.path.abspath(runs)) != os.path.dirname(os.path.abspath(python)):
         raise UsageError(f"the engine command's program {prog} runs {runs}, not the --python interpreter {python}: "
