@@ -278,3 +278,25 @@ def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path,
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:unlisted-code")
     assert r is not None and r.verdict == ("fail" if name == "engine" else "warn"), r
     assert f"legacy_bundle/vendor/{name}/__init__.py, another distribution's file at another place" in r.evidence
+
+
+def test_a_name_its_own_distribution_serves_from_another_of_its_files_is_no_copy(tmp_path):
+    """The box's stock image: pytest ships `py.py` and registers `py.error` from its own `_pytest/_py/error.py`;
+    judged a copy at another place, native:unlisted-code warned on the image (and --strict counted it)."""
+    from nvidia_fixtures import make_wheelhouse
+    from wheelhouse.install import InstallOptions, install_wheelhouses
+    from wheelmaker import make_wheel
+
+    w = tmp_path / "w"
+    shim = "import sys\nfrom _shimpkg import error\nsys.modules['shimname.error'] = error\n"
+    wheels = [make_wheel(w, "shimpkg", "1.0", modules={"shimname.py": shim, "_shimpkg/__init__.py": "",
+                                                        "_shimpkg/error.py": "X = 1\n"}),
+              make_wheel(w, "app", "1.0", modules={"app/__init__.py": "import shimname\nimport shimname.error\n"},
+                         requires=["shimpkg"])]
+    house = make_wheelhouse(tmp_path / "house", wheels, extra_meta={"inputs": {"requirements": ["app"]}})
+    install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv"))
+    py = tmp_path / "venv" / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = run_doctor(str(py), checks=["native"], timeout=20, environ=env)
+    assert r.get("native:unlisted-code") is None, r.get("native:unlisted-code")
+    assert r.get("native:entry:app").verdict == "ok"

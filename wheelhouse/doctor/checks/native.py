@@ -316,29 +316,38 @@ class RecordIndex:
         self._plain: set[str] | None = None
         self._real: set[str] | None = None
         self._folders: dict[str, str] = {}  # same_path's memo: one realpath per folder, not per file
-        self._sites: dict[str, set[str]] | None = None  # top-level name -> the site folders a RECORD ships it in
+        self._sites: dict[str, dict[str, str]] | None = None  # top-level name -> {distribution: its site folder}
+        self._files_of: dict[str, set[str]] = {}  # distribution -> the files its RECORD lists (asked of few)
 
     def misplaced(self, module: str, path: str) -> bool:
-        """Whether ``module`` was loaded from ``path`` although a RECORD ships its top-level name in a site folder
-        and ``path`` is not under it there: a copy another distribution lists at another place (a vendored
-        ``legacy_bundle/vendor/engine/`` a ``.pth`` hook puts first), which the engine runs instead."""
+        """Whether ``module`` was loaded from ``path`` although a RECORD ships its top-level name in a site folder,
+        ``path`` is not under it there, and no distribution that ships the name lists ``path``: a copy another
+        distribution lists at another place (a vendored ``legacy_bundle/vendor/engine/`` a ``.pth`` hook puts
+        first), which the engine runs instead. (pytest ships ``py.py`` and serves ``py.error`` from its own
+        ``_pytest/_py/error.py``: its own file, not misplaced.)"""
         if self._sites is None:
             self._sites = {}
             for d in self._installed.values():
                 for rel, _, _ in d.record.rows if d.location else ():
                     head = rel.split("/", 1)[0]
                     if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
-                        self._sites.setdefault(head.split(".", 1)[0], set()).add(os.path.normpath(d.location))
+                        self._sites.setdefault(head.split(".", 1)[0], {})[d.key] = os.path.normpath(d.location)
         top = module.split(".", 1)[0]
-        sites = self._sites.get(top)
-        if not sites:
+        shippers = self._sites.get(top)
+        if not shippers:
             return False
         where = os.path.normpath(path)
-        for site in sites:
+        for key, site in shippers.items():
             base = os.path.join(site, top)
             if where.startswith(base + os.sep) or where.startswith(base + ".") or \
                     same_path(where, self._folders).startswith(same_path(base, self._folders)):
                 return False
+        for key, site in shippers.items():
+            if key not in self._files_of:
+                d = self._installed[key]
+                self._files_of[key] = {os.path.normpath(os.path.join(site, rel)) for rel, _, _ in d.record.rows}
+            if where in self._files_of[key]:
+                return False  # the distribution that ships the name serves it from another file of its own
         return True
 
     def __contains__(self, path: str) -> bool:
