@@ -584,3 +584,27 @@ def test_a_second_top_level_package_needing_an_extras_requirement_is_a_warning_n
     assert r.verdict == "warn" and r.strict is False, r.evidence
     assert "requires only with its extra [all]" in r.evidence
     assert report.get("native:sloppy").verdict == "fail"
+
+
+def test_a_top_level_name_its_requirer_must_import_first_is_judged_through_it_not_dropped(tmp_path):
+    """Hostile round 10 (psycopg[binary] 3.3): `import psycopg_binary` alone raises "the psycopg package should be
+    imported before psycopg_binary", by design; `import psycopg` loads it and runs on it. The doctor failed
+    psycopg-binary and `wh drop` would have removed it (psycopg then needs a system libpq). A name that fails after
+    its requirer's import too stays a fail."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    guard = ("import sys\nif 'pgthin' not in sys.modules:\n"
+             "    raise ImportError('the pgthin package should be imported before pgbin')\nfrom ._core import answer\n")
+    install_dist(py, w, "pgbin", {"pgbin/__init__.py": guard}, {f"pgbin/_core{SUFFIX}": _ext(build, "_core")})
+    install_dist(py, w, "pgthin", {"pgthin/__init__.py": "try:\n    import pgbin\nexcept ImportError:\n    pgbin = None\n"},
+                 {}, requires=['pgbin; extra == "binary"'])
+    install_dist(py, w, "alwaysbad", {"alwaysbad/__init__.py": "raise ImportError('broken')\nfrom ._core import answer\n"},
+                 {f"alwaysbad/_core{SUFFIX}": _ext(build, "_core")})
+    install_dist(py, w, "badthin", {"badthin/__init__.py": "import alwaysbad\n"}, {}, requires=["alwaysbad"])
+    report = run_doctor(str(py), checks=["native"], timeout=20)
+    r = report.get("native:pgbin")
+    assert r.verdict == "ok", r.evidence
+    assert "imported after pgthin of pgthin, which requires pgbin" in r.evidence
+    assert report.get("native:alwaysbad").verdict == "fail"

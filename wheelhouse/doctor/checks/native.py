@@ -49,6 +49,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from wheelhouse.elf import BadElf, LoaderFacts, exported_init_functions, exports_pyinit
 from wheelhouse.doctor.extensions import (ForeignFile, TargetInterpreter, by_import_order, foreign_by_elf,
@@ -518,6 +520,9 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     outcomes = _load([*tops, *[m for m in dict.fromkeys(modules) if "." in m and m not in gone and m not in tops],
                       *libraries], ctx, files, listed, always=[m for m in tops if "." in m])
     failed = {m for m, o in outcomes.items() if "." not in m and not o.ok}
+    through = _through_requirers(ctx, dists, failed, modules, files, listed)
+    outcomes.update(through)
+    failed -= set(through)
     outcomes = {m: o for m, o in outcomes.items() if "." not in m or m in tops or m.split(".", 1)[0] not in failed}
     outcomes.update({m: _not_on_disk(m, d, rel) for m, (d, rel) in gone.items()})
     data = _optional_data()
@@ -540,6 +545,46 @@ def run(ctx: DoctorContext, planned: threading.Event | None = None) -> list[Chec
     _store_warnings(ctx, dists, plans, results, outcomes, files)
     return results + _entry_results(ctx, entries, outcomes, {m for p in plans.values() for m in p.modules}) \
         + _unlisted_code(ctx, outcomes, listed, entries) + _working_folder(ctx)
+
+
+def _through_requirers(ctx: DoctorContext, dists: Sequence[Distribution], failed: set[str], modules: Sequence[str],
+                       files: dict[str, str], listed: RecordIndex) -> dict[str, ImportOutcome]:
+    """A top-level name that fails on its own but that a distribution requiring it imports first, by design:
+    psycopg-binary's ``psycopg_binary`` raises "the psycopg package should be imported before psycopg_binary", and
+    ``import psycopg`` loads it and runs on it. Each such name is imported again right after its requirer's names, in
+    one process of their own; where both load, its outcome is that one (``via`` the requirer), else it stays."""
+    out: dict[str, ImportOutcome] = {}
+    for d in dists:
+        names = [n for n in d.import_names if n in failed]
+        if not names:
+            continue
+        requirers = [o for o in ctx.distributions.values() if o.key != d.key and any(
+            _requires_name(text, d.key) for text in o.requires)]
+        for other in requirers:
+            heads = [n for n in other.import_names if n.isidentifier()]
+            if not heads:
+                continue
+            under = [m for m in dict.fromkeys(modules) if "." in m and m.split(".", 1)[0] in names]
+            got = import_modules(ctx.python, [*heads, *names, *under], jobs=1, timeout=ctx.timeout, env=ctx.engine_env,
+                                 reporter=ctx.reporter, files=files, cache=None, always=names,
+                                 estimates=lambda: ({}, {n: heads[0] for n in [*heads[1:], *names]}),
+                                 keep_file=lambda mod, path: path not in listed or listed.misplaced(mod, path),
+                                 flags=ctx.engine_flags)
+            if all(got.get(h) is not None and got[h].ok for h in heads):
+                for n in names:
+                    o = got.get(n)
+                    if o is not None and o.ok and n not in out:
+                        out[n] = replace(o, covered=f"imported after {heads[0]} of {other.name}, which requires "
+                                                    f"{d.name} and loads it: on its own {n} raises, by its design")
+                        out.update({m: got[m] for m in under if m.split(".", 1)[0] == n and m in got})
+    return out
+
+
+def _requires_name(text: str, key: str) -> bool:
+    try:
+        return canonicalize_name(Requirement(text).name) == key
+    except InvalidRequirement:
+        return False
 
 
 def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], listed: RecordIndex,
