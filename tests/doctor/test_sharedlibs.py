@@ -502,3 +502,31 @@ def test_one_build_per_major_of_a_library_that_loads_excuses_the_others(tmp_path
     assert r.verdict == "ok" or (r.verdict == "warn" and r.strict is False), r.evidence
     assert "an alternative build: vcodec/libvcodec_core8.so finds all it needs" in r.evidence, r.evidence
     assert run_doctor(str(py), checks=["sharedlibs:vcodeclone"]).get("sharedlibs:vcodeclone").verdict == "fail"
+
+
+def test_a_plugin_needing_a_library_its_requirement_loads_finds_it_loaded(tmp_path):
+    """Hostile round 10 (xgrammar 0.2): libxgrammar_bindings.so needs libtvm_ffi.so, which apache-tvm-ffi, a
+    requirement of xgrammar, ships and loads at import, before xgrammar loads the bindings: a warning --strict
+    counted ("loaded on demand"), though xgrammar runs. A library of its requirement's is found loaded as its own
+    package's are; one of a distribution it does not require is not."""
+    build = tmp_path / "build"
+    build.mkdir()
+    shim = _lib(build, "ffishim")
+    core = _ext(build, "_core", extra=[f"-L{build}", "-Wl,--no-as-needed", "-lffishim", "-Wl,-rpath,$ORIGIN/lib"])
+    plug = build / "libbindings.so"
+    src = build / "bindings.c"
+    src.write_text("int bindings_value(void) { return 1; }\n")
+    _gcc("-shared", "-fPIC", str(src), "-o", str(plug), f"-L{build}", "-Wl,--no-as-needed", "-lffishim")
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "ffilike", "1.0", tags=_tags(),
+                                 modules={"ffilike/__init__.py": "from ._core import answer\n"},
+                                 files={f"ffilike/_core{SUFFIX}": core, "ffilike/lib/libffishim.so": shim.read_bytes()}))
+    for name, requires in (("grammarlike", ["ffilike"]), ("strangerlike", [])):
+        install_wheel(py, make_wheel(tmp_path / "w", name, "1.0", tags=_tags(), requires=requires,
+                                     modules={f"{name}/__init__.py": ""},
+                                     files={f"{name}/libbindings.so": plug.read_bytes()}))
+    report = run_doctor(str(py), checks=["sharedlibs"])
+    r = report.get("sharedlibs:grammarlike")
+    assert r.verdict == "ok", r.evidence
+    assert "a requirement of grammarlike" in r.evidence, r.evidence
+    assert report.get("sharedlibs:strangerlike").verdict == "warn"

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from wheelhouse.elf import BadElf, ElfInfo, Found, LoaderFacts, find_needed, read_elf
@@ -437,6 +438,30 @@ def _on_demand(d: Distribution, rel: str, path: Path, info: ElfInfo | None, stac
     return not (names & stack.linked)
 
 
+def _provides_with_requirements(ctx: DoctorContext, d: Distribution, objects: Sequence[tuple[str, Path]],
+                                scans: Mapping[Path, _Scan], stack: _Stack,
+                                objects_of: Mapping[str, list[tuple[str, Path]]]) -> dict[str, tuple[str, str, str]]:
+    """:func:`_package_provides` of ``d`` (name -> RECORD path, what it is, its path), then of each distribution
+    ``d`` requires: a plugin of xgrammar needs ``libtvm_ffi.so``, which apache-tvm-ffi, its requirement, ships and
+    loads when xgrammar imports it, before xgrammar loads the plugin."""
+    out = {name: (rel, what, os.path.join(d.location or "", rel))
+           for name, (rel, what) in _package_provides(d, objects, scans, stack).items()}
+    for text in d.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue  # an extra's: installed or not, the package does not import it unasked
+        other = ctx.distributions.get(canonicalize_name(req.name))
+        if other is None or other.key == d.key or other.key not in objects_of:
+            continue
+        for name, (rel, what) in _package_provides(other, objects_of[other.key], scans, stack).items():
+            out.setdefault(name, (f"{other.name}'s {rel}", f"{what}, a requirement of {d.name}",
+                                  os.path.join(other.location or "", rel)))
+    return out
+
+
 def _package_provides(d: Distribution, objects: Sequence[tuple[str, Path]], scans: Mapping[Path, _Scan],
                       stack: _Stack) -> dict[str, tuple[str, str]]:
     """Name -> (RECORD path, what it is) of each object ``d`` ships that is in the process whenever its package
@@ -509,7 +534,7 @@ def _sort_misses(ctx: DoctorContext, d: Distribution, missing: Mapping[str, list
 
 
 def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]], scans: Mapping[Path, _Scan],
-             stack: _Stack) -> CheckResult:
+             stack: _Stack, objects_of: Mapping[str, list[tuple[str, Path]]] | None = None) -> CheckResult:
     cid = f"sharedlibs:{d.key}"
     title = f"{d.name} {d.version}: its {len(objects)} shared object(s) find the libraries they need (read, not loaded)"
     bad: list[str] = []
@@ -537,13 +562,14 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
         found_all = True
         for found in s.found:
             if found.path is None and not found.error and _on_demand(d, rel, path, s.info, stack):
-                provides = _package_provides(d, objects, scans, stack) if provides is None else provides
-                own_path = os.path.join(d.location or "", provides[found.name][0]) if found.name in provides else ""
+                provides = _provides_with_requirements(ctx, d, objects, scans, stack, objects_of or {}) \
+                    if provides is None else provides
+                own_path = provides[found.name][2] if found.name in provides else ""
                 required = {v for file, versions in s.info.version_needs if file == found.name for v in versions}
                 if own_path and (not required or _defines(own_path, required)) \
                         and os.path.realpath(own_path) in stack.imported:
                     # its package loaded that object before it loads this plugin (and it has the versions asked)
-                    own, what = provides[found.name]
+                    own, what, _ = provides[found.name]
                     by_package.append(f"{rel} needs {found.name}: {own} ({what}), already loaded when its "
                                       "package loads this plugin by name")
                     via["package"] = via.get("package", 0) + 1
@@ -643,7 +669,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
     stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note, frozenset(_Graph.of(scans).loaded_from(by_path)))
-    results = [_verdict(ctx, d, objs, scans, stack) for d, objs in dists]
+    objects_of = {d.key: objs for d, objs in every}
+    results = [_verdict(ctx, d, objs, scans, stack, objects_of) for d, objs in dists]
     since = record.get("reused_since")
     if since:  # the ELF files were read now; the loader's own facts come from an earlier run of its probe
         reused = (f"(the loader's facts are unchanged since {since}, reused: the loader cache, its folders and every "
