@@ -45,6 +45,7 @@ import importlib.util  # noqa: E402
 import types  # noqa: E402
 
 _find_spec = importlib.util.find_spec  # bound now: importlib.util is forgotten before the first import (below)
+from importlib.machinery import PathFinder as _PathFinder  # noqa: E402 - the same: bound before it is forgotten
 
 _out = os.fdopen(os.dup(1), "w")  # our channel, kept even if a module rebinds sys.stdout
 
@@ -272,8 +273,9 @@ def _probe(name, path=None):
             return rec
     t0 = time.monotonic()
     before = set(sys.modules) if path is None else None
+    asked = set()
     try:
-        _importing(name)
+        _importing(name, asked if path is None and "." not in name else None)
         if "find_spec_error" in rec and _failed_package(name) is not None:
             # the package above raised (find_spec ran its __init__): the name imported only because that failed
             # import left this module in sys.modules; an engine's `import pkg.sub._core` fails in the package
@@ -284,6 +286,9 @@ def _probe(name, path=None):
             # What importing it loads: the modules of the stack its entries reach (a verdict's severity).
             rec["reached"] = sorted(k for k in list(sys.modules) if k not in before)
             rec["reached_files"] = _files_of(rec["reached"])
+            borrowed = _borrowed(name, asked, before)
+            if borrowed:
+                rec["borrowed"] = borrowed
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an import is a failure too
         via = _cycle_entry(name, spec, exc)
         if via is not None and _import_through(via, name):
@@ -441,8 +446,42 @@ def _forget_machinery():
             _HIDDEN.append((sys.modules[parent], child, module))
 
 
-def _importing(name):
-    """``importlib.import_module(name)`` with the probe's own submodules off their packages (see above)."""
+def _borrowed(name, asked, before):
+    """The top-level modules importing ``name`` asked for that an earlier import of this process had put in
+    sys.modules and that no file on sys.path serves (a name one package registers for another, ``sys.modules[
+    'engine_compat'] = ...``): imported first in a process of its own, ``name`` may not find them."""
+    out = []
+    for mod in sorted(asked):
+        if mod == name or mod not in before or mod in _AT_START or mod in sys.builtin_module_names:
+            continue
+        try:
+            if _PathFinder.find_spec(mod) is not None:
+                continue
+        except Exception:  # noqa: BLE001 - a path entry hook that raises: judged by the run alone
+            pass
+        out.append(mod)
+    return out
+
+
+def _importing(name, asked=None):
+    """``importlib.import_module(name)`` with the probe's own submodules off their packages (see above); ``asked``:
+    a set given the top-level name of every import statement the import runs."""
+    if asked is not None:
+        import builtins
+
+        real = builtins.__import__
+
+        def noting(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0 and isinstance(name, str) and name:
+                asked.add(name.partition(".")[0])
+            return real(name, globals, locals, fromlist, level)
+
+        builtins.__import__ = noting
+        try:
+            return _importing(name)
+        finally:
+            if builtins.__import__ is noting:
+                builtins.__import__ = real
     hidden = []
     for package, child, module in _HIDDEN:
         if getattr(package, child, None) is module:

@@ -608,3 +608,26 @@ def test_a_top_level_name_its_requirer_must_import_first_is_judged_through_it_no
     assert r.verdict == "ok", r.evidence
     assert "imported after pgthin of pgthin, which requires pgbin" in r.evidence
     assert report.get("native:alwaysbad").verdict == "fail"
+
+
+def test_a_pass_that_used_a_name_an_earlier_import_registered_is_confirmed_alone(tmp_path):
+    """Hostile round 10: light packages share one probe process; engine's `import engine_compat` found the module
+    shimlib's import had put in sys.modules (no file serves that name), so engine passed there, with --jobs 1 too,
+    while `python -c 'import engine'` fails. A pass that used such a name is confirmed in a process of its own,
+    and never stored from the batch."""
+    build = tmp_path / "build"
+    build.mkdir()
+    py = make_venv(tmp_path / "venv")
+    w = tmp_path / "w"
+    install_dist(py, w, "aashim", {"aashim/__init__.py": "import sys, types\nfrom ._core import answer\n"
+                                                         "sys.modules['engine_compat'] = types.ModuleType('engine_compat')\n"},
+                 {f"aashim/_core{SUFFIX}": _ext(build, "_core")})
+    install_dist(py, w, "zzengine", {"zzengine/__init__.py": "import engine_compat\nfrom ._core import answer\n"},
+                 {f"zzengine/_core{SUFFIX}": _ext(build, "_core")})
+    alone = subprocess.run([str(py), "-c", "import zzengine"], capture_output=True, text=True)
+    assert alone.returncode == 1 and "engine_compat" in alone.stderr
+    for _ in range(2):  # and again: nothing the batch passed was stored
+        report = run_doctor(str(py), checks=["native"], timeout=20, jobs=1)
+        r = report.get("native:zzengine")
+        assert r.verdict == "fail" and "No module named 'engine_compat'" in r.evidence, r.evidence
+        assert report.get("native:aashim").verdict == "ok"

@@ -269,7 +269,7 @@ class _ImportRun:
                 for mod in batch:
                     self._confirm_alone(mod)
             return
-        failed_deps = self._remember(res)
+        failed_deps = self._remember(res, isolated)
         skipped = {r["module"]: str(r.get("because")) for r in res.records if r.get("event") == "skipped"}
         unstarted = []
         for mod in batch:
@@ -281,10 +281,13 @@ class _ImportRun:
                 outcome = _outcome(mod, rec, isolated=isolated)
                 if isolated and not outcome.ok and mod in failed_deps:
                     outcome = replace(outcome, evidence=failed_deps[mod])
-                if outcome.ok or isolated:
+                if isolated or (outcome.ok and not rec.get("borrowed")):
                     self._verdict(outcome)
                 else:
-                    self._confirm_alone(mod)  # another module may have caused it
+                    # another module may have caused its failure, or its pass: it used a module an earlier import
+                    # of this process put in sys.modules that no file on sys.path serves (a name one package
+                    # registers for another): imported first, in a process of its own, it may fail
+                    self._confirm_alone(mod)
             elif mod in started:  # it was importing when the process died, or hung
                 if isolated and mod in self.results:
                     pass  # its batch answered while this run alone was still importing it
@@ -311,7 +314,7 @@ class _ImportRun:
         if ready:
             self.batches.append(ready)
 
-    def _remember(self, res: ProbeResult) -> dict[str, tuple[tuple, Mapping]]:
+    def _remember(self, res: ProbeResult, isolated: bool) -> dict[str, tuple[tuple, Mapping]]:
         """Store the passing verdicts of this process with the files each depended on (all loaded before it).
 
         Returns, per failed module, the files the process had loaded until it failed and its record: the
@@ -333,7 +336,7 @@ class _ImportRun:
             mod = rec.get("module")
             if mod in self.args:
                 record = {k: v for k, v in rec.items() if k != "deps"}
-                if rec.get("ok"):
+                if rec.get("ok") and not (rec.get("borrowed") and not isolated):
                     keep.append((self.args[mod], record, len(files)))
                 else:
                     failed[str(mod)] = (tuple(files), record)
