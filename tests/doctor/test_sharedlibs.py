@@ -530,3 +530,30 @@ def test_a_plugin_needing_a_library_its_requirement_loads_finds_it_loaded(tmp_pa
     assert r.verdict == "ok", r.evidence
     assert "a requirement of grammarlike" in r.evidence, r.evidence
     assert report.get("sharedlibs:strangerlike").verdict == "warn"
+
+
+def test_a_linker_script_nothing_needs_is_not_judged_as_a_shared_object(tmp_path):
+    """Hostile round 10 (the mpich 5.0 wheel): lib/libmpi.so is a GNU ld script, `INPUT(libmpi.so.12)`, for `-lmpi`
+    at build time; the loader never maps it. It failed sharedlibs as "not a loadable ELF file", though mpich runs.
+    One a shipped object needs stays a fail (the loader stops at it)."""
+    build = tmp_path / "build"
+    build.mkdir()
+    real = _lib(build, "mpilike")
+    user = build / "libuser.so"
+    src = build / "user.c"
+    src.write_text("int user_value(void) { return 1; }\n")
+    _gcc("-shared", "-fPIC", str(src), "-o", str(user), f"-L{build}", "-Wl,--no-as-needed", "-lmpilike",
+         "-Wl,-rpath,$ORIGIN")
+    script = b"/* GNU ld script */\nINPUT(libmpilike.so)\n"
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "mpichlike", "1.0", tags=_tags(), modules={"mpichlike/__init__.py": ""},
+                                 files={"mpichlike/lib/libmpilike.so": real.read_bytes(),
+                                        "mpichlike/lib/libmpilike_abi.so": script}))
+    install_wheel(py, make_wheel(tmp_path / "w", "scriptneeded", "1.0", tags=_tags(),
+                                 modules={"scriptneeded/__init__.py": ""},
+                                 files={"scriptneeded/libmpilike.so": script,
+                                        "scriptneeded/libuser.so": user.read_bytes()}))
+    ok = run_doctor(str(py), checks=["sharedlibs:mpichlike"]).get("sharedlibs:mpichlike")
+    assert ok.verdict == "ok" and "libmpilike_abi.so is a linker script" in ok.evidence, ok.evidence
+    bad = run_doctor(str(py), checks=["sharedlibs:scriptneeded"]).get("sharedlibs:scriptneeded")
+    assert bad.verdict == "fail", bad.evidence

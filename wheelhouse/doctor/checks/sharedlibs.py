@@ -438,6 +438,19 @@ def _on_demand(d: Distribution, rel: str, path: Path, info: ElfInfo | None, stac
     return not (names & stack.linked)
 
 
+def _linker_script(path: Path) -> bool:
+    """Whether ``path`` is a GNU ld script (``libmpi.so`` of the mpich wheel: ``INPUT(libmpi.so.12)``), which the
+    linker reads for ``-lmpi`` and the loader never maps."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(512)
+    except OSError:
+        return False
+    text = head.lstrip()
+    return not head.startswith(b"\x7fELF") and (text.startswith(b"/* GNU ld script") or
+                                                text.startswith((b"INPUT(", b"INPUT (", b"GROUP(", b"GROUP (")))
+
+
 def _provides_with_requirements(ctx: DoctorContext, d: Distribution, objects: Sequence[tuple[str, Path]],
                                 scans: Mapping[Path, _Scan], stack: _Stack,
                                 objects_of: Mapping[str, list[tuple[str, Path]]]) -> dict[str, tuple[str, str, str]]:
@@ -548,6 +561,11 @@ def _verdict(ctx: DoctorContext, d: Distribution, objects: list[tuple[str, Path]
     stubs: list[str] = []  # a stub libcuda the search ends at
     for rel, path in objects:
         s = scans[path]
+        if s.error is not None and _linker_script(path) and not ({rel.rpartition("/")[2], os.path.realpath(path)}
+                                                                  & stack.linked):
+            by_package.append(f"note: {rel} is a linker script (`INPUT(...)`: what `-l` reads when building against "
+                              "it), not a shared object, and no shipped object needs it: not judged")
+            continue
         if s.error is not None:
             bad.append(f"{rel}: {s.error}")
             continue
