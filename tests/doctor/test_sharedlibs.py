@@ -552,8 +552,33 @@ def test_a_linker_script_nothing_needs_is_not_judged_as_a_shared_object(tmp_path
     install_wheel(py, make_wheel(tmp_path / "w", "scriptneeded", "1.0", tags=_tags(),
                                  modules={"scriptneeded/__init__.py": ""},
                                  files={"scriptneeded/libmpilike.so": script,
-                                        "scriptneeded/libuser.so": user.read_bytes()}))
+                                        "scriptneeded/_user.so": user.read_bytes()}))
     ok = run_doctor(str(py), checks=["sharedlibs:mpichlike"]).get("sharedlibs:mpichlike")
     assert ok.verdict == "ok" and "libmpilike_abi.so is a linker script" in ok.evidence, ok.evidence
     bad = run_doctor(str(py), checks=["sharedlibs:scriptneeded"]).get("sharedlibs:scriptneeded")
     assert bad.verdict == "fail", bad.evidence
+
+
+def test_a_library_only_plugins_loaded_on_demand_need_is_loaded_on_demand_too(tmp_path):
+    """Hostile round 10 (the mpich wheel's UCX): libuct_ib.so (InfiniBand, needs libibverbs) is needed only by
+    UCX's other on-demand transports (libuct_ib_mlx5.so, ...), which nothing loads unless asked: it was judged
+    linked, a fail on every host without rdma-core, though mpich runs. What an extension module needs stays
+    linked: its miss is a fail."""
+    build = tmp_path / "build"
+    build.mkdir()
+    verbs = _lib(build, "goneverbs")
+    ib = _lib(build, "uct_ib", f"-L{build}", "-Wl,--no-as-needed", "-lgoneverbs")
+    mlx5 = _lib(build, "uct_ib_mlx5", f"-L{build}", "-Wl,--no-as-needed", "-luct_ib", "-Wl,-rpath,$ORIGIN")
+    used = _lib(build, "usedib", f"-L{build}", "-Wl,--no-as-needed", "-lgoneverbs")
+    core = _ext(build, "_core", extra=[f"-L{build}", "-Wl,--no-as-needed", "-lusedib", "-Wl,-rpath,$ORIGIN/ucx"])
+    verbs.unlink()
+    py = make_venv(tmp_path / "venv")
+    install_wheel(py, make_wheel(tmp_path / "w", "ucxlike", "1.0", tags=_tags(), modules={"ucxlike/__init__.py": ""},
+                                 files={"ucxlike/ucx/libuct_ib.so": ib.read_bytes(),
+                                        "ucxlike/ucx/libuct_ib_mlx5.so": mlx5.read_bytes()}))
+    install_wheel(py, make_wheel(tmp_path / "w", "ucxused", "1.0", tags=_tags(),
+                                 modules={"ucxused/__init__.py": "from ._core import answer\n"},
+                                 files={"ucxused/ucx/libusedib.so": used.read_bytes(), f"ucxused/_core{SUFFIX}": core}))
+    r = run_doctor(str(py), checks=["sharedlibs:ucxlike"]).get("sharedlibs:ucxlike")
+    assert r.verdict == "warn" and "loaded on demand" in r.evidence, r.evidence
+    assert run_doctor(str(py), checks=["sharedlibs:ucxused"]).get("sharedlibs:ucxused").verdict == "fail"

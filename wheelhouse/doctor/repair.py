@@ -47,6 +47,7 @@ from wheelhouse.recordfile import InstalledRecord, read_installed_record
 from wheelhouse.script_answer import PRINT_ANSWER, read_answer
 from .drop import DropPlan, _dist_info, _recorded_source, plan_drops
 from .imports import traceback_files
+from .probes import probe_script
 from .report import DoctorReport
 
 __all__ = ["Reinstall", "Reinstalled", "Kept", "RepairPlan", "plan_repair", "reinstall_distributions", "dependents_of",
@@ -271,10 +272,15 @@ def _unlisted_copy_in_traceback(text: str, graph: Mapping[str, _Installed]) -> s
     for d in graph.values():
         for rel, _, _ in d.record.rows:
             top = rel.split("/", 1)[0]
-            names.add(top[:-3] if top.endswith(".py") else top)
+            top = top[:-3] if top.endswith(".py") else top
+            if top.isidentifier():  # not "" of an absolute row, nor "..", nor a .dist-info folder
+                names.add(top)
+    own = os.path.join(os.path.realpath(str(probe_script("imports").parent)), "")  # the probe's frames: wh's own
     folders: dict[str, str] = {}
     listed: set[str] | None = None
     for f in files:
+        if os.path.realpath(f).startswith(own) or "/wh-probe-code-" in f:
+            continue  # the probe's own frames (run from wh's folder or its private copy)
         parts = os.path.normpath(f).split(os.sep)
         if not any(p in names for p in parts[:-1]) and parts[-1][:-3] not in names:
             continue

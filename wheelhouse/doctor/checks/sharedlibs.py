@@ -415,13 +415,40 @@ class _Stack:
     imported: frozenset[str] = frozenset()
 
 
-def _linked(scans: Mapping[Path, _Scan]) -> frozenset[str]:
+def _linked(scans: Mapping[Path, _Scan], suffixes: Sequence[str] = (".so",),
+            roots: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The names and real paths of what the objects that are loaded when their packages run need, and what those
+    need, and so on: from every object no package loads by name alone (an extension module: ``roots``, or by its
+    file name; an object another such needs). A need of a plugin loaded on demand only counts once something loads
+    that plugin: UCX's InfiniBand transport, needed only by its other on-demand transports, is one of them."""
+    def names(path: Path, s: _Scan) -> set[str]:
+        out = {path.name, os.path.realpath(path)}
+        if s.info is not None and s.info.soname:
+            out.add(s.info.soname)
+        return out
+
+    def a_root(path: Path) -> bool:
+        base = path.name
+        return (os.path.realpath(path) in roots or any(base.endswith(sfx) for sfx in suffixes if sfx != ".so")
+                or (not base.startswith("lib") and base.endswith(".so") and ".so" in suffixes))
+
+    by_name: dict[str, list[Path]] = {}
+    for path, s in scans.items():
+        for n in names(path, s):
+            by_name.setdefault(n, []).append(path)
     out: set[str] = set()
-    for s in scans.values():
-        for f in s.found:
-            out.add(f.name)
-            if f.path:
-                out.add(os.path.realpath(f.path))
+    live = {p for p in scans if a_root(p)}
+    todo = list(live)
+    while todo:
+        for f in scans[todo.pop()].found:
+            for n in (f.name, os.path.realpath(f.path) if f.path else None):
+                if n is None or n in out:
+                    continue
+                out.add(n)
+                for p in by_name.get(n, ()):
+                    if p not in live:
+                        live.add(p)
+                        todo.append(p)
     return frozenset(out)
 
 
@@ -685,7 +712,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
     by_path = [os.path.realpath(os.path.join(d.location, rel)) for d, _ in every if d.location
                for rel, _ in (*d.extensions, *pyinit_modules(Path(d.location), d.library_candidates))]
     scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
-    stack = _Stack(_linked(scans), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
+    suffixes = tuple(ctx.facts.get("extension_suffixes") or (".so",))
+    stack = _Stack(_linked(scans, suffixes, frozenset(by_path)), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
                    caller_extra, note, frozenset(_Graph.of(scans).loaded_from(by_path)))
     objects_of = {d.key: objs for d, objs in every}
     results = [_verdict(ctx, d, objs, scans, stack, objects_of) for d, objs in dists]
