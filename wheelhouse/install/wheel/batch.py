@@ -80,8 +80,10 @@ class NoSpace(UnpackError):
 
 
 def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int = 0,
-            members_hashed: bool = True) -> InstalledDist:
-    """Launchers, INSTALLER, REQUESTED, and a RECORD of what was really installed."""
+            members_hashed: bool = True, later: frozenset[str] = frozenset()) -> InstalledDist:
+    """Launchers, INSTALLER, REQUESTED, and a RECORD of what was really installed. ``later``: launchers a wheel
+    after this one in the install writes too (two distributions declare one console script): the later one's is
+    written, as installing them one after another would leave it; this one's RECORD lists its own bytes."""
     info_dir = os.path.join(plan.base, plan.dist_info)
     rows: list[tuple[str, str, str]] = []
     for m in plan.members:  # every one exists now: written by this wheel, or (write False) by a later one
@@ -96,10 +98,13 @@ def _finish(plan: WheelPlan, scheme: Mapping[str, str], python: str, linked: int
     extra.append((os.path.join(info_dir, "INSTALLER"), b"wh\n", 0o644))
     extra.append((os.path.join(info_dir, "REQUESTED"), b"", 0o644))
     for dest, data, mode in extra:
+        if dest in later:
+            rows.append(_row_of(dest, data))
+            continue
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with os.fdopen(create_new(dest, mode), "wb") as out:
             out.write(data)
-        os.chmod(dest, mode)
+            os.fchmod(out.fileno(), mode)  # this file's, not whatever another wheel's launcher put at the path
         rows.append(_row_of(dest, data))
     record = os.path.join(info_dir, "RECORD")
     with os.fdopen(create_new(record, 0o644), "wb") as out:
@@ -292,10 +297,13 @@ def install_wheels(
         if linking is not None:
             linking.publish(plans)  # every wheel's sha256 is the lock's now: its staged entry may be used
         counts = linking.linked if linking is not None else {}
+        last = {dest: i for i, p in enumerate(plans) for dest, _ in p.launchers}  # who writes each launcher
+        later = [frozenset(dest for dest, _ in p.launchers if last[dest] != i) for i, p in enumerate(plans)]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             hashed = set(expected) | {Path(w) for w in verified}
-            done = list(pool.map(lambda p: _finish(p, scheme, python, counts.get(p.wheel, 0),
-                                                   p.wheel not in hashed or p.wheel not in record_checked), plans))
+            done = list(pool.map(lambda i: _finish(plans[i], scheme, python, counts.get(plans[i].wheel, 0),
+                                                   plans[i].wheel not in hashed or plans[i].wheel not in record_checked,
+                                                   later[i]), range(len(plans))))
         checkpoint("install.files-done")
         if transaction is None:
             txn.commit()

@@ -70,12 +70,16 @@ _LINK_COST = 8 << 10  # a checked hardlink: a link and an lstat
 def create_new(dest: str, mode: int) -> int:
     """A descriptor on a new file at ``dest`` (an existing one is unlinked first, never overwritten)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    try:
-        return os.open(dest, flags, mode)
-    except FileExistsError:
-        # Never write into an existing inode: a running process may have it mapped.
-        os.unlink(dest)
-        return os.open(dest, flags, mode)
+    for _ in range(16):  # two wheels of one install writing one path (a console script both declare) race here
+        try:
+            return os.open(dest, flags, mode)
+        except FileExistsError:
+            # Never write into an existing inode: a running process may have it mapped.
+            try:
+                os.unlink(dest)
+            except FileNotFoundError:
+                pass  # the other writer unlinked it first
+    return os.open(dest, flags, mode)
 
 
 class _Archives:
