@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 __all__ = ["command_module", "first_path_entry", "interpreter_flags", "shadowing_modules"]
@@ -22,36 +23,17 @@ def _is_python(program: str) -> bool:
     return base.startswith("python") and all(c.isdigit() or c in ".tw" for c in base[len("python"):])
 
 
-def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -> tuple[str, str] | None:
-    """(folder, how) the command puts first on ``sys.path``, where it runs a Python interpreter that searches one;
-    None for anything else (a console script, a shell), or where ``-P``/``-I``/``PYTHONSAFEPATH`` turn it off."""
-    if not command or not _is_python(command[0]) or env.get("PYTHONSAFEPATH"):
-        return None
-    args = list(command[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--" or not arg.startswith("-") or arg == "-":
-            script = args[i + 1] if arg == "--" and i + 1 < len(args) else arg
-            if script == "-" or script.startswith("-"):
-                return (cwd, "reads its program from standard input")
-            return (os.path.dirname(os.path.join(cwd, script)) or cwd, f"runs the script {script}")
-        if arg.startswith("--"):
-            i += 2 if arg == "--check-hash-based-pycs" else 1
-            continue
-        flags = arg[1:]
-        for j, flag in enumerate(flags):
-            if flag in "PI":
-                return None
-            if flag in "mc":
-                what = "-m" if flag == "m" else "-c"
-                return (cwd, f"runs `python {what}`")
-            if flag in _VALUED:
-                if j == len(flags) - 1:
-                    i += 1  # the value is the next argument
-                break
-        i += 1
-    return None
+@dataclass(frozen=True)
+class _Invocation:
+    """What a Python command line asks of the interpreter before its program: the options given (``flags``, those
+    :func:`interpreter_flags` passes on), every short option letter seen (``letters``), and how the program is
+    named: ``"m"`` (``target`` the module), ``"c"``, ``"script"`` (``target`` its path), ``"stdin"``, or ``""``
+    (none: an interactive interpreter)."""
+
+    flags: tuple[str, ...]
+    letters: frozenset[str]
+    run: str
+    target: str | None = None
 
 
 # Options that change nothing an import does, or that would break the probe (it reads no standard input):
@@ -59,43 +41,67 @@ def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -
 _NOT_GIVEN = frozenset("ivqVh")
 
 
-def interpreter_flags(command: Sequence[str]) -> tuple[str, ...]:
-    """The interpreter options a ``[serve] command`` that runs Python gives before its program (``-OO``, ``-I``,
-    ``-E``, ``-s``, ``-S``, ``-X pycache_prefix=...``, ``-W error``, ``--check-hash-based-pycs never``): what the
-    engine's imports run under, so the import probes are run under them too. Empty for anything else."""
+def _invocation(command: Sequence[str]) -> _Invocation | None:
+    """The command line read as the interpreter reads it; None where ``command`` does not run a Python."""
     if not command or not _is_python(command[0]):
-        return ()
+        return None
     args = list(command[1:])
     out: list[str] = []
+    letters: set[str] = set()
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--" or not arg.startswith("-") or arg == "-":
-            break
+            script = args[i + 1] if arg == "--" and i + 1 < len(args) else arg
+            if script == "-" or script.startswith("-"):
+                return _Invocation(tuple(out), frozenset(letters), "stdin")
+            return _Invocation(tuple(out), frozenset(letters), "script", script)
         if arg.startswith("--"):
             if arg == "--check-hash-based-pycs" and i + 1 < len(args):
                 out += [arg, args[i + 1]]
-                i += 2
-                continue
-            i += 1
+            i += 2 if arg == "--check-hash-based-pycs" else 1
             continue
         flags, kept = arg[1:], ""
         for j, flag in enumerate(flags):
             if flag in "mc":
-                return tuple(out + ([f"-{kept}"] if kept else []))
+                out += [f"-{kept}"] if kept else []
+                module = (flags[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")) if flag == "m" else None
+                return _Invocation(tuple(out), frozenset(letters), flag, module)
+            letters.add(flag)
             if flag in _VALUED:
                 value = flags[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
                 out += ([f"-{kept}"] if kept else []) + [f"-{flag}", value]
                 kept = ""
                 if not flags[j + 1:]:
-                    i += 1
+                    i += 1  # the value is the next argument
                 break
             if flag not in _NOT_GIVEN:
                 kept += flag
         else:
             out += [f"-{kept}"] if kept else []
         i += 1
-    return tuple(out)
+    return _Invocation(tuple(out), frozenset(letters), "")
+
+
+def first_path_entry(command: Sequence[str], env: Mapping[str, str], cwd: str) -> tuple[str, str] | None:
+    """(folder, how) the command puts first on ``sys.path``, where it runs a Python interpreter that searches one;
+    None for anything else (a console script, a shell), or where ``-P``/``-I``/``PYTHONSAFEPATH`` turn it off."""
+    inv = _invocation(command)
+    if inv is None or env.get("PYTHONSAFEPATH") or inv.letters & {"P", "I"}:
+        return None
+    if inv.run == "stdin":
+        return (cwd, "reads its program from standard input")
+    if inv.run == "script":
+        return (os.path.dirname(os.path.join(cwd, inv.target or "")) or cwd, f"runs the script {inv.target}")
+    return (cwd, f"runs `python -{inv.run}`") if inv.run else None
+
+
+def interpreter_flags(command: Sequence[str]) -> tuple[str, ...]:
+    """The interpreter options a ``[serve] command`` that runs Python gives before its program (``-OO``, ``-I``,
+    ``-E``, ``-s``, ``-S``, ``-X pycache_prefix=...``, ``-W error``, ``--check-hash-based-pycs never``): what the
+    engine's imports run under, so the import probes are run under them too. Empty for anything else."""
+    inv = _invocation(command)
+    return inv.flags if inv is not None else ()
 
 
 def command_module(command: Sequence[str], scripts: Mapping[str, str]) -> str | None:
@@ -104,33 +110,16 @@ def command_module(command: Sequence[str], scripts: Mapping[str, str]) -> str | 
     name -> ``module:attr``); None for ``-c``, a script file or another program."""
     if not command:
         return None
-    if not _is_python(command[0]):
+    inv = _invocation(command)
+    if inv is None:
         value = scripts.get(os.path.basename(command[0]))
         module = value.split(":", 1)[0].strip() if value else ""
-        return module if module and all(p.isidentifier() for p in module.split(".")) else None
-    args = list(command[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--" or not arg.startswith("-") or arg == "-":
-            return None  # a script, or standard input
-        if arg.startswith("--"):
-            i += 2 if arg == "--check-hash-based-pycs" else 1
-            continue
-        flags = arg[1:]
-        for j, flag in enumerate(flags):
-            if flag == "c":
-                return None
-            if flag == "m":
-                module = flags[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
-                module = module[:-len(".__main__")] if module.endswith(".__main__") else module
-                return module if module and all(p.isidentifier() for p in module.split(".")) else None
-            if flag in _VALUED:
-                if j == len(flags) - 1:
-                    i += 1
-                break
-        i += 1
-    return None
+    elif inv.run == "m":
+        module = inv.target or ""
+        module = module[:-len(".__main__")] if module.endswith(".__main__") else module
+    else:
+        return None
+    return module if module and all(p.isidentifier() for p in module.split(".")) else None
 
 
 def shadowing_modules(folder: str, names: Iterable[str]) -> list[str]:
