@@ -318,7 +318,8 @@ class RecordIndex:
         self._plain: set[str] | None = None
         self._real: set[str] | None = None
         self._folders: dict[str, str] = {}  # same_path's memo: one realpath per folder, not per file
-        self._sites: dict[str, dict[str, str]] | None = None  # top-level name -> {distribution: its site folder}
+        self._shipped: set[str] | None = None  # the top-level names RECORDs ship (a package folder, a module, an extension)
+        self._sites: dict[str, dict[str, str]] = {}  # top-level name -> {distribution: its site folder}
         self._files_of: dict[str, set[str]] = {}  # distribution -> the files its RECORD lists (asked of few)
 
     def misplaced(self, module: str, path: str) -> bool:
@@ -327,13 +328,8 @@ class RecordIndex:
         distribution lists at another place (a vendored ``legacy_bundle/vendor/engine/`` a ``.pth`` hook puts
         first), which the engine runs instead. (pytest ships ``py.py`` and serves ``py.error`` from its own
         ``_pytest/_py/error.py``: its own file, not misplaced.)"""
-        if self._sites is None:
-            self._sites = {}
-            for d in self._installed.values():
-                for rel, _, _ in d.record.rows if d.location else ():
-                    head = rel.split("/", 1)[0]
-                    if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
-                        self._sites.setdefault(head.split(".", 1)[0], {})[d.key] = os.path.normpath(d.location)
+        if not self.ships(module):
+            return False
         top = module.split(".", 1)[0]
         shippers = self._sites.get(top)
         if not shippers:
@@ -351,6 +347,24 @@ class RecordIndex:
             if where in self._files_of[key]:
                 return False  # the distribution that ships the name serves it from another file of its own
         return True
+
+    def ships(self, module: str) -> bool:
+        """Whether an installed RECORD ships ``module``'s top-level name (read once, with where each one ships it)."""
+        if self._shipped is None:
+            self._shipped = set()
+            for d in self._installed.values():
+                for rel, _, _ in d.record.rows:
+                    head = rel.split("/", 1)[0]
+                    if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
+                        self._shipped.add(head.split(".", 1)[0])
+                        if d.location:
+                            self._sites.setdefault(head.split(".", 1)[0], {})[d.key] = os.path.normpath(d.location)
+        return module.split(".", 1)[0] in self._shipped
+
+    def suspect(self, module: str, path: str) -> bool:
+        """Whether ``module``'s file ``path`` is one no RECORD lists, or one listed at another place (:meth:`misplaced`):
+        what an import outcome keeps of the files its import reached."""
+        return path not in self or self.misplaced(module, path)
 
     def __contains__(self, path: str) -> bool:
         if self._plain is None:
@@ -565,11 +579,8 @@ def _through_requirers(ctx: DoctorContext, dists: Sequence[Distribution], failed
             if not heads:
                 continue
             under = [m for m in dict.fromkeys(modules) if "." in m and m.split(".", 1)[0] in names]
-            got = import_modules(ctx.python, [*heads, *names, *under], jobs=1, timeout=ctx.timeout, env=ctx.engine_env,
-                                 reporter=ctx.reporter, files=files, cache=None, always=names,
-                                 estimates=lambda: ({}, {n: heads[0] for n in [*heads[1:], *names]}),
-                                 keep_file=lambda mod, path: path not in listed or listed.misplaced(mod, path),
-                                 flags=ctx.engine_flags)
+            got = _load([*heads, *names, *under], ctx, files, listed, always=names, reuse=False, jobs=1,
+                        families={n: heads[0] for n in [*heads[1:], *names]})
             if all(got.get(h) is not None and got[h].ok for h in heads):
                 for n in names:
                     o = got.get(n)
@@ -597,12 +608,6 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
     # an outcome keeps only the reached files no RECORD lists (``_load``): almost always none at all
     if not ctx.wants(cid) or not any(o.reached_files for o in outcomes.values()):
         return []
-    shipped: set[str] = set()  # the top-level names RECORDs ship (a package folder, a module, an extension)
-    for d in ctx.distributions.values():
-        for rel, _, _ in d.record.rows:
-            head = rel.split("/", 1)[0]
-            if not head.startswith(".") and not head.endswith((".dist-info", ".data", ".pth")):
-                shipped.add(head.split(".", 1)[0])
     found: dict[str, str] = {}
     entries = frozenset(entries)
     judged: set[str] = set()  # each file once: every batch process reaches torch's modules again
@@ -610,7 +615,7 @@ def _unlisted_code(ctx: DoctorContext, outcomes: Mapping[str, ImportOutcome], li
         if "." in name and name not in entries:
             continue
         for mod, path in o.reached_files.items():
-            if path in judged or mod.split(".", 1)[0] not in shipped:
+            if path in judged or not listed.ships(mod):
                 continue
             judged.add(path)
             if mod not in found and os.path.isfile(path) and path not in listed:
@@ -732,15 +737,16 @@ def _not_on_disk(module: str, d: Distribution, relpath: str) -> ImportOutcome:
                                f"install: reinstall {d.name})", isolated=True)
 
 
-def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str],
-          listed: RecordIndex, always: Sequence[str] = (), reuse: bool = True) -> dict[str, ImportOutcome]:
+def _load(modules: list[str], ctx: DoctorContext, files: dict[str, str], listed: RecordIndex,
+          always: Sequence[str] = (), reuse: bool = True, jobs: int | None = None,
+          families: Mapping[str, str] | None = None) -> dict[str, ImportOutcome]:
+    """``families``: the batches' families given (the first import of each process chosen), not estimated."""
     if not modules:
         return {}
-    return import_modules(ctx.python, modules, jobs=ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
+    return import_modules(ctx.python, modules, jobs=jobs or ctx.jobs, timeout=ctx.timeout, env=ctx.engine_env,
                           reporter=ctx.reporter, files=files, cache=ctx.verdicts if reuse else None, always=always,
-                          estimates=lambda: import_estimates(ctx),
-                          keep_file=lambda mod, path: path not in listed or listed.misplaced(mod, path),
-                          flags=ctx.engine_flags)
+                          estimates=(lambda: ({}, families)) if families is not None else lambda: import_estimates(ctx),
+                          keep_file=listed.suspect, flags=ctx.engine_flags)
 
 
 _BYTES_PER_SECOND = 100e6  # an import-cost estimate from installed bytes: ~1 s per 100 MB (torch's 1.5 GB: ~15)
