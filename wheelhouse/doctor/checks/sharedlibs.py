@@ -428,9 +428,7 @@ def _linked(scans: Mapping[Path, _Scan], suffixes: Sequence[str] = (".so",),
         return out
 
     def a_root(path: Path) -> bool:
-        base = path.name
-        return (os.path.realpath(path) in roots or any(base.endswith(sfx) for sfx in suffixes if sfx != ".so")
-                or (not base.startswith("lib") and base.endswith(".so") and ".so" in suffixes))
+        return os.path.realpath(path) in roots or _importable_name(path.name, suffixes)
 
     by_name: dict[str, list[Path]] = {}
     for path, s in scans.items():
@@ -452,15 +450,20 @@ def _linked(scans: Mapping[Path, _Scan], suffixes: Sequence[str] = (".so",),
     return frozenset(out)
 
 
+def _importable_name(base: str, suffixes: Sequence[str]) -> bool:
+    """Whether a file named ``base`` is one the import system loads by its name: an extension suffix of this
+    interpreter (``.cpython-312-x86_64-linux-gnu.so``, ``.abi3.so``), or ``_core.so`` (a bare ``.so``, not ``lib*``)."""
+    return any(base.endswith(sfx) for sfx in suffixes if sfx != ".so") or \
+        (not base.startswith("lib") and base.endswith(".so") and ".so" in suffixes)
+
+
 def _on_demand(d: Distribution, rel: str, path: Path, info: ElfInfo | None, stack: _Stack) -> bool:
     """Nothing links this object and it is no Python extension module: its package dlopens it by name."""
     if rel in {f for f, _ in d.extensions}:
         return False
     base = rel.rpartition("/")[2]
-    if any(base.endswith(sfx) for sfx in stack.suffixes if sfx != ".so"):
+    if _importable_name(base, stack.suffixes):
         return False
-    if not base.startswith("lib") and base.endswith(".so") and ".so" in stack.suffixes:
-        return False  # ``_core.so``: importable by that name
     names = {base, os.path.realpath(path), *([info.soname] if info and info.soname else [])}
     return not (names & stack.linked)
 
@@ -713,8 +716,8 @@ def run(ctx: DoctorContext) -> list[CheckResult]:
                for rel, _ in (*d.extensions, *pyinit_modules(Path(d.location), d.library_candidates))]
     scans = _scan(ctx, [path for _, objs in every for _, path in objs], facts, frozenset(by_path))
     suffixes = tuple(ctx.facts.get("extension_suffixes") or (".so",))
-    stack = _Stack(_linked(scans, suffixes, frozenset(by_path)), load_optional(), tuple(ctx.facts.get("extension_suffixes") or (".so",)),
-                   caller_extra, note, frozenset(_Graph.of(scans).loaded_from(by_path)))
+    stack = _Stack(_linked(scans, suffixes, frozenset(by_path)), load_optional(), suffixes, caller_extra, note,
+                   frozenset(_Graph.of(scans).loaded_from(by_path)))
     objects_of = {d.key: objs for d, objs in every}
     results = [_verdict(ctx, d, objs, scans, stack, objects_of) for d, objs in dists]
     since = record.get("reused_since")
