@@ -251,9 +251,14 @@ def _unlisted_failing_file(text: str, graph: Mapping[str, _Installed], me: _Inst
     paths = [p for p in paths if os.path.dirname(same_path(p, folders)) in mine]
     if not paths:
         return None
-    listed = {same_path(str(d.info.parent / rel), folders) for d in graph.values() if d.info is not None
-              for rel, _, _ in d.record.rows}
+    listed = _listed_paths(graph, folders)
     return next((p for p in paths if same_path(p, folders) not in listed), None)
+
+
+def _listed_paths(graph: Mapping[str, _Installed], folders: dict[str, str]) -> set[str]:
+    """Every file an installed RECORD lists, spelled by its folder's real path (``same_path``, memo ``folders``)."""
+    return {same_path(str(d.info.parent / rel), folders) for d in graph.values() if d.info is not None
+            for rel, _, _ in d.record.rows}
 
 
 _FROM_FILE = re.compile(r"cannot import name '[^']*' from '[\w.]+' \(([^()\n]+)\)")
@@ -285,8 +290,7 @@ def _unlisted_copy_in_traceback(text: str, graph: Mapping[str, _Installed]) -> s
         if not any(p in names for p in parts[:-1]) and parts[-1][:-3] not in names:
             continue
         if listed is None:
-            listed = {same_path(str(d.info.parent / rel), folders) for d in graph.values() if d.info is not None
-                      for rel, _, _ in d.record.rows}
+            listed = _listed_paths(graph, folders)
         if same_path(f, folders) not in listed:
             return f
     return None
