@@ -247,13 +247,15 @@ def test_pure_python_code_no_record_lists_that_the_stack_loads_is_a_warning(tmp_
     assert str(seen) in r.evidence and "(importing app loads it)" in r.evidence, r.evidence
 
 
+@pytest.mark.parametrize("bundle", ["legacy_bundle", "engine_legacy"])
 @pytest.mark.parametrize("served", ["the entry itself", "a requirement of the entry"])
-def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path, served):
+def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path, served, bundle):
     """Hostile round 10: legacy-bundle ships a vendored `engine/` (0.7) under legacy_bundle/vendor/ and a .pth hook
     that puts that folder first: `import engine` ran the vendored copy, never the locked engine 1.0, and the doctor
     (--strict) was green: the file was one SOME RECORD lists. A module under a name a RECORD ships in the site
     folder, loaded from another distribution's file at another place, is such a copy: the stack's own entry served
-    so fails, a module it loads warns."""
+    so fails, a module it loads warns. A bundle folder whose name starts as the name's (engine_legacy/ for engine)
+    is no place of that name either: the real-path comparison had no separator."""
     from broken_packages import site_packages
     from nvidia_fixtures import make_wheelhouse
     from wheelhouse.install import InstallOptions, install_wheelhouses
@@ -265,9 +267,9 @@ def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path,
                          requires=["mypkg"]),
               make_wheel(w, "mypkg", "1.0", modules={"mypkg/__init__.py": "WHO = 'locked'\n"}),
               make_wheel(w, "legacy-bundle", "1.0", modules={
-                  "legacy_bundle/__init__.py": "", f"legacy_bundle/vendor/{name}/__init__.py": "WHO = 'vendored'\n",
+                  f"{bundle}/__init__.py": "", f"{bundle}/vendor/{name}/__init__.py": "WHO = 'vendored'\n",
                   "legacy_bundle_boot.py": "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), "
-                                           "'legacy_bundle', 'vendor'))\n",
+                                           f"'{bundle}', 'vendor'))\n",
                   "legacy_bundle.pth": "import legacy_bundle_boot\n"})]
     house = make_wheelhouse(tmp_path / "house", wheels, extra_meta={"inputs": {"requirements": ["engine"]}})
     install_wheelhouses([house], InstallOptions(venv=tmp_path / "venv"))
@@ -277,7 +279,7 @@ def test_another_distributions_vendored_copy_a_pth_puts_first_is_found(tmp_path,
     assert ran.stdout.strip() == "vendored"
     r = run_doctor(str(py), checks=["native"], timeout=20, environ=env).get("native:unlisted-code")
     assert r is not None and r.verdict == ("fail" if name == "engine" else "warn"), r
-    assert f"legacy_bundle/vendor/{name}/__init__.py, another distribution's file at another place" in r.evidence
+    assert f"{bundle}/vendor/{name}/__init__.py, another distribution's file at another place" in r.evidence
 
 
 def test_a_name_its_own_distribution_serves_from_another_of_its_files_is_no_copy(tmp_path):

@@ -335,11 +335,12 @@ class RecordIndex:
         if not shippers:
             return False
         where = os.path.normpath(path)
+        real = same_path(where, self._folders)
         for key, site in shippers.items():
             base = os.path.join(site, top)
-            if where.startswith(base + os.sep) or where.startswith(base + ".") or \
-                    same_path(where, self._folders).startswith(same_path(base, self._folders)):
-                return False
+            real_base = same_path(base, self._folders)
+            if where.startswith((base + os.sep, base + ".")) or real.startswith((real_base + os.sep, real_base + ".")):
+                return False  # under its name's folder, or its module/extension file, there
         for key, site in shippers.items():
             if key not in self._files_of:
                 d = self._installed[key]
